@@ -1,0 +1,168 @@
+"""``alter_lifetime(start=, duration=)``: give every event a new lifetime (a span operator).
+
+The output lifetime of an event ``[s, e)`` is ``[s', e')`` with
+
+* ``s' = start(s)`` — ``start`` is a function of the start time that never decreases
+  (``lambda s: s - 10`` moves events 10 ticks earlier); ``None`` keeps ``s``;
+* ``e' = s' + duration`` for an ``int`` duration; ``e' = s' + duration(s, e)`` for a function of
+  the input lifetime (an open end is passed as ``MAX_TIME`` and a result far beyond any real
+  time stays ∞); ``None`` keeps the length (``e' = e + s' - s``). ∞ stays ∞.
+
+An output whose lifetime would be empty (``e' <= s'``) is not emitted. Because a duration
+function may depend on the input's end, a retraction can make an output event *change*,
+*vanish* (retracted fully) or *appear* (inserted). An event that reappears after vanishing gets
+a fresh id (:class:`~operators.events.FreshId`), so output ids are never reused.
+
+CTIs: with ``duration`` an int or None, output changes happen at ``start(sync time)`` or later,
+so the output CTI is ``start(c)``. With a duration *function*, a retraction may move an output
+end before that, so the operator also holds the output CTI at the earliest output start of the
+input events that can still be retracted (end at or after the input CTI); an edge event that
+is never closed holds it until the end of input.
+
+    >>> from operators.events import Insert, Retract, Cti, MAX_TIME
+    >>> op = AlterLifetime(duration=lambda s, e: e - s - 2)
+    >>> op.process([Insert("a", 0, MAX_TIME, "x"), Retract("a", 0, MAX_TIME, 1, "x")])
+    [Insert(id='a', start=0, end=9223372036854775807, payload='x'), \
+Retract(id='a', start=0, end=9223372036854775807, new_end=0, payload='x')]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Hashable
+
+from sortedcontainers import SortedList
+
+from .base import Processor
+from .events import MAX_TIME, MIN_TIME, FreshId, Insert, Message, Retract, add_time
+
+#: Ends computed from an open end that land beyond this (year ~148,000) count as ∞.
+_FAR_FUTURE = MAX_TIME // 2
+
+StartFn = Callable[[int], int]
+DurationFn = Callable[[int, int], int]
+
+
+class AlterLifetime(Processor):
+    _state_fields = ("generation", "open_by_end", "open_by_start", "in_cti")
+
+    def __init__(
+        self,
+        start: StartFn | None = None,
+        duration: int | DurationFn | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(name)
+        if isinstance(duration, bool) or not (
+            duration is None or isinstance(duration, int) or callable(duration)
+        ):
+            raise TypeError(
+                f"alter_lifetime: duration must be an int number of ticks, a function "
+                f"(start, end) -> ticks, or None; got {duration!r}"
+            )
+        if isinstance(duration, int) and duration <= 0:
+            raise ValueError(
+                f"alter_lifetime: duration {duration} would make every lifetime empty; "
+                f"use a positive number of ticks"
+            )
+        if start is not None and not callable(start):
+            raise TypeError(
+                f"alter_lifetime: start must be a function of the start time, got {start!r}; "
+                f"to move events by a constant use shift(delta)"
+            )
+        self.start_fn = start
+        self.duration = duration
+        self.holds_cti = callable(duration)
+        #: input id -> [generation, current input end], for ids whose output vanished
+        self.generation: dict[Hashable, list[int]] = {}
+        #: input events that can still be retracted, when the duration is a function
+        self.open_by_end: SortedList = SortedList()  # (end, start', id)
+        self.open_by_start: SortedList = SortedList()  # (start', id)
+        self.in_cti = MIN_TIME
+
+    # -- the lifetime mapping -----------------------------------------------------------
+    def map_start(self, s: int) -> int:
+        return self.start_fn(s) if self.start_fn is not None else s
+
+    def map_end(self, s: int, s2: int, e: int) -> int:
+        d = self.duration
+        if d is None:
+            return add_time(e, s2 - s)
+        if isinstance(d, int):
+            return add_time(s2, d)
+        e2 = add_time(s2, d(s, e))
+        # a function of an open end (∞) that returns "∞ minus a little" keeps the end open
+        return MAX_TIME if e == MAX_TIME and e2 >= _FAR_FUTURE else e2
+
+    def out_id(self, id: Hashable) -> Hashable:
+        gen = self.generation.get(id)
+        return id if gen is None or gen[0] == 0 else FreshId(id, gen[0])
+
+    # -- messages -----------------------------------------------------------------------
+    def on_insert(self, msg: Insert, port: int) -> list[Message]:
+        s2 = self.map_start(msg.start)
+        e2 = self.map_end(msg.start, s2, msg.end)
+        if self.holds_cti:
+            self.open_by_end.add((msg.end, s2, msg.id))
+            self.open_by_start.add((s2, msg.id))
+        if e2 <= s2:
+            return []
+        if s2 < self.out_cti:
+            raise ValueError(
+                f"the start function moved event {msg.id!r} from {msg.start} to {s2}, behind "
+                f"the output CTI {self.out_cti}; start functions must never decrease"
+            )
+        return [Insert(msg.id, s2, e2, msg.payload)]
+
+    def on_retract(self, msg: Retract, port: int) -> list[Message]:
+        s, s2 = msg.start, self.map_start(msg.start)
+        old = self.map_end(s, s2, msg.end)
+        full = msg.new_end == s
+        new = s2 if full else self.map_end(s, s2, msg.new_end)
+        if self.holds_cti:
+            self.open_by_end.remove((msg.end, s2, msg.id))
+            if full:
+                self.open_by_start.remove((s2, msg.id))
+            else:
+                self.open_by_end.add((msg.new_end, s2, msg.id))
+        oid = self.out_id(msg.id)
+        out: list[Message] = []
+        if old > s2 and new > s2:
+            if old != new:
+                out.append(Retract(oid, s2, old, new, msg.payload))
+        elif old > s2:  # the output vanishes: its id is used up
+            out.append(Retract(oid, s2, old, s2, msg.payload))
+            gen = self.generation.setdefault(msg.id, [0, msg.end])
+            gen[0] += 1
+        elif new > s2:  # the output appears
+            out.append(Insert(oid, s2, new, msg.payload))
+        gen = self.generation.get(msg.id)
+        if gen is not None:
+            if full:
+                del self.generation[msg.id]
+            else:
+                gen[1] = msg.new_end
+        return out
+
+    def on_cti(self, time: int, port: int) -> list[Message]:
+        self.in_cti = time
+        # an input event that ends before the CTI can never be retracted again
+        if self.generation:
+            for id in [i for i, g in self.generation.items() if g[1] < time]:
+                del self.generation[id]
+        out_time = self.map_start(time)
+        if self.holds_cti:
+            by_end, by_start = self.open_by_end, self.open_by_start
+            while by_end and by_end[0][0] < time:
+                _, s2, id = by_end.pop(0)
+                by_start.remove((s2, id))
+            if by_start:
+                out_time = min(out_time, by_start[0][0])
+        return self.emit_cti(out_time)
+
+    def state_size(self) -> int:
+        return len(self.open_by_end) + len(self.generation)
+
+    def _check(self) -> None:
+        assert len(self.open_by_end) == len(self.open_by_start)
+        assert all(e >= self.in_cti for e, _, _ in self.open_by_end)
+        assert all(g[0] >= 1 for g in self.generation.values())

@@ -1,0 +1,136 @@
+"""The one interface every pure cedar operator implements.
+
+An operator is a state machine over physical messages. The runtime (inline or a Ray actor
+shell) only ever calls :meth:`Processor.process` with a batch of messages from one input port
+and forwards the returned messages; nothing here knows about Ray, clocks or I/O.
+
+Subclasses implement ``on_insert``, ``on_retract`` and ``on_cti`` (each returns a list of output
+messages), list their mutable state in ``_state_fields`` so that :meth:`snapshot` /
+:meth:`restore` can checkpoint them, and may override :meth:`_check` with invariants that tests
+call after every step.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, ClassVar, Iterable
+
+from .cht import InvalidStream
+from .errors import OperatorError
+from .events import MIN_TIME, Cti, Insert, Message, Retract
+
+
+class Processor:
+    """Base class of every operator: batches in, batches out, state snapshot-able."""
+
+    #: Number of input ports (1 for span and window operators, 2 for joins, N for union).
+    n_inputs: int = 1
+    #: Names of the attributes that hold mutable state (what a checkpoint stores).
+    _state_fields: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, name: str | None = None) -> None:
+        #: A readable step id used in error messages; the planner sets it.
+        self.name = name or type(self).__name__
+        #: The largest CTI emitted so far: output CTIs never go back.
+        self.out_cti = MIN_TIME
+
+    # -- the runtime's entry points -------------------------------------------------------
+    def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
+        """Feed a batch of messages from input ``port``; return the output messages in order."""
+        out: list[Message] = []
+        on_insert, on_retract, on_cti = self.on_insert, self.on_retract, self.on_cti
+        msg: Any = None
+        try:
+            for msg in batch:
+                kind = type(msg)
+                if kind is Insert:
+                    out.extend(on_insert(msg, port))
+                elif kind is Retract:
+                    out.extend(on_retract(msg, port))
+                elif kind is Cti:
+                    out.extend(on_cti(msg.time, port))
+                else:
+                    raise TypeError(
+                        f"expected Insert, Retract or Cti, got {type(msg).__name__}"
+                    )
+        except (OperatorError, InvalidStream):
+            raise
+        except Exception as exc:
+            raise OperatorError(
+                f"operator {self.name!r} failed on {msg!r} (input {port}): "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        return out
+
+    def on_message(self, msg: Message, port: int = 0) -> list[Message]:
+        """Feed one message; return the output messages."""
+        return self.process((msg,), port)
+
+    # -- what subclasses implement --------------------------------------------------------
+    def on_insert(self, msg: Insert, port: int) -> list[Message]:
+        raise NotImplementedError
+
+    def on_retract(self, msg: Retract, port: int) -> list[Message]:
+        raise NotImplementedError
+
+    def on_cti(self, time: int, port: int) -> list[Message]:
+        return self.emit_cti(time)
+
+    # -- helpers --------------------------------------------------------------------------
+    def emit_cti(self, time: int) -> list[Message]:
+        """A ``Cti(time)`` if it moves the output CTI forward, else nothing."""
+        if time > self.out_cti:
+            self.out_cti = time
+            return [Cti(time)]
+        return []
+
+    def state_size(self) -> int:
+        """Number of events (or windows) held in state; 0 for stateless operators."""
+        return 0
+
+    def snapshot(self) -> dict[str, Any]:
+        """A deep copy of the mutable state, to be stored by a checkpoint."""
+        state = {f: copy.deepcopy(getattr(self, f)) for f in self._state_fields}
+        state["out_cti"] = self.out_cti
+        return state
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Reset the state to a :meth:`snapshot`."""
+        for field, value in state.items():
+            setattr(self, field, copy.deepcopy(value))
+
+    def _check(self) -> None:
+        """Assert internal invariants (tests call this after every step)."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+
+class CtiMerge:
+    """Tracks the CTI of each input of a multi-input operator; the output CTI is their minimum.
+
+    >>> m = CtiMerge(2)
+    >>> m.advance(0, 5), m.advance(1, 3), m.advance(1, 9)
+    (None, 3, 5)
+    """
+
+    __slots__ = ("ctis", "current")
+
+    def __init__(self, n_inputs: int) -> None:
+        self.ctis = [MIN_TIME] * n_inputs
+        self.current = MIN_TIME
+
+    def advance(self, port: int, time: int) -> int | None:
+        """Record ``Cti(time)`` on ``port``; return the new minimum if it moved, else None."""
+        if time > self.ctis[port]:
+            self.ctis[port] = time
+            low = min(self.ctis)
+            if low > self.current:
+                self.current = low
+                return low
+        return None
+
+
+def run(op: Processor, messages: Iterable[Message], port: int = 0) -> list[Message]:
+    """Feed a whole stream to one operator and return its output (a convenience for tests)."""
+    return op.process(messages, port)

@@ -1,0 +1,206 @@
+"""The canonical history table (CHT): the logical meaning of a physical stream.
+
+Apply every retraction to its insert (by id), drop rows whose lifetime became empty and forget
+the ids: what remains is a multiset of ``(start, end, payload)`` rows. Two streams are
+*equivalent* when their CHTs are equal; every operator is defined by what it does to the CHT.
+
+    >>> from operators.events import Insert, Retract, Cti, MAX_TIME
+    >>> to_cht([Insert("e0", 1, MAX_TIME, "P1"), Retract("e0", 1, MAX_TIME, 10, "P1"),
+    ...         Retract("e0", 1, 10, 5, "P1"), Insert("e1", 4, 9, "P2"), Cti(12)])
+    [(1, 5, 'P1'), (4, 9, 'P2')]
+
+This module also holds :class:`StreamValidator`, which checks the rules of a well-formed
+physical stream (SPEC §2) one message at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any, Hashable, Iterable, Sequence
+
+from .events import MIN_TIME, Cti, Insert, Message, Retract, fmt_time
+
+Row = tuple[int, int, Any]
+
+
+class InvalidStream(ValueError):
+    """A physical stream broke a rule of SPEC §2 (the message says which and where)."""
+
+
+class NotEquivalent(AssertionError):
+    """Two streams have different CHTs (the message shows the first differences)."""
+
+
+def to_cht(messages: Iterable[Message]) -> list[Row]:
+    """The CHT of a physical stream as ``(start, end, payload)`` rows in canonical order.
+
+    Raises :class:`InvalidStream` for a retraction of an unknown id or of a lifetime that does
+    not match; CTIs are ignored (use :func:`validate` to check them).
+    """
+    live: dict[Hashable, list[Any]] = {}
+    for msg in messages:
+        kind = type(msg)
+        if kind is Insert:
+            if msg.id in live:
+                raise InvalidStream(f"duplicate id: {msg!r} while {msg.id!r} is still live")
+            live[msg.id] = [msg.start, msg.end, msg.payload]
+        elif kind is Retract:
+            row = live.get(msg.id)
+            if row is None:
+                raise InvalidStream(f"retraction of unknown id: {msg!r}")
+            if row[0] != msg.start or row[1] != msg.end:
+                raise InvalidStream(
+                    f"retraction lifetime does not match: {msg!r}, but {msg.id!r} lives "
+                    f"[{fmt_time(row[0])}, {fmt_time(row[1])})"
+                )
+            if msg.new_end == msg.start:
+                del live[msg.id]
+            else:
+                row[1] = msg.new_end
+    return sorted(((s, e, p) for s, e, p in live.values()), key=row_key)
+
+
+def freeze(value: Any, digits: int | None = None) -> Hashable:
+    """A hashable, comparable stand-in for a payload: dicts, lists and sets become tuples;
+    with ``digits``, floats are rounded to that many significant digits (float sums differ
+    in their last bits between incremental and from-scratch evaluation)."""
+    if isinstance(value, dict):
+        return ("<dict>",) + tuple(
+            sorted(((repr(k), freeze(v, digits)) for k, v in value.items()), key=repr)
+        )
+    if isinstance(value, (list, tuple)):
+        return (f"<{type(value).__name__}>",) + tuple(freeze(v, digits) for v in value)
+    if isinstance(value, (set, frozenset)):
+        return ("<set>",) + tuple(sorted((freeze(v, digits) for v in value), key=repr))
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ("<nan>",)
+        if digits is not None and value != 0 and math.isfinite(value):
+            return float(f"{value:.{digits}g}")
+        return value
+    if hasattr(value, "_asdict"):
+        return freeze(value._asdict(), digits)
+    try:
+        hash(value)
+    except TypeError:
+        return ("<unhashable>", repr(value))
+    return value
+
+
+def row_key(row: Row) -> tuple[int, int, str]:
+    """Sort key of a CHT row that works for any payload."""
+    return (row[0], row[1], repr(freeze(row[2])))
+
+
+def _rows(stream: Sequence[Any]) -> list[Row]:
+    """Accept either a physical stream or CHT rows."""
+    if stream and isinstance(stream[0], (Insert, Retract, Cti)):
+        return to_cht(stream)
+    return [tuple(r) for r in stream if not isinstance(r, Cti)]  # type: ignore[misc]
+
+
+def cht_diff(actual: Sequence[Any], expected: Sequence[Any], digits: int | None = 9,
+             limit: int = 8) -> str | None:
+    """None when the two streams (messages or CHT rows) are equivalent, else a readable
+    account of the first differences: rows only in ``actual`` and rows only in ``expected``."""
+    a_rows, e_rows = _rows(actual), _rows(expected)
+
+    def count(rows: list[Row]) -> Counter[Any]:
+        return Counter((s, e, freeze(p, digits)) for s, e, p in rows)
+
+    a, e = count(a_rows), count(e_rows)
+    if a == e:
+        return None
+    extra = sorted((a - e).elements(), key=lambda r: (r[0], r[1], repr(r[2])))
+    missing = sorted((e - a).elements(), key=lambda r: (r[0], r[1], repr(r[2])))
+
+    def show(rows: list[Any]) -> str:
+        text = "\n".join(
+            f"    [{fmt_time(s)}, {fmt_time(t)}) {p!r}" for s, t, p in rows[:limit]
+        )
+        more = f"\n    ... and {len(rows) - limit} more" if len(rows) > limit else ""
+        return (text + more) if rows else "    (none)"
+
+    first = min(extra[:1] + missing[:1], key=lambda r: (r[0], r[1], repr(r[2])))
+    return (
+        f"CHTs differ ({len(a_rows)} rows actual, {len(e_rows)} expected); first difference "
+        f"at [{fmt_time(first[0])}, {fmt_time(first[1])}) {first[2]!r}\n"
+        f"  only in actual:\n{show(extra)}\n  only in expected:\n{show(missing)}"
+    )
+
+
+def equivalent(actual: Sequence[Any], expected: Sequence[Any], digits: int | None = 9) -> bool:
+    """True when the two streams have equal CHTs."""
+    return cht_diff(actual, expected, digits) is None
+
+
+def check_equivalent(actual: Sequence[Any], expected: Sequence[Any],
+                     digits: int | None = 9) -> None:
+    """Raise :class:`NotEquivalent` with the first differences unless the CHTs are equal."""
+    diff = cht_diff(actual, expected, digits)
+    if diff is not None:
+        raise NotEquivalent(diff)
+
+
+class StreamValidator:
+    """Checks, message by message, that a physical stream is well formed (SPEC §2).
+
+    * an Insert starts at or after the latest CTI, and its id is not live (nor, with
+      ``unique_ids``, used before);
+    * a Retract names a live id with its current lifetime and ``min(end, new_end)`` is at or
+      after the latest CTI;
+    * CTI times never decrease.
+    """
+
+    def __init__(self, name: str = "stream", unique_ids: bool = True) -> None:
+        self.name = name
+        self.cti = MIN_TIME
+        self.live: dict[Hashable, tuple[int, int]] = {}
+        self.dead: set[Hashable] | None = set() if unique_ids else None
+        self.position = 0
+
+    def _fail(self, msg: Message, problem: str) -> None:
+        raise InvalidStream(f"{self.name}, message #{self.position} {msg!r}: {problem}")
+
+    def check(self, msg: Message) -> None:
+        kind = type(msg)
+        if kind is Insert:
+            if msg.start < self.cti:
+                self._fail(msg, f"insert starts at {msg.start}, behind the CTI {self.cti}")
+            if msg.id in self.live or (self.dead is not None and msg.id in self.dead):
+                self._fail(msg, f"duplicate id {msg.id!r}; ids must be unique within a stream")
+            self.live[msg.id] = (msg.start, msg.end)
+        elif kind is Retract:
+            lifetime = self.live.get(msg.id)
+            if lifetime is None:
+                self._fail(msg, f"retraction of unknown id {msg.id!r} (never inserted, or "
+                                "already fully retracted)")
+            elif lifetime != (msg.start, msg.end):
+                self._fail(msg, f"retraction lifetime [{fmt_time(msg.start)}, "
+                                f"{fmt_time(msg.end)}) does not match the live event "
+                                f"[{fmt_time(lifetime[0])}, {fmt_time(lifetime[1])})")
+            if msg.sync_time < self.cti:
+                self._fail(msg, f"retraction changes time {msg.sync_time}, behind the CTI "
+                                f"{self.cti}")
+            if msg.new_end == msg.start:
+                del self.live[msg.id]
+                if self.dead is not None:
+                    self.dead.add(msg.id)
+            else:
+                self.live[msg.id] = (msg.start, msg.new_end)
+        elif kind is Cti:
+            if msg.time < self.cti:
+                self._fail(msg, f"CTI goes back from {self.cti} to {msg.time}")
+            self.cti = msg.time
+        else:
+            self._fail(msg, "not a physical message (Insert, Retract or Cti)")
+        self.position += 1
+
+
+def validate(messages: Iterable[Message], name: str = "stream",
+             unique_ids: bool = True) -> None:
+    """Raise :class:`InvalidStream` at the first message that breaks a rule of SPEC §2."""
+    validator = StreamValidator(name, unique_ids)
+    for msg in messages:
+        validator.check(msg)

@@ -1,0 +1,35 @@
+"""``clip_duration(limit)``: cut every lifetime to at most ``limit`` ticks (a span operator).
+
+``[s, e)`` becomes ``[s, min(e, s + limit))``. A retraction passes only where it changes the
+clipped end; CTIs pass unchanged (a clipped end never moves before the input's sync time).
+
+    >>> from operators.events import Insert, Retract, MAX_TIME
+    >>> ClipDuration(10).process([Insert("a", 0, MAX_TIME, None), Retract("a", 0, MAX_TIME, 4, None)])
+    [Insert(id='a', start=0, end=10, payload=None), Retract(id='a', start=0, end=10, new_end=4, payload=None)]
+"""
+
+from __future__ import annotations
+
+from .base import Processor
+from .events import Insert, Message, Retract, add_time
+
+
+class ClipDuration(Processor):
+    def __init__(self, limit: int, name: str | None = None) -> None:
+        super().__init__(name)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+            raise ValueError(
+                f"clip_duration: limit must be a positive int number of ticks, got {limit!r}"
+            )
+        self.limit = limit
+
+    def on_insert(self, msg: Insert, port: int) -> list[Message]:
+        end = min(msg.end, add_time(msg.start, self.limit))
+        return [Insert(msg.id, msg.start, end, msg.payload)]
+
+    def on_retract(self, msg: Retract, port: int) -> list[Message]:
+        cap = add_time(msg.start, self.limit)
+        old, new = min(msg.end, cap), min(msg.new_end, cap)
+        if old == new:
+            return []
+        return [Retract(msg.id, msg.start, old, new, msg.payload)]

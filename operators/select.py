@@ -1,0 +1,28 @@
+"""``select(fn)``: replace each payload by ``fn(payload)`` (a span operator).
+
+Lifetimes and ids are kept; ``fn`` is applied again to a retraction's payload, so it must be
+deterministic; CTIs pass unchanged.
+
+    >>> from operators.events import Insert
+    >>> Select(lambda p: p * 10).process([Insert(1, 0, 5, 2)])
+    [Insert(id=1, start=0, end=5, payload=20)]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .base import Processor
+from .events import Insert, Message, Retract
+
+
+class Select(Processor):
+    def __init__(self, fn: Callable[[Any], Any], name: str | None = None) -> None:
+        super().__init__(name)
+        self.fn = fn
+
+    def on_insert(self, msg: Insert, port: int) -> list[Message]:
+        return [Insert(msg.id, msg.start, msg.end, self.fn(msg.payload))]
+
+    def on_retract(self, msg: Retract, port: int) -> list[Message]:
+        return [Retract(msg.id, msg.start, msg.end, msg.new_end, self.fn(msg.payload))]

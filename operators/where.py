@@ -1,0 +1,28 @@
+"""``where(pred)``: keep the events whose payload satisfies ``pred`` (a span operator).
+
+Lifetimes are kept; a retraction follows its insert (``pred`` must be deterministic, so it gives
+the same answer for the retraction's payload); CTIs pass unchanged.
+
+    >>> from operators.events import Insert, Cti
+    >>> Where(lambda p: p > 1).process([Insert(1, 0, 5, 1), Insert(2, 1, 3, 2), Cti(4)])
+    [Insert(id=2, start=1, end=3, payload=2), Cti(time=4)]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .base import Processor
+from .events import Insert, Message, Retract
+
+
+class Where(Processor):
+    def __init__(self, pred: Callable[[Any], bool], name: str | None = None) -> None:
+        super().__init__(name)
+        self.pred = pred
+
+    def on_insert(self, msg: Insert, port: int) -> list[Message]:
+        return [msg] if self.pred(msg.payload) else []
+
+    def on_retract(self, msg: Retract, port: int) -> list[Message]:
+        return [msg] if self.pred(msg.payload) else []
