@@ -13,11 +13,13 @@ function may depend on the input's end, a retraction can make an output event *c
 *vanish* (retracted fully) or *appear* (inserted). An event that reappears after vanishing gets
 a fresh id (:class:`~operators.events.FreshId`), so output ids are never reused.
 
-CTIs: with ``duration`` an int or None, output changes happen at ``start(sync time)`` or later,
-so the output CTI is ``start(c)``. With a duration *function*, a retraction may move an output
-end before that, so the operator also holds the output CTI at the earliest output start of the
-input events that can still be retracted (end at or after the input CTI); an edge event that
-is never closed holds it until the end of input.
+CTIs: inserts land at ``start(c)`` or later, so the output CTI is at most ``start(c)``. Only a
+full retraction changes an output of an ``int`` duration, so that is all. With ``duration=None``
+an end moves by the event's start shift ``s' - s``, so the CTI is also held at
+``c + min(s' - s)`` over the input events that can still be retracted (end at or after the input
+CTI). With a duration *function* a retraction may move an output end anywhere after ``s'``, so
+the CTI is held at the earliest ``s'`` of those events; an edge event that is never closed
+holds it until the end of input.
 
     >>> from operators.events import Insert, Retract, Cti, MAX_TIME
     >>> op = AlterLifetime(duration=lambda s, e: e - s - 2)
@@ -43,7 +45,7 @@ DurationFn = Callable[[int, int], int]
 
 
 class AlterLifetime(Processor):
-    _state_fields = ("generation", "open_by_end", "open_by_start", "in_cti")
+    _state_fields = ("generation", "open_by_end", "open_by_hold", "in_cti")
 
     def __init__(
         self,
@@ -71,12 +73,14 @@ class AlterLifetime(Processor):
             )
         self.start_fn = start
         self.duration = duration
-        self.holds_cti = callable(duration)
+        # None: an end moves by s' - s, held relative to the CTI; a function: held at s'
+        self.holds_cti = callable(duration) or (duration is None and start is not None)
+        self.relative_hold = duration is None
         #: input id -> [generation, current input end], for ids whose output vanished
         self.generation: dict[Hashable, list[int]] = {}
-        #: input events that can still be retracted, when the duration is a function
-        self.open_by_end: SortedList = SortedList()  # (end, start', id)
-        self.open_by_start: SortedList = SortedList()  # (start', id)
+        #: input events that can still be retracted, with their CTI hold (see above)
+        self.open_by_end: SortedList = SortedList()  # (end, hold, id)
+        self.open_by_hold: SortedList = SortedList()  # (hold, id)
         self.in_cti = MIN_TIME
 
     # -- the lifetime mapping -----------------------------------------------------------
@@ -102,8 +106,9 @@ class AlterLifetime(Processor):
         s2 = self.map_start(msg.start)
         e2 = self.map_end(msg.start, s2, msg.end)
         if self.holds_cti:
-            self.open_by_end.add((msg.end, s2, msg.id))
-            self.open_by_start.add((s2, msg.id))
+            hold = s2 - msg.start if self.relative_hold else s2
+            self.open_by_end.add((msg.end, hold, msg.id))
+            self.open_by_hold.add((hold, msg.id))
         if e2 <= s2:
             return []
         if s2 < self.out_cti:
@@ -119,11 +124,12 @@ class AlterLifetime(Processor):
         full = msg.new_end == s
         new = s2 if full else self.map_end(s, s2, msg.new_end)
         if self.holds_cti:
-            self.open_by_end.remove((msg.end, s2, msg.id))
+            hold = s2 - s if self.relative_hold else s2
+            self.open_by_end.remove((msg.end, hold, msg.id))
             if full:
-                self.open_by_start.remove((s2, msg.id))
+                self.open_by_hold.remove((hold, msg.id))
             else:
-                self.open_by_end.add((msg.new_end, s2, msg.id))
+                self.open_by_end.add((msg.new_end, hold, msg.id))
         oid = self.out_id(msg.id)
         out: list[Message] = []
         if old > s2 and new > s2:
@@ -151,18 +157,19 @@ class AlterLifetime(Processor):
                 del self.generation[id]
         out_time = self.map_start(time)
         if self.holds_cti:
-            by_end, by_start = self.open_by_end, self.open_by_start
+            by_end, by_hold = self.open_by_end, self.open_by_hold
             while by_end and by_end[0][0] < time:
-                _, s2, id = by_end.pop(0)
-                by_start.remove((s2, id))
-            if by_start:
-                out_time = min(out_time, by_start[0][0])
+                _, hold, id = by_end.pop(0)
+                by_hold.remove((hold, id))
+            if by_hold:
+                hold = by_hold[0][0]
+                out_time = min(out_time, time + hold if self.relative_hold else hold)
         return self.emit_cti(out_time)
 
     def state_size(self) -> int:
         return len(self.open_by_end) + len(self.generation)
 
     def _check(self) -> None:
-        assert len(self.open_by_end) == len(self.open_by_start)
+        assert len(self.open_by_end) == len(self.open_by_hold)
         assert all(e >= self.in_cti for e, _, _ in self.open_by_end)
         assert all(g[0] >= 1 for g in self.generation.values())
