@@ -1,0 +1,191 @@
+"""User-defined modules (UDMs): the interfaces a UDM writer implements (SPEC §5).
+
+A query writer names a UDM by object, class, plain function or registered name; a UDM writer
+picks one base class, deciding two things up front (the paper's section IV): incremental or
+not, and time-sensitive or not.
+
+==============================  ==========================================================
+base class                      the writer implements
+==============================  ==========================================================
+:class:`Aggregate`              ``compute(values) -> result`` over the window's payloads
+:class:`TimeSensitiveAggregate` ``compute(events, window) -> result``; events are clipped
+                                ``(start, end, payload)`` tuples, ``window`` a :class:`Window`
+:class:`IncrementalAggregate`   ``initial_state()``, ``add(state, values)``,
+                                ``remove(state, values)``, ``result(state)``: called with
+                                the deltas since the last call (payloads, or clipped events
+                                when ``time_sensitive = True``)
+:class:`Operator`               ``compute(values) -> iterable of payloads``
+:class:`TimeSensitiveOperator`  ``compute(events, window) -> iterable of (start, end, payload)``
+==============================  ==========================================================
+
+UDMs must be deterministic: the engine calls them again on the same input to retract earlier
+output. ``add``/``remove`` may update the state in place and must return the (new) state.
+
+    >>> class Median(Aggregate):
+    ...     def compute(self, values):
+    ...         v = sorted(values)
+    ...         return v[len(v) // 2]
+    >>> register("median", Median)
+    >>> resolve("median").compute([5, 1, 3])
+    3
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, ClassVar, Iterable, NamedTuple
+
+
+class Window(NamedTuple):
+    """A window ``[start, end)`` of the time axis, as time-sensitive UDMs see it."""
+
+    start: int
+    end: int
+
+
+class UDM:
+    """Base of every user-defined module."""
+
+    #: True for UDMs that see events (start, end, payload) and the window, not just payloads.
+    time_sensitive: ClassVar[bool] = False
+    #: True for UDMs maintained from deltas (IncrementalAggregate).
+    incremental: ClassVar[bool] = False
+    #: True for UDOs (zero or more output events per window), False for aggregates.
+    is_operator: ClassVar[bool] = False
+
+    @property
+    def udm_name(self) -> str:
+        """How error messages name this UDM."""
+        return type(self).__name__
+
+
+class Aggregate(UDM):
+    """A time-insensitive, non-incremental aggregate: one result per window."""
+
+    def compute(self, values: list[Any]) -> Any:
+        raise NotImplementedError
+
+
+class TimeSensitiveAggregate(UDM):
+    """A non-incremental aggregate over clipped events and the window."""
+
+    time_sensitive = True
+
+    def compute(self, events: list[tuple[int, int, Any]], window: Window) -> Any:
+        raise NotImplementedError
+
+
+class IncrementalAggregate(UDM):
+    """An aggregate maintained per window from deltas (the paper's AddEventToState /
+    RemoveEventFromState / ComputeResult). Set ``time_sensitive = True`` to receive clipped
+    ``(start, end, payload)`` events instead of payloads, and override :meth:`window_result`
+    if the result depends on the window."""
+
+    incremental = True
+
+    def initial_state(self) -> Any:
+        raise NotImplementedError
+
+    def add(self, state: Any, values: list[Any]) -> Any:
+        raise NotImplementedError
+
+    def remove(self, state: Any, values: list[Any]) -> Any:
+        raise NotImplementedError
+
+    def result(self, state: Any) -> Any:
+        raise NotImplementedError
+
+    def window_result(self, state: Any, window: Window) -> Any:
+        """The result for ``window`` (what the engine calls); defaults to :meth:`result`."""
+        return self.result(state)
+
+
+class Operator(UDM):
+    """A time-insensitive UDO: zero or more output payloads per window."""
+
+    is_operator = True
+
+    def compute(self, values: list[Any]) -> Iterable[Any]:
+        raise NotImplementedError
+
+
+class TimeSensitiveOperator(UDM):
+    """A time-sensitive UDO: stamps its own output events ``(start, end, payload)``."""
+
+    time_sensitive = True
+    is_operator = True
+
+    def compute(self, events: list[tuple[int, int, Any]], window: Window) -> Iterable[
+            tuple[int, int, Any]]:
+        raise NotImplementedError
+
+
+class FunctionAggregate(Aggregate):
+    """A plain function of a list of payloads, used as an :class:`Aggregate`."""
+
+    def __init__(self, fn: Callable[[list[Any]], Any]) -> None:
+        self.fn = fn
+
+    def compute(self, values: list[Any]) -> Any:
+        return self.fn(values)
+
+    @property
+    def udm_name(self) -> str:
+        return getattr(self.fn, "__qualname__", repr(self.fn))
+
+
+_REGISTRY: dict[str, Callable[..., UDM]] = {}
+
+
+def register(name: str, factory: Callable[..., UDM] | UDM) -> None:
+    """Register a UDM class, factory or instance under ``name`` so queries can name it."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"register: a UDM name must be a non-empty string, got {name!r}")
+    if isinstance(factory, UDM):
+        instance = factory
+        _REGISTRY[name] = lambda: instance
+    elif callable(factory):
+        _REGISTRY[name] = factory
+    else:
+        raise TypeError(f"register({name!r}, ...): expected a UDM class, factory or instance, "
+                        f"got {factory!r}")
+
+
+def registered() -> list[str]:
+    """The names of all registered UDMs."""
+    return sorted(_REGISTRY)
+
+
+def resolve(udm: Any, *args: Any, **kwargs: Any) -> UDM:
+    """Turn what a query writer passed into a UDM instance: an instance, a UDM class, a
+    registered name (with its constructor arguments) or a plain function of a list."""
+    if isinstance(udm, UDM):
+        return udm
+    if isinstance(udm, str):
+        if udm not in _REGISTRY:
+            known = ", ".join(registered()) or "none yet"
+            raise KeyError(f"no UDM is registered as {udm!r} (registered: {known}); "
+                           f"register it with operators.udm.register({udm!r}, MyUDM)")
+        return _REGISTRY[udm](*args, **kwargs)
+    if isinstance(udm, type) and issubclass(udm, UDM):
+        return udm(*args, **kwargs)
+    if callable(udm):
+        return FunctionAggregate(udm)
+    raise TypeError(f"expected a UDM (Aggregate, IncrementalAggregate, Operator, ...), a "
+                    f"registered UDM name or a function of a list; got {udm!r}")
+
+
+def field_getter(field: Any) -> Callable[[Any], Any]:
+    """A function reading ``field`` from a payload: a callable is used as it is; a name reads
+    a dict key, or else an attribute; ``None`` returns the payload itself."""
+    if field is None:
+        return lambda p: p
+    if callable(field):
+        return field
+
+    def get(payload: Any) -> Any:
+        if isinstance(payload, dict):
+            return payload[field]
+        return getattr(payload, field)
+
+    get.__qualname__ = f"field {field!r}"
+    return get
