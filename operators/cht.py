@@ -105,15 +105,21 @@ def cht_diff(actual: Sequence[Any], expected: Sequence[Any], digits: int | None 
     """None when the two streams (messages or CHT rows) are equivalent, else a readable
     account of the first differences: rows only in ``actual`` and rows only in ``expected``."""
     a_rows, e_rows = _rows(actual), _rows(expected)
+    shown: dict[Any, Row] = {}  # frozen row -> an original row, to print payloads as given
 
     def count(rows: list[Row]) -> Counter[Any]:
-        return Counter((s, e, freeze(p, digits)) for s, e, p in rows)
+        counts: Counter[Any] = Counter()
+        for s, e, p in rows:
+            key = (s, e, freeze(p, digits))
+            shown.setdefault(key, (s, e, p))
+            counts[key] += 1
+        return counts
 
     a, e = count(a_rows), count(e_rows)
     if a == e:
         return None
-    extra = sorted((a - e).elements(), key=lambda r: (r[0], r[1], repr(r[2])))
-    missing = sorted((e - a).elements(), key=lambda r: (r[0], r[1], repr(r[2])))
+    extra = sorted((shown[k] for k in (a - e).elements()), key=row_key)
+    missing = sorted((shown[k] for k in (e - a).elements()), key=row_key)
 
     def show(rows: list[Any]) -> str:
         text = "\n".join(
@@ -122,7 +128,7 @@ def cht_diff(actual: Sequence[Any], expected: Sequence[Any], digits: int | None 
         more = f"\n    ... and {len(rows) - limit} more" if len(rows) > limit else ""
         return (text + more) if rows else "    (none)"
 
-    first = min(extra[:1] + missing[:1], key=lambda r: (r[0], r[1], repr(r[2])))
+    first = min(extra[:1] + missing[:1], key=row_key)
     return (
         f"CHTs differ ({len(a_rows)} rows actual, {len(e_rows)} expected); first difference "
         f"at [{fmt_time(first[0])}, {fmt_time(first[1])}) {first[2]!r}\n"
