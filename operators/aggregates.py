@@ -1,0 +1,531 @@
+"""The built-in aggregates (SPEC §5): Count, Sum, Avg, Min, Max, TopK, TimeWeightedAverage.
+
+Every built-in is an :class:`~operators.udm.IncrementalAggregate`: a window operator keeps one
+state per window and feeds it the deltas (events that joined or left the window since the last
+call), so a window's result never needs a pass over all of its events. Each also offers
+``compute(...)``, the same result from scratch, and is registered under a lowercase name::
+
+    >>> Avg("kwh").compute([{"kwh": 1.0}, {"kwh": 2.0}, {"kwh": 4.5}])
+    2.5
+    >>> s = Max("kwh").initial_state()
+    >>> s = Max("kwh").add(s, [{"kwh": 7}, {"kwh": 3}])
+    >>> s = Max("kwh").remove(s, [{"kwh": 7}])
+    >>> Max("kwh").result(s)
+    3
+    >>> from operators.udm import resolve
+    >>> resolve("topk", 2, by="kwh").compute([{"kwh": 1}, {"kwh": 9}, {"kwh": 5}])
+    ({'kwh': 9}, {'kwh': 5})
+
+Results depend only on the multiset of events in the window, never on the order in which
+they were added or removed: the engine recomputes and retracts results, and compares them with
+a from-scratch evaluation, so ``add(a); add(b); remove(a)`` must give exactly ``add(b)``. Sums
+are therefore kept *exactly* (floats as integers scaled by 2**1074, every finite double being
+a multiple of 2**-1074), and a float result is the exact value correctly rounded once.
+
+Floating-point NaN follows Spark: it ranks above every other number (Max and descending TopK
+put it first) and makes a Sum or Avg NaN.
+
+``field`` (and ``by``) is a callable of the payload or a dict key / attribute name; ``None``
+means the payload itself. States are plain picklable objects: the runtime checkpoints them.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from sortedcontainers import SortedList
+
+from .events import MAX_TIME, MIN_TIME, fmt_time
+from .udm import IncrementalAggregate, Window, field_getter, register
+
+__all__ = ["Avg", "Count", "Max", "Min", "Sum", "TimeWeightedAverage", "TopK", "canonical"]
+
+# Every finite double is an integer multiple of 2**-1074 (the smallest subnormal).
+_SCALE_BITS = 1074
+
+
+class _Builtin(IncrementalAggregate):
+    """Shared plumbing: constructor-argument pickling, a readable name, ``compute``."""
+
+    _args: tuple[Any, ...] = ()
+
+    def compute(self, values: Iterable[Any]) -> Any:
+        """The result from scratch: ``result(add(initial_state(), values))``."""
+        return self.result(self.add(self.initial_state(), list(values)))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # the field getter may be a closure; rebuild it from the constructor arguments instead
+        return (type(self), self._args)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(repr(a) for a in self._args)})"
+
+    @property
+    def udm_name(self) -> str:
+        return repr(self)
+
+
+# -- Count ------------------------------------------------------------------------------------
+class Count(_Builtin):
+    """The number of events in the window (the state is that number).
+
+    >>> Count().compute(["a", "b", "c"])
+    3
+    """
+
+    def initial_state(self) -> int:
+        return 0
+
+    def add(self, state: int, values: list[Any]) -> int:
+        return state + len(values)
+
+    def remove(self, state: int, values: list[Any]) -> int:
+        if len(values) > state:
+            raise ValueError(f"Count.remove: removing {len(values)} events from a window that "
+                             f"holds {state}; remove only events that were added")
+        return state - len(values)
+
+    def result(self, state: int) -> int:
+        return state
+
+
+# -- exact sums -------------------------------------------------------------------------------
+class _ExactSum:
+    """An exact running sum of numbers under addition and subtraction.
+
+    ints and finite floats go into one integer scaled by 2**1074 (exact, never overflows);
+    infinities and NaNs are counted; other numbers (Fraction, Decimal, complex) are summed as
+    they are. ``n`` counts the terms, ``n_float`` the float ones (a float term makes the sum a
+    float, as in Python's ``sum``)."""
+
+    __slots__ = ("n", "n_float", "n_other", "nan", "neg_inf", "other", "pos_inf", "scaled")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.n_float = 0
+        self.scaled = 0
+        self.other: Any = 0
+        self.n_other = 0
+        self.nan = 0
+        self.pos_inf = 0
+        self.neg_inf = 0
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, s) for s in self.__slots__)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for name, value in zip(self.__slots__, state):
+            setattr(self, name, value)
+
+    def __repr__(self) -> str:
+        return f"_ExactSum(n={self.n}, value={self.value()!r})"
+
+    def update(self, value: Any, sign: int, weight: int, who: str) -> None:
+        """Add (sign=1) or subtract (sign=-1) ``value * weight`` (weight a non-negative int)."""
+        kind = type(value)
+        if kind is int or (kind is not float and isinstance(value, numbers.Integral)):
+            self.scaled += sign * ((int(value) * weight) << _SCALE_BITS)
+        elif kind is float or (isinstance(value, numbers.Real)
+                               and not isinstance(value, numbers.Rational)):
+            x = float(value)
+            self.n_float += sign
+            if math.isfinite(x):
+                num, den = x.as_integer_ratio()
+                # den is a power of two no larger than 2**1074
+                self.scaled += sign * ((num * weight) << (_SCALE_BITS + 1 - den.bit_length()))
+            elif math.isnan(x):
+                self.nan += sign
+            elif weight == 0:
+                # inf * 0 is NaN in IEEE arithmetic
+                self.nan += sign
+            elif x > 0:
+                self.pos_inf += sign
+            else:
+                self.neg_inf += sign
+        elif isinstance(value, numbers.Number):
+            self.other = self.other + value * weight if sign > 0 else self.other - value * weight
+            self.n_other += sign
+        else:
+            raise TypeError(f"{who}: {value!r} ({type(value).__name__}) is not a number; pass a "
+                            f"field (a key, attribute or function) that reads a number from "
+                            f"the payload")
+        self.n += sign
+
+    def _special(self) -> float | None:
+        if self.nan or (self.pos_inf and self.neg_inf):
+            return math.nan
+        if self.pos_inf:
+            return math.inf
+        if self.neg_inf:
+            return -math.inf
+        return None
+
+    def divided(self, divisor: int) -> Any:
+        """The sum divided by the positive int ``divisor``: ints and floats give the exact
+        quotient correctly rounded to a float; Fraction and Decimal sums keep their type."""
+        special = self._special()
+        if special is not None:
+            return special
+        if self.n_other:
+            return self.value() / divisor
+        try:
+            return self.scaled / (divisor << _SCALE_BITS)
+        except OverflowError:
+            return math.inf if self.scaled > 0 else -math.inf
+
+    def value(self) -> Any:
+        """The sum: an exact int when every term is an int, else the exact sum rounded once."""
+        special = self._special()
+        if special is not None:
+            return special
+        if self.n_float:
+            plain: Any = self.divided(1) if not self.n_other else self.scaled / (1 << _SCALE_BITS)
+        else:
+            plain = self.scaled >> _SCALE_BITS
+        return plain + self.other if self.n_other else plain
+
+
+class Sum(_Builtin):
+    """The sum of ``field`` over the window's events.
+
+    Kept exactly under add and remove, so the result equals ``math.fsum`` of the window's
+    values (ints give an exact int) whatever the order of the deltas was.
+
+    >>> Sum("kwh").compute([{"kwh": 0.1}, {"kwh": 0.2}, {"kwh": 0.3}])
+    0.6
+    >>> Sum().compute([1, 2, 3])
+    6
+    """
+
+    def __init__(self, field: Any = None) -> None:
+        self.field = field
+        self._args = (field,)
+        self._get: Callable[[Any], Any] = field_getter(field)
+
+    def initial_state(self) -> _ExactSum:
+        return _ExactSum()
+
+    def add(self, state: _ExactSum, values: list[Any]) -> _ExactSum:
+        get, who = self._get, self.udm_name
+        for v in values:
+            state.update(get(v), 1, 1, who)
+        return state
+
+    def remove(self, state: _ExactSum, values: list[Any]) -> _ExactSum:
+        if len(values) > state.n:
+            raise ValueError(f"{self.udm_name}.remove: removing {len(values)} events from a "
+                             f"window that holds {state.n}; remove only events that were added")
+        get, who = self._get, self.udm_name
+        for v in values:
+            state.update(get(v), -1, 1, who)
+        return state
+
+    def result(self, state: _ExactSum) -> Any:
+        return state.value()
+
+
+class Avg(Sum):
+    """The mean of ``field`` over the window's events: the exact sum divided by the count,
+    rounded once; ``None`` for an empty state (the engine never asks: windows are non-empty).
+
+    >>> Avg().compute([1, 2])
+    1.5
+    """
+
+    def result(self, state: _ExactSum) -> Any:
+        if state.n == 0:
+            return None
+        return state.divided(state.n)
+
+
+# -- Min, Max, TopK: sorted multisets ---------------------------------------------------------
+def _order_key(value: Any) -> tuple[int, Any]:
+    """A sort key ranking NaN above every other value (as Spark does), so sorted containers
+    keep their invariant when a NaN arrives."""
+    if isinstance(value, numbers.Real) and value != value:  # noqa: PLR0124 -- NaN, any type
+        return (1, 0)
+    return (0, value)
+
+
+def _sorted_add(sl: SortedList, key: Any, who: str, value: Any) -> None:
+    try:
+        sl.add(key)
+    except TypeError as e:
+        raise TypeError(f"{who}: cannot order {value!r} ({type(value).__name__}) against the "
+                        f"window's other values ({e}); pass a field (a key, attribute or "
+                        f"function) that reads comparable values") from None
+
+
+def _sorted_remove(sl: SortedList, key: Any, who: str, value: Any) -> None:
+    try:
+        sl.remove(key)
+    except (ValueError, TypeError):
+        raise ValueError(f"{who}.remove: {value!r} is not in the window's state; remove only "
+                         f"events that were added (and a field that reads the same value "
+                         f"every time)") from None
+
+
+class _Extreme(_Builtin):
+    """Min and Max: the window's values in a sorted multiset (a SortedList), so removing the
+    current extreme reveals the next one in O(log n)."""
+
+    def __init__(self, field: Any = None) -> None:
+        self.field = field
+        self._args = (field,)
+        self._get: Callable[[Any], Any] = field_getter(field)
+
+    def initial_state(self) -> SortedList:
+        return SortedList()
+
+    def add(self, state: SortedList, values: list[Any]) -> SortedList:
+        get, who = self._get, self.udm_name
+        for p in values:
+            v = get(p)
+            _sorted_add(state, _order_key(v), who, v)
+        return state
+
+    def remove(self, state: SortedList, values: list[Any]) -> SortedList:
+        get, who = self._get, self.udm_name
+        for p in values:
+            v = get(p)
+            _sorted_remove(state, _order_key(v), who, v)
+        return state
+
+
+class Min(_Extreme):
+    """The smallest ``field`` value in the window (``None`` for an empty state); NaN is the
+    minimum only when every value is NaN.
+
+    >>> Min("t").compute([{"t": 4}, {"t": -2}, {"t": 9}])
+    -2
+    """
+
+    def result(self, state: SortedList) -> Any:
+        return state[0][1] if state else None
+
+
+class Max(_Extreme):
+    """The largest ``field`` value in the window (``None`` for an empty state); NaN ranks
+    above every number.
+
+    >>> Max().compute([3.5, 1.0, 2.25])
+    3.5
+    """
+
+    def result(self, state: SortedList) -> Any:
+        if not state:
+            return None
+        flag, value = state[-1]
+        return math.nan if flag else value
+
+
+def canonical(payload: Any) -> str:
+    """A deterministic text form of a payload, equal for equal payloads whatever their dict
+    insertion or set iteration order: the tie-breaker of :class:`TopK`.
+
+    >>> canonical({"b": 1, "a": {2, 1}})
+    "{'a': {1, 2}, 'b': 1}"
+    """
+    if isinstance(payload, dict):
+        items = sorted((canonical(k), canonical(v)) for k, v in payload.items())
+        return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
+    if isinstance(payload, (set, frozenset)):
+        inner = ", ".join(sorted(canonical(v) for v in payload))
+        return "{" + inner + "}" if type(payload) is set else f"frozenset({{{inner}}})"
+    if isinstance(payload, tuple) and hasattr(payload, "_fields"):
+        fields = ", ".join(f"{f}={canonical(v)}" for f, v in zip(payload._fields, payload))
+        return f"{type(payload).__name__}({fields})"
+    if isinstance(payload, list):
+        return "[" + ", ".join(canonical(v) for v in payload) + "]"
+    if isinstance(payload, tuple):
+        return "(" + ", ".join(canonical(v) for v in payload) + (",)" if len(payload) == 1
+                                                                 else ")")
+    return repr(payload)
+
+
+class _TopKState:
+    """The window's payloads ranked: a SortedList of ``(order_key(by), canonical)`` entries
+    plus the payloads behind each canonical form (payloads need not be comparable)."""
+
+    __slots__ = ("payloads", "ranked")
+
+    def __init__(self) -> None:
+        self.ranked = SortedList()
+        self.payloads: dict[str, list[Any]] = {}
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return (self.payloads, self.ranked)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.payloads, self.ranked = state
+
+    def __len__(self) -> int:
+        return len(self.ranked)
+
+
+class TopK(_Builtin):
+    """The ``k`` payloads with the largest ``by`` values (smallest with ``descending=False``),
+    as a tuple in rank order.
+
+    The ranking is ``sorted(payloads, key=(by(p), canonical(p)), reverse=descending)[:k]``:
+    ties on ``by`` are broken by :func:`canonical`, so the result does not depend on arrival
+    order. Payloads should have a value ``repr`` (dicts, tuples, dataclasses, ...); the result
+    is hashable when the payloads are.
+
+    >>> TopK(2, by="score").compute([{"score": 3, "n": "a"}, {"score": 8, "n": "b"},
+    ...                              {"score": 3, "n": "c"}])
+    ({'score': 8, 'n': 'b'}, {'score': 3, 'n': 'c'})
+    >>> TopK(2, descending=False).compute([5, 1, 4, 1])
+    (1, 1)
+    """
+
+    def __init__(self, k: int, by: Any = None, descending: bool = True) -> None:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"TopK: k must be a positive int (how many payloads to keep), "
+                             f"got {k!r}")
+        self.k = k
+        self.by = by
+        self.descending = bool(descending)
+        self._args = (k, by, self.descending)
+        self._get: Callable[[Any], Any] = field_getter(by)
+
+    def __repr__(self) -> str:
+        order = "" if self.descending else ", descending=False"
+        return f"TopK({self.k!r}, by={self.by!r}{order})"
+
+    def initial_state(self) -> _TopKState:
+        return _TopKState()
+
+    def add(self, state: _TopKState, values: list[Any]) -> _TopKState:
+        get, who = self._get, self.udm_name
+        for p in values:
+            v = get(p)
+            c = canonical(p)
+            _sorted_add(state.ranked, (_order_key(v), c), who, v)
+            state.payloads.setdefault(c, []).append(p)
+        return state
+
+    def remove(self, state: _TopKState, values: list[Any]) -> _TopKState:
+        get, who = self._get, self.udm_name
+        for p in values:
+            v = get(p)
+            c = canonical(p)
+            _sorted_remove(state.ranked, (_order_key(v), c), who, p)
+            same = state.payloads[c]
+            # equal canonical forms are (nearly always) equal payloads; prefer the equal one
+            for i, q in enumerate(same):
+                if q is p or _safe_eq(q, p):
+                    del same[i]
+                    break
+            else:
+                same.pop()
+            if not same:
+                del state.payloads[c]
+        return state
+
+    def result(self, state: _TopKState) -> tuple[Any, ...]:
+        ranked, n = state.ranked, min(self.k, len(state.ranked))
+        entries = ranked[len(ranked) - n:][::-1] if self.descending else ranked[:n]
+        return tuple(state.payloads[c][0] for _, c in entries)
+
+
+def _safe_eq(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 -- e.g. numpy arrays: fall back to the canonical match
+        return False
+
+
+# -- TimeWeightedAverage ----------------------------------------------------------------------
+class TimeWeightedAverage(_Builtin):
+    """The paper's MyTimeWeightAverage (section IV-C): each event's ``field`` value weighted
+    by the share of the window its (clipped) lifetime covers,
+    ``Σ value · (end − start) / (window.end − window.start)``.
+
+    Time-sensitive: ``add``/``remove`` receive clipped events ``(start, end, payload)``;
+    the result needs the window (:meth:`window_result`). The weighted sum is kept exactly, so
+    the result is correctly rounded whatever the order of the deltas. Lifetimes must be finite:
+    window with ``clip="full"`` (the default) or ``clip="right"``.
+
+    ::
+
+        window  [0 ------------------------------ 10)
+        e1      [0 ------- 4)  value 10
+        e2                 [4 ---------------- 10)  value 20
+
+    >>> TimeWeightedAverage("v").compute([(0, 4, {"v": 10}), (4, 10, {"v": 20})],
+    ...                                  Window(0, 10))
+    16.0
+    """
+
+    time_sensitive = True
+
+    def __init__(self, field: Any = None) -> None:
+        self.field = field
+        self._args = (field,)
+        self._get: Callable[[Any], Any] = field_getter(field)
+
+    def compute(self, events: Iterable[tuple[int, int, Any]],  # type: ignore[override]
+                window: Window) -> Any:
+        """The result from scratch over clipped events and their window."""
+        return self.window_result(self.add(self.initial_state(), list(events)), window)
+
+    def initial_state(self) -> _ExactSum:
+        return _ExactSum()
+
+    def _duration(self, start: int, end: int) -> int:
+        if end >= MAX_TIME or start <= MIN_TIME or end < start:
+            raise ValueError(f"{self.udm_name}: the event lifetime [{fmt_time(start)}, "
+                             f"{fmt_time(end)}) has no finite duration to weight its value by; "
+                             f"window the stream with clip=\"full\" (the default) or "
+                             f"clip=\"right\" so lifetimes are cut to the window")
+        return end - start
+
+    def add(self, state: _ExactSum, values: list[tuple[int, int, Any]]) -> _ExactSum:
+        get, who = self._get, self.udm_name
+        for start, end, payload in values:
+            state.update(get(payload), 1, self._duration(start, end), who)
+        return state
+
+    def remove(self, state: _ExactSum, values: list[tuple[int, int, Any]]) -> _ExactSum:
+        if len(values) > state.n:
+            raise ValueError(f"{self.udm_name}.remove: removing {len(values)} events from a "
+                             f"window that holds {state.n}; remove only events that were added")
+        get, who = self._get, self.udm_name
+        for start, end, payload in values:
+            state.update(get(payload), -1, self._duration(start, end), who)
+        return state
+
+    def result(self, state: _ExactSum) -> Any:
+        raise TypeError(f"{self.udm_name} is time-sensitive: its result depends on the window; "
+                        f"call window_result(state, window)")
+
+    def window_result(self, state: _ExactSum, window: Window) -> Any:
+        """``Σ value · duration / (window.end − window.start)``; ``None`` for an empty state."""
+        start, end = window
+        if end >= MAX_TIME or start <= MIN_TIME or end <= start:
+            raise ValueError(f"{self.udm_name}: the window [{fmt_time(start)}, {fmt_time(end)}) "
+                             f"has no finite positive length to average over; use a window "
+                             f"with finite bounds")
+        if state.n == 0:
+            return None
+        return state.divided(end - start)
+
+
+# -- the registry -----------------------------------------------------------------------------
+_BUILTINS: dict[str, Callable[..., Any]] = {
+    "count": Count,
+    "sum": Sum,
+    "avg": Avg,
+    "min": Min,
+    "max": Max,
+    "topk": TopK,
+    "twa": TimeWeightedAverage,
+    "time_weighted_average": TimeWeightedAverage,
+}
+for _name, _cls in _BUILTINS.items():
+    register(_name, _cls)
+
