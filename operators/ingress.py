@@ -1,0 +1,665 @@
+"""Ingress: turning plain rows into a physical stream, and deciding when time advances.
+
+A source reads rows (dicts) and needs three decisions before the temporal algebra can run
+(SPEC §6):
+
+* **time**: which columns hold the start (and end) of each event, converted to integer ticks
+  by :func:`to_ticks` (1 tick = 1 µs since the Unix epoch, UTC);
+* **shape**: ``"point"`` (``[s, s + 1)``), ``"interval"`` (``[s, e)``) or ``"edge"`` (a row
+  without an end opens ``[s, ∞)``; a later row with the same id and an end closes it);
+* **progress**: :class:`AdvanceTime` says when the source promises that time has moved on by
+  emitting a CTI, what happens to an event that arrives behind such a promise, and how a quiet
+  source still flushes its last events (the timer of the CTI article, ``004_*.txt``).
+
+:class:`Ingress` is the pure state machine: rows in, ``Insert``/``Retract``/``Cti`` messages
+out. It never reads a clock: callers pass their wall time (``now``) to :meth:`Ingress.push`
+and :meth:`Ingress.poll`. Nothing is lost silently (SPEC §9): each row is processed, dropped
+or adjusted by the declared policy (recorded in ``late``), or sent to ``dead_letters`` with a
+reason.
+
+    >>> ingest([{"t": 10, "kwh": 1.5}, {"t": 12, "kwh": 0.5}], start="t")
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [Insert(id=0, start=10, end=11, payload={'t': 10, 'kwh': 1.5}),
+     Insert(id=1, start=12, end=13, payload={'t': 12, 'kwh': 0.5}),
+     Cti(time=13)]
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import math
+import numbers
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import DeadLetter, LateEvent
+from .events import MAX_TIME, MIN_TIME, TICKS_PER_SECOND, Cti, Insert, Message, Retract
+
+__all__ = ["POLICIES", "SHAPES", "AdvanceTime", "Ingress", "ingest", "to_ticks"]
+
+#: The event shapes a source can produce.
+SHAPES = ("point", "interval", "edge")
+#: What happens to an event that arrives behind the latest CTI.
+POLICIES = ("drop", "adjust")
+
+_TICKS_PER_DAY = 86_400 * TICKS_PER_SECOND
+_EPOCH_NAIVE = _dt.datetime(1970, 1, 1)
+_EPOCH_AWARE = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+_EPOCH_DATE = _dt.date(1970, 1, 1)
+#: Ticks per unit of ``numpy.datetime64``: an int multiplies, a negative int floor-divides.
+_NP_UNITS = {"W": 7 * _TICKS_PER_DAY, "D": _TICKS_PER_DAY, "h": 3_600 * TICKS_PER_SECOND,
+             "m": 60 * TICKS_PER_SECOND, "s": TICKS_PER_SECOND, "ms": 1_000, "us": 1,
+             "ns": -1_000, "ps": -1_000_000, "fs": -1_000_000_000, "as": -1_000_000_000_000}
+_HOW = ("pass ticks (an int of microseconds since 1970-01-01 UTC), a datetime, a "
+        "numpy.datetime64 or an ISO-8601 string such as '2010-08-10T00:00:00Z'")
+
+
+def _range_checked(ticks: int, value: Any) -> int:
+    if MIN_TIME <= ticks <= MAX_TIME:
+        return ticks
+    shown = f"time {ticks}" if value is ticks else f"time {value!r} is {ticks} ticks, which"
+    raise ValueError(
+        f"{shown} lies outside [MIN_TIME, MAX_TIME] = [{MIN_TIME}, {MAX_TIME}]; ticks are "
+        f"microseconds since 1970-01-01 UTC, so check the column's unit"
+    )
+
+
+def to_ticks(value: Any) -> int:
+    """Convert a point in time to ticks: integer microseconds since 1970-01-01 UTC.
+
+    Accepted: an ``int`` (already ticks); a ``datetime.datetime`` (naive means UTC, aware is
+    converted to UTC); a ``datetime.date`` (its midnight, UTC); a ``numpy.datetime64`` of any
+    unit; a pandas ``Timestamp``; an ISO-8601 string; a float only when it is finite and
+    integral. The arithmetic is exact integer arithmetic; parts finer than a microsecond are
+    floored (as Spark does). Anything else (None, NaN, NaT, a bool, an unparsable string, a
+    time outside ``[MIN_TIME, MAX_TIME]``) raises ``ValueError`` or ``TypeError`` with what was
+    wrong and how to fix it.
+
+    >>> to_ticks(1_500)
+    1500
+    >>> to_ticks(_dt.datetime(1970, 1, 1, 0, 0, 1, 250))
+    1000250
+    >>> to_ticks("2010-08-10T02:00:00+02:00") == to_ticks(_dt.date(2010, 8, 10))
+    True
+    >>> to_ticks(None)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: missing time (None); pass ticks (an int of microseconds since ...
+    """
+    kind = type(value)
+    if kind is int:
+        return _range_checked(value, value)
+    if value is None:
+        raise ValueError(f"missing time (None); {_HOW}")
+    if isinstance(value, bool):
+        raise TypeError(f"a bool ({value!r}) is not a time; {_HOW}")
+    if isinstance(value, _dt.datetime):
+        if value != value:  # noqa: PLR0124 (pandas.NaT is a datetime unequal to itself)
+            raise ValueError(f"missing time ({value!r}); {_HOW}")
+        if value.tzinfo is None or value.utcoffset() is None:
+            delta = value.replace(tzinfo=None) - _EPOCH_NAIVE
+        else:
+            delta = value - _EPOCH_AWARE
+        ticks = (delta.days * _TICKS_PER_DAY + delta.seconds * TICKS_PER_SECOND
+                 + delta.microseconds)
+        return _range_checked(ticks, value)
+    if isinstance(value, _dt.date):
+        return _range_checked((value - _EPOCH_DATE).days * _TICKS_PER_DAY, value)
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            parsed = _dt.datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"cannot parse {value!r} as an ISO-8601 time; {_HOW}") from None
+        return to_ticks(parsed)
+    if kind.__name__ == "datetime64" and hasattr(value, "dtype"):
+        return _from_datetime64(value)
+    if isinstance(value, numbers.Integral):  # numpy integers
+        return _range_checked(int(value), value)
+    if isinstance(value, numbers.Real):
+        f = float(value)
+        if math.isnan(f):
+            raise ValueError(f"missing time (NaN); {_HOW}")
+        if not math.isfinite(f):
+            raise ValueError(f"time {value!r} is not finite; {_HOW}")
+        if not f.is_integer():
+            raise ValueError(
+                f"time {value!r} is not a whole number of ticks; round it (int(round(t))), "
+                f"or {_HOW}"
+            )
+        return _range_checked(int(f), value)
+    if isinstance(value, _dt.timedelta):
+        raise TypeError(f"{value!r} is a duration, not a point in time; {_HOW}")
+    raise TypeError(f"cannot read a time from {value!r} ({kind.__name__}); {_HOW}")
+
+
+def _from_datetime64(value: Any) -> int:
+    import numpy as np
+
+    if np.isnat(value):
+        raise ValueError(f"missing time ({value!r}); {_HOW}")
+    unit, count = np.datetime_data(value.dtype)
+    if unit in ("Y", "M"):  # calendar units: let numpy find the day exactly
+        value = value.astype("datetime64[D]")
+        unit, count = "D", 1
+    factor = _NP_UNITS.get(unit)
+    if factor is None:
+        raise TypeError(f"numpy.datetime64 {value!r} has no time unit; use e.g. "
+                        f"numpy.datetime64('2010-08-10T00:00:00', 'us')")
+    n = int(value.astype(np.int64)) * count
+    ticks = n * factor if factor > 0 else n // -factor
+    return _range_checked(ticks, value)
+
+
+def _missing(value: Any) -> bool:
+    """None, NaN or NaT: how DataFrames spell an empty cell."""
+    return value is None or (value != value)  # noqa: PLR0124 (NaN and NaT differ from themselves)
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+@dataclass(frozen=True)
+class AdvanceTime:
+    """When a source emits CTIs and what happens to events behind them (SPEC §6).
+
+    * ``every=N``: after every N accepted events, ``Cti(latest start − delay)``;
+    * ``interval=T``: whenever the latest start has moved at least T ticks since the last CTI
+      generated this way (or, for the first one, since the first event),
+      ``Cti(latest start − delay)``;
+    * ``delay=D`` ticks: how far behind the latest start the CTI stays, i.e. how much disorder
+      the source tolerates; ``D = -1`` puts the CTI one tick *past* the latest start, which
+      flushes that event but turns every later event with the same start into a late one
+      (the trap of the CTI article);
+    * ``policy``: ``"drop"`` drops an event that starts behind the latest CTI; ``"adjust"``
+      moves its start up to the CTI when its end is still after it (points cannot be moved,
+      they are dropped);
+    * ``idle_timeout`` (seconds of the caller's wall clock): when no rows arrived for that
+      long, :meth:`Ingress.poll` emits a CTI one tick past the latest event.
+
+    "Latest start" is the largest start (as read from the row) of the events accepted so far
+    (processed or adjusted; dropped and dead-lettered rows do not move time). A CTI is only
+    emitted when it moves time forward. With neither ``every`` nor ``interval`` the source
+    emits only idle CTIs and the final CTI of :meth:`Ingress.end`.
+
+    >>> AdvanceTime(every=1, delay=-1)
+    AdvanceTime(every=1, interval=None, delay=-1, policy='drop', idle_timeout=None)
+    >>> AdvanceTime(every=0)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: AdvanceTime(every=0): every must be an int >= 1 (a CTI after every N events) ...
+    """
+
+    every: int | None = None
+    interval: int | None = None
+    delay: int = 0
+    policy: str = "drop"
+    idle_timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.every is not None and not (_is_int(self.every) and self.every >= 1):
+            raise ValueError(
+                f"AdvanceTime(every={self.every!r}): every must be an int >= 1 (a CTI after "
+                f"every N events) or None for no count-based CTIs"
+            )
+        if self.interval is not None and not (_is_int(self.interval) and self.interval >= 1):
+            raise ValueError(
+                f"AdvanceTime(interval={self.interval!r}): interval must be an int >= 1 "
+                f"(ticks of event time between CTIs) or None for no time-based CTIs"
+            )
+        if not _is_int(self.delay):
+            raise TypeError(
+                f"AdvanceTime(delay={self.delay!r}): delay must be an int number of ticks "
+                f"(convert a timedelta with td // timedelta(microseconds=1))"
+            )
+        if self.policy not in POLICIES:
+            raise ValueError(
+                f"AdvanceTime(policy={self.policy!r}): policy must be 'drop' (late events "
+                f"are dropped) or 'adjust' (late intervals start at the CTI)"
+            )
+        t = self.idle_timeout
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
+                              or not math.isfinite(t) or t <= 0):
+            raise ValueError(
+                f"AdvanceTime(idle_timeout={t!r}): idle_timeout must be a positive number of "
+                f"seconds, or None for no idle CTIs"
+            )
+
+
+class _Reject(Exception):
+    """A row goes to the dead letters; the argument is the reason."""
+
+
+def _getter(spec: Any, what: str) -> Callable[[Any], Any]:
+    if callable(spec):
+        return spec  # type: ignore[no-any-return]
+    if isinstance(spec, str):
+        def get(row: Any, _key: str = spec) -> Any:
+            return row.get(_key)
+        return get
+    raise TypeError(
+        f"Ingress({what}={spec!r}): give a column name (str) or a function row -> value"
+    )
+
+
+_STATS = ("received", "processed", "dropped", "adjusted", "dead_lettered", "ctis")
+#: Below every time: "no event yet" for the latest start and the horizon.
+_NONE = MIN_TIME - 1
+
+
+class Ingress:
+    """Turns rows (dicts) into physical messages: events of one shape plus generated CTIs.
+
+    ``start``, ``end`` and ``id`` are column names or functions ``row -> value``; ``id=None``
+    mints ids 0, 1, 2, ... (edges need an id column, so that an end edge can find its start
+    edge). The payload of every event is the row itself.
+
+    * ``"point"``: ``Insert(id, s, s + 1, row)``;
+    * ``"interval"``: ``Insert(id, s, e, row)``;
+    * ``"edge"``: a row with no end (missing, None, NaN) opens ``Insert(id, s, ∞, row)``; a
+      row with an end closes the open edge with the same id:
+      ``Retract(id, s, ∞, e, row_of_the_start_edge)``. The end edge's start column is not
+      used (the open edge knows its start).
+
+    Rows that cannot become events (a missing or unparsable time, ``end <= start``, a row
+    that is not a dict, an id that was already used, an end edge for an id with no open edge)
+    go to :attr:`dead_letters` with a reason; events behind the latest CTI are dropped or
+    adjusted by ``advance.policy`` and recorded in :attr:`late`. :attr:`stats` counts every
+    row: ``received == processed + dropped + adjusted + dead_lettered``.
+
+    Memory: the open edges, plus the set of user ids already used (ids are unique within a
+    stream, SPEC §7); minted ids cost nothing.
+
+    >>> src = Ingress(start="t", end="until", shape="edge", id="k",
+    ...               advance=AdvanceTime(every=1))
+    >>> src.push([{"k": "a", "t": 5}, {"k": "a", "until": 9}])
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [Insert(id='a', start=5, end=9223372036854775807, payload={'k': 'a', 't': 5}),
+     Cti(time=5),
+     Retract(id='a', start=5, end=9223372036854775807, new_end=9, payload={'k': 'a', 't': 5})]
+    >>> src.end()
+    [Cti(time=9)]
+    """
+
+    def __init__(
+        self,
+        start: str | Callable[[Any], Any],
+        end: str | Callable[[Any], Any] | None = None,
+        shape: str = "point",
+        id: str | Callable[[Any], Any] | None = None,
+        advance: AdvanceTime = AdvanceTime(),
+        name: str = "source",
+    ) -> None:
+        if shape not in SHAPES:
+            raise ValueError(f"Ingress(shape={shape!r}): shape must be one of {SHAPES}")
+        if shape == "interval" and end is None:
+            raise ValueError(
+                "Ingress(shape='interval') needs end=: the column (or function) that holds "
+                "each event's end; use shape='point' for events without an end"
+            )
+        if shape == "edge" and id is None:
+            raise ValueError(
+                "Ingress(shape='edge') needs id=: the column (or function) that ties an end "
+                "edge to its start edge"
+            )
+        if not isinstance(advance, AdvanceTime):
+            raise TypeError(f"Ingress(advance={advance!r}): pass an AdvanceTime(...)")
+        self.name = name
+        self.shape = shape
+        self.advance = advance
+        self._get_start = _getter(start, "start")
+        self._get_end = _getter(end, "end") if end is not None else None
+        self._get_id = _getter(id, "id") if id is not None else None
+        #: With a column name anywhere, rows must be dicts.
+        self._need_dict = any(isinstance(c, str) for c in (start, end, id))
+        self._reset()
+
+    def _reset(self) -> None:
+        #: The latest CTI emitted (MIN_TIME: none yet).
+        self.cti = MIN_TIME
+        #: Records of late events (dropped or adjusted), oldest first.
+        self.late: list[LateEvent] = []
+        #: Records of rows that could not become events, oldest first.
+        self.dead_letters: list[DeadLetter] = []
+        #: Row and CTI counters.
+        self.stats: dict[str, int] = dict.fromkeys(_STATS, 0)
+        self._latest = _NONE  # largest start read from an accepted row
+        self._top = _NONE  # largest start sent (adjusted starts included)
+        self._horizon = _NONE  # largest finite end sent (start + 1 for ends at ∞)
+        self._count = 0  # accepted events since the last count-based CTI
+        self._mark: int | None = None  # latest start at the last interval-based CTI
+        self._next_id = 0
+        self._open: dict[Hashable, tuple[int, Any]] = {}  # edge id -> (start sent, row)
+        self._used: set[Hashable] = set()  # user ids already sent
+        self._dropped_edges: set[Hashable] = set()  # start edges dropped as late
+        self._last_wall: float | None = None
+        self._ended = False
+
+    # -- the entry points ---------------------------------------------------------------------
+    def push(self, rows: Iterable[Any], now: float | None = None) -> list[Message]:
+        """Process ``rows`` in order; return the events and the CTIs they generate.
+
+        ``now`` is the caller's wall clock in seconds (e.g. ``time.monotonic()``), used only
+        to time :attr:`AdvanceTime.idle_timeout`; a push that carries rows restarts the idle
+        timer.
+
+        >>> Ingress(start="t", advance=AdvanceTime(every=2)).push([{"t": 3}, {"t": 1}])
+        ... # doctest: +NORMALIZE_WHITESPACE
+        [Insert(id=0, start=3, end=4, payload={'t': 3}),
+         Insert(id=1, start=1, end=2, payload={'t': 1}), Cti(time=3)]
+        """
+        if self._ended:
+            raise RuntimeError(
+                f"source {self.name!r}: push() after end(); the final CTI has been emitted, "
+                f"so no event may follow (create a new Ingress for a new stream)"
+            )
+        out: list[Message] = []
+        stats = self.stats
+        one = self._one
+        n = 0
+        for row in rows:
+            n += 1
+            stats["received"] += 1
+            try:
+                one(row, out)
+            except _Reject as bad:
+                stats["dead_lettered"] += 1
+                self.dead_letters.append(DeadLetter(self.name, str(bad.args[0]), row))
+        if n:
+            self._last_wall = now
+        return out
+
+    def poll(self, now: float) -> list[Message]:
+        """The idle timer: when ``advance.idle_timeout`` is set, no rows arrived for at least
+        that many seconds (of the caller's clock ``now``) and some event is not yet covered by
+        a CTI, emit ``Cti(latest event start + 1)``, which flushes every event sent so far.
+        Repeated polls while the source stays quiet emit nothing more.
+
+        >>> src = Ingress(start="t", advance=AdvanceTime(every=1, idle_timeout=0.2))
+        >>> src.push([{"t": 7}], now=10.0)
+        [Insert(id=0, start=7, end=8, payload={'t': 7}), Cti(time=7)]
+        >>> src.poll(10.1), src.poll(10.25), src.poll(11.0)
+        ([], [Cti(time=8)], [])
+        """
+        timeout = self.advance.idle_timeout
+        if timeout is None or self._ended or self._top + 1 <= self.cti:
+            return []
+        if self._last_wall is None:  # rows arrived without a clock: start timing now
+            self._last_wall = now
+            return []
+        if now - self._last_wall < timeout:
+            return []
+        return self._emit([], self._top + 1)
+
+    def end(self) -> list[Message]:
+        """End of input: ``Cti(max over events of (end if finite else start + 1))``, past
+        every finite endpoint, if that moves time forward. Later pushes raise; a second
+        ``end()`` returns nothing.
+
+        >>> src = Ingress(start="s", end="e", shape="interval")
+        >>> src.push([{"s": 1, "e": 9}, {"s": 4, "e": 6}])[-1]
+        Insert(id=1, start=4, end=6, payload={'s': 4, 'e': 6})
+        >>> src.end()
+        [Cti(time=9)]
+        """
+        if self._ended:
+            return []
+        self._ended = True
+        return self._emit([], self._horizon)
+
+    # -- one row --------------------------------------------------------------------------------
+    def _time(self, row: Any, get: Callable[[Any], Any], what: str) -> int:
+        try:
+            value = get(row)
+        except Exception as exc:  # noqa: BLE001 (a user function's error dead-letters the row)
+            raise _Reject(f"reading the {what} time failed: {type(exc).__name__}: {exc}; "
+                          f"check the {what}= column or function") from None
+        if type(value) is int and MIN_TIME <= value <= MAX_TIME:
+            return value
+        try:
+            return to_ticks(value)
+        except (TypeError, ValueError) as exc:
+            if value is None:
+                raise _Reject(f"the {what} time is missing; give every row a {what} time "
+                              f"({_HOW})") from None
+            raise _Reject(f"bad {what} time: {exc}") from None
+
+    def _read_id(self, row: Any) -> Hashable:
+        try:
+            eid = self._get_id(row)  # type: ignore[misc]
+            hash(eid)
+        except Exception as exc:  # noqa: BLE001 (a user function's error dead-letters the row)
+            raise _Reject(f"reading the id failed: {type(exc).__name__}: {exc}; ids must be "
+                          f"hashable values (check the id= column or function)") from None
+        if _missing(eid):
+            raise _Reject("the id is missing; give every row an id (or use id=None to let "
+                          "the source mint ids, for point and interval events)")
+        return eid
+
+    def _one(self, row: Any, out: list[Message]) -> None:
+        if self._need_dict and not isinstance(row, dict):
+            raise _Reject(f"a row must be a dict (column names were given), got "
+                          f"{type(row).__name__}; convert rows with dict(...) or pass "
+                          f"functions as start=/end=/id=")
+        shape = self.shape
+        if shape == "edge":
+            eid = self._read_id(row)
+            try:
+                raw_end = self._get_end(row) if self._get_end is not None else None
+            except Exception as exc:  # noqa: BLE001 (a user function's error dead-letters)
+                raise _Reject(f"reading the end time failed: {type(exc).__name__}: {exc}; "
+                              f"check the end= column or function") from None
+            if not _missing(raw_end):
+                self._end_edge(eid, row, out)
+                return
+            start = self._time(row, self._get_start, "start")
+            if start >= MAX_TIME:
+                raise _Reject(f"start {start} is MAX_TIME, the end of time; no event fits")
+            end = MAX_TIME
+            if eid in self._open:
+                raise _Reject(f"duplicate start edge: an edge with id {eid!r} is already "
+                              f"open; close it (a row with an end) before reopening the id")
+            if eid in self._used:
+                raise _Reject(f"duplicate id {eid!r}: it was used by an earlier event; ids "
+                              f"must be unique within a stream")
+        else:
+            start = self._time(row, self._get_start, "start")
+            if shape == "point":
+                if start >= MAX_TIME:
+                    raise _Reject(f"start {start} is MAX_TIME, the end of time; a point "
+                                  f"[start, start + 1) needs start < MAX_TIME")
+                end = start + 1
+            else:
+                end = self._time(row, self._get_end, "end")  # type: ignore[arg-type]
+                if end <= start:
+                    raise _Reject(f"end {end} is not after start {start}; an interval "
+                                  f"[start, end) needs end > start (use shape='point' for "
+                                  f"instants)")
+            if self._get_id is None:
+                eid = None
+            else:
+                eid = self._read_id(row)
+                if eid in self._used:
+                    raise _Reject(f"duplicate id {eid!r}: it was used by an earlier event; "
+                                  f"ids must be unique within a stream")
+        cti = self.cti
+        sent = start
+        if start < cti:
+            if self.advance.policy == "adjust" and end > cti:
+                sent = cti
+            else:
+                self.stats["dropped"] += 1
+                why = ("a point cannot be moved, so it is dropped" if shape == "point"
+                       else f"its end {end} is not after the CTI either"
+                       if self.advance.policy == "adjust" else "policy 'drop'")
+                self.late.append(LateEvent(
+                    self.name, "dropped",
+                    f"start {start} is behind the CTI {cti}; {why} (a larger AdvanceTime "
+                    f"delay tolerates more disorder)", row, None))
+                if shape == "edge":
+                    self._dropped_edges.add(eid)
+                return
+        if eid is None:
+            eid = self._next_id
+            self._next_id += 1
+        else:
+            self._used.add(eid)
+        msg = Insert(eid, sent, end, row)
+        out.append(msg)
+        if sent != start:
+            self.stats["adjusted"] += 1
+            self.late.append(LateEvent(
+                self.name, "adjusted",
+                f"start {start} is behind the CTI {cti}; moved to start at the CTI (policy "
+                f"'adjust')", row, msg))
+        else:
+            self.stats["processed"] += 1
+        if shape == "edge":
+            self._open[eid] = (sent, row)
+            if self._dropped_edges:
+                self._dropped_edges.discard(eid)
+        self._latest = max(self._latest, start)
+        self._top = max(self._top, sent)
+        self._horizon = max(self._horizon, end if end != MAX_TIME else sent + 1)
+        self._generate(out)
+
+    def _end_edge(self, eid: Hashable, row: Any, out: list[Message]) -> None:
+        end = self._time(row, self._get_end, "end")  # type: ignore[arg-type]
+        live = self._open.get(eid)
+        if live is None:
+            if eid in self._dropped_edges:
+                self._dropped_edges.discard(eid)
+                self.stats["dropped"] += 1
+                self.late.append(LateEvent(
+                    self.name, "dropped",
+                    f"end edge of {eid!r}: its start edge was dropped as late, so there is "
+                    f"nothing to close", row, None))
+                return
+            raise _Reject(f"end edge for id {eid!r}, but no edge with that id is open; send "
+                          f"the start edge (a row with the id and no end) first")
+        start, payload = live
+        if end >= MAX_TIME:
+            raise _Reject(f"end edge of {eid!r} ends at MAX_TIME, where the edge already "
+                          f"ends; leave the end empty to keep the edge open")
+        if end <= start:
+            raise _Reject(f"end edge of {eid!r}: end {end} is not after the edge's start "
+                          f"{start}; an edge [start, end) needs end > start")
+        cti = self.cti
+        new_end = end
+        if end < cti:
+            if self.advance.policy == "adjust" and cti < MAX_TIME:
+                new_end = cti
+            else:
+                self.stats["dropped"] += 1
+                self.late.append(LateEvent(
+                    self.name, "dropped",
+                    f"end edge of {eid!r}: end {end} is behind the CTI {cti}; the edge stays "
+                    f"open (policy 'drop'; a larger AdvanceTime delay tolerates more "
+                    f"disorder)", row, None))
+                return
+        msg = Retract(eid, start, MAX_TIME, new_end, payload)
+        out.append(msg)
+        del self._open[eid]
+        if new_end != end:
+            self.stats["adjusted"] += 1
+            self.late.append(LateEvent(
+                self.name, "adjusted",
+                f"end edge of {eid!r}: end {end} is behind the CTI {cti}; the edge now ends "
+                f"at the CTI (policy 'adjust')", row, msg))
+        else:
+            self.stats["processed"] += 1
+        self._horizon = max(self._horizon, new_end)
+        self._generate(out)
+
+    def _generate(self, out: list[Message]) -> None:
+        """After an accepted event: the count- and time-based CTIs of AdvanceTime."""
+        adv = self.advance
+        fire = False
+        if adv.every is not None:
+            self._count += 1
+            if self._count >= adv.every:
+                self._count = 0
+                fire = True
+        if adv.interval is not None:
+            if self._mark is None:
+                self._mark = self._latest
+            elif self._latest - self._mark >= adv.interval:
+                self._mark = self._latest
+                fire = True
+        if fire:
+            t = self._latest - adv.delay
+            self._emit(out, min(max(t, MIN_TIME), MAX_TIME))
+
+    def _emit(self, out: list[Message], time: int) -> list[Message]:
+        if time > self.cti:
+            self.cti = time
+            self.stats["ctis"] += 1
+            out.append(Cti(time))
+        return out
+
+    # -- checkpoints and checks -----------------------------------------------------------------
+    _STATE = ("cti", "late", "dead_letters", "stats", "_latest", "_top", "_horizon", "_count",
+              "_mark", "_next_id", "_open", "_used", "_dropped_edges", "_last_wall", "_ended")
+
+    def snapshot(self) -> dict[str, Any]:
+        """A deep copy of the mutable state (everything but the configuration), to be stored
+        by a checkpoint; :meth:`restore` on an Ingress with the same configuration resumes
+        exactly where this one stands."""
+        return copy.deepcopy({k: getattr(self, k) for k in self._STATE})
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Reset the state to a :meth:`snapshot`."""
+        missing = set(self._STATE) - set(state)
+        if missing:
+            raise ValueError(f"source {self.name!r}: not an Ingress snapshot (missing "
+                             f"{sorted(missing)}); pass what Ingress.snapshot() returned")
+        for key, value in copy.deepcopy(state).items():
+            setattr(self, key, value)
+
+    def state_size(self) -> int:
+        """Number of open edges held in state."""
+        return len(self._open)
+
+    def _check(self) -> None:
+        """Assert the internal invariants (tests call this after every step)."""
+        s = self.stats
+        assert all(s[k] >= 0 for k in _STATS), s
+        assert s["received"] == (s["processed"] + s["dropped"] + s["adjusted"]
+                                 + s["dead_lettered"]), s
+        assert s["processed"] + s["adjusted"] == 0 or self._top > _NONE, "events but no start"
+        assert self._top <= self._horizon or self._top == _NONE
+        for eid, (start, _) in self._open.items():
+            assert MIN_TIME <= start < MAX_TIME, (eid, start)
+            assert start <= self._top, (eid, start, self._top)
+            assert eid in self._used and eid not in self._dropped_edges, eid
+        if self.advance.every is not None:
+            assert 0 <= self._count < self.advance.every
+        assert MIN_TIME <= self.cti <= MAX_TIME
+
+    def __repr__(self) -> str:
+        return f"<Ingress {self.name} shape={self.shape} cti={self.cti}>"
+
+
+def ingest(
+    rows: Iterable[Any],
+    start: str | Callable[[Any], Any],
+    end: str | Callable[[Any], Any] | None = None,
+    shape: str = "point",
+    id: str | Callable[[Any], Any] | None = None,
+    advance: AdvanceTime = AdvanceTime(),
+    name: str = "source",
+) -> list[Message]:
+    """Ingest a whole finite table: one :class:`Ingress`, ``push(rows)``, then ``end()``.
+
+    Late and dead-lettered rows are not returned; use :class:`Ingress` to read them.
+
+    >>> ingest([{"s": 2, "e": 5}, {"s": 1, "e": 3}], start="s", end="e", shape="interval")
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [Insert(id=0, start=2, end=5, payload={'s': 2, 'e': 5}),
+     Insert(id=1, start=1, end=3, payload={'s': 1, 'e': 3}), Cti(time=5)]
+    """
+    source = Ingress(start, end=end, shape=shape, id=id, advance=advance, name=name)
+    return source.push(rows) + source.end()
