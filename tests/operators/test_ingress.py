@@ -114,15 +114,15 @@ def test_to_ticks_pandas_timestamps_if_available():
 
 # -- AdvanceTime and Ingress configuration ----------------------------------------------------
 @pytest.mark.parametrize("kwargs, words", [
-    (dict(every=0), "every must be an int >= 1"),
-    (dict(every=True), "every must be"),
-    (dict(every=1.0), "every must be"),
-    (dict(interval=0), "interval must be an int >= 1"),
-    (dict(delay=1.5), "delay must be an int"),
-    (dict(policy="keep"), "policy must be 'drop'"),
-    (dict(idle_timeout=0), "idle_timeout must be a positive"),
-    (dict(idle_timeout=-1.0), "idle_timeout must be a positive"),
-    (dict(idle_timeout=math.inf), "idle_timeout must be a positive"),
+    ({"every": 0}, "every must be an int >= 1"),
+    ({"every": True}, "every must be"),
+    ({"every": 1.0}, "every must be"),
+    ({"interval": 0}, "interval must be an int >= 1"),
+    ({"delay": 1.5}, "delay must be an int"),
+    ({"policy": "keep"}, "policy must be 'drop'"),
+    ({"idle_timeout": 0}, "idle_timeout must be a positive"),
+    ({"idle_timeout": -1.0}, "idle_timeout must be a positive"),
+    ({"idle_timeout": math.inf}, "idle_timeout must be a positive"),
 ])
 def test_advance_time_validates(kwargs, words):
     with pytest.raises((ValueError, TypeError), match=words):
@@ -137,11 +137,11 @@ def test_advance_time_is_a_frozen_value():
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    (dict(start="t", shape="interval"), "needs end="),
-    (dict(start="t", end="e", shape="edge"), "needs id="),
-    (dict(start="t", shape="box"), "shape must be one of"),
-    (dict(start=3), "column name"),
-    (dict(start="t", advance={"every": 1}), "AdvanceTime"),
+    ({"start": "t", "shape": "interval"}, "needs end="),
+    ({"start": "t", "end": "e", "shape": "edge"}, "needs id="),
+    ({"start": "t", "shape": "box"}, "shape must be one of"),
+    ({"start": 3}, "column name"),
+    ({"start": "t", "advance": {"every": 1}}, "AdvanceTime"),
 ])
 def test_ingress_validates_its_configuration(kwargs, words):
     with pytest.raises((ValueError, TypeError), match=words):
@@ -318,7 +318,7 @@ def test_adjusted_end_edge_ends_at_the_cti():
     ("edge", {"k": "a", "t": 4}, "already open"),
 ])
 def test_bad_rows_go_to_dead_letters_and_processing_continues(shape, row, words):
-    kw = dict(start="t", end="e", shape=shape, id="k", name="meters")
+    kw = {"start": "t", "end": "e", "shape": shape, "id": "k", "name": "meters"}
     src = Ingress(**kw)  # type: ignore[arg-type]
     first = {"k": "a", "t": 1, "e": None if shape == "edge" else 2}
     out = src.push([first, row, {"k": "b", "t": 3, "e": None if shape == "edge" else 4}])
@@ -385,8 +385,8 @@ def test_idle_timeout_without_a_clock_starts_timing_at_the_first_poll():
 
 # -- checkpoints ------------------------------------------------------------------------------
 def test_snapshot_restore_mid_stream_gives_identical_output():
-    cfg = dict(start="s", end="e", shape="edge", id="k",
-               advance=AdvanceTime(every=2, delay=1, policy="adjust", idle_timeout=1.0))
+    cfg = {"start": "s", "end": "e", "shape": "edge", "id": "k",
+           "advance": AdvanceTime(every=2, delay=1, policy="adjust", idle_timeout=1.0)}
     rows = [{"k": i % 5, "s": 3 * i - (i % 3)} if i % 2 == 0 else
             {"k": (i - 1) % 5, "e": 3 * i + 4} for i in range(20)]
     whole = Ingress(**cfg)  # type: ignore[arg-type]
@@ -432,16 +432,15 @@ def scenarios(draw: Any) -> tuple[dict[str, Any], list[tuple[Any, ...]]]:
         policy=draw(st.sampled_from(["drop", "adjust"])),
         idle_timeout=draw(st.sampled_from([None, 0.5])),
     )
-    config = dict(start="s", end="e" if shape != "point" else None, shape=shape,
-                  id="k" if with_ids else None, advance=advance)
-    base, clock, n = 0, 0.0, 0
+    config = {"start": "s", "end": "e" if shape != "point" else None, "shape": shape,
+              "id": "k" if with_ids else None, "advance": advance}
+    base, clock = 0, 0.0
     opened: list[tuple[str, int]] = []
     steps: list[tuple[Any, ...]] = []
     batch: list[Any] = []
-    for _ in range(draw(st.integers(0, 40))):
+    for n in range(1, draw(st.integers(0, 40)) + 1):
         kind = draw(st.sampled_from(["row"] * 6 + ["bad", "push", "poll"]
                                     + (["close"] * 3 if shape == "edge" else [])))
-        n += 1
         if kind in ("push", "poll"):
             clock += draw(st.sampled_from([0.1, 0.3, 0.6]))
             steps.append(("push", batch, clock))
@@ -489,7 +488,6 @@ def reference(config: dict[str, Any], steps: list[tuple[Any, ...]]) -> dict[str,
     starts: list[int] = []  # original starts of accepted events
     sent: list[int] = []  # starts as sent
     reach: list[int] = []  # finite ends (start + 1 for ∞)
-    accepted = 0
     since_every = 0
     mark = None
     last_push = None
@@ -582,11 +580,10 @@ def reference(config: dict[str, Any], steps: list[tuple[Any, ...]]) -> dict[str,
             starts.append(s)
             sent.append(start)
             reach.append(e if e != INF else start + 1)
-            accepted += 1
             generated()
     if reach:
         move_to(max(reach))
-    return dict(cht=[tuple(v) for v in events.values()], ctis=times, fate=fate)
+    return {"cht": [tuple(v) for v in events.values()], "ctis": times, "fate": fate}
 
 
 def run_steps(config: dict[str, Any], steps: list[tuple[Any, ...]],
