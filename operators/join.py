@@ -1,0 +1,335 @@
+"""``join(other, on=(left_key, right_key), select=fn)``: the temporal equi-join (two inputs).
+
+For every pair of a left event and a right event whose keys are equal and whose lifetimes
+overlap, the output holds one event over the *intersection* of the two lifetimes, with the
+payload ``select(left_payload, right_payload)`` (by default the tuple ``(l, r)``).
+``on=None`` is the temporal cross join: every overlapping pair matches::
+
+    left    a: [0 ─────────── 10)  k=1
+    right   b:      [4 ─────────────── 15)  k=1      c: [2 ── 6)  k=2
+    output  (a, b):  [4 ───── 10)
+
+    >>> from operators.events import Insert, Cti
+    >>> j = Join(on=("k", "k"))
+    >>> j.process([Insert("a", 0, 10, {"k": 1}), Cti(3)], 0)
+    []
+    >>> j.process([Insert("b", 4, 15, {"k": 1}), Insert("c", 2, 6, {"k": 2}), Cti(5)], 1)
+    [Insert(id=0, start=4, end=10, payload=({'k': 1}, {'k': 1})), Cti(time=3)]
+
+A retraction on either input moves the end of every intersection it takes part in: an output
+may change its end, vanish (fully retracted) or appear (a lengthened event meets new
+partners). Output ids are minted from a counter and never reused.
+
+**State.** Each input keeps its live events hashed by key, and within a key indexed by start
+and by end (sorted containers), so a probe for ``[s, e)`` walks only the smaller of "starts
+before e" and "ends after s". Each event keeps the outputs (pairs) it takes part in.
+
+**CTIs.** Output ``Cti(min(left CTI, right CTI))``: an output starts at the later of its two
+starts, each at or after its own input's CTI when inserted, and an output end changes only
+where an input end changes, at or after that input's CTI.
+
+**Freeing state.** An event of input A (the other input is B) can still produce or change
+output only if its own end may be retracted (``end >= CTI_A``) or a future event of B, which
+starts at or after ``CTI_B``, may overlap it (``end > CTI_B``). So it is dropped, with the
+pairs it takes part in, as soon as ``end < CTI_A and end <= CTI_B``. A pair whose left or right
+event is dropped is final: the survivor's end can only move at or after its own CTI, which is
+at or past the dropped event's end, so the intersection's end cannot move.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any
+
+from sortedcontainers import SortedList
+
+from .base import CtiMerge, Processor
+from .events import Insert, Message, Retract, fmt_time
+from .udm import field_getter
+
+KeyFn = Callable[[Any], Hashable]
+
+# an event record: [id, key, start, end, payload, links]; links maps the sequence number of
+# each partner event (on the other input) to the shared pair [out_id, start, end, payload]
+ID, KEY, START, END, PAYLOAD, LINKS = range(6)
+# a pair (one output event)
+P_ID, P_START, P_END, P_PAYLOAD = range(4)
+
+_CROSS_KEY = None  # the only key of the cross join
+
+
+def key_functions(on: Any, where: str) -> tuple[KeyFn, KeyFn]:
+    """The ``(left_key, right_key)`` functions of ``on=(left_key, right_key)``: each a
+    callable of the payload or a field name; ``on=None`` (cross join) keys everything alike."""
+    if on is None:
+        def const(payload: Any) -> Hashable:
+            return _CROSS_KEY
+        return const, const
+    if not isinstance(on, (tuple, list)) or len(on) != 2:
+        raise ValueError(
+            f"{where}: on must be a pair (left_key, right_key) of field names or functions of "
+            f"the payload, e.g. on=('meter', 'meter'), or None for a cross join; got {on!r}"
+        )
+    return field_getter(on[0]), field_getter(on[1])
+
+
+class KeyedIntervals:
+    """The live events of one input, hashed by key; within a key, indexed by start and by end.
+
+    Entries are ``(time, seq)`` tuples: ``seq`` is unique, so user ids (which need not be
+    comparable) never take part in a comparison. ``recs`` maps seq to the event record (its
+    start and end are read at ``START`` / ``END``) and is shared with the operator.
+    """
+
+    def __init__(self) -> None:
+        #: key -> (by_start, by_end)
+        self.buckets: dict[Hashable, tuple[SortedList, SortedList]] = {}
+
+    def add(self, key: Hashable, seq: int, start: int, end: int) -> None:
+        bucket = self.buckets.get(key)
+        if bucket is None:
+            bucket = self.buckets[key] = (SortedList(), SortedList())
+        bucket[0].add((start, seq))
+        bucket[1].add((end, seq))
+
+    def remove(self, key: Hashable, seq: int, start: int, end: int) -> None:
+        by_start, by_end = self.buckets[key]
+        by_start.remove((start, seq))
+        by_end.remove((end, seq))
+        if not by_start:
+            del self.buckets[key]
+
+    def move_end(self, key: Hashable, seq: int, old_end: int, new_end: int) -> None:
+        by_end = self.buckets[key][1]
+        by_end.remove((old_end, seq))
+        by_end.add((new_end, seq))
+
+    def overlapping(self, key: Hashable, start: int, end: int, recs: dict[int, list[Any]]
+                    ) -> list[int]:
+        """Seqs of the events of ``key`` whose lifetime overlaps ``[start, end)``: walks the
+        smaller of {start < end} (by start) and {end > start} (by end)."""
+        bucket = self.buckets.get(key)
+        if bucket is None:
+            return []
+        by_start, by_end = bucket
+        i = by_start.bisect_left((end,))  # by_start[:i] start before `end`
+        j = by_end.bisect_left((start + 1,))  # by_end[j:] end after `start`
+        if i <= len(by_end) - j:
+            return [seq for _, seq in by_start.islice(0, i) if recs[seq][END] > start]
+        return [seq for _, seq in by_end.islice(j) if recs[seq][START] < end]
+
+    def starting_in(self, key: Hashable, lo: int, hi: int) -> list[int]:
+        """Seqs of the events of ``key`` that start in ``[lo, hi)``."""
+        bucket = self.buckets.get(key)
+        if bucket is None:
+            return []
+        by_start = bucket[0]
+        return [seq for _, seq in by_start.irange((lo,), (hi,), inclusive=(True, False))]
+
+    def __len__(self) -> int:
+        return sum(len(b[0]) for b in self.buckets.values())
+
+    def check(self, recs: dict[int, list[Any]], seqs: set[int]) -> None:
+        """Assert that the index holds exactly ``seqs`` with their current times."""
+        found = set()
+        for key, (by_start, by_end) in self.buckets.items():
+            assert by_start, f"empty bucket for key {key!r} was not deleted"
+            assert len(by_start) == len(by_end)
+            for start, seq in by_start:
+                assert recs[seq][KEY] == key and recs[seq][START] == start
+                found.add(seq)
+            for end, seq in by_end:
+                assert recs[seq][END] == end
+        assert found == seqs, (found, seqs)
+
+
+class ExpiryHeap:
+    """Events of one input by end time, to free them when the CTIs pass (a lazy heap: an
+    entry whose event was deleted or whose end moved is skipped when it surfaces, and the heap
+    is rebuilt when stale entries outnumber live ones)."""
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[int, int]] = []
+
+    def push(self, end: int, seq: int) -> None:
+        heapq.heappush(self.heap, (end, seq))
+
+    def pop_before(self, time: int, recs: dict[int, list[Any]]) -> Iterator[int]:
+        """Yield (and forget) the seqs of live events whose end is before ``time``."""
+        heap = self.heap
+        while heap and heap[0][0] < time:
+            end, seq = heapq.heappop(heap)
+            rec = recs.get(seq)
+            if rec is not None and rec[END] == end:
+                yield seq
+
+    def compact(self, live: dict[Hashable, int], recs: dict[int, list[Any]]) -> None:
+        """Rebuild from the live events when stale entries dominate (amortized O(1))."""
+        if len(self.heap) > 2 * len(live) + 64:
+            self.heap = [(recs[seq][END], seq) for seq in live.values()]
+            heapq.heapify(self.heap)
+
+
+class Join(Processor):
+    """The temporal join of input 0 (left) and input 1 (right); see the module docstring.
+
+    ``on=(left_key, right_key)``: field names or functions of the payload; ``None`` joins every
+    pair (cross join). ``select(l, r)`` builds the output payload (default ``(l, r)``).
+    """
+
+    n_inputs = 2
+    _state_fields = ("recs", "ids", "index", "expiry", "ctis", "next_seq", "next_out",
+                     "n_pairs")
+
+    def __init__(self, on: Any = None, select: Callable[[Any, Any], Any] | None = None,
+                 name: str | None = None) -> None:
+        super().__init__(name)
+        self.keys = key_functions(on, "join")
+        if select is not None and not callable(select):
+            raise TypeError(f"join: select must be a function (left, right) -> payload, "
+                            f"got {select!r}")
+        self.select = select
+        #: seq -> event record (both inputs share the numbering)
+        self.recs: dict[int, list[Any]] = {}
+        #: per input: user id -> seq of its live event
+        self.ids: tuple[dict[Hashable, int], dict[Hashable, int]] = ({}, {})
+        self.index = (KeyedIntervals(), KeyedIntervals())
+        self.expiry = (ExpiryHeap(), ExpiryHeap())
+        self.ctis = CtiMerge(2)
+        self.next_seq = 0
+        self.next_out = 0
+        self.n_pairs = 0
+
+    # -- pairs ----------------------------------------------------------------------------
+    def _pair(self, seq: int, rec: list[Any], oseq: int, orec: list[Any], port: int,
+              out: list[Message]) -> None:
+        """Link ``rec`` (on ``port``) with ``orec`` (on the other input); emit the output."""
+        start = max(orec[START], rec[START])
+        end = min(orec[END], rec[END])
+        lp, rp = (rec[PAYLOAD], orec[PAYLOAD]) if port == 0 else (orec[PAYLOAD], rec[PAYLOAD])
+        payload = (lp, rp) if self.select is None else self.select(lp, rp)
+        oid = self.next_out
+        self.next_out = oid + 1
+        pair = [oid, start, end, payload]
+        rec[LINKS][oseq] = pair
+        orec[LINKS][seq] = pair
+        self.n_pairs += 1
+        out.append(Insert(oid, start, end, payload))
+
+    # -- messages -------------------------------------------------------------------------
+    def on_insert(self, msg: Insert, port: int) -> list[Message]:
+        ids = self.ids[port]
+        if msg.id in ids:
+            raise ValueError(f"duplicate id {msg.id!r} on input {port}: it is still live; "
+                             f"ids must be unique within a stream")
+        key = self.keys[port](msg.payload)
+        seq = self.next_seq
+        self.next_seq = seq + 1
+        rec = [msg.id, key, msg.start, msg.end, msg.payload, {}]
+        self.recs[seq] = rec
+        ids[msg.id] = seq
+        self.index[port].add(key, seq, msg.start, msg.end)
+        self.expiry[port].push(msg.end, seq)
+        out: list[Message] = []
+        recs = self.recs
+        for oseq in self.index[1 - port].overlapping(key, msg.start, msg.end, recs):
+            self._pair(seq, rec, oseq, recs[oseq], port, out)
+        return out
+
+    def on_retract(self, msg: Retract, port: int) -> list[Message]:
+        seq = self.ids[port].get(msg.id)
+        rec = None if seq is None else self.recs[seq]
+        if rec is None or rec[START] != msg.start or rec[END] != msg.end:
+            live = "" if rec is None else f" (it lives [{rec[START]}, {fmt_time(rec[END])}))"
+            raise ValueError(f"retraction {msg!r} on input {port} does not match a live "
+                             f"event{live}; retract an event with its current lifetime")
+        assert seq is not None
+        out: list[Message] = []
+        recs = self.recs
+        old_end, new_end = msg.end, msg.new_end
+        if new_end == msg.start:  # full retraction: every pair vanishes
+            del self.ids[port][msg.id]
+            del recs[seq]
+            self.index[port].remove(rec[KEY], seq, rec[START], old_end)
+            for oseq, pair in rec[LINKS].items():
+                del recs[oseq][LINKS][seq]
+                self.n_pairs -= 1
+                out.append(Retract(pair[P_ID], pair[P_START], pair[P_END], pair[P_START],
+                                   pair[P_PAYLOAD]))
+            return out
+        rec[END] = new_end
+        self.index[port].move_end(rec[KEY], seq, old_end, new_end)
+        self.expiry[port].push(new_end, seq)
+        self.expiry[port].compact(self.ids[port], recs)
+        links = rec[LINKS]
+        for oseq, pair in list(links.items()):
+            other_end = recs[oseq][END]
+            end = min(other_end, new_end)
+            if end <= pair[P_START]:  # the intersection vanishes
+                del links[oseq]
+                del recs[oseq][LINKS][seq]
+                self.n_pairs -= 1
+                out.append(Retract(pair[P_ID], pair[P_START], pair[P_END], pair[P_START],
+                                   pair[P_PAYLOAD]))
+            elif end != pair[P_END]:
+                out.append(Retract(pair[P_ID], pair[P_START], pair[P_END], end,
+                                   pair[P_PAYLOAD]))
+                pair[P_END] = end
+        if new_end > old_end:
+            # new partners overlap [old_end, new_end) but not [start, old_end): they start there
+            for oseq in self.index[1 - port].starting_in(rec[KEY], old_end, new_end):
+                self._pair(seq, rec, oseq, recs[oseq], port, out)
+        return out
+
+    def on_cti(self, time: int, port: int) -> list[Message]:
+        low = self.ctis.advance(port, time)
+        self._free()
+        return [] if low is None else self.emit_cti(low)
+
+    # -- state ----------------------------------------------------------------------------
+    def _free(self) -> None:
+        """Drop the events no future message can make produce or change output (an event of
+        input A with ``end < CTI_A and end <= CTI_B``), and their pairs, which are final."""
+        c = self.ctis.ctis
+        recs = self.recs
+        for port in (0, 1):
+            own, other = c[port], c[1 - port]
+            limit = own if own <= other else other + 1
+            ids, index = self.ids[port], self.index[port]
+            for seq in self.expiry[port].pop_before(limit, recs):
+                rec = recs.pop(seq)
+                del ids[rec[ID]]
+                index.remove(rec[KEY], seq, rec[START], rec[END])
+                for oseq in rec[LINKS]:
+                    del recs[oseq][LINKS][seq]
+                    self.n_pairs -= 1
+
+    def state_size(self) -> int:
+        """Live events held on both inputs plus the output pairs that may still change."""
+        return len(self.recs) + self.n_pairs
+
+    def _check(self) -> None:
+        c = self.ctis.ctis
+        recs = self.recs
+        pairs = 0
+        for port in (0, 1):
+            seqs = set(self.ids[port].values())
+            assert len(seqs) == len(self.ids[port])
+            self.index[port].check(recs, seqs)
+            limit = min(c[port], c[1 - port] + 1)
+            heap_seqs = {s for e, s in self.expiry[port].heap if s in recs and recs[s][END] == e}
+            assert heap_seqs == seqs, "every live event is in the expiry heap at its end"
+            for id, seq in self.ids[port].items():
+                rec = recs[seq]
+                assert rec[ID] == id and rec[END] > rec[START]
+                assert rec[END] >= limit, f"event {id!r} should have been freed"
+                for oseq, pair in rec[LINKS].items():
+                    orec = recs[oseq]
+                    assert orec[LINKS][seq] is pair, "pairs are linked both ways"
+                    assert pair[P_START] == max(rec[START], orec[START])
+                    assert pair[P_END] == min(rec[END], orec[END]) > pair[P_START]
+                    assert orec[KEY] == rec[KEY]
+                    pairs += port == 0
+        assert len(recs) == len(self.ids[0]) + len(self.ids[1])
+        assert pairs == self.n_pairs
