@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Hashable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from sortedcontainers import SortedList
 
@@ -171,25 +171,19 @@ class ExpiryHeap:
             heapq.heapify(self.heap)
 
 
-class Join(Processor):
-    """The temporal join of input 0 (left) and input 1 (right); see the module docstring.
-
-    ``on=(left_key, right_key)``: field names or functions of the payload; ``None`` joins every
-    pair (cross join). ``select(l, r)`` builds the output payload (default ``(l, r)``).
-    """
+class BinaryTemporal(Processor):
+    """Shared state of the two-input temporal operators (join, anti-join): the live events
+    of each input hashed by key and indexed by time, freed on CTIs (see the module docstring
+    for the rule). Subclasses keep their per-event output in ``rec[LINKS]`` and override
+    :meth:`_dropped` to release it."""
 
     n_inputs = 2
-    _state_fields = ("recs", "ids", "index", "expiry", "ctis", "next_seq", "next_out",
-                     "n_pairs")
+    _state_fields: ClassVar[tuple[str, ...]] = (
+        "recs", "ids", "index", "expiry", "ctis", "next_seq", "next_out")
 
-    def __init__(self, on: Any = None, select: Callable[[Any, Any], Any] | None = None,
-                 name: str | None = None) -> None:
+    def __init__(self, on: Any, where: str, name: str | None) -> None:
         super().__init__(name)
-        self.keys = key_functions(on, "join")
-        if select is not None and not callable(select):
-            raise TypeError(f"join: select must be a function (left, right) -> payload, "
-                            f"got {select!r}")
-        self.select = select
+        self.keys = key_functions(on, where)
         #: seq -> event record (both inputs share the numbering)
         self.recs: dict[int, list[Any]] = {}
         #: per input: user id -> seq of its live event
@@ -198,7 +192,108 @@ class Join(Processor):
         self.expiry = (ExpiryHeap(), ExpiryHeap())
         self.ctis = CtiMerge(2)
         self.next_seq = 0
+        #: the next output id (a counter: ids are never reused)
         self.next_out = 0
+
+    # -- events ---------------------------------------------------------------------------
+    def _add(self, msg: Insert, port: int, links: Any) -> tuple[int, list[Any]]:
+        ids = self.ids[port]
+        if msg.id in ids:
+            raise ValueError(f"duplicate id {msg.id!r} on input {port}: it is still live; "
+                             f"ids must be unique within a stream")
+        key = self.keys[port](msg.payload)
+        seq = self.next_seq
+        self.next_seq = seq + 1
+        rec = [msg.id, key, msg.start, msg.end, msg.payload, links]
+        self.recs[seq] = rec
+        ids[msg.id] = seq
+        self.index[port].add(key, seq, msg.start, msg.end)
+        self.expiry[port].push(msg.end, seq)
+        return seq, rec
+
+    def _find(self, msg: Retract, port: int) -> tuple[int, list[Any]]:
+        seq = self.ids[port].get(msg.id)
+        rec = None if seq is None else self.recs[seq]
+        if rec is None or rec[START] != msg.start or rec[END] != msg.end:
+            live = "" if rec is None else f" (it lives [{rec[START]}, {fmt_time(rec[END])}))"
+            raise ValueError(f"retraction {msg!r} on input {port} does not match a live "
+                             f"event{live}; retract an event with its current lifetime")
+        assert seq is not None
+        return seq, rec
+
+    def _delete(self, port: int, seq: int, rec: list[Any]) -> None:
+        del self.ids[port][rec[ID]]
+        del self.recs[seq]
+        self.index[port].remove(rec[KEY], seq, rec[START], rec[END])
+
+    def _set_end(self, port: int, seq: int, rec: list[Any], end: int) -> None:
+        self.index[port].move_end(rec[KEY], seq, rec[END], end)
+        rec[END] = end
+        expiry = self.expiry[port]
+        expiry.push(end, seq)
+        expiry.compact(self.ids[port], self.recs)
+
+    def _mint(self) -> int:
+        oid = self.next_out
+        self.next_out = oid + 1
+        return oid
+
+    # -- CTIs and freeing -----------------------------------------------------------------
+    def on_cti(self, time: int, port: int) -> list[Message]:
+        low = self.ctis.advance(port, time)
+        self._free()
+        return [] if low is None else self.emit_cti(low)
+
+    def _limit(self, port: int) -> int:
+        """Events of ``port`` ending before this are freed: ``min(CTI_A, CTI_B + 1)``."""
+        own, other = self.ctis.ctis[port], self.ctis.ctis[1 - port]
+        return own if own <= other else other + 1
+
+    def _free(self) -> None:
+        """Drop the events no future message can make produce or change output (an event of
+        input A with ``end < CTI_A and end <= CTI_B``), and the output state they own."""
+        recs = self.recs
+        for port in (0, 1):
+            for seq in self.expiry[port].pop_before(self._limit(port), recs):
+                rec = recs[seq]
+                self._delete(port, seq, rec)
+                self._dropped(port, seq, rec)
+
+    def _dropped(self, port: int, seq: int, rec: list[Any]) -> None:
+        """Release the output state of a freed event (its output is final)."""
+
+    def _check_events(self) -> None:
+        recs = self.recs
+        for port in (0, 1):
+            seqs = set(self.ids[port].values())
+            assert len(seqs) == len(self.ids[port])
+            self.index[port].check(recs, seqs)
+            limit = self._limit(port)
+            heap_seqs = {s for e, s in self.expiry[port].heap if s in recs and recs[s][END] == e}
+            assert heap_seqs == seqs, "every live event is in the expiry heap at its end"
+            for id, seq in self.ids[port].items():
+                rec = recs[seq]
+                assert rec[ID] == id and rec[END] > rec[START]
+                assert rec[END] >= limit, f"event {id!r} should have been freed"
+        assert len(recs) == len(self.ids[0]) + len(self.ids[1])
+
+
+class Join(BinaryTemporal):
+    """The temporal join of input 0 (left) and input 1 (right); see the module docstring.
+
+    ``on=(left_key, right_key)``: field names or functions of the payload; ``None`` joins every
+    pair (cross join). ``select(l, r)`` builds the output payload (default ``(l, r)``).
+    """
+
+    _state_fields = (*BinaryTemporal._state_fields, "n_pairs")
+
+    def __init__(self, on: Any = None, select: Callable[[Any, Any], Any] | None = None,
+                 name: str | None = None) -> None:
+        super().__init__(on, "join", name)
+        if select is not None and not callable(select):
+            raise TypeError(f"join: select must be a function (left, right) -> payload, "
+                            f"got {select!r}")
+        self.select = select
         self.n_pairs = 0
 
     # -- pairs ----------------------------------------------------------------------------
@@ -209,69 +304,46 @@ class Join(Processor):
         end = min(orec[END], rec[END])
         lp, rp = (rec[PAYLOAD], orec[PAYLOAD]) if port == 0 else (orec[PAYLOAD], rec[PAYLOAD])
         payload = (lp, rp) if self.select is None else self.select(lp, rp)
-        oid = self.next_out
-        self.next_out = oid + 1
+        oid = self._mint()
         pair = [oid, start, end, payload]
         rec[LINKS][oseq] = pair
         orec[LINKS][seq] = pair
         self.n_pairs += 1
         out.append(Insert(oid, start, end, payload))
 
+    def _unlink(self, seq: int, oseq: int, pair: list[Any], out: list[Message]) -> None:
+        """The intersection of ``seq`` and ``oseq`` vanished: forget the pair, retract it."""
+        del self.recs[oseq][LINKS][seq]
+        self.n_pairs -= 1
+        out.append(Retract(pair[P_ID], pair[P_START], pair[P_END], pair[P_START],
+                           pair[P_PAYLOAD]))
+
     # -- messages -------------------------------------------------------------------------
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
-        ids = self.ids[port]
-        if msg.id in ids:
-            raise ValueError(f"duplicate id {msg.id!r} on input {port}: it is still live; "
-                             f"ids must be unique within a stream")
-        key = self.keys[port](msg.payload)
-        seq = self.next_seq
-        self.next_seq = seq + 1
-        rec = [msg.id, key, msg.start, msg.end, msg.payload, {}]
-        self.recs[seq] = rec
-        ids[msg.id] = seq
-        self.index[port].add(key, seq, msg.start, msg.end)
-        self.expiry[port].push(msg.end, seq)
+        seq, rec = self._add(msg, port, {})
         out: list[Message] = []
         recs = self.recs
-        for oseq in self.index[1 - port].overlapping(key, msg.start, msg.end, recs):
+        for oseq in self.index[1 - port].overlapping(rec[KEY], msg.start, msg.end, recs):
             self._pair(seq, rec, oseq, recs[oseq], port, out)
         return out
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
-        seq = self.ids[port].get(msg.id)
-        rec = None if seq is None else self.recs[seq]
-        if rec is None or rec[START] != msg.start or rec[END] != msg.end:
-            live = "" if rec is None else f" (it lives [{rec[START]}, {fmt_time(rec[END])}))"
-            raise ValueError(f"retraction {msg!r} on input {port} does not match a live "
-                             f"event{live}; retract an event with its current lifetime")
-        assert seq is not None
+        seq, rec = self._find(msg, port)
         out: list[Message] = []
         recs = self.recs
         old_end, new_end = msg.end, msg.new_end
-        if new_end == msg.start:  # full retraction: every pair vanishes
-            del self.ids[port][msg.id]
-            del recs[seq]
-            self.index[port].remove(rec[KEY], seq, rec[START], old_end)
-            for oseq, pair in rec[LINKS].items():
-                del recs[oseq][LINKS][seq]
-                self.n_pairs -= 1
-                out.append(Retract(pair[P_ID], pair[P_START], pair[P_END], pair[P_START],
-                                   pair[P_PAYLOAD]))
-            return out
-        rec[END] = new_end
-        self.index[port].move_end(rec[KEY], seq, old_end, new_end)
-        self.expiry[port].push(new_end, seq)
-        self.expiry[port].compact(self.ids[port], recs)
         links = rec[LINKS]
+        if new_end == msg.start:  # full retraction: every pair vanishes
+            self._delete(port, seq, rec)
+            for oseq, pair in links.items():
+                self._unlink(seq, oseq, pair, out)
+            return out
+        self._set_end(port, seq, rec, new_end)
         for oseq, pair in list(links.items()):
-            other_end = recs[oseq][END]
-            end = min(other_end, new_end)
+            end = min(recs[oseq][END], new_end)
             if end <= pair[P_START]:  # the intersection vanishes
                 del links[oseq]
-                del recs[oseq][LINKS][seq]
-                self.n_pairs -= 1
-                out.append(Retract(pair[P_ID], pair[P_START], pair[P_END], pair[P_START],
-                                   pair[P_PAYLOAD]))
+                self._unlink(seq, oseq, pair, out)
             elif end != pair[P_END]:
                 out.append(Retract(pair[P_ID], pair[P_START], pair[P_END], end,
                                    pair[P_PAYLOAD]))
@@ -282,54 +354,30 @@ class Join(Processor):
                 self._pair(seq, rec, oseq, recs[oseq], port, out)
         return out
 
-    def on_cti(self, time: int, port: int) -> list[Message]:
-        low = self.ctis.advance(port, time)
-        self._free()
-        return [] if low is None else self.emit_cti(low)
-
     # -- state ----------------------------------------------------------------------------
-    def _free(self) -> None:
-        """Drop the events no future message can make produce or change output (an event of
-        input A with ``end < CTI_A and end <= CTI_B``), and their pairs, which are final."""
-        c = self.ctis.ctis
+    def _dropped(self, port: int, seq: int, rec: list[Any]) -> None:
+        # the pairs of a freed event are final (see the module docstring)
         recs = self.recs
-        for port in (0, 1):
-            own, other = c[port], c[1 - port]
-            limit = own if own <= other else other + 1
-            ids, index = self.ids[port], self.index[port]
-            for seq in self.expiry[port].pop_before(limit, recs):
-                rec = recs.pop(seq)
-                del ids[rec[ID]]
-                index.remove(rec[KEY], seq, rec[START], rec[END])
-                for oseq in rec[LINKS]:
-                    del recs[oseq][LINKS][seq]
-                    self.n_pairs -= 1
+        for oseq in rec[LINKS]:
+            del recs[oseq][LINKS][seq]
+        self.n_pairs -= len(rec[LINKS])
 
     def state_size(self) -> int:
         """Live events held on both inputs plus the output pairs that may still change."""
         return len(self.recs) + self.n_pairs
 
     def _check(self) -> None:
-        c = self.ctis.ctis
+        self._check_events()
         recs = self.recs
         pairs = 0
-        for port in (0, 1):
-            seqs = set(self.ids[port].values())
-            assert len(seqs) == len(self.ids[port])
-            self.index[port].check(recs, seqs)
-            limit = min(c[port], c[1 - port] + 1)
-            heap_seqs = {s for e, s in self.expiry[port].heap if s in recs and recs[s][END] == e}
-            assert heap_seqs == seqs, "every live event is in the expiry heap at its end"
-            for id, seq in self.ids[port].items():
-                rec = recs[seq]
-                assert rec[ID] == id and rec[END] > rec[START]
-                assert rec[END] >= limit, f"event {id!r} should have been freed"
-                for oseq, pair in rec[LINKS].items():
-                    orec = recs[oseq]
-                    assert orec[LINKS][seq] is pair, "pairs are linked both ways"
-                    assert pair[P_START] == max(rec[START], orec[START])
-                    assert pair[P_END] == min(rec[END], orec[END]) > pair[P_START]
-                    assert orec[KEY] == rec[KEY]
-                    pairs += port == 0
-        assert len(recs) == len(self.ids[0]) + len(self.ids[1])
+        for seq in self.ids[0].values():
+            rec = recs[seq]
+            for oseq, pair in rec[LINKS].items():
+                orec = recs[oseq]
+                assert orec[LINKS][seq] is pair, "pairs are linked both ways"
+                assert pair[P_START] == max(rec[START], orec[START])
+                assert pair[P_END] == min(rec[END], orec[END]) > pair[P_START]
+                assert orec[KEY] == rec[KEY]
+                pairs += 1
         assert pairs == self.n_pairs
+        assert sum(len(recs[s][LINKS]) for s in self.ids[1].values()) == pairs
