@@ -304,7 +304,10 @@ class Min(_Extreme):
     """
 
     def result(self, state: SortedList) -> Any:
-        return state[0][1] if state else None
+        if not state:
+            return None
+        flag, value = state[0]
+        return math.nan if flag else value
 
 
 class Max(_Extreme):
