@@ -176,7 +176,12 @@ def resolve(udm: Any, *args: Any, **kwargs: Any) -> UDM:
 
 def field_getter(field: Any) -> Callable[[Any], Any]:
     """A function reading ``field`` from a payload: a callable is used as it is; a name reads
-    a dict key, or else an attribute; ``None`` returns the payload itself."""
+    a dict key, or else an attribute; an int indexes a tuple or list; ``None`` returns the
+    payload itself.
+
+    >>> field_getter("kwh")({"kwh": 2}), field_getter(1)(("m1", 5)), field_getter(None)(7)
+    (2, 5, 7)
+    """
     if field is None:
         return lambda p: p
     if callable(field):
@@ -184,6 +189,8 @@ def field_getter(field: Any) -> Callable[[Any], Any]:
 
     def get(payload: Any) -> Any:
         if isinstance(payload, dict):
+            return payload[field]
+        if isinstance(field, int):
             return payload[field]
         return getattr(payload, field)
 
