@@ -1,0 +1,421 @@
+"""``count_window(n, by="start"|"end")``: windows spanning ``n`` consecutive distinct times.
+
+For the consecutive distinct start times ``t0 < t1 < ...`` of the live events, the count
+windows are ``[t_i, t_{i+n-1} + 1)`` and an event belongs to a window when its start lies in it
+(``by="end"``: the same over distinct end times, membership by end). Ties count once: a window
+over ``n`` distinct times may hold more than ``n`` events. While fewer than ``n`` distinct times
+follow ``t_i`` there is no window at ``t_i`` (yet). Clipping is always full (a time-sensitive
+UDM sees ``[max(s, W.start), min(e, W.end))``), and the only output policy is ``point_end``:
+each result is the point ``[W.end - 1, W.end)``, at the window's last distinct time::
+
+    n = 2, by start        e1 [1 ------- 6)   e2 [3 ------- 8)   e3 [5 -- 7)
+    windows                [1 ---- 4)         [3 ------ 6)
+    clipped members        e1 [1, 4) e2 [3, 4)   e2 [3, 6) e3 [5, 6)
+    output (a count)            2 @ [3, 4)          2 @ [5, 6)
+
+    >>> from operators.events import Insert, Cti
+    >>> from operators.windows import CountWindow
+    >>> op = CountWindowOperator(CountWindow(2), len)
+    >>> op.process([Insert("e1", 1, 6), Insert("e2", 3, 8), Insert("e3", 5, 7), Cti(6)])
+    [Insert(id=0, start=3, end=4, payload=2), Insert(id=1, start=5, end=6, payload=2), Cti(time=6)]
+
+**Events open to ∞ with** ``by="end"``: an edge event has no end time yet, so it belongs to no
+by-end window until a retraction closes it; the operator does not even store it (the closing
+retraction carries its start and payload). An event reopened to ∞ leaves its by-end window.
+
+**Algorithm** (the paper's section V, specialised): the distinct times live in a sorted list,
+the events at each time in a dict (the EventIndex); one record per complete window (its last
+time, its outputs and, for an :class:`~operators.udm.IncrementalAggregate`, its state) is the
+WindowIndex. An insert or retraction changes the events at one or two times; only windows whose
+span of ``n`` distinct times includes a changed time are affected (those starting at the
+changed time or at one of the ``n - 1`` distinct times before it). For each, the operator
+recomputes the result — incrementally from the events that joined and left the window when the
+UDM is incremental — and, if it changed, fully retracts the window's earlier output (kept in
+the record, so the UDM is not called again to find it) and emits the new output under fresh
+ids. A by-start retraction that only moves an end changes nothing for a time-insensitive UDM.
+
+**CTIs**: after ``Cti(c)`` no distinct time before ``c`` can appear or vanish and no membership
+before ``c`` can change (a new event starts at or after ``c``; a retraction changes ends at or
+after ``c`` only). A window whose last time lies before ``c`` is therefore final, and so are the
+clipped lifetimes of its members (an end at or after ``c`` is cut to ``W.end <= c`` anyway).
+Every future output or retraction sits at the last time of some window, which is the ``n``-th
+distinct time or later; with ``r`` distinct times before ``c`` and every later time ``>= c``,
+that is at least ``c + max(0, n - 1 - r)``: the output CTI. The state kept is the ``n - 1``
+distinct times before ``c`` (the starts of windows not final yet) and everything after;
+the rest is freed. Retractions of freed events (by start: only their ends can change, which no
+open window sees) are ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from typing import Any, Literal
+
+from sortedcontainers import SortedList
+
+from .base import Processor
+from .errors import DeadLetter, OperatorError
+from .events import MAX_TIME, MIN_TIME, Insert, Message, Retract, add_time, fmt_time
+from .udm import UDM, Window, resolve
+from .windows import CountWindow
+
+Record = tuple[int, int, Any]  # (start, end, payload) of a live event
+#: events that left and joined the EventIndex at one time: (removed, added), each id -> record
+Delta = dict[int, tuple[dict[Hashable, Record], dict[Hashable, Record]]]
+
+
+class _Win:
+    """The WindowIndex entry of a complete window: its last distinct time, the output events
+    it emitted as ``(id, payload)``, and the incremental UDM state (``ok`` is False when the
+    UDM failed on it and the window was sent to the dead letters)."""
+
+    __slots__ = ("last", "ok", "outputs", "state")
+
+    def __init__(self, last: int, outputs: list[tuple[int, Any]], state: Any, ok: bool) -> None:
+        self.last = last
+        self.outputs = outputs
+        self.state = state
+        self.ok = ok
+
+    def __repr__(self) -> str:
+        return f"_Win(last={self.last}, outputs={self.outputs!r}, ok={self.ok})"
+
+
+class _UdmFailed(Exception):
+    """A UDM raised (or returned something unusable) on one window."""
+
+
+def _same(a: list[Any], b: list[Any]) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 -- e.g. numpy arrays: treat as changed
+        return False
+
+
+class CountWindowOperator(Processor):
+    """Applies ``udm`` to every count window of ``spec`` (SPEC §4), one output per result.
+
+    ``udm`` is anything :func:`operators.udm.resolve` accepts. ``kind="aggregate"`` emits one
+    event per window whose payload is the result; ``kind="apply"`` emits one event per payload
+    the UDM returns (a UDO; a time-sensitive UDO's ``(start, end, payload)`` timestamps are
+    replaced by the window's end point; a plain function may return any iterable).
+    ``on_error="dead_letter"`` records a window on which the UDM raises in
+    :attr:`dead_letters` and skips it instead of failing the query.
+
+    Cost per insert or retraction: ``O(n log T)`` index work plus, for each of the at most
+    ``n + 1`` affected windows, an incremental update from the changed events, or one UDM call
+    over the window's events for a non-incremental UDM.
+    """
+
+    _state_fields = ("times", "events", "windows", "next_id", "floor", "in_cti")
+
+    def __init__(
+        self,
+        spec: CountWindow,
+        udm: Any,
+        *,
+        kind: Literal["aggregate", "apply"] = "aggregate",
+        name: str | None = None,
+        on_error: Literal["raise", "dead_letter"] = "raise",
+    ) -> None:
+        if not isinstance(spec, CountWindow):
+            raise TypeError(f"CountWindowOperator needs an operators.windows.CountWindow, got "
+                            f"{spec!r}; build one with operators.windows.count_window(n, by)")
+        super().__init__(name or f"count_window({spec.n}, by={spec.by!r})")
+        if kind not in ("aggregate", "apply"):
+            raise ValueError(f"kind={kind!r}: use 'aggregate' (one result per window) or "
+                             f"'apply' (a UDO: one event per returned payload)")
+        if on_error not in ("raise", "dead_letter"):
+            raise ValueError(f"on_error={on_error!r}: use 'raise' or 'dead_letter'")
+        self.udm: UDM = resolve(udm)
+        if kind == "aggregate" and self.udm.is_operator:
+            raise ValueError(f"{self.udm.udm_name} is a user-defined operator (it returns "
+                             f"zero or more payloads per window); use .apply(...) "
+                             f"(kind='apply') instead of .aggregate(...)")
+        self.spec = spec
+        self.n = spec.n
+        self.by_start = spec.by == "start"
+        self.kind = kind
+        self.on_error = on_error
+        self.time_sensitive = self.udm.time_sensitive
+        self.incremental = self.udm.incremental
+        # by start, a clipped lifetime [s, min(e, W.end)) depends on the window's end
+        self.clip_needs_end = self.time_sensitive and self.by_start
+        #: windows the UDM failed on (with ``on_error="dead_letter"``)
+        self.dead_letters: list[DeadLetter] = []
+        #: the distinct start (or end) times of the events held, and the events at each
+        self.times: SortedList = SortedList()
+        self.events: dict[int, dict[Hashable, Record]] = {}
+        #: start time -> record, for every complete window
+        self.windows: dict[int, _Win] = {}
+        self.next_id = 0
+        #: times below this were freed by CTIs (their windows are final)
+        self.floor = MIN_TIME
+        self.in_cti = MIN_TIME
+
+    # -- messages ---------------------------------------------------------------------------
+    def on_insert(self, msg: Insert, port: int) -> list[Message]:
+        if msg.start < self.in_cti:
+            raise ValueError(f"insert {msg!r} starts behind the input CTI {self.in_cti}; "
+                             f"an upstream source must drop or adjust late events")
+        if self.by_start:
+            key = msg.start
+        elif msg.end == MAX_TIME:
+            return []  # no end time yet: placed when a retraction closes it
+        else:
+            key = msg.end
+        return self._update({key: ({}, {msg.id: (msg.start, msg.end, msg.payload)})}, msg)
+
+    def on_retract(self, msg: Retract, port: int) -> list[Message]:
+        if msg.sync_time < self.in_cti:
+            raise ValueError(f"retraction {msg!r} changes time {msg.sync_time}, behind the "
+                             f"input CTI {self.in_cti}; the input stream is not well formed")
+        full = msg.new_end == msg.start
+        if self.by_start:
+            key = msg.start
+            if key < self.floor:
+                return []  # freed: only its end can change, and no open window sees it
+            old = self._stored(key, msg)
+            if full:
+                return self._update({key: ({msg.id: old}, {})}, msg)
+            new = (old[0], msg.new_end, old[2])
+            if not self.time_sensitive:
+                self.events[key][msg.id] = new  # payloads do not change: nothing to emit
+                return []
+            return self._update({key: ({msg.id: old}, {msg.id: new})}, msg)
+        delta: Delta = {}
+        payload = msg.payload
+        if msg.end != MAX_TIME:
+            old = self._stored(msg.end, msg)
+            payload = old[2]
+            delta[msg.end] = ({msg.id: old}, {})
+        if not full and msg.new_end != MAX_TIME:
+            delta[msg.new_end] = ({}, {msg.id: (msg.start, msg.new_end, payload)})
+        return self._update(delta, msg) if delta else []
+
+    def on_cti(self, time: int, port: int) -> list[Message]:
+        if time < self.in_cti:
+            raise ValueError(f"input CTI goes back from {self.in_cti} to {time}")
+        self.in_cti = time
+        times, n = self.times, self.n
+        before = times.bisect_left(time)  # distinct times before the CTI: all final
+        cut = before - (n - 1)  # windows starting before times[cut] end before the CTI
+        if cut > 0:
+            for t in times.islice(0, cut):
+                del self.events[t]
+                self.windows.pop(t, None)
+            self.floor = times[cut - 1] + 1
+            del times[:cut]
+            before = n - 1
+        # every future window's last time is the n-th distinct time or later
+        return self.emit_cti(add_time(time, max(0, n - 1 - before)))
+
+    # -- the EventIndex and WindowIndex ------------------------------------------------------
+    def _stored(self, key: int, msg: Retract) -> Record:
+        rec = self.events.get(key, {}).get(msg.id)
+        if rec is None or rec[0] != msg.start or rec[1] != msg.end:
+            found = "no such live event" if rec is None else \
+                f"the live event is [{fmt_time(rec[0])}, {fmt_time(rec[1])})"
+            raise ValueError(f"retraction {msg!r} does not match an event held by the operator "
+                             f"({found}); retract a live event with its current lifetime")
+        return rec
+
+    def _starts_around(self, key: int) -> Iterable[int]:
+        """The starts of the windows that could hold ``key``: the ``n - 1`` distinct times
+        before it, and ``key`` itself when it is a distinct time."""
+        times = self.times
+        i = times.bisect_left(key)
+        hi = i + 1 if i < len(times) and times[i] == key else i
+        return times.islice(max(0, i - self.n + 1), hi)
+
+    def _last_of(self, start: int) -> int | None:
+        """The last distinct time of the window starting at ``start``; None when there is no
+        such complete window."""
+        times = self.times
+        i = times.bisect_left(start)
+        if i >= len(times) or times[i] != start:
+            return None
+        j = i + self.n - 1
+        return times[j] if j < len(times) else None
+
+    def _update(self, delta: Delta, trigger: Message) -> list[Message]:
+        affected: set[int] = set()
+        for key in delta:
+            affected.update(self._starts_around(key))
+        times, events = self.times, self.events
+        for key, (removed, added) in delta.items():
+            bucket = events.get(key)
+            if bucket is None:
+                bucket = events[key] = {}
+                times.add(key)
+            for eid in removed:
+                if eid not in added:
+                    del bucket[eid]
+            bucket.update(added)
+            if not bucket:
+                del events[key]
+                times.remove(key)
+        for key in delta:
+            affected.update(self._starts_around(key))
+        out: list[Message] = []
+        for start in sorted(affected):
+            out.extend(self._refresh(start, delta, trigger))
+        return out
+
+    def _item(self, rec: Record, start: int, last: int) -> Any:
+        """What the UDM sees of an event in the window ``[start, last + 1)``."""
+        if not self.time_sensitive:
+            return rec[2]
+        s, e, p = rec
+        return (max(start, s), min(last + 1, e), p)
+
+    def _members(self, start: int, last: int) -> list[Any]:
+        events, item = self.events, self._item
+        return [item(rec, start, last) for t in self.times.irange(start, last)
+                for rec in events[t].values()]
+
+    def _changes(self, start: int, old_last: int, last: int,
+                 delta: Delta) -> tuple[list[Any], list[Any]]:
+        """The UDM inputs that left and joined the window starting at ``start`` when its last
+        time moved from ``old_last`` to ``last`` and the events changed by ``delta``."""
+        left: list[tuple[Hashable, Any]] = []
+        joined: list[tuple[Hashable, Any]] = []
+        both = min(old_last, last)
+        for t, (removed, added) in delta.items():
+            if start <= t <= both:
+                left.extend((i, self._item(r, start, old_last)) for i, r in removed.items())
+                joined.extend((i, self._item(r, start, last)) for i, r in added.items())
+        if old_last > last:  # the window shrank: the events then in (last, old_last] left
+            gone = set(self.times.irange(last, old_last, inclusive=(False, True)))
+            gone.update(t for t in delta if last < t <= old_last)
+            for t in gone:
+                removed, added = delta.get(t, ({}, {}))
+                now = self.events.get(t, {})
+                left.extend((i, self._item(r, start, old_last)) for i, r in now.items()
+                            if i not in added)
+                left.extend((i, self._item(r, start, old_last)) for i, r in removed.items())
+        elif last > old_last:  # the window grew: the events now in (old_last, last] joined
+            for t in self.times.irange(old_last, last, inclusive=(False, True)):
+                joined.extend((i, self._item(r, start, last)) for i, r in self.events[t].items())
+        if left and joined:  # an event whose end moved but which the UDM sees unchanged
+            seen = dict(left)
+            same = {i for i, x in joined if i in seen and _same(seen[i], x)}
+            if same:
+                left = [(i, x) for i, x in left if i not in same]
+                joined = [(i, x) for i, x in joined if i not in same]
+        return [x for _, x in left], [x for _, x in joined]
+
+    def _refresh(self, start: int, delta: Delta, trigger: Message) -> list[Message]:
+        """Bring the output of the window starting at ``start`` up to date."""
+        rec = self.windows.get(start)
+        last = self._last_of(start)
+        if last is None:  # no complete window here any more (or yet)
+            if rec is None:
+                return []
+            del self.windows[start]
+            return self._retract(rec)
+        udm = self.udm
+        window = Window(start, last + 1)
+        stay = rec is not None and rec.last == last
+        left: list[Any] = []
+        joined: list[Any] = []
+        if stay:
+            if not any(start <= t <= last for t in delta):
+                return []
+            left, joined = self._changes(start, last, last, delta)
+            if not left and not joined:
+                return []
+        state = None
+        try:
+            if self.incremental:
+                if rec is not None and rec.ok and (stay or not self.clip_needs_end):
+                    if not stay:
+                        left, joined = self._changes(start, rec.last, last, delta)
+                    state = rec.state
+                    if left:
+                        state = udm.remove(state, left)  # type: ignore[attr-defined]
+                    if joined:
+                        state = udm.add(state, joined)  # type: ignore[attr-defined]
+                else:
+                    state = udm.add(udm.initial_state(),  # type: ignore[attr-defined]
+                                    self._members(start, last))
+                result = udm.window_result(state, window)  # type: ignore[attr-defined]
+            elif self.time_sensitive:
+                result = udm.compute(self._members(start, last), window)  # type: ignore
+            else:
+                result = udm.compute(self._members(start, last))  # type: ignore[attr-defined]
+            payloads = self._payloads(result)
+        except Exception as exc:  # noqa: BLE001 -- a UDM may raise anything
+            return self._failed(start, window, rec, exc, trigger)
+        if stay and rec is not None and rec.ok and _same([p for _, p in rec.outputs], payloads):
+            rec.state = state
+            return []
+        out = self._retract(rec) if rec is not None else []
+        outputs = []
+        for payload in payloads:
+            outputs.append((self.next_id, payload))
+            out.append(Insert(self.next_id, last, last + 1, payload))
+            self.next_id += 1
+        self.windows[start] = _Win(last, outputs, state, True)
+        return out
+
+    def _payloads(self, result: Any) -> list[Any]:
+        if self.kind == "aggregate":
+            return [result]
+        if isinstance(result, (str, bytes, dict)) or not hasattr(result, "__iter__"):
+            raise _UdmFailed(f"returned {result!r}, not an iterable of payloads; with apply() "
+                             f"the UDM must return a list (use aggregate() for one result)")
+        if self.udm.time_sensitive and self.udm.is_operator:
+            payloads = []
+            for item in result:
+                if not isinstance(item, tuple) or len(item) != 3:
+                    raise _UdmFailed(f"returned {item!r}; a TimeSensitiveOperator returns "
+                                     f"(start, end, payload) tuples")
+                payloads.append(item[2])
+            return payloads
+        return list(result)
+
+    def _failed(self, start: int, window: Window, rec: _Win | None, exc: Exception,
+                trigger: Message) -> list[Message]:
+        problem = str(exc) if isinstance(exc, _UdmFailed) else f"{type(exc).__name__}: {exc}"
+        reason = (f"operator {self.name!r}: UDM {self.udm.udm_name} failed on the count window "
+                  f"[{fmt_time(window.start)}, {fmt_time(window.end)}) (while processing "
+                  f"{trigger!r}): {problem}. Fix the UDM, or window with "
+                  f"on_error='dead_letter' to skip such windows")
+        if self.on_error == "raise":
+            raise OperatorError(reason) from exc
+        self.dead_letters.append(DeadLetter(self.name, reason, (window, trigger)))
+        out = self._retract(rec) if rec is not None else []
+        self.windows[start] = _Win(window.end - 1, [], None, False)
+        return out
+
+    @staticmethod
+    def _retract(rec: _Win) -> list[Message]:
+        t = rec.last
+        return [Retract(oid, t, t + 1, t, payload) for oid, payload in rec.outputs]
+
+    # -- introspection -----------------------------------------------------------------------
+    def state_size(self) -> int:
+        """Events held plus complete windows held."""
+        return sum(len(b) for b in self.events.values()) + len(self.windows)
+
+    def _check(self) -> None:
+        times, events = self.times, self.events
+        assert list(times) == sorted(set(times)), "distinct times are not distinct and sorted"
+        assert set(times) == set(events), "the time list and the EventIndex disagree"
+        for t, bucket in events.items():
+            assert bucket, f"no events at distinct time {t}"
+            assert t >= self.floor, f"time {t} below the freed floor {self.floor}"
+            for s, e, _ in bucket.values():
+                assert (s if self.by_start else e) == t, f"event [{s}, {e}) filed under {t}"
+                assert e != MAX_TIME or self.by_start, "an open event in a by-end window"
+        complete = {times[i]: times[i + self.n - 1] for i in range(len(times) - self.n + 1)}
+        assert set(self.windows) == set(complete), (
+            f"window records {sorted(self.windows)} are not the complete windows "
+            f"{sorted(complete)}")
+        for start, rec in self.windows.items():
+            assert rec.last == complete[start], f"window at {start} has a stale last time"
+            assert rec.ok or not rec.outputs, "a failed window kept its output"
+            if rec.ok and self.kind == "aggregate":
+                assert len(rec.outputs) == 1, "an aggregate window without exactly one result"
+
