@@ -1,0 +1,104 @@
+"""Where an operator's output goes: the out-edges of a stage and how a batch is split on them.
+
+An edge carries the whole output to one input port of a downstream stage, or, for the
+partitions of ``group_apply(..., partitions=N)``, only the events whose key hashes to that
+partition (CTIs go to every partition: each one must see time advance). The hash is stable
+across processes (``hash()`` of a string is salted per process), so a key always lands on the
+same partition whichever actor routes it.
+
+    >>> from operators.events import Insert, Cti
+    >>> p = Partitioner(lambda v: v, 2)
+    >>> r = Router([OutEdge("g0", 0, p, 0), OutEdge("g1", 0, p, 1)])
+    >>> [[m.payload if type(m) is Insert else m for m in b]
+    ...  for b in r.route([Insert(1, 0, 1, 3), Insert(2, 0, 1, 4), Cti(1)])]
+    [[4, Cti(time=1)], [3, Cti(time=1)]]
+"""
+
+from __future__ import annotations
+
+import pickle
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from operators.errors import OperatorError
+from operators.events import Cti, Message
+
+
+def stable_hash(key: Any) -> int:
+    """A hash of ``key`` that is the same in every process (equal numbers hash equally)."""
+    if isinstance(key, float) and key.is_integer():
+        key = int(key)
+    if isinstance(key, int):  # bools too: True == 1
+        return int(key) & 0x7FFFFFFFFFFFFFFF
+    if isinstance(key, str):
+        return zlib.crc32(key.encode("utf-8", "surrogatepass"))
+    if isinstance(key, bytes):
+        return zlib.crc32(key)
+    if isinstance(key, tuple):
+        h = 0x345678
+        for k in key:
+            h = (h * 1_000_003) ^ stable_hash(k)
+        return h & 0x7FFFFFFFFFFFFFFF
+    return zlib.crc32(pickle.dumps(key, protocol=4))
+
+
+@dataclass(frozen=True, eq=False)
+class Partitioner:
+    """Spreads events over ``n`` partitions by ``stable_hash(key(payload)) % n``."""
+
+    key: Callable[[Any], Any]
+    n: int
+    step: str = "group_apply"
+
+    def index(self, payload: Any) -> int:
+        try:
+            k = self.key(payload)
+        except Exception as exc:
+            raise OperatorError(
+                f"operator {self.step!r}: the group key function failed on payload "
+                f"{payload!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+        return stable_hash(k) % self.n
+
+
+@dataclass(frozen=True)
+class OutEdge:
+    """The output of a stage goes to input ``port`` of stage ``dst`` (only partition
+    ``index`` of ``partition`` when that is set)."""
+
+    dst: str
+    port: int
+    partition: Partitioner | None = None
+    index: int = 0
+
+
+class Router:
+    """Splits an output batch over a stage's out-edges, keeping the order of messages."""
+
+    def __init__(self, edges: Sequence[OutEdge]) -> None:
+        self.edges = list(edges)
+        self._partitioners: list[Partitioner] = []
+        for e in self.edges:
+            if e.partition is not None and all(p is not e.partition
+                                               for p in self._partitioners):
+                self._partitioners.append(e.partition)
+
+    def route(self, msgs: list[Message]) -> list[list[Message]]:
+        """One list per edge (in edge order); unpartitioned edges share ``msgs`` itself."""
+        if not self._partitioners:
+            return [msgs] * len(self.edges)
+        split: dict[int, list[list[Message]]] = {}
+        for p in self._partitioners:
+            buckets: list[list[Message]] = [[] for _ in range(p.n)]
+            index = p.index
+            for m in msgs:
+                if type(m) is Cti:
+                    for b in buckets:
+                        b.append(m)
+                else:
+                    buckets[index(m.payload)].append(m)  # type: ignore[union-attr]
+            split[id(p)] = buckets
+        return [msgs if e.partition is None else split[id(e.partition)][e.index]
+                for e in self.edges]

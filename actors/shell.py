@@ -1,0 +1,458 @@
+"""``OperatorShell``: the one generic actor that hosts any pure operator of a plan.
+
+The shell is a plain class; the deployer applies ``ray.remote`` to it with explicit options
+(:data:`ACTOR_OPTIONS`). It owns one :class:`~operators.base.Processor` (built in the actor from
+a cloudpickled factory) and moves batches:
+
+* **data path** (the default concurrency group, one thread, so the calls of one caller run in
+  submission order — NOTES.md: async or threaded actors reorder): :meth:`push` decodes a batch
+  (:mod:`actors.wire`), runs the processor, splits the output over the out-edges
+  (:mod:`actors.routing`) into per-edge buffers; :meth:`end` counts the ends of its input
+  edges and, after the last, flushes the processor (``finish()``, e.g. a source's final CTI)
+  and forwards the end; :meth:`fail` forwards an upstream failure to the output, where the
+  driver reports it with the step id.
+* **batching**: a buffer is sent when it holds ``batch_size`` messages, when a CTI went into
+  it (so a CTI never waits), or when its oldest message is ``flush_s`` old — a timer thread
+  checks this, because a synchronous actor runs nothing between calls. The timer also polls
+  processors that watch the wall clock (a source's idle timeout).
+* **backpressure**: at most ``max_in_flight`` unanswered batches per out-edge; the next send
+  waits for the oldest (calls from one caller complete in order), which stalls this actor's
+  data path and, through its own bounded callers, everything upstream.
+* **control** (group ``"control"``, answered while data flows): stats, the output CHT, dead
+  letters and late events, subscriptions of other queries (dynamic composition) and of
+  drivers (:meth:`open_pull` / :meth:`fetch`, group ``"io"``).
+
+Two locks: ``_send_lock`` orders everything that submits calls (data path, timer,
+subscriptions), ``_lock`` guards the processor and buffers; control reads take only ``_lock``,
+which the data path never holds while it waits on a downstream actor.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import ray
+
+from operators.base import Processor
+from operators.events import MIN_TIME, Cti, Message
+
+from .routing import OutEdge, Router
+from .wire import decode, decode_rows, encode
+
+#: How the deployer applies ``ray.remote`` to the shell: no CPU reservation (an operator actor
+#: mostly waits), no silent restarts (``__init__`` would run again with the state lost and the
+#: input position unknown), one data thread.
+ACTOR_OPTIONS: dict[str, Any] = {
+    "num_cpus": 0,
+    "max_restarts": 0,
+    "max_task_retries": 0,
+    "max_concurrency": 1,
+    "concurrency_groups": {"control": 1, "io": 4},
+}
+#: How often the timer thread looks for stale buffers and idle sources.
+TICK_S = 0.005
+
+
+class _Target:
+    """One out-edge on Ray: the downstream actor, its input port and the calls in flight."""
+
+    __slots__ = ("dead", "dst", "handle", "inflight", "port")
+
+    def __init__(self, dst: str, handle: Any, port: int) -> None:
+        self.dst = dst
+        self.handle = handle
+        self.port = port
+        self.inflight: deque[Any] = deque()
+        self.dead: str | None = None
+
+
+class _Pull:
+    """A driver's subscription: messages wait here until the driver fetches them."""
+
+    __slots__ = ("queue",)
+
+    def __init__(self, initial: list[Message]) -> None:
+        self.queue: list[Message] = list(initial)
+
+
+class OperatorShell:
+    """Hosts one processor of a plan; see the module docstring for the protocol."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._timer: threading.Thread | None = None
+        self._reset()
+
+    # -- configuration ----------------------------------------------------------------------
+    def _reset(self) -> None:
+        self.step = "(idle)"
+        self.describe = ""
+        self.proc: Processor | None = None
+        self.n_in = 0
+        self.edges: list[OutEdge] = []
+        self.router = Router([])
+        self.targets: list[_Target] = []
+        self.buffers: list[list[Message]] = []
+        self.subs: dict[str, _Target] = {}
+        self.sub_buffers: dict[str, list[Message]] = {}
+        self.pulls: dict[int, _Pull] = {}
+        self._next_pull = 0
+        self.rows_input = False
+        self.batch_size = 4096
+        self.max_in_flight = 8
+        self.flush_s = 0.02
+        self.info: dict[str, Any] = {}
+        self.ends = 0
+        self.finished = False
+        self.error: str | None = None
+        self.error_trace: str | None = None
+        self.counts = {"events_in": 0, "events_out": 0, "batches_in": 0, "batches_out": 0}
+        self.out_cti = MIN_TIME
+        self._oldest: float | None = None  # when the oldest buffered message arrived
+        self._poll = None  # the processor's wall-clock poll, if any
+
+    def configure(self, config: dict[str, Any]) -> str:
+        """Host a new processor: ``step``, ``factory``, ``n_in`` (input edges), ``edges``
+        (out-edges) with ``handles`` (downstream actors by step), ``rows`` (the input is
+        source rows), ``batch_size``, ``max_in_flight``, ``flush_s``, ``info``."""
+        with self._send_lock, self._lock:
+            self._reset()
+            self.step = config["step"]
+            self.describe = config.get("describe", "")
+            try:
+                self.proc = config["factory"]()
+            except Exception as exc:
+                raise RuntimeError(
+                    f"step {self.step!r} ({self.describe}): building the operator failed: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            self.n_in = config.get("n_in", 1)
+            self.edges = list(config.get("edges", ()))
+            handles = config.get("handles", {})
+            self.router = Router(self.edges)
+            self.targets = [_Target(e.dst, handles[e.dst], e.port) for e in self.edges]
+            self.buffers = [[] for _ in self.edges]
+            self.rows_input = bool(config.get("rows", False))
+            self.batch_size = int(config.get("batch_size", 4096))
+            self.max_in_flight = int(config.get("max_in_flight", 8))
+            self.flush_s = float(config.get("flush_s", 0.02))
+            self.info = dict(config.get("info", {}))
+            self._poll = getattr(self.proc, "poll", None)
+        if self._timer is None:
+            self._timer = threading.Thread(target=self._tick_loop, name="cedar-flush",
+                                           daemon=True)
+            self._timer.start()
+        return self.step
+
+    def reset(self) -> None:
+        """Drop the processor and every edge (the actor goes back to a pool)."""
+        with self._send_lock, self._lock:
+            self._reset()
+            self._wake.notify_all()
+
+    # -- data path --------------------------------------------------------------------------
+    def push(self, port: int, blob: bytes) -> None:
+        """Process one batch from input ``port`` (encoded rows for a rows source)."""
+        with self._send_lock:
+            with self._lock:
+                if self.error is not None or self.proc is None:
+                    return
+                batch: Any = decode_rows(blob) if self.rows_input else decode(blob)
+                self.counts["events_in"] += len(batch)
+                self.counts["batches_in"] += 1
+                try:
+                    out = self.proc.process(batch, port)
+                except Exception as exc:
+                    self._failed(exc)
+                    ready = []
+                else:
+                    ready = self._emit(out, force=False)
+            self._send(ready)
+            if self.error is not None:
+                self._forward_failure()
+
+    def end(self, port: int) -> None:
+        """One input edge has ended; after the last, finish and forward the end."""
+        with self._send_lock:
+            with self._lock:
+                self.ends += 1
+                if self.ends < self.n_in or self.finished or self.proc is None:
+                    return
+                ready: list[tuple[_Target, list[Message]]] = []
+                if self.error is None:
+                    finish: Callable[[], list[Message]] | None = getattr(
+                        self.proc, "finish", None)
+                    try:
+                        out = finish() if finish is not None else []
+                    except Exception as exc:
+                        self._failed(exc)
+                        out = []
+                    ready = self._emit(out, force=True)
+                self.finished = True
+                targets = list(self.targets) + list(self.subs.values())
+                self._wake.notify_all()
+            self._send(ready)
+            if self.error is not None:
+                self._forward_failure()
+                return
+            for t in targets:
+                if t.dead is None:
+                    t.handle.end.remote(t.port)
+
+    def fail(self, port: int, message: str) -> None:
+        """An upstream step failed: record the first failure and pass it on."""
+        with self._send_lock:
+            with self._lock:
+                if self.error is not None:
+                    return
+                self.error = message
+                self._wake.notify_all()
+            self._forward_failure()
+
+    def _failed(self, exc: BaseException) -> None:
+        msg = str(exc)
+        if self.step not in msg:
+            msg = f"step {self.step!r} ({self.describe}) failed: {type(exc).__name__}: {msg}"
+        self.error = msg
+        self.error_trace = traceback.format_exc()
+        self._wake.notify_all()
+
+    def _forward_failure(self) -> None:
+        for t in list(self.targets) + list(self.subs.values()):
+            if t.dead is None:
+                t.handle.fail.remote(t.port, self.error)
+
+    def _emit(self, out: list[Message], force: bool) -> list[tuple[_Target, list[Message]]]:
+        """Buffer ``out`` on every edge; return the buffers that are due (called with _lock)."""
+        has_cti = False
+        if out:
+            self.counts["events_out"] += len(out)
+            for m in reversed(out):
+                if type(m) is Cti:
+                    has_cti = True
+                    self.out_cti = max(self.out_cti, m.time)
+                    break
+            for pull in self.pulls.values():
+                pull.queue.extend(out)
+            if self.pulls:
+                self._wake.notify_all()
+            if self.targets:
+                for buf, part in zip(self.buffers, self.router.route(out)):
+                    buf.extend(part)
+            for buf in self.sub_buffers.values():
+                buf.extend(out)
+            if self._oldest is None:
+                self._oldest = time.monotonic()
+        return self._due(force or has_cti)
+
+    def _due(self, flush: bool) -> list[tuple[_Target, list[Message]]]:
+        ready: list[tuple[_Target, list[Message]]] = []
+        size = self.batch_size
+        pending = False
+        for i, buf in enumerate(self.buffers):
+            if buf and (flush or len(buf) >= size):
+                ready.append((self.targets[i], buf))
+                self.buffers[i] = []
+            elif buf:
+                pending = True
+        for token, buf in self.sub_buffers.items():
+            if buf and (flush or len(buf) >= size):
+                ready.append((self.subs[token], buf))
+                self.sub_buffers[token] = []
+            elif buf:
+                pending = True
+        if not pending:
+            self._oldest = None
+        return ready
+
+    def _send(self, ready: list[tuple[_Target, list[Message]]]) -> None:
+        """Send due batches, waiting while an edge has ``max_in_flight`` batches unanswered
+        (called with _send_lock held and _lock released)."""
+        for target, msgs in ready:
+            if target.dead is not None:
+                continue
+            size = self.batch_size
+            for i in range(0, len(msgs), size):
+                self._call(target, encode(msgs[i:i + size]))
+                self.counts["batches_out"] += 1
+
+    def _call(self, target: _Target, blob: bytes) -> None:
+        inflight = target.inflight
+        try:
+            while len(inflight) >= self.max_in_flight:
+                ray.get(inflight.popleft())
+        except Exception as exc:  # the downstream actor died (or was stopped)
+            self._lost(target, exc)
+            return
+        inflight.append(target.handle.push.remote(target.port, blob))
+
+    def _lost(self, target: _Target, exc: BaseException) -> None:
+        target.dead = f"{type(exc).__name__}: {exc}"
+        target.inflight.clear()
+        with self._lock:
+            for token, t in list(self.subs.items()):
+                if t is target:  # a composed query went away: it no longer listens
+                    del self.subs[token]
+                    self.sub_buffers.pop(token, None)
+                    return
+            if self.error is None:
+                self.error = (f"step {self.step!r}: its output {target.dst!r} is gone "
+                              f"({target.dead})")
+                self._wake.notify_all()
+
+    # -- the timer ------------------------------------------------------------------------
+    def _tick_loop(self) -> None:
+        while True:
+            time.sleep(TICK_S)
+            try:
+                self._tick()
+            except Exception:  # never let the timer die; failures show in stats
+                self.error_trace = traceback.format_exc()
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        oldest, poll = self._oldest, self._poll
+        stale = oldest is not None and now - oldest >= self.flush_s
+        if not stale and poll is None:
+            return
+        if not self._send_lock.acquire(timeout=TICK_S):
+            return  # the data path is busy: it flushes on its own
+        try:
+            with self._lock:
+                if self.error is not None or self.finished or self.proc is None:
+                    return
+                out: list[Message] = []
+                if self._poll is not None:
+                    try:
+                        out = self._poll(now)
+                    except Exception as exc:
+                        self._failed(exc)
+                ready = self._emit(out, force=stale) if out or stale else []
+            self._send(ready)
+            if self.error is not None:
+                self._forward_failure()
+        finally:
+            self._send_lock.release()
+
+    # -- composition: other queries subscribe to this one's output --------------------------
+    @ray.method(concurrency_group="control")
+    def subscribe(self, token: str, handle: Any, port: int = 0) -> int:
+        """Send ``handle`` this processor's alive events (``alive_snapshot()``, then the
+        current CTI) and from then on everything this stage emits. Returns the number of
+        snapshot messages."""
+        with self._send_lock:
+            with self._lock:
+                snap_fn = getattr(self.proc, "alive_snapshot", None)
+                if snap_fn is None:
+                    raise TypeError(f"step {self.step!r} cannot publish (it is not a sink)")
+                snap = snap_fn()
+                target = _Target(token, handle, port)
+                self.subs[token] = target
+                self.sub_buffers[token] = []
+                finished = self.finished
+            if snap:
+                self._call(target, encode(snap))
+            if finished:
+                handle.end.remote(port)
+        return len(snap)
+
+    @ray.method(concurrency_group="control")
+    def unsubscribe(self, token: str) -> bool:
+        with self._lock:
+            self.sub_buffers.pop(token, None)
+            return self.subs.pop(token, None) is not None
+
+    # -- drivers pull the output -------------------------------------------------------------
+    @ray.method(concurrency_group="control")
+    def open_pull(self, snapshot: bool = False) -> int:
+        """A driver subscription (``Query.subscribe``, ``collect``); with ``snapshot`` it
+        starts with the alive events, like a composed query."""
+        with self._lock:
+            initial: list[Message] = []
+            if snapshot and hasattr(self.proc, "alive_snapshot"):
+                initial = self.proc.alive_snapshot()  # type: ignore[union-attr]
+            self._next_pull += 1
+            self.pulls[self._next_pull] = _Pull(initial)
+            return self._next_pull
+
+    @ray.method(concurrency_group="io")
+    def fetch(self, pull: int, timeout_s: float = 0.5) -> tuple[bytes, bool, str | None]:
+        """The messages waiting for subscription ``pull`` (waiting up to ``timeout_s`` for
+        some), whether the stream has ended, and the query's error if it failed."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while True:
+                sub = self.pulls.get(pull)
+                if sub is None:
+                    return encode([]), True, self.error
+                if sub.queue or self.finished or self.error is not None:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._wake.wait(left)
+            msgs, sub.queue = sub.queue, []
+            return encode(msgs), self.finished and not sub.queue, self.error
+
+    @ray.method(concurrency_group="control")
+    def close_pull(self, pull: int) -> None:
+        with self._lock:
+            self.pulls.pop(pull, None)
+
+    # -- control ------------------------------------------------------------------------------
+    @ray.method(concurrency_group="control")
+    def stats(self) -> dict[str, Any]:
+        """Events in/out, the output CTI, the state size, late and dead-letter counts."""
+        with self._lock:
+            proc = self.proc
+            in_flight = sum(len(t.inflight) for t in self.targets)
+            s: dict[str, Any] = dict(
+                step=self.step, operator=self.describe, **self.counts, cti=self.out_cti,
+                state_size=proc.state_size() if proc is not None else 0,
+                late=len(getattr(proc, "late", ()) or ()),
+                dead_letters=len(getattr(proc, "dead_letters", ()) or ()),
+                buffered=sum(map(len, self.buffers)), in_flight=in_flight,
+                subscribers=len(self.subs), finished=self.finished, error=self.error,
+            )
+            source_stats = getattr(proc, "stats", None)
+            if isinstance(source_stats, dict):
+                s["source"] = dict(source_stats)
+            return s
+
+    @ray.method(concurrency_group="control")
+    def rows(self) -> list[tuple[int, int, Any]]:
+        """The output CHT this (sink) stage holds."""
+        with self._lock:
+            fn = getattr(self.proc, "rows", None)
+            return fn() if fn is not None else []
+
+    @ray.method(concurrency_group="control")
+    def records(self, kind: str) -> list[Any]:
+        """The ``"late"`` or ``"dead_letters"`` records of the processor."""
+        with self._lock:
+            return list(getattr(self.proc, kind, ()) or ())
+
+    @ray.method(concurrency_group="control")
+    def manifest(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self.info)
+
+    @ray.method(concurrency_group="control")
+    def error_info(self) -> tuple[str | None, str | None]:
+        with self._lock:
+            return self.error, self.error_trace
+
+    @ray.method(concurrency_group="control")
+    def ping(self) -> str:
+        return self.step
+
+    def __repr__(self) -> str:
+        return f"<OperatorShell {self.step}>"
+

@@ -1,0 +1,247 @@
+"""The logical query tree: one frozen node per operator of SPEC §4, plus the sources.
+
+A :class:`~topology.stream.Stream` is a thin handle on one of these nodes; every builder method
+returns a new node whose ``inputs`` are the nodes it reads. Nodes compare by identity, so a
+stream used twice (``s.join(s)``) is one node with two consumers: the planner turns the tree
+into a DAG of stages and gives every node a stable, readable step id (``where#2``).
+
+Nodes hold configuration only (user functions, window specs, UDMs); the planner
+(:mod:`topology.planner`) looks up one function per node type that builds the pure operator.
+
+    >>> src = FromEvents(inputs=(), messages=())
+    >>> Where(inputs=(src,), pred=bool).verb
+    'where'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Node:
+    """A logical operator: its input nodes (port order) and an optional user-given step id."""
+
+    inputs: tuple[Node, ...]
+    name: str | None = None
+
+    #: The operator's verb: the readable part of its step id.
+    verb: ClassVar[str] = "node"
+    #: True for span operators that keep no state (the planner may fuse them).
+    stateless: ClassVar[bool] = False
+    #: True for nodes that take their input from outside the plan.
+    is_source: ClassVar[bool] = False
+
+    def describe(self) -> str:
+        """One line for :meth:`Stream.explain`: the verb and its arguments."""
+        return self.verb
+
+
+def _fn(f: Any) -> str:
+    name = getattr(f, "__qualname__", None) or getattr(f, "__name__", None) or repr(f)
+    return name if len(name) <= 40 else name[:37] + "..."
+
+
+# -- sources --------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False, kw_only=True)
+class FromEvents(Node):
+    """Replays a physical stream (validated: a malformed message goes to the dead letters)."""
+
+    messages: tuple[Any, ...]
+    verb: ClassVar[str] = "from_events"
+    is_source: ClassVar[bool] = True
+
+    def describe(self) -> str:
+        return f"from_events({len(self.messages)} messages)"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class FromRows(Node):
+    """Ingests plain rows through :class:`operators.ingress.Ingress`."""
+
+    rows: Any
+    start: Any
+    end: Any = None
+    shape: str = "point"
+    id: Any = None
+    advance: Any = None
+    verb: ClassVar[str] = "from_rows"
+    is_source: ClassVar[bool] = True
+
+    def describe(self) -> str:
+        n = f"{len(self.rows)} rows" if hasattr(self.rows, "__len__") else "rows"
+        return f"from_rows({n}, start={self.start!r}, shape={self.shape!r})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Published(Node):
+    """The output of the running query ``query``: its alive events, then its live stream."""
+
+    query: str
+    verb: ClassVar[str] = "published"
+    is_source: ClassVar[bool] = True
+
+    def describe(self) -> str:
+        return f"published({self.query!r})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class GroupInput(Node):
+    """The input of a ``group_apply`` sub-query: the events of one group."""
+
+    verb: ClassVar[str] = "group"
+    is_source: ClassVar[bool] = True
+
+
+# -- span operators -------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Where(Node):
+    pred: Callable[[Any], bool]
+    verb: ClassVar[str] = "where"
+    stateless: ClassVar[bool] = True
+
+    def describe(self) -> str:
+        return f"where({_fn(self.pred)})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Select(Node):
+    fn: Callable[[Any], Any]
+    verb: ClassVar[str] = "select"
+    stateless: ClassVar[bool] = True
+
+    def describe(self) -> str:
+        return f"select({_fn(self.fn)})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class AlterLifetime(Node):
+    start: Callable[[int], int] | None = None
+    duration: Any = None
+    verb: ClassVar[str] = "alter_lifetime"
+
+    def describe(self) -> str:
+        d = _fn(self.duration) if callable(self.duration) else repr(self.duration)
+        s = _fn(self.start) if self.start is not None else "None"
+        return f"alter_lifetime(start={s}, duration={d})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Shift(Node):
+    delta: int
+    verb: ClassVar[str] = "shift"
+    stateless: ClassVar[bool] = True
+
+    def describe(self) -> str:
+        return f"shift({self.delta})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class ToPoints(Node):
+    verb: ClassVar[str] = "to_points"
+    stateless: ClassVar[bool] = True
+
+    def describe(self) -> str:
+        return "to_points()"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class ClipDuration(Node):
+    limit: int
+    verb: ClassVar[str] = "clip_duration"
+    stateless: ClassVar[bool] = True
+
+    def describe(self) -> str:
+        return f"clip_duration({self.limit})"
+
+
+# -- windows --------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Window(Node):
+    """A window operator: ``spec`` divides the time axis, ``udm`` runs per window."""
+
+    spec: Any
+    udm: Any
+    kind: str = "aggregate"
+    clip: str | None = None
+    output: str | None = None
+    on_error: str = "raise"
+    verb: ClassVar[str] = "window"
+
+    @property
+    def label(self) -> str:
+        kind = getattr(self.spec, "kind", "window")
+        return f"{kind}.{self.kind}"
+
+    def describe(self) -> str:
+        udm = getattr(self.udm, "udm_name", None) if not isinstance(self.udm, str) else self.udm
+        opts = "".join(f", {k}={v!r}" for k, v in (("clip", self.clip), ("output", self.output))
+                       if v is not None)
+        return f"{self.label}({self.spec!r}, {udm or _fn(self.udm)}{opts})"
+
+
+# -- multi-input ----------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Join(Node):
+    on: tuple[Any, Any] | None = None
+    select: Callable[[Any, Any], Any] | None = None
+    verb: ClassVar[str] = "join"
+
+    def describe(self) -> str:
+        on = "cross" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
+        return f"join({on})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class AntiJoin(Node):
+    on: tuple[Any, Any] | None = None
+    verb: ClassVar[str] = "anti_join"
+
+    def describe(self) -> str:
+        on = "any" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
+        return f"anti_join({on})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class LeftJoin(Node):
+    on: tuple[Any, Any] | None = None
+    select: Callable[[Any, Any], Any] | None = None
+    default: Any = None
+    verb: ClassVar[str] = "left_join"
+
+    def describe(self) -> str:
+        on = "cross" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
+        return f"left_join({on})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Union(Node):
+    verb: ClassVar[str] = "union"
+
+    def describe(self) -> str:
+        return f"union({len(self.inputs)} inputs)"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class GroupApply(Node):
+    """Runs the sub-query rooted at ``sub`` (over a :class:`GroupInput`) once per key."""
+
+    key: Callable[[Any], Any]
+    sub: Node
+    partitions: int = 1
+    verb: ClassVar[str] = "group_apply"
+
+    def describe(self) -> str:
+        parts = f", partitions={self.partitions}" if self.partitions != 1 else ""
+        return f"group_apply({_fn(self.key)}{parts})"
+
+
+#: Every node type a plan may hold (the planner has one function for each).
+NODE_TYPES: tuple[type[Node], ...] = (
+    FromEvents, FromRows, Published, GroupInput, Where, Select, AlterLifetime, Shift, ToPoints,
+    ClipDuration, Window, Join, AntiJoin, LeftJoin, Union, GroupApply,
+)
+
+__all__ = [t.__name__ for t in NODE_TYPES] + ["Node", "NODE_TYPES"]

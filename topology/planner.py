@@ -1,0 +1,374 @@
+"""The planner: a logical query tree becomes a DAG of stages, one pure operator each.
+
+Every node gets a stable, readable step id — its verb (a window's kind and method) and its
+position in a post-order walk of the tree, e.g. ``where#1`` or ``tumbling.aggregate#2``, unless
+the query writer named it (``name=``). The planner looks up one function per node type
+(:data:`BUILDERS`) that returns a factory of the node's :class:`~operators.base.Processor`;
+operator modules are imported only then, so a tree can be built (and explained) before every
+operator exists.
+
+A :class:`Plan` is what both runtimes execute: the inline runtime
+(:mod:`topology.inline`) in one process, the Ray runtime (:mod:`topology.deploy`) with each
+stage in its own actor. By default each operator is its own stage; ``fuse=True`` merges runs of
+adjacent stateless span operators into one :class:`~operators.chain.Chain` stage.
+``group_apply(..., partitions=N)`` becomes N partition stages, fed by key hash, and a
+:class:`~actors.merge.PartitionMerge` stage whose CTI is the minimum of theirs.
+
+    >>> from topology import Stream
+    >>> from operators.events import Insert, Cti
+    >>> p = plan(Stream.from_events([Insert(1, 0, 1, 2), Cti(1)]).where(bool).select(str)._node)
+    >>> list(p.stages)
+    ['from_events#0', 'where#1', 'select#2', 'sink']
+    >>> list(plan(Stream.from_events([]).where(bool).select(str)._node, fuse=True).stages)
+    ['from_events#0', 'where#1+select#2', 'sink']
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from actors.routing import OutEdge, Partitioner
+from operators.base import Processor
+
+from . import nodes as n
+
+Factory = Callable[[], Processor]
+
+
+@dataclass
+class Stage:
+    """One operator of a plan: what the runtime instantiates (in an actor, or inline)."""
+
+    step: str
+    factory: Factory
+    n_inputs: int
+    describe: str
+    role: str = "operator"  # "source", "operator" or "sink"
+    stateless: bool = False
+    #: for sources: the logical source node (FromEvents, FromRows, Published, GroupInput)
+    source: n.Node | None = None
+
+
+@dataclass
+class Plan:
+    """Stages in topological order, their out-edges, the input stages and the output stage."""
+
+    stages: dict[str, Stage]
+    edges: dict[str, list[OutEdge]]
+    sources: list[str]
+    sink: str
+    logical: str = ""
+    _in: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def in_edges(self, step: str) -> int:
+        """How many edges feed ``step`` (a source: one, its feed)."""
+        if not self._in:
+            for edges in self.edges.values():
+                for e in edges:
+                    self._in[e.dst] = self._in.get(e.dst, 0) + 1
+        return self._in.get(step, 0) or (1 if step in self.sources else 0)
+
+    def explain(self) -> str:
+        """The logical tree and the stages (one actor each on Ray) with their edges."""
+        lines = [self.logical, "", f"stages ({len(self.stages)}):"]
+        for step, st in self.stages.items():
+            outs = ", ".join(
+                f"{e.dst}:{e.port}" + (f" [hash % {e.partition.n} == {e.index}]"
+                                       if e.partition is not None else "")
+                for e in self.edges.get(step, ()))
+            lines.append(f"  {step:<28} {st.describe}" + (f"  → {outs}" if outs else ""))
+        return "\n".join(lines)
+
+
+# -- one builder per node type ----------------------------------------------------------------
+def _b_where(node: n.Where, step: str) -> Factory:
+    from operators.where import Where
+
+    return functools.partial(Where, node.pred, name=step)
+
+
+def _b_select(node: n.Select, step: str) -> Factory:
+    from operators.select import Select
+
+    return functools.partial(Select, node.fn, name=step)
+
+
+def _b_alter(node: n.AlterLifetime, step: str) -> Factory:
+    from operators.alter_lifetime import AlterLifetime
+
+    return functools.partial(AlterLifetime, start=node.start, duration=node.duration, name=step)
+
+
+def _b_shift(node: n.Shift, step: str) -> Factory:
+    from operators.shift import Shift
+
+    return functools.partial(Shift, node.delta, name=step)
+
+
+def _b_to_points(node: n.ToPoints, step: str) -> Factory:
+    from operators.to_points import ToPoints
+
+    return functools.partial(ToPoints, name=step)
+
+
+def _b_clip(node: n.ClipDuration, step: str) -> Factory:
+    from operators.clip_duration import ClipDuration
+
+    return functools.partial(ClipDuration, node.limit, name=step)
+
+
+def _b_window(node: n.Window, step: str) -> Factory:
+    from operators.window import make_window
+
+    return functools.partial(make_window, node.spec, node.udm, kind=node.kind, clip=node.clip,
+                             output=node.output, name=step, on_error=node.on_error)
+
+
+def _b_join(node: n.Join, step: str) -> Factory:
+    from operators.join import Join
+
+    return functools.partial(Join, on=node.on, select=node.select, name=step)
+
+
+def _b_anti_join(node: n.AntiJoin, step: str) -> Factory:
+    from operators.anti_join import AntiJoin
+
+    return functools.partial(AntiJoin, on=node.on, name=step)
+
+
+def _b_left_join(node: n.LeftJoin, step: str) -> Factory:
+    from operators.left_join import LeftJoin
+
+    return functools.partial(LeftJoin, on=node.on, select=node.select, default=node.default,
+                             name=step)
+
+
+def _b_union(node: n.Union, step: str) -> Factory:
+    from operators.union import Union
+
+    return functools.partial(Union, len(node.inputs), name=step)
+
+
+def _b_group_apply(node: n.GroupApply, step: str) -> Factory:
+    from operators.group_apply import GroupApply
+
+    return functools.partial(GroupApply, node.key, subquery_factory(node.sub, step), name=step)
+
+
+def _b_from_events(node: n.FromEvents, step: str) -> Factory:
+    from actors.sources import EventsSource
+
+    return functools.partial(EventsSource, step)
+
+
+def _b_from_rows(node: n.FromRows, step: str) -> Factory:
+    from actors.sources import RowsSource
+
+    opts: dict[str, Any] = {"start": node.start, "end": node.end, "shape": node.shape, "id": node.id}
+    if node.advance is not None:
+        opts["advance"] = node.advance
+    return functools.partial(RowsSource, step, **opts)
+
+
+def _b_passthrough(node: n.Node, step: str) -> Factory:
+    from actors.sources import Passthrough
+
+    return functools.partial(Passthrough, step)
+
+
+#: The planner's table: node type -> function (node, step id) -> processor factory.
+BUILDERS: dict[type[n.Node], Callable[[Any, str], Factory]] = {
+    n.FromEvents: _b_from_events, n.FromRows: _b_from_rows, n.Published: _b_passthrough,
+    n.GroupInput: _b_passthrough, n.Where: _b_where, n.Select: _b_select,
+    n.AlterLifetime: _b_alter, n.Shift: _b_shift, n.ToPoints: _b_to_points,
+    n.ClipDuration: _b_clip, n.Window: _b_window, n.Join: _b_join, n.AntiJoin: _b_anti_join,
+    n.LeftJoin: _b_left_join, n.Union: _b_union, n.GroupApply: _b_group_apply,
+}
+
+
+# -- the tree walk ------------------------------------------------------------------------------
+def _label(node: n.Node) -> str:
+    return node.label if isinstance(node, n.Window) else node.verb
+
+
+def assign_steps(root: n.Node) -> dict[int, tuple[n.Node, str]]:
+    """Step ids by node identity, in post-order (every node after its inputs)."""
+    out: dict[int, tuple[n.Node, str]] = {}
+    taken: set[str] = set()
+
+    def walk(node: n.Node) -> None:
+        if id(node) in out:
+            return
+        for i in node.inputs:
+            walk(i)
+        step = node.name or f"{_label(node)}#{len(out)}"
+        if step in taken or step == "sink":
+            raise ValueError(
+                f"two steps of the query are named {step!r}; give each step a unique name= "
+                f"(step ids name actors and appear in errors and stats)"
+            )
+        taken.add(step)
+        out[id(node)] = (node, step)
+
+    walk(root)
+    return out
+
+
+def explain_tree(root: n.Node, steps: dict[int, tuple[n.Node, str]], top: str = "sink") -> str:
+    """The logical tree, root first, as an indented outline (shared inputs shown once)."""
+    lines = [top]
+    shown: set[int] = set()
+
+    def walk(node: n.Node, prefix: str, last: bool) -> None:
+        step = steps[id(node)][1]
+        branch = "└── " if last else "├── "
+        if id(node) in shown:
+            lines.append(f"{prefix}{branch}{step} (shared, see above)")
+            return
+        shown.add(id(node))
+        lines.append(f"{prefix}{branch}{step}  {node.describe()}")
+        if isinstance(node, n.GroupApply):
+            sub = assign_steps(node.sub)
+            inner = explain_tree(node.sub, sub, top="per group:").splitlines()
+            pad = prefix + ("    " if last else "│   ")
+            lines.extend(pad + "    " + line for line in inner)
+        for i, child in enumerate(node.inputs):
+            walk(child, prefix + ("    " if last else "│   "), i == len(node.inputs) - 1)
+
+    walk(root, "", True)
+    return "\n".join(lines)
+
+
+def plan(root: n.Node, *, fuse: bool = False, sink: bool = True) -> Plan:
+    """Turn the tree under ``root`` into a :class:`Plan`.
+
+    With ``sink=True`` a :class:`~actors.sink.Publish` stage named ``sink`` receives the
+    output; otherwise (a ``group_apply`` sub-query) the root's stage is the output.
+    """
+    steps = assign_steps(root)
+    stages: dict[str, Stage] = {}
+    edges: dict[str, list[OutEdge]] = {}
+    sources: list[str] = []
+    for node, step in steps.values():
+        builder = BUILDERS.get(type(node))
+        if builder is None:
+            raise TypeError(f"the planner has no builder for {type(node).__name__} ({step})")
+        ins = [steps[id(i)][1] for i in node.inputs]
+        role = "source" if node.is_source else "operator"
+        if isinstance(node, n.GroupApply) and node.partitions > 1:
+            _partitioned(node, step, ins[0], stages, edges)
+            continue
+        stages[step] = Stage(step, builder(node, step), max(1, len(ins)), node.describe(),
+                             role=role, stateless=node.stateless,
+                             source=node if node.is_source else None)
+        edges[step] = []
+        if node.is_source:
+            sources.append(step)
+        for port, src in enumerate(ins):
+            edges[src].append(OutEdge(step, port))
+    root_step = steps[id(root)][1]
+    out = root_step
+    if sink:
+        from actors.sink import Publish
+
+        stages["sink"] = Stage("sink", functools.partial(Publish, "sink"), 1, "publish",
+                               role="sink")
+        edges["sink"] = []
+        edges[root_step].append(OutEdge("sink", 0))
+        out = "sink"
+    p = Plan(stages, edges, sources, out, explain_tree(root, steps, "sink" if sink else "out"))
+    return _fuse(p) if fuse else p
+
+
+def _partitioned(node: n.GroupApply, step: str, src: str, stages: dict[str, Stage],
+                 edges: dict[str, list[OutEdge]]) -> None:
+    from actors.merge import PartitionMerge
+
+    k = node.partitions
+    part = Partitioner(node.key, k, step)
+    factory = _b_group_apply(node, step)
+    for p in range(k):
+        pstep = f"{step}[{p}]"
+        stages[pstep] = Stage(pstep, factory, 1, f"{node.describe()} partition {p} of {k}")
+        edges[pstep] = [OutEdge(step, p)]
+        edges[src].append(OutEdge(pstep, 0, part, p))
+    stages[step] = Stage(step, functools.partial(PartitionMerge, k, name=step), k,
+                         f"merge {k} partitions")
+    edges[step] = []
+
+
+def _chain(factories: list[Factory], name: str) -> Processor:
+    from operators.chain import Chain
+
+    return Chain([f() for f in factories], name=name)
+
+
+def _fuse(p: Plan) -> Plan:
+    """Merge runs of stateless single-input operator stages into Chain stages."""
+    feeders: dict[str, list[tuple[str, OutEdge]]] = {s: [] for s in p.stages}
+    for src, es in p.edges.items():
+        for e in es:
+            feeders[e.dst].append((src, e))
+
+    def fusible(step: str) -> bool:
+        st = p.stages[step]
+        return st.role == "operator" and st.stateless and st.n_inputs == 1
+
+    head_of: dict[str, str] = {}
+    groups: dict[str, list[str]] = {}
+    for step in p.stages:
+        fed = feeders[step]
+        if fusible(step) and len(fed) == 1:
+            up, e = fed[0]
+            if fusible(up) and len(p.edges[up]) == 1 and e.partition is None:
+                head = head_of[up]
+                groups[head].append(step)
+                head_of[step] = head
+                continue
+        head_of[step] = step
+        groups[step] = [step]
+    new_id = {head: "+".join(members) for head, members in groups.items()}
+    stages: dict[str, Stage] = {}
+    edges: dict[str, list[OutEdge]] = {}
+    for head, members in groups.items():
+        sid = new_id[head]
+        first, last = p.stages[members[0]], members[-1]
+        if len(members) == 1:
+            stages[sid] = first
+        else:
+            facs = [p.stages[m].factory for m in members]
+            stages[sid] = Stage(sid, functools.partial(_chain, facs, sid), 1,
+                                " → ".join(p.stages[m].describe for m in members),
+                                stateless=True)
+        edges[sid] = [OutEdge(new_id[e.dst], e.port, e.partition, e.index)
+                      for e in p.edges[last]]
+    return Plan(stages, edges, [new_id[s] for s in p.sources], new_id[p.sink], p.logical)
+
+
+# -- group_apply sub-queries --------------------------------------------------------------------
+def subquery_factory(sub: n.Node, step: str) -> Factory:
+    """A factory of one single-input processor running the sub-query under ``sub`` (whose only
+    source is the group's input): a Chain for a linear sub-query, else an in-process DAG."""
+    subplan = plan(sub, sink=False)
+    for s in subplan.sources:
+        if not isinstance(subplan.stages[s].source, n.GroupInput):
+            raise ValueError(
+                f"{step}: the group_apply sub-query reads another source "
+                f"({subplan.stages[s].describe}); a sub-query may only read the group it is "
+                f"given (join with other streams outside group_apply)"
+            )
+    if len(subplan.sources) != 1:
+        raise ValueError(f"{step}: the group_apply sub-query must read its group input once")
+    ops = [s for s in subplan.stages.values() if s.role == "operator"]
+    linear = all(s.n_inputs == 1 and len(subplan.edges[s.step]) <= 1
+                 for s in subplan.stages.values())
+    if linear and not ops:
+        return _b_passthrough(n.GroupInput(inputs=()), step)
+    if linear:
+        return functools.partial(_chain, [s.factory for s in ops], f"{step}/sub")
+    from .inline import DagProcessor
+
+    return functools.partial(DagProcessor, subplan, f"{step}/sub")

@@ -1,0 +1,193 @@
+"""``Query``: the handle of a query running on Ray, from the driver that deployed it or any
+other driver connected to the cluster (:func:`attach`).
+
+Every call goes to the actors' ``control`` concurrency group, so it is answered while data
+flows. A ``Query`` is a driver-side object: it refuses to be pickled; another process gets its
+own handle with ``topology.attach(name)``.
+
+    q = stream.deploy("meter-avg")
+    q.stats()["where#1"]["events_in"]     # per step: events in/out, CTI, state size, ...
+    q.snapshot()                          # output CHT rows alive at the output CTI
+    for msg in q.subscribe(): ...         # alive events, then the live output
+    q.stop()
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from actors.wire import decode
+from operators.errors import OperatorError
+from operators.events import Message
+
+from .deploy import FETCH_WAIT_S, NAMESPACE, actor_name, ensure_ray, unsubscribe
+
+
+class Query:
+    """A running query: per-step actor handles (``steps``), and its sink."""
+
+    def __init__(self, name: str, handles: dict[str, Any], *, sink: str = "sink",
+                 explain: str = "", feeders: list[threading.Thread] | None = None,
+                 stop_event: threading.Event | None = None, feed_errors: list[str] | None = None,
+                 subscriptions: list[tuple[str, str]] | None = None) -> None:
+        self.name = name
+        self.handles = dict(handles)
+        self.sink_step = sink
+        self._explain = explain
+        self._feeders = feeders or []
+        self._stop = stop_event or threading.Event()
+        self._feed_errors = feed_errors if feed_errors is not None else []
+        self._subscriptions = subscriptions or []
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            f"a Query handle belongs to the driver that made it; in another process use "
+            f"topology.attach({self.name!r})"
+        )
+
+    def __repr__(self) -> str:
+        return f"<Query {self.name!r}: {len(self.handles)} actors>"
+
+    @property
+    def steps(self) -> list[str]:
+        """The step ids, one actor each."""
+        return list(self.handles)
+
+    @property
+    def _sink(self) -> Any:
+        return self.handles[self.sink_step]
+
+    def explain(self) -> str:
+        return self._explain
+
+    # -- inspection -------------------------------------------------------------------------
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Per step: ``events_in``, ``events_out``, ``batches_in``/``out``, ``cti`` (the output
+        CTI), ``state_size``, ``late``, ``dead_letters``, ``in_flight``, ``finished``,
+        ``error`` (sources add their ingress counters under ``source``)."""
+        import ray
+
+        refs = {step: h.stats.remote() for step, h in self.handles.items()}
+        return {step: ray.get(ref) for step, ref in refs.items()}
+
+    def snapshot(self) -> list[tuple[int, int, Any]]:
+        """The output CHT as ``(start, end, payload)`` rows: every row alive at the current
+        output CTI (end ≥ CTI), plus the final rows when deployed with ``history=True``."""
+        import ray
+
+        return ray.get(self._sink.rows.remote())  # type: ignore[no-any-return]
+
+    def late(self) -> list[Any]:
+        """The late events of every source (dropped or adjusted by its AdvanceTime policy)."""
+        return self._records("late")
+
+    def dead_letters(self) -> list[Any]:
+        """Every input that could not be processed, with the reason."""
+        return self._records("dead_letters")
+
+    def _records(self, kind: str) -> list[Any]:
+        import ray
+
+        refs = [h.records.remote(kind) for h in self.handles.values()]
+        return [r for rs in ray.get(refs) for r in rs]
+
+    def error(self) -> str | None:
+        """The first failure in the query, naming its step, or None."""
+        for s in self.stats().values():
+            if s["error"]:
+                return str(s["error"])
+        return self._feed_errors[0] if self._feed_errors else None
+
+    # -- output -------------------------------------------------------------------------------
+    def subscribe(self, snapshot: bool = True,
+                  timeout_s: float | None = None) -> Iterator[Message]:
+        """An iterator of output messages: with ``snapshot``, first the events alive at the
+        current output CTI (Inserts, then that CTI), then the live stream. It ends when the
+        query's input ends, or after ``timeout_s`` seconds without output."""
+        import ray
+
+        sink = self._sink
+        pull = ray.get(sink.open_pull.remote(snapshot))
+
+        def messages() -> Iterator[Message]:
+            quiet_since = time.monotonic()
+            try:
+                while True:
+                    blob, finished, error = ray.get(sink.fetch.remote(pull, FETCH_WAIT_S))
+                    msgs = decode(blob)
+                    yield from msgs
+                    if error is not None:
+                        raise OperatorError(f"query {self.name!r} failed in {error}")
+                    if finished:
+                        return
+                    now = time.monotonic()
+                    if msgs:
+                        quiet_since = now
+                    elif timeout_s is not None and now - quiet_since > timeout_s:
+                        return
+            finally:
+                try:
+                    sink.close_pull.remote(pull)
+                except Exception:  # the query was stopped meanwhile
+                    pass
+
+        return messages()
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Wait until the query's input has ended and its output is complete (True), or
+        ``timeout_s`` passed (False). Raises the query's error, naming the step."""
+        import ray
+
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            s = ray.get(self._sink.stats.remote())
+            if s["error"]:
+                raise OperatorError(f"query {self.name!r} failed in {s['error']}")
+            if self._feed_errors:
+                raise OperatorError(f"query {self.name!r}: {self._feed_errors[0]}")
+            if s["finished"]:
+                return True
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        """Stop the query: detach it from the queries it reads, stop feeding, kill its actors.
+        Queries composed onto this one keep running (they just receive nothing more)."""
+        import ray
+
+        self._stop.set()
+        unsubscribe(self._subscriptions)
+        try:
+            info = ray.get(self._sink.manifest.remote())
+            unsubscribe([tuple(s) for s in info.get("subscriptions", ())])  # type: ignore[misc]
+        except Exception:  # the sink is gone already
+            pass
+        for h in self.handles.values():
+            try:
+                ray.kill(h)
+            except Exception:
+                pass
+        self.handles = {}
+
+
+def attach(name: str, address: str | None = None) -> Query:
+    """The handle of the running query ``name``, from any driver connected to the cluster."""
+    import ray
+
+    ensure_ray(address or "auto")
+    try:
+        sink = ray.get_actor(actor_name(name, "sink"), namespace=NAMESPACE)
+    except ValueError:
+        from .deploy import list_queries
+
+        raise ValueError(f"attach({name!r}): no running query has this name (running: "
+                         f"{', '.join(list_queries()) or 'none'})") from None
+    info = ray.get(sink.manifest.remote())
+    handles = {step: ray.get_actor(actor, namespace=NAMESPACE)
+               for step, actor in info["actors"].items()}
+    return Query(name, handles, sink=info.get("sink", "sink"), explain=info.get("explain", ""),
+                 subscriptions=[tuple(s) for s in info.get("subscriptions", ())])  # type: ignore

@@ -1,0 +1,248 @@
+"""``Stream``: the immutable fluent builder of cedar queries (SPEC §4, §7).
+
+A ``Stream`` wraps one node of a logical query tree (:mod:`topology.nodes`); every method
+returns a new ``Stream`` and never changes the one it is called on, so a stream can be reused
+as the input of several queries. Nothing runs until :meth:`Stream.collect` (run to the end,
+return the output messages) or :meth:`Stream.deploy` (a live query on Ray, see
+:class:`topology.query.Query`).
+
+    >>> from operators.events import Insert, Cti
+    >>> from operators.aggregates import Count
+    >>> s = Stream.from_events([Insert(i, i, i + 1, i) for i in range(6)] + [Cti(6)])
+    >>> q = s.where(lambda p: p % 2 == 0).tumbling_window(3).aggregate(Count())
+    >>> print(q.explain(stages=False))  # doctest: +ELLIPSIS
+    sink
+    └── tumbling.aggregate#2  tumbling.aggregate(HoppingWindow(size=3, hop=3, ...), Count...)
+        └── where#1  where(<lambda>)
+            └── from_events#0  from_events(7 messages)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from operators import windows as w
+from operators.events import Message
+
+from . import nodes as n
+
+if TYPE_CHECKING:
+    from .planner import Plan
+    from .query import Query
+
+RUNTIMES = ("ray", "inline")
+
+
+class Stream:
+    """An immutable handle on a logical query; every method returns a new Stream."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: n.Node) -> None:
+        object.__setattr__(self, "_node", node)
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise AttributeError("Stream is immutable: every method returns a new Stream")
+
+    def _then(self, node_type: type[n.Node], *others: Stream, **kw: Any) -> Stream:
+        for o in others:
+            if not isinstance(o, Stream):
+                raise TypeError(f"{node_type.verb}: expected a Stream, got {o!r}")
+        return Stream(node_type(inputs=(self._node,) + tuple(o._node for o in others), **kw))
+
+    def __repr__(self) -> str:
+        return f"<Stream {self._node.describe()}>"
+
+    # -- sources ----------------------------------------------------------------------------
+    @staticmethod
+    def from_events(messages: Iterable[Message], name: str | None = None) -> Stream:
+        """Replay a physical stream (Insert / Retract / Cti messages). A message that breaks a
+        rule of SPEC §2 is not processed: it goes to the query's dead letters."""
+        return Stream(n.FromEvents(inputs=(), messages=tuple(messages), name=name))
+
+    @staticmethod
+    def from_rows(rows: Iterable[Any], start: Any, end: Any = None, shape: str = "point",
+                  id: Any = None, advance: Any = None, name: str | None = None) -> Stream:
+        """Ingest plain rows (dicts) as events of ``shape`` with
+        :class:`operators.ingress.Ingress`: ``start``/``end``/``id`` are column names or
+        functions of a row, ``advance`` an :class:`operators.ingress.AdvanceTime` (default:
+        CTIs only at the end of input). ``rows`` may be any iterable, e.g. a generator that
+        yields rows as they arrive (it is consumed once)."""
+        from operators.ingress import Ingress
+
+        opts: dict[str, Any] = {"start": start, "end": end, "shape": shape, "id": id}
+        if advance is not None:
+            opts["advance"] = advance
+        Ingress(**opts)  # check the configuration now, where the mistake was made
+        return Stream(n.FromRows(inputs=(), rows=rows, start=start, end=end, shape=shape,
+                                 id=id, advance=advance, name=name))
+
+    @staticmethod
+    def published(query: str, name: str | None = None) -> Stream:
+        """The output of the running query ``query`` (deployed with :meth:`deploy`): first
+        every event still alive at its current CTI, then its live stream."""
+        return Stream(n.Published(inputs=(), query=query, name=name))
+
+    # -- span operators ---------------------------------------------------------------------
+    def where(self, pred: Callable[[Any], bool], name: str | None = None) -> Stream:
+        """Keep the events whose payload satisfies ``pred``; lifetimes unchanged."""
+        return self._then(n.Where, pred=pred, name=name)
+
+    def select(self, fn: Callable[[Any], Any], name: str | None = None) -> Stream:
+        """Map every payload through ``fn``; lifetimes unchanged."""
+        return self._then(n.Select, fn=fn, name=name)
+
+    def alter_lifetime(self, start: Callable[[int], int] | None = None,
+                       duration: Any = None, name: str | None = None) -> Stream:
+        """New lifetimes: start ``start(s)``, end ``s' + duration`` (an int or a function
+        ``(s, e) -> ticks``); see :mod:`operators.alter_lifetime`."""
+        return self._then(n.AlterLifetime, start=start, duration=duration, name=name)
+
+    def shift(self, delta: int, name: str | None = None) -> Stream:
+        """Move every lifetime ``delta`` ticks (∞ stays ∞)."""
+        return self._then(n.Shift, delta=delta, name=name)
+
+    def to_points(self, name: str | None = None) -> Stream:
+        """Every event becomes the point ``[start, start + 1)``."""
+        return self._then(n.ToPoints, name=name)
+
+    def clip_duration(self, limit: int, name: str | None = None) -> Stream:
+        """Lifetimes longer than ``limit`` ticks are cut to ``[start, start + limit)``."""
+        return self._then(n.ClipDuration, limit=limit, name=name)
+
+    # -- windows ----------------------------------------------------------------------------
+    def window(self, spec: w.WindowSpec, clip: str | None = None,
+               output: str | None = None) -> WindowedStream:
+        """Divide the time axis by ``spec`` (:mod:`operators.windows`); then ``.aggregate``
+        or ``.apply``."""
+        return WindowedStream(self, spec, clip, output)
+
+    def hopping_window(self, size: int, hop: int, alignment: int = 0, clip: str | None = None,
+                       output: str | None = None) -> WindowedStream:
+        """Windows ``[alignment + k·hop, alignment + k·hop + size)``."""
+        return self.window(w.hopping_window(size, hop, alignment), clip, output)
+
+    def tumbling_window(self, size: int, alignment: int = 0, clip: str | None = None,
+                        output: str | None = None) -> WindowedStream:
+        """Windows ``[alignment + k·size, alignment + (k + 1)·size)``."""
+        return self.window(w.tumbling_window(size, alignment), clip, output)
+
+    def snapshot_window(self, clip: str | None = None,
+                        output: str | None = None) -> WindowedStream:
+        """Windows between consecutive distinct event endpoints."""
+        return self.window(w.snapshot_window(), clip, output)
+
+    def count_window(self, n_starts: int, by: str = "start", clip: str | None = None,
+                     output: str | None = None) -> WindowedStream:
+        """Windows over ``n_starts`` consecutive distinct start (or end) times."""
+        return self.window(w.count_window(n_starts, by), clip, output)  # type: ignore[arg-type]
+
+    # -- multi-input ------------------------------------------------------------------------
+    def join(self, other: Stream, on: tuple[Any, Any] | None = None,
+             select: Callable[[Any, Any], Any] | None = None,
+             name: str | None = None) -> Stream:
+        """Pairs with equal keys (``on=(left_key, right_key)``; None: every pair) whose
+        lifetimes overlap, over the intersection; payload ``select(l, r)``."""
+        return self._then(n.Join, other, on=on, select=select, name=name)
+
+    def anti_join(self, other: Stream, on: tuple[Any, Any] | None = None,
+                  name: str | None = None) -> Stream:
+        """The parts of each left lifetime during which no matching right event is alive."""
+        return self._then(n.AntiJoin, other, on=on, name=name)
+
+    def left_join(self, other: Stream, on: tuple[Any, Any] | None = None,
+                  select: Callable[[Any, Any], Any] | None = None, default: Any = None,
+                  name: str | None = None) -> Stream:
+        """The join, plus the unmatched parts of left lifetimes paired with ``default``."""
+        return self._then(n.LeftJoin, other, on=on, select=select, default=default, name=name)
+
+    def union(self, *others: Stream, name: str | None = None) -> Stream:
+        """All events of every input; the CTI is the minimum of the inputs' CTIs."""
+        return self._then(n.Union, *others, name=name)
+
+    def group_apply(self, key: Callable[[Any], Any], fn: Callable[[Stream], Stream],
+                    partitions: int = 1, name: str | None = None) -> Stream:
+        """Run ``fn`` on the events of each key separately; payloads become
+        ``(key, payload)``. ``partitions=N`` spreads the keys over N actors by hash."""
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise ValueError(f"group_apply: partitions must be an int >= 1, got {partitions!r}")
+        sub = fn(Stream(n.GroupInput(inputs=())))
+        if not isinstance(sub, Stream):
+            raise TypeError(f"group_apply: the sub-query function must return a Stream, "
+                            f"got {sub!r}")
+        return self._then(n.GroupApply, key=key, sub=sub._node, partitions=partitions,
+                          name=name)
+
+    # -- planning and running ---------------------------------------------------------------
+    def plan(self, fuse: bool = False) -> Plan:
+        """The stages this query runs as (:mod:`topology.planner`)."""
+        from .planner import plan
+
+        return plan(self._node, fuse=fuse)
+
+    def explain(self, fuse: bool = False, stages: bool = True) -> str:
+        """The logical plan (step ids and arguments), and with ``stages`` the physical one."""
+        from .planner import assign_steps, explain_tree
+
+        if stages:
+            return self.plan(fuse).explain()
+        return explain_tree(self._node, assign_steps(self._node))
+
+    def collect(self, runtime: str = "ray", *, fuse: bool = False,
+                batch_size: int | None = None, **options: Any) -> list[Message]:
+        """Run the query to the end of its sources and return the output messages.
+
+        ``runtime="ray"`` connects to Ray (or starts a local instance), deploys one actor per
+        stage, feeds the sources, drains and tears the actors down; ``runtime="inline"`` runs
+        the same plan in this process. ``options`` go to the Ray runtime
+        (:func:`topology.deploy.deploy_plan`).
+        """
+        if runtime not in RUNTIMES:
+            raise ValueError(f"collect(runtime={runtime!r}): use one of {RUNTIMES}")
+        p = self.plan(fuse)
+        if runtime == "inline":
+            from .inline import DEFAULT_BATCH, run_inline
+
+            return run_inline(p, batch_size or DEFAULT_BATCH)
+        from .deploy import collect_plan
+
+        if batch_size is not None:
+            options["batch_size"] = batch_size
+        return collect_plan(p, **options)
+
+    def deploy(self, name: str, *, fuse: bool = False, **options: Any) -> Query:
+        """Start the query on Ray under ``name`` and return its live :class:`Query` handle;
+        the sources are fed in the background."""
+        from .deploy import deploy_plan
+
+        return deploy_plan(self.plan(fuse), name, **options)
+
+
+@dataclass(frozen=True)
+class WindowedStream:
+    """A stream divided into windows; ``aggregate`` or ``apply`` a UDM per window."""
+
+    stream: Stream
+    spec: w.WindowSpec
+    clip: str | None = None
+    output: str | None = None
+
+    def _window(self, udm: Any, kind: str, name: str | None, on_error: str) -> Stream:
+        return self.stream._then(n.Window, spec=self.spec, udm=udm, kind=kind, clip=self.clip,
+                                 output=self.output, on_error=on_error, name=name)
+
+    def aggregate(self, udm: Any, name: str | None = None, on_error: str = "raise") -> Stream:
+        """One result per non-empty window: payload ``udm``'s result (an Aggregate, an
+        IncrementalAggregate, a registered name or a function of the payload list)."""
+        return self._window(udm, "aggregate", name, on_error)
+
+    def apply(self, udo: Any, name: str | None = None, on_error: str = "raise") -> Stream:
+        """Zero or more events per window: one per payload ``udo`` returns."""
+        return self._window(udo, "apply", name, on_error)
+
+
+def from_events(messages: Sequence[Message]) -> Stream:
+    """Shorthand for :meth:`Stream.from_events`."""
+    return Stream.from_events(messages)
