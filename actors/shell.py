@@ -29,6 +29,7 @@ which the data path never holds while it waits on a downstream actor.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import traceback
@@ -414,7 +415,8 @@ class OperatorShell:
             proc = self.proc
             in_flight = sum(len(t.inflight) for t in self.targets)
             s: dict[str, Any] = dict(
-                step=self.step, operator=self.describe, **self.counts, cti=self.out_cti,
+                step=self.step, operator=self.describe, pid=os.getpid(), **self.counts,
+                cti=self.out_cti,
                 state_size=proc.state_size() if proc is not None else 0,
                 late=len(getattr(proc, "late", ()) or ()),
                 dead_letters=len(getattr(proc, "dead_letters", ()) or ()),
