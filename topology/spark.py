@@ -419,9 +419,9 @@ def cht_to_arrow(rows: Iterable[tuple[int, int, Any]],
                             f"turn messages into rows with operators.cht.to_cht") from None
         fields: dict[str, Any] = {}
         _flatten(payload, fields)
-        for reserved in ("start", "end"):
-            if reserved in fields:
-                fields[f"payload_{reserved}"] = fields.pop(reserved)
+        if "start" in fields or "end" in fields:
+            fields = {f"payload_{k}" if k in ("start", "end") else k: v
+                      for k, v in fields.items()}
         for k in fields:
             names.setdefault(k, None)
         flat.append(fields)
