@@ -221,12 +221,13 @@ class CountWindowOperator(Processor):
         return rec
 
     def _starts_around(self, key: int) -> Iterable[int]:
-        """The starts of the windows that could hold ``key``: the ``n - 1`` distinct times
-        before it, and ``key`` itself when it is a distinct time."""
+        """The starts of the complete windows that could hold ``key``: those among the
+        ``n - 1`` distinct times before it, and ``key`` itself when it is a distinct time
+        (the window at index k is complete when k + n - 1 < the number of distinct times)."""
         times = self.times
         i = times.bisect_left(key)
         hi = i + 1 if i < len(times) and times[i] == key else i
-        return times.islice(max(0, i - self.n + 1), hi)
+        return times.islice(max(0, i - self.n + 1), max(0, min(hi, len(times) - self.n + 1)))
 
     def _last_of(self, start: int) -> int | None:
         """The last distinct time of the window starting at ``start``; None when there is no
