@@ -1,0 +1,87 @@
+"""``left_join(other, on=..., select=fn, default=None)``: the temporal left outer join.
+
+Where a left event overlaps matching right events, the output is the join's: one event per
+pair over the intersection with payload ``select(l, r)``. Where, during its lifetime, no
+matching right event is alive, the left event is output with payload ``select(l, default)``
+(with the default ``select``, the tuple ``(l, default)``)::
+
+    left    a: [0 ─────────────────── 20)
+    right   b:        [5 ──── 9)
+    output  (a, None): [0 ─ 5)  (a, b): [5 ─ 9)  (a, None): [9 ─── 20)
+
+    >>> from operators.events import Insert
+    >>> from operators.cht import to_cht
+    >>> lj = LeftJoin()
+    >>> out = lj.process([Insert("a", 0, 20, "a")], 0) + lj.process([Insert("b", 5, 9, "b")], 1)
+    >>> to_cht(out)
+    [(0, 5, ('a', None)), (5, 9, ('a', 'b')), (9, 20, ('a', None))]
+
+It is the composition ``union(join(l, r), select(anti_join(l, r), lambda l: select(l,
+default)))``, run as one operator: both inputs feed a :class:`~operators.join.Join` and an
+:class:`~operators.anti_join.AntiJoin`; their outputs meet in a :class:`~operators.union.Union`,
+so output ids are ``(0, join id)`` for matched and ``(1, fragment id)`` for unmatched parts,
+and the output CTI is ``min(left CTI, right CTI)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .anti_join import AntiJoin
+from .base import Processor
+from .events import Message
+from .join import Join
+from .select import Select
+from .union import Union
+
+
+class LeftJoin(Processor):
+    """Input 0 (left) outer-joined with input 1 (right); see the module docstring."""
+
+    n_inputs = 2
+
+    def __init__(self, on: Any = None, select: Callable[[Any, Any], Any] | None = None,
+                 default: Any = None, name: str | None = None) -> None:
+        super().__init__(name)
+        if select is not None and not callable(select):
+            raise TypeError(f"left_join: select must be a function (left, right) -> payload, "
+                            f"got {select!r}")
+        fn = select if select is not None else _pair
+        self.join = Join(on, fn, name=f"{self.name}.join")
+        self.anti = AntiJoin(on, name=f"{self.name}.anti_join")
+        self.unmatched = Select(lambda l: fn(l, default), name=f"{self.name}.unmatched")
+        self.union = Union(2, name=f"{self.name}.union")
+        self.parts: tuple[Processor, ...] = (self.join, self.anti, self.unmatched, self.union)
+
+    def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
+        if port not in (0, 1):
+            raise ValueError(f"left_join {self.name!r} has inputs 0 (left) and 1 (right), got "
+                             f"a batch for input {port}")
+        msgs = list(batch)
+        matched = self.join.process(msgs, port)
+        unmatched = self.unmatched.process(self.anti.process(msgs, port))
+        out = self.union.process(matched, 0)
+        out.extend(self.union.process(unmatched, 1))
+        self.out_cti = max(self.out_cti, self.union.out_cti)
+        return out
+
+    def state_size(self) -> int:
+        """The join's and the anti-join's state."""
+        return self.join.state_size() + self.anti.state_size()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"parts": [p.snapshot() for p in self.parts], "out_cti": self.out_cti}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        for part, s in zip(self.parts, state["parts"], strict=True):
+            part.restore(s)
+        self.out_cti = state["out_cti"]
+
+    def _check(self) -> None:
+        for part in self.parts:
+            part._check()
+
+
+def _pair(left: Any, right: Any) -> tuple[Any, Any]:
+    return (left, right)
