@@ -326,25 +326,29 @@ class CountWindowOperator(Processor):
             left, joined = self._changes(start, last, last, delta)
             if not left and not joined:
                 return []
+        # from the deltas when the UDM keeps a state (by start, a time-sensitive state needs
+        # the same window end: every clipped lifetime depends on it)
+        by_delta = (self.incremental and rec is not None and rec.ok
+                    and (stay or not self.clip_needs_end))
+        if by_delta and not stay:
+            left, joined = self._changes(start, rec.last, last, delta)  # type: ignore[union-attr]
+        members = None if by_delta else self._members(start, last)
         state = None
         try:
-            if self.incremental:
-                if rec is not None and rec.ok and (stay or not self.clip_needs_end):
-                    if not stay:
-                        left, joined = self._changes(start, rec.last, last, delta)
-                    state = rec.state
-                    if left:
-                        state = udm.remove(state, left)  # type: ignore[attr-defined]
-                    if joined:
-                        state = udm.add(state, joined)  # type: ignore[attr-defined]
-                else:
-                    state = udm.add(udm.initial_state(),  # type: ignore[attr-defined]
-                                    self._members(start, last))
+            if by_delta:
+                state = rec.state  # type: ignore[union-attr]
+                if left:
+                    state = udm.remove(state, left)  # type: ignore[attr-defined]
+                if joined:
+                    state = udm.add(state, joined)  # type: ignore[attr-defined]
+                result = udm.window_result(state, window)  # type: ignore[attr-defined]
+            elif self.incremental:
+                state = udm.add(udm.initial_state(), members)  # type: ignore[attr-defined]
                 result = udm.window_result(state, window)  # type: ignore[attr-defined]
             elif self.time_sensitive:
-                result = udm.compute(self._members(start, last), window)  # type: ignore
+                result = udm.compute(members, window)  # type: ignore[call-arg]
             else:
-                result = udm.compute(self._members(start, last))  # type: ignore[attr-defined]
+                result = udm.compute(members)  # type: ignore[attr-defined]
             payloads = self._payloads(result)
         except Exception as exc:  # noqa: BLE001 -- a UDM may raise anything
             return self._failed(start, window, rec, exc, trigger)

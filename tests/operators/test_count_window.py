@@ -210,7 +210,7 @@ def test_count_window_without_edges(stream, data):
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@settings(max_examples=max(10, EXAMPLES // 10), deadline=None)
+@settings(max_examples=max(5, EXAMPLES // 20), deadline=None)
 @given(stream=STREAMS)
 def test_builder_query_matches_reference(case, stream):
     stream_cls = getattr(importlib.import_module("topology"), "Stream", None)
