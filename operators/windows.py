@@ -106,3 +106,6 @@ def check_policies(spec: WindowSpec, clip: str, output: str) -> None:
         raise ValueError("output='compressed' applies to hopping and tumbling windows only")
     if isinstance(spec, CountWindow) and output not in ("point_end",):
         raise ValueError(f"count windows only support output='point_end', got {output!r}")
+    if isinstance(spec, CountWindow) and clip != "full":
+        raise ValueError(f"count windows always clip fully; clip={clip!r} cannot apply "
+                         f"(leave clip out or pass clip='full')")
