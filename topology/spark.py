@@ -66,6 +66,10 @@ _TICKS_PER_DAY = 86_400 * TICKS_PER_SECOND
 _ARROW_UNITS = {"s": TICKS_PER_SECOND, "ms": 1_000, "us": 1, "ns": -1_000}
 #: The Arrow type of the ``start``/``end`` columns of every sink.
 TIME_TYPE = pa.timestamp("us", tz="UTC")
+#: The default AdvanceTime (immutable): CTIs only at the end of input and from idle timeouts.
+_NO_ADVANCE = AdvanceTime()
+#: Text formats write timestamps to the millisecond unless told otherwise; ticks are µs.
+_TEXT_TIMESTAMPS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
 _WRITE_MODES = ("error", "errorifexists", "overwrite", "append", "ignore")
 
 
@@ -151,14 +155,14 @@ def _check_columns(df: Any, what: str, **specs: Any) -> None:
                              f"columns are {sorted(columns)}")
 
 
-def _frame_to_arrow(df: "DataFrame") -> pa.Table:
+def _frame_to_arrow(df: DataFrame) -> pa.Table:
     if hasattr(df, "toArrow"):  # PySpark >= 4
         return df.toArrow()
     return pa.Table.from_batches(df._collect_as_arrow())  # PySpark 3.x
 
 
 def spark_row_batches(
-    df: "DataFrame", start: Any, end: Any = None, batch_rows: int = DEFAULT_BATCH_ROWS
+    df: DataFrame, start: Any, end: Any = None, batch_rows: int = DEFAULT_BATCH_ROWS
 ) -> Iterator[list[dict[str, Any]]]:
     """The rows of a batch DataFrame, read through Arrow, as lists of at most ``batch_rows``
     row dicts, with the ``start``/``end`` time columns converted to ticks (see
@@ -178,12 +182,12 @@ def spark_row_batches(
 
 
 def ingest_spark(
-    df: "DataFrame",
+    df: DataFrame,
     start: Any,
     end: Any = None,
     shape: str = "point",
     id: Any = None,
-    advance: AdvanceTime = AdvanceTime(),
+    advance: AdvanceTime = _NO_ADVANCE,
     name: str = "spark",
     batch_rows: int = DEFAULT_BATCH_ROWS,
 ) -> tuple[list[Message], Ingress]:
@@ -226,12 +230,12 @@ class SparkStreamFeeder:
 
     def __init__(
         self,
-        df: "DataFrame",
+        df: DataFrame,
         start: Any,
         end: Any = None,
         shape: str = "point",
         id: Any = None,
-        advance: AdvanceTime = AdvanceTime(),
+        advance: AdvanceTime = _NO_ADVANCE,
         name: str = "spark",
         on_messages: Callable[[list[Message]], Any] | None = None,
         checkpoint_location: str | None = None,
@@ -254,7 +258,7 @@ class SparkStreamFeeder:
         self.replayed = 0
         #: Every message emitted, when no ``on_messages`` callback is given.
         self.messages: list[Message] = []
-        self.query: "StreamingQuery | None" = None
+        self.query: StreamingQuery | None = None
         if checkpoint_location is not None:
             self._load_state()
 
@@ -277,7 +281,7 @@ class SparkStreamFeeder:
         _atomic_write_bytes(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
 
     # -- the micro-batch function -----------------------------------------------------------
-    def process_batch(self, batch_df: "DataFrame", batch_id: int) -> None:
+    def process_batch(self, batch_df: DataFrame, batch_id: int) -> None:
         """The ``foreachBatch`` function: ingest one micro-batch unless it is a replay."""
         if batch_id <= self.last_batch_id:
             self.replayed += 1
@@ -304,7 +308,7 @@ class SparkStreamFeeder:
 
     # -- driving the query --------------------------------------------------------------------
     def start(self, trigger: dict[str, Any] | None = None,
-              query_name: str | None = None) -> "StreamingQuery":
+              query_name: str | None = None) -> StreamingQuery:
         """Start the Spark streaming query; ``trigger`` is passed to
         ``DataStreamWriter.trigger`` (e.g. ``{"availableNow": True}``,
         ``{"processingTime": "1 second"}``)."""
@@ -351,7 +355,7 @@ class SparkStreamFeeder:
             self._save_state()
         return out
 
-    def _running(self) -> "StreamingQuery":
+    def _running(self) -> StreamingQuery:
         if self.query is None:
             raise RuntimeError("SparkStreamFeeder: call start() first")
         return self.query
@@ -453,7 +457,7 @@ def _as_rows(rows_or_messages: Iterable[Any]) -> list[tuple[int, int, Any]]:
     return items
 
 
-def to_spark(spark: "SparkSession", rows_or_messages: Iterable[Any]) -> "DataFrame":
+def to_spark(spark: SparkSession, rows_or_messages: Iterable[Any]) -> DataFrame:
     """A result as a Spark DataFrame: CHT rows, or a physical stream (turned into its CHT
     with :func:`operators.cht.to_cht`), converted by :func:`cht_to_arrow` (``start``/``end``
     timestamps, null for ∞, plus the payload's fields) and handed to Spark as Arrow."""
@@ -461,7 +465,7 @@ def to_spark(spark: "SparkSession", rows_or_messages: Iterable[Any]) -> "DataFra
 
 
 def write(
-    spark: "SparkSession",
+    spark: SparkSession,
     rows_or_messages: Iterable[Any],
     path: str,
     format: str = "parquet",
@@ -469,12 +473,14 @@ def write(
 ) -> None:
     """Write a result's CHT (see :func:`to_spark`) to ``path`` through Spark's writer.
 
-    ``mode`` is Spark's save mode: ``"error"`` (the default: fail if ``path`` exists),
+    Text formats (``"json"``, ``"csv"``) get timestamps with microseconds (Spark's default
+    format stops at milliseconds). ``mode`` is Spark's save mode: ``"error"`` (the default: fail if ``path`` exists),
     ``"overwrite"``, ``"append"`` or ``"ignore"``.
     """
     if mode not in _WRITE_MODES:
         raise ValueError(f"write(mode={mode!r}): mode must be one of {_WRITE_MODES}")
-    to_spark(spark, rows_or_messages).write.format(format).mode(mode).save(path)
+    (to_spark(spark, rows_or_messages).write.format(format).mode(mode)
+     .options(**_TEXT_TIMESTAMPS).save(path))
 
 
 # -- the exactly-once streaming sink ---------------------------------------------------------
@@ -532,7 +538,7 @@ class FinalRowsSink:
     :attr:`dead_letters` with a reason.
     """
 
-    def __init__(self, spark: "SparkSession | None", path: str, format: str = "parquet",
+    def __init__(self, spark: SparkSession | None, path: str, format: str = "parquet",
                  name: str = "sink") -> None:
         if format != "parquet" and spark is None:
             raise ValueError(f"FinalRowsSink(format={format!r}) writes through Spark: pass a "
@@ -685,7 +691,7 @@ class FinalRowsSink:
         assert self.spark is not None
         tmp_dir = os.path.join(self.path, f".tmp-{uuid.uuid4().hex}")
         df = self.spark.createDataFrame(cht_to_arrow(rows)).coalesce(1)
-        df.write.format(self.format).save(tmp_dir)
+        df.write.format(self.format).options(**_TEXT_TIMESTAMPS).save(tmp_dir)
         parts = sorted(p for p in os.listdir(tmp_dir) if p.startswith("part-"))
         for i, part in enumerate(parts):
             ext = part.split(".", 1)[1] if "." in part else self.format

@@ -288,3 +288,24 @@ def test_end_to_end_counts_agree_with_spark(spark, tmp_path) -> None:
     sink.end()
     assert sorted(tuple(r.values()) for r in spark.read.parquet(str(tmp_path / "final"))
                   .toArrow().to_pylist()) == sorted(got)
+
+
+@pytest.mark.spark
+def test_sink_in_another_format_writes_through_spark(spark, tmp_path) -> None:
+    # a [0, 2)  b [1, ∞)   Cti(3) -> epoch 3: a     end() -> epoch ∞: b (end null)
+    # (times in µs: the json files must keep microseconds)
+    path = str(tmp_path / "json")
+    sink = FinalRowsSink(spark, path, format="json")
+    sink.on_messages([Insert("a", 0, 2, {"v": 1}), Insert("b", 1, MAX_TIME, {"v": 2}), Cti(3)])
+    sink.end()
+    files = sorted(n for n in os.listdir(path) if not n.startswith(("_", ".")))
+    assert len(files) == 2 and all(n.startswith("epoch-") and n.endswith(".json") for n in files)
+    again = FinalRowsSink(spark, path, format="json")  # replay: nothing new, nothing removed
+    again.on_messages([Insert("a", 0, 2, {"v": 1}), Cti(3)])
+    assert sorted(n for n in os.listdir(path) if not n.startswith(("_", "."))) == files
+    back = (spark.read.schema("start timestamp, `end` timestamp, v long")
+            .option("timestampFormat", "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX").json(path))
+    assert sorted(tuple(r.values()) for r in back.toArrow().to_pylist()) == [
+        (ts(0), ts(2), 1), (ts(1), None, 2)]
+    with pytest.raises(ValueError, match="holds 'json' files"):
+        FinalRowsSink(spark, path)

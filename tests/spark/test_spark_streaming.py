@@ -25,7 +25,8 @@ SCHEMA = "ts timestamp, meter string, kwh double"
 
 
 def write_file(directory: str, name: str, seconds: list[int], first: int) -> list[dict]:
-    """One parquet file of readings; returns its rows as the Ingress will see them."""
+    """One parquet file of readings; returns its rows as the Ingress will see them. The file
+    source reads files oldest first, so each file is dated one second after the last one."""
     rows = [{"ts": to_ticks(T0) + s * S, "meter": f"m{(first + i) % 2}", "kwh": float(first + i)}
             for i, s in enumerate(seconds)]
     table = pa.table({
@@ -34,6 +35,8 @@ def write_file(directory: str, name: str, seconds: list[int], first: int) -> lis
         "meter": [r["meter"] for r in rows], "kwh": [r["kwh"] for r in rows]})
     tmp = os.path.join(directory, f".{name}")
     pq.write_table(table, tmp)
+    stamp = 1_700_000_000 + len(os.listdir(directory))
+    os.utime(tmp, (stamp, stamp))
     os.replace(tmp, os.path.join(directory, name))  # the file source must not see half a file
     return rows
 
