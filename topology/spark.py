@@ -21,6 +21,8 @@ Data crosses between Spark and cedar through Arrow, never row by row:
     '1970-01-01T00:00:00.000005+00:00'
 
 Spark is imported lazily: only the functions that take a DataFrame or a SparkSession need it.
+The builder's ``Stream.from_spark`` / ``.to_spark`` / ``.write`` are meant to call these
+functions; the sinks take a SparkSession, or ``None`` for the active one.
 """
 
 from __future__ import annotations
@@ -457,15 +459,29 @@ def _as_rows(rows_or_messages: Iterable[Any]) -> list[tuple[int, int, Any]]:
     return items
 
 
-def to_spark(spark: SparkSession, rows_or_messages: Iterable[Any]) -> DataFrame:
+def _session(spark: SparkSession | None, what: str) -> SparkSession:
+    if spark is not None:
+        return spark
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is None:
+        raise RuntimeError(f"{what}: no SparkSession given and none is active; pass one, or "
+                           f"start one with SparkSession.builder.getOrCreate()")
+    return active
+
+
+def to_spark(spark: SparkSession | None, rows_or_messages: Iterable[Any]) -> DataFrame:
     """A result as a Spark DataFrame: CHT rows, or a physical stream (turned into its CHT
     with :func:`operators.cht.to_cht`), converted by :func:`cht_to_arrow` (``start``/``end``
-    timestamps, null for ∞, plus the payload's fields) and handed to Spark as Arrow."""
-    return spark.createDataFrame(cht_to_arrow(_as_rows(rows_or_messages)))
+    timestamps, null for ∞, plus the payload's fields) and handed to Spark as Arrow.
+    ``spark=None`` uses the active SparkSession."""
+    session = _session(spark, "to_spark")
+    return session.createDataFrame(cht_to_arrow(_as_rows(rows_or_messages)))
 
 
 def write(
-    spark: SparkSession,
+    spark: SparkSession | None,
     rows_or_messages: Iterable[Any],
     path: str,
     format: str = "parquet",
@@ -532,6 +548,8 @@ class FinalRowsSink:
 
     ``format="parquet"`` is written with pyarrow (no Spark job per epoch; ``spark`` may be
     None); any other format Spark can write (``"orc"``, ``"json"``, ...) needs ``spark``.
+
+    One sink object writes to a path at a time (the commit log has a single writer).
 
     Messages that break SPEC §2 (a retraction of an unknown id or a mismatching lifetime, an
     insert behind the CTI, a CTI that goes back) are not applied: they go to

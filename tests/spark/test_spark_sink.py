@@ -309,3 +309,11 @@ def test_sink_in_another_format_writes_through_spark(spark, tmp_path) -> None:
         (ts(0), ts(2), 1), (ts(1), None, 2)]
     with pytest.raises(ValueError, match="holds 'json' files"):
         FinalRowsSink(spark, path)
+
+
+@pytest.mark.spark
+def test_the_active_session_is_used_when_none_is_given(spark) -> None:
+    df = to_spark(None, [Insert("a", 0, 2, 5), Cti(2)])
+    assert df.sparkSession is spark or df.sparkSession._jsparkSession.equals(
+        spark._jsparkSession)
+    assert df.columns == ["start", "end", "value"]
