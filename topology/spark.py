@@ -654,10 +654,16 @@ class FinalRowsSink:
                                      f"CTI {self.cti}")
         if msg.new_end == msg.start:
             del self._live[msg.id]
-            return None
-        self._seq += 1
-        row[1], row[3] = msg.new_end, self._seq
-        heapq.heappush(self._by_end, (msg.new_end, self._seq, msg.id))
+        else:
+            self._seq += 1
+            row[1], row[3] = msg.new_end, self._seq
+            heapq.heappush(self._by_end, (msg.new_end, self._seq, msg.id))
+        if len(self._by_end) > 2 * len(self._live) + 64:
+            # Stale entries of deleted or re-ended rows would stay until the CTI passes their
+            # end (never, for an end at ∞): rebuild the index, O(live) amortised over as many
+            # retractions.
+            self._by_end = [(r[1], r[3], eid) for eid, r in self._live.items()]
+            heapq.heapify(self._by_end)
         return None
 
     def _on_cti(self, msg: Cti) -> None:
@@ -745,7 +751,7 @@ class FinalRowsSink:
             assert s < e, (eid, s, e)
             assert e >= self.cti, (eid, e, self.cti)  # a row that ends before the CTI is final
             assert (e, seq, eid) in self._by_end, eid
-        assert len(self._by_end) >= len(self._live)
+        assert len(self._live) <= len(self._by_end) <= 2 * len(self._live) + 64
 
     def __repr__(self) -> str:
         return (f"<FinalRowsSink {self.path} committed={self.committed} "

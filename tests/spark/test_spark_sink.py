@@ -142,6 +142,17 @@ def test_end_writes_rows_that_end_at_the_last_cti_and_open_edges(tmp_path) -> No
     assert sink.committed == MAX_TIME
 
 
+def test_deleted_open_rows_do_not_pile_up(tmp_path) -> None:
+    # speculative output to ∞, replaced 1000 times before time moves: [0, ∞) -> deleted -> ...
+    sink = FinalRowsSink(None, str(tmp_path))
+    for i in range(1000):
+        sink.on_messages([Insert(i, 0, MAX_TIME, i), Retract(i, 0, MAX_TIME, 0, i)])
+        sink._check()
+    sink.on_messages([Insert("last", 0, 5, 7), Cti(6)])
+    assert sink.state_size() == 0 and len(sink._by_end) <= 64
+    assert read_rows(str(tmp_path)) == [(0, 5, 7)]
+
+
 def test_bad_messages_go_to_dead_letters(tmp_path) -> None:
     sink = FinalRowsSink(None, str(tmp_path))
     sink.on_messages([Insert("a", 5, 9, 1), Cti(6), Insert("b", 2, 3, 2),
