@@ -95,6 +95,10 @@ class DagProcessor(Processor):
 
 def chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
     """Consecutive lists of at most ``size`` items."""
+    if isinstance(items, (list, tuple)):
+        for i in range(0, len(items), size):
+            yield list(items[i:i + size])
+        return
     buf: list[Any] = []
     for item in items:
         buf.append(item)

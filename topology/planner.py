@@ -297,7 +297,9 @@ def _partitioned(node: n.GroupApply, step: str, src: str, stages: dict[str, Stag
     from actors.merge import PartitionMerge
 
     k = node.partitions
-    part = Partitioner(node.key, k, step)
+    from operators.udm import field_getter
+
+    part = Partitioner(field_getter(node.key), k, step)
     factory = _b_group_apply(node, step)
     for p in range(k):
         pstep = f"{step}[{p}]"

@@ -1,0 +1,83 @@
+"""The Ray runtime's overhead: the same queries with ``collect(runtime="inline")`` and on Ray.
+
+Every operator of the Ray plan is its own actor, so the ratio measures what batching,
+serialization, actor calls and backpressure cost against running the same pure operators in
+one process. Each Ray query runs once to warm the actor pool, then is timed (deploy, feed,
+drain, teardown included).
+
+    python benchmarks/runtime_overhead.py                 # 200k events, both queries
+    python benchmarks/runtime_overhead.py --events 1000000 --batch-size 8192
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any, Callable
+
+from operators.aggregates import Count
+from operators.cht import check_equivalent
+from operators.events import Cti, Insert, Message
+from topology import Stream
+
+
+def readings(n: int, cti_every: int) -> list[Message]:
+    """Point events ``{"k": meter, "v": value}`` at t = 0, 1, 2, ... with a CTI every
+    ``cti_every`` events."""
+    out: list[Message] = []
+    for i in range(n):
+        out.append(Insert(i, i, i + 1, {"k": i % 10, "v": i % 7}))
+        if i % cti_every == cti_every - 1:
+            out.append(Cti(i + 1))
+    out.append(Cti(n + 1))
+    return out
+
+
+QUERIES: dict[str, Callable[[Stream], Stream]] = {
+    # three stateless span operators: the runtime's cost dominates
+    "span": lambda s: s.where(lambda p: p["v"] != 3).select(lambda p: p["v"]).shift(5),
+    # a filter and a stateful window
+    "window": lambda s: s.where(lambda p: p["v"] != 3).tumbling_window(100).aggregate(Count()),
+}
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--cti-every", type=int, default=1_000)
+    ap.add_argument("--batch-size", type=int, default=4096)
+    ap.add_argument("--max-in-flight", type=int, default=8)
+    ap.add_argument("--query", choices=sorted(QUERIES), action="append")
+    args = ap.parse_args()
+
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, namespace="cedar",
+             logging_level="ERROR")
+    msgs = readings(args.events, args.cti_every)
+    print(f"{args.events:,} events (+{len(msgs) - args.events:,} CTIs), "
+          f"batch {args.batch_size}, {args.max_in_flight} in flight per edge")
+    print(f"{'query':<8} {'actors':>6} {'inline ev/s':>13} {'ray ev/s':>13} {'inline/ray':>11}")
+    for name in args.query or sorted(QUERIES):
+        query = QUERIES[name](Stream.from_events(msgs))
+        opts = dict(batch_size=args.batch_size, max_in_flight=args.max_in_flight)
+        t_inline, out_inline = timed(lambda: query.collect(runtime="inline",
+                                                           batch_size=args.batch_size))
+        query.collect(**opts)  # warm the actor pool
+        t_ray, out_ray = timed(lambda: query.collect(**opts))
+        check_equivalent(out_ray, out_inline)
+        actors = len(query.plan().stages)
+        ev_inline, ev_ray = args.events / t_inline, args.events / t_ray
+        print(f"{name:<8} {actors:>6} {ev_inline:>13,.0f} {ev_ray:>13,.0f} "
+              f"{ev_inline / ev_ray:>10.1f}x")
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
