@@ -35,6 +35,7 @@ freed right event ends at or before every later ``T``, so no recomputation needs
 
 from __future__ import annotations
 
+from heapq import heapify, heappop, heappush
 from typing import Any
 
 from .events import Insert, Message, Retract
@@ -52,11 +53,13 @@ class AntiJoin(BinaryTemporal):
     event is output wherever no right event at all is alive.
     """
 
-    _state_fields = (*BinaryTemporal._state_fields, "n_frags")
+    _state_fields = (*BinaryTemporal._state_fields, "n_frags", "final_heap")
 
     def __init__(self, on: Any = None, name: str | None = None) -> None:
         super().__init__(on, "anti_join", name)
         self.n_frags = 0
+        #: (end of the first fragment, left seq): finds the fragments the CTIs made final
+        self.final_heap: list[tuple[int, int]] = []
 
     # -- the uncovered parts of a left event ------------------------------------------------
     def _holes(self, key: Any, lo: int, hi: int) -> list[tuple[int, int]]:
@@ -65,11 +68,12 @@ class AntiJoin(BinaryTemporal):
         return sorted((recs[s][START], recs[s][END])
                       for s in self.index[1].overlapping(key, lo, hi, recs))
 
-    def _recompute(self, rec: list[Any], time: int, out: list[Message]) -> None:
+    def _recompute(self, seq: int, rec: list[Any], time: int, out: list[Message]) -> None:
         """Bring the fragments of left event ``rec`` up to date after a change at ``time``."""
         start, end = rec[START], rec[END]
         t = max(start, time)
         old = rec[LINKS]
+        first_end = old[0][F_END] if old else None
         new: list[list[int]] = [[fs, min(t, fe)] for fs, fe, _ in old if fs < t]
         if t < end:
             for hs, he in self._holes(rec[KEY], t, end):
@@ -100,6 +104,8 @@ class AntiJoin(BinaryTemporal):
                 f[F_END] = fe
             frags.append(f)
         rec[LINKS] = frags
+        if frags and frags[0][F_END] != first_end:
+            heappush(self.final_heap, (frags[0][F_END], seq))
 
     @staticmethod
     def _extend(pieces: list[list[int]], start: int, end: int) -> None:
@@ -112,14 +118,14 @@ class AntiJoin(BinaryTemporal):
         """Recompute every left event of ``key`` overlapping ``[lo, hi)`` from ``lo``."""
         recs = self.recs
         for seq in self.index[0].overlapping(key, lo, hi, recs):
-            self._recompute(recs[seq], lo, out)
+            self._recompute(seq, recs[seq], lo, out)
 
     # -- messages -------------------------------------------------------------------------
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
         out: list[Message] = []
         if port == 0:
-            _, rec = self._add(msg, 0, [])
-            self._recompute(rec, msg.start, out)
+            seq, rec = self._add(msg, 0, [])
+            self._recompute(seq, rec, msg.start, out)
         else:
             _, rec = self._add(msg, 1, None)
             self._recompute_left(rec[KEY], msg.start, msg.end, out)
@@ -139,13 +145,42 @@ class AntiJoin(BinaryTemporal):
                     out.append(Retract(oid, fs, fe, fs, rec[PAYLOAD]))
                 self.n_frags -= len(rec[LINKS])
             else:
-                self._recompute(rec, msg.sync_time, out)
+                self._recompute(seq, rec, msg.sync_time, out)
         else:
             lo, hi = (msg.new_end, msg.end) if msg.new_end < msg.end else (msg.end, msg.new_end)
             self._recompute_left(rec[KEY], lo, hi, out)
         return out
 
     # -- state ----------------------------------------------------------------------------
+    def on_cti(self, time: int, port: int) -> list[Message]:
+        out = super().on_cti(time, port)
+        self._forget_final()
+        return out
+
+    def _forget_final(self) -> None:
+        """Forget the fragments that end before both CTIs: every later change is at or after
+        one of them, so a fragment ending before is neither cut nor lengthened any more (and
+        its left event can no longer be deleted: it started before that CTI too)."""
+        low = min(self.ctis.ctis)
+        heap, recs = self.final_heap, self.recs
+        while heap and heap[0][0] < low:
+            first_end, seq = heappop(heap)
+            rec = recs.get(seq)
+            frags = None if rec is None else rec[LINKS]
+            if not frags or frags[0][F_END] != first_end:
+                continue  # stale: the event or its first fragment changed since
+            n = 0
+            while n < len(frags) and frags[n][F_END] < low:
+                n += 1
+            del frags[:n]
+            self.n_frags -= n
+            if frags:
+                heappush(heap, (frags[0][F_END], seq))
+        if len(heap) > 2 * len(self.ids[0]) + 64:
+            self.final_heap = [(recs[s][LINKS][0][F_END], s) for s in self.ids[0].values()
+                               if recs[s][LINKS]]
+            heapify(self.final_heap)
+
     def _dropped(self, port: int, seq: int, rec: list[Any]) -> None:
         if port == 0:
             self.n_frags -= len(rec[LINKS])  # final
@@ -157,12 +192,17 @@ class AntiJoin(BinaryTemporal):
     def _check(self) -> None:
         self._check_events()
         n = 0
+        low = min(self.ctis.ctis)
+        tracked = {s for e, s in self.final_heap
+                   if s in self.recs and self.recs[s][LINKS] and self.recs[s][LINKS][0][F_END] == e}
         for seq in self.ids[0].values():
             rec = self.recs[seq]
             frags = rec[LINKS]
             n += len(frags)
+            assert not frags or seq in tracked, "the first fragment's end is in the heap"
             for i, (fs, fe, _) in enumerate(frags):
                 assert rec[START] <= fs < fe <= rec[END]
+                assert fe >= low, "final fragments are forgotten"
                 if i:
                     assert frags[i - 1][F_END] < fs, "fragments are maximal and sorted"
         assert n == self.n_frags

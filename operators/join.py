@@ -39,6 +39,7 @@ at or past the dropped event's end, so the intersection's end cannot move.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, insort
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any, ClassVar
 
@@ -80,30 +81,53 @@ class KeyedIntervals:
     Entries are ``(time, seq)`` tuples: ``seq`` is unique, so user ids (which need not be
     comparable) never take part in a comparison. ``recs`` maps seq to the event record (its
     start and end are read at ``START`` / ``END``) and is shared with the operator.
+
+    A key's two sorted lists are plain lists (C-level bisect and insort, cheap to create and
+    drop for the many small keys of a high-cardinality join) until they hold ``SMALL`` entries,
+    and ``SortedList`` (O(log n) inserts and deletes) beyond.
     """
 
+    SMALL = 512
+
     def __init__(self) -> None:
-        #: key -> (by_start, by_end)
-        self.buckets: dict[Hashable, tuple[SortedList, SortedList]] = {}
+        #: key -> [by_start, by_end]
+        self.buckets: dict[Hashable, list[Any]] = {}
 
     def add(self, key: Hashable, seq: int, start: int, end: int) -> None:
         bucket = self.buckets.get(key)
         if bucket is None:
-            bucket = self.buckets[key] = (SortedList(), SortedList())
-        bucket[0].add((start, seq))
-        bucket[1].add((end, seq))
+            self.buckets[key] = [[(start, seq)], [(end, seq)]]
+            return
+        by_start, by_end = bucket
+        if type(by_start) is list:
+            if len(by_start) < self.SMALL:
+                insort(by_start, (start, seq))
+                insort(by_end, (end, seq))
+                return
+            bucket[0] = by_start = SortedList(by_start)
+            bucket[1] = by_end = SortedList(by_end)
+        by_start.add((start, seq))
+        by_end.add((end, seq))
 
     def remove(self, key: Hashable, seq: int, start: int, end: int) -> None:
         by_start, by_end = self.buckets[key]
-        by_start.remove((start, seq))
-        by_end.remove((end, seq))
-        if not by_start:
+        if len(by_start) == 1:
             del self.buckets[key]
+        elif type(by_start) is list:
+            del by_start[bisect_left(by_start, (start, seq))]
+            del by_end[bisect_left(by_end, (end, seq))]
+        else:
+            by_start.remove((start, seq))
+            by_end.remove((end, seq))
 
     def move_end(self, key: Hashable, seq: int, old_end: int, new_end: int) -> None:
         by_end = self.buckets[key][1]
-        by_end.remove((old_end, seq))
-        by_end.add((new_end, seq))
+        if type(by_end) is list:
+            del by_end[bisect_left(by_end, (old_end, seq))]
+            insort(by_end, (new_end, seq))
+        else:
+            by_end.remove((old_end, seq))
+            by_end.add((new_end, seq))
 
     def overlapping(self, key: Hashable, start: int, end: int, recs: dict[int, list[Any]]
                     ) -> list[int]:
@@ -113,8 +137,14 @@ class KeyedIntervals:
         if bucket is None:
             return []
         by_start, by_end = bucket
-        i = by_start.bisect_left((end,))  # by_start[:i] start before `end`
-        j = by_end.bisect_left((start + 1,))  # by_end[j:] end after `start`
+        if type(by_start) is list:
+            i = bisect_left(by_start, (end,))  # by_start[:i] start before `end`
+            j = bisect_left(by_end, (start + 1,))  # by_end[j:] end after `start`
+            if i <= len(by_end) - j:
+                return [seq for _, seq in by_start[:i] if recs[seq][END] > start]
+            return [seq for _, seq in by_end[j:] if recs[seq][START] < end]
+        i = by_start.bisect_left((end,))
+        j = by_end.bisect_left((start + 1,))
         if i <= len(by_end) - j:
             return [seq for _, seq in by_start.islice(0, i) if recs[seq][END] > start]
         return [seq for _, seq in by_end.islice(j) if recs[seq][START] < end]
@@ -125,6 +155,9 @@ class KeyedIntervals:
         if bucket is None:
             return []
         by_start = bucket[0]
+        if type(by_start) is list:
+            return [seq for _, seq in
+                    by_start[bisect_left(by_start, (lo,)):bisect_left(by_start, (hi,))]]
         return [seq for _, seq in by_start.irange((lo,), (hi,), inclusive=(True, False))]
 
     def __len__(self) -> int:
@@ -136,6 +169,8 @@ class KeyedIntervals:
         for key, (by_start, by_end) in self.buckets.items():
             assert by_start, f"empty bucket for key {key!r} was not deleted"
             assert len(by_start) == len(by_end)
+            assert type(by_start) is type(by_end)
+            assert list(by_start) == sorted(by_start) and list(by_end) == sorted(by_end)
             for start, seq in by_start:
                 assert recs[seq][KEY] == key and recs[seq][START] == start
                 found.add(seq)
@@ -197,18 +232,19 @@ class BinaryTemporal(Processor):
 
     # -- events ---------------------------------------------------------------------------
     def _add(self, msg: Insert, port: int, links: Any) -> tuple[int, list[Any]]:
+        id, start, end, payload = msg
         ids = self.ids[port]
-        if msg.id in ids:
-            raise ValueError(f"duplicate id {msg.id!r} on input {port}: it is still live; "
+        if id in ids:
+            raise ValueError(f"duplicate id {id!r} on input {port}: it is still live; "
                              f"ids must be unique within a stream")
-        key = self.keys[port](msg.payload)
+        key = self.keys[port](payload)
         seq = self.next_seq
         self.next_seq = seq + 1
-        rec = [msg.id, key, msg.start, msg.end, msg.payload, links]
+        rec = [id, key, start, end, payload, links]
         self.recs[seq] = rec
-        ids[msg.id] = seq
-        self.index[port].add(key, seq, msg.start, msg.end)
-        self.expiry[port].push(msg.end, seq)
+        ids[id] = seq
+        self.index[port].add(key, seq, start, end)
+        heapq.heappush(self.expiry[port].heap, (end, seq))
         return seq, rec
 
     def _find(self, msg: Retract, port: int) -> tuple[int, list[Any]]:
@@ -254,13 +290,21 @@ class BinaryTemporal(Processor):
         input A with ``end < CTI_A and end <= CTI_B``), and the output state they own."""
         recs = self.recs
         for port in (0, 1):
-            for seq in self.expiry[port].pop_before(self._limit(port), recs):
-                rec = recs[seq]
-                self._delete(port, seq, rec)
-                self._dropped(port, seq, rec)
+            limit = self._limit(port)
+            heap = self.expiry[port].heap
+            if not heap or heap[0][0] >= limit:
+                continue
+            ids, remove = self.ids[port], self.index[port].remove
+            for seq in self.expiry[port].pop_before(limit, recs):
+                rec = recs.pop(seq)
+                del ids[rec[ID]]
+                remove(rec[KEY], seq, rec[START], rec[END])
+                if rec[LINKS]:
+                    self._dropped(port, seq, rec)
 
     def _dropped(self, port: int, seq: int, rec: list[Any]) -> None:
-        """Release the output state of a freed event (its output is final)."""
+        """Release the output state of a freed event (its output is final); called only when
+        ``rec[LINKS]`` is not empty."""
 
     def _check_events(self) -> None:
         recs = self.recs
@@ -306,8 +350,14 @@ class Join(BinaryTemporal):
         payload = (lp, rp) if self.select is None else self.select(lp, rp)
         oid = self._mint()
         pair = [oid, start, end, payload]
-        rec[LINKS][oseq] = pair
-        orec[LINKS][seq] = pair
+        if rec[LINKS] is None:
+            rec[LINKS] = {oseq: pair}
+        else:
+            rec[LINKS][oseq] = pair
+        if orec[LINKS] is None:
+            orec[LINKS] = {seq: pair}
+        else:
+            orec[LINKS][seq] = pair
         self.n_pairs += 1
         out.append(Insert(oid, start, end, payload))
 
@@ -320,10 +370,13 @@ class Join(BinaryTemporal):
 
     # -- messages -------------------------------------------------------------------------
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
-        seq, rec = self._add(msg, port, {})
-        out: list[Message] = []
+        seq, rec = self._add(msg, port, None)
         recs = self.recs
-        for oseq in self.index[1 - port].overlapping(rec[KEY], msg.start, msg.end, recs):
+        matches = self.index[1 - port].overlapping(rec[KEY], msg.start, msg.end, recs)
+        if not matches:
+            return matches
+        out: list[Message] = []
+        for oseq in matches:
             self._pair(seq, rec, oseq, recs[oseq], port, out)
         return out
 
@@ -332,7 +385,7 @@ class Join(BinaryTemporal):
         out: list[Message] = []
         recs = self.recs
         old_end, new_end = msg.end, msg.new_end
-        links = rec[LINKS]
+        links = rec[LINKS] or {}
         if new_end == msg.start:  # full retraction: every pair vanishes
             self._delete(port, seq, rec)
             for oseq, pair in links.items():
@@ -372,7 +425,7 @@ class Join(BinaryTemporal):
         pairs = 0
         for seq in self.ids[0].values():
             rec = recs[seq]
-            for oseq, pair in rec[LINKS].items():
+            for oseq, pair in (rec[LINKS] or {}).items():
                 orec = recs[oseq]
                 assert orec[LINKS][seq] is pair, "pairs are linked both ways"
                 assert pair[P_START] == max(rec[START], orec[START])
@@ -380,4 +433,4 @@ class Join(BinaryTemporal):
                 assert orec[KEY] == rec[KEY]
                 pairs += 1
         assert pairs == self.n_pairs
-        assert sum(len(recs[s][LINKS]) for s in self.ids[1].values()) == pairs
+        assert sum(len(recs[s][LINKS] or ()) for s in self.ids[1].values()) == pairs
