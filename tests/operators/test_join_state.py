@@ -60,16 +60,16 @@ def _mod100(p: int) -> int:
     return p % 100
 
 
-CASES: dict[str, tuple[Callable[[], Processor], int]] = {
+BOUNDED: dict[str, tuple[Callable[[], Processor], int]] = {
     "join": (lambda: Join(on=(_mod100, _mod100)), 1_000_000),
     "anti_join": (lambda: AntiJoin(on=(_mod100, _mod100)), 100_000),
     "left_join": (lambda: LeftJoin(on=(_mod100, _mod100)), 100_000),
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", sorted(BOUNDED))
 def test_state_stays_bounded(case):
-    factory, n = CASES[case]
+    factory, n = BOUNDED[case]
     op = factory()
     peak, out = run_bounded(op, n)
     assert out > n // 10, "the streams must actually match"
