@@ -40,7 +40,7 @@ class Node:
 
 
 def _fn(f: Any) -> str:
-    name = getattr(f, "__qualname__", None) or getattr(f, "__name__", None) or repr(f)
+    name = getattr(f, "__name__", None) or repr(f)
     return name if len(name) <= 40 else name[:37] + "..."
 
 

@@ -1,0 +1,113 @@
+"""The runtime's pure parts: the wire format, routing, the publishing sink and the partition
+merge, and the operator shell driven in-process (no Ray)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from actors.merge import PartitionMerge
+from actors.routing import OutEdge, Partitioner, Router, stable_hash
+from actors.shell import OperatorShell
+from actors.sink import Publish
+from actors.wire import decode, encode
+from operators.cht import to_cht, validate
+from operators.events import MIN_TIME, Cti, FreshId, Insert
+from operators.where import Where
+from tests.kit import EXAMPLES, assert_equivalent, physical_streams
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(stream=physical_streams(payloads=st.one_of(st.integers(), st.text(max_size=3),
+                                                  st.dictionaries(st.text(max_size=2),
+                                                                  st.integers(), max_size=2))))
+def test_wire_format_round_trips_every_message(stream):
+    stream = stream + [Insert(FreshId("x", 3), 0, 1, None)]
+    assert decode(encode(stream)) == stream
+
+
+def test_stable_hash_is_the_same_in_another_process():
+    keys = ["meter-7", 12, ("a", 3), b"\x00k", 2.0, None]
+    here = [stable_hash(k) for k in keys]
+    code = ("from actors.routing import stable_hash; "
+            f"print([stable_hash(k) for k in {keys!r}])")
+    env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=os.pathsep.join(sys.path))
+    there = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, check=True).stdout.strip()
+    assert there == repr(here)
+    assert stable_hash(2.0) == stable_hash(2) == stable_hash(2)  # equal keys, one partition
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(stream=physical_streams(), n=st.integers(1, 4))
+def test_partitions_split_events_by_key_and_broadcast_ctis(stream, n):
+    part = Partitioner(lambda p: p % 3, n)
+    router = Router([OutEdge(f"g{i}", 0, part, i) for i in range(n)] + [OutEdge("all", 0)])
+    parts = router.route(stream)
+    assert parts[-1] is stream
+    for i, msgs in enumerate(parts[:-1]):
+        assert [m for m in msgs if type(m) is Cti] == [m for m in stream if type(m) is Cti]
+        assert all(stable_hash(m.payload % 3) % n == i for m in msgs if type(m) is not Cti)
+        validate(msgs)  # each partition is a valid stream: an event's messages stay together
+    assert sum(len(p) for p in parts[:-1]) == len(stream) + (n - 1) * sum(
+        type(m) is Cti for m in stream)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(stream=physical_streams(), data=st.data())
+def test_a_newcomer_sees_the_alive_events_then_the_live_stream(stream, data):
+    #   publisher:  ──── prefix ────┤ cut: Cti c ├──── rest ────
+    #   newcomer:                   snapshot (rows with end >= c, then Cti(c)) + rest
+    cut = data.draw(st.integers(0, len(stream)))
+    pub = Publish("sink")
+    pub.process(stream[:cut])
+    pub._check()
+    joined = pub.alive_snapshot() + pub.process(stream[cut:])
+    validate(joined)
+    c = max([m.time for m in stream[:cut] if type(m) is Cti], default=MIN_TIME)
+    assert_equivalent(joined, [r for r in to_cht(stream) if r[1] >= c])
+
+
+def test_history_keeps_the_final_rows():
+    pub = Publish("sink", history=True)
+    pub.process([Insert("a", 0, 3, "x"), Insert("b", 2, 9, "y"), Cti(5)])
+    assert pub.rows() == [(0, 3, "x"), (2, 9, "y")]
+    assert pub.state_size() == 1
+
+
+def test_partition_merge_keeps_ids_apart_and_holds_the_cti():
+    m = PartitionMerge(2)
+    out = m.process([Insert(0, 1, 2, "a"), Cti(9)], 0) + m.process([Insert(0, 3, 4, "b")], 1)
+    assert [x.id for x in out] == [(0, 0), (1, 0)]  # the same id in two partitions
+    assert m.process([Cti(4)], 1) == [Cti(4)]
+
+
+def test_the_shell_runs_a_processor_and_serves_a_driver_subscription():
+    # the shell is a plain class: drive it in-process, its output going to a pull queue
+    shell = OperatorShell()
+    shell.configure(dict(step="where#1", describe="where", factory=lambda: Where(bool),
+                         n_in=1, batch_size=2))
+    pull = shell.open_pull()
+    shell.push(0, encode([Insert("a", 0, 1, 1), Insert("b", 0, 1, 0), Cti(1)]))
+    blob, finished, error = shell.fetch(pull, timeout_s=0)
+    assert decode(blob) == [Insert("a", 0, 1, 1), Cti(1)] and not finished and error is None
+    shell.end(0)
+    assert shell.fetch(pull, timeout_s=0)[1:] == (True, None)
+    stats = shell.stats()
+    assert (stats["events_in"], stats["events_out"], stats["cti"]) == (3, 2, 1)
+
+
+def test_the_shell_reports_an_operator_failure_with_its_step():
+    shell = OperatorShell()
+    shell.configure(dict(step="select#4", describe="select", n_in=1,
+                         factory=lambda: Where(lambda p: p["missing"], name="select#4")))
+    pull = shell.open_pull()
+    shell.push(0, encode([Insert("a", 0, 1, {})]))
+    _, _, error = shell.fetch(pull, timeout_s=0)
+    assert "select#4" in error and "KeyError" in error
+    shell.push(0, encode([Insert("b", 0, 1, {})]))  # later batches are dropped, not processed
+    assert shell.stats()["events_in"] == 1
