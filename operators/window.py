@@ -62,7 +62,9 @@ snapshot, time-sensitive UDM           ``min(c, first held W.start)`` (``point_e
 
 A window is freed by the first CTI after which no input can change it: hopping windows when
 ``c ≥ W.end``, snapshot windows when ``c > W.end``, and under an unclipped time-sensitive UDM
-(``clip`` ``none``/``left``) only once every member has ended before ``c``.
+(``clip`` ``none``/``left``) only once every member has ended before ``c`` — an edge that is
+never closed then keeps every window holding it, and the output CTI, at its start (the paper's
+advice: clip the right end of long-lived events).
 """
 
 from __future__ import annotations
@@ -509,8 +511,9 @@ class HoppingWindowOperator(_WindowBase):
         if na < nb and self.crossing:
             if frontier == MAX_TIME and any(e == MAX_TIME for _, e, _ in self.crossing.values()):
                 raise OperatorError(
-                    f"window operator {self.name!r}: Cti(∞) reached an edge event that was never "
-                    f"closed; under output={self.output!r} it lies in infinitely many hopping "
+                    f"window operator {self.name!r}: time reached ∞ (a CTI or a start there) "
+                    f"while an edge event was never closed; under output={self.output!r} it "
+                    f"lies in infinitely many hopping "
                     f"windows. Close the edge (a retraction to its end) before the final CTI, "
                     f"or use output='compressed'")
             for eid, rec in list(self.crossing.items()):
