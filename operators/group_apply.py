@@ -20,18 +20,24 @@ Insert(id=(0, 'c'), start=2, end=4, payload=(1, 9)), Cti(time=6)]
 ``(instance number, the sub-query's output id)``, unique across groups and across the
 incarnations of one key (see below), never reused.
 
-**CTIs.** Every live group sees every input CTI. A group created later is first fed the
-current input CTI (its sub-query would otherwise start at MIN_TIME). The output CTI is the
-minimum of the groups' output CTIs and of what a fresh sub-query emits for the input CTI (a
-*template* instance that only ever sees CTIs stands for the groups not created yet: a sub-query
-like ``shift(-5)`` puts a new key's events 5 ticks before the input CTI).
+**CTIs.** Broadcasting every CTI to every key ever seen would cost O(keys) per CTI and keep
+one sub-query per key forever. cedar relies on what every cedar operator promises: *a sub-query
+whose* ``state_size()`` *is 0 behaves like a fresh one that has seen the current CTI*. So:
 
-**Idle groups are dropped.** Broadcasting CTIs to every key ever seen would cost O(keys) per
-CTI and keep one sub-query per key forever. After each CTI, a group is dropped when no input
-event routed to it can still be retracted (each has ``end < CTI``) and its sub-query holds no
-state (``state_size() == 0``); the key's next event creates a fresh instance with a new
-number. This assumes what every cedar operator promises: a sub-query whose ``state_size()`` is
-0 behaves like a fresh one that has seen the current CTI.
+* a *busy* group (its sub-query holds state) receives every input CTI at once, and its output
+  CTI counts towards the minimum;
+* a group without state receives the latest input CTI just before its next data (a valid,
+  equivalent input: CTIs only ever grow); a new group likewise starts with the current input
+  CTI (its sub-query would otherwise start at MIN_TIME);
+* groups without state, and the groups not created yet, are represented by a *template*: an
+  instance that only ever sees CTIs. The output CTI is the minimum of the template's output
+  CTI and the busy groups' (a sub-query like ``shift(-5)`` puts a new key's events 5 ticks
+  before the input CTI, and the template says so);
+* a group is dropped as soon as its sub-query holds no state and no input event routed to it
+  can still be retracted (each has ``end < CTI``, or was deleted); the key's next event creates
+  a fresh instance with a new number.
+
+A CTI therefore costs O(busy groups), and idle keys cost nothing.
 
 Because keys are independent, a ``GroupApply`` is correct on any subset of the keys: the Ray
 runtime spreads keys over ``partitions=N`` actors, each running one, and merges them with a
@@ -51,8 +57,9 @@ from .events import MIN_TIME, Cti, Insert, Message, Retract, fmt_time
 from .join import END, ID, KEY, START, ExpiryHeap
 from .udm import field_getter
 
-# a group: [sub-query, instance number, input events that can still be retracted, output CTI]
-G_SUB, G_INST, G_OPEN, G_CTI = range(4)
+# a group: [sub-query, instance number, input events that can still be retracted, output CTI,
+# the last input CTI it was fed]
+G_SUB, G_INST, G_OPEN, G_CTI, G_FED = range(5)
 
 
 class GroupApply(Processor):
@@ -71,6 +78,8 @@ class GroupApply(Processor):
         self.template_cti = MIN_TIME
         #: key -> group (see G_*)
         self.groups: dict[Hashable, list[Any]] = {}
+        #: keys of the groups whose sub-query holds state
+        self.busy: set[Hashable] = set()
         #: input events that can still be retracted: seq -> [id, key, start, end]
         self.recs: dict[int, list[Any]] = {}
         self.ids: dict[Hashable, int] = {}
@@ -93,19 +102,19 @@ class GroupApply(Processor):
         except TypeError:
             raise TypeError(f"the key function returned the unhashable {key!r}; return a "
                             f"hashable value (a tuple rather than a list, ...)") from None
-        if group is None:
-            group = [self._build(), self.next_inst, 0, MIN_TIME]
+        if group is None:  # fed the current CTI with its first data (see _flush)
+            group = [self._build(), self.next_inst, 0, MIN_TIME, MIN_TIME]
             self.next_inst += 1
             self.groups[key] = group
-            if self.in_cti > MIN_TIME:
-                self._feed(key, group, [Cti(self.in_cti)], out)
         return group
 
     def _feed(self, key: Hashable, group: list[Any], batch: list[Message],
               out: list[Message]) -> None:
-        """Run a batch through the group's sub-query; tag its output."""
+        """Run a batch through the group's sub-query; tag its output; keep ``busy`` up to
+        date and drop the group once it is idle."""
+        sub = group[G_SUB]
         try:
-            result = group[G_SUB].process(batch, 0)
+            result = sub.process(batch, 0)
         except (OperatorError, InvalidStream) as exc:
             raise OperatorError(f"group_apply {self.name!r}, group {key!r}: {exc}") from exc
         inst = group[G_INST]
@@ -117,6 +126,12 @@ class GroupApply(Processor):
                 out.append(Retract((inst, m.id), m.start, m.end, m.new_end, (key, m.payload)))
             else:
                 group[G_CTI] = m.time
+        if sub.state_size():
+            self.busy.add(key)
+        else:
+            self.busy.discard(key)
+            if not group[G_OPEN]:
+                del self.groups[key]
 
     # -- the runtime's entry point --------------------------------------------------------
     def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
@@ -152,9 +167,13 @@ class GroupApply(Processor):
         return out
 
     def _flush(self, pending: dict[Hashable, list[Message]], out: list[Message]) -> None:
-        groups = self.groups
+        groups, in_cti = self.groups, self.in_cti
         for key, msgs in pending.items():
-            self._feed(key, groups[key], msgs, out)
+            group = groups[key]
+            if group[G_FED] < in_cti:  # the CTIs it missed while it held no state
+                group[G_FED] = in_cti
+                msgs.insert(0, Cti(in_cti))
+            self._feed(key, group, msgs, out)
         pending.clear()
 
     def _on_insert(self, msg: Insert, out: list[Message]) -> Hashable:
@@ -194,38 +213,40 @@ class GroupApply(Processor):
         if time <= self.in_cti:
             return
         self.in_cti = time
-        recs, groups = self.recs, self.groups
+        recs, groups, busy = self.recs, self.groups, self.busy
         # an input event ending before the CTI can never be retracted again
         for seq in self.expiry.pop_before(time, recs):
             rec = recs.pop(seq)
             del self.ids[rec[ID]]
-            groups[rec[KEY]][G_OPEN] -= 1
+            key = rec[KEY]
+            group = groups[key]
+            group[G_OPEN] -= 1
+            if not group[G_OPEN] and key not in busy:
+                del groups[key]
         for m in self.template.process([Cti(time)], 0):
             if type(m) is Cti:
                 self.template_cti = m.time
         batch = [Cti(time)]
-        low = self.template_cti
-        idle = []
-        for key, group in groups.items():
+        for key in list(busy):
+            group = groups[key]
+            group[G_FED] = time
             self._feed(key, group, batch, out)
-            low = min(low, group[G_CTI])
-            if group[G_OPEN] == 0 and group[G_SUB].state_size() == 0:
-                idle.append(key)
-        for key in idle:
-            del groups[key]
+        low = self.template_cti
+        for key in busy:
+            low = min(low, groups[key][G_CTI])
         out.extend(self.emit_cti(low))
 
     # -- state ----------------------------------------------------------------------------
     def state_size(self) -> int:
-        """Input events that can still be retracted plus the state of every live group."""
-        return len(self.recs) + sum(g[G_SUB].state_size() for g in self.groups.values())
+        """Input events that can still be retracted plus the state of the busy groups."""
+        groups = self.groups
+        return len(self.recs) + sum(groups[k][G_SUB].state_size() for k in self.busy)
 
     def snapshot(self) -> dict[str, Any]:
         own = {f: copy.deepcopy(getattr(self, f)) for f in (
-            "recs", "ids", "expiry", "next_seq", "next_inst", "in_cti", "template_cti",
+            "recs", "ids", "expiry", "busy", "next_seq", "next_inst", "in_cti", "template_cti",
             "out_cti")}
-        own["groups"] = {k: (g[G_INST], g[G_OPEN], g[G_CTI], g[G_SUB].snapshot())
-                         for k, g in self.groups.items()}
+        own["groups"] = {k: (g[G_SUB].snapshot(), *g[1:]) for k, g in self.groups.items()}
         own["template"] = self.template.snapshot()
         return own
 
@@ -236,10 +257,10 @@ class GroupApply(Processor):
         self.template = self._build()
         self.template.restore(state["template"])
         self.groups = {}
-        for k, (inst, n_open, cti, sub_state) in state["groups"].items():
+        for k, (sub_state, *rest) in state["groups"].items():
             sub = self._build()
             sub.restore(sub_state)
-            self.groups[k] = [sub, inst, n_open, cti]
+            self.groups[k] = [sub, *rest]
 
     def _check(self) -> None:
         counts: dict[Hashable, int] = {}
@@ -248,8 +269,12 @@ class GroupApply(Processor):
             counts[rec[KEY]] = counts.get(rec[KEY], 0) + 1
         assert len(self.ids) == len(self.recs)
         insts = set()
+        assert self.busy <= set(self.groups)
         for key, group in self.groups.items():
             assert group[G_OPEN] == counts.get(key, 0), (key, group[G_OPEN], counts.get(key))
+            assert (key in self.busy) == (group[G_SUB].state_size() > 0)
+            assert key in self.busy or group[G_OPEN] > 0, f"idle group {key!r} was not dropped"
+            assert key not in self.busy or group[G_FED] == self.in_cti
             assert group[G_INST] < self.next_inst and group[G_INST] not in insts
             insts.add(group[G_INST])
             group[G_SUB]._check()

@@ -174,3 +174,34 @@ def test_many_keys_keep_little_state():
     for t in range(0, 10_000, 100):
         op.process([Insert(i, i, i + 2, i) for i in range(t, t + 100)] + [Cti(t + 100)])
         assert len(op.groups) <= 2 and op.state_size() <= 2
+
+
+def test_groups_without_state_get_ctis_lazily():
+    #   key 0: a: [0 ─────────────── 100)   Where holds no state: the group is not busy
+    #   Cti(10), Cti(20), Cti(30) reach the output at once, without visiting the group
+    #   b: [35 ─ 40) key 0: the group first catches up with Cti(30), then sees b
+    op = GroupApply(_key, lambda: Where(_even))
+    out = op.process([Insert("a", 0, 100, 0)])
+    assert op.busy == set() and set(op.groups) == {0}
+    for t in (10, 20, 30):
+        assert op.process([Cti(t)]) == [Cti(t)]
+    assert op.groups[0][4] == -(2**63) + 1  # never fed a CTI so far
+    out += op.process([Insert("b", 35, 40, 0)])
+    assert op.groups[0][4] == 30
+    assert out[-1] == Insert((0, "b"), 35, 40, (0, 0))
+
+
+def test_a_cti_visits_only_busy_groups():
+    # 5,000 keys with open edge events under a stateless sub-query: a CTI visits none of them
+    calls = []
+
+    class CountingWhere(Where):
+        def on_cti(self, time, port):
+            calls.append(time)
+            return super().on_cti(time, port)
+
+    op = GroupApply(lambda p: p, lambda: CountingWhere(_even))
+    op.process([Insert(i, 0, INF, i) for i in range(5_000)])
+    assert op.busy == set() and len(op.groups) == 5_000
+    assert op.process([Cti(5)]) == [Cti(5)]
+    assert calls == [5]  # the template only
