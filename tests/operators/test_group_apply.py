@@ -205,3 +205,20 @@ def test_a_cti_visits_only_busy_groups():
     assert op.busy == set() and len(op.groups) == 5_000
     assert op.process([Cti(5)]) == [Cti(5)]
     assert calls == [5]  # the template only
+
+
+def test_a_new_group_sees_the_current_cti_before_its_first_event():
+    #   Cti(10) ... a: [12 ─ 15) key 1 → key 1's sub-query sees Cti(10), then a
+    seen = []
+
+    class Recording(Where):
+        def process(self, batch, port=0):
+            batch = list(batch)
+            seen.extend(batch)
+            return super().process(batch, port)
+
+    op = GroupApply(_key, lambda: Recording(_even))
+    op.process([Cti(10)])
+    seen.clear()  # the template's CTI
+    op.process([Insert("a", 12, 15, 1)])
+    assert seen == [Cti(10), Insert("a", 12, 15, 1)]
