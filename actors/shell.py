@@ -170,7 +170,7 @@ class OperatorShell:
                 self.counts["batches_in"] += 1
                 try:
                     out = self.proc.process(batch, port)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001
                     self._failed(exc)
                     ready = []
                 else:
@@ -192,7 +192,7 @@ class OperatorShell:
                         self.proc, "finish", None)
                     try:
                         out = finish() if finish is not None else []
-                    except Exception as exc:
+                    except Exception as exc:  # noqa: BLE001
                         self._failed(exc)
                         out = []
                     ready = self._emit(out, force=True)
@@ -289,7 +289,7 @@ class OperatorShell:
         try:
             while len(inflight) >= self.max_in_flight:
                 ray.get(inflight.popleft())
-        except Exception as exc:  # the downstream actor died (or was stopped)
+        except Exception as exc:  # the downstream actor died (or was stopped)  # noqa: BLE001
             self._lost(target, exc)
             return
         inflight.append(target.handle.push.remote(target.port, blob))
@@ -314,7 +314,7 @@ class OperatorShell:
             time.sleep(TICK_S)
             try:
                 self._tick()
-            except Exception:  # never let the timer die; failures show in stats
+            except Exception:  # never let the timer die; failures show in stats  # noqa: BLE001
                 self.error_trace = traceback.format_exc()
 
     def _tick(self) -> None:
@@ -333,7 +333,7 @@ class OperatorShell:
                 if self._poll is not None:
                     try:
                         out = self._poll(now)
-                    except Exception as exc:
+                    except Exception as exc:  # noqa: BLE001
                         self._failed(exc)
                 ready = self._emit(out, force=stale) if out or stale else []
             self._send(ready)

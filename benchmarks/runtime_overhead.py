@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from operators.aggregates import Count
 from operators.cht import check_equivalent
@@ -66,11 +67,11 @@ def main() -> None:
     print(f"{'query':<8} {'actors':>6} {'inline ev/s':>13} {'ray ev/s':>13} {'inline/ray':>11}")
     for name in args.query or sorted(QUERIES):
         query = QUERIES[name](Stream.from_events(msgs))
-        opts = dict(batch_size=args.batch_size, max_in_flight=args.max_in_flight)
-        t_inline, out_inline = timed(lambda: query.collect(runtime="inline",
-                                                           batch_size=args.batch_size))
+        opts = {"batch_size": args.batch_size, "max_in_flight": args.max_in_flight}
+        t_inline, out_inline = timed(lambda q=query: q.collect(runtime="inline",
+                                                               batch_size=args.batch_size))
         query.collect(**opts)  # warm the actor pool
-        t_ray, out_ray = timed(lambda: query.collect(**opts))
+        t_ray, out_ray = timed(lambda q=query, o=opts: q.collect(**o))
         check_equivalent(out_ray, out_inline)
         actors = len(query.plan().stages)
         ev_inline, ev_ray = args.events / t_inline, args.events / t_ray

@@ -1,27 +1,133 @@
-"""The ``cedar`` command line (SPEC §10). This minimal entry point only prints the usage; the
-subcommands are being written."""
+"""The ``cedar`` command line.
+
+    cedar demo                         the main job: smart meters on local Ray and Spark
+    cedar run SCRIPT.py [--address A]  run a topology script on a Ray cluster (or locally)
+    cedar status [--address A]         list the queries running on a cluster
+    cedar inspect NAME [--address A]   stats and a snapshot of one running query
+"""
 
 from __future__ import annotations
 
+import argparse
+import runpy
 import sys
-
-USAGE = """usage: cedar COMMAND [ARGS]
-
-commands:
-  demo                     run the main job on an embedded default (local Ray and Spark)
-  run SCRIPT.py [--address ADDR]
-                           run a topology script
-  status                   list the queries running on a cluster
-  inspect NAME             show one running query live
-"""
+from collections.abc import Sequence
+from typing import Any
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Print the usage; return 0 for ``-h``/``--help``/no command, 2 otherwise."""
-    args = sys.argv[1:] if argv is None else argv
-    print(USAGE, end="")
-    return 0 if not args or args[0] in ("-h", "--help", "help") else 2
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cedar",
+        description="cedar: a temporal stream-processing engine (StreamInsight's algebra on "
+                    "Ray and Spark).",
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
 
+    demo = sub.add_parser(
+        "demo", help="run the main job: smart-meter readings through five queries",
+        description="Generate smart-meter readings (points, some late, some broken) and meter "
+                    "states (edge events), read them through Spark, run five topologies on "
+                    "a local Ray instance (tumbling averages, a spike-detecting UDO over "
+                    "hopping windows, a join with meter metadata, count windows, snapshot "
+                    "windows over edges), write the results through Spark to parquet and "
+                    "print a summary.")
+    demo.add_argument("--meters", type=int, default=40, help="number of meters (default 40)")
+    demo.add_argument("--minutes", type=int, default=60,
+                      help="minutes of readings, one every 10 s per meter (default 60)")
+    demo.add_argument("--out", default="cedar-demo-output",
+                      help="output directory for the parquet results (default "
+                           "./cedar-demo-output)")
+    demo.add_argument("--address", default=None,
+                      help="Ray cluster address (default: start a local Ray instance)")
+
+    run = sub.add_parser(
+        "run", help="run a topology script",
+        description="Run SCRIPT.py, a Python topology script that builds Streams and calls "
+                    "collect() or deploy(). With --address the script runs against that Ray "
+                    "cluster ('auto' finds the local cluster's head); without it, a local "
+                    "Ray instance is started when the script needs one. Arguments after the "
+                    "script are passed to it as sys.argv.")
+    run.add_argument("script", help="path of the topology script")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    run.add_argument("--address", default=None, help="Ray cluster address, e.g. auto")
+
+    status = sub.add_parser(
+        "status", help="list the queries running on a cluster",
+        description="List the cedar queries deployed (with deploy(name)) on the Ray cluster: "
+                    "their names and actors.")
+    status.add_argument("--address", default="auto", help="Ray cluster address (default auto)")
+
+    inspect = sub.add_parser(
+        "inspect", help="stats and a snapshot of one running query",
+        description="Attach to the running query NAME and print each step's stats (events "
+                    "in/out, output CTI, state size, late and dead letters) and the current "
+                    "output rows.")
+    inspect.add_argument("name", help="the query's name, as given to deploy(name)")
+    inspect.add_argument("--address", default="auto", help="Ray cluster address (default auto)")
+    inspect.add_argument("--rows", type=int, default=20, help="snapshot rows to show")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(COMMANDS[args.command](args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _demo(args: Any) -> int:
+    from .demo import run
+
+    run(meters=args.meters, minutes=args.minutes, out=args.out, address=args.address)
+    return 0
+
+
+def _run(args: Any) -> int:
+    if args.address:
+        from .deploy import ensure_ray
+
+        ensure_ray(args.address)
+    sys.argv = [args.script, *args.args]
+    runpy.run_path(args.script, run_name="__main__")
+    return 0
+
+
+def _status(args: Any) -> int:
+    from .deploy import ensure_ray, list_queries
+
+    ensure_ray(args.address)
+    names = list_queries()
+    if not names:
+        print("no cedar queries are running")
+    for name in names:
+        print(name)
+    return 0
+
+
+def _inspect(args: Any) -> int:
+    from operators.events import fmt_time
+
+    from . import attach
+
+    q = attach(args.name, args.address)
+    stats = q.stats()
+    print(f"query {args.name!r}: {len(stats)} steps")
+    print(f"  {'step':<28}{'in':>10}{'out':>10}{'cti':>22}{'state':>8}{'late':>6}{'dead':>6}")
+    for step, s in stats.items():
+        print(f"  {step:<28}{s.get('events_in', 0):>10,}{s.get('events_out', 0):>10,}"
+              f"{fmt_time(s.get('cti', 0)):>22}{s.get('state_size', 0):>8,}"
+              f"{s.get('late', 0):>6,}{s.get('dead_letters', 0):>6,}")
+    rows = q.snapshot()
+    print(f"\nsnapshot: {len(rows):,} rows" + (f" (first {args.rows})" if len(rows) > args.rows
+                                                else ""))
+    for start, end, payload in rows[: args.rows]:
+        print(f"  [{fmt_time(start)}, {fmt_time(end)})  {payload!r}")
+    return 0
+
+
+COMMANDS = {"demo": _demo, "run": _run, "status": _status, "inspect": _inspect}
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -246,7 +246,7 @@ def _feed_thread(sender: _Sender, items: Iterable[Any], batch_size: int, flush_s
                 sender.send(batch)
             if not stop.is_set():
                 sender.end()
-        except Exception as exc:  # the query was stopped, or the source data failed
+        except Exception as exc:  # the query was stopped, or the source data failed  # noqa: BLE001
             if not stop.is_set():
                 errors.append(f"feeding the source failed: {type(exc).__name__}: {exc}")
 
@@ -284,7 +284,7 @@ def unsubscribe(subs: list[tuple[str, str]]) -> None:
         try:
             pub = ray.get_actor(actor_name(publisher, "sink"), namespace=NAMESPACE)
             ray.get(pub.unsubscribe.remote(token))
-        except Exception:  # the publisher is gone already: nothing to detach from
+        except Exception:  # noqa: BLE001, S110 - the publisher is gone: nothing to detach from
             pass
 
 

@@ -176,7 +176,8 @@ def _b_from_events(node: n.FromEvents, step: str) -> Factory:
 def _b_from_rows(node: n.FromRows, step: str) -> Factory:
     from actors.sources import RowsSource
 
-    opts: dict[str, Any] = {"start": node.start, "end": node.end, "shape": node.shape, "id": node.id}
+    opts: dict[str, Any] = {"start": node.start, "end": node.end, "shape": node.shape,
+                            "id": node.id}
     if node.advance is not None:
         opts["advance"] = node.advance
     return functools.partial(RowsSource, step, **opts)
@@ -366,7 +367,7 @@ def subquery_factory(sub: n.Node, step: str) -> Factory:
     subplan = plan(sub, sink=False)
     for s in subplan.sources:
         if not isinstance(subplan.stages[s].source, n.GroupInput):
-            raise ValueError(
+            raise ValueError(  # noqa: TRY004
                 f"{step}: the group_apply sub-query reads another source "
                 f"({subplan.stages[s].describe}); a sub-query may only read the group it is "
                 f"given (join with other streams outside group_apply)"

@@ -131,7 +131,7 @@ class Query:
             finally:
                 try:
                     sink.close_pull.remote(pull)
-                except Exception:  # the query was stopped meanwhile
+                except Exception:  # the query was stopped meanwhile  # noqa: BLE001, S110
                     pass
 
         return messages()
@@ -164,12 +164,12 @@ class Query:
         try:
             info = ray.get(self._sink.manifest.remote())
             unsubscribe([tuple(s) for s in info.get("subscriptions", ())])  # type: ignore[misc]
-        except Exception:  # the sink is gone already
+        except Exception:  # the sink is gone already  # noqa: BLE001, S110
             pass
         for h in self.handles.values():
             try:
                 ray.kill(h)
-            except Exception:
+            except Exception:  # noqa: BLE001, S110
                 pass
         self.handles = {}
 

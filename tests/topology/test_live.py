@@ -92,7 +92,8 @@ ATTACH_SCRIPT = textwrap.dedent("""
     time.sleep(0.5)
     second = q.stats(); snap = q.snapshot()
     print(json.dumps(dict(steps=sorted(first), latency=t1 - t0,
-                          src=[first["from_rows#0"]["events_in"], second["from_rows#0"]["events_in"]],
+                          src=[first["from_rows#0"]["events_in"],
+                               second["from_rows#0"]["events_in"]],
                           finished=second["sink"]["finished"], snapshot=len(snap))))
 """)
 
