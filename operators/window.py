@@ -36,6 +36,12 @@ same member events share one output row — it is evaluated as snapshot windows 
 "altered" lifetimes (from the first owned interval of their first window to the last of their
 last window), so an open edge yields one row to ∞.
 
+UDM calls. A UDM sees the members of a window ordered by ``(start, end)`` (ties in arrival
+order); write results that do not depend on the order. An incremental UDM gets ``add`` /
+``remove`` with the events whose view changed (a new window, or a snapshot window split or
+merged under a time-sensitive UDM, starts from ``initial_state`` plus its members), then
+``window_result(state, window)``; any other UDM is called once per affected window.
+
 Output and CTIs. A change of a window's output is emitted as the smallest difference: rows
 that stay the same are not touched, a row that only changes its end is shortened or lengthened
 by one retraction, the rest is retracted fully and inserted anew (fresh ids, never reused).
