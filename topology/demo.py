@@ -1,0 +1,239 @@
+"""``cedar demo``: the main job — smart meters, end to end, on local Ray and local Spark.
+
+It generates readings like the power-meter example of the event-model page (``003_*.txt``):
+point readings of every meter (a few late, a few broken), edge events for the meters' states
+(a fault opens an edge that a repair closes later, and an edge is corrected by a retraction
+of its end), and the meters' metadata. Spark writes the readings to parquet and reads them back
+as the source of five queries that run on Ray, one actor per operator:
+
+* ``meter_averages``  — per meter, a tumbling 5-minute ``Avg`` of the consumption;
+* ``anomalies``       — per meter, a spike-detecting UDO over a hopping 10-minute window;
+* ``regional_load``   — readings joined with the meters' metadata, summed per region;
+* ``peaks``           — the ``Max`` reading over count windows of 100 start times;
+* ``faults``          — how many meters are in fault, over snapshot windows of edge events.
+
+The results go back through Spark to parquet; the run ends with a summary table.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import random
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from operators.aggregates import Avg, Count, Max, Sum
+from operators.ingress import AdvanceTime
+from operators.udm import Operator
+
+TICKS_PER_S = 1_000_000
+READING_EVERY_S = 10
+EPOCH_TICKS = 1_767_225_600 * TICKS_PER_S  # 2026-01-01T00:00:00Z
+
+
+class SpikeDetector(Operator):
+    """A time-insensitive UDO: the readings more than ``k`` standard deviations above the
+    window's mean (at least ``min_readings`` readings to judge)."""
+
+    def __init__(self, k: float = 3.0, min_readings: int = 10) -> None:
+        self.k = k
+        self.min_readings = min_readings
+
+    def compute(self, values: list[Any]) -> list[Any]:
+        if len(values) < self.min_readings:
+            return []
+        kwh = [v["kwh"] for v in values]
+        mean = sum(kwh) / len(kwh)
+        sd = math.sqrt(sum((x - mean) ** 2 for x in kwh) / len(kwh))
+        spikes = [v for v in values if sd > 0 and v["kwh"] > mean + self.k * sd]
+        return [{"ts": v["ts"], "kwh": v["kwh"], "mean": round(mean, 4)}
+                for v in sorted(spikes, key=lambda v: v["ts"])]
+
+
+@dataclass
+class DemoData:
+    readings: list[dict[str, Any]]
+    states: list[dict[str, Any]]
+    meters: list[dict[str, Any]]
+
+
+def generate(meters: int = 40, minutes: int = 60, seed: int = 7) -> DemoData:
+    """Deterministic smart-meter data: readings every 10 s per meter, in arrival order."""
+    rng = random.Random(seed)
+    regions = ["north", "south", "east", "west"]
+    info = [{"meter": f"m{m:03d}", "region": regions[m % len(regions)],
+             "base": 0.2 + 0.8 * rng.random(), "ts": EPOCH_TICKS} for m in range(meters)]
+    readings: list[dict[str, Any]] = []
+    states: list[dict[str, Any]] = []
+    for m in info:
+        t = EPOCH_TICKS + rng.randrange(READING_EVERY_S * TICKS_PER_S)
+        end = EPOCH_TICKS + minutes * 60 * TICKS_PER_S
+        while t < end:
+            kwh = m["base"] * (1 + 0.1 * rng.gauss(0, 1))
+            if rng.random() < 0.004:
+                kwh *= 6  # a spike for the anomaly detector
+            readings.append({"meter": m["meter"], "ts": t, "kwh": round(max(kwh, 0.0), 4)})
+            t += READING_EVERY_S * TICKS_PER_S
+        # meter states: online from the start; some faults, repaired later (an edge closed)
+        fault_at = EPOCH_TICKS + rng.randrange(minutes * 60) * TICKS_PER_S
+        if rng.random() < 0.3:
+            states.append({"meter": m["meter"], "id": f"{m['meter']}-fault", "ts": fault_at,
+                           "end": None, "state": "fault"})
+            repair = fault_at + rng.randrange(60, 900) * TICKS_PER_S
+            states.append({"meter": m["meter"], "id": f"{m['meter']}-fault", "ts": fault_at,
+                           "end": repair, "state": "fault"})
+    # arrival order: by time, with light disorder (a reading overtakes up to ~20 others)
+    readings.sort(key=lambda r: r["ts"] + rng.randrange(30 * TICKS_PER_S))
+    for i in rng.sample(range(len(readings)), k=max(1, len(readings) // 400)):
+        readings[i]["ts"] -= 20 * 60 * TICKS_PER_S  # a late reading, 20 minutes behind
+    for i in rng.sample(range(len(readings)), k=max(1, len(readings) // 2000)):
+        readings[i]["ts"] = None  # a broken reading: no time
+    states.sort(key=lambda r: r["ts"] if r["end"] is None else r["end"])
+    for m in info:
+        del m["base"]
+    return DemoData(readings, states, info)
+
+
+def queries(read: Callable[[], Iterable[dict[str, Any]]], data: DemoData) -> dict[str, Any]:
+    """The demo's five topologies over a fresh read of the readings each."""
+    from topology import Stream
+
+    advance = AdvanceTime(every=2_000, delay=60 * TICKS_PER_S, policy="drop")
+    minute = 60 * TICKS_PER_S
+
+    def readings() -> Stream:
+        return Stream.from_rows(read(), start="ts", advance=advance, name="readings")
+
+    meta = Stream.from_rows(data.meters, start="ts", id="meter", shape="edge", name="meters")
+    states = Stream.from_rows(data.states, start="ts", end="end", id="id", shape="edge",
+                              name="meter_states")
+    return {
+        "meter_averages": readings().group_apply(
+            lambda r: r["meter"], lambda g: g.tumbling_window(5 * minute).aggregate(Avg("kwh"))),
+        "anomalies": readings().group_apply(
+            lambda r: r["meter"],
+            lambda g: g.hopping_window(10 * minute, minute).apply(SpikeDetector())),
+        "regional_load": readings()
+            .join(meta, on=("meter", "meter"),
+                  select=lambda r, m: {"region": m["region"], "kwh": r["kwh"]})
+            .group_apply(lambda r: r["region"],
+                         lambda g: g.tumbling_window(15 * minute).aggregate(Sum("kwh"))),
+        "peaks": readings().count_window(100).aggregate(Max("kwh")),
+        "faults": states.where(lambda s: s["state"] == "fault")
+            .snapshot_window().aggregate(Count()),
+    }
+
+
+class Progress:
+    """A one-line progress bar on stderr."""
+
+    def __init__(self, total: int, width: int = 30) -> None:
+        self.total, self.width, self.shown = max(total, 1), width, -1
+        self.tty = sys.stderr.isatty()
+
+    def update(self, done: int, label: str) -> None:
+        pct = min(100, int(100 * done / self.total))
+        step = 1 if self.tty else 25  # without a terminal, one line per quarter
+        if self.shown >= 0 and pct // step == self.shown // step:
+            return
+        self.shown = pct
+        filled = self.width * pct // 100
+        bar = "█" * filled + "░" * (self.width - filled)
+        end = "" if self.tty and pct < 100 else "\n"
+        sys.stderr.write(f"\r  [{bar}] {pct:3d}%  {done:,}/{self.total:,} events  {label:<22}"
+                         + end)
+        sys.stderr.flush()
+
+
+def _readings_received(stats: dict[str, dict[str, Any]]) -> int:
+    """Rows the ``readings`` source of a query has taken in so far."""
+    return sum(s["source"].get("received", 0) for s in stats.values()
+               if s.get("source") and "readings" in s["step"])
+
+
+def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
+        address: str | None = None) -> list[dict[str, Any]]:
+    """Run the demo; return the summary rows (also printed)."""
+    from topology.deploy import ensure_ray
+    from topology.spark import spark_row_batches, write
+
+    print(f"cedar demo: {meters} meters, {minutes} minutes of readings every "
+          f"{READING_EVERY_S} s; output in {out}/")
+    data = generate(meters, minutes)
+    print(f"  generated {len(data.readings):,} readings and {len(data.states):,} meter-state "
+          f"edges; starting Spark and Ray ...")
+    spark = local_spark()
+    ensure_ray(address)
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    import pyarrow as pa
+
+    source_path = os.path.join(out, "input", "readings.parquet")
+    table = pa.Table.from_pylist(data.readings, schema=pa.schema(
+        [("meter", pa.string()), ("ts", pa.int64()), ("kwh", pa.float64())]))
+    # one file: a source reads rows in arrival order, and Spark keeps a single file's order
+    spark.createDataFrame(table).coalesce(1).write.parquet(source_path)
+    df = spark.read.parquet(source_path)
+
+    def read() -> Iterable[dict[str, Any]]:
+        return itertools.chain.from_iterable(spark_row_batches(df, start="ts"))
+
+    summary = []
+    topologies = queries(read, data)
+    total = len(data.readings) * sum(1 for name in topologies if name != "faults")
+    bar = Progress(total)
+    t0 = time.perf_counter()
+    running = {name: q.deploy(f"demo-{name}", history=True, detached=False)
+               for name, q in topologies.items()}
+    try:
+        done_names: set[str] = set()
+        while len(done_names) < len(running):
+            received = 0
+            for name, live in running.items():
+                if name not in done_names and live.wait(timeout_s=0):
+                    done_names.add(name)
+                received += _readings_received(live.stats())
+            bar.update(received, f"{len(done_names)}/{len(running)} queries done")
+            time.sleep(0.2)
+        elapsed = time.perf_counter() - t0
+        for name, live in running.items():
+            rows = live.snapshot()
+            path = os.path.join(out, name)
+            write(spark, rows, path, mode="overwrite")
+            summary.append({"output": name, "rows": len(rows), "late": len(live.late()),
+                            "dead_letters": len(live.dead_letters()), "path": path})
+    finally:
+        for live in running.values():
+            live.stop()
+    events = len(data.readings) * (len(topologies) - 1) + len(data.states)
+    print_summary(summary, events, elapsed)
+    return summary
+
+
+def print_summary(summary: list[dict[str, Any]], events: int, elapsed: float) -> None:
+    print()
+    print(f"  {'output':<16}{'rows':>8}{'late':>8}{'dead letters':>14}  parquet")
+    print(f"  {'-' * 16}{'-' * 8}{'-' * 8}{'-' * 14}  {'-' * 30}")
+    for s in summary:
+        print(f"  {s['output']:<16}{s['rows']:>8,}{s['late']:>8,}{s['dead_letters']:>14,}"
+              f"  {s['path']}")
+    print(f"\n  {events:,} input events through {len(summary)} queries in {elapsed:.1f} s "
+          f"({events / elapsed:,.0f} events/s, all queries together)")
+
+
+def local_spark() -> Any:
+    """A local Spark session (``local[2]``) that runs Python workers with this interpreter."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    return (SparkSession.builder.master("local[2]").appName("cedar-demo")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.session.timeZone", "UTC")
+            .getOrCreate())
