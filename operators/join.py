@@ -289,16 +289,19 @@ class BinaryTemporal(Processor):
         """Drop the events no future message can make produce or change output (an event of
         input A with ``end < CTI_A and end <= CTI_B``), and the output state they own."""
         recs = self.recs
+        heappop = heapq.heappop
         for port in (0, 1):
             limit = self._limit(port)
             heap = self.expiry[port].heap
-            if not heap or heap[0][0] >= limit:
-                continue
             ids, remove = self.ids[port], self.index[port].remove
-            for seq in self.expiry[port].pop_before(limit, recs):
-                rec = recs.pop(seq)
+            while heap and heap[0][0] < limit:
+                end, seq = heappop(heap)
+                rec = recs.get(seq)
+                if rec is None or rec[END] != end:
+                    continue  # a stale entry: the event was deleted or its end moved
+                del recs[seq]
                 del ids[rec[ID]]
-                remove(rec[KEY], seq, rec[START], rec[END])
+                remove(rec[KEY], seq, rec[START], end)
                 if rec[LINKS]:
                     self._dropped(port, seq, rec)
 

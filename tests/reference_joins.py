@@ -150,7 +150,7 @@ _SMALL_INTS = st.integers(0, 5)
 
 @st.composite
 def two_inputs(draw: Any, payloads: st.SearchStrategy[Any] = _SMALL_INTS,
-               max_steps: int = 30, edges: bool = True) -> tuple[list[tuple[int, Message]],
+               max_steps: int = 20, edges: bool = True) -> tuple[list[tuple[int, Message]],
                                                                  list[Message], list[Message]]:
     """``(pairs, left, right)``: a left (ids ``l…``) and a right (ids ``r…``) physical stream
     and a random interleaving of the two as ``(port, message)`` pairs (each input keeps its

@@ -63,7 +63,7 @@ def _mod100(p: int) -> int:
 BOUNDED: dict[str, tuple[Callable[[], Processor], int]] = {
     "join": (lambda: Join(on=(_mod100, _mod100)), 1_000_000),
     "anti_join": (lambda: AntiJoin(on=(_mod100, _mod100)), 100_000),
-    "left_join": (lambda: LeftJoin(on=(_mod100, _mod100)), 100_000),
+    "left_join": (lambda: LeftJoin(on=(_mod100, _mod100)), 50_000),
 }
 
 
