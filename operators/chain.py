@@ -31,6 +31,7 @@ class Chain(Processor):
             if not msgs:
                 break
             msgs = stage.process(msgs, 0)
+        self.out_cti = self.stages[-1].out_cti
         return msgs
 
     def state_size(self) -> int:
@@ -42,6 +43,7 @@ class Chain(Processor):
     def restore(self, state: dict[str, Any]) -> None:
         for stage, s in zip(self.stages, state["stages"]):
             stage.restore(s)
+        self.out_cti = self.stages[-1].out_cti
 
     def _check(self) -> None:
         for stage in self.stages:

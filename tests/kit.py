@@ -103,7 +103,9 @@ def physical_streams(
     """A valid physical stream: inserts out of order (any start at or after the current CTI,
     up to ``span`` ahead), point, interval and edge events, edge events closed later, lifetime
     corrections (shorten and lengthen), full retractions and advancing CTIs. With
-    ``final_cti`` it ends with a CTI past every finite endpoint (what a source's end emits).
+    ``final_cti`` it ends with a CTI at the latest finite endpoint, which finalizes every event's
+    last tick (what a source's end emits; an event ending exactly there could still be
+    lengthened).
     """
     cti_time = 0
     live: dict[str, list[Any]] = {}
