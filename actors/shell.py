@@ -13,8 +13,9 @@ a cloudpickled factory) and moves batches:
   driver reports it with the step id.
 * **batching**: a buffer is sent when it holds ``batch_size`` messages, when a CTI went into
   it (so a CTI never waits), or when its oldest message is ``flush_s`` old — a timer thread
-  checks this, because a synchronous actor runs nothing between calls. The timer also polls
-  processors that watch the wall clock (a source's idle timeout).
+  does this, because a synchronous actor runs nothing between calls; it sleeps until a buffer
+  waits. It also polls processors that watch the wall clock every ``poll_every_s`` seconds
+  (a source's idle timeout).
 * **backpressure**: at most ``max_in_flight`` unanswered batches per out-edge; the next send
   waits for the oldest (calls from one caller complete in order), which stalls this actor's
   data path and, through its own bounded callers, everything upstream.
@@ -55,7 +56,7 @@ ACTOR_OPTIONS: dict[str, Any] = {
     "max_concurrency": 1,
     "concurrency_groups": {"control": 1, "io": 4},
 }
-#: How often the timer thread looks for stale buffers and idle sources.
+#: How long the timer waits for the data path before it tries again.
 TICK_S = 0.005
 
 
@@ -89,6 +90,8 @@ class OperatorShell:
         self._send_lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._timer: threading.Thread | None = None
+        #: set while a buffer waits for its time bound: the timer sleeps otherwise
+        self._armed = threading.Event()
         self._reset()
 
     # -- configuration ----------------------------------------------------------------------
@@ -118,6 +121,7 @@ class OperatorShell:
         self.out_cti = MIN_TIME
         self._oldest: float | None = None  # when the oldest buffered message arrived
         self._poll = None  # the processor's wall-clock poll, if any
+        self._poll_every: float | None = None  # seconds between polls
 
     def configure(self, config: dict[str, Any]) -> str:
         """Host a new processor: ``step``, ``factory``, ``n_in`` (input edges), ``edges``
@@ -145,7 +149,8 @@ class OperatorShell:
             self.max_in_flight = int(config.get("max_in_flight", 8))
             self.flush_s = float(config.get("flush_s", 0.02))
             self.info = dict(config.get("info", {}))
-            self._poll = getattr(self.proc, "poll", None)
+            self._poll_every = getattr(self.proc, "poll_every_s", None)
+            self._poll = getattr(self.proc, "poll", None) if self._poll_every else None
         if self._timer is None:
             self._timer = threading.Thread(target=self._tick_loop, name="cedar-flush",
                                            daemon=True)
@@ -169,12 +174,10 @@ class OperatorShell:
                 self.counts["events_in"] += len(batch)
                 self.counts["batches_in"] += 1
                 try:
-                    out = self.proc.process(batch, port)
-                except Exception as exc:  # noqa: BLE001
+                    ready = self._emit(self.proc.process(batch, port), force=False)
+                except Exception as exc:  # noqa: BLE001 - reported downstream with the step
                     self._failed(exc)
                     ready = []
-                else:
-                    ready = self._emit(out, force=False)
             self._send(ready)
             if self.error is not None:
                 self._forward_failure()
@@ -191,11 +194,9 @@ class OperatorShell:
                     finish: Callable[[], list[Message]] | None = getattr(
                         self.proc, "finish", None)
                     try:
-                        out = finish() if finish is not None else []
-                    except Exception as exc:  # noqa: BLE001
+                        ready = self._emit(finish() if finish is not None else [], force=True)
+                    except Exception as exc:  # noqa: BLE001 - reported downstream with the step
                         self._failed(exc)
-                        out = []
-                    ready = self._emit(out, force=True)
                 self.finished = True
                 targets = list(self.targets) + list(self.subs.values())
                 self._wake.notify_all()
@@ -251,7 +252,10 @@ class OperatorShell:
                 buf.extend(out)
             if self._oldest is None:
                 self._oldest = time.monotonic()
-        return self._due(force or has_cti)
+        ready = self._due(force or has_cti)
+        if self._oldest is not None:
+            self._armed.set()
+        return ready
 
     def _due(self, flush: bool) -> list[tuple[_Target, list[Message]]]:
         ready: list[tuple[_Target, list[Message]]] = []
@@ -310,12 +314,28 @@ class OperatorShell:
 
     # -- the timer ------------------------------------------------------------------------
     def _tick_loop(self) -> None:
+        """Sleep until a buffer waits (or a poll is due), then flush it at its time bound."""
         while True:
-            time.sleep(TICK_S)
+            self._armed.wait(self._poll_every)
+            oldest = self._oldest
+            if oldest is not None:
+                delay = oldest + self.flush_s - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            elif self._poll is None:
+                self._disarm()
+                continue
             try:
                 self._tick()
+                if self._oldest is None:
+                    self._disarm()
             except Exception:  # never let the timer die; failures show in stats  # noqa: BLE001
                 self.error_trace = traceback.format_exc()
+
+    def _disarm(self) -> None:
+        self._armed.clear()
+        if self._oldest is not None:  # a buffer filled meanwhile: do not miss it
+            self._armed.set()
 
     def _tick(self) -> None:
         now = time.monotonic()
@@ -329,13 +349,13 @@ class OperatorShell:
             with self._lock:
                 if self.error is not None or self.finished or self.proc is None:
                     return
-                out: list[Message] = []
-                if self._poll is not None:
-                    try:
-                        out = self._poll(now)
-                    except Exception as exc:  # noqa: BLE001
-                        self._failed(exc)
-                ready = self._emit(out, force=stale) if out or stale else []
+                ready: list[tuple[_Target, list[Message]]] = []
+                try:
+                    out = self._poll(now) if self._poll is not None else []
+                    if out or stale:
+                        ready = self._emit(out, force=stale)
+                except Exception as exc:  # noqa: BLE001 - reported downstream with the step
+                    self._failed(exc)
             self._send(ready)
             if self.error is not None:
                 self._forward_failure()

@@ -40,6 +40,7 @@ class Publish(Processor):
         #: (end, seq, id) min-heap; stale entries (end changed) are skipped when popped
         self.by_end: list[tuple[int, int, Hashable]] = []
         self._seq = itertools.count()
+        self._stale = 0
         self.cti = MIN_TIME
         #: final rows (end < cti), kept only with ``history=True``
         self.closed: list[tuple[int, int, Any]] = []
@@ -56,6 +57,7 @@ class Publish(Processor):
                 row = alive.get(m.id)
                 if row is None:
                     continue
+                self._stale += 1  # the heap entry of the old end is stale now
                 if m.new_end == m.start:
                     del alive[m.id]
                 else:
@@ -64,7 +66,17 @@ class Publish(Processor):
             elif m.time > self.cti:  # type: ignore[union-attr]
                 self.cti = m.time  # type: ignore[union-attr]
                 self._prune()
+        if self._stale > 2 * len(alive) + 1024:
+            self._compact()
         return msgs
+
+    def _compact(self) -> None:
+        """Rebuild the end heap from the alive rows: entries of retracted ends (an edge event
+        deleted at ∞, say) would otherwise stay until the CTI passes them."""
+        seq = self._seq
+        self.by_end = [(row[1], next(seq), eid) for eid, row in self.alive.items()]
+        heapq.heapify(self.by_end)
+        self._stale = 0
 
     def _prune(self) -> None:
         alive, heap, cti = self.alive, self.by_end, self.cti
@@ -106,3 +118,5 @@ class Publish(Processor):
 
     def _check(self) -> None:
         assert all(e >= self.cti for _, e, _ in self.alive.values())
+        ends = {(e, i) for e, _, i in self.by_end}
+        assert all((row[1], i) in ends for i, row in self.alive.items())

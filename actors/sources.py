@@ -65,6 +65,9 @@ class RowsSource(Processor):
 
         super().__init__(name)
         self.ingress = Ingress(name=name, **ingress)
+        idle = self.ingress.advance.idle_timeout
+        #: how often the hosting shell calls :meth:`poll` (None: never, no idle timeout)
+        self.poll_every_s = None if idle is None else min(0.05, idle / 4)
 
     def process(self, batch: Iterable[Any], port: int = 0) -> list[Message]:
         return self.ingress.push(batch, now=time.monotonic())

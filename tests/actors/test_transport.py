@@ -111,3 +111,15 @@ def test_the_shell_reports_an_operator_failure_with_its_step():
     assert "select#4" in error and "KeyError" in error
     shell.push(0, encode([Insert("b", 0, 1, {})]))  # later batches are dropped, not processed
     assert shell.stats()["events_in"] == 1
+
+
+def test_the_sink_forgets_retracted_ends():
+    # 3,000 edge events opened and deleted at ∞: no CTI ever passes their ends, so the end
+    # index must be compacted rather than grow with every retraction
+    from operators.events import MAX_TIME, Retract
+
+    pub = Publish("sink")
+    for i in range(3_000):
+        pub.process([Insert(i, i, MAX_TIME, i), Retract(i, i, MAX_TIME, i, i)])
+    pub._check()
+    assert pub.state_size() == 0 and len(pub.by_end) < 1_100

@@ -236,3 +236,20 @@ def test_deploy_refuses_a_name_in_use_and_attach_an_unknown_one(ray_session):
             Stream.published("never-deployed").deploy("orphan")
     finally:
         q.stop()
+
+
+def test_an_idle_source_advances_time_on_its_own(ray_session):
+    #  row t=5, then silence: after idle_timeout the source emits Cti(6) without any new row
+    feed: queue.Queue = queue.Queue()
+    q = Stream.from_rows(_queue_rows(feed), start="t",
+                         advance=AdvanceTime(idle_timeout=0.2)).deploy("idle")
+    try:
+        out = q.subscribe(snapshot=False)
+        feed.put({"t": 5})
+        assert next(out).start == 5
+        t0 = time.monotonic()
+        assert next(out) == Cti(6)
+        assert 0.1 < time.monotonic() - t0 < 5
+    finally:
+        feed.put(None)
+        q.stop()
