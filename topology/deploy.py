@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from actors.wire import decode, encode, encode_rows
@@ -291,8 +291,10 @@ def unsubscribe(subs: list[tuple[str, str]]) -> None:
 # -- the two entry points ----------------------------------------------------------------------
 def collect_plan(plan: Plan, *, batch_size: int = DEFAULT_BATCH,
                  max_in_flight: int = DEFAULT_IN_FLIGHT, flush_ms: float = DEFAULT_FLUSH_MS,
-                 timeout_s: float | None = None, reuse: bool = True) -> list[Message]:
-    """Run ``plan`` on Ray to the end of its sources; return the output messages.
+                 timeout_s: float | None = None, reuse: bool = True,
+                 on_messages: Callable[[list[Message]], Any] | None = None) -> list[Message]:
+    """Run ``plan`` on Ray to the end of its sources; return the output messages (or, with
+    ``on_messages``, hand each fetched batch to it as it arrives and return nothing).
 
     An error in any actor is raised here as :class:`~operators.errors.OperatorError` naming
     the step. ``reuse`` borrows warm actors from the session's pool.
@@ -317,7 +319,11 @@ def collect_plan(plan: Plan, *, batch_size: int = DEFAULT_BATCH,
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             blob, finished, error = ray.get(sink.fetch.remote(pull, FETCH_WAIT_S))
-            out.extend(decode(blob))
+            msgs = decode(blob)
+            if on_messages is None:
+                out.extend(msgs)
+            elif msgs:
+                on_messages(msgs)
             if error is not None:
                 raise OperatorError(f"query failed in {error}")
             if finished:
