@@ -100,14 +100,15 @@ class CountWindowOperator(Processor):
     the UDM returns (a UDO; a time-sensitive UDO's ``(start, end, payload)`` timestamps are
     replaced by the window's end point; a plain function may return any iterable).
     ``on_error="dead_letter"`` records a window on which the UDM raises in
-    :attr:`dead_letters` and skips it instead of failing the query.
+    :attr:`dead_letters` (item: the window, its ``(start, end, payload)`` member events and the
+    message that triggered the evaluation) and skips it instead of failing the query.
 
     Cost per insert or retraction: ``O(n log T)`` index work plus, for each of the at most
     ``n + 1`` affected windows, an incremental update from the changed events, or one UDM call
     over the window's events for a non-incremental UDM.
     """
 
-    _state_fields = ("times", "events", "windows", "next_id", "floor", "in_cti")
+    _state_fields = ("times", "events", "windows", "next_id", "floor", "in_cti", "dead_letters")
 
     def __init__(
         self,
@@ -389,7 +390,10 @@ class CountWindowOperator(Processor):
                   f"on_error='dead_letter' to skip such windows")
         if self.on_error == "raise":
             raise OperatorError(reason) from exc
-        self.dead_letters.append(DeadLetter(self.name, reason, (window, trigger)))
+        # the window's input, as (start, end, payload) rows, as the other windows record it
+        members = [rec for t in self.times.irange(start, window.end - 1)
+                   for rec in self.events[t].values()]
+        self.dead_letters.append(DeadLetter(self.name, reason, (window, members, trigger)))
         out = self._retract(rec) if rec is not None else []
         self.windows[start] = _Win(window.end - 1, [], None, False)
         return out

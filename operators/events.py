@@ -68,6 +68,12 @@ class Insert(_InsertFields):
             )
         return tuple.__new__(cls, (id, start, end, payload))
 
+    @classmethod
+    def _make(cls, iterable: Any) -> "Insert":
+        """Build from a sequence of fields, with the constructor's checks (NamedTuple's own
+        ``_make``, which ``_replace`` uses, would skip them)."""
+        return cls(*iterable)
+
     @property
     def sync_time(self) -> int:
         """The earliest time this message modifies: its start."""
@@ -110,6 +116,12 @@ class Retract(_RetractFields):
             )
         return tuple.__new__(cls, (id, start, end, new_end, payload))
 
+    @classmethod
+    def _make(cls, iterable: Any) -> "Retract":
+        """Build from a sequence of fields, with the constructor's checks (NamedTuple's own
+        ``_make``, which ``_replace`` uses, would skip them)."""
+        return cls(*iterable)
+
     @property
     def sync_time(self) -> int:
         """The earliest time this message modifies: ``min(end, new_end)``."""
@@ -133,6 +145,12 @@ class Cti(_CtiFields):
     def __new__(cls, time: int) -> "Cti":
         _check_time("Cti", None, "time", time)
         return tuple.__new__(cls, (time,))
+
+    @classmethod
+    def _make(cls, iterable: Any) -> "Cti":
+        """Build from a sequence of fields, with the constructor's checks (NamedTuple's own
+        ``_make``, which ``_replace`` uses, would skip them)."""
+        return cls(*iterable)
 
     @property
     def sync_time(self) -> int:

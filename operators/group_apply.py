@@ -52,7 +52,7 @@ from typing import Any
 
 from .base import Processor
 from .cht import InvalidStream
-from .errors import OperatorError
+from .errors import DeadLetter, OperatorError
 from .events import MIN_TIME, Cti, Insert, Message, Retract, fmt_time
 from .join import END, ID, KEY, START, ExpiryHeap
 from .udm import field_getter
@@ -87,6 +87,9 @@ class GroupApply(Processor):
         self.next_seq = 0
         self.next_inst = 0
         self.in_cti = MIN_TIME
+        #: the dead letters of every group's sub-query (a window's failing UDM calls with
+        #: ``on_error="dead_letter"``), collected as they happen: groups come and go
+        self.dead_letters: list[DeadLetter] = []
 
     def _build(self) -> Processor:
         sub = self.factory()
@@ -117,6 +120,7 @@ class GroupApply(Processor):
             result = sub.process(batch, 0)
         except (OperatorError, InvalidStream) as exc:
             raise OperatorError(f"group_apply {self.name!r}, group {key!r}: {exc}") from exc
+        _take_dead_letters(sub, self.dead_letters)
         inst = group[G_INST]
         for m in result:
             kind = type(m)
@@ -245,7 +249,7 @@ class GroupApply(Processor):
     def snapshot(self) -> dict[str, Any]:
         own = {f: copy.deepcopy(getattr(self, f)) for f in (
             "recs", "ids", "expiry", "busy", "next_seq", "next_inst", "in_cti", "template_cti",
-            "out_cti")}
+            "out_cti", "dead_letters")}
         own["groups"] = {k: (g[G_SUB].snapshot(), *g[1:]) for k, g in self.groups.items()}
         own["template"] = self.template.snapshot()
         return own
@@ -280,3 +284,15 @@ class GroupApply(Processor):
             group[G_SUB]._check()
         assert set(counts) <= set(self.groups)
         assert self.out_cti <= self.template_cti
+
+
+def _take_dead_letters(proc: Any, into: list[DeadLetter]) -> None:
+    """Move the dead letters of a sub-query (one operator, a Chain of them or an in-process
+    DAG) into ``into``, so they outlive the group."""
+    records = getattr(proc, "dead_letters", None)
+    if records:
+        into.extend(records)
+        records.clear()
+    for inner in getattr(proc, "stages", None) or getattr(proc, "procs", {}).values() or ():
+        if isinstance(inner, Processor):
+            _take_dead_letters(inner, into)

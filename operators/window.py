@@ -215,6 +215,16 @@ class _WindowBase(Processor):
         return sorted(w.members.values(), key=_by_time)
 
     # -- errors ----------------------------------------------------------------------------------
+    def _check_input(self, msg: Insert | Retract) -> None:
+        """An input change behind the input CTI breaks the CTI's promise: an upstream operator
+        (or a source bypassing its checks) is faulty, and no output of ours could be right."""
+        if msg.sync_time < self.in_cti:
+            raise ValueError(
+                f"{type(msg).__name__.lower()} {msg!r} changes time {fmt_time(msg.sync_time)}, "
+                f"behind the input CTI {fmt_time(self.in_cti)}: the input stream is not well "
+                f"formed (the step feeding this window emitted it; report it as a bug in cedar "
+                f"or in that step)")
+
     def _failed(self, w: Win, exc: Exception, what: str) -> None:
         reason = (f"window operator {self.name!r}: UDM {self.udm.udm_name!r} failed in {what} "
                   f"on window [{fmt_time(w.start)}, {fmt_time(w.end)}) holding "
@@ -533,6 +543,7 @@ class HoppingWindowOperator(_WindowBase):
             del self.crossing[eid]
 
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
+        self._check_input(msg)
         self._advance(msg.start + 1)
         rec = (msg.start, msg.end, msg.payload)
         g = self.grid
@@ -543,6 +554,7 @@ class HoppingWindowOperator(_WindowBase):
         return self._flush()
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
+        self._check_input(msg)
         s, e1, e2 = msg.start, msg.end, msg.new_end
         new = (s, e2, msg.payload) if e2 > s else None
         g = self.grid
@@ -759,6 +771,7 @@ class SnapshotWindowOperator(_WindowBase):
 
     # -- messages --------------------------------------------------------------------------------
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
+        self._check_input(msg)
         if self.grid is None:
             self._insert(msg.id, msg.start, msg.end, msg.payload)
         else:
@@ -768,6 +781,7 @@ class SnapshotWindowOperator(_WindowBase):
         return self._flush()
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
+        self._check_input(msg)
         s, e1, e2, p = msg.start, msg.end, msg.new_end, msg.payload
         if self.grid is None:
             self._retract(msg.id, s, e1, e2, p)

@@ -1,0 +1,283 @@
+"""Bad input of every kind SPEC §9 names: each one is processed, dropped or adjusted by a
+declared policy (and visible in ``late``), or sent to the dead letters with a reason that says
+what was wrong and how to fix it. Nothing takes the query down, except a bug inside the engine
+(an event behind a CTI between two operators), which fails loudly naming the operator."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from operators.aggregates import Count, Sum
+from operators.alter_lifetime import AlterLifetime
+from operators.anti_join import AntiJoin
+from operators.base import Processor
+from operators.cht import to_cht
+from operators.clip_duration import ClipDuration
+from operators.errors import OperatorError
+from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Retract
+from operators.group_apply import GroupApply
+from operators.ingress import AdvanceTime
+from operators.join import Join
+from operators.select import Select
+from operators.shift import Shift
+from operators.to_points import ToPoints
+from operators.union import Union
+from operators.where import Where
+from operators.window import make_window
+from operators.windows import count_window, hopping_window, snapshot_window, tumbling_window
+from tests.kit import assert_equivalent
+from tests.reliability import assert_accounted, records, run_dag
+from topology import Stream
+
+GOOD = [{"t": 1, "e": 3, "kwh": 1.0}, {"t": 4, "e": 6, "kwh": 2.0}]
+
+
+def _rows_query(bad, shape="interval", **kw):
+    end = "e" if shape != "point" else None
+    return Stream.from_rows([GOOD[0], bad, GOOD[1]], start="t", end=end, shape=shape, **kw)
+
+
+# -- rows: every bad time is a dead letter with a reason ------------------------------------------
+BAD_ROWS = [
+    ({"t": 5, "e": 2}, "end 2 is not after start 5"),
+    ({"t": 5, "e": 5}, "end 5 is not after start 5"),
+    ({"e": 9}, "start time is missing"),
+    ({"t": None, "e": 9}, "start time is missing"),
+    ({"t": float("nan"), "e": 9}, "missing time (NaN)"),
+    ({"t": 2, "e": float("nan")}, "missing time (NaN)"),
+    ({"t": "yesterday-ish", "e": 9}, "cannot parse 'yesterday-ish'"),
+    ({"t": 2, "e": "2010-13-45"}, "cannot parse '2010-13-45'"),
+    ({"t": 2**70, "e": 2**71}, "outside [MIN_TIME, MAX_TIME]"),
+    ({"t": -(2**64), "e": 9}, "outside [MIN_TIME, MAX_TIME]"),
+    ({"t": 2.5, "e": 9}, "not a whole number of ticks"),
+    ({"t": math.inf, "e": 9}, "not finite"),
+    ({"t": True, "e": 9}, "a bool (True) is not a time"),
+    ({"t": [2], "e": 9}, "cannot read a time from [2]"),
+    ("t=2,e=9", "a row must be a dict"),
+    (None, "a row must be a dict"),
+]
+
+
+@pytest.mark.parametrize(("bad", "words"), BAD_ROWS, ids=[repr(b) for b, _ in BAD_ROWS])
+def test_a_bad_row_is_a_dead_letter_and_the_others_are_processed(bad, words):
+    out, dag, fed = run_dag(_rows_query(bad))
+    src = dag.procs["from_rows#0"]
+    #   rows   [1 -- 3)   <bad>   [4 -- 6)
+    #   output [1 -- 3)           [4 -- 6)      and the bad row in dead_letters
+    assert_equivalent(out, [(1, 3, GOOD[0]), (4, 6, GOOD[1])])
+    [dead] = records(dag, "dead_letters")
+    assert dead.item is bad or dead.item == bad
+    assert dead.where == "from_rows#0"
+    assert words in dead.reason, dead.reason
+    assert fed == [3]
+    assert src.stats == {"received": 3, "processed": 2, "dropped": 0, "adjusted": 0,
+                         "dead_lettered": 1, "ctis": 1}
+    assert_accounted(src.stats)
+
+
+def test_reasons_say_how_to_fix_the_row():
+    out, dag, _ = run_dag(Stream.from_rows([{"t": None}, {"t": "noon"}, {"t": 3, "e": 1}],
+                                           start="t", end="e", shape="interval"))
+    reasons = [d.reason for d in records(dag, "dead_letters")]
+    assert "give every row a start time" in reasons[0]
+    assert "ISO-8601" in reasons[1]
+    assert "needs end > start" in reasons[2]
+    assert out == []
+
+
+def test_edges_unknown_end_duplicate_start_and_reused_ids_are_dead_letters():
+    rows = [{"k": "a", "t": 1}, {"k": "zz", "t": 2, "e": 5}, {"k": "a", "t": 2},
+            {"k": "a", "e": 4}, {"k": "a", "t": 6}, {"k": None, "t": 7}, {"k": "b", "e": 3}]
+    out, dag, _ = run_dag(Stream.from_rows(rows, start="t", end="e", shape="edge", id="k"))
+    #   a  [1 ---- ∞) closed at 4  →  [1 -- 4)
+    assert_equivalent(out, [(1, 4, rows[0])])
+    reasons = [d.reason for d in records(dag, "dead_letters")]
+    assert len(reasons) == 5
+    assert "no edge with that id is open" in reasons[0]
+    assert "duplicate start edge" in reasons[1]
+    assert "duplicate id 'a'" in reasons[2]
+    assert "the id is missing" in reasons[3]
+    assert "no edge with that id is open" in reasons[4]
+    assert_accounted(dag.procs["from_rows#0"].stats)
+
+
+def test_duplicate_ids_of_points_are_dead_letters():
+    rows = [{"id": 1, "t": 1}, {"id": 1, "t": 2}, {"id": 2, "t": 2}]
+    out, dag, _ = run_dag(Stream.from_rows(rows, start="t", id="id"))
+    assert_equivalent(out, [(1, 2, rows[0]), (2, 3, rows[2])])
+    [dead] = records(dag, "dead_letters")
+    assert "duplicate id 1" in dead.reason and dead.item == rows[1]
+
+
+def test_late_rows_are_dropped_or_adjusted_and_visible_in_late():
+    rows = [{"t": 10, "e": 20}, {"t": 3, "e": 4}, {"t": 5, "e": 15}, {"t": 12, "e": 13}]
+    #   CTI after every event: Cti(10) after the first row
+    #   [3 -- 4)   behind the CTI, ends before it       → dropped
+    #   [5 -- 15)  behind the CTI, ends after it        → adjusted to [10 -- 15)
+    out, dag, _ = run_dag(Stream.from_rows(rows, start="t", end="e", shape="interval",
+                                           advance=AdvanceTime(every=1, policy="adjust")))
+    assert_equivalent(out, [(10, 20, rows[0]), (10, 15, rows[2]), (12, 13, rows[3])])
+    late = records(dag, "late")
+    assert [(x.action, x.item) for x in late] == [("dropped", rows[1]), ("adjusted", rows[2])]
+    assert "behind the CTI 10" in late[0].reason
+    assert late[1].event == Insert(1, 10, 15, rows[2])  # dropped rows use no id
+    stats = dag.procs["from_rows#0"].stats
+    assert (stats["dropped"], stats["adjusted"], stats["processed"]) == (1, 1, 2)
+    assert_accounted(stats)
+
+
+# -- physical messages: every broken rule of SPEC §2 is a dead letter ----------------------------
+BAD_MESSAGES = [
+    (Retract("zz", 1, 2, 1), "retraction of unknown id 'zz'"),
+    (Retract("a", 1, 9, 4), "does not match the live event [1, 3)"),
+    (Cti(1), "CTI goes back from 2 to 1"),
+    (Insert("a", 5, 6), "duplicate id 'a'"),
+    (Insert("c", 1, 2), "insert starts at 1, behind the CTI 2"),
+    (Retract("a", 1, 3, 1), "retraction changes time 1, behind the CTI 2"),
+    ("Insert(a, 1, 2)", "not a physical message"),
+    (None, "not a physical message"),
+    ((0, "x", 1, 2, None), "not a physical message"),
+]
+
+
+@pytest.mark.parametrize(("bad", "words"), BAD_MESSAGES, ids=[repr(b) for b, _ in BAD_MESSAGES])
+def test_a_message_breaking_a_rule_is_a_dead_letter(bad, words):
+    good = [Insert("a", 1, 3, "x"), Cti(2), Insert("b", 4, 8, "y"), Cti(9)]
+    out, dag, fed = run_dag(Stream.from_events(good[:2] + [bad] + good[2:]))
+    #   a [1 -- 3)  b [4 ---- 8)   whatever the bad message between them
+    assert out == good
+    [dead] = records(dag, "dead_letters")
+    assert dead.item == bad and dead.where == "from_events#0"
+    assert words in dead.reason, dead.reason
+    # the from_events accounting: received = processed + dead-lettered
+    assert fed == [5] and fed[0] == len(out) + len(records(dag, "dead_letters"))
+
+
+def test_replace_cannot_build_a_message_that_breaks_its_invariants():
+    # NamedTuple's _replace would skip the constructor: an end before its start would reach
+    # the engine unchecked (and a window would drop it silently)
+    with pytest.raises(ValueError, match="end 3 is not after start 5"):
+        Insert("a", 5, 6)._replace(end=3)
+    with pytest.raises(ValueError, match="new_end equals end"):
+        Retract("a", 1, 5, 3)._replace(new_end=5)
+    with pytest.raises(TypeError, match="must be an int number of ticks"):
+        Cti(3)._replace(time=float("nan"))
+    assert Insert("a", 1, 2)._replace(payload=7) == Insert("a", 1, 2, 7)
+
+
+UNCHECKED = [
+    tuple.__new__(Insert, ("u", 5, 3, None)),
+    tuple.__new__(Insert, ("u", "soon", None, None)),
+    tuple.__new__(Cti, (float("nan"),)),
+    tuple.__new__(Retract, ("a", 1, 3, 3, None)),
+]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "actors/sources.py EventsSource.process trusts that a message object passed its "
+    "constructor's checks; a message built without them (tuple.__new__, or actors.wire.decode "
+    "of foreign bytes) crashes the source with a TypeError or passes through unchecked. Fix: "
+    "re-run the constructor (type(msg)(*msg)) inside the try and dead-letter on TypeError/"
+    "ValueError as well as InvalidStream"))
+@pytest.mark.parametrize("bad", UNCHECKED, ids=repr)
+def test_a_message_built_without_its_checks_is_a_dead_letter(bad):
+    good = [Insert("a", 1, 3, "x"), Cti(2), Insert("b", 4, 8, "y"), Cti(9)]
+    out, dag, _ = run_dag(Stream.from_events(good[:2] + [bad] + good[2:]))
+    assert out == good
+    assert [d.item for d in records(dag, "dead_letters")] == [bad]
+
+
+# -- wrong types: cedar has no declared schema ------------------------------------------------------
+# A payload is whatever the row or message carries; the nearest thing to "a wrong type for a
+# declared field" is a user function or UDM that cannot handle the value. That fails the query
+# with an error naming the step (and, for a UDM, the UDM and the window), or, for a window
+# with on_error="dead_letter", sends the window's input to the dead letters.
+def test_a_wrong_field_type_in_a_udm_names_operator_udm_and_window():
+    rows = [{"t": 1, "kwh": 1.0}, {"t": 2, "kwh": "1.5 kWh"}, {"t": 7, "kwh": 2.0}]
+    q = Stream.from_rows(rows, start="t").tumbling_window(5).aggregate(Sum("kwh"))
+    with pytest.raises(OperatorError) as err:
+        q.collect(runtime="inline")
+    text = str(err.value)
+    assert "tumbling.aggregate#1" in text and "Sum" in text and "[0, 5)" in text
+    assert "TypeError" in text
+
+
+def test_a_wrong_field_type_with_dead_letters_keeps_the_query_going():
+    rows = [{"t": 1, "kwh": 1.0}, {"t": 2, "kwh": "1.5 kWh"}, {"t": 7, "kwh": 2.0}]
+    q = (Stream.from_rows(rows, start="t").tumbling_window(5)
+         .aggregate(Sum("kwh"), on_error="dead_letter"))
+    out, dag, _ = run_dag(q)
+    #   window [0, 5) holds "1.5 kWh": dead letter;   window [5, 10): 2.0
+    assert_equivalent(out, [(5, 10, 2.0)])
+    dead = records(dag, "dead_letters")
+    assert dead and all(d.where == "tumbling.aggregate#1" for d in dead)
+    window, members = dead[-1].item
+    assert (window.start, window.end) == (0, 5)
+    assert sorted(m[2]["t"] for m in members) == [1, 2]
+
+
+def test_a_wrong_field_type_in_a_predicate_names_the_step():
+    rows = [{"t": 1, "kwh": 1.0}, {"t": 2, "kwh": None}]
+    q = Stream.from_rows(rows, start="t").where(lambda r: r["kwh"] > 0)
+    with pytest.raises(OperatorError, match=r"operator 'where#1' failed on .*TypeError"):
+        q.collect(runtime="inline")
+
+
+# -- an event behind a CTI inside the engine: a bug, fails loudly naming the operator ---------------
+OPS = {
+    "tumbling": lambda: make_window(tumbling_window(5), Count(), name="op-under-test"),
+    "hopping": lambda: make_window(hopping_window(6, 2), Count(), name="op-under-test"),
+    "snapshot": lambda: make_window(snapshot_window(), Count(), name="op-under-test"),
+    "compressed": lambda: make_window(hopping_window(6, 2), Count(), output="compressed",
+                                      name="op-under-test"),
+    "count": lambda: make_window(count_window(2), Count(), name="op-under-test"),
+    "alter_lifetime": lambda: AlterLifetime(duration=3, name="op-under-test"),
+    "join": lambda: Join(name="op-under-test"),
+    "where": lambda: Where(bool, name="op-under-test"),
+    "select": lambda: Select(lambda p: p, name="op-under-test"),
+    "shift": lambda: Shift(1, name="op-under-test"),
+    "to_points": lambda: ToPoints(name="op-under-test"),
+    "clip_duration": lambda: ClipDuration(4, name="op-under-test"),
+    "union": lambda: Union(2, name="op-under-test"),
+    "anti_join": lambda: AntiJoin(name="op-under-test"),
+    "group_apply": lambda: GroupApply(lambda p: p, lambda: Where(bool), name="op-under-test"),
+}
+#: (operator, message kind) pairs that notice nothing today
+SILENT = {("alter_lifetime", "retract"), ("join", "insert"), ("join", "retract")} | {
+    (op, kind) for op in ("where", "select", "shift", "to_points", "clip_duration", "union",
+                          "anti_join", "group_apply") for kind in ("insert", "retract")}
+_SILENT_REASON = (
+    "pass-through operators (and join, and alter_lifetime for retractions) forward a change "
+    "behind their input CTI without noticing; the output then breaks SPEC §2 downstream. Fix "
+    "(shared code): have Processor.process in operators/base.py (and the overriding process "
+    "methods of Union, GroupApply, Chain) track the input CTI per port and raise ValueError "
+    "for an Insert/Retract whose sync time is behind it, which process() turns into an "
+    "OperatorError naming the step; or validate every edge in the runtimes")
+CASES = [pytest.param(op, kind, marks=pytest.mark.xfail(strict=True, reason=_SILENT_REASON)
+                      if (op, kind) in SILENT else (), id=f"{op}-{kind}")
+         for op in OPS for kind in ("insert", "retract")]
+
+
+@pytest.mark.parametrize(("op", "kind"), CASES)
+def test_an_event_behind_the_cti_inside_the_engine_fails_naming_the_operator(op, kind):
+    proc: Processor = OPS[op]()
+    for p in range(proc.n_inputs):
+        proc.process([Insert(("a", p), 10, 20, 1), Cti(15)], p)
+    late = Retract(("a", 0), 10, 20, 12, 1) if kind == "retract" else Insert("b", 3, 4, 1)
+    #   input  a [10 ------- 20)   CTI 15   then   b [3 - 4)  (or a shortened to 12)
+    #   the message changes the time axis behind the CTI: a bug upstream
+    with pytest.raises(OperatorError) as err:
+        proc.process([late], 0)
+    assert "'op-under-test'" in str(err.value)
+    assert "behind" in str(err.value)
+
+
+def test_times_at_the_ends_of_the_axis_are_accepted_or_dead_lettered():
+    rows = [{"t": MIN_TIME}, {"t": MAX_TIME - 1}, {"t": MAX_TIME}, {"t": MIN_TIME - 1}]
+    out, dag, _ = run_dag(Stream.from_rows(rows, start="t"))
+    assert sorted(to_cht(out)) == [(MIN_TIME, MIN_TIME + 1, rows[0]),
+                                   (MAX_TIME - 1, MAX_TIME, rows[1])]
+    assert [d.item for d in records(dag, "dead_letters")] == rows[2:]
+    assert_accounted(dag.procs["from_rows#0"].stats)
