@@ -32,7 +32,9 @@ import heapq
 import json
 import os
 import pickle
+import queue
 import shutil
+import threading
 import time as _time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -179,6 +181,67 @@ def spark_row_batches(
 
     def generate() -> Iterator[list[dict[str, Any]]]:
         yield from arrow_row_batches([_frame_to_arrow(df)], start, end, batch_rows)
+
+    return generate()
+
+
+def spark_stream_rows(
+    df: DataFrame, start: Any, end: Any = None, trigger: dict[str, Any] | None = None,
+    checkpoint_location: str | None = None, batch_rows: int = DEFAULT_BATCH_ROWS,
+    max_batches: int = 4,
+) -> Iterator[list[dict[str, Any]]]:
+    """The rows of a *streaming* DataFrame, micro-batch by micro-batch, as lists of row dicts
+    with ticks in the time columns (see :func:`arrow_row_batches`).
+
+    Iteration starts ``df.writeStream.foreachBatch(...)`` with ``trigger`` (default
+    ``{"availableNow": True}``: every input available now, then the generator ends; with
+    ``{"processingTime": ...}`` it runs until the query is stopped). A micro-batch that Spark
+    replays with an id already seen is skipped. At most ``max_batches`` row lists wait for the
+    consumer: a slow query holds Spark back instead of filling memory. For exactly-once input
+    across driver restarts use :class:`SparkStreamFeeder` with a checkpoint location.
+    """
+    if not getattr(df, "isStreaming", False):
+        raise ValueError("spark_stream_rows needs a streaming DataFrame (spark.readStream); "
+                         "read a batch DataFrame with spark_row_batches")
+    _check_columns(df, "spark_stream_rows", start=start, end=end)
+
+    def generate() -> Iterator[list[dict[str, Any]]]:
+        pending: queue.Queue[Any] = queue.Queue(maxsize=max_batches)
+        done = object()
+        last = [-1]
+
+        def on_batch(batch_df: DataFrame, batch_id: int) -> None:
+            if batch_id <= last[0]:
+                return
+            for rows in arrow_row_batches([_frame_to_arrow(batch_df)], start, end, batch_rows):
+                pending.put(rows)
+            last[0] = batch_id
+
+        writer = df.writeStream.foreachBatch(on_batch)
+        if checkpoint_location is not None:
+            writer = writer.option("checkpointLocation", checkpoint_location)
+        query = writer.trigger(**(trigger or {"availableNow": True})).start()
+
+        def wait() -> None:
+            try:
+                query.awaitTermination()
+            except Exception as exc:  # surfaces in the consumer
+                pending.put(exc)
+            finally:
+                pending.put(done)
+
+        threading.Thread(target=wait, name="cedar-spark-stream", daemon=True).start()
+        try:
+            while True:
+                item = pending.get()
+                if item is done:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            if query.isActive:
+                query.stop()
 
     return generate()
 

@@ -80,6 +80,28 @@ class Stream:
                                  id=id, advance=advance, name=name))
 
     @staticmethod
+    def from_spark(df: Any, start: Any, end: Any = None, shape: str = "point", id: Any = None,
+                   advance: Any = None, name: str | None = None, *,
+                   trigger: dict[str, Any] | None = None,
+                   checkpoint_location: str | None = None) -> Stream:
+        """Ingest a Spark DataFrame exactly as :meth:`from_rows` ingests rows. A batch
+        DataFrame is read through Arrow in batches (time columns of timestamp or date type
+        become ticks); a streaming DataFrame is read micro-batch by micro-batch through
+        ``foreachBatch`` (``trigger`` default ``{"availableNow": True}``; see
+        :func:`topology.spark.spark_stream_rows`)."""
+        import itertools
+
+        from .spark import spark_row_batches, spark_stream_rows
+
+        if getattr(df, "isStreaming", False):
+            batches = spark_stream_rows(df, start, end, trigger=trigger,
+                                        checkpoint_location=checkpoint_location)
+        else:
+            batches = spark_row_batches(df, start, end)
+        return Stream.from_rows(itertools.chain.from_iterable(batches), start=start, end=end,
+                                shape=shape, id=id, advance=advance, name=name or "spark")
+
+    @staticmethod
     def published(query: str, name: str | None = None) -> Stream:
         """The output of the running query ``query`` (deployed with :meth:`deploy`): first
         every event still alive at its current CTI, then its live stream."""
@@ -211,6 +233,40 @@ class Stream:
         if batch_size is not None:
             options["batch_size"] = batch_size
         return collect_plan(p, **options)
+
+    # -- Spark sinks ------------------------------------------------------------------------
+    def to_spark(self, spark: Any = None, runtime: str = "ray", **options: Any) -> Any:
+        """Run the query and return its output CHT as a Spark DataFrame: ``start`` and ``end``
+        timestamps (∞ as null) plus the payload's fields (a scalar payload is ``value``)."""
+        from .spark import to_spark
+
+        return to_spark(spark, self.collect(runtime, **options))
+
+    def write(self, path: str, format: str = "parquet", mode: str = "error", spark: Any = None,
+              runtime: str = "ray", **options: Any) -> None:
+        """Run the query and write its output CHT through Spark (see :meth:`to_spark`)."""
+        from .spark import write
+
+        write(spark, self.collect(runtime, **options), path, format=format, mode=mode)
+
+    def to_spark_stream(self, path: str, format: str = "parquet", spark: Any = None,
+                        runtime: str = "ray", **options: Any) -> Any:
+        """Run the query and append, at each output CTI, the rows that CTI made final to
+        ``path``, exactly once across restarts (:class:`topology.spark.FinalRowsSink`: a
+        restarted run on the same path skips what was committed). On Ray the rows are
+        appended while the query runs. Returns the sink (``committed``, ``dead_letters``)."""
+        from .spark import FinalRowsSink
+
+        sink = FinalRowsSink(spark, path, format=format)
+        if runtime == "inline":
+            sink.on_messages(self.collect("inline", **options))
+        else:
+            from .deploy import collect_plan
+
+            collect_plan(self.plan(options.pop("fuse", False)), on_messages=sink.on_messages,
+                         **options)
+        sink.end()
+        return sink
 
     def deploy(self, name: str, *, fuse: bool = False, **options: Any) -> Query:
         """Start the query on Ray under ``name`` and return its live :class:`Query` handle;
