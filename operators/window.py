@@ -290,7 +290,8 @@ class _WindowBase(Processor):
     def _evaluate(self, w: Win) -> None:
         udm: Any = self.udm
         window = Window(w.start, w.end)
-        members = self._members(w)
+        # incremental UDMs keep their state: the (sorted) members are needed only to rebuild it
+        members = [] if self.incremental and w.state is not REBUILD else self._members(w)
         try:
             if self.incremental:
                 if w.state is REBUILD:
