@@ -7,9 +7,9 @@ of its end), and the meters' metadata. Spark writes the readings to parquet and 
 as the source of five queries that run on Ray, one actor per operator:
 
 * ``meter_averages``  — per meter, a tumbling 5-minute ``Avg`` of the consumption;
-* ``anomalies``       — per meter, a spike-detecting UDO over a hopping 10-minute window;
+* ``anomalies``       — per meter, a spike-detecting UDO over hopping 5-minute windows;
 * ``regional_load``   — readings joined with the meters' metadata, summed per region;
-* ``peaks``           — the ``Max`` reading over count windows of 100 start times;
+* ``peaks``           — per meter, the ``Max`` reading over count windows of 30 readings;
 * ``faults``          — how many meters are in fault, over snapshot windows of edge events.
 
 The results go back through Spark to parquet; the run ends with a summary table.
@@ -17,7 +17,6 @@ The results go back through Spark to parquet; the run ends with a summary table.
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import random
@@ -25,7 +24,7 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from operators.aggregates import Avg, Count, Max, Sum
 from operators.ingress import AdvanceTime
@@ -99,15 +98,15 @@ def generate(meters: int = 40, minutes: int = 60, seed: int = 7) -> DemoData:
     return DemoData(readings, states, info)
 
 
-def queries(read: Callable[[], Iterable[dict[str, Any]]], data: DemoData) -> dict[str, Any]:
-    """The demo's five topologies over a fresh read of the readings each."""
+def queries(df: Any, data: DemoData) -> dict[str, Any]:
+    """The demo's five topologies; each reads the readings DataFrame ``df`` afresh."""
     from topology import Stream
 
     advance = AdvanceTime(every=2_000, delay=60 * TICKS_PER_S, policy="drop")
     minute = 60 * TICKS_PER_S
 
     def readings() -> Stream:
-        return Stream.from_rows(read(), start="ts", advance=advance, name="readings")
+        return Stream.from_spark(df, start="ts", advance=advance, name="readings")
 
     meta = Stream.from_rows(data.meters, start="ts", id="meter", shape="edge", name="meters")
     states = Stream.from_rows(data.states, start="ts", end="end", id="id", shape="edge",
@@ -117,13 +116,14 @@ def queries(read: Callable[[], Iterable[dict[str, Any]]], data: DemoData) -> dic
             lambda r: r["meter"], lambda g: g.tumbling_window(5 * minute).aggregate(Avg("kwh"))),
         "anomalies": readings().group_apply(
             lambda r: r["meter"],
-            lambda g: g.hopping_window(10 * minute, minute).apply(SpikeDetector())),
+            lambda g: g.hopping_window(5 * minute, minute).apply(SpikeDetector())),
         "regional_load": readings()
             .join(meta, on=("meter", "meter"),
                   select=lambda r, m: {"region": m["region"], "kwh": r["kwh"]})
             .group_apply(lambda r: r["region"],
                          lambda g: g.tumbling_window(15 * minute).aggregate(Sum("kwh"))),
-        "peaks": readings().count_window(100).aggregate(Max("kwh")),
+        "peaks": readings().group_apply(
+            lambda r: r["meter"], lambda g: g.count_window(30).aggregate(Max("kwh"))),
         "faults": states.where(lambda s: s["state"] == "fault")
             .snapshot_window().aggregate(Count()),
     }
@@ -160,7 +160,7 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
         address: str | None = None) -> list[dict[str, Any]]:
     """Run the demo; return the summary rows (also printed)."""
     from topology.deploy import ensure_ray
-    from topology.spark import spark_row_batches, write
+    from topology.spark import write
 
     print(f"cedar demo: {meters} meters, {minutes} minutes of readings every "
           f"{READING_EVERY_S} s; output in {out}/")
@@ -180,11 +180,8 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
     spark.createDataFrame(table).coalesce(1).write.parquet(source_path)
     df = spark.read.parquet(source_path)
 
-    def read() -> Iterable[dict[str, Any]]:
-        return itertools.chain.from_iterable(spark_row_batches(df, start="ts"))
-
     summary = []
-    topologies = queries(read, data)
+    topologies = queries(df, data)
     total = len(data.readings) * sum(1 for name in topologies if name != "faults")
     bar = Progress(total)
     t0 = time.perf_counter()
