@@ -1,0 +1,632 @@
+"""cedar's benchmark suite, side by side with Spark: ``python -m benchmarks.run [--quick]``.
+
+On the same generated data (numpy, written once to parquet with pyarrow) and in the same run:
+
+* **W1** -- N point events over 1,000 keys, disorder up to 2 ms, a CTI every 10,000 events:
+  ``where`` (~90 %) → ``select`` → ``group_apply(key, tumbling 1 s → CountSum)``, run
+  (a) ``collect(runtime="inline")``, (b) on Ray, one actor per operator (``collect()``),
+  (c) cedar (inline) fed from parquet by Spark through ``topology.spark.spark_row_batches`` and
+  written back with ``topology.spark.write``, (d) Spark Structured Streaming's own
+  ``groupBy(window, key)`` with a watermark, append mode, ``availableNow``, noop sink;
+* **W2** -- the same with a hopping window (10 s, hop 1 s) and ``TimeWeightedAverage``;
+* **W3** -- a temporal join of two streams on 10,000 keys (50 ms lifetimes);
+* **latency** -- W1 deployed on Ray, fed by a paced generator at a fixed offered rate;
+  per input CTI the wall time it was due at the source, per output CTI the wall time
+  ``Query.subscribe()`` saw it (p50/p99); Spark's micro-batch ``triggerExecution`` at the
+  same rate for comparison;
+* **memory** -- peak RSS of the driver and every Ray worker process, and its growth, over a
+  long W1 run on Ray (sampled every second).
+
+It writes ``benchmarks/RESULTS.md`` (keeping any text below the ``<!-- analysis -->`` marker)
+and prints as its last line ``RESULT inline_eps=... ray_eps=... from_spark_eps=...
+spark_sss_eps=... ratio_ray_inline=... ratio_cedar_spark=... p99_ms=... rss_growth_mb=...``.
+
+    python -m benchmarks.run --quick        # < 5 minutes on 2 cores
+    python -m benchmarks.run                # full sizes (2M events, 10M for memory)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from operators.cht import check_equivalent
+from operators.events import Cti
+
+from . import workloads as wl
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(REPO, "benchmarks", "RESULTS.md")
+MARKER = "<!-- analysis -->"
+MB = 1024 * 1024
+
+
+@dataclass
+class Sizes:
+    """Events per workload."""
+
+    w1: int
+    w2: int
+    w3: int  # per input stream
+    latency_s: float
+    rate_eps: int
+    memory: int
+    keys: int = 1_000
+    join_keys: int = 10_000
+
+
+FULL = Sizes(w1=2_000_000, w2=500_000, w3=1_000_000, latency_s=20.0, rate_eps=50_000,
+             memory=10_000_000)
+QUICK = Sizes(w1=100_000, w2=20_000, w3=50_000, latency_s=3.0, rate_eps=50_000,
+              memory=1_000_000)
+
+
+@dataclass
+class Report:
+    """Every figure of a run, in the order they are measured."""
+
+    sizes: Sizes
+    eps: dict[str, dict[str, float]] = field(default_factory=dict)  # workload -> variant -> ev/s
+    seconds: dict[str, dict[str, float]] = field(default_factory=dict)
+    outputs: dict[str, int] = field(default_factory=dict)
+    latency: dict[str, Any] = field(default_factory=dict)
+    spark_latency: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    load: list[tuple[str, tuple[float, float, float]]] = field(default_factory=list)
+
+    def record(self, workload: str, variant: str, events: int, seconds: float) -> None:
+        self.seconds.setdefault(workload, {})[variant] = seconds
+        self.eps.setdefault(workload, {})[variant] = events / seconds
+        say(f"  {workload} {variant:<12} {events:>10,} events in {seconds:7.2f} s = "
+            f"{events / seconds:>11,.0f} events/s")
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+# -- the machine ----------------------------------------------------------------------------------
+def machine() -> dict[str, str]:
+    """nproc, memory, CPU model and the versions of everything measured."""
+    info = {"nproc": str(os.cpu_count())}
+    try:
+        with open("/proc/meminfo") as f:
+            kb = int(next(line for line in f if line.startswith("MemTotal")).split()[1])
+        info["memory"] = f"{kb / 1024 / 1024:.1f} GiB"
+    except (OSError, StopIteration):
+        info["memory"] = "?"
+    info["cpu"] = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            info["cpu"] = next(line for line in f if line.startswith("model name")).split(
+                ":", 1)[1].strip()
+    except (OSError, StopIteration):
+        pass
+    info["python"] = platform.python_version()
+    for mod in ("ray", "pyspark", "numpy", "pyarrow"):
+        try:
+            info[mod] = __import__(mod).__version__
+        except ImportError:
+            info[mod] = "not installed"
+    try:
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
+        info["java"] = (java.stderr or java.stdout).splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        info["java"] = "?"
+    return info
+
+
+# -- data -----------------------------------------------------------------------------------------
+class Data:
+    """The generated tables, as row lists (cedar) and parquet directories (Spark)."""
+
+    def __init__(self, sizes: Sizes, workdir: str) -> None:
+        self.w1_cols = wl.points(sizes.w1, sizes.keys, seed=1)
+        self.w2_cols = wl.points(sizes.w2, sizes.keys, seed=2)
+        self.left_cols = wl.points(sizes.w3, sizes.join_keys, seed=3)
+        self.right_cols = wl.points(sizes.w3, sizes.join_keys, seed=4)
+        self.w1 = wl.rows(self.w1_cols)
+        self.w2 = wl.rows(self.w2_cols)
+        self.left = wl.rows(self.left_cols)
+        self.right = wl.rows(self.right_cols)
+        self.paths = {name: wl.write_parquet(cols, os.path.join(workdir, name))
+                      for name, cols in (("w1", self.w1_cols), ("w2", self.w2_cols),
+                                         ("left", self.left_cols),
+                                         ("right", self.right_cols))}
+        self.small = wl.write_parquet(wl.points(20_000, sizes.keys, seed=9),
+                                      os.path.join(workdir, "warm"))
+
+
+def queries(data: Data) -> dict[str, Any]:
+    """The three workloads as cedar queries over the in-memory rows."""
+    return {
+        "W1": wl.w1(wl.source(data.w1)),
+        "W2": wl.w2(wl.source(data.w2)),
+        "W3": wl.w3(wl.source(data.left, name="left"), wl.source(data.right, name="right")),
+    }
+
+
+def events_of(data: Data) -> dict[str, int]:
+    return {"W1": len(data.w1), "W2": len(data.w2), "W3": len(data.left) + len(data.right)}
+
+
+# -- (a) inline -----------------------------------------------------------------------------------
+def run_inline(report: Report, data: Data) -> dict[str, list[Any]]:
+    say("inline (a)")
+    outs = {}
+    for name, q in queries(data).items():
+        seconds, out = timed(lambda q=q: q.collect(runtime="inline"))
+        report.record(name, "inline", events_of(data)[name], seconds)
+        report.outputs[name] = len(out)
+        outs[name] = out
+    return outs
+
+
+# -- (c), (d) Spark -------------------------------------------------------------------------------
+def run_spark(report: Report, data: Data, workdir: str, inline_outs: dict[str, list[Any]],
+              sizes: Sizes) -> None:
+    from . import spark_sss as sp
+
+    say("spark: starting local[2]")
+    t0 = time.perf_counter()
+    spark = sp.session()
+    report.notes.append(f"Spark session start: {time.perf_counter() - t0:.1f} s "
+                        f"(not counted); spark.sql.shuffle.partitions="
+                        f"{spark.conf.get('spark.sql.shuffle.partitions')}")
+    try:
+        # warm the JVM (code generation, the parquet reader) on a small file, not timed
+        sp.sss(spark, sp.w1_frame, data.small)
+        sp.cedar_from_spark(spark, wl.w1, [data.small], os.path.join(workdir, "out-warm"))
+        say("cedar from Spark (c) and Spark Structured Streaming (d)")
+        plans: list[tuple[str, Callable[..., Any], Callable[..., Any], list[str]]] = [
+            ("W1", wl.w1, sp.w1_frame, [data.paths["w1"]]),
+            ("W2", wl.w2, sp.w2_frame, [data.paths["w2"]]),
+            ("W3", wl.w3, sp.w3_frame, [data.paths["left"], data.paths["right"]]),
+        ]
+        for name, query, frame, paths in plans:
+            n = events_of(data)[name]
+            seconds, out = sp.cedar_from_spark(spark, query, paths,
+                                               os.path.join(workdir, f"out-{name}"))
+            report.record(name, "from_spark", n, seconds)
+            if name == "W1":
+                check_equivalent(out, inline_outs[name])  # same rows, same ids, same CHT
+            report.record(name, "spark_sss", n, sp.sss(spark, frame, *paths))
+        say(f"spark micro-batch latency at {sizes.rate_eps:,} rows/s")
+        report.spark_latency = sp.microbatch_latency(spark, sizes.rate_eps,
+                                                     max(8.0, sizes.latency_s * 2))
+    finally:
+        spark.stop()
+
+
+# -- (b) Ray --------------------------------------------------------------------------------------
+def start_ray() -> None:
+    import ray
+
+    # actors unpickle the suite's functions (benchmarks.workloads): let the workers import it
+    path = os.environ.get("PYTHONPATH", "")
+    if REPO not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, path) if p)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, namespace="cedar",
+             logging_level="ERROR")
+
+
+def run_ray(report: Report, data: Data, inline_outs: dict[str, list[Any]]) -> None:
+    say("ray (b): one actor per operator, collect() defaults")
+    warm = {"W1": wl.w1(wl.source(data.w1[:20_000])), "W2": wl.w2(wl.source(data.w2[:5_000])),
+            "W3": wl.w3(wl.source(data.left[:10_000]), wl.source(data.right[:10_000]))}
+    for name, q in queries(data).items():
+        warm[name].collect()  # actors started and their imports done: not the steady state
+        seconds, out = timed(q.collect)
+        report.record(name, "ray", events_of(data)[name], seconds)
+        check_equivalent(out, inline_outs[name])
+
+
+# -- latency --------------------------------------------------------------------------------------
+class Paced:
+    """Rows offered at ``rate_eps`` rows per second of wall time. For every row that makes
+    the source emit a CTI (every ``wl.CTI_EVERY``-th row, the Ingress rule), it records the
+    CTI's time, the wall time the row was due (``due``) and the wall time it was handed over
+    (``sent``, later than ``due`` when backpressure holds the generator back)."""
+
+    def __init__(self, rows: list[dict[str, Any]], rate_eps: int) -> None:
+        self.rows, self.rate = rows, rate_eps
+        self.ctis: list[tuple[int, float, float]] = []  # (cti time, due, sent)
+        self.first = self.last = 0.0  # wall times of the first and the last row handed over
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        latest = -(1 << 62)
+        every, delay = wl.CTI_EVERY, wl.JITTER_TICKS
+        t0 = self.first = time.perf_counter()
+        for i, row in enumerate(self.rows):
+            due = t0 + i / self.rate
+            now = time.perf_counter()
+            if due > now + 0.001:
+                time.sleep(due - now)
+                now = time.perf_counter()
+            latest = max(latest, row["ts"])
+            if (i + 1) % every == 0:
+                self.ctis.append((latest - delay, due, now))
+            self.last = now
+            yield row
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    i = min(len(s) - 1, max(0, int(round(q / 100 * (len(s) - 1)))))
+    return s[i]
+
+
+def run_latency(report: Report, sizes: Sizes) -> None:
+    """W1 deployed on Ray over a paced source. An output CTI ``T`` of the tumbling 1 s window
+    is caused by the first input CTI ``c >= T`` (the window operator's output CTI is the
+    start of the window holding ``c``); the data's event time advances one window per CTI
+    (10,000 events per event-time second), so every input CTI moves the output CTI."""
+    n = int(sizes.rate_eps * sizes.latency_s)
+    rows = wl.rows(wl.points(n, sizes.keys, seed=5, rate_eps=wl.CTI_EVERY))
+    paced = Paced(rows, sizes.rate_eps)
+    say(f"latency: {n:,} events offered at {sizes.rate_eps:,} events/s on Ray")
+    query = wl.w1(wl.source(paced)).deploy(f"bench-latency-{os.getpid()}", detached=False)
+    seen: list[tuple[int, float]] = []
+    t_start = time.perf_counter()
+    try:
+        for msg in query.subscribe(snapshot=False):
+            if type(msg) is Cti:
+                seen.append((msg.time, time.perf_counter()))
+    finally:
+        query.stop()
+    elapsed = time.perf_counter() - t_start
+    ctis = paced.ctis
+    lat_due, lat_sent = [], []
+    j = 0
+    for t_out, wall in seen:
+        while j < len(ctis) and ctis[j][0] < t_out:
+            j += 1
+        if j == len(ctis):
+            break  # the final CTI of the end of input: no input CTI caused it
+        lat_due.append((wall - ctis[j][1]) * 1000)
+        lat_sent.append((wall - ctis[j][2]) * 1000)
+    offered = n / max(1e-9, paced.last - paced.first)
+    report.latency = {
+        "events": n, "rate_eps": sizes.rate_eps, "samples": len(lat_due),
+        "p50_ms": percentile(lat_due, 50), "p99_ms": percentile(lat_due, 99),
+        "p50_sent_ms": percentile(lat_sent, 50), "p99_sent_ms": percentile(lat_sent, 99),
+        "max_ms": max(lat_due, default=float("nan")), "elapsed_s": elapsed,
+        "achieved_eps": offered,
+    }
+    say(f"  cedar CTI latency p50 {report.latency['p50_ms']:.0f} ms, p99 "
+        f"{report.latency['p99_ms']:.0f} ms over {len(lat_due)} CTIs (from the time each CTI "
+        f"was due; from when it was handed over: p99 {report.latency['p99_sent_ms']:.0f} ms)")
+
+
+# -- memory ---------------------------------------------------------------------------------------
+def cedar_processes() -> list[Any]:
+    """This driver and every Ray worker process it started (``ray::...``: the actors)."""
+    import psutil
+
+    me = psutil.Process()
+    procs = [me]
+    for p in me.children(recursive=True):
+        try:
+            if p.cmdline()[:1] and p.cmdline()[0].startswith("ray::"):
+                procs.append(p)
+        except psutil.Error:
+            pass
+    return procs
+
+
+def rss_mb() -> tuple[float, int]:
+    """Total RSS (MB) of :func:`cedar_processes` and how many there are."""
+    import psutil
+
+    total, count = 0, 0
+    for p in cedar_processes():
+        try:
+            total += p.memory_info().rss
+            count += 1
+        except psutil.Error:
+            pass
+    return total / MB, count
+
+
+def run_memory(report: Report, sizes: Sizes) -> None:
+    """W1 deployed on Ray over ``sizes.memory`` generated events (chunk by chunk, never the
+    whole table in memory); the output is consumed and dropped. RSS is sampled every second;
+    growth = last sample − the sample when 10 % of the events had been offered (actors warm,
+    windows and groups populated)."""
+    from topology.deploy import release_pool
+
+    release_pool()  # the idle actors of collect() are not part of this query
+    time.sleep(1.0)
+    n = sizes.memory
+    progress = [0]
+    say(f"memory: W1 over {n:,} events on Ray")
+    query = wl.w1(wl.source(wl.row_stream(n, sizes.keys, seed=6, progress=progress))).deploy(
+        f"bench-memory-{os.getpid()}", detached=False)
+    samples: list[tuple[float, int, float, int]] = []  # (s, events offered, MB, processes)
+    stop = threading.Event()
+    t0 = time.perf_counter()
+
+    def sample() -> None:
+        while not stop.is_set():
+            mb, count = rss_mb()
+            samples.append((time.perf_counter() - t0, progress[0], mb, count))
+            stop.wait(1.0)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out = 0
+    try:
+        for _ in query.subscribe(snapshot=False):
+            out += 1
+    finally:
+        mb, count = rss_mb()
+        samples.append((time.perf_counter() - t0, progress[0], mb, count))
+        stop.set()
+        sampler.join()
+        query.stop()
+    elapsed = time.perf_counter() - t0
+    base = next((s for s in samples if s[1] >= n // 10), samples[0])
+    last = samples[-1]
+    report.memory = {
+        "events": n, "seconds": elapsed, "eps": n / elapsed, "outputs": out,
+        "peak_mb": max(s[2] for s in samples), "base_mb": base[2], "last_mb": last[2],
+        "growth_mb": last[2] - base[2], "processes": last[3],
+        "samples": samples,
+    }
+    say(f"  RSS {base[2]:.0f} MB at 10 % → {last[2]:.0f} MB at the end (peak "
+        f"{report.memory['peak_mb']:.0f} MB, {last[3]} processes), {n / elapsed:,.0f} events/s")
+
+
+# -- the report -----------------------------------------------------------------------------------
+def fmt(x: float, digits: int = 0) -> str:
+    if x != x:  # NaN
+        return "n/a"
+    return f"{x:,.{digits}f}"
+
+
+def result_line(report: Report) -> str:
+    w1 = report.eps.get("W1", {})
+    nan = float("nan")
+    inline, ray_ = w1.get("inline", nan), w1.get("ray", nan)
+    spark_c, sss = w1.get("from_spark", nan), w1.get("spark_sss", nan)
+    return (f"RESULT inline_eps={inline:.0f} ray_eps={ray_:.0f} from_spark_eps={spark_c:.0f} "
+            f"spark_sss_eps={sss:.0f} ratio_ray_inline={ray_ / inline:.3f} "
+            f"ratio_cedar_spark={spark_c / sss:.3f} "
+            f"p99_ms={report.latency.get('p99_ms', nan):.1f} "
+            f"rss_growth_mb={report.memory.get('growth_mb', nan):.1f}")
+
+
+def render(report: Report, info: dict[str, str], command: str, total_s: float) -> str:
+    s = report.sizes
+    lines = [
+        "# cedar benchmark results",
+        "",
+        f"Generated by `{command}` in {total_s:.0f} s of wall time "
+        f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}).",
+        "",
+        "## Machine",
+        "",
+        "| | |", "|---|---|",
+        *(f"| {k} | {v} |" for k, v in info.items()),
+        *(f"| load average ({when}) | {a:.2f} {b:.2f} {c:.2f} |"
+          for when, (a, b, c) in report.load),
+        "",
+        "The load averages show how busy the machine was: other engineers' test suites may "
+        "share its 2 cores, so absolute figures are noisy; ratios measured in one run hold "
+        "better.",
+        "",
+        "## Throughput (input events per second)",
+        "",
+        f"Sizes: W1 {s.w1:,} events over {s.keys:,} keys; W2 {s.w2:,} events; W3 "
+        f"2 × {s.w3:,} events over {s.join_keys:,} keys. Disorder up to "
+        f"{wl.JITTER_TICKS} µs, `AdvanceTime(every={wl.CTI_EVERY:,}, delay={wl.JITTER_TICKS})`, "
+        f"Spark watermark the same 2 ms, `spark.sql.shuffle.partitions=2`.",
+        "",
+        "| workload | (a) inline | (b) Ray | (c) cedar from Spark | (d) Spark SSS | b/a | c/d |"
+        " cedar output messages |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    nan = float("nan")
+    for name, desc in (("W1", "tumbling 1 s, count + sum"),
+                       ("W2", "hopping 10 s / 1 s, time-weighted avg"),
+                       ("W3", "join, 50 ms lifetimes")):
+        e = report.eps.get(name, {})
+        a, b, c, d = (e.get(k, nan) for k in ("inline", "ray", "from_spark", "spark_sss"))
+        lines.append(f"| {name}: {desc} | {fmt(a)} | {fmt(b)} | {fmt(c)} | {fmt(d)} | "
+                     f"{fmt(b / a, 2)} | {fmt(c / d, 3)} | {report.outputs.get(name, 0):,} |")
+    lines += [
+        "",
+        "(a) `collect(runtime=\"inline\")`; (b) `collect()` on Ray, one actor per operator "
+        "(5 actors for W1/W2), default batch 4096 and 8 batches in flight, after a warm-up "
+        "query (actor start not timed); (c) `spark.read.parquet` → "
+        "`topology.spark.spark_row_batches` → the same query inline → `topology.spark.write` "
+        "(parquet), timed end to end; (d) `readStream.parquet` → `withWatermark` → "
+        "`groupBy(window, k)` (W3: a time-bounded stream-stream join) → append mode, "
+        "`trigger(availableNow=True)`, `noop` sink. W1 and W2 compute both aggregates with one "
+        "incremental UDM per window (`benchmarks.workloads.CountSum`, count and exact sum "
+        "built from the `Count` and `Sum` built-ins): one group_apply and one window index "
+        "instead of two. Outputs of (a), (b) and (c) are checked equivalent (same CHT).",
+        "",
+    ]
+    lat, sl = report.latency, report.spark_latency
+    if lat:
+        lines += [
+            "## Latency",
+            "",
+            f"cedar: W1 deployed on Ray, fed by `Stream.from_rows` over a generator that sleeps "
+            f"to offer {lat['rate_eps']:,} events/s ({lat['events']:,} events). Event time "
+            f"advances one 1 s window per {wl.CTI_EVERY:,} events, so every input CTI moves the "
+            f"output CTI. Per input CTI the generator records the wall time its triggering row "
+            f"was due (the offered schedule) and handed over; `Query.subscribe()` records the "
+            f"wall time each output CTI arrives; an output CTI T is matched to the first input "
+            f"CTI ≥ T. Latency from the due time includes any queueing caused by the query "
+            f"falling behind the offered rate (backpressure holds the generator back).",
+            "",
+            "| | p50 ms | p99 ms | max ms | samples |",
+            "|---|---:|---:|---:|---:|",
+            f"| cedar on Ray, CTI in → CTI out (from due time) | {fmt(lat['p50_ms'])} | "
+            f"{fmt(lat['p99_ms'])} | {fmt(lat['max_ms'])} | {lat['samples']} |",
+            f"| cedar on Ray, from hand-over time | {fmt(lat['p50_sent_ms'])} | "
+            f"{fmt(lat['p99_sent_ms'])} | | |",
+        ]
+        if sl:
+            d = sl["durations_ms"]
+            lines.append(f"| Spark SSS micro-batch `triggerExecution`, trigger "
+                         f"{sl['trigger']} | {fmt(percentile(d, 50))} | "
+                         f"{fmt(percentile(d, 99))} | {fmt(max(d, default=nan))} | {len(d)} |")
+        lines += [
+            "",
+            f"The whole cedar latency run took {lat['elapsed_s']:.1f} s for "
+            f"{lat['events']:,} events (due over {lat['events'] / lat['rate_eps']:.1f} s; the "
+            f"generator achieved {lat['achieved_eps']:,.0f} events/s under backpressure).",
+            "",
+        ]
+        if sl:
+            lines += [
+                f"Spark: W1's aggregate over the `rate` source at {lat['rate_eps']:,} rows/s "
+                f"({sl['rows']:,} rows); a row also waits for its micro-batch to start (up to "
+                f"one trigger interval) and for the watermark to pass its window.",
+                "",
+            ]
+    mem = report.memory
+    if mem:
+        lines += [
+            "## Memory",
+            "",
+            f"W1 deployed on Ray over {mem['events']:,} generated events (generated chunk by "
+            f"chunk; the {mem['outputs']:,} output messages consumed and dropped), "
+            f"{mem['eps']:,.0f} events/s. RSS of the driver plus every `ray::` worker "
+            f"process of this Ray instance ({mem['processes']} processes; Ray's own daemons "
+            f"not counted), sampled every second with psutil.",
+            "",
+            f"| peak MB | at 10 % MB | at the end MB | growth MB |",
+            "|---:|---:|---:|---:|",
+            f"| {mem['peak_mb']:.0f} | {mem['base_mb']:.0f} | {mem['last_mb']:.0f} | "
+            f"{mem['growth_mb']:.1f} |",
+            "",
+            "| s | events offered | RSS MB |",
+            "|---:|---:|---:|",
+        ]
+        samples = mem["samples"]
+        step = max(1, len(samples) // 12)
+        for t, done, mb, _ in samples[::step] + ([samples[-1]] if len(samples) % step != 1
+                                                  else []):
+            lines.append(f"| {t:.0f} | {done:,} | {mb:.0f} |")
+        lines.append("")
+    e1 = report.eps.get("W1", {})
+    ray_eps, inline_eps = e1.get("ray", nan), e1.get("inline", nan)
+    c_eps, d_eps = e1.get("from_spark", nan), e1.get("spark_sss", nan)
+    p99, growth = lat.get("p99_ms", nan) if lat else nan, mem.get("growth_mb", nan)
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "**missed**"
+
+    lines += [
+        "## Targets",
+        "",
+        "| target | measured | |",
+        "|---|---|---|",
+        f"| Ray (b) ≥ 0.5 × inline (a) on W1 | {fmt(ray_eps / inline_eps, 2)} × | "
+        f"{verdict(ray_eps >= 0.5 * inline_eps)} |",
+        f"| Ray (b) ≥ 1,000,000 events/s on W1 | {fmt(ray_eps)} | "
+        f"{verdict(ray_eps >= 1e6)} |",
+        f"| cedar from Spark (c) ≥ 2 × Spark SSS (d) on W1 | {fmt(c_eps / d_eps, 3)} × | "
+        f"{verdict(c_eps >= 2 * d_eps)} |",
+        f"| p99 ≤ 50 ms at {s.rate_eps:,} events/s | {fmt(p99)} ms | {verdict(p99 <= 50)} |",
+        f"| RSS growth < 50 MB over {s.memory:,} events | {fmt(growth, 1)} MB | "
+        f"{verdict(growth < 50)} |",
+        "",
+    ]
+    if report.notes:
+        lines += ["## Notes", "", *(f"- {n}" for n in report.notes), ""]
+    lines += ["```", result_line(report), "```", ""]
+    return "\n".join(lines)
+
+
+def write_results(text: str, path: str) -> None:
+    """Write ``text``, keeping the hand-written analysis below :data:`MARKER`."""
+    tail = ""
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            old = f.read()
+        if MARKER in old:
+            tail = old[old.index(MARKER):]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text + ("\n" + tail if tail else ""))
+
+
+# -- main -----------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> Report:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help=f"small sizes ({QUICK.w1:,} events for W1), under 5 minutes")
+    ap.add_argument("--w1", type=int, help="W1 events")
+    ap.add_argument("--memory-events", type=int, help="events of the memory run")
+    ap.add_argument("--skip", action="append", default=[],
+                    choices=["spark", "ray", "latency", "memory"], help="leave a part out")
+    ap.add_argument("--out", default=RESULTS, help="where to write the results (markdown)")
+    args = ap.parse_args(argv)
+    sizes = Sizes(**vars(QUICK if args.quick else FULL))
+    if args.w1:
+        sizes.w1 = args.w1
+    if args.memory_events:
+        sizes.memory = args.memory_events
+    command = "python -m benchmarks.run" + " ".join([""] + (argv or sys.argv[1:]))
+    t_start = time.perf_counter()
+    report = Report(sizes)
+    report.load.append(("start", os.getloadavg()))
+    info = machine()
+    say(f"{command}: {info['nproc']} cores, {info['memory']}, {info['cpu']}; load "
+        f"{os.getloadavg()[0]:.2f}")
+    workdir = tempfile.mkdtemp(prefix="cedar-bench-")
+    try:
+        t, data = timed(lambda: Data(sizes, workdir))
+        report.notes.append(f"data generation (numpy) and parquet writing: {t:.1f} s")
+        # inline first, then Spark, then Ray: each has the CPUs to itself
+        inline_outs = run_inline(report, data)
+        if "spark" not in args.skip:
+            run_spark(report, data, workdir, inline_outs, sizes)
+        if "ray" not in args.skip:
+            import ray
+
+            start_ray()
+            try:
+                run_ray(report, data, inline_outs)
+                del inline_outs
+                if "latency" not in args.skip:
+                    run_latency(report, sizes)
+                if "memory" not in args.skip:
+                    run_memory(report, sizes)
+            finally:
+                ray.shutdown()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    report.load.append(("end", os.getloadavg()))
+    total = time.perf_counter() - t_start
+    write_results(render(report, info, command, total), args.out)
+    say(f"wrote {args.out} ({total:.0f} s)")
+    say(result_line(report))
+    return report
+
+
+if __name__ == "__main__":
+    main()

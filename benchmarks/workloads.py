@@ -1,0 +1,200 @@
+"""The benchmark suite's data and queries: generated once with numpy, shared by every engine.
+
+Every workload is a stream of point events ``{"ts": ticks, "k": key, "v": value}`` whose
+event time advances at a fixed rate (:data:`EVENT_RATE_EPS` events per second of event time)
+with a light, bounded disorder (each start jittered by up to :data:`JITTER_TICKS`), so an
+``AdvanceTime(delay=JITTER_TICKS)`` source drops nothing. The same columns are written to
+parquet (``ts`` as a UTC timestamp) for Spark.
+
+    >>> cols = points(5, keys=3, seed=1)
+    >>> sorted(cols), len(cols["ts"])
+    (['k', 'ts', 'v'], 5)
+    >>> rows(cols)[0].keys()
+    dict_keys(['ts', 'k', 'v'])
+
+The queries (the same ones run inline, on Ray and fed from Spark):
+
+* :func:`w1` -- ``where`` (keeps ~90 %) → ``select`` → ``group_apply(key, tumbling 1 s →``
+  :class:`CountSum` ``)``: count and sum in one incremental UDM, the cheapest faithful way to
+  compute two aggregates (one window index per key instead of two group_applies);
+* :func:`w2` -- the same with a hopping window (10 s, hop 1 s) and ``TimeWeightedAverage``;
+* :func:`w3` -- a temporal equi-join of two streams whose point events are stretched to
+  :data:`JOIN_LIFETIME_TICKS` (pairs with equal keys less than that far apart).
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from operators.aggregates import Count, Sum
+from operators.events import TICKS_PER_SECOND
+from operators.ingress import AdvanceTime
+from operators.udm import IncrementalAggregate
+from topology import Stream
+
+#: Event-time rate of the generated streams (events per second of event time).
+EVENT_RATE_EPS = 100_000
+#: Largest disorder: each start is moved forward by up to this many ticks (2 ms).
+JITTER_TICKS = 2_000
+#: Event time of the first event: 2024-01-01T00:00:00Z in ticks (µs since the epoch).
+T0_TICKS = 1_704_067_200 * TICKS_PER_SECOND
+#: CTIs every this many events (SPEC §6 ``AdvanceTime(every=...)``).
+CTI_EVERY = 10_000
+#: Share of events ``where`` keeps (``v >= WHERE_CUT``, v uniform in [0, 1)).
+WHERE_CUT = 0.1
+TUMBLE_TICKS = TICKS_PER_SECOND
+HOP_SIZE_TICKS = 10 * TICKS_PER_SECOND
+HOP_TICKS = TICKS_PER_SECOND
+#: W3: every point event lives this long before the join (50 ms).
+JOIN_LIFETIME_TICKS = 50_000
+
+
+def advance() -> AdvanceTime:
+    """The sources' AdvanceTime: a CTI every :data:`CTI_EVERY` events, ``delay`` covering the
+    generated disorder."""
+    return AdvanceTime(every=CTI_EVERY, delay=JITTER_TICKS)
+
+
+# -- data ---------------------------------------------------------------------------------------
+def points(n: int, keys: int, seed: int, first: int = 0,
+           rate_eps: int = EVENT_RATE_EPS) -> dict[str, np.ndarray]:
+    """Columns of events ``first .. first + n - 1`` of a stream: ``ts`` (int64 ticks, event
+    ``i`` near ``T0 + i / rate_eps`` s plus a jitter below :data:`JITTER_TICKS`), ``k``
+    (int64 in ``[0, keys)``), ``v`` (float64 in [0, 1)). Vectorised; event ``i`` depends only
+    on ``(seed, first)``, so a long stream can be generated chunk by chunk."""
+    rng = np.random.default_rng([seed, first])
+    step = TICKS_PER_SECOND // rate_eps
+    idx = np.arange(first, first + n, dtype=np.int64)
+    ts = T0_TICKS + idx * step + rng.integers(0, JITTER_TICKS, n, dtype=np.int64)
+    return {"ts": ts, "k": rng.integers(0, keys, n, dtype=np.int64), "v": rng.random(n)}
+
+
+def rows(cols: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """The columns as row dicts (what ``Stream.from_rows`` ingests)."""
+    return [{"ts": t, "k": k, "v": v}
+            for t, k, v in zip(cols["ts"].tolist(), cols["k"].tolist(), cols["v"].tolist())]
+
+
+def row_stream(n: int, keys: int, seed: int, chunk: int = 100_000,
+               progress: list[int] | None = None) -> Iterator[dict[str, Any]]:
+    """``n`` rows generated ``chunk`` at a time (a long run without the whole table in
+    memory); ``progress[0]`` counts the rows handed out."""
+    for first in range(0, n, chunk):
+        for row in rows(points(min(chunk, n - first), keys, seed, first)):
+            if progress is not None:
+                progress[0] += 1
+            yield row
+
+
+def write_parquet(cols: dict[str, np.ndarray], path: str) -> str:
+    """Write the columns as one parquet file (``ts`` a UTC µs timestamp) and return its
+    directory, which Spark reads as a table. One file keeps the row order of Spark's read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    os.makedirs(path, exist_ok=True)
+    table = pa.table({"ts": pa.array(cols["ts"], pa.timestamp("us", tz="UTC")),
+                      "k": pa.array(cols["k"]), "v": pa.array(cols["v"])})
+    pq.write_table(table, os.path.join(path, "part-0.parquet"), row_group_size=256 * 1024)
+    return path
+
+
+# -- the UDM --------------------------------------------------------------------------------------
+class Totals(NamedTuple):
+    """W1's result per key and window (named, so the Spark sink writes ``count``/``sum``)."""
+
+    count: int
+    sum: Any
+
+
+class CountSum(IncrementalAggregate):
+    """Count and exact Sum of ``field`` in one incremental state: ``(count, sum)``. Built
+    from the built-ins :class:`~operators.aggregates.Count` and
+    :class:`~operators.aggregates.Sum`, so each half is exactly what they compute.
+
+    >>> u = CountSum(1)
+    >>> u.result(u.remove(u.add(u.initial_state(), [("a", 1.5), ("b", 2.0)]), [("a", 1.5)]))
+    Totals(count=1, sum=2.0)
+    """
+
+    def __init__(self, field: Any = None) -> None:
+        self.field = field
+        self._count, self._sum = Count(), Sum(field)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (CountSum, (self.field,))
+
+    def initial_state(self) -> list[Any]:
+        return [self._count.initial_state(), self._sum.initial_state()]
+
+    def add(self, state: list[Any], values: list[Any]) -> list[Any]:
+        state[0] = self._count.add(state[0], values)
+        state[1] = self._sum.add(state[1], values)
+        return state
+
+    def remove(self, state: list[Any], values: list[Any]) -> list[Any]:
+        state[0] = self._count.remove(state[0], values)
+        state[1] = self._sum.remove(state[1], values)
+        return state
+
+    def result(self, state: list[Any]) -> Totals:
+        return Totals(self._count.result(state[0]), self._sum.result(state[1]))
+
+
+# -- the queries ----------------------------------------------------------------------------------
+def keep(row: dict[str, Any]) -> bool:
+    """W1's filter: keeps ~90 % of the rows."""
+    return bool(row["v"] >= WHERE_CUT)
+
+
+def project(row: dict[str, Any]) -> tuple[int, float]:
+    """W1's projection: the payload becomes ``(key, value)``."""
+    return (row["k"], row["v"])
+
+
+key_of = operator.itemgetter(0)
+
+
+def w1(src: Stream) -> Stream:
+    """where → select → group_apply(key, tumbling 1 s → CountSum)."""
+    return (src.where(keep).select(project)
+            .group_apply(key_of, lambda g: g.tumbling_window(TUMBLE_TICKS)
+                         .aggregate(CountSum(1))))
+
+
+def w2(src: Stream) -> Stream:
+    """where → select → group_apply(key, hopping 10 s / 1 s → TimeWeightedAverage)."""
+    from operators.aggregates import TimeWeightedAverage
+
+    return (src.where(keep).select(project)
+            .group_apply(key_of, lambda g: g.hopping_window(HOP_SIZE_TICKS, HOP_TICKS)
+                         .aggregate(TimeWeightedAverage(1))))
+
+
+def w3(left: Stream, right: Stream) -> Stream:
+    """Both sides stretched to :data:`JOIN_LIFETIME_TICKS`, joined on the key."""
+    def side(s: Stream) -> Stream:
+        return s.select(project).alter_lifetime(duration=JOIN_LIFETIME_TICKS)
+
+    return side(left).join(side(right), on=(key_of, key_of), select=pair)
+
+
+def pair(left: tuple[int, float], right: tuple[int, float]) -> tuple[int, float, float]:
+    """W3's join output: ``(key, left value, right value)``."""
+    return (left[0], left[1], right[1])
+
+
+def source(data: Any, name: str | None = None) -> Stream:
+    """``Stream.from_rows`` over rows (or an iterable of rows) of the generated layout."""
+    return Stream.from_rows(data, start="ts", shape="point", advance=advance(), name=name)
+
+
+def flatten(batches: Any) -> Iterator[dict[str, Any]]:
+    """Rows of an iterable of row lists (e.g. :func:`topology.spark.spark_row_batches`)."""
+    for batch in batches:
+        yield from batch
