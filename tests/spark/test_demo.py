@@ -1,0 +1,22 @@
+"""``cedar demo``, the main job, end to end on the session's Ray and Spark (small size)."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+from topology.cli import main
+
+
+@pytest.mark.ray
+@pytest.mark.spark
+def test_demo_runs_end_to_end(ray_session, spark, tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--meters", "4", "--minutes", "12", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "events/s" in text
+    for name in ("meter_averages", "anomalies", "regional_load", "peaks", "faults"):
+        assert name in text
+    averages = pq.read_table(out / "meter_averages").to_pylist()
+    assert averages and {"start", "end", "key", "value"} <= set(averages[0])
+    assert all(0 < r["value"] < 10 for r in averages)

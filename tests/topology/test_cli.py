@@ -1,0 +1,54 @@
+"""The ``cedar`` command line: help texts, ``run``, and ``status``/``inspect`` of a live
+query (the demo itself runs in tests/spark/test_demo.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from operators.events import Cti, Insert
+from topology import Stream
+from topology.cli import main
+
+
+def test_help_lists_every_command(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    for command in ("demo", "run", "status", "inspect"):
+        assert command in text
+
+
+@pytest.mark.parametrize("command", ["demo", "run", "status", "inspect"])
+def test_each_command_explains_itself(command, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    assert "--address" in capsys.readouterr().out
+
+
+def test_run_executes_a_topology_script(tmp_path, capsys):
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import sys\n"
+        "from topology import Stream\n"
+        "from operators.events import Insert, Cti\n"
+        "out = Stream.from_events([Insert(1, 0, 5, 2), Cti(5)]).select(lambda p: p * 21)"
+        ".collect(runtime='inline')\n"
+        "print('answer', out[0].payload, sys.argv[1:])\n")
+    assert main(["run", str(script), "x"]) == 0
+    assert "answer 42 ['x']" in capsys.readouterr().out
+
+
+@pytest.mark.ray
+def test_status_and_inspect_a_live_query(ray_session, capsys):
+    q = Stream.from_events([Insert("a", 0, 50, 7), Cti(10)]).shift(1).deploy(
+        "cli-inspect", history=True, detached=False)
+    try:
+        assert q.wait(timeout_s=30)
+        assert main(["status"]) == 0
+        assert "cli-inspect" in capsys.readouterr().out.split()
+        assert main(["inspect", "cli-inspect"]) == 0
+        text = capsys.readouterr().out
+        assert "shift#1" in text and "[1, 51)  7" in text
+    finally:
+        q.stop()
