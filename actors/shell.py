@@ -23,6 +23,16 @@ a cloudpickled factory) and moves batches:
   letters and late events, subscriptions of other queries (dynamic composition) and of
   drivers (:meth:`open_pull` / :meth:`fetch`, group ``"io"``).
 
+**checkpoints** (``config["checkpoint"]``, see :mod:`actors.checkpoint`): the driver sends
+:meth:`barrier` calls into the sources behind their data. A stage with several input edges
+*aligns* them (Chandy-Lamport / Flink): an input whose barrier came first is held (its pushes,
+ends and later barriers are queued in arrival order) until the barrier came on every input;
+then the stage flushes its buffers, writes ``pickle(state)`` for the epoch atomically, forwards
+the barrier on every out-edge and replays what it held. The sink stage is *transactional*: its
+output waits in ``pending`` and is released (to :meth:`fetch_from` and the driver's pulls) only
+once its own checkpoint of the epoch is on disk, when every stage upstream has written its
+own. A restart from that epoch's files therefore never re-emits released output.
+
 Two locks: ``_send_lock`` orders everything that submits calls (data path, timer,
 subscriptions), ``_lock`` guards the processor and buffers; control reads take only ``_lock``,
 which the data path never holds while it waits on a downstream actor.
@@ -43,6 +53,7 @@ import ray
 from operators.base import Processor
 from operators.events import MIN_TIME, Cti, Message
 
+from . import checkpoint as ck
 from .routing import OutEdge, Router
 from .wire import decode, decode_rows, encode
 
@@ -122,6 +133,16 @@ class OperatorShell:
         self._oldest: float | None = None  # when the oldest buffered message arrived
         self._poll = None  # the processor's wall-clock poll, if any
         self._poll_every: float | None = None  # seconds between polls
+        # checkpoints (None: off); see the module docstring
+        self.ckpt: dict[str, Any] | None = None
+        self.is_sink = False
+        self.epoch = 0  # the last epoch this stage wrote
+        self.blocked: set[int] = set()  # inputs whose barrier came, waiting for the others
+        self.queued: deque[tuple[int, str, Any]] = deque()  # their later calls, in order
+        self.pending: list[Message] = []  # sink: output of the epoch in progress
+        self.released: list[Message] = []  # sink: released output the driver has not acked
+        self.released_base = 0  # sink: the output position of released[0]
+        self.restored_from = 0
 
     def configure(self, config: dict[str, Any]) -> str:
         """Host a new processor: ``step``, ``factory``, ``n_in`` (input edges), ``edges``
@@ -149,6 +170,10 @@ class OperatorShell:
             self.max_in_flight = int(config.get("max_in_flight", 8))
             self.flush_s = float(config.get("flush_s", 0.02))
             self.info = dict(config.get("info", {}))
+            self.ckpt = config.get("checkpoint")
+            self.is_sink = bool(self.ckpt and self.ckpt.get("sink"))
+            if self.ckpt and config.get("restore"):
+                self._restore(ck.load(config["restore"]))
             self._poll_every = getattr(self.proc, "poll_every_s", None)
             self._poll = getattr(self.proc, "poll", None) if self._poll_every else None
         if self._timer is None:
@@ -167,46 +192,123 @@ class OperatorShell:
     def push(self, port: int, blob: bytes) -> None:
         """Process one batch from input ``port`` (encoded rows for a rows source)."""
         with self._send_lock:
-            with self._lock:
-                if self.error is not None or self.proc is None:
-                    return
-                batch: Any = decode_rows(blob) if self.rows_input else decode(blob)
-                self.counts["events_in"] += len(batch)
-                self.counts["batches_in"] += 1
-                try:
-                    ready = self._emit(self.proc.process(batch, port), force=False)
-                except Exception as exc:  # noqa: BLE001 - reported downstream with the step
-                    self._failed(exc)
-                    ready = []
-            self._send(ready)
-            if self.error is not None:
-                self._forward_failure()
+            self._deliver(port, "push", blob)
 
     def end(self, port: int) -> None:
         """One input edge has ended; after the last, finish and forward the end."""
         with self._send_lock:
-            with self._lock:
-                self.ends += 1
-                if self.ends < self.n_in or self.finished or self.proc is None:
-                    return
-                ready: list[tuple[_Target, list[Message]]] = []
-                if self.error is None:
-                    finish: Callable[[], list[Message]] | None = getattr(
-                        self.proc, "finish", None)
-                    try:
-                        ready = self._emit(finish() if finish is not None else [], force=True)
-                    except Exception as exc:  # noqa: BLE001 - reported downstream with the step
-                        self._failed(exc)
-                self.finished = True
-                targets = list(self.targets) + list(self.subs.values())
-                self._wake.notify_all()
-            self._send(ready)
-            if self.error is not None:
-                self._forward_failure()
+            self._deliver(port, "end", None)
+
+    def barrier(self, port: int, epoch: int) -> None:
+        """Checkpoint barrier ``epoch`` on input ``port`` (see the module docstring)."""
+        with self._send_lock:
+            self._deliver(port, "barrier", epoch)
+
+    def _deliver(self, port: int, kind: str, arg: Any) -> None:
+        if port in self.blocked:
+            self.queued.append((port, kind, arg))
+        elif kind == "push":
+            self._push(port, arg)
+        elif kind == "end":
+            self._end(port)
+        else:
+            self._barrier(port, arg)
+
+    def _barrier(self, port: int, epoch: int) -> None:
+        if self.proc is None or self.ckpt is None:
+            return
+        self.blocked.add(port)
+        if len(self.blocked) < self.n_in:
+            return
+        self.blocked.clear()
+        if self.error is None:
+            self._checkpoint(epoch)
+        held = list(self.queued)
+        self.queued.clear()
+        for item in held:
+            self._deliver(*item)
+
+    def _checkpoint(self, epoch: int) -> None:
+        """All inputs are at barrier ``epoch``: flush, write the state, forward the barrier."""
+        assert self.ckpt is not None and self.proc is not None
+        with self._lock:
+            ready = self._due(True)
+            state = {
+                "step": self.step, "epoch": epoch, "proc": self.proc.snapshot(),
+                "counts": dict(self.counts), "out_cti": self.out_cti,
+                "released": self.released + self.pending if self.is_sink else [],
+                "released_base": self.released_base,
+            }
+        ck.save(ck.stage_path(self.ckpt["dir"], self.ckpt["query"], epoch, self.step), state)
+        with self._lock:
+            self.epoch = epoch
+            if self.is_sink:
+                self._release()
+        self._send(ready)
+        for t in self.targets:
+            if t.dead is None:
+                self._call(t, epoch, barrier=True)
+
+    def _release(self) -> None:
+        """Sink: the epoch's output is safe on disk; hand it out (called with _lock)."""
+        out, self.pending = self.pending, []
+        if out:
+            self.released.extend(out)
+            for pull in self.pulls.values():
+                pull.queue.extend(out)
+        self._wake.notify_all()
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        """Resume from a checkpoint written by :meth:`_checkpoint` (called with both locks)."""
+        assert self.proc is not None
+        self.proc.restore(state["proc"])
+        self.counts.update(state["counts"])
+        self.out_cti = state["out_cti"]
+        self.epoch = self.restored_from = state["epoch"]
+        self.released = list(state["released"])
+        self.released_base = state["released_base"]
+
+    def _push(self, port: int, blob: bytes) -> None:
+        with self._lock:
+            if self.error is not None or self.proc is None:
                 return
-            for t in targets:
-                if t.dead is None:
-                    t.handle.end.remote(t.port)
+            batch: Any = decode_rows(blob) if self.rows_input else decode(blob)
+            self.counts["events_in"] += len(batch)
+            self.counts["batches_in"] += 1
+            try:
+                ready = self._emit(self.proc.process(batch, port), force=False)
+            except Exception as exc:  # noqa: BLE001 - reported downstream with the step
+                self._failed(exc)
+                ready = []
+        self._send(ready)
+        if self.error is not None:
+            self._forward_failure()
+
+    def _end(self, port: int) -> None:
+        with self._lock:
+            self.ends += 1
+            if self.ends < self.n_in or self.finished or self.proc is None:
+                return
+            ready: list[tuple[_Target, list[Message]]] = []
+            if self.error is None:
+                finish: Callable[[], list[Message]] | None = getattr(
+                    self.proc, "finish", None)
+                try:
+                    ready = self._emit(finish() if finish is not None else [], force=True)
+                except Exception as exc:  # noqa: BLE001 - reported downstream with the step
+                    self._failed(exc)
+            self.finished = True
+            if self.is_sink:
+                self._release()
+            targets = list(self.targets) + list(self.subs.values())
+            self._wake.notify_all()
+        self._send(ready)
+        if self.error is not None:
+            self._forward_failure()
+            return
+        for t in targets:
+            if t.dead is None:
+                t.handle.end.remote(t.port)
 
     def fail(self, port: int, message: str) -> None:
         """An upstream step failed: record the first failure and pass it on."""
@@ -241,10 +343,13 @@ class OperatorShell:
                     has_cti = True
                     self.out_cti = max(self.out_cti, m.time)
                     break
-            for pull in self.pulls.values():
-                pull.queue.extend(out)
-            if self.pulls:
-                self._wake.notify_all()
+            if self.is_sink:
+                self.pending.extend(out)
+            else:
+                for pull in self.pulls.values():
+                    pull.queue.extend(out)
+                if self.pulls:
+                    self._wake.notify_all()
             if self.targets:
                 for buf, part in zip(self.buffers, self.router.route(out)):
                     buf.extend(part)
@@ -288,7 +393,7 @@ class OperatorShell:
                 self._call(target, encode(msgs[i:i + size]))
                 self.counts["batches_out"] += 1
 
-    def _call(self, target: _Target, blob: bytes) -> None:
+    def _call(self, target: _Target, blob: Any, barrier: bool = False) -> None:
         inflight = target.inflight
         try:
             while len(inflight) >= self.max_in_flight:
@@ -296,7 +401,8 @@ class OperatorShell:
         except Exception as exc:  # the downstream actor died (or was stopped)  # noqa: BLE001
             self._lost(target, exc)
             return
-        inflight.append(target.handle.push.remote(target.port, blob))
+        method = target.handle.barrier if barrier else target.handle.push
+        inflight.append(method.remote(target.port, blob))
 
     def _lost(self, target: _Target, exc: BaseException) -> None:
         target.dead = f"{type(exc).__name__}: {exc}"
@@ -422,6 +528,30 @@ class OperatorShell:
             msgs, sub.queue = sub.queue, []
             return encode(msgs), self.finished and not sub.queue, self.error
 
+    @ray.method(concurrency_group="io")
+    def fetch_from(self, pos: int, timeout_s: float = 0.5
+                   ) -> tuple[bytes, int, int, bool, str | None]:
+        """Checkpointed sink: the released output from position ``pos`` on (everything before
+        ``pos`` is acknowledged and forgotten), waiting up to ``timeout_s`` for some. Returns
+        the messages, the position after them, the last checkpointed epoch, whether the
+        stream has ended with them, and the query's error."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            if pos < self.released_base:
+                raise ValueError(f"step {self.step!r}: output position {pos} was acknowledged "
+                                 f"already (released from {self.released_base})")
+            drop = pos - self.released_base
+            if drop:
+                del self.released[:drop]
+                self.released_base = pos
+            while not self.released and not self.finished and self.error is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._wake.wait(left)
+            msgs = list(self.released)
+            return (encode(msgs), pos + len(msgs), self.epoch, self.finished, self.error)
+
     @ray.method(concurrency_group="control")
     def close_pull(self, pull: int) -> None:
         with self._lock:
@@ -442,6 +572,7 @@ class OperatorShell:
                 dead_letters=len(getattr(proc, "dead_letters", ()) or ()),
                 buffered=sum(map(len, self.buffers)), in_flight=in_flight,
                 subscribers=len(self.subs), finished=self.finished, error=self.error,
+                epoch=self.epoch, restored_from=self.restored_from,
             )
             source_stats = getattr(proc, "stats", None)
             if isinstance(source_stats, dict):

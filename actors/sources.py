@@ -35,6 +35,8 @@ from operators.events import Message
 class EventsSource(Processor):
     """Replays a physical stream, sending malformed messages to :attr:`dead_letters`."""
 
+    _state_fields = ("validator", "dead_letters")
+
     def __init__(self, name: str = "from_events") -> None:
         super().__init__(name)
         self.validator = StreamValidator("input")
@@ -91,6 +93,14 @@ class RowsSource(Processor):
     @property
     def stats(self) -> dict[str, int]:
         return self.ingress.stats
+
+    def snapshot(self) -> dict[str, Any]:
+        """The ingress's state (a checkpoint; see :meth:`operators.ingress.Ingress.snapshot`)."""
+        return {"ingress": self.ingress.snapshot(), "out_cti": self.out_cti}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.ingress.restore(state["ingress"])
+        self.out_cti = state["out_cti"]
 
     def state_size(self) -> int:
         return len(getattr(self.ingress, "_open", ()))

@@ -13,6 +13,10 @@ input, which travels through the plan behind the data.
   namespace ``cedar`` (``<query>/<step>``), sources fed by background threads, and a
   :class:`~topology.query.Query` handle; ``Stream.published(name)`` sources subscribe to the
   publisher's sink (dynamic composition).
+
+Both take ``checkpoint_dir``: the query then runs under an :class:`actors.supervisor.Supervisor`
+(checkpoints at barrier epochs every ``checkpoint_every`` batches per source, restart from the
+newest complete epoch when an actor dies, replay, no duplicate output; see that module).
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ DEFAULT_IN_FLIGHT = 8
 DEFAULT_FLUSH_MS = 20
 #: How long a driver waits in one fetch of a query's output.
 FETCH_WAIT_S = 0.5
+#: Batches per source between two checkpoints (with ``checkpoint_dir``).
+DEFAULT_CHECKPOINT_EVERY = 4
 #: Idle actors kept warm for collect().
 POOL_LIMIT = 24
 
@@ -135,8 +141,13 @@ def release_pool() -> None:
 
 # -- configuring and feeding ---------------------------------------------------------------------
 def _configure(plan: Plan, handles: dict[str, Any], opts: dict[str, Any],
-               sink_info: dict[str, Any]) -> None:
+               sink_info: dict[str, Any], ckpt: tuple[str, str] | None = None,
+               restore: int = 0) -> None:
+    """Configure every stage; with ``ckpt`` = (directory, query) the stages checkpoint, and
+    with ``restore`` > 0 they resume from that epoch's files."""
     import ray
+
+    from actors import checkpoint as ck
 
     refs = []
     for step, st in plan.stages.items():
@@ -147,6 +158,10 @@ def _configure(plan: Plan, handles: dict[str, Any], opts: dict[str, Any],
             rows=isinstance(st.source, n.FromRows), info=sink_info if step == plan.sink else {},
             **opts,
         )
+        if ckpt is not None:
+            config["checkpoint"] = {"dir": ckpt[0], "query": ckpt[1], "sink": step == plan.sink}
+            if restore:
+                config["restore"] = ck.stage_path(ckpt[0], ckpt[1], restore, step)
         refs.append(handles[step].configure.remote(config))
     ray.get(refs)
 
@@ -292,17 +307,24 @@ def unsubscribe(subs: list[tuple[str, str]]) -> None:
 def collect_plan(plan: Plan, *, batch_size: int = DEFAULT_BATCH,
                  max_in_flight: int = DEFAULT_IN_FLIGHT, flush_ms: float = DEFAULT_FLUSH_MS,
                  timeout_s: float | None = None, reuse: bool = True,
-                 on_messages: Callable[[list[Message]], Any] | None = None) -> list[Message]:
+                 on_messages: Callable[[list[Message]], Any] | None = None,
+                 checkpoint_dir: str | None = None,
+                 checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY) -> list[Message]:
     """Run ``plan`` on Ray to the end of its sources; return the output messages (or, with
     ``on_messages``, hand each fetched batch to it as it arrives and return nothing).
 
     An error in any actor is raised here as :class:`~operators.errors.OperatorError` naming
-    the step. ``reuse`` borrows warm actors from the session's pool.
+    the step. ``reuse`` borrows warm actors from the session's pool. With ``checkpoint_dir``
+    the run survives the death of its actors (fresh actors, not pooled; see
+    :func:`deploy_plan`).
     """
     import ray
 
     ensure_ray()
     opts = _options(batch_size, max_in_flight, flush_ms)
+    if checkpoint_dir is not None:
+        return _collect_checkpointed(plan, opts, checkpoint_dir, checkpoint_every, timeout_s,
+                                     on_messages)
     steps = list(plan.stages)
     actors = POOL.take(len(steps)) if reuse else [shell_class().remote() for _ in steps]
     handles = dict(zip(steps, actors))
@@ -341,14 +363,104 @@ def collect_plan(plan: Plan, *, batch_size: int = DEFAULT_BATCH,
                 ray.kill(h)
 
 
+def _collect_checkpointed(plan: Plan, opts: dict[str, Any], root: str, every: int,
+                          timeout_s: float | None,
+                          on_messages: Callable[[list[Message]], Any] | None) -> list[Message]:
+    from actors import checkpoint as ck
+
+    name = f"collect-{uuid.uuid4().hex[:8]}"
+    sup = _supervise(plan, name, opts, root, every, detached=False, info={"query": name})
+    try:
+        if not sup.wait(timeout_s):
+            raise TimeoutError(f"collect(): the query did not finish within {timeout_s} s")
+        if sup.error is not None:
+            raise OperatorError(sup.error)
+        if on_messages is not None:
+            if sup.output:
+                on_messages(list(sup.output))
+            return []
+        return list(sup.output)
+    finally:
+        sup.stop()
+        _kill(sup.handles.values())
+        ck.forget(os.path.abspath(root), name)
+
+
+def _kill(handles: Iterable[Any]) -> None:
+    import ray
+
+    for h in handles:
+        try:
+            ray.kill(h, no_restart=True)
+        except Exception:  # noqa: BLE001, S110 - dead already
+            pass
+
+
+def _supervise(plan: Plan, name: str, opts: dict[str, Any], root: str, every: int, *,
+               detached: bool, info: dict[str, Any], named: bool = False) -> Any:
+    """Start ``plan`` under a checkpointing :class:`~actors.supervisor.Supervisor`."""
+    from actors.supervisor import Supervisor
+
+    if any(isinstance(plan.stages[s].source, n.Published) for s in plan.sources):
+        raise ValueError("checkpoint_dir: a query that reads a published() query cannot be "
+                         "checkpointed (the publisher's stream cannot be replayed); run it "
+                         "without checkpoint_dir")
+    root = os.path.abspath(root)
+    steps = list(plan.stages)
+    cls = shell_class()
+
+    def start_actors(generation: int) -> dict[str, Any]:
+        if not named:
+            return {s: cls.remote() for s in steps}
+        handles = {}
+        lifetime = "detached" if detached else None
+        for s in steps:
+            deadline = time.monotonic() + 30
+            while True:  # the name of a killed actor is freed shortly after its death
+                try:
+                    handles[s] = cls.options(name=actor_name(name, s), namespace=NAMESPACE,
+                                             lifetime=lifetime).remote()
+                    break
+                except ValueError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+        return handles
+
+    def configure(handles: dict[str, Any], restore: int) -> None:
+        _configure(plan, handles, opts, info, (root, name), restore)
+
+    feeds = []
+    for s in _driver_sources(plan):
+        enc = encode_rows if isinstance(plan.stages[s].source, n.FromRows) else encode
+        feeds.append((s, (enc(b) for b in chunks(feed_of(plan, s), opts["batch_size"]))))
+    sup = Supervisor(name=name, steps=steps, sink=plan.sink, root=root,
+                     start_actors=start_actors, configure=configure, feeds=feeds,
+                     checkpoint_every=every, max_in_flight=opts["max_in_flight"])
+    try:
+        sup.start()
+    except BaseException:
+        sup.stop()
+        _kill(sup.handles.values())
+        raise
+    return sup
+
+
 def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool = False,
                 batch_size: int = DEFAULT_BATCH, max_in_flight: int = DEFAULT_IN_FLIGHT,
-                flush_ms: float = DEFAULT_FLUSH_MS) -> Any:
+                flush_ms: float = DEFAULT_FLUSH_MS, checkpoint_dir: str | None = None,
+                checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY) -> Any:
     """Start ``plan`` as the live query ``name`` and return its :class:`~topology.query.Query`.
 
     Actors are named ``<name>/<step>`` in namespace ``cedar`` (``detached``: they outlive this
     driver, until ``Query.stop()`` or the cluster's end). With ``history`` the sink keeps the
     final rows too, so ``snapshot()`` returns the whole output CHT, not only the alive rows.
+
+    With ``checkpoint_dir`` (a directory the driver and every Ray worker can reach) the query
+    checkpoints every ``checkpoint_every`` batches per source and restarts from its last
+    complete checkpoint when an actor dies; ``Query.stats()`` reports the recoveries. The
+    supervisor lives in this driver, which must stay up; it keeps the output, which
+    ``Query.output()`` returns.
     """
     import functools
 
@@ -371,6 +483,14 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
                          f"(topology.attach({name!r}).stop()) or choose another name")
     if history:
         plan.stages[plan.sink].factory = functools.partial(Publish, "sink", history=True)
+    if checkpoint_dir is not None:
+        info = {"query": name, "actors": {s: actor_name(name, s) for s in plan.stages},
+                "explain": plan.explain(), "created": time.time(), "sink": plan.sink,
+                "subscriptions": [], "checkpoint_dir": os.path.abspath(checkpoint_dir)}
+        sup = _supervise(plan, name, opts, checkpoint_dir, checkpoint_every,
+                         detached=detached, info=info, named=True)
+        return Query(name, sup.handles, sink=plan.sink, explain=info["explain"],
+                     supervisor=sup)
     cls = shell_class()
     lifetime = "detached" if detached else None
     handles = {step: cls.options(name=actor_name(name, step), namespace=NAMESPACE,

@@ -32,9 +32,12 @@ class Query:
     def __init__(self, name: str, handles: dict[str, Any], *, sink: str = "sink",
                  explain: str = "", feeders: list[threading.Thread] | None = None,
                  stop_event: threading.Event | None = None, feed_errors: list[str] | None = None,
-                 subscriptions: list[tuple[str, str]] | None = None) -> None:
+                 subscriptions: list[tuple[str, str]] | None = None,
+                 supervisor: Any = None) -> None:
         self.name = name
-        self.handles = dict(handles)
+        #: the checkpointing supervisor (``deploy(..., checkpoint_dir=...)``), or None
+        self.supervisor = supervisor
+        self._handles = dict(handles)
         self.sink_step = sink
         self._explain = explain
         self._feeders = feeders or []
@@ -52,6 +55,30 @@ class Query:
         return f"<Query {self.name!r}: {len(self.handles)} actors>"
 
     @property
+    def handles(self) -> dict[str, Any]:
+        """The actor of each step (new ones after a recovery)."""
+        if self.supervisor is not None and self._handles:
+            return dict(self.supervisor.handles)
+        return self._handles
+
+    @handles.setter
+    def handles(self, value: dict[str, Any]) -> None:
+        self._handles = dict(value)
+
+    def recoveries(self) -> list[dict[str, Any]]:
+        """Checkpointed queries: one record per restart (``recovery_s``, the ``epoch`` it
+        resumed from, ``replayed`` log entries, ``output_position``)."""
+        return list(self.supervisor.recoveries) if self.supervisor is not None else []
+
+    def output(self) -> list[Message]:
+        """Checkpointed queries: the output messages released so far (exactly once)."""
+        if self.supervisor is None:
+            raise TypeError(f"query {self.name!r}: output() needs deploy(..., checkpoint_dir=); "
+                            f"use subscribe()")
+        with self.supervisor.new_output:
+            return list(self.supervisor.output)
+
+    @property
     def steps(self) -> list[str]:
         """The step ids, one actor each."""
         return list(self.handles)
@@ -67,11 +94,18 @@ class Query:
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per step: ``events_in``, ``events_out``, ``batches_in``/``out``, ``cti`` (the output
         CTI), ``state_size``, ``late``, ``dead_letters``, ``in_flight``, ``finished``,
-        ``error`` (sources add their ingress counters under ``source``)."""
+        ``error`` (sources add their ingress counters under ``source``). A checkpointed query
+        adds to every step ``recoveries`` (restarts so far), ``recovery_s`` (the last one's
+        duration: from noticing the death to the replay sent) and ``checkpoint_epoch``."""
         import ray
 
         refs = {step: h.stats.remote() for step, h in self.handles.items()}
-        return {step: ray.get(ref) for step, ref in refs.items()}
+        out = {step: ray.get(ref) for step, ref in refs.items()}
+        if self.supervisor is not None:
+            extra = self.supervisor.stats()
+            for s in out.values():
+                s.update(extra)
+        return out
 
     def snapshot(self) -> list[tuple[int, int, Any]]:
         """The output CHT as ``(start, end, payload)`` rows: every row alive at the current
@@ -109,6 +143,8 @@ class Query:
         query's input ends, or after ``timeout_s`` seconds without output."""
         import ray
 
+        if self.supervisor is not None:
+            return self._subscribe_supervised(timeout_s)
         sink = self._sink
         pull = ray.get(sink.open_pull.remote(snapshot))
 
@@ -136,10 +172,34 @@ class Query:
 
         return messages()
 
+    def _subscribe_supervised(self, timeout_s: float | None) -> Iterator[Message]:
+        """The released output from its start (checkpointed queries survive restarts)."""
+        sup = self.supervisor
+        i = 0
+        while True:
+            with sup.new_output:
+                if i >= len(sup.output) and not sup.done.is_set():
+                    sup.new_output.wait(timeout_s if timeout_s is not None else 0.5)
+                msgs = sup.output[i:]
+            i += len(msgs)
+            yield from msgs
+            if sup.done.is_set() and i >= len(sup.output):
+                if sup.error is not None:
+                    raise OperatorError(sup.error)
+                return
+            if not msgs and timeout_s is not None:
+                return
+
     def wait(self, timeout_s: float | None = None) -> bool:
         """Wait until the query's input has ended and its output is complete (True), or
         ``timeout_s`` passed (False). Raises the query's error, naming the step."""
         import ray
+
+        if self.supervisor is not None:
+            done = self.supervisor.wait(timeout_s)
+            if self.supervisor.error is not None:
+                raise OperatorError(self.supervisor.error)
+            return done
 
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
@@ -160,6 +220,15 @@ class Query:
         import ray
 
         self._stop.set()
+        if self.supervisor is not None:
+            self.supervisor.stop()
+            with self.supervisor.lock:  # no restart between here and the kills
+                handles = list(self.supervisor.handles.values())
+            for h in handles:
+                try:
+                    ray.kill(h, no_restart=True)
+                except Exception:  # noqa: BLE001, S110
+                    pass
         unsubscribe(self._subscriptions)
         try:
             info = ray.get(self._sink.manifest.remote())

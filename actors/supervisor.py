@@ -1,0 +1,253 @@
+"""``Supervisor``: the driver side of a checkpointed query — feeds, collects, restarts.
+
+With ``checkpoint_dir`` set, one supervisor per query (a driver thread) runs it:
+
+* **feeding** (its own thread): the driver sources are fed round robin, one batch of each in
+  turn; after every ``checkpoint_every`` rounds a barrier of the next epoch goes into every
+  source, behind its data. Every batch (as the bytes sent) and barrier is kept in a log until
+  the sink reports the epoch complete; then the log forgets what came before that barrier.
+  The ends of input go to all sources once every feed is exhausted (an ended input sends no
+  more barriers, so ends wait for the last one).
+* **collecting**: the sink releases output only for checkpointed epochs (see
+  :mod:`actors.shell`); the supervisor fetches it by position (:meth:`fetch_from`), which
+  acknowledges what came before, and keeps it in :attr:`output`.
+* **recovery**: when an actor dies (a failed call, or a ping every ``PING_S``), the supervisor
+  pauses the feeder, kills every actor of the query, starts new ones restored from the newest
+  complete epoch on disk, replays the log after that epoch's barrier, and resumes fetching at
+  the position it had reached. Output positions at or after the restored sink's are produced
+  again only if they were never released, so no row is emitted twice.
+
+Operators must be deterministic functions of their input (SPEC §5 already asks it of UDMs); the
+interleaving of a multi-input stage may differ on replay, which is harmless because nothing
+after the restored epoch had been released. A wall-clock idle timeout (``AdvanceTime``'s
+``idle_timeout``) makes a source depend on timing, so a restart may place its CTIs differently
+(still a valid run, not necessarily the same one).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from . import checkpoint as ck
+from .wire import decode
+
+#: Seconds between liveness pings of the query's actors.
+PING_S = 0.2
+#: Seconds one fetch waits for output.
+FETCH_S = 0.2
+
+
+class Supervisor:
+    """Runs one checkpointed query. ``start_actors(generation)`` returns fresh actor handles
+    by step; ``configure(handles, restore)`` configures them (``restore``: epoch or 0);
+    ``feeds`` are (step, iterator of encoded batches) per driver source."""
+
+    def __init__(self, *, name: str, steps: list[str], sink: str, root: str,
+                 start_actors: Callable[[int], dict[str, Any]],
+                 configure: Callable[[dict[str, Any], int], None],
+                 feeds: list[tuple[str, Iterator[bytes]]], checkpoint_every: int,
+                 max_in_flight: int) -> None:
+        if checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every ({checkpoint_every}) must be >= 1 (batches "
+                             f"per source between checkpoints)")
+        self.name, self.steps, self.sink_step, self.root = name, steps, sink, root
+        self._start_actors, self._configure = start_actors, configure
+        self.feeds, self.every, self.max_in_flight = feeds, checkpoint_every, max_in_flight
+        self.lock = threading.RLock()  # held while sending to the actors (feeder, recovery)
+        self.generation = 0
+        self.handles: dict[str, Any] = {}
+        self.log: list[tuple[Any, ...]] = []  # ("b", step, blob) | ("e", epoch) | ("end",)
+        self.committed = 0  # the newest epoch the sink reported complete
+        self.output: list[Any] = []  # released output messages, in order
+        self.pos = 0  # == len(self.output): the next output position to fetch
+        self.recoveries: list[dict[str, Any]] = []
+        self.error: str | None = None
+        self.done = threading.Event()
+        self.stop_event = threading.Event()
+        self.new_output = threading.Condition()
+        self._inflight: dict[str, deque[Any]] = {}
+        self._suspect = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- life cycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        with self.lock:
+            self.handles = self._start_actors(0)
+            self._configure(self.handles, 0)
+            self._inflight = {s: deque() for s, _ in self.feeds}
+        for target, label in ((self._feed, "cedar-ckpt-feeder"), (self._watch, "cedar-ckpt-sup")):
+            t = threading.Thread(target=target, name=label, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.done.set()
+        with self.new_output:
+            self.new_output.notify_all()
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        return self.done.wait(timeout_s)
+
+    def stats(self) -> dict[str, Any]:
+        last = self.recoveries[-1] if self.recoveries else None
+        return {"recoveries": len(self.recoveries),
+                "recovery_s": last["recovery_s"] if last else None,
+                "checkpoint_epoch": self.committed, "generation": self.generation}
+
+    # -- feeding --------------------------------------------------------------------------------
+    def _feed(self) -> None:
+        try:
+            live = list(self.feeds)
+            rounds = epoch = 0
+            while live and not self.stop_event.is_set():
+                for item in list(live):
+                    step, it = item
+                    blob = next(it, None)
+                    if blob is None:
+                        live.remove(item)
+                    else:
+                        self._send(("b", step, blob))
+                rounds += 1
+                if live and rounds % self.every == 0:
+                    epoch += 1
+                    self._send(("e", epoch))
+            if not self.stop_event.is_set():
+                self._send(("end",))
+        except Exception as exc:  # noqa: BLE001 - the source data failed: report it
+            self._fail(f"feeding the sources failed: {type(exc).__name__}: {exc}")
+
+    def _send(self, entry: tuple[Any, ...]) -> None:
+        with self.lock:
+            if entry[0] == "e":
+                self._trim()
+            self.log.append(entry)
+            try:
+                self._deliver(entry)
+            except Exception:  # noqa: BLE001 - an actor died: the watcher restarts and replays
+                self._suspect.set()
+
+    def _deliver(self, entry: tuple[Any, ...]) -> None:
+        """Send one log entry to the current actors (called with the lock held)."""
+        import ray
+
+        if entry[0] == "b":
+            _, step, blob = entry
+            q = self._inflight[step]
+            while len(q) >= self.max_in_flight:
+                ray.get(q.popleft())
+            q.append(self.handles[step].push.remote(0, blob))
+        elif entry[0] == "e":
+            for step, q in self._inflight.items():
+                q.append(self.handles[step].barrier.remote(0, entry[1]))
+        else:
+            for step in self._inflight:
+                self.handles[step].end.remote(0)
+
+    def _trim(self) -> None:
+        """Forget the log before the barrier of the committed epoch."""
+        for i, e in enumerate(self.log):
+            if e[0] == "e" and e[1] == self.committed:
+                del self.log[:i + 1]
+                return
+
+    # -- collecting and watching ----------------------------------------------------------------
+    def _watch(self) -> None:
+        import ray
+
+        last_ping = time.monotonic()
+        while not self.stop_event.is_set():
+            try:
+                blob, nxt, epoch, finished, error = ray.get(
+                    self.handles[self.sink_step].fetch_from.remote(self.pos, FETCH_S))
+                msgs = decode(blob)
+                if msgs:
+                    with self.new_output:
+                        self.output.extend(msgs)
+                        self.pos = nxt
+                        self.new_output.notify_all()
+                if epoch > self.committed:
+                    self.committed = epoch
+                    ck.forget_before(self.root, self.name, epoch)
+                if finished and not msgs:
+                    self._finish()
+                    return
+                dead = self._suspect.is_set() or error is not None
+                if not dead and time.monotonic() - last_ping > PING_S:
+                    last_ping = time.monotonic()
+                    dead = not self._alive()
+                if dead and not self._alive():
+                    self._recover()
+                elif error is not None:
+                    self._fail(f"query {self.name!r} failed in {error}")
+                    return
+            except ray.exceptions.RayActorError:
+                self._recover()
+            except Exception as exc:  # noqa: BLE001 - never die silently
+                self._fail(f"the supervisor of {self.name!r} failed: {type(exc).__name__}: "
+                           f"{exc}\n{traceback.format_exc()}")
+                return
+
+    def _alive(self) -> bool:
+        import ray
+
+        refs = [h.ping.remote() for h in self.handles.values()]
+        try:
+            ray.get(refs, timeout=10)
+        except ray.exceptions.RayActorError:
+            return False
+        except ray.exceptions.GetTimeoutError:
+            return True  # busy, not dead
+        return True
+
+    def _finish(self) -> None:
+        self.done.set()
+        with self.new_output:
+            self.new_output.notify_all()
+
+    def _fail(self, message: str) -> None:
+        if self.error is None:
+            self.error = message
+        self._finish()
+
+    def _recover(self) -> None:
+        """Restart every actor from the newest complete epoch and replay the log after it."""
+        import ray
+
+        t0 = time.monotonic()
+        self._suspect.set()
+        with self.lock:
+            for attempt in range(5):
+                old = self.handles
+                for h in old.values():
+                    try:
+                        ray.kill(h, no_restart=True)
+                    except Exception:  # noqa: BLE001, S110 - dead already
+                        pass
+                epoch = ck.latest_complete(self.root, self.name, self.steps)
+                self.generation += 1
+                try:
+                    self.handles = self._start_actors(self.generation)
+                    self._configure(self.handles, epoch)
+                    self._inflight = {s: deque() for s, _ in self.feeds}
+                    start = 0
+                    for i, e in enumerate(self.log):
+                        if e[0] == "e" and e[1] == epoch:
+                            start = i + 1
+                    replay = self.log[start:]
+                    for entry in replay:
+                        self._deliver(entry)
+                except ray.exceptions.RayActorError:
+                    if attempt == 4:
+                        raise
+                    continue
+                break
+            self._suspect.clear()
+        self.recoveries.append({"recovery_s": time.monotonic() - t0, "epoch": epoch,
+                                "replayed": len(replay), "generation": self.generation,
+                                "output_position": self.pos})
