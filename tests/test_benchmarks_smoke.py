@@ -1,0 +1,108 @@
+"""Smoke test of the benchmark suite (``python -m benchmarks.run``): its data generator, its
+three queries and its report, inline on a few thousand events (no Spark, no Ray).
+
+The queries' results are checked against numpy computations of the same aggregates, so a
+benchmark that measured a wrong query would fail here.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from benchmarks import run as bench
+from benchmarks import workloads as wl
+from operators.cht import to_cht
+
+
+def test_points_are_the_same_whole_or_in_chunks():
+    whole = wl.points(3_000, keys=10, seed=7)
+    again = wl.points(3_000, keys=10, seed=7)
+    assert all(np.array_equal(whole[c], again[c]) for c in whole)
+    # a long stream is generated chunk by chunk: event i depends on (seed, chunk start) only
+    chunked = list(wl.row_stream(3_000, keys=10, seed=7, chunk=1_000))
+    assert len(chunked) == 3_000
+    assert [r["ts"] for r in chunked[1_000:2_000]] == \
+        wl.points(1_000, keys=10, seed=7, first=1_000)["ts"].tolist()
+    # disorder stays below the sources' AdvanceTime delay: nothing is late
+    ts = whole["ts"]
+    assert (np.maximum.accumulate(ts) - ts).max() < wl.JITTER_TICKS
+    assert 0.85 < (whole["v"] >= wl.WHERE_CUT).mean() < 0.95
+
+
+def test_w1_counts_and_sums_every_key_and_second():
+    cols = wl.points(5_000, keys=20, seed=1, rate_eps=1_000)  # 5 s of event time
+    out = wl.w1(wl.source(wl.rows(cols))).collect(runtime="inline")
+    got = {(p[0], s): (p[1].count, p[1].sum) for s, e, p in to_cht(out)}
+    keep = cols["v"] >= wl.WHERE_CUT
+    want: dict[tuple[int, int], list[float]] = defaultdict(lambda: [0, 0.0])
+    for t, k, v in zip(cols["ts"][keep], cols["k"][keep], cols["v"][keep]):
+        acc = want[(int(k), int(t) // wl.TUMBLE_TICKS * wl.TUMBLE_TICKS)]
+        acc[0] += 1
+        acc[1] += v
+    assert got.keys() == want.keys()
+    for key, (count, total) in want.items():
+        assert got[key][0] == count
+        assert got[key][1] == pytest.approx(total, rel=1e-12)
+
+
+def test_w2_time_weighted_average_of_points():
+    cols = wl.points(2_000, keys=5, seed=2, rate_eps=200)  # 10 s of event time
+    out = wl.w2(wl.source(wl.rows(cols))).collect(runtime="inline")
+    rows = to_cht(out)
+    keep = cols["v"] >= wl.WHERE_CUT
+    ts, ks, vs = cols["ts"][keep], cols["k"][keep], cols["v"][keep]
+    assert rows and all(e - s == wl.HOP_SIZE_TICKS for s, e, _ in rows)
+    for s, e, (k, twa) in rows[:: max(1, len(rows) // 40)]:
+        inside = (ks == k) & (ts >= s) & (ts < e)
+        # a point lives one tick: its weight is 1 / (window length)
+        assert twa == pytest.approx(vs[inside].sum() / wl.HOP_SIZE_TICKS, rel=1e-12)
+
+
+def test_w3_joins_pairs_closer_than_the_lifetime():
+    left = wl.points(800, keys=30, seed=3, rate_eps=2_000)
+    right = wl.points(800, keys=30, seed=4, rate_eps=2_000)
+    out = wl.w3(wl.source(wl.rows(left)), wl.source(wl.rows(right))).collect(runtime="inline")
+    gap = np.abs(left["ts"][:, None] - right["ts"][None, :])
+    pairs = (left["k"][:, None] == right["k"][None, :]) & (gap < wl.JOIN_LIFETIME_TICKS)
+    rows = to_cht(out)
+    assert len(rows) == int(pairs.sum()) > 0
+    i, j = np.nonzero(pairs)
+    assert sorted(p for _, _, p in rows) == sorted(
+        (int(left["k"][a]), float(left["v"][a]), float(right["v"][b])) for a, b in zip(i, j))
+
+
+def test_paced_source_keeps_its_rate_and_records_every_cti():
+    rows = wl.rows(wl.points(2 * wl.CTI_EVERY, keys=3, seed=5))
+    paced = bench.Paced(rows, rate_eps=100_000)
+    t0 = time.perf_counter()
+    assert sum(1 for _ in paced) == len(rows)
+    assert time.perf_counter() - t0 >= 0.9 * len(rows) / 100_000
+    assert len(paced.ctis) == 2
+    assert paced.ctis[0][0] == max(r["ts"] for r in rows[:wl.CTI_EVERY]) - wl.JITTER_TICKS
+    assert all(sent >= due - 0.002 for _, due, sent in paced.ctis)
+
+
+def test_the_report_ends_with_the_result_line(tmp_path):
+    sizes = bench.Sizes(w1=2_000, w2=500, w3=500, latency_s=0.1, rate_eps=50_000,
+                        memory=1_000, keys=50, join_keys=100)
+    report = bench.Report(sizes)
+    data = bench.Data(sizes, str(tmp_path / "data"))
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == \
+        ["left", "right", "w1", "w2", "warm"]
+    outs = bench.run_inline(report, data)
+    assert set(outs) == {"W1", "W2", "W3"} and all(report.eps[w]["inline"] > 0 for w in outs)
+    path = tmp_path / "RESULTS.md"
+    path.write_text(f"old figures\n{bench.MARKER}\nkept analysis\n")
+    bench.write_results(bench.render(report, {"nproc": "2"}, "test", 1.0), str(path))
+    text = path.read_text()
+    assert text.endswith(f"{bench.MARKER}\nkept analysis\n") and "old figures" not in text
+    assert "| nproc |" in text and "| W1: tumbling" in text
+    line = bench.result_line(report)
+    assert re.fullmatch(
+        r"RESULT inline_eps=\d+ ray_eps=nan from_spark_eps=nan spark_sss_eps=nan "
+        r"ratio_ray_inline=nan ratio_cedar_spark=nan p99_ms=nan rss_growth_mb=nan", line), line
