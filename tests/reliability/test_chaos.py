@@ -1,0 +1,54 @@
+"""Chaos: a window + join query over 50k events (the issue asks 1M; scaled down so the test
+stays under a minute on 2 cores) with several operator actors killed at random moments, under
+three seeded kill schedules, ends with the fault-free run's CHT and no output row twice."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from tests.reliability.test_recovery import check_exactly_once, window_join
+
+pytestmark = pytest.mark.ray
+
+N = 50_000
+
+
+@pytest.fixture(scope="module")
+def expected():
+    return window_join(N).collect(runtime="inline")
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_kills_end_with_fault_free_cht(ray_session, tmp_path, expected, seed):
+    import ray
+
+    rng = random.Random(seed)
+    live = window_join(N).deploy(f"chaos-{seed}", checkpoint_dir=str(tmp_path),
+                                 checkpoint_every=2, batch_size=1000, detached=False)
+    try:
+        operators = [s for s in live.steps if not s.startswith("from_events")]
+        # a schedule: 3 kills, each of a random operator once the input source has passed a
+        # random point of the stream (the sources restart too, so progress is re-read)
+        points = sorted(rng.sample(range(5_000, N - 5_000), 3))
+        victims = [rng.choice(operators) for _ in points]
+        killed = 0
+        deadline = time.monotonic() + 120
+        while killed < len(points) and not live.supervisor.done.is_set():
+            assert time.monotonic() < deadline, "the query made no progress"
+            try:
+                pos = max(len(live.output()), live.stats()["from_events#0"]["events_in"])
+            except ray.exceptions.RayActorError:  # a restart is under way
+                pos = 0
+            if pos >= points[killed] and len(live.recoveries()) == killed:
+                ray.kill(live.handles[victims[killed]], no_restart=True)
+                killed += 1
+            time.sleep(0.01)
+        assert live.wait(120)
+        out = live.output()
+        assert len(live.recoveries()) == killed >= 1
+        check_exactly_once(out, expected)
+    finally:
+        live.stop()
