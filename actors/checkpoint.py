@@ -49,7 +49,7 @@ def save(path: str, state: Any) -> None:
 
 def load(path: str) -> Any:
     with open(path, "rb") as f:
-        return pickle.load(f)  # noqa: S301 - our own checkpoint files
+        return pickle.load(f)
 
 
 def epochs(root: str, query: str) -> list[int]:
