@@ -49,8 +49,7 @@ def session() -> Any:
 
 
 def _schema() -> Any:
-    from pyspark.sql.types import (DoubleType, LongType, StructField, StructType,
-                                   TimestampType)
+    from pyspark.sql.types import DoubleType, LongType, StructField, StructType, TimestampType
 
     return StructType([StructField("ts", TimestampType()), StructField("k", LongType()),
                        StructField("v", DoubleType())])
@@ -128,27 +127,36 @@ def cedar_from_spark(spark: Any, query: Callable[..., Any], paths: list[str],
     return time.perf_counter() - t0, out
 
 
-def microbatch_latency(spark: Any, rate_eps: int, seconds: float,
+def microbatch_latency(spark: Any, rate_eps: int, seconds: float, min_batches: int = 10,
+                       max_seconds: float = 60.0,
                        trigger: str = "500 milliseconds") -> dict[str, Any]:
-    """W1 over Spark's ``rate`` source at ``rate_eps`` rows/s, processing-time trigger
-    ``trigger``, for ``seconds``: the ``triggerExecution`` duration (ms) of every micro-batch
-    that carried rows. A row waits for its micro-batch to start (up to one trigger interval)
-    and then for it to execute, so end-to-end latency is at least this duration."""
+    """W1 over Spark's ``rate`` source at ``rate_eps`` rows/s with the processing-time trigger
+    ``trigger``, for at least ``seconds`` and until ``min_batches`` micro-batches carried rows
+    (at most ``max_seconds``): the ``triggerExecution`` duration (ms) of each of them but the
+    first (query start-up). A row also waits for its micro-batch to start (up to one trigger
+    interval), so end-to-end latency is at least this duration."""
     from pyspark.sql import functions as F
 
     df = (spark.readStream.format("rate").option("rowsPerSecond", rate_eps).load()
           .select(F.col("timestamp").alias("ts"), (F.col("value") % 1000).alias("k"),
                   ((F.col("value") * 7919 % 1000) / 1000.0).alias("v")))
     ckpt = tempfile.mkdtemp(prefix="cedar-sss-lat-")
+    progress: dict[int, Any] = {}
     try:
         q = (w1_frame(df).writeStream.format("noop").outputMode("append")
              .option("checkpointLocation", ckpt).trigger(processingTime=trigger).start())
-        time.sleep(seconds)
-        progress = list(q.recentProgress)
+        t0 = time.monotonic()
+        while True:
+            time.sleep(0.5)
+            for p in q.recentProgress:
+                if p["numInputRows"] > 0:
+                    progress[p["batchId"]] = p
+            elapsed = time.monotonic() - t0
+            if elapsed >= max_seconds or (elapsed >= seconds and len(progress) > min_batches):
+                break
         q.stop()
     finally:
         shutil.rmtree(ckpt, ignore_errors=True)
-    durations = [p["durationMs"]["triggerExecution"] for p in progress
-                 if p.get("numInputRows", 0) > 0]
-    rows = sum(p.get("numInputRows", 0) for p in progress)
-    return {"durations_ms": durations, "rows": rows, "trigger": trigger}
+    batches = [progress[b] for b in sorted(progress)][1:]
+    return {"durations_ms": [p["durationMs"]["triggerExecution"] for p in batches],
+            "rows": sum(p["numInputRows"] for p in batches), "trigger": trigger}
