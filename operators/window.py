@@ -497,7 +497,10 @@ class HoppingWindowOperator(_WindowBase):
         self.crossing_by_end: SortedKeyList = SortedKeyList(key=itemgetter(0))
 
     def _key(self, w: Win) -> int:
-        return (w.start - self.grid.alignment) // self.grid.hop
+        g = self.grid
+        if w.start == MIN_TIME:  # maybe cut to the axis (see _window): the end is exact
+            return (w.end - g.size - g.alignment) // g.hop
+        return (w.start - g.alignment) // g.hop
 
     def _close_time(self, w: Win) -> int:
         if self.unclipped:
@@ -507,7 +510,10 @@ class HoppingWindowOperator(_WindowBase):
     def _window(self, n: int) -> Win:
         w = self.windows.get(n)
         if w is None:
-            w = self._put(n, Win(self.grid.start(n), self.grid.end(n)))
+            # the first and last windows of the time axis are cut to it: an event near
+            # MIN_TIME or MAX_TIME is valid, its window's output must be too
+            g = self.grid
+            w = self._put(n, Win(max(g.start(n), MIN_TIME), min(g.end(n), MAX_TIME)))
         return w
 
     def _cross(self, eid: Any, rec: Rec | None, old_end: int | None) -> None:

@@ -281,3 +281,21 @@ def test_times_at_the_ends_of_the_axis_are_accepted_or_dead_lettered():
                                    (MAX_TIME - 1, MAX_TIME, rows[1])]
     assert [d.item for d in records(dag, "dead_letters")] == rows[2:]
     assert_accounted(dag.procs["from_rows#0"].stats)
+
+
+@pytest.mark.parametrize("output", ["window", "point_end"])
+@pytest.mark.parametrize("hop", [1000, 300])
+def test_windows_at_the_ends_of_the_axis_are_cut_to_it(hop, output):
+    # found by the Arrow fuzz test: a point at MAX_TIME - 807 lies in a window [k·1000,
+    # k·1000 + 1000) that ends past MAX_TIME; its output event could not be built
+    #   axis     MIN_TIME [.. window cut ..)            (.. window cut ..) MAX_TIME
+    #   points      MIN_TIME + 3                          MAX_TIME - 807
+    events = [Insert("lo", MIN_TIME + 3, MIN_TIME + 4, 1),
+              Insert("hi", MAX_TIME - 807, MAX_TIME - 806, 2), Cti(MAX_TIME)]
+    out, _, _ = run_dag(Stream.from_events(events).hopping_window(1000, hop, output=output)
+                        .aggregate(Count()))
+    rows = to_cht(out)
+    assert rows and all(MIN_TIME <= s < e <= MAX_TIME for s, e, _ in rows)
+    assert {c for _, _, c in rows} == {1}
+    if output == "window":
+        assert rows[0][0] == MIN_TIME and rows[-1][1] == MAX_TIME
