@@ -1,0 +1,150 @@
+"""The accounting equation at every source: ``received = processed + dropped + adjusted +
+dead_lettered`` (rows), ``received = sent on + dead-lettered`` (messages), after every batch,
+across a checkpoint, inline and on Ray through ``Query.stats()``, ``Query.late()`` and
+``Query.dead_letters()``."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from actors.sources import EventsSource, RowsSource
+from operators.cht import validate
+from operators.events import Cti, Insert, Retract
+from operators.ingress import AdvanceTime
+from tests.kit import EXAMPLES, assert_equivalent
+from tests.reliability import TERMS, assert_accounted, records, run_dag
+from topology import Stream
+
+# rows: mostly good, some late, some broken
+row = st.one_of(
+    st.fixed_dictionaries({"t": st.integers(0, 60), "e": st.integers(0, 80),
+                           "k": st.integers(0, 5)}),
+    st.fixed_dictionaries({"t": st.integers(0, 60), "k": st.integers(0, 5)}),
+    st.fixed_dictionaries({"t": st.sampled_from([None, "x", 1.5, float("nan")])}),
+    st.sampled_from([None, 3, "row"]),
+)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.lists(row, max_size=40), st.sampled_from(["point", "interval", "edge"]),
+       st.builds(AdvanceTime, every=st.sampled_from([1, 2, 5]), delay=st.integers(0, 6),
+                 policy=st.sampled_from(["drop", "adjust"])),
+       st.randoms(use_true_random=False))
+def test_the_equation_holds_after_every_batch_and_across_a_checkpoint(rows, shape, advance, rnd):
+    def make():
+        return RowsSource("src", start="t", end=None if shape == "point" else "e", shape=shape,
+                          id="k" if shape == "edge" else None, advance=advance)
+
+    src = make()
+    out, i, restored = [], 0, False
+    while i < len(rows):
+        if not restored and rnd.random() < 0.2:  # checkpoint, then resume in a fresh source
+            state = src.ingress.snapshot()
+            src = make()
+            src.ingress.restore(state)
+            restored = True
+        n = rnd.choice([1, 2, 3, 7])
+        out.extend(src.process(rows[i:i + n]))
+        i += n
+        assert src.stats["received"] == min(i, len(rows))
+        assert_accounted(src.stats)
+        src.ingress._check()
+    out.extend(src.finish())
+    validate(out, name="source output")
+    assert_accounted(src.stats)
+    assert src.stats["dead_lettered"] == len(src.dead_letters)
+    assert src.stats["dropped"] + src.stats["adjusted"] == len(src.late)
+    # every late record says what happened and why
+    assert all(x.action in ("dropped", "adjusted") and x.reason for x in src.late)
+    assert all(x.reason for x in src.dead_letters)
+
+
+def test_every_term_of_the_equation_is_exercised():
+    rows = [{"t": 10, "e": 20}, {"t": 2, "e": 3}, {"t": 4, "e": 15}, {"t": None},
+            {"t": 12, "e": 14}]
+    #   CTI 10 after the first row; [2, 3) dropped; [4, 15) adjusted to [10, 15); None dead
+    _, dag, _ = run_dag(Stream.from_rows(rows, start="t", end="e", shape="interval",
+                                         advance=AdvanceTime(every=1, policy="adjust")))
+    stats = dag.procs["from_rows#0"].stats
+    assert {k: stats[k] for k in ("received", *TERMS)} == {
+        "received": 5, "processed": 2, "dropped": 1, "adjusted": 1, "dead_lettered": 1}
+
+
+def test_messages_received_equal_messages_sent_on_plus_dead_letters():
+    msgs = [Insert("a", 1, 5), Cti(3), Insert("b", 2, 4), Retract("a", 1, 5, 9), Cti(2),
+            Retract("q", 1, 2, 1), Insert("a", 7, 8), Cti(9)]
+    src = EventsSource("ev")
+    out = [m for i in range(0, len(msgs), 3) for m in src.process(msgs[i:i + 3])]
+    assert out == [Insert("a", 1, 5), Cti(3), Retract("a", 1, 5, 9), Cti(9)]
+    assert len(msgs) == len(out) + len(src.dead_letters)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "actors/sources.py EventsSource keeps no counters: Query.stats()['from_events#k'] has no "
+    "'source' entry, so the equation of a messages source can only be derived from events_in, "
+    "events_out and dead_letters. Fix: give EventsSource a `stats` dict (received, processed, "
+    "dead_lettered, ctis) updated in process(), as RowsSource exposes its Ingress's"))
+def test_a_messages_source_counts_like_a_rows_source():
+    src = EventsSource("ev")
+    src.process([Insert("a", 1, 2), Cti(5), Insert("b", 1, 2)])
+    assert src.stats == {"received": 3, "processed": 2, "dead_lettered": 1, "ctis": 1}
+
+
+# -- on Ray ---------------------------------------------------------------------------------------
+ROWS = [{"t": 10, "v": 1}, {"t": 3, "v": 2}, {"t": None, "v": 3}, {"t": 12, "v": 4},
+        {"t": "soon", "v": 5}, {"t": 11, "v": 6}, 7, {"t": 20, "v": 8}]
+EVENTS = [Insert("x", 0, 30, {"v": 100}), Cti(5), Insert("y", 1, 2, {"v": 101}),
+          Retract("nobody", 1, 2, 1), Cti(4), Insert("z", 6, 9, {"v": 102}), Cti(30)]
+
+
+def _query(rows=ROWS, events=EVENTS):
+    return (Stream.from_rows(rows, start="t", advance=AdvanceTime(every=1, delay=1))
+            .union(Stream.from_events(events)).where(lambda p: p["v"] > 0))
+
+
+def _check_query(q, inline_dag):
+    assert q.wait(60)
+    stats = q.stats()
+    rows_src = stats["from_rows#0"]["source"]
+    assert_accounted(rows_src)
+    ev = stats["from_events#1"]
+    assert ev["events_in"] == ev["events_out"] + ev["dead_letters"]
+    # the same records, and the same counts, as the inline run
+    assert rows_src == inline_dag.procs["from_rows#0"].stats
+    assert sorted(map(repr, q.dead_letters())) == sorted(map(repr, records(inline_dag,
+                                                                           "dead_letters")))
+    assert sorted(map(repr, q.late())) == sorted(map(repr, records(inline_dag, "late")))
+    assert sum(s["dead_letters"] for s in stats.values()) == len(q.dead_letters())
+    assert sum(s["late"] for s in stats.values()) == len(q.late())
+
+
+@pytest.mark.ray
+def test_on_ray_stats_late_and_dead_letters_account_for_every_input(ray_session):
+    out, dag, _ = run_dag(_query())
+    # rows None, "soon", 7; messages y (behind Cti(5)), the unknown retraction, Cti(4)
+    assert len(records(dag, "dead_letters")) == 6
+    assert [x.item["v"] for x in records(dag, "late")] == [2]  # t=3 behind Cti(9)
+    q = _query().deploy("accounting", history=True)
+    try:
+        _check_query(q, dag)
+        assert_equivalent(q.snapshot(), out)
+    finally:
+        q.stop()
+
+
+@pytest.mark.ray
+@settings(max_examples=3, deadline=None)
+@given(st.lists(row, max_size=15), st.integers(0, 2**16))
+def test_on_ray_random_rows_account_like_inline(ray_session, rows, seed):
+    rows = [dict(r, v=i + 1) if isinstance(r, dict) else r for i, r in enumerate(rows)]
+    random.Random(seed).shuffle(rows)
+    _, dag, _ = run_dag(_query(rows))
+    q = _query(rows).deploy(f"accounting-{seed}")
+    try:
+        _check_query(q, dag)
+    finally:
+        q.stop()
