@@ -127,25 +127,27 @@ def cedar_from_spark(spark: Any, query: Callable[..., Any], paths: list[str],
     return time.perf_counter() - t0, out
 
 
-def microbatch_latency(spark: Any, rate_eps: int, seconds: float, min_batches: int = 10,
-                       max_seconds: float = 60.0,
+def microbatch_latency(spark: Any, rate_eps: int, seconds: float, workdir: str,
+                       min_batches: int = 10, max_seconds: float = 60.0,
                        trigger: str = "500 milliseconds") -> dict[str, Any]:
     """W1 over Spark's ``rate`` source at ``rate_eps`` rows/s with the processing-time trigger
     ``trigger``, for at least ``seconds`` and until ``min_batches`` micro-batches carried rows
     (at most ``max_seconds``): the ``triggerExecution`` duration (ms) of each of them but the
     first (query start-up). A row also waits for its micro-batch to start (up to one trigger
-    interval), so end-to-end latency is at least this duration."""
+    interval), so end-to-end latency is at least this duration. The checkpoint goes under
+    ``workdir``: remove it after the session stops (tasks of the stopped query may still be
+    closing their state stores)."""
     from pyspark.sql import functions as F
 
     df = (spark.readStream.format("rate").option("rowsPerSecond", rate_eps).load()
           .select(F.col("timestamp").alias("ts"), (F.col("value") % 1000).alias("k"),
                   ((F.col("value") * 7919 % 1000) / 1000.0).alias("v")))
-    ckpt = tempfile.mkdtemp(prefix="cedar-sss-lat-")
+    ckpt = tempfile.mkdtemp(prefix="sss-latency-", dir=workdir)
     progress: dict[int, Any] = {}
+    q = (w1_frame(df).writeStream.format("noop").outputMode("append")
+         .option("checkpointLocation", ckpt).trigger(processingTime=trigger).start())
+    t0 = time.monotonic()
     try:
-        q = (w1_frame(df).writeStream.format("noop").outputMode("append")
-             .option("checkpointLocation", ckpt).trigger(processingTime=trigger).start())
-        t0 = time.monotonic()
         while True:
             time.sleep(0.5)
             for p in q.recentProgress:
@@ -154,9 +156,8 @@ def microbatch_latency(spark: Any, rate_eps: int, seconds: float, min_batches: i
             elapsed = time.monotonic() - t0
             if elapsed >= max_seconds or (elapsed >= seconds and len(progress) > min_batches):
                 break
-        q.stop()
     finally:
-        shutil.rmtree(ckpt, ignore_errors=True)
+        q.stop()
     batches = [progress[b] for b in sorted(progress)][1:]
     return {"durations_ms": [p["durationMs"]["triggerExecution"] for p in batches],
             "rows": sum(p["numInputRows"] for p in batches), "trigger": trigger}
