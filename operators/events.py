@@ -69,7 +69,7 @@ class Insert(_InsertFields):
         return tuple.__new__(cls, (id, start, end, payload))
 
     @classmethod
-    def _make(cls, iterable: Any) -> "Insert":
+    def _make(cls, iterable: Any) -> Insert:
         """Build from a sequence of fields, with the constructor's checks (NamedTuple's own
         ``_make``, which ``_replace`` uses, would skip them)."""
         return cls(*iterable)
@@ -117,7 +117,7 @@ class Retract(_RetractFields):
         return tuple.__new__(cls, (id, start, end, new_end, payload))
 
     @classmethod
-    def _make(cls, iterable: Any) -> "Retract":
+    def _make(cls, iterable: Any) -> Retract:
         """Build from a sequence of fields, with the constructor's checks (NamedTuple's own
         ``_make``, which ``_replace`` uses, would skip them)."""
         return cls(*iterable)
@@ -147,7 +147,7 @@ class Cti(_CtiFields):
         return tuple.__new__(cls, (time,))
 
     @classmethod
-    def _make(cls, iterable: Any) -> "Cti":
+    def _make(cls, iterable: Any) -> Cti:
         """Build from a sequence of fields, with the constructor's checks (NamedTuple's own
         ``_make``, which ``_replace`` uses, would skip them)."""
         return cls(*iterable)

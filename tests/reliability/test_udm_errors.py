@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from operators.aggregates import IncrementalAggregate
 from operators.cht import to_cht
 from operators.errors import OperatorError
-from operators.events import Cti, Insert
+from operators.events import Cti, Insert, Retract
 from operators.udm import Aggregate, TimeSensitiveOperator
 from operators.windows import count_window, snapshot_window, tumbling_window
 from tests.kit import EXAMPLES, assert_equivalent, physical_streams
@@ -147,8 +147,31 @@ def test_dead_lettering_equals_the_reference_without_the_failing_windows(stream)
     good = [r for r in reference_window(stream, tumbling_window(4), _count)
             if not any(p == POISON for s, e, p in rows if s < r[1] and e > r[0])]
     assert_equivalent(out, good)
-    assert bool(records(dag, "dead_letters")) == (len(good) < len(
-        reference_window(stream, tumbling_window(4), _count)))
+    # every window that is left out of the output was dead-lettered
+    failed = {(d.item[0].start, d.item[0].end) for d in records(dag, "dead_letters")}
+    for s, e, _ in reference_window(stream, tumbling_window(4), _count):
+        assert (s, e) in failed or (s, e) in {(a, b) for a, b, _ in good}
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "operators/window.py (and count_window.py) record a dead letter at every failing UDM "
+    "call, speculative ones included: a window evaluated 3 times while it holds a bad event "
+    "yields 3 dead letters, and a window whose bad event is later retracted keeps a dead "
+    "letter although its output is now in the stream (its input is counted twice). Fix: "
+    "keep the pending failure per window (replace it on re-evaluation, drop it when the "
+    "window succeeds) and move it to dead_letters when a CTI makes the window final"))
+def test_one_dead_letter_per_window_that_is_final_and_failing():
+    #   e1 (3) in [0, 4) makes the UDM fail, then is retracted: [0, 4) succeeds, count 2
+    #   [4, 8) holds a 3 from the start and grows by one event twice: it fails 3 times
+    stream = [Insert("e0", 0, 1, 0), Insert("e1", 0, 1, POISON), Insert("e2", 0, 1, 0),
+              Cti(0), Retract("e1", 0, 1, 0, POISON), Insert("f0", 4, 5, POISON),
+              Insert("f1", 5, 6, 1), Insert("f2", 6, 7, 1), Cti(8)]
+    q = Stream.from_events(stream).tumbling_window(4).aggregate(NoThrees(), on_error="dead_letter")
+    out, dag, _ = run_dag(q, batch_size=1)
+    assert_equivalent(out, [(0, 4, 2)])
+    dead = records(dag, "dead_letters")
+    assert [(d.item[0].start, d.item[0].end) for d in dead] == [(4, 8)]
+    assert sorted(m[2] for m in dead[0].item[1]) == [1, 1, POISON]
 
 
 def test_group_apply_keeps_the_dead_letters_of_its_groups():
