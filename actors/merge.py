@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from operators.base import CtiMerge, Processor
+from operators.columns import expand
 from operators.events import Cti, Insert, Message, Retract
 
 _new = tuple.__new__
@@ -32,7 +33,7 @@ class PartitionMerge(Processor):
 
     def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
         out: list[Any] = []
-        for m in batch:
+        for m in expand(batch):
             kind = type(m)
             if kind is Cti:
                 low = self.merge.advance(port, m.time)  # type: ignore[union-attr]

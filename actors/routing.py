@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from operators.columns import expand
 from operators.errors import OperatorError
 from operators.events import Cti, Message
 
@@ -89,6 +90,7 @@ class Router:
         """One list per edge (in edge order); unpartitioned edges share ``msgs`` itself."""
         if not self._partitioners:
             return [msgs] * len(self.edges)
+        msgs = list(expand(msgs))
         split: dict[int, list[list[Message]]] = {}
         for p in self._partitioners:
             buckets: list[list[Message]] = [[] for _ in range(p.n)]

@@ -26,6 +26,7 @@ from collections.abc import Hashable, Iterable
 from typing import Any
 
 from operators.base import Processor
+from operators.columns import expand
 from operators.events import MIN_TIME, Cti, Insert, Message, Retract
 
 
@@ -46,7 +47,7 @@ class Publish(Processor):
         self.closed: list[tuple[int, int, Any]] = []
 
     def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
-        msgs = batch if isinstance(batch, list) else list(batch)
+        msgs = list(expand(batch))
         alive, heap, seq = self.alive, self.by_end, self._seq
         for m in msgs:
             kind = type(m)

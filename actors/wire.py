@@ -19,23 +19,29 @@ import pickle
 from collections.abc import Sequence
 from typing import Any
 
+from operators.columns import Columns
 from operators.events import Cti, Insert, Message, Retract
 
 _KIND = {Insert: 0, Retract: 1, Cti: 2}
 _CLASSES = (Insert, Retract, Cti)
 _new = tuple.__new__
+#: The tag of a :class:`~operators.columns.Columns` batch (pickled whole: numpy arrays
+#: serialise as raw buffers, ~100× cheaper per event than tuples).
+_COLUMNS = 3
 
 
-def encode(messages: Sequence[Message]) -> bytes:
+def encode(messages: Sequence[Message | Columns]) -> bytes:
     """The bytes of a batch of messages."""
     kind = _KIND
-    return pickle.dumps([(kind[type(m)], *m) for m in messages], protocol=5)
+    return pickle.dumps([(_COLUMNS, m) if type(m) is Columns else (kind[type(m)], *m)
+                         for m in messages], protocol=5)
 
 
-def decode(blob: bytes) -> list[Message]:
+def decode(blob: bytes) -> list[Message | Columns]:
     """The messages of :func:`encode`'s bytes, in order."""
     classes = _CLASSES
-    return [_new(classes[t[0]], t[1:]) for t in pickle.loads(blob)]
+    return [t[1] if t[0] == _COLUMNS else _new(classes[t[0]], t[1:])
+            for t in pickle.loads(blob)]
 
 
 def encode_rows(rows: Sequence[Any]) -> bytes:

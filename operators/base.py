@@ -16,6 +16,7 @@ import copy
 from typing import Any, ClassVar, Iterable
 
 from .cht import InvalidStream
+from .columns import Columns
 from .errors import OperatorError
 from .events import MIN_TIME, Cti, Insert, Message, Retract
 
@@ -49,6 +50,8 @@ class Processor:
                     out.extend(on_retract(msg, port))
                 elif kind is Cti:
                     out.extend(on_cti(msg.time, port))
+                elif kind is Columns:
+                    out.extend(self.on_columns(msg, port))
                 else:
                     raise TypeError(
                         f"expected Insert, Retract or Cti, got {type(msg).__name__}"
@@ -75,6 +78,14 @@ class Processor:
 
     def on_cti(self, time: int, port: int) -> list[Message]:
         return self.emit_cti(time)
+
+    def on_columns(self, msg: Columns, port: int) -> list[Message]:
+        """A batch of inserts stored column-wise: by default, ``on_insert`` per event."""
+        out: list[Message] = []
+        on_insert = self.on_insert
+        for ins in msg.inserts():
+            out.extend(on_insert(ins, port))
+        return out
 
     # -- helpers --------------------------------------------------------------------------
     def emit_cti(self, time: int) -> list[Message]:

@@ -52,6 +52,7 @@ from typing import Any
 
 from .base import Processor
 from .cht import InvalidStream
+from .columns import expand
 from .errors import DeadLetter, OperatorError
 from .events import MIN_TIME, Cti, Insert, Message, Retract, fmt_time
 from .join import END, ID, KEY, START, ExpiryHeap
@@ -146,7 +147,7 @@ class GroupApply(Processor):
         pending: dict[Hashable, list[Message]] = {}
         msg: Any = None
         try:
-            for msg in batch:
+            for msg in expand(batch):
                 kind = type(msg)
                 if kind is Insert:
                     key = self._on_insert(msg, out)

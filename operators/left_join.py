@@ -30,6 +30,7 @@ from typing import Any
 
 from .anti_join import AntiJoin
 from .base import Processor
+from .columns import expand
 from .events import Message
 from .join import Join
 from .select import Select
@@ -58,7 +59,7 @@ class LeftJoin(Processor):
         if port not in (0, 1):
             raise ValueError(f"left_join {self.name!r} has inputs 0 (left) and 1 (right), got "
                              f"a batch for input {port}")
-        msgs = list(batch)
+        msgs = list(expand(batch))
         matched = self.join.process(msgs, port)
         unmatched = self.unmatched.process(self.anti.process(msgs, port))
         out = self.union.process(matched, 0)

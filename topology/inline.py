@@ -22,6 +22,7 @@ from typing import Any
 from actors.routing import Router
 from actors.sources import Passthrough
 from operators.base import Processor
+from operators.columns import expand
 from operators.events import Message
 
 from . import nodes as n
@@ -60,7 +61,7 @@ class DagProcessor(Processor):
 
     def _forward(self, step: str, res: list[Message], out: list[Message]) -> None:
         if step == self.sink:
-            out.extend(res)
+            out.extend(expand(res))
             return
         router, edges = self.routes[step]
         for e, part in zip(edges, router.route(res)):

@@ -1,0 +1,195 @@
+"""``Columns``: a batch of inserts stored column-wise, the fast path of the physical stream.
+
+A columnar source (``Stream.from_arrow``, ``Stream.from_spark``) emits runs of accepted
+events as one ``Columns`` message instead of one :class:`~operators.events.Insert` per event:
+numpy arrays of ids, starts and ends, and the payloads as columns. Its meaning is exactly the
+list of inserts :meth:`Columns.inserts` returns, in order, so every operator can take it: the
+base :class:`~operators.base.Processor` expands it and calls ``on_insert`` per event, and an
+operator with a vectorised path (``where``, ``select``, the keyed window aggregate) overrides
+``on_columns``. Payload columns come in three forms, chosen by what produced them:
+
+* a ``dict`` of arrays: each payload is a row dict (what a source reads);
+* a ``tuple`` of arrays: each payload is a tuple (what ``select(lambda r: (r["k"], r["v"]))``
+  gives);
+* one array: each payload is a scalar.
+
+    >>> import numpy as np
+    >>> c = Columns(np.arange(2), np.array([5, 7]), np.array([6, 8]),
+    ...             {"k": np.array([1, 2]), "v": np.array([0.5, 1.5])})
+    >>> c.inserts()  # doctest: +NORMALIZE_WHITESPACE
+    [Insert(id=0, start=5, end=6, payload={'k': 1, 'v': 0.5}),
+     Insert(id=1, start=7, end=8, payload={'k': 2, 'v': 1.5})]
+
+**Vectorised user functions.** :func:`apply_columns` calls a user function once on the payload
+columns (``row["v"] >= 0.1`` on a dict of arrays is an array of bools). It is used only when
+the result has one value per event of a plain numeric or boolean type, and the same function
+called on single payloads agrees with it on sample events of every batch; otherwise the
+caller falls back to calling the function per event (and stops trying). A function that is
+not elementwise (``bool(...)``, ``and``/``or``, ``if``, ``math.sqrt``) raises or disagrees on
+columns and simply runs per event.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from .events import Insert, Message
+
+__all__ = ["Columns", "apply_columns", "expand"]
+
+_new = tuple.__new__
+#: dtype kinds a vectorised result may have: bool, signed and unsigned ints, floats.
+_PLAIN_KINDS = "biuf"
+
+
+class Columns:
+    """``len(starts)`` inserts: ``ids``, ``starts``, ``ends`` (int64 arrays) and ``payload``
+    columns (a dict of arrays, a tuple of arrays or one array; see the module doc)."""
+
+    __slots__ = ("ids", "starts", "ends", "payload")
+
+    def __init__(self, ids: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                 payload: Any) -> None:
+        self.ids, self.starts, self.ends, self.payload = ids, starts, ends, payload
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Columns, (self.ids, self.starts, self.ends, self.payload))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Columns) and self.inserts() == other.inserts()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Columns({len(self)} inserts)"
+
+    def payloads(self) -> list[Any]:
+        """The payloads as Python values, one per event."""
+        return _payloads(self.payload)
+
+    def payload_at(self, i: int) -> Any:
+        """The payload of event ``i`` as a Python value."""
+        p = self.payload
+        if isinstance(p, dict):
+            return {k: _item(c, i) for k, c in p.items()}
+        if isinstance(p, tuple):
+            return tuple(_item(c, i) for c in p)
+        return _item(p, i)
+
+    def inserts(self) -> list[Insert]:
+        """The events as :class:`~operators.events.Insert` messages, in order."""
+        return [_new(Insert, t) for t in zip(self.ids.tolist(), self.starts.tolist(),
+                                              self.ends.tolist(), self.payloads())]
+
+    def take(self, index: np.ndarray) -> Columns:
+        """The events selected by a boolean mask or an index array, in order."""
+        return Columns(self.ids[index], self.starts[index], self.ends[index],
+                       _map(self.payload, lambda c: c[index]))
+
+    def with_payload(self, payload: Any) -> Columns:
+        """The same events with other payload columns."""
+        return Columns(self.ids, self.starts, self.ends, payload)
+
+
+def _item(column: np.ndarray, i: int) -> Any:
+    value = column[i]
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _map(payload: Any, fn: Callable[[np.ndarray], np.ndarray]) -> Any:
+    if isinstance(payload, dict):
+        return {k: fn(c) for k, c in payload.items()}
+    if isinstance(payload, tuple):
+        return tuple(fn(c) for c in payload)
+    return fn(payload)
+
+
+def _payloads(payload: Any) -> list[Any]:
+    if isinstance(payload, dict):
+        keys = list(payload)
+        return [dict(zip(keys, values))
+                for values in zip(*(payload[k].tolist() for k in keys))]
+    if isinstance(payload, tuple):
+        return list(zip(*(c.tolist() for c in payload)))
+    return payload.tolist()  # type: ignore[no-any-return]
+
+
+def expand(batch: Iterable[Message | Columns]) -> Iterator[Message]:
+    """The messages of ``batch`` with every :class:`Columns` expanded into its inserts."""
+    for msg in batch:
+        if type(msg) is Columns:
+            yield from msg.inserts()
+        else:
+            yield msg
+
+
+def _plain(result: Any, n: int) -> bool:
+    """One value per event, of a plain numeric or boolean dtype (object arrays could hide
+    anything; a scalar means the function did not work elementwise)."""
+    return (isinstance(result, np.ndarray) and result.shape == (n,)
+            and result.dtype.kind in _PLAIN_KINDS)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, float) and math.isnan(a):
+        return math.isnan(b)
+    return a == b  # type: ignore[no-any-return]
+
+
+def apply_columns(fn: Callable[[Any], Any], cols: Columns) -> Any:
+    """``fn`` applied to all payloads at once: an array, a tuple of arrays or a dict of
+    arrays with one plain value per event; ``None`` when ``fn`` cannot be applied column-wise
+    (it raised, returned something else, or disagreed with ``fn`` of a single payload on a
+    sample event; see the module doc).
+
+    >>> c = Columns(np.arange(3), np.arange(3), np.arange(1, 4), {"v": np.array([1, 5, 9])})
+    >>> apply_columns(lambda r: r["v"] > 4, c)
+    array([False,  True,  True])
+    >>> apply_columns(lambda r: (r["v"], r["v"] * 2), c)
+    (array([1, 5, 9]), array([ 2, 10, 18]))
+    >>> apply_columns(lambda r: bool(r["v"] > 4), c) is None  # not elementwise
+    True
+    """
+    n = len(cols)
+    try:
+        with np.errstate(all="ignore"):
+            result = fn(cols.payload)
+    except Exception:  # noqa: BLE001 (not vectorisable: the caller runs fn per event)
+        return None
+    if isinstance(result, tuple):
+        ok = bool(result) and all(_plain(c, n) for c in result)
+    elif isinstance(result, dict):
+        ok = bool(result) and all(isinstance(k, str) and _plain(c, n) for k, c in result.items())
+    else:
+        ok = _plain(result, n)
+    if not ok:
+        return None
+    for i in {0, n // 2, n - 1} if n else ():
+        try:
+            expected = fn(cols.payload_at(i))
+        except Exception:  # noqa: BLE001 (the per-event path reports the error)
+            return None
+        if not _same(_pick(result, i), expected):
+            return None
+    return result
+
+
+def _pick(result: Any, i: int) -> Any:
+    if isinstance(result, tuple):
+        return tuple(c[i].item() for c in result)
+    if isinstance(result, dict):
+        return {k: c[i].item() for k, c in result.items()}
+    return result[i].item()
