@@ -39,7 +39,7 @@ import numpy as np
 
 from .events import Insert, Message
 
-__all__ = ["Columns", "apply_columns", "expand"]
+__all__ = ["Columns", "apply_columns", "expand", "payload_list"]
 
 _new = tuple.__new__
 #: dtype kinds a vectorised result may have: bool, signed and unsigned ints, floats.
@@ -72,7 +72,7 @@ class Columns:
 
     def payloads(self) -> list[Any]:
         """The payloads as Python values, one per event."""
-        return _payloads(self.payload)
+        return payload_list(self.payload)
 
     def payload_at(self, i: int) -> Any:
         """The payload of event ``i`` as a Python value."""
@@ -87,6 +87,11 @@ class Columns:
         """The events as :class:`~operators.events.Insert` messages, in order."""
         return [_new(Insert, t) for t in zip(self.ids.tolist(), self.starts.tolist(),
                                               self.ends.tolist(), self.payloads())]
+
+    def inserts_at(self, i: int) -> Insert:
+        """Event ``i`` as an :class:`~operators.events.Insert`."""
+        return _new(Insert, (self.ids[i].item(), self.starts[i].item(), self.ends[i].item(),
+                             self.payload_at(i)))
 
     def take(self, index: np.ndarray) -> Columns:
         """The events selected by a boolean mask or an index array, in order."""
@@ -111,7 +116,8 @@ def _map(payload: Any, fn: Callable[[np.ndarray], np.ndarray]) -> Any:
     return fn(payload)
 
 
-def _payloads(payload: Any) -> list[Any]:
+def payload_list(payload: Any) -> list[Any]:
+    """Payload columns as Python values, one per event (row dicts for a dict of columns)."""
     if isinstance(payload, dict):
         keys = list(payload)
         return [dict(zip(keys, values))
