@@ -1,0 +1,117 @@
+"""The keyed window aggregate (the planner's fast path for ``group_apply(key, window →
+aggregate)`` over points) against the general ``GroupApply`` of a window operator.
+
+Random point sources (disorder, late rows dropped, count-based CTIs) are ingested column-wise;
+the fast operator gets the ``Columns`` batches (and, in a second run, the same events one
+Insert at a time) and must give the CHT the general operator gives, with a valid output
+stream, across a snapshot/restore.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from operators.aggregates import Count, Max, Sum
+from operators.cht import to_cht, validate
+from operators.columns import expand
+from operators.events import Cti, Insert, Retract
+from operators.errors import OperatorError
+from operators.group_apply import GroupApply
+from operators.ingress import AdvanceTime, Ingress
+from operators.keyed_window import KeyedWindowAggregate, supports
+from operators.window import make_window
+from operators.windows import hopping_window, tumbling_window
+from tests.kit import EXAMPLES, assert_equivalent
+
+
+def _values(values):
+    """A non-incremental aggregate whose result depends on the order of its values."""
+    return tuple(round(v["v"], 3) for v in values[:3])
+
+
+UDMS = {"count": Count, "sum": lambda: Sum("v"), "max": lambda: Max("v"),
+        "first3": lambda: _values}
+KEYS = {"field": "k", "mod": lambda r: r["k"] % 3, "text": lambda r: f"k{r['k']}"}
+
+
+@st.composite
+def point_sources(draw):
+    n = draw(st.integers(1, 1500))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    t = np.arange(n, dtype=np.int64) // draw(st.sampled_from([1, 3, 10])) \
+        - rng.integers(0, draw(st.integers(1, 40)), n)
+    cols = {"t": t, "k": rng.integers(0, 6, n), "v": rng.random(n)}
+    cut = sorted(set(draw(st.lists(st.integers(1, max(1, n - 1)), max_size=3))))
+    return [{k: c[a:b] for k, c in cols.items()} for a, b in zip([0, *cut], [*cut, n])]
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(batches=point_sources(), size=st.integers(1, 30), hop=st.integers(1, 30),
+       alignment=st.integers(-7, 7), udm=st.sampled_from(sorted(UDMS)),
+       key=st.sampled_from(sorted(KEYS)), output=st.sampled_from(["window", "point_end"]),
+       delay=st.integers(0, 30), restore=st.booleans())
+def test_keyed_window_equals_group_apply_of_the_window(batches, size, hop, alignment, udm, key,
+                                                       output, delay, restore):
+    spec = hopping_window(size, hop, alignment)
+    src = Ingress(start="t", advance=AdvanceTime(every=256, delay=delay))
+    stream = [m for b in batches for m in src.push(b)] + src.end()
+    events = list(expand(stream))
+
+    def fast():
+        return KeyedWindowAggregate(KEYS[key], spec, UDMS[udm](), output=output, name="kw")
+
+    expected = GroupApply(KEYS[key], lambda: make_window(spec, UDMS[udm](), output=output)
+                          ).process(events)
+    for feed in (stream, events):
+        op, out = fast(), []
+        for i, msg in enumerate(feed):
+            if restore and i == len(feed) // 2:
+                state = op.snapshot()
+                op = fast()
+                op.restore(state)
+            out += op.process([msg])
+            op._check()
+        out += op.finish()
+        validate(out, name="keyed window output")
+        assert op.state_size() == 0
+        assert_equivalent(out, expected)
+
+
+def test_a_tumbling_count_per_key():
+    #   key a: ·0 ·2          ·8      key b:        ·6        tumbling_window(5), CTI 12
+    #   output (a, 2) [0 ─ 5)   (a, 1) (b, 1) [5 ─ 10)   and the output CTI 10
+    op = KeyedWindowAggregate("k", tumbling_window(5), Count())
+    out = op.process([Insert(1, 0, 1, {"k": "a"}), Insert(2, 2, 3, {"k": "a"}),
+                      Insert(3, 6, 7, {"k": "b"}), Insert(4, 8, 9, {"k": "a"}), Cti(12)])
+    assert to_cht(out) == [(0, 5, ("a", 2)), (5, 10, ("a", 1)), (5, 10, ("b", 1))]
+    assert out[-1] == Cti(10)
+
+
+@pytest.mark.parametrize("bad", [Insert(9, 3, 8, {"k": "a"}),
+                                 Retract(1, 10, 11, 10, {"k": "a"}),
+                                 Insert(9, 3, 4, {"k": "a"})], ids=["interval", "retract",
+                                                                    "behind-cti"])
+def test_what_the_fast_path_cannot_take_fails_loudly(bad):
+    op = KeyedWindowAggregate("k", tumbling_window(5), Count(), name="kw")
+    op.process([Insert(1, 10, 11, {"k": "a"}), Cti(6)])
+    with pytest.raises(OperatorError, match="'kw'"):
+        op.process([bad])
+
+
+def test_a_failing_udm_names_operator_udm_window_and_group():
+    op = KeyedWindowAggregate("k", tumbling_window(5), Sum("v"), name="kw")
+    with pytest.raises(OperatorError, match=r"'kw'.*Sum.*\[.*group 'a'"):
+        op.process([Insert(1, 0, 1, {"k": "a", "v": "x"})])
+
+
+def test_what_the_planner_may_replace():
+    assert supports(tumbling_window(5), Count(), "aggregate", None, "raise")
+    assert supports(hopping_window(5, 1), len, "aggregate", "point_end", "raise")
+    assert not supports(tumbling_window(5), Count(), "apply", None, "raise")
+    assert not supports(tumbling_window(5), Count(), "aggregate", None, "dead_letter")
+    from operators.aggregates import TimeWeightedAverage
+    assert not supports(tumbling_window(5), TimeWeightedAverage("v"), "aggregate", None,
+                        "raise")
