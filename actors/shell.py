@@ -51,6 +51,7 @@ from typing import Any
 import ray
 
 from operators.base import Processor
+from operators.columns import count_events
 from operators.events import MIN_TIME, Cti, Message
 
 from . import checkpoint as ck
@@ -273,7 +274,7 @@ class OperatorShell:
             if self.error is not None or self.proc is None:
                 return
             batch: Any = decode_rows(blob) if self.rows_input else decode(blob)
-            self.counts["events_in"] += len(batch)
+            self.counts["events_in"] += count_events(batch)
             self.counts["batches_in"] += 1
             try:
                 ready = self._emit(self.proc.process(batch, port), force=False)
@@ -337,7 +338,7 @@ class OperatorShell:
         """Buffer ``out`` on every edge; return the buffers that are due (called with _lock)."""
         has_cti = False
         if out:
-            self.counts["events_out"] += len(out)
+            self.counts["events_out"] += count_events(out)
             for m in reversed(out):
                 if type(m) is Cti:
                     has_cti = True

@@ -45,8 +45,9 @@ def decode(blob: bytes) -> list[Message | Columns]:
 
 
 def encode_rows(rows: Sequence[Any]) -> bytes:
-    """The bytes of a batch of source rows (plain dicts or tuples)."""
-    return pickle.dumps(list(rows), protocol=5)
+    """The bytes of a batch of source rows (plain dicts or tuples), or of a column batch
+    (``{name: numpy array}``)."""
+    return pickle.dumps(rows if type(rows) is dict else list(rows), protocol=5)
 
 
 def decode_rows(blob: bytes) -> list[Any]:

@@ -127,6 +127,14 @@ def payload_list(payload: Any) -> list[Any]:
     return payload.tolist()  # type: ignore[no-any-return]
 
 
+def count_events(batch: Any) -> int:
+    """Rows, messages or events in a batch: a :class:`Columns` counts its events, a column
+    batch of rows (``{name: array}``) its rows."""
+    if type(batch) is dict:
+        return len(next(iter(batch.values()))) if batch else 0
+    return sum(len(m) if type(m) is Columns else 1 for m in batch)
+
+
 def expand(batch: Iterable[Message | Columns]) -> Iterator[Message]:
     """The messages of ``batch`` with every :class:`Columns` expanded into its inserts."""
     for msg in batch:

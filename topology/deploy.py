@@ -35,7 +35,7 @@ from operators.errors import OperatorError
 from operators.events import Message
 
 from . import nodes as n
-from .inline import chunks, feed_of
+from .inline import feed_of, source_batches
 from .planner import Plan
 
 #: The Ray namespace of every cedar actor.
@@ -202,7 +202,7 @@ def _feed_round_robin(plan: Plan, handles: dict[str, Any], batch_size: int,
     steps = _driver_sources(plan)
     senders = [_Sender(handles[s], isinstance(plan.stages[s].source, n.FromRows),
                        max_in_flight) for s in steps]
-    feeds = [chunks(feed_of(plan, s), batch_size) for s in steps]
+    feeds = [source_batches(plan, s, batch_size) for s in steps]
     live = list(range(len(steps)))
     while live:
         for i in list(live):
@@ -254,10 +254,15 @@ def _timed_chunks(items: Iterable[Any], size: int, flush_s: float,
 
 
 def _feed_thread(sender: _Sender, items: Iterable[Any], batch_size: int, flush_s: float,
-                 stop: threading.Event, errors: list[str]) -> threading.Thread:
+                 stop: threading.Event, errors: list[str],
+                 batched: bool = False) -> threading.Thread:
+    """Feeds ``items`` (rows or messages; with ``batched``, ready batches) to ``sender``."""
     def run() -> None:
         try:
-            for batch in _timed_chunks(items, batch_size, flush_s, stop):
+            batches = items if batched else _timed_chunks(items, batch_size, flush_s, stop)
+            for batch in batches:
+                if stop.is_set():
+                    break
                 sender.send(batch)
             if not stop.is_set():
                 sender.end()
@@ -433,7 +438,7 @@ def _supervise(plan: Plan, name: str, opts: dict[str, Any], root: str, every: in
     feeds = []
     for s in _driver_sources(plan):
         enc = encode_rows if isinstance(plan.stages[s].source, n.FromRows) else encode
-        feeds.append((s, (enc(b) for b in chunks(feed_of(plan, s), opts["batch_size"]))))
+        feeds.append((s, (enc(b) for b in source_batches(plan, s, opts["batch_size"]))))
     sup = Supervisor(name=name, steps=steps, sink=plan.sink, root=root,
                      start_actors=start_actors, configure=configure, feeds=feeds,
                      checkpoint_every=every, max_in_flight=opts["max_in_flight"])
@@ -514,8 +519,10 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     for step in _driver_sources(plan):
         sender = _Sender(handles[step], isinstance(plan.stages[step].source, n.FromRows),
                          max_in_flight)
-        feeders.append(_feed_thread(sender, feed_of(plan, step), batch_size,
-                                    opts["flush_s"], stop, errors))
+        src = plan.stages[step].source
+        feeders.append(_feed_thread(sender, src.rows if getattr(src, "batched", False)
+                                    else feed_of(plan, step), batch_size, opts["flush_s"],
+                                    stop, errors, batched=getattr(src, "batched", False)))
     return Query(name, handles, sink=plan.sink, explain=info["explain"], feeders=feeders,
                  stop_event=stop, feed_errors=errors, subscriptions=subs)
 

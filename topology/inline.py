@@ -50,7 +50,7 @@ class DagProcessor(Processor):
 
     def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
         out: list[Message] = []
-        msgs = batch if isinstance(batch, list) else list(batch)
+        msgs = batch if isinstance(batch, (list, dict)) else list(batch)
         self._push(self.inputs[port], 0, msgs, out)
         return out
 
@@ -125,10 +125,19 @@ def feed_of(plan: Plan, step: str) -> Iterable[Any]:
     raise ValueError(f"{step}: {plan.stages[step].describe} has nothing to feed")
 
 
+def source_batches(plan: Plan, step: str, batch_size: int) -> Iterator[Any]:
+    """The batches a source stage consumes: its own batches for a batched source (column
+    batches of ``from_arrow``/``from_spark``), else lists of ``batch_size`` rows/messages."""
+    src = plan.stages[step].source
+    if isinstance(src, n.FromRows) and src.batched:
+        return iter(src.rows)
+    return chunks(feed_of(plan, step), batch_size)
+
+
 def run_inline(plan: Plan, batch_size: int = DEFAULT_BATCH) -> list[Message]:
     """Run ``plan`` to the end of its sources in this process; return the output messages."""
     dag = DagProcessor(plan, inline_sink=True)
-    feeds = [chunks(feed_of(plan, s), batch_size) for s in dag.inputs]
+    feeds = [source_batches(plan, s, batch_size) for s in dag.inputs]
     out: list[Message] = []
     live = list(range(len(feeds)))
     while live:

@@ -67,6 +67,8 @@ class FromRows(Node):
     shape: str = "point"
     id: Any = None
     advance: Any = None
+    #: ``rows`` is an iterable of batches (row lists, or ``{name: array}`` column batches)
+    batched: bool = False
     verb: ClassVar[str] = "from_rows"
     is_source: ClassVar[bool] = True
 

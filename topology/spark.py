@@ -78,12 +78,20 @@ _WRITE_MODES = ("error", "errorifexists", "overwrite", "append", "ignore")
 
 
 # -- sources ----------------------------------------------------------------------------------
-def _ticks_array(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
-    """A timestamp or date column as int64 ticks (nulls stay null); other columns unchanged.
+def _ticks(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, list[Any]] | None:
+    """A timestamp, date or integer column as int64 ticks: ``(ticks, good, bad)`` where
+    ``good`` marks the values that are present and fit int64 ticks, and ``bad`` holds, for the
+    others in order, the value the ingress should judge: ``None`` for a null, the exact ticks
+    as a Python int for a time too far out (which the ingress rejects as outside the time
+    axis, instead of numpy wrapping it round). None for a column of another type.
 
     Timestamps with a time zone hold UTC instants; timestamps without one (Spark's
     ``TIMESTAMP_NTZ``) are read as UTC wall times, as :func:`operators.ingress.to_ticks` reads
     naive datetimes.
+
+    >>> t, good, bad = _ticks(pa.array([1, None, 10**13], pa.timestamp("s")))
+    >>> t.tolist(), good.tolist(), bad
+    ([1000000, 0, 0], [True, False, False], [None, 10000000000000000000])
     """
     kind = column.type
     if pa.types.is_timestamp(kind):
@@ -92,38 +100,87 @@ def _ticks_array(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArr
         factor = _TICKS_PER_DAY
     elif pa.types.is_date64(kind):  # milliseconds
         factor = 1_000
+    elif pa.types.is_integer(kind):
+        factor = 1
     else:
-        return column
+        return None
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
-    raw = column.cast(pa.int64()) if not pa.types.is_date32(kind) else column.cast(pa.int32())
+    raw = column.cast(pa.int32() if pa.types.is_date32(kind) else pa.int64())
     values = raw.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-    ticks = values * factor if factor > 0 else values // -factor
-    return pa.array(ticks, type=pa.int64(), mask=column.is_null().to_numpy(zero_copy_only=False))
+    good = ~column.is_null().to_numpy(zero_copy_only=False)
+    if factor > 1:
+        limit = MAX_TIME // factor
+        good &= (values <= limit) & (values >= -limit)
+        ticks = np.where(good, values, 0) * factor
+    else:
+        ticks = values if factor == 1 else values // -factor
+    nulls = column.is_null().to_numpy(zero_copy_only=False)
+    bad = [None if nulls[i] else int(values[i]) * factor for i in np.flatnonzero(~good)]
+    return ticks, good, bad
 
 
 def _time_columns(*specs: Any) -> list[str]:
     return [s for s in specs if isinstance(s, str)]
 
 
-def arrow_row_batches(
+def _column_array(column: pa.Array) -> np.ndarray:
+    """A payload column as numpy: numbers and bools without nulls as they are, anything
+    else as an object array of the Python values a row would hold."""
+    kind = column.type
+    if column.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)
+                                   or pa.types.is_boolean(kind)):
+        return column.to_numpy(zero_copy_only=False)
+    values = np.empty(len(column), dtype=object)
+    values[:] = column.to_pylist()
+    return values
+
+
+def _piece(piece: pa.RecordBatch, names: list[str], columnar: bool) -> Any:
+    """One record batch as a column batch ``{name: array}`` (when ``columnar`` and every
+    time is good) or as a list of row dicts, with ticks in the time columns ``names``."""
+    times = {}
+    for name in names:
+        i = piece.schema.get_field_index(name)
+        converted = _ticks(piece.column(i)) if i >= 0 else None
+        if converted is not None:
+            times[name] = converted
+    if columnar and all(good.all() for _, good, _ in times.values()):
+        return {name: times[name][0] if name in times else _column_array(column)
+                for name, column in zip(piece.schema.names, piece.columns)}
+    rows = piece.to_pylist()
+    for name, (ticks, good, bad) in times.items():
+        values = ticks.tolist()
+        for i, value in zip(np.flatnonzero(~good).tolist(), bad):
+            values[i] = value
+        for row, value in zip(rows, values):
+            row[name] = value
+    return rows
+
+
+def arrow_batches(
     batches: Iterable[pa.RecordBatch | pa.Table],
     start: Any,
     end: Any = None,
     batch_rows: int = DEFAULT_BATCH_ROWS,
-) -> Iterator[list[dict[str, Any]]]:
-    """Arrow batches (or tables) as lists of row dicts whose time columns hold ticks.
+    columnar: bool = True,
+) -> Iterator[Any]:
+    """Arrow batches (or tables) cut into source batches of at most ``batch_rows`` rows:
+    column batches ``{name: numpy array}`` that the ingress takes vectorised, or, when
+    ``columnar`` is false or a time is null or out of range, lists of row dicts.
 
-    The ``start`` and ``end`` columns (when they are column names of timestamp or date type)
-    are cast to int64 ticks in Arrow before the rows are built; a null time stays ``None`` so
-    that the Ingress sends the row to its dead letters. Other columns keep their Python values
-    (timestamps as aware ``datetime`` objects). Each yielded list holds at most ``batch_rows``
-    rows.
+    The ``start`` and ``end`` columns (when they are column names of timestamp, date or
+    integer type) hold int64 ticks; a null time is ``None`` in its row so that the Ingress
+    sends the row to its dead letters. Other columns keep their Python values (timestamps as
+    aware ``datetime`` objects; in a column batch, numbers and bools without nulls as numpy
+    arrays, anything else as object arrays).
 
     >>> t = pa.table({"ts": pa.array([1_000_000, None], pa.timestamp("us", tz="UTC")),
     ...               "kwh": [1.5, 2.0]})
-    >>> next(arrow_row_batches([t], start="ts"))
+    >>> next(arrow_batches([t], start="ts"))
     [{'ts': 1000000, 'kwh': 1.5}, {'ts': None, 'kwh': 2.0}]
+    >>> next(arrow_batches([t.slice(0, 1)], start="ts"))
+    {'ts': array([1000000]), 'kwh': array([1.5])}
     """
     if not (isinstance(batch_rows, int) and batch_rows >= 1):
         raise ValueError(f"batch_rows={batch_rows!r}: give an int >= 1 (rows per batch)")
@@ -132,14 +189,24 @@ def arrow_row_batches(
         pieces = batch.to_batches(max_chunksize=batch_rows) if isinstance(batch, pa.Table) \
             else [batch.slice(i, batch_rows) for i in range(0, batch.num_rows, batch_rows)]
         for piece in pieces:
-            if piece.num_rows == 0:
-                continue
-            schema = piece.schema
-            for name in names:
-                i = schema.get_field_index(name)
-                if i >= 0:
-                    piece = piece.set_column(i, name, _ticks_array(piece.column(i)))
-            yield piece.to_pylist()
+            if piece.num_rows:
+                yield _piece(piece, names, columnar)
+
+
+def arrow_row_batches(
+    batches: Iterable[pa.RecordBatch | pa.Table],
+    start: Any,
+    end: Any = None,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+) -> Iterator[list[dict[str, Any]]]:
+    """:func:`arrow_batches` as lists of row dicts only.
+
+    >>> t = pa.table({"ts": pa.array([1_000_000, None], pa.timestamp("us", tz="UTC")),
+    ...               "kwh": [1.5, 2.0]})
+    >>> next(arrow_row_batches([t], start="ts"))
+    [{'ts': 1000000, 'kwh': 1.5}, {'ts': None, 'kwh': 2.0}]
+    """
+    return arrow_batches(batches, start, end, batch_rows, columnar=False)
 
 
 def _check_batch_frame(df: Any, what: str) -> None:
@@ -166,21 +233,23 @@ def _frame_to_arrow(df: DataFrame) -> pa.Table:
 
 
 def spark_row_batches(
-    df: DataFrame, start: Any, end: Any = None, batch_rows: int = DEFAULT_BATCH_ROWS
-) -> Iterator[list[dict[str, Any]]]:
+    df: DataFrame, start: Any, end: Any = None, batch_rows: int = DEFAULT_BATCH_ROWS,
+    columnar: bool = False,
+) -> Iterator[Any]:
     """The rows of a batch DataFrame, read through Arrow, as lists of at most ``batch_rows``
     row dicts, with the ``start``/``end`` time columns converted to ticks (see
     :func:`arrow_row_batches`). Row order is the DataFrame's (partition by partition); rows
     with a null time are kept, so that the Ingress dead-letters them.
 
     The whole result is collected to the driver as one Arrow table (Arrow is compact: 1M rows
-    take ~0.3 s), then cut into batches; the Spark job runs when iteration starts.
+    take ~0.3 s), then cut into batches; the Spark job runs when iteration starts. With
+    ``columnar``, batches are column batches where they can be (see :func:`arrow_batches`).
     """
     _check_batch_frame(df, "spark_row_batches")
     _check_columns(df, "spark_row_batches", start=start, end=end)
 
-    def generate() -> Iterator[list[dict[str, Any]]]:
-        yield from arrow_row_batches([_frame_to_arrow(df)], start, end, batch_rows)
+    def generate() -> Iterator[Any]:
+        yield from arrow_batches([_frame_to_arrow(df)], start, end, batch_rows, columnar)
 
     return generate()
 
@@ -188,8 +257,8 @@ def spark_row_batches(
 def spark_stream_rows(
     df: DataFrame, start: Any, end: Any = None, trigger: dict[str, Any] | None = None,
     checkpoint_location: str | None = None, batch_rows: int = DEFAULT_BATCH_ROWS,
-    max_batches: int = 4,
-) -> Iterator[list[dict[str, Any]]]:
+    max_batches: int = 4, columnar: bool = False,
+) -> Iterator[Any]:
     """The rows of a *streaming* DataFrame, micro-batch by micro-batch, as lists of row dicts
     with ticks in the time columns (see :func:`arrow_row_batches`).
 
@@ -213,7 +282,8 @@ def spark_stream_rows(
         def on_batch(batch_df: DataFrame, batch_id: int) -> None:
             if batch_id <= last[0]:
                 return
-            for rows in arrow_row_batches([_frame_to_arrow(batch_df)], start, end, batch_rows):
+            for rows in arrow_batches([_frame_to_arrow(batch_df)], start, end, batch_rows,
+                                      columnar):
                 pending.put(rows)
             last[0] = batch_id
 

@@ -19,6 +19,8 @@ return the output messages) or :meth:`Stream.deploy` (a live query on Ray, see
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -89,17 +91,47 @@ class Stream:
         become ticks); a streaming DataFrame is read micro-batch by micro-batch through
         ``foreachBatch`` (``trigger`` default ``{"availableNow": True}``; see
         :func:`topology.spark.spark_stream_rows`)."""
-        import itertools
-
         from .spark import spark_row_batches, spark_stream_rows
 
         if getattr(df, "isStreaming", False):
             batches = spark_stream_rows(df, start, end, trigger=trigger,
-                                        checkpoint_location=checkpoint_location)
+                                        checkpoint_location=checkpoint_location, columnar=True)
         else:
-            batches = spark_row_batches(df, start, end)
-        return Stream.from_rows(itertools.chain.from_iterable(batches), start=start, end=end,
-                                shape=shape, id=id, advance=advance, name=name or "spark")
+            batches = spark_row_batches(df, start, end, columnar=True)
+        return Stream._batched(batches, start, end, shape, id, advance, name or "spark")
+
+    @staticmethod
+    def from_arrow(data: Any, start: Any, end: Any = None, shape: str = "point", id: Any = None,
+                   advance: Any = None, name: str | None = None,
+                   batch_rows: int = 16_384) -> Stream:
+        """Ingest columns exactly as :meth:`from_rows` ingests the rows they hold: ``data`` is
+        a ``pyarrow.Table`` or ``RecordBatch``, an iterable of them (read lazily, e.g. a
+        generator of record batches as they arrive), or a mapping of column name to array
+        (numpy arrays, lists). Time columns may be timestamps, dates or int64 ticks. Events
+        travel column-wise (``operators.columns.Columns``): the fast path for
+        ``where``/``select`` functions that work on whole columns and for windowed
+        aggregates per group."""
+        import pyarrow as pa
+
+        from .spark import arrow_batches
+
+        if isinstance(data, dict):
+            data = pa.table(data)
+        if isinstance(data, (pa.Table, pa.RecordBatch)):
+            table = data  # a table can be read again: each collect() reads it from the start
+            batches: Iterable[Any] = _Batches(lambda: arrow_batches((table,), start, end,
+                                                                    batch_rows))
+        else:
+            batches = arrow_batches(data, start, end, batch_rows)
+        return Stream._batched(batches, start, end, shape, id, advance, name)
+
+    @staticmethod
+    def _batched(batches: Iterable[Any], start: Any, end: Any, shape: str, id: Any,
+                 advance: Any, name: str | None) -> Stream:
+        """A source of ready batches (row lists or column batches), ingested like rows."""
+        stream = Stream.from_rows((), start=start, end=end, shape=shape, id=id,
+                                  advance=advance, name=name)
+        return Stream(dataclasses.replace(stream._node, rows=batches, batched=True))
 
     @staticmethod
     def published(query: str, name: str | None = None) -> Stream:
@@ -297,6 +329,16 @@ class WindowedStream:
     def apply(self, udo: Any, name: str | None = None, on_error: str = "raise") -> Stream:
         """Zero or more events per window: one per payload ``udo`` returns."""
         return self._window(udo, "apply", name, on_error)
+
+
+class _Batches:
+    """An iterable that makes a fresh iterator of batches each time it is read."""
+
+    def __init__(self, make: Callable[[], Iterable[Any]]) -> None:
+        self.make = make
+
+    def __iter__(self) -> Any:
+        return iter(self.make())
 
 
 def from_events(messages: Sequence[Message]) -> Stream:
