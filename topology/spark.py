@@ -148,6 +148,8 @@ def _piece(piece: pa.RecordBatch, names: list[str], columnar: bool) -> Any:
     if columnar and all(good.all() for _, good, _ in times.values()):
         return {name: times[name][0] if name in times else _column_array(column)
                 for name, column in zip(piece.schema.names, piece.columns)}
+    for name, (ticks, _, _) in times.items():  # Arrow cannot make datetimes of every value
+        piece = piece.set_column(piece.schema.get_field_index(name), name, pa.array(ticks))
     rows = piece.to_pylist()
     for name, (ticks, good, bad) in times.items():
         values = ticks.tolist()

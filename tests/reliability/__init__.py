@@ -11,7 +11,8 @@ from typing import Any
 
 from operators.cht import validate
 from operators.events import Message
-from topology.inline import DagProcessor, chunks, feed_of
+from operators.columns import count_events
+from topology.inline import DagProcessor, source_batches
 
 #: The accounting equation's terms, as an Ingress (a rows source) counts them.
 TERMS = ("processed", "dropped", "adjusted", "dead_lettered")
@@ -23,7 +24,7 @@ def run_dag(stream: Any, batch_size: int = 7) -> tuple[list[Message], DagProcess
     items were fed to each source (port order)."""
     plan = stream.plan()
     dag = DagProcessor(plan, inline_sink=True)
-    feeds = [chunks(feed_of(plan, s), batch_size) for s in dag.inputs]
+    feeds = [source_batches(plan, s, batch_size) for s in dag.inputs]
     fed = [0] * len(feeds)
     out: list[Message] = []
     live = list(range(len(feeds)))
@@ -33,7 +34,7 @@ def run_dag(stream: Any, batch_size: int = 7) -> tuple[list[Message], DagProcess
             if batch is None:
                 live.remove(port)
             else:
-                fed[port] += len(batch)
+                fed[port] += count_events(batch)
                 out.extend(dag.process(batch, port))
     out.extend(dag.finish())
     validate(out, name="query output")
