@@ -33,24 +33,40 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import numpy as np
 from sortedcontainers import SortedList
 
 from .events import MAX_TIME, MIN_TIME, fmt_time
-from .udm import IncrementalAggregate, Window, field_getter, register
+from .udm import IncrementalAggregate, Window, field_getter, register, resolve
 
-__all__ = ["Avg", "Count", "Max", "Min", "Sum", "TimeWeightedAverage", "TopK", "canonical"]
+__all__ = ["Aggregates", "Avg", "Count", "Max", "Min", "Sum", "TimeWeightedAverage", "TopK", "canonical"]
 
 # Every finite double is an integer multiple of 2**-1074 (the smallest subnormal).
 _SCALE_BITS = 1074
 
 
 class _Builtin(IncrementalAggregate):
-    """Shared plumbing: constructor-argument pickling, a readable name, ``compute``."""
+    """Shared plumbing: constructor-argument pickling, a readable name, ``compute``, and the
+    column-wise protocol :meth:`add_groups`."""
 
     _args: tuple[Any, ...] = ()
+
+    def column_ready(self, columns: Any, n: int) -> bool:
+        """Whether :meth:`add_groups` takes these ``n`` rows of payload columns."""
+        return False
+
+    def add_groups(self, states: list[Any], columns: Any,
+                   bounds: Sequence[int]) -> list[Any] | None:
+        """Add many groups of events at once, column-wise: ``columns`` are the payload
+        columns of a batch (see :mod:`operators.columns`) sorted by group, group ``j`` being
+        rows ``bounds[j]:bounds[j + 1]``, and ``states[j]`` its state (None: a new group).
+        Returns the new states, exactly what :meth:`add` of each group's payloads would give,
+        or None when the values cannot be added column-wise (the engine then calls
+        :meth:`add`)."""
+        return None
 
     def compute(self, values: Iterable[Any]) -> Any:
         """The result from scratch: ``result(add(initial_state(), values))``."""
@@ -81,6 +97,13 @@ class Count(_Builtin):
 
     def add(self, state: int, values: list[Any]) -> int:
         return state + len(values)
+
+    def column_ready(self, columns: Any, n: int) -> bool:
+        return True
+
+    def add_groups(self, states: list[Any], columns: Any, bounds: Sequence[int]) -> list[Any]:
+        return [(0 if s is None else s) + (b - a)
+                for s, a, b in zip(states, bounds, bounds[1:])]
 
     def remove(self, state: int, values: list[Any]) -> int:
         if len(values) > state:
@@ -214,6 +237,34 @@ class Sum(_Builtin):
             state.update(get(v), 1, 1, who)
         return state
 
+    def add_groups(self, states: list[Any], columns: Any,
+                   bounds: Sequence[int]) -> list[Any] | None:
+        """Exact sums per group with numpy: each finite double is ``m · 2**(e - 53)`` with an
+        integer ``m`` below 2**53, so its scaled value (see :class:`_ExactSum`) is
+        ``m << (e + 1021)``; the ``m`` of a group are summed per exponent in int64 (in two
+        26-bit halves, which cannot overflow) and shifted once per (group, exponent). Ints,
+        infinities, NaNs and subnormals take the per-value path."""
+        column = self._column(columns, bounds[-1])
+        if column is None:
+            return None
+        mantissa, exponent = np.frexp(column)
+        m = (mantissa * 2.0**53).astype(np.int64)
+        group = np.repeat(np.arange(len(states)), np.diff(bounds))
+        key = group * 4096 + (exponent.astype(np.int64) + 1021)
+        order = np.argsort(key, kind="stable")
+        key, m = key[order], m[order]
+        starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+        high = np.add.reduceat(m >> 26, starts).tolist()
+        low = np.add.reduceat(m & ((1 << 26) - 1), starts).tolist()
+        out = [_ExactSum() if s is None else s for s in states]
+        for k, h, lo in zip(key[starts].tolist(), high, low):
+            shift = k & 4095
+            out[k >> 12].scaled += (h << (shift + 26)) + (lo << shift)
+        for s, a, b in zip(out, bounds, bounds[1:]):
+            s.n += b - a
+            s.n_float += b - a
+        return out
+
     def remove(self, state: _ExactSum, values: list[Any]) -> _ExactSum:
         if len(values) > state.n:
             raise ValueError(f"{self.udm_name}.remove: removing {len(values)} events from a "
@@ -222,6 +273,23 @@ class Sum(_Builtin):
         for v in values:
             state.update(get(v), -1, 1, who)
         return state
+
+    def _column(self, columns: Any, n: int) -> np.ndarray | None:
+        """The field's column when add_groups takes it: n finite, normal float64 values."""
+        try:
+            column = self._get(columns)
+        except Exception:  # noqa: BLE001 (not a column-wise field: add() reports errors)
+            return None
+        if not (isinstance(column, np.ndarray) and column.shape == (n,) and n
+                and column.dtype == np.float64):
+            return None
+        with np.errstate(all="ignore"):
+            if not np.isfinite(column).all() or (np.abs(column[column != 0]) < 2.0**-1021).any():
+                return None
+        return column
+
+    def column_ready(self, columns: Any, n: int) -> bool:
+        return self._column(columns, n) is not None
 
     def result(self, state: _ExactSum) -> Any:
         return state.value()
@@ -239,6 +307,69 @@ class Avg(Sum):
         if state.n == 0:
             return None
         return state.divided(state.n)
+
+
+# -- several at once ---------------------------------------------------------------------------
+class Aggregates(_Builtin):
+    """Several incremental aggregates of the same window at once: the result is a dict
+    ``{name: result}`` (one output event per window, one field per aggregate, as Spark's
+    ``agg(count(...), sum(...))`` gives). Column-wise when every part is.
+
+    >>> Aggregates(count=Count(), total=Sum()).compute([1, 2, 3])
+    {'count': 3, 'total': 6}
+    """
+
+    def __init__(self, **parts: Any) -> None:
+        if not parts:
+            raise ValueError("Aggregates(): name at least one aggregate, e.g. "
+                             "Aggregates(count=Count(), total=Sum('kwh'))")
+        resolved = {}
+        for name, part in parts.items():
+            udm = resolve(part)
+            if not isinstance(udm, IncrementalAggregate) or getattr(udm, "time_sensitive",
+                                                                      False):
+                raise TypeError(f"Aggregates({name}={part!r}): each part must be an "
+                                f"incremental aggregate that is not time-sensitive (Count, Sum, "
+                                f"Avg, Min, Max, TopK or your own IncrementalAggregate)")
+            resolved[name] = udm
+        self.parts = resolved
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_aggregates, (self.parts,))
+
+    def __repr__(self) -> str:
+        return f"Aggregates({', '.join(f'{k}={v!r}' for k, v in self.parts.items())})"
+
+    def initial_state(self) -> list[Any]:
+        return [p.initial_state() for p in self.parts.values()]
+
+    def add(self, state: list[Any], values: list[Any]) -> list[Any]:
+        return [p.add(s, values) for p, s in zip(self.parts.values(), state)]
+
+    def remove(self, state: list[Any], values: list[Any]) -> list[Any]:
+        return [p.remove(s, values) for p, s in zip(self.parts.values(), state)]
+
+    def result(self, state: list[Any]) -> dict[str, Any]:
+        return {k: p.result(s) for (k, p), s in zip(self.parts.items(), state)}
+
+    def window_result(self, state: list[Any], window: Window) -> dict[str, Any]:
+        return {k: p.window_result(s, window) for (k, p), s in zip(self.parts.items(), state)}
+
+    def column_ready(self, columns: Any, n: int) -> bool:
+        return all(getattr(p, "column_ready", None) is not None and p.column_ready(columns, n)
+                   for p in self.parts.values())
+
+    def add_groups(self, states: list[Any], columns: Any,
+                   bounds: Sequence[int]) -> list[Any] | None:
+        if not self.column_ready(columns, bounds[-1]):
+            return None  # checked first: no part may add when another cannot
+        per_part = [p.add_groups([None if s is None else s[i] for s in states], columns, bounds)
+                    for i, p in enumerate(self.parts.values())]
+        return [list(group) for group in zip(*per_part)]
+
+
+def _aggregates(parts: dict[str, Any]) -> Aggregates:
+    return Aggregates(**parts)
 
 
 # -- Min, Max, TopK: sorted multisets ---------------------------------------------------------

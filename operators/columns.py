@@ -39,7 +39,7 @@ import numpy as np
 
 from .events import Insert, Message
 
-__all__ = ["Columns", "apply_columns", "expand", "payload_list"]
+__all__ = ["Columns", "apply_columns", "count_events", "expand", "map_columns", "payload_list"]
 
 _new = tuple.__new__
 #: dtype kinds a vectorised result may have: bool, signed and unsigned ints, floats.
@@ -96,7 +96,7 @@ class Columns:
     def take(self, index: np.ndarray) -> Columns:
         """The events selected by a boolean mask or an index array, in order."""
         return Columns(self.ids[index], self.starts[index], self.ends[index],
-                       _map(self.payload, lambda c: c[index]))
+                       map_columns(self.payload, lambda c: c[index]))
 
     def with_payload(self, payload: Any) -> Columns:
         """The same events with other payload columns."""
@@ -108,7 +108,8 @@ def _item(column: np.ndarray, i: int) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _map(payload: Any, fn: Callable[[np.ndarray], np.ndarray]) -> Any:
+def map_columns(payload: Any, fn: Callable[[np.ndarray], np.ndarray]) -> Any:
+    """Payload columns with ``fn`` applied to each column (same form)."""
     if isinstance(payload, dict):
         return {k: fn(c) for k, c in payload.items()}
     if isinstance(payload, tuple):

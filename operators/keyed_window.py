@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from .base import Processor
-from .columns import Columns, apply_columns
+from .columns import Columns, apply_columns, map_columns
 from .errors import OperatorError
 from .events import MAX_TIME, MIN_TIME, Insert, Message, Retract, fmt_time
 from .udm import Aggregate, IncrementalAggregate, Window, field_getter, resolve
@@ -86,6 +86,8 @@ class KeyedWindowAggregate(Processor):
         self.grid = Grid(spec.size, spec.hop, spec.alignment)
         self.udm = resolve(udm)
         self.incremental = isinstance(self.udm, IncrementalAggregate)
+        #: the UDM's column-wise add (built-in aggregates; see operators.aggregates)
+        self.add_groups = getattr(self.udm, "add_groups", None) if self.incremental else None
         self.point_end = output == "point_end"
         #: window number -> key -> UDM state (incremental) or [(start, seq, payload)]
         self.open: dict[int, dict[Hashable, Any]] = {}
@@ -107,8 +109,7 @@ class KeyedWindowAggregate(Processor):
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
         raise ValueError(
             f"a retraction ({msg!r}) reached the keyed window aggregate, which takes only point "
-            f"inserts; the planner chose it for a point source, so this is a bug: report it "
-            f"(or build the query without the fast path: plan(..., keyed_windows=False))")
+            f"inserts; the planner chose it for a point source, so this is a bug: report it")
 
     def on_columns(self, msg: Columns, port: int) -> list[Message]:
         starts = msg.starts
@@ -117,31 +118,56 @@ class KeyedWindowAggregate(Processor):
         lo, hi = int(starts.min()), int(starts.max())
         if lo < self.in_cti or hi >= _SAFE or lo <= -_SAFE or not (msg.ends - starts == 1).all():
             return super().on_columns(msg, port)  # the per-event path names the culprit
+        keys = apply_columns(self.key, msg) if self.vectorised else None
+        if not isinstance(keys, np.ndarray):
+            self.vectorised = False
+            self._add(self._groups_per_event(msg))
+            return []
+        windows, group_keys, rows, bounds = self._sorted(starts, keys)
+        if not len(rows):
+            return []
+        if self.add_groups is not None:  # a built-in: add column-wise, no payload objects
+            by_group = [self.open.get(n, {}).get(k) for n, k in zip(windows, group_keys)]
+            states = self.add_groups(by_group, map_columns(msg.payload, lambda c: c[rows]),
+                                     bounds)
+            if states is not None:
+                for n, k, state in zip(windows, group_keys, states):
+                    by_key = self.open.get(n)
+                    if by_key is None:
+                        by_key = self.open[n] = {}
+                    by_key[k] = state
+                return []
         payloads = msg.payloads()
         values = payloads if self.incremental else list(zip(starts.tolist(), payloads))
-        keys = apply_columns(self.key, msg) if self.vectorised else None
-        if isinstance(keys, np.ndarray):
-            groups = self._groups(starts, keys, values)
-        else:
-            self.vectorised = False
-            key, span = self.key, self.grid.span
-            groups = {}
-            for s, p, v in zip(starts.tolist(), payloads, values):
-                k = key(p)
-                for n in span(s, s + 1):
-                    groups.setdefault((n, k), []).append(v)
-        self._add(groups)
+        order = rows.tolist()
+        self._add({(n, k): [values[i] for i in order[a:b]]
+                   for n, k, a, b in zip(windows, group_keys, bounds, bounds[1:])})
         return []
 
-    def _groups(self, starts: np.ndarray, keys: np.ndarray,
-                values: list[Any]) -> dict[tuple[int, Hashable], list[Any]]:
-        """Values grouped by (window number, key), in arrival order within a group."""
+    def _groups_per_event(self, msg: Columns) -> dict[tuple[int, Hashable], list[Any]]:
+        """The events grouped by (window number, key) with the key function per event."""
+        payloads = msg.payloads()
+        starts = msg.starts.tolist()
+        values = payloads if self.incremental else list(zip(starts, payloads))
+        key, span = self.key, self.grid.span
+        groups: dict[tuple[int, Hashable], list[Any]] = {}
+        for s, p, v in zip(starts, payloads, values):
+            k = key(p)
+            for n in span(s, s + 1):
+                groups.setdefault((n, k), []).append(v)
+        return groups
+
+    def _sorted(self, starts: np.ndarray,
+                keys: np.ndarray) -> tuple[list[int], list[Any], np.ndarray, list[int]]:
+        """The (window number, key) groups of a batch: their window numbers and keys, the
+        batch rows sorted by group (arrival order within a group; an event of several
+        hopping windows appears once per window) and the group bounds in that order."""
         g = self.grid
         hi = (starts - g.alignment) // g.hop  # the last window starting at or before s
         lo = (starts - g.alignment - g.size) // g.hop + 1  # the first ending after s
         width = int((hi - lo).max()) + 1
         if width <= 0:
-            return {}
+            return [], [], np.empty(0, dtype=np.int64), [0]
         rows = np.arange(len(starts))
         if width == 1:
             ns, ks, idx = hi, keys, rows
@@ -156,11 +182,9 @@ class KeyedWindowAggregate(Processor):
             ks = keys[idx]
         order = np.lexsort((idx, ks, ns))  # by window, key, then arrival
         ns, ks, idx = ns[order], ks[order], idx[order]
-        cut = np.flatnonzero((ns[1:] != ns[:-1]) | (ks[1:] != ks[:-1])) + 1
-        bounds = [0, *cut.tolist(), len(ns)]
-        n_list, k_list, i_list = ns.tolist(), ks.tolist(), idx.tolist()
-        return {(n_list[a], k_list[a]): [values[i] for i in i_list[a:b]]
-                for a, b in zip(bounds, bounds[1:])}
+        first = np.flatnonzero(np.r_[True, (ns[1:] != ns[:-1]) | (ks[1:] != ks[:-1])])
+        return (ns[first].tolist(), ks[first].tolist(), idx,
+                [*first.tolist(), len(ns)])
 
     def _add(self, groups: dict[tuple[int, Hashable], list[Any]]) -> None:
         """Add each group's values to its window's state: payloads to an incremental UDM's

@@ -163,8 +163,24 @@ def _b_union(node: n.Union, step: str) -> Factory:
 
 def _b_group_apply(node: n.GroupApply, step: str) -> Factory:
     from operators.group_apply import GroupApply
+    from operators.keyed_window import KeyedWindowAggregate, supports
 
+    sub = node.sub
+    if (isinstance(sub, n.Window) and isinstance(sub.inputs[0], n.GroupInput)
+            and points_only(node.inputs[0])
+            and supports(sub.spec, sub.udm, sub.kind, sub.output, sub.on_error)):
+        return functools.partial(KeyedWindowAggregate, node.key, sub.spec, sub.udm,
+                                 output=sub.output, name=step)
     return functools.partial(GroupApply, node.key, subquery_factory(node.sub, step), name=step)
+
+
+def points_only(node: n.Node) -> bool:
+    """Whether ``node``'s stream holds only point inserts: a point source (which never
+    retracts) through ``where``/``select``, which keep lifetimes. ``group_apply`` of a window
+    aggregate over such a stream runs as one keyed window aggregate for all keys."""
+    while isinstance(node, (n.Where, n.Select)):
+        node = node.inputs[0]
+    return isinstance(node, n.FromRows) and node.shape == "point"
 
 
 def _b_from_events(node: n.FromEvents, step: str) -> Factory:

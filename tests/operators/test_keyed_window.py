@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators.aggregates import Count, Max, Sum
+from operators.aggregates import Aggregates, Avg, Count, Max, Sum
 from operators.cht import to_cht, validate
 from operators.columns import expand
 from operators.events import Cti, Insert, Retract
@@ -33,7 +33,8 @@ def _values(values):
 
 
 UDMS = {"count": Count, "sum": lambda: Sum("v"), "max": lambda: Max("v"),
-        "first3": lambda: _values}
+        "first3": lambda: _values, "avg": lambda: Avg("v"),
+        "several": lambda: Aggregates(n=Count(), total=Sum("v"), top=Max("v"))}
 KEYS = {"field": "k", "mod": lambda r: r["k"] % 3, "text": lambda r: f"k{r['k']}"}
 
 
@@ -43,7 +44,8 @@ def point_sources(draw):
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     t = np.arange(n, dtype=np.int64) // draw(st.sampled_from([1, 3, 10])) \
         - rng.integers(0, draw(st.integers(1, 40)), n)
-    cols = {"t": t, "k": rng.integers(0, 6, n), "v": rng.random(n)}
+    scale = draw(st.sampled_from([1.0, 1e-300, 1e300, -3.0]))
+    cols = {"t": t, "k": rng.integers(0, 6, n), "v": rng.random(n) * scale}
     cut = sorted(set(draw(st.lists(st.integers(1, max(1, n - 1)), max_size=3))))
     return [{k: c[a:b] for k, c in cols.items()} for a, b in zip([0, *cut], [*cut, n])]
 
@@ -115,3 +117,24 @@ def test_what_the_planner_may_replace():
     from operators.aggregates import TimeWeightedAverage
     assert not supports(tumbling_window(5), TimeWeightedAverage("v"), "aggregate", None,
                         "raise")
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.lists(st.lists(st.floats(allow_nan=False, allow_infinity=False)
+                         | st.integers(-5, 5).map(float), max_size=6), min_size=1, max_size=5),
+       st.booleans())
+def test_column_wise_sums_are_exactly_the_per_value_sums(groups, start_full):
+    udm = Sum("v")
+    states = [udm.add(udm.initial_state(), [{"v": 0.1}]) if start_full else None
+              for _ in groups]
+    expected = [udm.add(udm.initial_state() if s is None else
+                        udm.add(udm.initial_state(), [{"v": 0.1}]), [{"v": v} for v in g])
+                for s, g in zip(states, groups)]
+    bounds = np.cumsum([0, *map(len, groups)]).tolist()
+    column = np.array([v for g in groups for v in g], dtype=np.float64)
+    got = udm.add_groups(states, {"v": column}, bounds)
+    if got is None:  # subnormals (or no values) take the per-value path
+        assert len(column) == 0 or (np.abs(column[column != 0]) < 2.0**-1021).any()
+        return
+    assert [udm.result(s) for s in got] == [udm.result(s) for s in expected]
+    assert [(s.n, s.n_float) for s in got] == [(s.n, s.n_float) for s in expected]
