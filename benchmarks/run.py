@@ -146,10 +146,6 @@ class Data:
         self.w2_cols = wl.points(sizes.w2, sizes.keys, seed=2)
         self.left_cols = wl.points(sizes.w3, sizes.join_keys, seed=3)
         self.right_cols = wl.points(sizes.w3, sizes.join_keys, seed=4)
-        self.w1 = wl.rows(self.w1_cols)
-        self.w2 = wl.rows(self.w2_cols)
-        self.left = wl.rows(self.left_cols)
-        self.right = wl.rows(self.right_cols)
         self.paths = {name: wl.write_parquet(cols, os.path.join(workdir, name))
                       for name, cols in (("w1", self.w1_cols), ("w2", self.w2_cols),
                                          ("left", self.left_cols),
@@ -159,16 +155,18 @@ class Data:
 
 
 def queries(data: Data) -> dict[str, Any]:
-    """The three workloads as cedar queries over the in-memory rows."""
+    """The three workloads as cedar queries over the in-memory columns."""
     return {
-        "W1": wl.w1(wl.source(data.w1)),
-        "W2": wl.w2(wl.source(data.w2)),
-        "W3": wl.w3(wl.source(data.left, name="left"), wl.source(data.right, name="right")),
+        "W1": wl.w1(wl.source(data.w1_cols)),
+        "W2": wl.w2(wl.source(data.w2_cols)),
+        "W3": wl.w3(wl.source(data.left_cols, name="left"),
+                    wl.source(data.right_cols, name="right")),
     }
 
 
 def events_of(data: Data) -> dict[str, int]:
-    return {"W1": len(data.w1), "W2": len(data.w2), "W3": len(data.left) + len(data.right)}
+    return {"W1": len(data.w1_cols["ts"]), "W2": len(data.w2_cols["ts"]),
+            "W3": len(data.left_cols["ts"]) + len(data.right_cols["ts"])}
 
 
 # -- (a) inline -----------------------------------------------------------------------------------
@@ -232,8 +230,10 @@ def start_ray() -> None:
 
 def run_ray(report: Report, data: Data, inline_outs: dict[str, list[Any]]) -> None:
     say("ray (b): one actor per operator, collect() defaults")
-    warm = {"W1": wl.w1(wl.source(data.w1[:20_000])), "W2": wl.w2(wl.source(data.w2[:5_000])),
-            "W3": wl.w3(wl.source(data.left[:10_000]), wl.source(data.right[:10_000]))}
+    warm = {"W1": wl.w1(wl.source(wl.head(data.w1_cols, 20_000))),
+            "W2": wl.w2(wl.source(wl.head(data.w2_cols, 5_000))),
+            "W3": wl.w3(wl.source(wl.head(data.left_cols, 10_000)),
+                        wl.source(wl.head(data.right_cols, 10_000)))}
     for name, q in queries(data).items():
         warm[name].collect()  # actors started and their imports done: not the steady state
         seconds, out = timed(q.collect)
@@ -362,7 +362,7 @@ def run_memory(report: Report, sizes: Sizes) -> None:
     n = sizes.memory
     progress, out = [0], [0]
     say(f"memory: W1 over {n:,} events on Ray")
-    query = wl.w1(wl.source(wl.row_stream(n, sizes.keys, seed=6, progress=progress))).deploy(
+    query = wl.w1(wl.source(wl.table_stream(n, sizes.keys, seed=6, progress=progress))).deploy(
         f"bench-memory-{os.getpid()}", detached=False)
     # (s, events offered, output messages, MB, processes)
     samples: list[tuple[float, int, int, float, int]] = []

@@ -115,13 +115,14 @@ def sss(spark: Any, build: Callable[..., Any], *paths: str) -> float:
 def cedar_from_spark(spark: Any, query: Callable[..., Any], paths: list[str],
                      out_path: str) -> tuple[float, list[Any]]:
     """cedar fed by Spark: each parquet directory read by Spark (``spark.read.parquet``)
-    through :func:`topology.spark.spark_row_batches`, the query run inline, its CHT written
-    back with :func:`topology.spark.write`. Returns (seconds, output messages)."""
-    from topology.spark import spark_row_batches, write
+    through ``Stream.from_spark`` (Arrow column batches), the query run inline, its CHT
+    written back with :func:`topology.spark.write`. Returns (seconds, output messages)."""
+    from topology import Stream
+    from topology.spark import write
 
     t0 = time.perf_counter()
-    sources = [wl.source(wl.flatten(spark_row_batches(spark.read.parquet(p), start="ts")),
-                         name=f"spark{i}") for i, p in enumerate(paths)]
+    sources = [Stream.from_spark(spark.read.parquet(p), start="ts", advance=wl.advance(),
+                                 name=f"spark{i}") for i, p in enumerate(paths)]
     out = query(*sources).collect(runtime="inline")
     write(spark, out, out_path, mode="overwrite")
     return time.perf_counter() - t0, out

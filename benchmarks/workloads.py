@@ -15,8 +15,8 @@ parquet (``ts`` as a UTC timestamp) for Spark.
 The queries (the same ones run inline, on Ray and fed from Spark):
 
 * :func:`w1` -- ``where`` (keeps ~90 %) → ``select`` → ``group_apply(key, tumbling 1 s →``
-  :class:`CountSum` ``)``: count and sum in one incremental UDM, the cheapest faithful way to
-  compute two aggregates (one window index per key instead of two group_applies);
+  ``Aggregates(count=Count(), sum=Sum(1)))``: both built-ins over one window per key (one
+  output row per window and key with the fields ``count`` and ``sum``);
 * :func:`w2` -- the same with a hopping window (10 s, hop 1 s) and ``TimeWeightedAverage``;
 * :func:`w3` -- a temporal equi-join of two streams whose point events are stretched to
   :data:`JOIN_LIFETIME_TICKS` (pairs with equal keys less than that far apart).
@@ -27,14 +27,13 @@ from __future__ import annotations
 import operator
 import os
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from operators.aggregates import Count, Sum
+from operators.aggregates import Aggregates, Count, Sum
 from operators.events import TICKS_PER_SECOND
 from operators.ingress import AdvanceTime
-from operators.udm import IncrementalAggregate
 from topology import Stream
 
 #: Event-time rate of the generated streams (events per second of event time).
@@ -80,17 +79,6 @@ def rows(cols: dict[str, np.ndarray]) -> list[dict[str, Any]]:
             for t, k, v in zip(cols["ts"].tolist(), cols["k"].tolist(), cols["v"].tolist())]
 
 
-def row_stream(n: int, keys: int, seed: int, chunk: int = 100_000,
-               progress: list[int] | None = None) -> Iterator[dict[str, Any]]:
-    """``n`` rows generated ``chunk`` at a time (a long run without the whole table in
-    memory); ``progress[0]`` counts the rows handed out."""
-    for first in range(0, n, chunk):
-        for row in rows(points(min(chunk, n - first), keys, seed, first)):
-            if progress is not None:
-                progress[0] += 1
-            yield row
-
-
 def write_parquet(cols: dict[str, np.ndarray], path: str) -> str:
     """Write the columns as one parquet file (``ts`` a UTC µs timestamp) and return its
     directory, which Spark reads as a table. One file keeps the row order of Spark's read."""
@@ -104,52 +92,10 @@ def write_parquet(cols: dict[str, np.ndarray], path: str) -> str:
     return path
 
 
-# -- the UDM --------------------------------------------------------------------------------------
-class Totals(NamedTuple):
-    """W1's result per key and window (named, so the Spark sink writes ``count``/``sum``)."""
-
-    count: int
-    sum: Any
-
-
-class CountSum(IncrementalAggregate):
-    """Count and exact Sum of ``field`` in one incremental state: ``(count, sum)``. Built
-    from the built-ins :class:`~operators.aggregates.Count` and
-    :class:`~operators.aggregates.Sum`, so each half is exactly what they compute.
-
-    >>> u = CountSum(1)
-    >>> u.result(u.remove(u.add(u.initial_state(), [("a", 1.5), ("b", 2.0)]), [("a", 1.5)]))
-    Totals(count=1, sum=2.0)
-    """
-
-    def __init__(self, field: Any = None) -> None:
-        self.field = field
-        self._count, self._sum = Count(), Sum(field)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (CountSum, (self.field,))
-
-    def initial_state(self) -> list[Any]:
-        return [self._count.initial_state(), self._sum.initial_state()]
-
-    def add(self, state: list[Any], values: list[Any]) -> list[Any]:
-        state[0] = self._count.add(state[0], values)
-        state[1] = self._sum.add(state[1], values)
-        return state
-
-    def remove(self, state: list[Any], values: list[Any]) -> list[Any]:
-        state[0] = self._count.remove(state[0], values)
-        state[1] = self._sum.remove(state[1], values)
-        return state
-
-    def result(self, state: list[Any]) -> Totals:
-        return Totals(self._count.result(state[0]), self._sum.result(state[1]))
-
-
 # -- the queries ----------------------------------------------------------------------------------
 def keep(row: dict[str, Any]) -> bool:
     """W1's filter: keeps ~90 % of the rows."""
-    return bool(row["v"] >= WHERE_CUT)
+    return row["v"] >= WHERE_CUT
 
 
 def project(row: dict[str, Any]) -> tuple[int, float]:
@@ -161,10 +107,10 @@ key_of = operator.itemgetter(0)
 
 
 def w1(src: Stream) -> Stream:
-    """where → select → group_apply(key, tumbling 1 s → CountSum)."""
+    """where → select → group_apply(key, tumbling 1 s → count and sum)."""
     return (src.where(keep).select(project)
             .group_apply(key_of, lambda g: g.tumbling_window(TUMBLE_TICKS)
-                         .aggregate(CountSum(1))))
+                         .aggregate(Aggregates(count=Count(), sum=Sum(1)))))
 
 
 def w2(src: Stream) -> Stream:
@@ -190,11 +136,42 @@ def pair(left: tuple[int, float], right: tuple[int, float]) -> tuple[int, float,
 
 
 def source(data: Any, name: str | None = None) -> Stream:
-    """``Stream.from_rows`` over rows (or an iterable of rows) of the generated layout."""
+    """The generated layout as a source: columns (a dict of arrays, an Arrow table, or an
+    iterable of Arrow tables) through ``Stream.from_arrow``; rows (a list or an iterable of
+    row dicts) through ``Stream.from_rows``."""
+    import pyarrow as pa
+
+    if isinstance(data, (dict, pa.Table, Columnar)):
+        return Stream.from_arrow(data, start="ts", shape="point", advance=advance(), name=name)
     return Stream.from_rows(data, start="ts", shape="point", advance=advance(), name=name)
 
 
-def flatten(batches: Any) -> Iterator[dict[str, Any]]:
-    """Rows of an iterable of row lists (e.g. :func:`topology.spark.spark_row_batches`)."""
-    for batch in batches:
-        yield from batch
+class Columnar:
+    """An iterable of Arrow tables (a long generated stream read chunk by chunk)."""
+
+    def __init__(self, tables: Iterator[Any]) -> None:
+        self.tables = tables
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.tables)
+
+
+def table_stream(n: int, keys: int, seed: int, chunk: int = 100_000,
+                 progress: list[int] | None = None) -> Columnar:
+    """``n`` events as Arrow tables of ``chunk`` rows, generated as they are read;
+    ``progress[0]`` counts the rows handed out."""
+    import pyarrow as pa
+
+    def generate() -> Iterator[Any]:
+        for first in range(0, n, chunk):
+            cols = points(min(chunk, n - first), keys, seed, first)
+            if progress is not None:
+                progress[0] += len(cols["ts"])
+            yield pa.table(cols)
+
+    return Columnar(generate())
+
+
+def head(cols: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    """The first ``n`` events of generated columns."""
+    return {k: v[:n] for k, v in cols.items()}

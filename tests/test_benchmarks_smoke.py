@@ -24,9 +24,10 @@ def test_points_are_the_same_whole_or_in_chunks():
     again = wl.points(3_000, keys=10, seed=7)
     assert all(np.array_equal(whole[c], again[c]) for c in whole)
     # a long stream is generated chunk by chunk: event i depends on (seed, chunk start) only
-    chunked = list(wl.row_stream(3_000, keys=10, seed=7, chunk=1_000))
-    assert len(chunked) == 3_000
-    assert [r["ts"] for r in chunked[1_000:2_000]] == \
+    progress = [0]
+    chunked = list(wl.table_stream(3_000, keys=10, seed=7, chunk=1_000, progress=progress))
+    assert progress == [3_000] and [t.num_rows for t in chunked] == [1_000] * 3
+    assert chunked[1]["ts"].to_pylist() == \
         wl.points(1_000, keys=10, seed=7, first=1_000)["ts"].tolist()
     # disorder stays below the sources' AdvanceTime delay: nothing is late
     ts = whole["ts"]
@@ -36,8 +37,10 @@ def test_points_are_the_same_whole_or_in_chunks():
 
 def test_w1_counts_and_sums_every_key_and_second():
     cols = wl.points(5_000, keys=20, seed=1, rate_eps=1_000)  # 5 s of event time
-    out = wl.w1(wl.source(wl.rows(cols))).collect(runtime="inline")
-    got = {(p[0], s): (p[1].count, p[1].sum) for s, e, p in to_cht(out)}
+    out = wl.w1(wl.source(cols)).collect(runtime="inline")
+    # row by row (from_rows, the general group_apply) or column-wise: the same rows
+    assert to_cht(out) == to_cht(wl.w1(wl.source(wl.rows(cols))).collect(runtime="inline"))
+    got = {(p[0], s): (p[1]["count"], p[1]["sum"]) for s, e, p in to_cht(out)}
     keep = cols["v"] >= wl.WHERE_CUT
     want: dict[tuple[int, int], list[float]] = defaultdict(lambda: [0, 0.0])
     for t, k, v in zip(cols["ts"][keep], cols["k"][keep], cols["v"][keep]):
