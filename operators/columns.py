@@ -39,7 +39,8 @@ import numpy as np
 
 from .events import Insert, Message
 
-__all__ = ["Columns", "apply_columns", "count_events", "expand", "map_columns", "payload_list"]
+__all__ = ["Columns", "apply_columns", "concat", "count_events", "expand", "map_columns",
+           "payload_list"]
 
 _new = tuple.__new__
 #: dtype kinds a vectorised result may have: bool, signed and unsigned ints, floats.
@@ -126,6 +127,28 @@ def payload_list(payload: Any) -> list[Any]:
     if isinstance(payload, tuple):
         return list(zip(*(c.tolist() for c in payload)))
     return payload.tolist()  # type: ignore[no-any-return]
+
+
+def concat(parts: list[Columns]) -> Columns | None:
+    """The events of several :class:`Columns` in order, as one (None when their payload
+    columns differ in form or names)."""
+    first = parts[0].payload
+    if isinstance(first, dict):
+        names = list(first)
+        if any(not isinstance(p.payload, dict) or list(p.payload) != names for p in parts):
+            return None
+        payload: Any = {k: np.concatenate([p.payload[k] for p in parts]) for k in names}
+    elif isinstance(first, tuple):
+        if any(not isinstance(p.payload, tuple) or len(p.payload) != len(first) for p in parts):
+            return None
+        payload = tuple(np.concatenate([p.payload[i] for p in parts]) for i in range(len(first)))
+    else:
+        if any(not isinstance(p.payload, np.ndarray) for p in parts):
+            return None
+        payload = np.concatenate([p.payload for p in parts])
+    return Columns(np.concatenate([p.ids for p in parts]),
+                   np.concatenate([p.starts for p in parts]),
+                   np.concatenate([p.ends for p in parts]), payload)
 
 
 def count_events(batch: Any) -> int:

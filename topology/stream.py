@@ -103,7 +103,7 @@ class Stream:
     @staticmethod
     def from_arrow(data: Any, start: Any, end: Any = None, shape: str = "point", id: Any = None,
                    advance: Any = None, name: str | None = None,
-                   batch_rows: int = 16_384) -> Stream:
+                   batch_rows: int = 65_536) -> Stream:
         """Ingest columns exactly as :meth:`from_rows` ingests the rows they hold: ``data`` is
         a ``pyarrow.Table`` or ``RecordBatch``, an iterable of them (read lazily, e.g. a
         generator of record batches as they arrive), or a mapping of column name to array

@@ -67,14 +67,15 @@ def test_keyed_window_equals_group_apply_of_the_window(batches, size, hop, align
 
     expected = GroupApply(KEYS[key], lambda: make_window(spec, UDMS[udm](), output=output)
                           ).process(events)
-    for feed in (stream, events):
+    # column batches, events one by one, and column batches several at a time (merged)
+    for feed, size in ((stream, 1), (events, 1), (stream, 4)):
         op, out = fast(), []
-        for i, msg in enumerate(feed):
-            if restore and i == len(feed) // 2:
+        for i in range(0, len(feed), size):
+            if restore and i // size == len(feed) // size // 2:
                 state = op.snapshot()
                 op = fast()
                 op.restore(state)
-            out += op.process([msg])
+            out += op.process(feed[i:i + size])
             op._check()
         out += op.finish()
         validate(out, name="keyed window output")
@@ -121,7 +122,8 @@ def test_what_the_planner_may_replace():
 
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(st.lists(st.lists(st.floats(allow_nan=False, allow_infinity=False)
-                         | st.integers(-5, 5).map(float), max_size=6), min_size=1, max_size=5),
+                         | st.integers(-5, 5).map(float), min_size=1, max_size=6),
+                min_size=1, max_size=5),
        st.booleans())
 def test_column_wise_sums_are_exactly_the_per_value_sums(groups, start_full):
     udm = Sum("v")
