@@ -13,12 +13,13 @@ call after every step.
 from __future__ import annotations
 
 import copy
-from typing import Any, ClassVar, Iterable
+from collections.abc import Iterable
+from typing import Any, ClassVar
 
 from .cht import InvalidStream
 from .columns import Columns
 from .errors import OperatorError
-from .events import MIN_TIME, Cti, Insert, Message, Retract
+from .events import MIN_TIME, Cti, Insert, Message, Retract, fmt_time
 
 
 class Processor:
@@ -35,22 +36,42 @@ class Processor:
         #: The largest CTI emitted so far: output CTIs never go back.
         self.out_cti = MIN_TIME
 
+    #: The input CTI of each port so far (created lazily by :meth:`process`, as multi-input
+    #: operators set ``n_inputs`` after ``__init__``); part of the snapshot.
+    in_ctis: list[int] | None = None
+
     # -- the runtime's entry points -------------------------------------------------------
     def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
-        """Feed a batch of messages from input ``port``; return the output messages in order."""
+        """Feed a batch of messages from input ``port``; return the output messages in order.
+
+        An insert (or a retraction) that changes the time axis behind the input CTI of its port
+        breaks the CTI's promise: it fails with an :class:`OperatorError` naming this step."""
         out: list[Message] = []
         on_insert, on_retract, on_cti = self.on_insert, self.on_retract, self.on_cti
+        ctis = self.in_ctis
+        if ctis is None or port >= len(ctis):
+            ctis = self._grow_in_ctis(port)
+        cti = ctis[port]
         msg: Any = None
         try:
             for msg in batch:
                 kind = type(msg)
                 if kind is Insert:
+                    if msg[1] < cti:
+                        raise behind_error(msg, msg[1], cti, port)
                     out.extend(on_insert(msg, port))
                 elif kind is Retract:
+                    if msg[2] < cti or msg[3] < cti:
+                        raise behind_error(msg, min(msg[2], msg[3]), cti, port)
                     out.extend(on_retract(msg, port))
                 elif kind is Cti:
-                    out.extend(on_cti(msg.time, port))
+                    time = msg[0]
+                    if time > cti:
+                        ctis[port] = cti = time
+                    out.extend(on_cti(time, port))
                 elif kind is Columns:
+                    if len(msg) and int(msg.starts.min()) < cti:
+                        raise behind_error(msg, int(msg.starts.min()), cti, port)
                     out.extend(self.on_columns(msg, port))
                 else:
                     raise TypeError(
@@ -64,6 +85,12 @@ class Processor:
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         return out
+
+    def _grow_in_ctis(self, port: int) -> list[int]:
+        ctis = self.in_ctis or []
+        ctis.extend([MIN_TIME] * (max(self.n_inputs, port + 1) - len(ctis)))
+        self.in_ctis = ctis
+        return ctis
 
     def on_message(self, msg: Message, port: int = 0) -> list[Message]:
         """Feed one message; return the output messages."""
@@ -103,6 +130,7 @@ class Processor:
         """A deep copy of the mutable state, to be stored by a checkpoint."""
         state = {f: copy.deepcopy(getattr(self, f)) for f in self._state_fields}
         state["out_cti"] = self.out_cti
+        state["in_ctis"] = None if self.in_ctis is None else list(self.in_ctis)
         return state
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -115,6 +143,16 @@ class Processor:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
+
+
+def behind_error(msg: Any, time: int, cti: int, port: int = 0) -> ValueError:
+    """The error for ``msg`` changing ``time``, behind the input CTI ``cti`` of ``port``."""
+    what = "a column batch of inserts" if type(msg) is Columns else type(msg).__name__.lower()
+    return ValueError(
+        f"{what} changes time {fmt_time(time)}, behind the input CTI {fmt_time(cti)} of input "
+        f"{port}: the stream into this step is not well formed. The step feeding it emitted an "
+        f"event behind its own output CTI: a bug in cedar, or in a user-defined operator that "
+        f"returns events behind its CTI (stamp them at or after the window start)")
 
 
 class CtiMerge:

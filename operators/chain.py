@@ -1,7 +1,9 @@
 """``Chain``: several single-input operators run one after another as one operator.
 
 The planner fuses adjacent operators into a chain (one actor instead of several), and
-``group_apply`` runs a chain per key. The output of each stage is the next stage's input batch.
+``group_apply`` runs a chain per key. The output of each stage is the next stage's input batch;
+each stage checks its own input, so an event behind the chain's input CTI fails naming the
+first stage.
 
     >>> from operators.where import Where
     >>> from operators.shift import Shift
@@ -12,7 +14,8 @@ The planner fuses adjacent operators into a chain (one actor instead of several)
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from .base import Processor
 from .events import Message

@@ -50,7 +50,7 @@ import copy
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from .base import Processor
+from .base import Processor, behind_error
 from .cht import InvalidStream
 from .columns import expand
 from .errors import DeadLetter, OperatorError
@@ -150,8 +150,12 @@ class GroupApply(Processor):
             for msg in expand(batch):
                 kind = type(msg)
                 if kind is Insert:
+                    if msg[1] < self.in_cti:
+                        raise behind_error(msg, msg[1], self.in_cti)
                     key = self._on_insert(msg, out)
                 elif kind is Retract:
+                    if msg[2] < self.in_cti or msg[3] < self.in_cti:
+                        raise behind_error(msg, min(msg[2], msg[3]), self.in_cti)
                     key = self._on_retract(msg)
                 elif kind is Cti:
                     self._flush(pending, out)

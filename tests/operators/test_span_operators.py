@@ -98,9 +98,9 @@ def test_alter_lifetime_appear_change_vanish():
 
 
 def test_alter_lifetime_holds_cti_for_open_events():
-    #   a: [0 ── ∞) open; Cti(5) cannot pass 0: closing a at 6 deletes its output [0, 3)
+    #   a: [0 ── ∞) open; Cti(2) cannot pass 0: closing a at 2 (duration 2 - 3 < 0) deletes it
     op = AlterLifetime(duration=lambda s, e: e - s - 3)
-    assert op.process([Insert("a", 0, INF, "x"), Cti(5)]) == [Insert("a", 0, INF, "x"), Cti(0)]
+    assert op.process([Insert("a", 0, INF, "x"), Cti(2)]) == [Insert("a", 0, INF, "x"), Cti(0)]
     assert op.process([Retract("a", 0, INF, 2, "x")]) == [Retract("a", 0, INF, 0, "x")]
     assert op.process([Cti(8)]) == [Cti(8)]  # nothing open any more
 

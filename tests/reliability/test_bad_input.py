@@ -244,20 +244,7 @@ OPS = {
     "anti_join": lambda: AntiJoin(name="op-under-test"),
     "group_apply": lambda: GroupApply(lambda p: p, lambda: Where(bool), name="op-under-test"),
 }
-#: (operator, message kind) pairs that notice nothing today
-SILENT = {("alter_lifetime", "retract"), ("join", "insert"), ("join", "retract")} | {
-    (op, kind) for op in ("where", "select", "shift", "to_points", "clip_duration", "union",
-                          "anti_join", "group_apply") for kind in ("insert", "retract")}
-_SILENT_REASON = (
-    "pass-through operators (and join, and alter_lifetime for retractions) forward a change "
-    "behind their input CTI without noticing; the output then breaks SPEC §2 downstream. Fix "
-    "(shared code): have Processor.process in operators/base.py (and the overriding process "
-    "methods of Union, GroupApply, Chain) track the input CTI per port and raise ValueError "
-    "for an Insert/Retract whose sync time is behind it, which process() turns into an "
-    "OperatorError naming the step; or validate every edge in the runtimes")
-CASES = [pytest.param(op, kind, marks=pytest.mark.xfail(strict=True, reason=_SILENT_REASON)
-                      if (op, kind) in SILENT else (), id=f"{op}-{kind}")
-         for op in OPS for kind in ("insert", "retract")]
+CASES = [pytest.param(op, kind, id=f"{op}-{kind}") for op in OPS for kind in ("insert", "retract")]
 
 
 @pytest.mark.parametrize(("op", "kind"), CASES)
@@ -272,6 +259,69 @@ def test_an_event_behind_the_cti_inside_the_engine_fails_naming_the_operator(op,
         proc.process([late], 0)
     assert "'op-under-test'" in str(err.value)
     assert "behind" in str(err.value)
+
+
+def test_the_error_says_how_to_fix_it():
+    proc = Where(bool, name="where#3")
+    proc.process([Insert("a", 10, 20, 1), Cti(15)])
+    with pytest.raises(OperatorError) as err:
+        proc.process([Insert("b", 3, 4, 1)])
+    text = str(err.value)
+    assert "'where#3'" in text and "behind the input CTI 15" in text
+    assert "bug in cedar, or in a user-defined operator" in text
+
+
+def test_an_event_at_the_cti_is_not_behind_it():
+    #   CTI 15   then   b [15 - 16)  and  a shortened to 15: both at the CTI, valid
+    proc = Where(bool)
+    proc.process([Insert("a", 10, 20, 1), Cti(15)])
+    assert proc.process([Insert("b", 15, 16, 1), Retract("a", 10, 20, 15, 1)]) == [
+        Insert("b", 15, 16, 1), Retract("a", 10, 20, 15, 1)]
+
+
+def test_the_input_cti_is_per_port():
+    #   input 0   CTI 15          input 1   CTI 5   then   b [7 - 8): behind 15, not behind 5
+    u = Union(2, name="op-under-test")
+    u.process([Cti(15)], 0)
+    u.process([Cti(5)], 1)
+    assert u.process([Insert("b", 7, 8, 1)], 1) == [Insert((1, "b"), 7, 8, 1)]
+    with pytest.raises(OperatorError, match=r"'op-under-test'.*\(input 0\).*behind"):
+        u.process([Insert("c", 7, 8, 1)], 0)
+
+
+def test_a_column_batch_behind_the_cti_fails_naming_the_operator():
+    import numpy as np
+
+    from operators.columns import Columns, expand
+
+    #   CTI 15   then a column batch [20 - 21) [3 - 4): its earliest start is behind the CTI
+    cols = Columns(np.arange(2), np.array([20, 3]), np.array([21, 4]), np.array([1, 2]))
+    proc = Where(lambda p: p > 0, name="op-under-test")
+    proc.process([Cti(15)])
+    with pytest.raises(OperatorError, match=r"'op-under-test'.*behind the input CTI 15"):
+        proc.process([cols])
+    ok = Columns(np.arange(2), np.array([20, 15]), np.array([21, 16]), np.array([1, 2]))
+    assert to_cht(expand(proc.process([ok]))) == [(15, 16, 2), (20, 21, 1)]
+
+
+def test_in_a_chain_the_first_stage_names_itself():
+    from operators.chain import Chain
+
+    chain = Chain([Where(bool, name="where#1"), Shift(1, name="shift#2")])
+    chain.process([Insert("a", 10, 20, 1), Cti(15)])
+    with pytest.raises(OperatorError, match=r"'where#1'.*behind the input CTI 15"):
+        chain.process([Insert("b", 3, 4, 1)])
+
+
+@pytest.mark.parametrize("op", ["where", "union", "join", "tumbling"])
+def test_the_input_cti_survives_a_checkpoint(op):
+    proc: Processor = OPS[op]()
+    for p in range(proc.n_inputs):
+        proc.process([Insert(("a", p), 10, 20, 1), Cti(15)], p)
+    fresh: Processor = OPS[op]()
+    fresh.restore(proc.snapshot())
+    with pytest.raises(OperatorError, match="behind the input CTI 15"):
+        fresh.process([Insert("b", 3, 4, 1)], 0)
 
 
 def test_times_at_the_ends_of_the_axis_are_accepted_or_dead_lettered():
