@@ -243,31 +243,39 @@ def run_ray(report: Report, data: Data, inline_outs: dict[str, list[Any]]) -> No
 
 # -- latency --------------------------------------------------------------------------------------
 class Paced:
-    """Rows offered at ``rate_eps`` rows per second of wall time. For every row that makes
-    the source emit a CTI (every ``wl.CTI_EVERY``-th row, the Ingress rule), it records the
-    CTI's time, the wall time the row was due (``due``) and the wall time it was handed over
-    (``sent``, later than ``due`` when backpressure holds the generator back)."""
+    """Events offered at ``rate_eps`` per second of wall time, handed over as Arrow tables
+    every ``tick_s`` (what a collector polling a message queue does): each table holds the
+    events whose due time has passed. For every event that makes the source emit a CTI
+    (every ``wl.CTI_EVERY``-th, the Ingress rule) it records the CTI's time, the wall time
+    the event was due (``due``) and the wall time its table was handed over (``sent``, later
+    than ``due`` by up to ``tick_s``, more when backpressure holds the generator back)."""
 
-    def __init__(self, rows: list[dict[str, Any]], rate_eps: int) -> None:
-        self.rows, self.rate = rows, rate_eps
+    def __init__(self, cols: dict[str, Any], rate_eps: int, tick_s: float = 0.005) -> None:
+        self.cols, self.rate, self.tick = cols, rate_eps, tick_s
         self.ctis: list[tuple[int, float, float]] = []  # (cti time, due, sent)
-        self.first = self.last = 0.0  # wall times of the first and the last row handed over
+        self.first = self.last = 0.0  # wall times of the first and the last table handed over
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        latest = -(1 << 62)
+    def __iter__(self) -> Iterator[Any]:
+        import numpy as np
+        import pyarrow as pa
+
+        n = len(self.cols["ts"])
+        latest = np.maximum.accumulate(self.cols["ts"])
         every, delay = wl.CTI_EVERY, wl.JITTER_TICKS
         t0 = self.first = time.perf_counter()
-        for i, row in enumerate(self.rows):
-            due = t0 + i / self.rate
+        done = 0
+        while done < n:
             now = time.perf_counter()
-            if due > now + 0.001:
-                time.sleep(due - now)
-                now = time.perf_counter()
-            latest = max(latest, row["ts"])
-            if (i + 1) % every == 0:
-                self.ctis.append((latest - delay, due, now))
+            due = min(n, int((now - t0) * self.rate) + 1)
+            if due <= done:
+                time.sleep(self.tick)
+                continue
+            for i in range(done + every - 1 - done % every, due, every):  # CTI-making events
+                self.ctis.append((int(latest[i]) - delay, t0 + i / self.rate, now))
+            yield pa.table({k: v[done:due] for k, v in self.cols.items()})
             self.last = now
-            yield row
+            done = due
+            time.sleep(max(0.0, self.tick - (time.perf_counter() - now)))
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -284,10 +292,10 @@ def run_latency(report: Report, sizes: Sizes) -> None:
     start of the window holding ``c``); the data's event time advances one window per CTI
     (10,000 events per event-time second), so every input CTI moves the output CTI."""
     n = int(sizes.rate_eps * sizes.latency_s)
-    rows = wl.rows(wl.points(n, sizes.keys, seed=5, rate_eps=wl.CTI_EVERY))
-    paced = Paced(rows, sizes.rate_eps)
+    paced = Paced(wl.points(n, sizes.keys, seed=5, rate_eps=wl.CTI_EVERY), sizes.rate_eps)
     say(f"latency: {n:,} events offered at {sizes.rate_eps:,} events/s on Ray")
-    query = wl.w1(wl.source(paced)).deploy(f"bench-latency-{os.getpid()}", detached=False)
+    query = wl.w1(wl.source(wl.Columnar(paced))).deploy(f"bench-latency-{os.getpid()}",
+                                                         detached=False)
     seen: list[tuple[int, float]] = []
     t_start = time.perf_counter()
     try:

@@ -80,14 +80,18 @@ def test_w3_joins_pairs_closer_than_the_lifetime():
 
 
 def test_paced_source_keeps_its_rate_and_records_every_cti():
-    rows = wl.rows(wl.points(2 * wl.CTI_EVERY, keys=3, seed=5))
-    paced = bench.Paced(rows, rate_eps=100_000)
+    cols = wl.points(2 * wl.CTI_EVERY + 7, keys=3, seed=5)
+    paced = bench.Paced(cols, rate_eps=100_000)
     t0 = time.perf_counter()
-    assert sum(1 for _ in paced) == len(rows)
-    assert time.perf_counter() - t0 >= 0.9 * len(rows) / 100_000
+    assert sum(t.num_rows for t in paced) == len(cols["ts"])
+    assert time.perf_counter() - t0 >= 0.9 * len(cols["ts"]) / 100_000
     assert len(paced.ctis) == 2
-    assert paced.ctis[0][0] == max(r["ts"] for r in rows[:wl.CTI_EVERY]) - wl.JITTER_TICKS
+    assert paced.ctis[0][0] == cols["ts"][:wl.CTI_EVERY].max() - wl.JITTER_TICKS
     assert all(sent >= due - 0.002 for _, due, sent in paced.ctis)
+    # the same CTIs as the source's Ingress
+    messages = wl.source(cols).collect(runtime="inline")
+    assert [m.time for m in messages if type(m).__name__ == "Cti"][:2] == \
+        [c for c, _, _ in paced.ctis]
 
 
 def test_the_report_ends_with_the_result_line(tmp_path):
