@@ -66,16 +66,20 @@ Delta = dict[int, tuple[dict[Hashable, Record], dict[Hashable, Record]]]
 
 class _Win:
     """The WindowIndex entry of a complete window: its last distinct time, the output events
-    it emitted as ``(id, payload)``, and the incremental UDM state (``ok`` is False when the
-    UDM failed on it and the window was sent to the dead letters)."""
+    it emitted as ``(id, payload)``, and the incremental UDM state. ``ok`` is False when the
+    UDM failed on its current members (with ``on_error="dead_letter"``); ``failure`` then
+    holds ``(reason, the message that triggered the evaluation)``, which becomes a dead letter
+    when a CTI makes the window final."""
 
-    __slots__ = ("last", "ok", "outputs", "state")
+    __slots__ = ("failure", "last", "ok", "outputs", "state")
 
-    def __init__(self, last: int, outputs: list[tuple[int, Any]], state: Any, ok: bool) -> None:
+    def __init__(self, last: int, outputs: list[tuple[int, Any]], state: Any, ok: bool,
+                 failure: tuple[str, Message] | None = None) -> None:
         self.last = last
         self.outputs = outputs
         self.state = state
         self.ok = ok
+        self.failure = failure
 
     def __repr__(self) -> str:
         return f"_Win(last={self.last}, outputs={self.outputs!r}, ok={self.ok})"
@@ -99,9 +103,10 @@ class CountWindowOperator(Processor):
     event per window whose payload is the result; ``kind="apply"`` emits one event per payload
     the UDM returns (a UDO; a time-sensitive UDO's ``(start, end, payload)`` timestamps are
     replaced by the window's end point; a plain function may return any iterable).
-    ``on_error="dead_letter"`` records a window on which the UDM raises in
-    :attr:`dead_letters` (item: the window, its ``(start, end, payload)`` member events and the
-    message that triggered the evaluation) and skips it instead of failing the query.
+    ``on_error="dead_letter"`` skips a window on which the UDM raises instead of failing the
+    query, and records it in :attr:`dead_letters` (item: the window, its ``(start, end,
+    payload)`` member events and the message that triggered the last evaluation) once, when a
+    CTI makes it final or the input ends (``finish()``), unless the UDM succeeds on it first.
 
     Cost per insert or retraction: ``O(n log T)`` index work plus, for each of the at most
     ``n + 1`` affected windows, an incremental update from the changed events, or one UDM call
@@ -156,9 +161,6 @@ class CountWindowOperator(Processor):
 
     # -- messages ---------------------------------------------------------------------------
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
-        if msg.start < self.in_cti:
-            raise ValueError(f"insert {msg!r} starts behind the input CTI {self.in_cti}; "
-                             f"an upstream source must drop or adjust late events")
         if self.by_start:
             key = msg.start
         elif msg.end == MAX_TIME:
@@ -168,9 +170,6 @@ class CountWindowOperator(Processor):
         return self._update({key: ({}, {msg.id: (msg.start, msg.end, msg.payload)})}, msg)
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
-        if msg.sync_time < self.in_cti:
-            raise ValueError(f"retraction {msg!r} changes time {msg.sync_time}, behind the "
-                             f"input CTI {self.in_cti}; the input stream is not well formed")
         full = msg.new_end == msg.start
         if self.by_start:
             key = msg.start
@@ -203,13 +202,23 @@ class CountWindowOperator(Processor):
         cut = before - (n - 1)  # windows starting before times[cut] end before the CTI
         if cut > 0:
             for t in times.islice(0, cut):
+                rec = self.windows.pop(t, None)
+                if rec is not None and rec.failure is not None:  # final and failing
+                    self._dead_letter(t, rec)
                 del self.events[t]
-                self.windows.pop(t, None)
             self.floor = times[cut - 1] + 1
             del times[:cut]
             before = n - 1
         # every future window's last time is the n-th distinct time or later
         return self.emit_cti(add_time(time, max(0, n - 1 - before)))
+
+    def finish(self) -> list[Message]:
+        """End of input: the windows still held are as final as they will get, so the ones
+        the UDM fails on go to the dead letters now (their input is in no output row)."""
+        for start, rec in self.windows.items():
+            if rec.failure is not None:
+                self._dead_letter(start, rec)
+        return []
 
     # -- the EventIndex and WindowIndex ------------------------------------------------------
     def _stored(self, key: int, msg: Retract) -> Record:
@@ -390,13 +399,20 @@ class CountWindowOperator(Processor):
                   f"on_error='dead_letter' to skip such windows")
         if self.on_error == "raise":
             raise OperatorError(reason) from exc
-        # the window's input, as (start, end, payload) rows, as the other windows record it
-        members = [rec for t in self.times.irange(start, window.end - 1)
-                   for rec in self.events[t].values()]
-        self.dead_letters.append(DeadLetter(self.name, reason, (window, members, trigger)))
+        # a dead letter only once the window is final (see on_cti): a later evaluation of the
+        # window may succeed (its bad event retracted) or fail again (then it replaces this)
         out = self._retract(rec) if rec is not None else []
-        self.windows[start] = _Win(window.end - 1, [], None, False)
+        self.windows[start] = _Win(window.end - 1, [], None, False, (reason, trigger))
         return out
+
+    def _dead_letter(self, start: int, rec: _Win) -> None:
+        """Record the failure of the final window starting at ``start``; its input is the
+        ``(start, end, payload)`` rows of its events, as the other windows record it."""
+        reason, trigger = rec.failure  # type: ignore[misc]
+        members = [r for t in self.times.irange(start, rec.last) for r in self.events[t].values()]
+        self.dead_letters.append(
+            DeadLetter(self.name, reason, (Window(start, rec.last + 1), members, trigger)))
+        rec.failure = None
 
     @staticmethod
     def _retract(rec: _Win) -> list[Message]:
@@ -425,6 +441,7 @@ class CountWindowOperator(Processor):
         for start, rec in self.windows.items():
             assert rec.last == complete[start], f"window at {start} has a stale last time"
             assert rec.ok or not rec.outputs, "a failed window kept its output"
+            assert rec.failure is None or not rec.ok, "a window holds output and a failure"
             if rec.ok and self.kind == "aggregate":
                 assert len(rec.outputs) == 1, "an aggregate window without exactly one result"
 

@@ -122,6 +122,17 @@ class GroupApply(Processor):
         except (OperatorError, InvalidStream) as exc:
             raise OperatorError(f"group_apply {self.name!r}, group {key!r}: {exc}") from exc
         _take_dead_letters(sub, self.dead_letters)
+        self._tag(key, group, result, out)
+        if sub.state_size():
+            self.busy.add(key)
+        else:
+            self.busy.discard(key)
+            if not group[G_OPEN]:
+                del self.groups[key]
+
+    def _tag(self, key: Hashable, group: list[Any], result: list[Message],
+             out: list[Message]) -> None:
+        """The group's output with ids ``(instance, id)`` and payloads ``(key, payload)``."""
         inst = group[G_INST]
         for m in result:
             kind = type(m)
@@ -131,12 +142,22 @@ class GroupApply(Processor):
                 out.append(Retract((inst, m.id), m.start, m.end, m.new_end, (key, m.payload)))
             else:
                 group[G_CTI] = m.time
-        if sub.state_size():
-            self.busy.add(key)
-        else:
-            self.busy.discard(key)
-            if not group[G_OPEN]:
-                del self.groups[key]
+
+    def finish(self) -> list[Message]:
+        """End of input: every group's sub-query with a ``finish()`` flushes (a window records
+        the failures of the windows it still holds in the dead letters)."""
+        out: list[Message] = []
+        for key, group in list(self.groups.items()):
+            fin = getattr(group[G_SUB], "finish", None)
+            if fin is not None:
+                try:
+                    result = fin()
+                except (OperatorError, InvalidStream) as exc:
+                    raise OperatorError(f"group_apply {self.name!r}, group {key!r}: {exc}") \
+                        from exc
+                _take_dead_letters(group[G_SUB], self.dead_letters)
+                self._tag(key, group, result, out)
+        return out
 
     # -- the runtime's entry point --------------------------------------------------------
     def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:

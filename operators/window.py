@@ -104,8 +104,10 @@ def make_window(spec: WindowSpec, udm: Any, *, kind: Literal["aggregate", "apply
     ``kind="apply"``: the UDM is a UDO; each payload it returns is one event (a plain function
     returning an iterable is accepted), and a time-sensitive UDO stamps its own events.
     ``clip`` defaults to ``"full"``, ``output`` to ``"window"`` (``"point_end"`` for count
-    windows). With ``on_error="dead_letter"`` a window whose UDM raises produces no output and
-    is recorded in the operator's ``dead_letters`` list instead of failing the query.
+    windows). With ``on_error="dead_letter"`` a window whose UDM raises produces no output
+    instead of failing the query, and is recorded in the operator's ``dead_letters`` list once,
+    when it is final (a CTI frees it, or the input ends: ``finish()``) — not at all if a later
+    change (its bad event retracted) lets the UDM succeed first.
     """
     if isinstance(spec, CountWindow):
         check_policies(spec, clip or "full", output or "point_end")
@@ -215,25 +217,28 @@ class _WindowBase(Processor):
         return sorted(w.members.values(), key=_by_time)
 
     # -- errors ----------------------------------------------------------------------------------
-    def _check_input(self, msg: Insert | Retract) -> None:
-        """An input change behind the input CTI breaks the CTI's promise: an upstream operator
-        (or a source bypassing its checks) is faulty, and no output of ours could be right."""
-        if msg.sync_time < self.in_cti:
-            raise ValueError(
-                f"{type(msg).__name__.lower()} {msg!r} changes time {fmt_time(msg.sync_time)}, "
-                f"behind the input CTI {fmt_time(self.in_cti)}: the input stream is not well "
-                f"formed (the step feeding this window emitted it; report it as a bug in cedar "
-                f"or in that step)")
+    def _reason(self, w: Win, what: str, problem: str) -> str:
+        return (f"window operator {self.name!r}: UDM {self.udm.udm_name!r} failed in {what} "
+                f"on window [{fmt_time(w.start)}, {fmt_time(w.end)}) holding "
+                f"{len(w.members)} events: {problem}")
 
     def _failed(self, w: Win, exc: Exception, what: str) -> None:
-        reason = (f"window operator {self.name!r}: UDM {self.udm.udm_name!r} failed in {what} "
-                  f"on window [{fmt_time(w.start)}, {fmt_time(w.end)}) holding "
-                  f"{len(w.members)} events: {type(exc).__name__}: {exc}")
+        """The UDM raised on ``w``: fail the query, or keep the failure with the window until
+        it is final (a later evaluation replaces or clears it; see :meth:`_free`)."""
+        problem = f"{type(exc).__name__}: {exc}"
         if self.on_error == "raise":
-            raise OperatorError(reason + " (fix the UDM, or pass on_error='dead_letter' to "
-                                "record failing windows in dead_letters)") from exc
-        self.dead_letters.append(DeadLetter(where=self.name, reason=reason, item=(
-            Window(w.start, w.end), self._members(w))))
+            raise OperatorError(self._reason(w, what, problem) + " (fix the UDM, or pass "
+                                "on_error='dead_letter' to record failing windows in "
+                                "dead_letters)") from exc
+        w.failure = (what, problem)
+
+    def _dead_letter(self, w: Win) -> None:
+        """Record the failure of a window that is final (or at the end of the input)."""
+        if w.failure is not None:
+            self.dead_letters.append(DeadLetter(
+                where=self.name, reason=self._reason(w, *w.failure),
+                item=(Window(w.start, w.end), self._members(w))))
+            w.failure = None
 
     # -- membership --------------------------------------------------------------------------
     def _touch(self, w: Win) -> None:
@@ -315,7 +320,7 @@ class _WindowBase(Processor):
             w.result, w.dirty = result, False
             self._failed(w, exc, "compute")
             return
-        w.result, w.dirty = result, False
+        w.result, w.dirty, w.failure = result, False, None
 
     def _stamped(self, w: Win, events: Iterable[Any]) -> list[Rec]:
         out = []
@@ -445,6 +450,15 @@ class _WindowBase(Processor):
             _, key = closing.pop(0)
             w = windows.pop(key)
             w.close = None
+            if w.failure is not None:  # final: no later input can make the UDM succeed
+                self._dead_letter(w)
+
+    def finish(self) -> list[Message]:
+        """End of input: the windows still held are as final as they will get, so the ones
+        the UDM fails on go to the dead letters now (their input is in no output row)."""
+        for w in self.windows.values():
+            self._dead_letter(w)
+        return []
 
     def snapshot(self) -> dict[str, Any]:
         assert not self._touched, "snapshot taken in the middle of a step"
@@ -550,7 +564,6 @@ class HoppingWindowOperator(_WindowBase):
             del self.crossing[eid]
 
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
-        self._check_input(msg)
         self._advance(msg.start + 1)
         rec = (msg.start, msg.end, msg.payload)
         g = self.grid
@@ -561,7 +574,6 @@ class HoppingWindowOperator(_WindowBase):
         return self._flush()
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
-        self._check_input(msg)
         s, e1, e2 = msg.start, msg.end, msg.new_end
         new = (s, e2, msg.payload) if e2 > s else None
         g = self.grid
@@ -699,8 +711,8 @@ class SnapshotWindowOperator(_WindowBase):
         right = Win(t, w.end, dict(w.members))
         if not self.ts:  # same members: the result (and the left state) carry over
             left.state = w.state
-            left.result, left.dirty = w.result, w.dirty
-            right.result, right.dirty = list(w.result), w.dirty
+            left.result, left.dirty, left.failure = w.result, w.dirty, w.failure
+            right.result, right.dirty, right.failure = list(w.result), w.dirty, w.failure
         self._put(left.start, left)
         self._put(right.start, right)
 
@@ -721,7 +733,7 @@ class SnapshotWindowOperator(_WindowBase):
         merged = Win(left.start, right.end, dict(right.members))
         if not self.ts:
             merged.state = left.state
-            merged.result, merged.dirty = left.result, left.dirty
+            merged.result, merged.dirty, merged.failure = left.result, left.dirty, left.failure
         self._put(merged.start, merged)
 
     def _inside(self, a: int, b: int) -> list[Win]:
@@ -778,7 +790,6 @@ class SnapshotWindowOperator(_WindowBase):
 
     # -- messages --------------------------------------------------------------------------------
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
-        self._check_input(msg)
         if self.grid is None:
             self._insert(msg.id, msg.start, msg.end, msg.payload)
         else:
@@ -788,7 +799,6 @@ class SnapshotWindowOperator(_WindowBase):
         return self._flush()
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
-        self._check_input(msg)
         s, e1, e2, p = msg.start, msg.end, msg.new_end, msg.payload
         if self.grid is None:
             self._retract(msg.id, s, e1, e2, p)

@@ -386,16 +386,21 @@ def test_udm_error_names_operator_udm_and_window():
         op.process([Insert("b", 4, 5, 3)])
 
 
-def test_udm_error_goes_to_dead_letters():
+def test_udm_error_goes_to_dead_letters_once_the_window_is_final():
+    #   [0, 10)  a 1, b 3: fails until b is deleted, then counts 1: no dead letter
+    #   [10, 20) c 1, d 3: still failing when Cti(30) makes it final: one dead letter
     op = make_window(HoppingWindow(10, 10), Boom(), on_error="dead_letter", name="w")
     out = op.process([Insert("a", 1, 2, 1), Insert("b", 4, 5, 3), Insert("c", 12, 13, 1),
-                      Retract("b", 4, 5, 4), Cti(30)])
+                      Insert("d", 14, 15, 3), Insert("d2", 15, 16, 3)])
+    out += op.process([Retract("b", 4, 5, 4)])
+    assert op.dead_letters == []  # nothing final yet: d could still be retracted
+    out += op.process([Cti(30)])
     validate(out)
-    assert_equivalent(out, [(0, 10, 1), (10, 20, 1)])
+    assert_equivalent(out, [(0, 10, 1)])
     [dl] = op.dead_letters
-    assert dl.where == "w" and "Boom" in dl.reason and "[0, 10)" in dl.reason
+    assert dl.where == "w" and "Boom" in dl.reason and "[10, 20) holding 3 events" in dl.reason
     window, events = dl.item
-    assert window == Window(0, 10) and sorted(events) == [(1, 2, 1), (4, 5, 3)]
+    assert window == Window(10, 20) and sorted(events) == [(12, 13, 1), (14, 15, 3), (15, 16, 3)]
 
 
 class CountIncBoom(CountSum):
@@ -406,12 +411,15 @@ class CountIncBoom(CountSum):
 
 
 def test_incremental_udm_error_goes_to_dead_letters_and_recovers():
+    #   a [0 ------------- 10) 1      b [4 - 6) 3, deleted: [4, 6) fails, then merges back
+    #   c             [12 - 14) 3:   fails, final at Cti(20): the only dead letter
     op = make_window(SnapshotWindow(), CountIncBoom(), on_error="dead_letter")
     out = op.process([Insert("a", 0, 10, 1), Insert("b", 4, 6, 3), Retract("b", 4, 6, 4),
-                      Cti(20)])
+                      Insert("c", 12, 14, 3), Cti(20)])
     validate(out)
     assert_equivalent(out, [(0, 10, (1, 1))])
-    assert op.dead_letters and all("CountIncBoom" in d.reason for d in op.dead_letters)
+    [dl] = op.dead_letters
+    assert "CountIncBoom" in dl.reason and dl.item == (Window(12, 14), [(12, 14, 3)])
 
 
 def test_keep_rejects_an_event_before_the_window_start():

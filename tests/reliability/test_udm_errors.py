@@ -153,13 +153,6 @@ def test_dead_lettering_equals_the_reference_without_the_failing_windows(stream)
         assert (s, e) in failed or (s, e) in {(a, b) for a, b, _ in good}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "operators/window.py (and count_window.py) record a dead letter at every failing UDM "
-    "call, speculative ones included: a window evaluated 3 times while it holds a bad event "
-    "yields 3 dead letters, and a window whose bad event is later retracted keeps a dead "
-    "letter although its output is now in the stream (its input is counted twice). Fix: "
-    "keep the pending failure per window (replace it on re-evaluation, drop it when the "
-    "window succeeds) and move it to dead_letters when a CTI makes the window final"))
 def test_one_dead_letter_per_window_that_is_final_and_failing():
     #   e1 (3) in [0, 4) makes the UDM fail, then is retracted: [0, 4) succeeds, count 2
     #   [4, 8) holds a 3 from the start and grows by one event twice: it fails 3 times
@@ -172,6 +165,56 @@ def test_one_dead_letter_per_window_that_is_final_and_failing():
     dead = records(dag, "dead_letters")
     assert [(d.item[0].start, d.item[0].end) for d in dead] == [(4, 8)]
     assert sorted(m[2] for m in dead[0].item[1]) == [1, 1, POISON]
+
+
+def test_a_snapshot_window_dead_letter_follows_splits_and_merges():
+    #   e0 [0 ------ 4) 0     e1 [0 ------ 4) 3     e2     [2 ------ 6) 1, deleted later
+    #   windows while e2 lives: [0, 2) fails, [2, 4) fails, [4, 6) = 1
+    #   e2 deleted: [0, 2) and [2, 4) merge into [0, 4), still failing: one dead letter
+    stream = [Insert("e0", 0, 4, 0), Insert("e1", 0, 4, POISON), Insert("e2", 2, 6, 1), Cti(1),
+              Retract("e2", 2, 6, 2, 1), Insert("e3", 6, 8, 1), Cti(9)]
+    q = Stream.from_events(stream).snapshot_window().aggregate(NoThrees(), on_error="dead_letter")
+    out, dag, _ = run_dag(q, batch_size=1)
+    assert_equivalent(out, [(6, 8, 1)])
+    dead = records(dag, "dead_letters")
+    assert [(d.item[0].start, d.item[0].end) for d in dead] == [(0, 4)]
+    assert sorted(dead[0].item[1]) == [(0, 4, 0), (0, 4, POISON)]
+    assert "[0, 4) holding 2 events" in dead[0].reason
+
+
+def test_a_count_window_is_dead_lettered_once_when_final():
+    #   count_window(2) by start; distinct starts 1, 2, 4
+    #   b (3) at 2 makes [1, 3) fail, then is deleted: [1, 3) = {a, c} succeeds, count 2
+    #   [2, 5) holds c, d (3), e, f: evaluated three times, failing; final at Cti(5)
+    stream = [Insert("a", 1, 2, 1), Insert("b", 2, 3, POISON), Insert("c", 2, 3, 1), Cti(1),
+              Retract("b", 2, 3, 2, POISON), Insert("d", 4, 5, POISON), Insert("e", 4, 5, 1),
+              Insert("f", 4, 5, 1), Cti(5)]
+    q = Stream.from_events(stream).count_window(2).aggregate(NoThrees(), on_error="dead_letter")
+    out, dag, _ = run_dag(q, batch_size=1)
+    assert_equivalent(out, [(2, 3, 2)])
+    dead = records(dag, "dead_letters")
+    assert [d.item[0] for d in dead] == [(2, 5)]
+    assert sorted(m[2] for m in dead[0].item[1]) == [1, 1, 1, POISON]
+    assert dead[0].item[2] == Insert("f", 4, 5, 1)  # the last evaluation's trigger
+
+
+@pytest.mark.parametrize("grouped", [False, True], ids=["window", "group_apply"])
+def test_at_the_end_of_the_input_a_failing_window_not_final_yet_is_dead_lettered(grouped):
+    #   a [1 - 2) 1    b [6 - 7) 3    Cti(5)    end of the input
+    #   [0, 5) final, count 1;  [5, 10) not final, failing: a dead letter when the input ends
+    stream = [Insert("a", 1, 2, 1), Insert("b", 6, 7, POISON), Cti(5)]
+    s = Stream.from_events(stream)
+    if grouped:
+        # the sub-query is a Chain (where → window): its finish() reaches the window
+        q = s.group_apply(lambda p: 0, lambda g: g.where(lambda p: p >= 0).tumbling_window(5)
+                          .aggregate(NoThrees(), on_error="dead_letter"))
+    else:
+        q = s.tumbling_window(5).aggregate(NoThrees(), on_error="dead_letter")
+    out, dag, _ = run_dag(q, batch_size=1)
+    assert sorted(p if not grouped else p[1] for _, _, p in to_cht(out)) == [1]
+    dead = records(dag, "dead_letters")
+    assert [(d.item[0].start, d.item[0].end) for d in dead] == [(5, 10)]
+    assert [m[2] for m in dead[0].item[1]] == [POISON]
 
 
 def test_group_apply_keeps_the_dead_letters_of_its_groups():
@@ -191,15 +234,21 @@ def test_group_apply_keeps_the_dead_letters_of_its_groups():
 def test_count_window_dead_letters_survive_a_snapshot_and_restore():
     from operators.window import make_window
 
+    #   a at 1, b (3) at 2: the count window [1, 3) fails; the checkpoint holds the failure,
+    #   Cti(3) makes the window final: one dead letter, in the restored operator
     op = make_window(count_window(2), NoThrees(), on_error="dead_letter", name="cw")
     op.process([Insert("a", 1, 2, 1), Insert("b", 2, 3, POISON)])
-    assert len(op.dead_letters) == 1
+    assert op.dead_letters == []  # not final yet: a retraction of b could still fix it
     fresh = make_window(count_window(2), NoThrees(), on_error="dead_letter", name="cw")
     fresh.restore(op.snapshot())
-    assert fresh.dead_letters == op.dead_letters
-    window, members, trigger = fresh.dead_letters[0].item
+    assert fresh.process([Cti(3)]) == [Cti(3)]
+    [dead] = fresh.dead_letters
+    window, members, trigger = dead.item
     assert window == (1, 3) and sorted(members) == [(1, 2, 1), (2, 3, POISON)]
     assert trigger == Insert("b", 2, 3, POISON)
+    again = make_window(count_window(2), NoThrees(), on_error="dead_letter", name="cw")
+    again.restore(fresh.snapshot())
+    assert again.dead_letters == fresh.dead_letters
 
 
 def test_an_unserialisable_result_inline_is_just_a_payload():
