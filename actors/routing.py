@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from operators.columns import expand
+from operators.columns import Columns, expand
 from operators.errors import OperatorError
 from operators.events import Cti, Message
 
@@ -90,12 +90,12 @@ class Router:
         """One list per edge (in edge order); unpartitioned edges share ``msgs`` itself."""
         if not self._partitioners:
             return [msgs] * len(self.edges)
-        msgs = list(expand(msgs))
+        events = list(expand(msgs)) if any(type(m) is Columns for m in msgs) else msgs
         split: dict[int, list[list[Message]]] = {}
         for p in self._partitioners:
             buckets: list[list[Message]] = [[] for _ in range(p.n)]
             index = p.index
-            for m in msgs:
+            for m in events:
                 if type(m) is Cti:
                     for b in buckets:
                         b.append(m)
