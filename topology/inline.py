@@ -22,7 +22,7 @@ from typing import Any
 from actors.routing import Router
 from actors.sources import Passthrough
 from operators.base import Processor
-from operators.columns import expand
+from operators.columns import count_events, expand
 from operators.events import Message
 
 from . import nodes as n
@@ -136,8 +136,14 @@ def source_batches(plan: Plan, step: str, batch_size: int) -> Iterator[Any]:
 
 def run_inline(plan: Plan, batch_size: int = DEFAULT_BATCH) -> list[Message]:
     """Run ``plan`` to the end of its sources in this process; return the output messages."""
-    dag = DagProcessor(plan, inline_sink=True)
+    return drive(DagProcessor(plan, inline_sink=True), plan, batch_size)[0]
+
+
+def drive(dag: DagProcessor, plan: Plan, batch_size: int) -> tuple[list[Message], list[int]]:
+    """Feed ``dag`` every source of ``plan`` to its end, one batch of each in turn, then the
+    end of input; return the output messages and the rows (or messages) fed per source."""
     feeds = [source_batches(plan, s, batch_size) for s in dag.inputs]
+    fed = [0] * len(feeds)
     out: list[Message] = []
     live = list(range(len(feeds)))
     while live:
@@ -146,6 +152,7 @@ def run_inline(plan: Plan, batch_size: int = DEFAULT_BATCH) -> list[Message]:
             if batch is None:
                 live.remove(port)
             else:
+                fed[port] += count_events(batch)
                 out.extend(dag.process(batch, port))
     out.extend(dag.finish())
-    return out
+    return out, fed

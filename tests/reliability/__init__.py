@@ -11,8 +11,7 @@ from typing import Any
 
 from operators.cht import validate
 from operators.events import Message
-from operators.columns import count_events
-from topology.inline import DagProcessor, source_batches
+from topology.inline import DagProcessor, drive
 
 #: The accounting equation's terms, as an Ingress (a rows source) counts them.
 TERMS = ("processed", "dropped", "adjusted", "dead_lettered")
@@ -24,19 +23,7 @@ def run_dag(stream: Any, batch_size: int = 7) -> tuple[list[Message], DagProcess
     items were fed to each source (port order)."""
     plan = stream.plan()
     dag = DagProcessor(plan, inline_sink=True)
-    feeds = [source_batches(plan, s, batch_size) for s in dag.inputs]
-    fed = [0] * len(feeds)
-    out: list[Message] = []
-    live = list(range(len(feeds)))
-    while live:
-        for port in list(live):
-            batch = next(feeds[port], None)
-            if batch is None:
-                live.remove(port)
-            else:
-                fed[port] += count_events(batch)
-                out.extend(dag.process(batch, port))
-    out.extend(dag.finish())
+    out, fed = drive(dag, plan, batch_size)
     validate(out, name="query output")
     return out, dag, fed
 
