@@ -41,6 +41,7 @@ which the data path never holds while it waits on a downstream actor.
 from __future__ import annotations
 
 import os
+import pickle
 import threading
 import time
 import traceback
@@ -51,7 +52,8 @@ from typing import Any
 import ray
 
 from operators.base import Processor
-from operators.columns import count_events
+from operators.columns import Columns, count_events
+from operators.errors import OperatorError
 from operators.events import MIN_TIME, Cti, Message
 
 from . import checkpoint as ck
@@ -70,6 +72,14 @@ ACTOR_OPTIONS: dict[str, Any] = {
 }
 #: How long the timer waits for the data path before it tries again.
 TICK_S = 0.005
+
+
+def _safe_repr(obj: Any) -> str:
+    """``repr(obj)``, or a stand-in when its repr raises."""
+    try:
+        return repr(obj)
+    except Exception:  # noqa: BLE001 - only for an error message
+        return f"<{type(obj).__name__} object>"
 
 
 class _Target:
@@ -246,6 +256,9 @@ class OperatorShell:
             if self.is_sink:
                 self._release()
         self._send(ready)
+        if self.error is not None:
+            self._forward_failure()
+            return
         for t in self.targets:
             if t.dead is None:
                 self._call(t, epoch, barrier=True)
@@ -391,19 +404,56 @@ class OperatorShell:
                 continue
             size = self.batch_size
             for i in range(0, len(msgs), size):
-                self._call(target, encode(msgs[i:i + size]))
+                part = msgs[i:i + size]
+                try:
+                    blob = encode(part)
+                except Exception as exc:  # noqa: BLE001 - a payload pickle cannot take
+                    with self._lock:
+                        self._failed(self._unserialisable(part, exc))
+                    return
+                if not self._call(target, blob, batch=part):
+                    return
                 self.counts["batches_out"] += 1
 
-    def _call(self, target: _Target, blob: Any, barrier: bool = False) -> None:
+    def _call(self, target: _Target, blob: Any, barrier: bool = False,
+              batch: list[Message] | None = None) -> bool:
+        """Submit one call to ``target``; False when the step failed instead (the output
+        cannot be serialised: Ray pickles the column batches that travel beside the bytes)."""
         inflight = target.inflight
         try:
             while len(inflight) >= self.max_in_flight:
                 ray.get(inflight.popleft())
         except Exception as exc:  # the downstream actor died (or was stopped)  # noqa: BLE001
             self._lost(target, exc)
-            return
+            return True
         method = target.handle.barrier if barrier else target.handle.push
-        inflight.append(method.remote(target.port, blob))
+        try:
+            ref = method.remote(target.port, blob)
+        except TypeError as exc:  # Ray: "Could not serialize the argument ..."
+            if batch is None:
+                raise
+            with self._lock:
+                self._failed(self._unserialisable(batch, exc))
+            return False
+        inflight.append(ref)
+        return True
+
+    def _unserialisable(self, batch: list[Message], exc: BaseException) -> OperatorError:
+        """The error of an output batch that pickle cannot take, naming the step and, when
+        it can be found, the first message that holds the culprit (an error path only)."""
+        culprit = ""
+        for m in batch:
+            try:
+                pickle.dumps(m if type(m) is Columns else tuple(m), protocol=5)
+            except Exception:  # noqa: BLE001 - this is the one we are looking for
+                text = _safe_repr(m)
+                culprit = f" (first in {text[:200] + '...' if len(text) > 200 else text})"
+                break
+        return OperatorError(
+            f"step {self.step!r} ({self.describe}): its output cannot be serialised: "
+            f"{type(exc).__name__}: {exc}{culprit}; return picklable payloads from the UDM / "
+            f"function (plain values, tuples, dicts, dataclasses; not locks, lambdas, open "
+            f"files or generators)")
 
     def _lost(self, target: _Target, exc: BaseException) -> None:
         target.dead = f"{type(exc).__name__}: {exc}"
@@ -486,7 +536,14 @@ class OperatorShell:
                 self.sub_buffers[token] = []
                 finished = self.finished
             if snap:
-                self._call(target, encode(snap))
+                try:
+                    blob = encode(snap)
+                except Exception as exc:  # the subscriber is told why
+                    with self._lock:
+                        self.subs.pop(token, None)
+                        self.sub_buffers.pop(token, None)
+                    raise self._unserialisable(snap, exc) from exc
+                self._call(target, blob)
             if finished:
                 handle.end.remote(port)
         return len(snap)
@@ -527,7 +584,8 @@ class OperatorShell:
                     break
                 self._wake.wait(left)
             msgs, sub.queue = sub.queue, []
-            return encode(msgs), self.finished and not sub.queue, self.error
+            blob = self._encode_out(msgs)
+            return blob, self.finished and not sub.queue, self.error
 
     @ray.method(concurrency_group="io")
     def fetch_from(self, pos: int, timeout_s: float = 0.5
@@ -551,7 +609,20 @@ class OperatorShell:
                     break
                 self._wake.wait(left)
             msgs = list(self.released)
-            return (encode(msgs), pos + len(msgs), self.epoch, self.finished, self.error)
+            blob = self._encode_out(msgs)
+            return (blob, pos + len(msgs), self.epoch, self.finished, self.error)
+
+    def _encode_out(self, msgs: list[Message]) -> Any:
+        """``encode(msgs)`` for a driver; when the output cannot be serialised the step fails
+        (the driver raises the error) and ``msgs`` is emptied (called with _lock)."""
+        try:
+            return encode(msgs)
+        except Exception as exc:  # noqa: BLE001 - a payload pickle cannot take
+            if self.error is None:
+                self._failed(self._unserialisable(msgs, exc))
+                self._forward_failure()
+            msgs.clear()
+            return encode([])
 
     @ray.method(concurrency_group="control")
     def close_pull(self, pull: int) -> None:

@@ -15,6 +15,7 @@ from operators.aggregates import IncrementalAggregate
 from operators.cht import to_cht
 from operators.errors import OperatorError
 from operators.events import Cti, Insert, Retract
+from operators.select import Select
 from operators.udm import Aggregate, TimeSensitiveOperator
 from operators.windows import count_window, snapshot_window, tumbling_window
 from tests.kit import EXAMPLES, assert_equivalent, physical_streams
@@ -297,14 +298,68 @@ def test_on_ray_dead_lettered_windows_are_in_query_dead_letters(ray_session):
 
 
 @pytest.mark.ray
-@pytest.mark.xfail(strict=True, reason=(
-    "actors/shell.py: OperatorShell._send encodes (pickles) the output batch outside the try "
-    "of push(); a payload that cannot be pickled raises out of the actor method, the step is "
-    "never marked failed, and collect() returns [] (the output is lost silently). Fix: in "
-    "_send (and fetch), catch the encode error and call self._failed(OperatorError(f'step "
-    "{step!r} ({describe}): its output cannot be serialised: ...; return picklable "
-    "payloads from the UDM')) so that the failure is forwarded and raised in the driver"))
 def test_on_ray_an_unserialisable_udm_result_fails_naming_the_operator(ray_session):
     q = Stream.from_events(EVENTS).tumbling_window(5).aggregate(lambda v: threading.Lock())
-    with pytest.raises(OperatorError, match=r"tumbling\.aggregate#1"):
+    with pytest.raises(OperatorError, match=r"tumbling\.aggregate#1") as err:
         q.collect(timeout_s=20)
+    text = str(err.value)
+    assert "its output cannot be serialised" in text and "lock" in text
+    assert "return picklable payloads" in text
+
+
+
+# the shell driven in-process (a plain class; no Ray): both ways its output leaves it
+class _Downstream:
+    """A stand-in for the next stage's actor handle: records the calls made to it."""
+
+    def __init__(self):
+        self.calls = []
+        for method in ("push", "fail", "end", "barrier"):
+            setattr(self, method, self._Method(self.calls, method))
+
+    class _Method:
+        def __init__(self, calls, name):
+            self.calls, self.name = calls, name
+
+        def remote(self, *args):
+            self.calls.append((self.name, *args))
+
+
+def _shell(edges=(), handles=None):
+    from actors.shell import OperatorShell
+
+    shell = OperatorShell()
+    shell.configure({"step": "select#1", "describe": "select(<lambda>)", "n_in": 1,
+                     "edges": list(edges), "handles": handles or {},
+                     "factory": lambda: Select(lambda p: threading.Lock() if p == 3 else p,
+                                               name="select#1")})
+    return shell
+
+
+def test_an_unserialisable_output_batch_fails_the_step_and_is_forwarded():
+    from actors.routing import OutEdge
+    from actors.wire import encode
+
+    down = _Downstream()
+    shell = _shell([OutEdge("sink", 0)], {"sink": down})
+    #   a (1)  b (3 → a lock)  Cti(9): the batch to the sink cannot be pickled
+    shell.push(0, encode([Insert("a", 0, 1, 1), Insert("b", 1, 2, 3), Cti(9)]))
+    error = shell.stats()["error"]
+    assert "'select#1'" in error and "its output cannot be serialised" in error
+    assert "Insert(id='b'" in error and "return picklable payloads" in error
+    assert [c[0] for c in down.calls] == ["fail"] and down.calls[0][2] == error
+    shell.push(0, encode([Insert("c", 9, 10, 1)]))  # a failed step processes nothing more
+    shell.end(0)  # ... and at the end of input it repeats the failure, not the end
+    assert {c[0] for c in down.calls} == {"fail"}
+
+
+def test_an_unserialisable_output_fetched_by_a_driver_fails_the_step():
+    from actors.wire import decode, encode
+
+    shell = _shell()
+    pull = shell.open_pull()
+    shell.push(0, encode([Insert("a", 0, 1, 1), Insert("b", 1, 2, 3)]))
+    blob, _, error = shell.fetch(pull, timeout_s=0)
+    assert decode(blob) == []
+    assert "'select#1'" in error and "its output cannot be serialised" in error
+    assert shell.fetch(pull, timeout_s=0)[2] == error
