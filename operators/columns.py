@@ -48,20 +48,31 @@ _PLAIN_KINDS = "biuf"
 
 
 class Columns:
-    """``len(starts)`` inserts: ``ids``, ``starts``, ``ends`` (int64 arrays) and ``payload``
-    columns (a dict of arrays, a tuple of arrays or one array; see the module doc)."""
+    """``len(starts)`` inserts: ``ids``, ``starts``, ``ends`` (int64 arrays; ``ends=None``
+    for point events, ``[s, s + 1)``, which then travel without an end column) and
+    ``payload`` columns (a dict of arrays, a tuple of arrays or one array; see the module
+    doc)."""
 
-    __slots__ = ("ids", "starts", "ends", "payload")
+    __slots__ = ("_ends", "ids", "payload", "starts")
 
-    def __init__(self, ids: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+    def __init__(self, ids: np.ndarray, starts: np.ndarray, ends: np.ndarray | None,
                  payload: Any) -> None:
-        self.ids, self.starts, self.ends, self.payload = ids, starts, ends, payload
+        self.ids, self.starts, self._ends, self.payload = ids, starts, ends, payload
+
+    @property
+    def ends(self) -> np.ndarray:
+        return self.starts + 1 if self._ends is None else self._ends
+
+    @property
+    def points(self) -> bool:
+        """Whether every event is a point (known without looking at the ends)."""
+        return self._ends is None
 
     def __len__(self) -> int:
         return len(self.starts)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Columns, (self.ids, self.starts, self.ends, self.payload))
+        return (Columns, (self.ids, self.starts, self._ends, self.payload))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Columns) and self.inserts() == other.inserts()
@@ -96,12 +107,13 @@ class Columns:
 
     def take(self, index: np.ndarray) -> Columns:
         """The events selected by a boolean mask or an index array, in order."""
-        return Columns(self.ids[index], self.starts[index], self.ends[index],
+        return Columns(self.ids[index], self.starts[index],
+                       None if self._ends is None else self._ends[index],
                        map_columns(self.payload, lambda c: c[index]))
 
     def with_payload(self, payload: Any) -> Columns:
         """The same events with other payload columns."""
-        return Columns(self.ids, self.starts, self.ends, payload)
+        return Columns(self.ids, self.starts, self._ends, payload)
 
 
 def _item(column: np.ndarray, i: int) -> Any:
@@ -148,7 +160,8 @@ def concat(parts: list[Columns]) -> Columns | None:
         payload = np.concatenate([p.payload for p in parts])
     return Columns(np.concatenate([p.ids for p in parts]),
                    np.concatenate([p.starts for p in parts]),
-                   np.concatenate([p.ends for p in parts]), payload)
+                   None if all(p.points for p in parts)
+                   else np.concatenate([p.ends for p in parts]), payload)
 
 
 def count_events(batch: Any) -> int:

@@ -468,7 +468,8 @@ class Ingress:
             sent = np.maximum(raw, cti) if accepted is not None else raw
             ids = np.arange(self._next_id, self._next_id + k, dtype=np.int64)
             self._next_id += k
-            batch = Columns(ids, sent, end, {name: c[index] for name, c in columns.items()})
+            batch = Columns(ids, sent, None if self.shape == "point" else end,
+                            {name: c[index] for name, c in columns.items()})
             out.append(batch)
             moved = np.flatnonzero(sent != raw) if accepted is not None else ()
             for j in moved.tolist() if len(moved) else ():

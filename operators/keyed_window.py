@@ -80,8 +80,12 @@ def _group_order(ns: np.ndarray, ks: np.ndarray) -> np.ndarray:
         k0, k1 = int(ks.min()), int(ks.max())
         n0, n1 = int(ns.min()), int(ns.max())
         span = k1 - k0 + 1
-        if (n1 - n0 + 1) * span < 2**62:
-            return np.argsort((ns - n0) * span + (ks.astype(np.int64) - k0), kind="stable")
+        size = (n1 - n0 + 1) * span
+        if size < 2**62:
+            combined = (ns - n0) * span + (ks.astype(np.int64) - k0)
+            if size <= 2**16:  # numpy's stable sort of 16-bit ints is a radix sort: O(n)
+                combined = combined.astype(np.uint16)
+            return np.argsort(combined, kind="stable")
     return np.lexsort((np.arange(len(ks)), ks, ns))
 
 
@@ -163,7 +167,8 @@ class KeyedWindowAggregate(Processor):
         if not len(starts):
             return []
         lo, hi = int(starts.min()), int(starts.max())
-        if lo < self.in_cti or hi >= _SAFE or lo <= -_SAFE or not (msg.ends - starts == 1).all():
+        if (lo < self.in_cti or hi >= _SAFE or lo <= -_SAFE
+                or not (msg.points or (msg.ends - starts == 1).all())):
             return super().on_columns(msg, port)  # the per-event path names the culprit
         keys = apply_columns(self.key, msg) if self.vectorised else None
         if not isinstance(keys, np.ndarray):
