@@ -28,12 +28,18 @@ from typing import Any
 
 from operators.base import Processor
 from operators.cht import InvalidStream, StreamValidator
+from operators.columns import Columns, expand
 from operators.errors import DeadLetter
-from operators.events import Message
+from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract
 
 
 class EventsSource(Processor):
-    """Replays a physical stream, sending malformed messages to :attr:`dead_letters`."""
+    """Replays a physical stream, sending malformed messages to :attr:`dead_letters`.
+
+    Each message is checked on the way in twice: its fields by its constructor's rules (a
+    message built with ``tuple.__new__``, or decoded from foreign bytes, skipped them) and its
+    place in the stream by SPEC §2. A :class:`~operators.columns.Columns` batch is expanded to
+    its inserts first (they are checked, and sent on, one by one)."""
 
     _state_fields = ("validator", "dead_letters")
 
@@ -42,20 +48,79 @@ class EventsSource(Processor):
         self.validator = StreamValidator("input")
         self.dead_letters: list[DeadLetter] = []
 
-    def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
+    def process(self, batch: Iterable[Message | Columns], port: int = 0) -> list[Message]:
+        if type(batch) is not list:
+            batch = list(batch)
+        if Columns in map(type, batch):
+            batch = list(expand(batch))
         check = self.validator.check
         out: list[Message] = []
+        append = out.append
+        lo, hi = MIN_TIME, MAX_TIME
         for msg in batch:
+            kind = type(msg)
             try:
+                # the fields a constructor accepts: plain ints in order on the time axis; any
+                # other message is rebuilt, so that the constructor says what is wrong
+                # (a wrong number of fields fails to unpack: ValueError, the constructor's)
+                if kind is Insert:
+                    _, start, end, _ = msg
+                    if not (type(start) is int and type(end) is int and lo <= start < end <= hi):
+                        msg = Insert(*msg)
+                elif kind is Cti:
+                    (t,) = msg
+                    if not (type(t) is int and lo <= t <= hi):
+                        msg = Cti(*msg)
+                elif kind is Retract:
+                    _, start, end, new_end, _ = msg
+                    if not (type(start) is int and type(end) is int and type(new_end) is int
+                            and lo <= start <= new_end <= hi and start < end <= hi
+                            and new_end != end):
+                        msg = Retract(*msg)
+                else:
+                    self._dead(msg, "not a physical message: expected Insert, Retract or Cti, "
+                                    f"got {kind.__name__}")
+                    continue
                 check(msg)
             except InvalidStream as bad:
                 self.dead_letters.append(DeadLetter(self.name, str(bad), msg))
                 continue
-            out.append(msg)
+            except (TypeError, ValueError) as bad:
+                self._rejected(msg, bad)
+                continue
+            append(msg)
         return out
+
+    def _rejected(self, msg: Any, bad: Exception) -> None:
+        """Dead-letter a message its constructor (or the stream check) cannot take."""
+        try:
+            type(msg)(*msg)
+        except (TypeError, ValueError):
+            # kept as a plain tuple: the message itself could not be copied or unpickled
+            # (both re-run the constructor), so it could not be checkpointed nor sent
+            self._dead(tuple(msg), f"its fields break the rules of {type(msg).__name__}: "
+                                   f"{bad}; build messages with their constructors",
+                       shown=f"{type(msg).__name__}{tuple.__repr__(msg)}")
+        else:
+            self._dead(msg, f"it cannot be checked: {type(bad).__name__}: {bad}; an event id "
+                            "must be hashable")
+
+    def _dead(self, item: Any, problem: str, shown: str | None = None) -> None:
+        where = f"input, message #{self.validator.position} {shown or _show(item)}"
+        self.dead_letters.append(DeadLetter(self.name, f"{where}: {problem}", item))
 
     def state_size(self) -> int:
         return len(self.validator.live)
+
+
+def _show(item: Any) -> str:
+    """``repr(item)``; a message with the wrong number of fields has none of its own."""
+    try:
+        return repr(item)
+    except Exception:  # noqa: BLE001 - only for a dead letter's reason
+        if isinstance(item, tuple):
+            return f"{type(item).__name__}{tuple.__repr__(item)}"
+        return f"<{type(item).__name__} object>"
 
 
 class RowsSource(Processor):
