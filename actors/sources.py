@@ -61,21 +61,19 @@ class EventsSource(Processor):
             kind = type(msg)
             try:
                 # the fields a constructor accepts: plain ints in order on the time axis; any
-                # other message is rebuilt, so that the constructor says what is wrong
-                # (a wrong number of fields fails to unpack: ValueError, the constructor's)
+                # other message (or number of fields) is rebuilt by its constructor, which
+                # fills in a missing payload or says what is wrong
                 if kind is Insert:
-                    _, start, end, _ = msg
-                    if not (type(start) is int and type(end) is int and lo <= start < end <= hi):
+                    if not (len(msg) == 4 and type(msg[1]) is int and type(msg[2]) is int
+                            and lo <= msg[1] < msg[2] <= hi):
                         msg = Insert(*msg)
                 elif kind is Cti:
-                    (t,) = msg
-                    if not (type(t) is int and lo <= t <= hi):
+                    if not (len(msg) == 1 and type(msg[0]) is int and lo <= msg[0] <= hi):
                         msg = Cti(*msg)
                 elif kind is Retract:
-                    _, start, end, new_end, _ = msg
-                    if not (type(start) is int and type(end) is int and type(new_end) is int
-                            and lo <= start <= new_end <= hi and start < end <= hi
-                            and new_end != end):
+                    if not (len(msg) == 5 and type(msg[1]) is int and type(msg[2]) is int
+                            and type(msg[3]) is int and lo <= msg[1] <= msg[3] <= hi
+                            and msg[1] < msg[2] <= hi and msg[3] != msg[2]):
                         msg = Retract(*msg)
                 else:
                     self._dead(msg, "not a physical message: expected Insert, Retract or Cti, "
