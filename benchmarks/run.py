@@ -286,7 +286,7 @@ def percentile(values: list[float], q: float) -> float:
     return s[i]
 
 
-def run_latency(report: Report, sizes: Sizes) -> None:
+def run_latency(report: Report, sizes: Sizes, **deploy: Any) -> None:
     """W1 deployed on Ray over a paced source. An output CTI ``T`` of the tumbling 1 s window
     is caused by the first input CTI ``c >= T`` (the window operator's output CTI is the
     start of the window holding ``c``); the data's event time advances one window per CTI
@@ -295,7 +295,7 @@ def run_latency(report: Report, sizes: Sizes) -> None:
     paced = Paced(wl.points(n, sizes.keys, seed=5, rate_eps=wl.CTI_EVERY), sizes.rate_eps)
     say(f"latency: {n:,} events offered at {sizes.rate_eps:,} events/s on Ray")
     query = wl.w1(wl.source(wl.Columnar(paced))).deploy(f"bench-latency-{os.getpid()}",
-                                                         detached=False)
+                                                         detached=False, **deploy)
     seen: list[tuple[int, float]] = []
     t_start = time.perf_counter()
     try:
