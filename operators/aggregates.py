@@ -212,6 +212,47 @@ class _ExactSum:
         return plain + self.other if self.n_other else plain
 
 
+def _exact_group_sums(states: list[Any], column: np.ndarray,
+                      bounds: Sequence[int]) -> list[_ExactSum]:
+    """Add each group's values (``column[bounds[j]:bounds[j + 1]]``, finite normal float64)
+    to ``states[j]`` (a new :class:`_ExactSum` for None), exactly, with numpy: each such
+    double is ``m · 2**(e - 53)`` with an integer ``m`` below 2**53, so its scaled value (see
+    :class:`_ExactSum`) is ``m << (e + 1021)``; the ``m`` of a group are summed in int64 (in
+    two 26-bit halves, which cannot overflow) relative to the group's smallest exponent, or
+    per exponent when a group's exponents lie far apart, and shifted once per sum."""
+    mantissa, exponent = np.frexp(column)
+    m = (mantissa * 2.0**53).astype(np.int64)
+    shift = exponent.astype(np.int64) + 1021
+    sizes = np.diff(bounds)
+    group = np.repeat(np.arange(len(states)), sizes)
+    out = [_ExactSum() if s is None else s for s in states]
+    first = np.asarray(bounds[:-1])
+    low = np.minimum.reduceat(shift, first)
+    # halves of < 2**27, shifted by up to `room` bits, summed over a group: below 2**62
+    room = 62 - 27 - int(sizes.max()).bit_length()
+    if int((np.maximum.reduceat(shift, first) - low).max()) <= room:
+        # one shift per group: the group's terms relative to its smallest exponent
+        rel = shift - low[group]
+        high_sums = np.add.reduceat((m >> 26) << rel, first).tolist()
+        low_sums = np.add.reduceat((m & ((1 << 26) - 1)) << rel, first).tolist()
+        for s, h, lo, base in zip(out, high_sums, low_sums, low.tolist()):
+            s.scaled += (h << (base + 26)) + (lo << base)
+    else:  # one shift per (group, exponent)
+        key = group * 4096 + shift
+        order = np.argsort(key, kind="stable")
+        key, m = key[order], m[order]
+        starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+        high_sums = np.add.reduceat(m >> 26, starts).tolist()
+        low_sums = np.add.reduceat(m & ((1 << 26) - 1), starts).tolist()
+        for k, h, lo in zip(key[starts].tolist(), high_sums, low_sums):
+            s = k & 4095
+            out[k >> 12].scaled += (h << (s + 26)) + (lo << s)
+    for s, a, b in zip(out, bounds, bounds[1:]):
+        s.n += b - a
+        s.n_float += b - a
+    return out
+
+
 class Sum(_Builtin):
     """The sum of ``field`` over the window's events.
 
@@ -240,45 +281,8 @@ class Sum(_Builtin):
 
     def add_groups(self, states: list[Any], columns: Any,
                    bounds: Sequence[int]) -> list[Any] | None:
-        """Exact sums per group with numpy: each finite double is ``m · 2**(e - 53)`` with an
-        integer ``m`` below 2**53, so its scaled value (see :class:`_ExactSum`) is
-        ``m << (e + 1021)``; the ``m`` of a group are summed per exponent in int64 (in two
-        26-bit halves, which cannot overflow) and shifted once per (group, exponent). Ints,
-        infinities, NaNs and subnormals take the per-value path."""
         column = self._column(columns, bounds[-1])
-        if column is None:
-            return None
-        mantissa, exponent = np.frexp(column)
-        m = (mantissa * 2.0**53).astype(np.int64)
-        shift = exponent.astype(np.int64) + 1021
-        sizes = np.diff(bounds)
-        group = np.repeat(np.arange(len(states)), sizes)
-        out = [_ExactSum() if s is None else s for s in states]
-        first = np.asarray(bounds[:-1])
-        low = np.minimum.reduceat(shift, first)
-        # halves of < 2**27, shifted by up to `room` bits, summed over a group: below 2**62
-        room = 62 - 27 - int(sizes.max()).bit_length()
-        if int((np.maximum.reduceat(shift, first) - low).max()) <= room:
-            # one shift per group: the group's terms relative to its smallest exponent
-            rel = shift - low[group]
-            high_sums = np.add.reduceat((m >> 26) << rel, first).tolist()
-            low_sums = np.add.reduceat((m & ((1 << 26) - 1)) << rel, first).tolist()
-            for s, h, lo, base in zip(out, high_sums, low_sums, low.tolist()):
-                s.scaled += (h << (base + 26)) + (lo << base)
-        else:  # one shift per (group, exponent)
-            key = group * 4096 + shift
-            order = np.argsort(key, kind="stable")
-            key, m = key[order], m[order]
-            starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-            high_sums = np.add.reduceat(m >> 26, starts).tolist()
-            low_sums = np.add.reduceat(m & ((1 << 26) - 1), starts).tolist()
-            for k, h, lo in zip(key[starts].tolist(), high_sums, low_sums):
-                s = k & 4095
-                out[k >> 12].scaled += (h << (s + 26)) + (lo << s)
-        for s, a, b in zip(out, bounds, bounds[1:]):
-            s.n += b - a
-            s.n_float += b - a
-        return out
+        return None if column is None else _exact_group_sums(states, column, bounds)
 
     def remove(self, state: _ExactSum, values: list[Any]) -> _ExactSum:
         if len(values) > state.n:
@@ -651,6 +655,16 @@ class TimeWeightedAverage(_Builtin):
     def result(self, state: _ExactSum) -> Any:
         raise TypeError(f"{self.udm_name} is time-sensitive: its result depends on the window; "
                         f"call window_result(state, window)")
+
+    column_ready = Sum.column_ready
+    _column = Sum._column
+
+    def add_groups(self, states: list[Any], columns: Any,
+                   bounds: Sequence[int]) -> list[Any] | None:
+        """Column-wise :meth:`add` of **point** events (what the keyed window aggregate
+        sends): each lasts one tick inside its window, so it weighs its value by 1."""
+        column = self._column(columns, bounds[-1])
+        return None if column is None else _exact_group_sums(states, column, bounds)
 
     def window_result(self, state: _ExactSum, window: Window) -> Any:
         """``Σ value · duration / (window.end − window.start)``; ``None`` for an empty state."""

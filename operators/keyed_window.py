@@ -43,7 +43,14 @@ from .base import Processor
 from .columns import Columns, apply_columns, concat, map_columns
 from .errors import OperatorError
 from .events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract, fmt_time
-from .udm import Aggregate, IncrementalAggregate, Window, field_getter, resolve
+from .udm import (
+    Aggregate,
+    IncrementalAggregate,
+    TimeSensitiveAggregate,
+    Window,
+    field_getter,
+    resolve,
+)
 from .window_index import Grid
 from .windows import HoppingWindow
 
@@ -60,15 +67,16 @@ _SAFE = 2**61
 
 def supports(spec: Any, udm: Any, kind: str, output: str | None, on_error: str) -> bool:
     """Whether :class:`KeyedWindowAggregate` computes ``window(spec).aggregate(udm)`` (an
-    aggregate that is not time-sensitive, on a hopping or tumbling window, failing loudly)."""
+    aggregate, on a hopping or tumbling window, failing loudly). Time-sensitive aggregates
+    qualify too: a point lies inside each of its windows, so every clipping policy gives it
+    the lifetime ``[s, s + 1)``."""
     try:
         resolved = resolve(udm)
     except Exception:  # noqa: BLE001 (the general path reports a bad UDM)
         return False
     return (isinstance(spec, HoppingWindow) and kind == "aggregate" and on_error == "raise"
             and (output or "window") in ("window", "point_end")
-            and isinstance(resolved, (IncrementalAggregate, Aggregate))
-            and not getattr(resolved, "time_sensitive", False)
+            and isinstance(resolved, (IncrementalAggregate, Aggregate, TimeSensitiveAggregate))
             and max(abs(spec.size), abs(spec.hop), abs(spec.alignment)) < _SAFE)
 
 
@@ -103,6 +111,7 @@ class KeyedWindowAggregate(Processor):
         self.grid = Grid(spec.size, spec.hop, spec.alignment)
         self.udm = resolve(udm)
         self.incremental = isinstance(self.udm, IncrementalAggregate)
+        self.time_sensitive = bool(getattr(self.udm, "time_sensitive", False))
         #: the UDM's column-wise add (built-in aggregates; see operators.aggregates)
         self.add_groups = getattr(self.udm, "add_groups", None) if self.incremental else None
         self.point_end = output == "point_end"
@@ -153,9 +162,19 @@ class KeyedWindowAggregate(Processor):
         s = msg.start
         self._check_event(s, msg.end, msg)
         key = self.key(msg.payload)
-        value = msg.payload if self.incremental else (s, msg.payload)
+        [value] = self._values([s], [msg.payload])
         self._add({(n, key): [value] for n in self.grid.span(s, s + 1)})
         return []
+
+    def _values(self, starts: list[int], payloads: list[Any]) -> list[Any]:
+        """What a window keeps of each event: the payload for an incremental UDM (the clipped
+        point ``(s, s + 1, payload)`` for a time-sensitive one); ``(s, payload)`` for the
+        others, which are computed at the end over the window's events in time order."""
+        if not self.incremental:
+            return list(zip(starts, payloads))
+        if self.time_sensitive:
+            return [(s, s + 1, p) for s, p in zip(starts, payloads)]
+        return payloads
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
         raise ValueError(
@@ -189,8 +208,7 @@ class KeyedWindowAggregate(Processor):
                         by_key = self.open[n] = {}
                     by_key[k] = state
                 return []
-        payloads = msg.payloads()
-        values = payloads if self.incremental else list(zip(starts.tolist(), payloads))
+        values = self._values(starts.tolist(), msg.payloads())
         order = rows.tolist()
         self._add({(n, k): [values[i] for i in order[a:b]]
                    for n, k, a, b in zip(windows, group_keys, bounds, bounds[1:])})
@@ -200,7 +218,7 @@ class KeyedWindowAggregate(Processor):
         """The events grouped by (window number, key) with the key function per event."""
         payloads = msg.payloads()
         starts = msg.starts.tolist()
-        values = payloads if self.incremental else list(zip(starts, payloads))
+        values = self._values(starts, payloads)
         key, span = self.key, self.grid.span
         groups: dict[tuple[int, Hashable], list[Any]] = {}
         for s, p, v in zip(starts, payloads, values):
@@ -299,7 +317,10 @@ class KeyedWindowAggregate(Processor):
         try:
             if self.incremental:
                 return self.udm.window_result(state, window)  # type: ignore[attr-defined]
-            return self.udm.compute([p for _, _, p in sorted(state, key=_by_time)])  # type: ignore[attr-defined]
+            ordered = sorted(state, key=_by_time)
+            if self.time_sensitive:
+                return self.udm.compute([(s, s + 1, p) for s, _, p in ordered], window)  # type: ignore[call-arg]
+            return self.udm.compute([p for _, _, p in ordered])  # type: ignore[call-arg]
         except Exception as exc:
             raise self._error(n, k, "result" if self.incremental else "compute", exc) from exc
 

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators.aggregates import Aggregates, Avg, Count, Max, Sum
+from operators.aggregates import Aggregates, Avg, Count, Max, Sum, TimeWeightedAverage
+from operators.udm import TimeSensitiveAggregate
 from operators.cht import to_cht, validate
 from operators.columns import expand
 from operators.events import Cti, Insert, Retract
@@ -32,9 +33,17 @@ def _values(values):
     return tuple(round(v["v"], 3) for v in values[:3])
 
 
+class Spans(TimeSensitiveAggregate):
+    """A time-sensitive one: the clipped lifetimes it sees, relative to the window."""
+
+    def compute(self, events, window):
+        return tuple((s - window.start, e - window.start) for s, e, _ in events[:4])
+
+
 UDMS = {"count": Count, "sum": lambda: Sum("v"), "max": lambda: Max("v"),
         "first3": lambda: _values, "avg": lambda: Avg("v"),
-        "several": lambda: Aggregates(n=Count(), total=Sum("v"), top=Max("v"))}
+        "several": lambda: Aggregates(n=Count(), total=Sum("v"), top=Max("v")),
+        "twa": lambda: TimeWeightedAverage("v"), "spans": Spans}
 KEYS = {"field": "k", "mod": lambda r: r["k"] % 3, "text": lambda r: f"k{r['k']}"}
 
 
@@ -115,9 +124,7 @@ def test_what_the_planner_may_replace():
     assert supports(hopping_window(5, 1), len, "aggregate", "point_end", "raise")
     assert not supports(tumbling_window(5), Count(), "apply", None, "raise")
     assert not supports(tumbling_window(5), Count(), "aggregate", None, "dead_letter")
-    from operators.aggregates import TimeWeightedAverage
-    assert not supports(tumbling_window(5), TimeWeightedAverage("v"), "aggregate", None,
-                        "raise")
+    assert supports(hopping_window(5, 1), TimeWeightedAverage("v"), "aggregate", None, "raise")
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
