@@ -174,6 +174,15 @@ def _b_group_apply(node: n.GroupApply, step: str) -> Factory:
     return functools.partial(GroupApply, node.key, subquery_factory(node.sub, step), name=step)
 
 
+def _describe(node: n.Node, factory: Factory) -> str:
+    """The stage's line in ``explain()``: the node, and the fast path when one was chosen."""
+    from operators.keyed_window import KeyedWindowAggregate
+
+    if getattr(factory, "func", None) is KeyedWindowAggregate:
+        return f"{node.describe()} as one keyed window aggregate (all groups at once)"
+    return node.describe()
+
+
 def points_only(node: n.Node) -> bool:
     """Whether ``node``'s stream holds only point inserts: a point source (which never
     retracts) through ``where``/``select``, which keep lifetimes. ``group_apply`` of a window
@@ -287,7 +296,8 @@ def plan(root: n.Node, *, fuse: bool = False, sink: bool = True) -> Plan:
         if isinstance(node, n.GroupApply) and node.partitions > 1:
             _partitioned(node, step, ins[0], stages, edges)
             continue
-        stages[step] = Stage(step, builder(node, step), max(1, len(ins)), node.describe(),
+        factory = builder(node, step)
+        stages[step] = Stage(step, factory, max(1, len(ins)), _describe(node, factory),
                              role=role, stateless=node.stateless,
                              source=node if node.is_source else None)
         edges[step] = []
@@ -320,7 +330,8 @@ def _partitioned(node: n.GroupApply, step: str, src: str, stages: dict[str, Stag
     factory = _b_group_apply(node, step)
     for p in range(k):
         pstep = f"{step}[{p}]"
-        stages[pstep] = Stage(pstep, factory, 1, f"{node.describe()} partition {p} of {k}")
+        stages[pstep] = Stage(pstep, factory, 1,
+                              f"{_describe(node, factory)} partition {p} of {k}")
         edges[pstep] = [OutEdge(step, p)]
         edges[src].append(OutEdge(pstep, 0, part, p))
     stages[step] = Stage(step, functools.partial(PartitionMerge, k, name=step), k,
