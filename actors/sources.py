@@ -39,14 +39,20 @@ class EventsSource(Processor):
     Each message is checked on the way in twice: its fields by its constructor's rules (a
     message built with ``tuple.__new__``, or decoded from foreign bytes, skipped them) and its
     place in the stream by SPEC §2. A :class:`~operators.columns.Columns` batch is expanded to
-    its inserts first (they are checked, and sent on, one by one)."""
+    its inserts first (they are checked, and sent on, one by one).
 
-    _state_fields = ("validator", "dead_letters")
+    :attr:`stats` counts, like a rows source's: ``received`` messages (the events of a
+    Columns batch one by one) = ``processed`` (sent on, CTIs included) + ``dead_lettered``;
+    ``ctis`` counts the CTIs among the processed."""
+
+    _state_fields = ("validator", "dead_letters", "stats")
 
     def __init__(self, name: str = "from_events") -> None:
         super().__init__(name)
         self.validator = StreamValidator("input")
         self.dead_letters: list[DeadLetter] = []
+        self.stats: dict[str, int] = {"received": 0, "processed": 0, "dead_lettered": 0,
+                                      "ctis": 0}
 
     def process(self, batch: Iterable[Message | Columns], port: int = 0) -> list[Message]:
         if type(batch) is not list:
@@ -56,6 +62,8 @@ class EventsSource(Processor):
         check = self.validator.check
         out: list[Message] = []
         append = out.append
+        dead = len(self.dead_letters)
+        ctis = 0
         lo, hi = MIN_TIME, MAX_TIME
         for msg in batch:
             kind = type(msg)
@@ -68,6 +76,7 @@ class EventsSource(Processor):
                             and lo <= msg[1] < msg[2] <= hi):
                         msg = Insert(*msg)
                 elif kind is Cti:
+                    ctis += 1  # taken back below if it is dead-lettered
                     if not (len(msg) == 1 and type(msg[0]) is int and lo <= msg[0] <= hi):
                         msg = Cti(*msg)
                 elif kind is Retract:
@@ -82,11 +91,20 @@ class EventsSource(Processor):
                 check(msg)
             except InvalidStream as bad:
                 self.dead_letters.append(DeadLetter(self.name, str(bad), msg))
+                if kind is Cti:
+                    ctis -= 1
                 continue
             except (TypeError, ValueError) as bad:
                 self._rejected(msg, bad)
+                if kind is Cti:
+                    ctis -= 1
                 continue
             append(msg)
+        stats = self.stats
+        stats["received"] += len(batch)
+        stats["processed"] += len(out)
+        stats["dead_lettered"] += len(self.dead_letters) - dead
+        stats["ctis"] += ctis
         return out
 
     def _rejected(self, msg: Any, bad: Exception) -> None:

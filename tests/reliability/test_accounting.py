@@ -5,6 +5,7 @@ across a checkpoint, inline and on Ray through ``Query.stats()``, ``Query.late()
 
 from __future__ import annotations
 
+import pickle
 import random
 
 import pytest
@@ -15,7 +16,7 @@ from actors.sources import EventsSource, RowsSource
 from operators.cht import validate
 from operators.events import Cti, Insert, Retract
 from operators.ingress import AdvanceTime
-from tests.kit import EXAMPLES, assert_equivalent
+from tests.kit import EXAMPLES, assert_equivalent, physical_streams
 from tests.reliability import TERMS, assert_accounted, records, run_dag
 from topology import Stream
 
@@ -81,17 +82,68 @@ def test_messages_received_equal_messages_sent_on_plus_dead_letters():
     out = [m for i in range(0, len(msgs), 3) for m in src.process(msgs[i:i + 3])]
     assert out == [Insert("a", 1, 5), Cti(3), Retract("a", 1, 5, 9), Cti(9)]
     assert len(msgs) == len(out) + len(src.dead_letters)
+    assert src.stats == {"received": 8, "processed": 4, "dead_lettered": 4, "ctis": 2}
+    assert_messages_accounted(src.stats)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "actors/sources.py EventsSource keeps no counters: Query.stats()['from_events#k'] has no "
-    "'source' entry, so the equation of a messages source can only be derived from events_in, "
-    "events_out and dead_letters. Fix: give EventsSource a `stats` dict (received, processed, "
-    "dead_lettered, ctis) updated in process(), as RowsSource exposes its Ingress's"))
 def test_a_messages_source_counts_like_a_rows_source():
     src = EventsSource("ev")
     src.process([Insert("a", 1, 2), Cti(5), Insert("b", 1, 2)])
     assert src.stats == {"received": 3, "processed": 2, "dead_lettered": 1, "ctis": 1}
+
+
+def assert_messages_accounted(stats):
+    """The accounting equation of a messages source."""
+    assert stats["received"] == stats["processed"] + stats["dead_lettered"], stats
+
+
+# messages: a valid physical stream with junk, replays and unchecked messages mixed in
+junk = st.sampled_from([None, "Insert(a, 1, 2)", Cti(0), Retract("nobody", 1, 2, 1),
+                        tuple.__new__(Insert, ("u", 5, 3, None)), tuple.__new__(Cti, ("x",)),
+                        Insert(["unhashable"], 99, 100)])
+
+
+def _mixed(good):
+    """``good`` with junk and replays of its own messages inserted anywhere."""
+    extra = st.one_of(st.sampled_from(good or [Cti(0)]), junk)
+    return st.lists(st.tuples(st.integers(0, len(good)), extra), max_size=8).map(
+        lambda ins: [m for i in range(len(good) + 1)
+                     for m in [x for at, x in ins if at == i] + good[i:i + 1]])
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(physical_streams(max_steps=20).flatmap(_mixed), st.randoms(use_true_random=False))
+def test_a_messages_source_accounts_after_every_batch_and_across_a_checkpoint(msgs, rnd):
+    src = EventsSource("ev")
+    out, i, restored = [], 0, False
+    while i < len(msgs):
+        if not restored and rnd.random() < 0.2:  # checkpoint, then resume in a fresh source
+            state = pickle.loads(pickle.dumps(src.snapshot()))
+            src = EventsSource("ev")
+            src.restore(state)
+            restored = True
+        n = rnd.choice([1, 2, 3, 7])
+        out.extend(src.process(msgs[i:i + n]))
+        i += n
+        assert src.stats["received"] == min(i, len(msgs))
+        assert_messages_accounted(src.stats)
+    validate(out, name="source output")
+    assert src.stats["processed"] == len(out)
+    assert src.stats["dead_lettered"] == len(src.dead_letters)
+    assert src.stats["ctis"] == sum(type(m) is Cti for m in out)
+    assert all(d.reason for d in src.dead_letters)
+
+
+def test_a_column_batch_counts_its_events():
+    import numpy as np
+
+    from operators.columns import Columns
+
+    #   CTI 5, then columns [7 - 8) [3 - 4) [6 - 8): the second is behind the CTI
+    cols = Columns(np.arange(3), np.array([7, 3, 6]), np.array([8, 4, 8]), np.arange(3))
+    src = EventsSource("ev")
+    assert len(src.process([Cti(5), cols, Cti(9)])) == 4
+    assert src.stats == {"received": 5, "processed": 4, "dead_lettered": 1, "ctis": 2}
 
 
 # -- on Ray ---------------------------------------------------------------------------------------
@@ -113,6 +165,11 @@ def _check_query(q, inline_dag):
     assert_accounted(rows_src)
     ev = stats["from_events#1"]
     assert ev["events_in"] == ev["events_out"] + ev["dead_letters"]
+    # a messages source reports its counters like a rows source
+    assert_messages_accounted(ev["source"])
+    assert ev["source"] == inline_dag.procs["from_events#1"].stats
+    assert (ev["source"]["received"], ev["source"]["processed"]) == (ev["events_in"],
+                                                                     ev["events_out"])
     # the same records, and the same counts, as the inline run
     assert rows_src == inline_dag.procs["from_rows#0"].stats
     assert sorted(map(repr, q.dead_letters())) == sorted(map(repr, records(inline_dag,
@@ -146,5 +203,23 @@ def test_on_ray_random_rows_account_like_inline(ray_session, rows, seed):
     q = _query(rows).deploy(f"accounting-{seed}")
     try:
         _check_query(q, dag)
+    finally:
+        q.stop()
+
+
+@pytest.mark.ray
+def test_on_ray_unchecked_messages_reach_the_driver_as_dead_letters(ray_session):
+    # messages that skipped their constructors travel the wire unchecked; the source's dead
+    # letters keep their fields as plain tuples, which the driver can unpickle
+    bad = [tuple.__new__(Insert, ("u", 5, 3, None)), tuple.__new__(Cti, (float("nan"),))]
+    events = [Insert("a", 1, 3, 1), Cti(2), *bad, Insert("b", 4, 8, 2), Cti(9)]
+    q = Stream.from_events(events).deploy("accounting-unchecked")
+    try:
+        assert q.wait(60)
+        dead = q.dead_letters()
+        assert [repr(d.item) for d in dead] == ["('u', 5, 3, None)", "(nan,)"]
+        assert "end 3 is not after start 5" in dead[0].reason
+        assert q.stats()["from_events#0"]["source"] == {
+            "received": 6, "processed": 4, "dead_lettered": 2, "ctis": 2}
     finally:
         q.stop()
