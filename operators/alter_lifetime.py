@@ -35,6 +35,7 @@ from typing import Any, Callable, Hashable
 from sortedcontainers import SortedList
 
 from .base import Processor
+from .columns import Columns
 from .events import MAX_TIME, MIN_TIME, FreshId, Insert, Message, Retract, add_time
 
 #: Ends computed from an open end that land beyond this (year ~148,000) count as ∞.
@@ -117,6 +118,15 @@ class AlterLifetime(Processor):
                 f"the output CTI {self.out_cti}; start functions must never decrease"
             )
         return [Insert(msg.id, s2, e2, msg.payload)]
+
+    def on_columns(self, msg: Columns, port: int) -> list[Message]:
+        """A constant ``duration`` (and no ``start``) sets every end at once: ``[s, s + d)``,
+        with nothing to hold (what :meth:`on_insert` does event by event)."""
+        d = self.duration
+        if (self.start_fn is None and type(d) is int and len(msg)
+                and int(msg.starts.max()) <= MAX_TIME - d):
+            return [Columns(msg.ids, msg.starts, msg.starts + d, msg.payload)]
+        return super().on_columns(msg, port)
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
         s, s2 = msg.start, self.map_start(msg.start)

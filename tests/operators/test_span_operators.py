@@ -126,3 +126,19 @@ def test_clip_duration_rejects_bad_limits(bad):
 
 def test_shift_keeps_infinity():
     assert Shift(-4).process([Insert("a", 10, MAX_TIME, 1)]) == [Insert("a", 6, MAX_TIME, 1)]
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.lists(st.integers(-50, 50), min_size=1, max_size=40), st.integers(1, 30))
+def test_alter_lifetime_of_columns_equals_it_event_by_event(starts, duration):
+    import numpy as np
+
+    from operators.alter_lifetime import AlterLifetime
+    from operators.columns import Columns, expand
+
+    s = np.array(sorted(starts), dtype=np.int64)
+    batch = Columns(np.arange(len(s)), s, None, {"v": np.arange(len(s))})
+    fast = AlterLifetime(duration=duration).process([batch, Cti(60)])
+    slow = AlterLifetime(duration=duration).process(batch.inserts() + [Cti(60)])
+    assert isinstance(fast[0], Columns)
+    assert list(expand(fast)) == slow
