@@ -28,11 +28,13 @@ the events at each time in a dict (the EventIndex); one record per complete wind
 time, its outputs and, for an :class:`~operators.udm.IncrementalAggregate`, its state) is the
 WindowIndex. An insert or retraction changes the events at one or two times; only windows whose
 span of ``n`` distinct times includes a changed time are affected (those starting at the
-changed time or at one of the ``n - 1`` distinct times before it). For each, the operator
-recomputes the result — incrementally from the events that joined and left the window when the
-UDM is incremental — and, if it changed, fully retracts the window's earlier output (kept in
-the record, so the UDM is not called again to find it) and emits the new output under fresh
-ids. A by-start retraction that only moves an end changes nothing for a time-insensitive UDM.
+changed time or at one of the ``n - 1`` distinct times before it). The EventIndex changes at
+once; the affected windows are refreshed once per batch (at its end and before each CTI), from
+the batch's net change: for each, the operator recomputes the result — incrementally from the
+events that joined and left the window when the UDM is incremental — and, if it changed, fully
+retracts the window's earlier output (kept in the record, so the UDM is not called again to
+find it) and emits the new output under fresh ids. A by-start retraction that only moves an
+end changes nothing for a time-insensitive UDM.
 
 **CTIs**: after ``Cti(c)`` no distinct time before ``c`` can appear or vanish and no membership
 before ``c`` can change (a new event starts at or after ``c``; a retraction changes ends at or
@@ -48,7 +50,9 @@ open window sees) are ignored.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Hashable, Iterable
+from itertools import repeat
 from typing import Any, Literal
 
 from sortedcontainers import SortedList
@@ -87,6 +91,11 @@ class _Win:
 
 class _UdmFailed(Exception):
     """A UDM raised (or returned something unusable) on one window."""
+
+
+def _between(keys: list[int], lo: int, hi: int) -> list[int]:
+    """The sorted ``keys`` in ``[lo, hi]``."""
+    return keys[bisect_left(keys, lo):bisect_right(keys, hi)]
 
 
 def _same(a: list[Any], b: list[Any]) -> bool:
@@ -158,6 +167,11 @@ class CountWindowOperator(Processor):
         #: times below this were freed by CTIs (their windows are final)
         self.floor = MIN_TIME
         self.in_cti = MIN_TIME
+        #: within a batch: the net change of the EventIndex since the last flush (time ->
+        #: (records as they were, records as they are now)), and the starts of the windows it
+        #: may affect, each with the last message that affected it
+        self._delta: Delta = {}
+        self._affected: dict[int, Message] = {}
 
     # -- messages ---------------------------------------------------------------------------
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
@@ -193,9 +207,26 @@ class CountWindowOperator(Processor):
             delta[msg.new_end] = ({}, {msg.id: (msg.start, msg.new_end, payload)})
         return self._update(delta, msg) if delta else []
 
+    def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
+        """Feed a batch; inserts and retractions only update the EventIndex, and the windows
+        they affect are refreshed once per batch: before each CTI (which must follow the
+        output it covers) and at the end. A window touched by ten events of one batch calls
+        the UDM once and corrects its output once."""
+        out = super().process(batch, port)
+        if self._delta:
+            try:
+                out.extend(self._flush())
+            except OperatorError:
+                raise
+            except Exception as exc:
+                raise OperatorError(f"operator {self.name!r} failed at the end of a batch (input "
+                                    f"{port}): {type(exc).__name__}: {exc}") from exc
+        return out
+
     def on_cti(self, time: int, port: int) -> list[Message]:
         if time < self.in_cti:
             raise ValueError(f"input CTI goes back from {self.in_cti} to {time}")
+        out = self._flush() if self._delta else []
         self.in_cti = time
         times, n = self.times, self.n
         before = times.bisect_left(time)  # distinct times before the CTI: all final
@@ -210,7 +241,7 @@ class CountWindowOperator(Processor):
             del times[:cut]
             before = n - 1
         # every future window's last time is the n-th distinct time or later
-        return self.emit_cti(add_time(time, max(0, n - 1 - before)))
+        return out + self.emit_cti(add_time(time, max(0, n - 1 - before)))
 
     def finish(self) -> list[Message]:
         """End of input: the windows still held are as final as they will get, so the ones
@@ -235,9 +266,15 @@ class CountWindowOperator(Processor):
         ``n - 1`` distinct times before it, and ``key`` itself when it is a distinct time
         (the window at index k is complete when k + n - 1 < the number of distinct times)."""
         times = self.times
+        size = len(times)
+        if not size:
+            return ()
+        latest = times[-1]
+        if key >= latest:  # in-order input: only the window ending at the latest time, if any
+            return (times[size - self.n],) if key == latest and size >= self.n else ()
         i = times.bisect_left(key)
-        hi = i + 1 if i < len(times) and times[i] == key else i
-        return times.islice(max(0, i - self.n + 1), max(0, min(hi, len(times) - self.n + 1)))
+        hi = i + 1 if times[i] == key else i
+        return times.islice(max(0, i - self.n + 1), max(0, min(hi, size - self.n + 1)))
 
     def _last_of(self, start: int) -> int | None:
         """The last distinct time of the window starting at ``start``; None when there is no
@@ -250,27 +287,49 @@ class CountWindowOperator(Processor):
         return times[j] if j < len(times) else None
 
     def _update(self, delta: Delta, trigger: Message) -> list[Message]:
-        affected: set[int] = set()
+        """Apply ``delta`` to the EventIndex and add it to the batch's net change; the windows
+        it affects (those holding a changed time before or after it) are refreshed by
+        :meth:`_flush`. Returns no messages."""
+        affected, around = self._affected, self._starts_around
         for key in delta:
-            affected.update(self._starts_around(key))
-        times, events = self.times, self.events
+            affected.update(zip(around(key), repeat(trigger)))
+        times, events, net = self.times, self.events, self._delta
         for key, (removed, added) in delta.items():
             bucket = events.get(key)
             if bucket is None:
                 bucket = events[key] = {}
                 times.add(key)
-            for eid in removed:
-                if eid not in added:
-                    del bucket[eid]
+            if removed:
+                for eid in removed:
+                    if eid not in added:
+                        del bucket[eid]
             bucket.update(added)
             if not bucket:
                 del events[key]
                 times.remove(key)
+            entry = net.get(key)
+            if entry is None:  # (the message's own dicts: built for this call only)
+                net[key] = (removed, added)
+                continue
+            was, now = entry
+            for eid, rec in removed.items():
+                if eid in now:
+                    del now[eid]  # it joined (or changed) in this batch: ``was`` has its origin
+                else:
+                    was[eid] = rec
+            now.update(added)
         for key in delta:
-            affected.update(self._starts_around(key))
+            affected.update(zip(around(key), repeat(trigger)))
+        return []
+
+    def _flush(self) -> list[Message]:
+        """Refresh every window the batch's changes may affect, from their net change."""
+        delta, affected = self._delta, self._affected
+        self._delta, self._affected = {}, {}
+        keys = sorted(delta)
         out: list[Message] = []
         for start in sorted(affected):
-            out.extend(self._refresh(start, delta, trigger))
+            out.extend(self._refresh(start, delta, keys, affected[start]))
         return out
 
     def _item(self, rec: Record, start: int, last: int) -> Any:
@@ -285,20 +344,21 @@ class CountWindowOperator(Processor):
         return [item(rec, start, last) for t in self.times.irange(start, last)
                 for rec in events[t].values()]
 
-    def _changes(self, start: int, old_last: int, last: int,
-                 delta: Delta) -> tuple[list[Any], list[Any]]:
+    def _changes(self, start: int, old_last: int, last: int, delta: Delta,
+                 keys: list[int]) -> tuple[list[Any], list[Any]]:
         """The UDM inputs that left and joined the window starting at ``start`` when its last
-        time moved from ``old_last`` to ``last`` and the events changed by ``delta``."""
+        time moved from ``old_last`` to ``last`` and the events changed by ``delta`` (whose
+        times, sorted, are ``keys``)."""
         left: list[tuple[Hashable, Any]] = []
         joined: list[tuple[Hashable, Any]] = []
         both = min(old_last, last)
-        for t, (removed, added) in delta.items():
-            if start <= t <= both:
-                left.extend((i, self._item(r, start, old_last)) for i, r in removed.items())
-                joined.extend((i, self._item(r, start, last)) for i, r in added.items())
+        for t in _between(keys, start, both):
+            removed, added = delta[t]
+            left.extend((i, self._item(r, start, old_last)) for i, r in removed.items())
+            joined.extend((i, self._item(r, start, last)) for i, r in added.items())
         if old_last > last:  # the window shrank: the events then in (last, old_last] left
             gone = set(self.times.irange(last, old_last, inclusive=(False, True)))
-            gone.update(t for t in delta if last < t <= old_last)
+            gone.update(_between(keys, last + 1, old_last))
             for t in gone:
                 removed, added = delta.get(t, ({}, {}))
                 now = self.events.get(t, {})
@@ -316,7 +376,8 @@ class CountWindowOperator(Processor):
                 joined = [(i, x) for i, x in joined if i not in same]
         return [x for _, x in left], [x for _, x in joined]
 
-    def _refresh(self, start: int, delta: Delta, trigger: Message) -> list[Message]:
+    def _refresh(self, start: int, delta: Delta, keys: list[int],
+                 trigger: Message) -> list[Message]:
         """Bring the output of the window starting at ``start`` up to date."""
         rec = self.windows.get(start)
         last = self._last_of(start)
@@ -331,9 +392,10 @@ class CountWindowOperator(Processor):
         left: list[Any] = []
         joined: list[Any] = []
         if stay:
-            if not any(start <= t <= last for t in delta):
+            i = bisect_left(keys, start)
+            if i == len(keys) or keys[i] > last:  # none of its times changed
                 return []
-            left, joined = self._changes(start, last, last, delta)
+            left, joined = self._changes(start, last, last, delta, keys)
             if not left and not joined:
                 return []
         # from the deltas when the UDM keeps a state (by start, a time-sensitive state needs
@@ -341,7 +403,8 @@ class CountWindowOperator(Processor):
         by_delta = (self.incremental and rec is not None and rec.ok
                     and (stay or not self.clip_needs_end))
         if by_delta and not stay:
-            left, joined = self._changes(start, rec.last, last, delta)  # type: ignore[union-attr]
+            left, joined = self._changes(start, rec.last, last, delta,  # type: ignore[union-attr]
+                                         keys)
         members = None if by_delta else self._members(start, last)
         state = None
         try:
@@ -425,6 +488,7 @@ class CountWindowOperator(Processor):
         return sum(len(b) for b in self.events.values()) + len(self.windows)
 
     def _check(self) -> None:
+        assert not self._delta and not self._affected, "changes left unflushed after a batch"
         times, events = self.times, self.events
         assert list(times) == sorted(set(times)), "distinct times are not distinct and sorted"
         assert set(times) == set(events), "the time list and the EventIndex disagree"

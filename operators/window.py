@@ -4,8 +4,9 @@ of the time axis (SPEC §4, the paper's section V).
 :func:`make_window` builds the operator for a window spec of :mod:`operators.windows`. The
 WindowIndex holds the active windows (a sorted dict), each with its member events, its
 incremental UDM state and the output events it emitted; for every insert or retraction the
-operator finds only the affected windows, retracts the part of their output that changed,
-updates the index (snapshot windows split, merge or vanish) and emits the new output::
+operator finds only the affected windows and updates the index (snapshot windows split, merge
+or vanish); once per batch (at its end, and before each CTI) it evaluates the windows the
+batch touched, retracts the part of their output that changed and emits the new output::
 
     time     0    2    4    6    8   10   12   14   16   18   20
     e1       [------)                                             payload "a"
@@ -40,11 +41,12 @@ UDM calls. A UDM sees the members of a window ordered by ``(start, end)`` (ties 
 order); write results that do not depend on the order. An incremental UDM gets ``add`` /
 ``remove`` with the events whose view changed (a new window, or a snapshot window split or
 merged under a time-sensitive UDM, starts from ``initial_state`` plus its members), then
-``window_result(state, window)``; any other UDM is called once per affected window.
+``window_result(state, window)``; any other UDM is called once per affected window and batch.
 
-Output and CTIs. A change of a window's output is emitted as the smallest difference: rows
-that stay the same are not touched, a row that only changes its end is shortened or lengthened
-by one retraction, the rest is retracted fully and inserted anew (fresh ids, never reused).
+Output and CTIs. A change of a window's output is emitted once per batch, as the smallest
+difference from its earlier output: rows that stay the same are not touched, a row that only
+changes its end is shortened or lengthened by one retraction, the rest is retracted fully and
+inserted anew (fresh ids, never reused).
 After input ``Cti(c)`` the operator emits the largest CTI no later output can contradict:
 
 =====================================  =====================================================
@@ -239,6 +241,23 @@ class _WindowBase(Processor):
                 where=self.name, reason=self._reason(w, *w.failure),
                 item=(Window(w.start, w.end), self._members(w))))
             w.failure = None
+
+    # -- the runtime's entry point ------------------------------------------------------------
+    def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
+        """Feed a batch; inserts and retractions only update the windows, and the change of
+        their output is emitted once per batch: before each CTI (which must follow the output
+        it covers) and at the end. A window touched by ten events of one batch is evaluated
+        once and its output corrected once."""
+        out = super().process(batch, port)
+        if self._touched:
+            try:
+                out.extend(self._flush())
+            except OperatorError:
+                raise
+            except Exception as exc:
+                raise OperatorError(f"operator {self.name!r} failed at the end of a batch (input "
+                                    f"{port}): {type(exc).__name__}: {exc}") from exc
+        return out
 
     # -- membership --------------------------------------------------------------------------
     def _touch(self, w: Win) -> None:
@@ -571,7 +590,7 @@ class HoppingWindowOperator(_WindowBase):
         for n in range(g.first_ending_after(msg.start), last + 1):
             self._set_member(self._window(n), msg.id, rec)
         self._cross(msg.id, rec, None)
-        return self._flush()
+        return []  # the batch's changes are emitted at its end (see process)
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
         s, e1, e2 = msg.start, msg.end, msg.new_end
@@ -593,7 +612,7 @@ class HoppingWindowOperator(_WindowBase):
                 if not w.members:
                     self._kill(w, n)
         self._cross(msg.id, new, e1)
-        return self._flush()
+        return []
 
     def on_cti(self, time: int, port: int) -> list[Message]:
         self.in_cti = max(self.in_cti, time)
@@ -796,13 +815,13 @@ class SnapshotWindowOperator(_WindowBase):
             alt = self._alter(msg.start, msg.end)
             if alt is not None:
                 self._insert(msg.id, alt[0], alt[1], msg.payload)
-        return self._flush()
+        return []  # the batch's changes are emitted at its end (see process)
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
         s, e1, e2, p = msg.start, msg.end, msg.new_end, msg.payload
         if self.grid is None:
             self._retract(msg.id, s, e1, e2, p)
-            return self._flush()
+            return []
         old = self._alter(s, e1)
         new = self._alter(s, e2) if e2 > s else None
         if old == new:
@@ -814,16 +833,17 @@ class SnapshotWindowOperator(_WindowBase):
             self._retract(msg.id, old[0], old[1], old[0], p)
         else:
             self._retract(msg.id, old[0], old[1], new[1], p)
-        return self._flush()
+        return []
 
     def on_cti(self, time: int, port: int) -> list[Message]:
         self.in_cti = max(self.in_cti, time)
+        out = self._flush()  # the output a CTI covers goes before it
         c = self._altered_cti(time)
         self._free(c)
         ends = self.endpoints
         while ends and ends.peekitem(0)[0] < c:
             ends.popitem(0)
-        return self.emit_cti(self._out_cti(time, c))
+        return out + self.emit_cti(self._out_cti(time, c))
 
     def _out_cti(self, time: int, c: int) -> int:
         if self.output == "keep":

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from operators.aggregates import Count, Sum, TimeWeightedAverage
-from operators.cht import to_cht
+from operators.cht import to_cht, validate
 from operators.count_window import CountWindowOperator
 from operators.errors import OperatorError
 from operators.events import MAX_TIME, Cti, Insert, Retract
@@ -179,7 +179,9 @@ def _check_case(case: str, stream, cut: int) -> None:
         spec = _spec(case)
         assert final_time(out) == expected_cti(stream, spec), "output CTI"
         op = factory()
-        op.process(stream)
+        whole = op.process(stream)  # one batch: each window refreshed once per CTI
+        validate(whole)
+        assert_equivalent(whole, reference(to_cht(stream)))
         assert op.state_size() <= state_bound(stream, spec), "state after the final CTI"
     except AssertionError as exc:
         raise AssertionError(f"case {case}: {exc}") from exc

@@ -261,6 +261,20 @@ def test_window_matches_reference(case, stream, data):
         assert got is None or got <= expected, (got, expected)
 
 
+# the operator evaluates the windows a batch touches once, at the end of the batch and before
+# each CTI: the whole stream as one batch must mean the same
+@pytest.mark.parametrize("case", sorted(CASES))
+@settings(max_examples=max(EXAMPLES // 20, 5), deadline=None)
+@given(stream=physical_streams())
+def test_one_batch_matches_reference(case, stream):
+    factory, reference, _ = CASES[case]
+    op = factory()
+    out = op.process(stream)
+    op._check()
+    validate(out, name=f"output of {case}")
+    assert_equivalent(out, reference(stream))
+
+
 SPECULATIVE = [n for n in sorted(CASES) if "-echo-" in n or "-countsum-" in n
                or "-echoevents-" in n or "-top2-" in n]
 
