@@ -77,14 +77,21 @@ class Processor:
                     raise TypeError(
                         f"expected Insert, Retract or Cti, got {type(msg).__name__}"
                     )
+            msg = "the end of the batch"
+            out.extend(self.end_batch())
         except (OperatorError, InvalidStream):
             raise
         except Exception as exc:
             raise OperatorError(
-                f"operator {self.name!r} failed on {msg!r} (input {port}): "
-                f"{type(exc).__name__}: {exc}"
+                f"operator {self.name!r} failed on {msg if isinstance(msg, str) else repr(msg)} "
+                f"(input {port}): {type(exc).__name__}: {exc}"
             ) from exc
         return out
+
+    def end_batch(self) -> list[Message]:
+        """Called after the last message of every batch: an operator that defers its output
+        within a batch (a window corrects each touched window once) emits it here."""
+        return []
 
     def _grow_in_ctis(self, port: int) -> list[int]:
         ctis = self.in_ctis or []

@@ -207,21 +207,12 @@ class CountWindowOperator(Processor):
             delta[msg.new_end] = ({}, {msg.id: (msg.start, msg.new_end, payload)})
         return self._update(delta, msg) if delta else []
 
-    def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
-        """Feed a batch; inserts and retractions only update the EventIndex, and the windows
-        they affect are refreshed once per batch: before each CTI (which must follow the
-        output it covers) and at the end. A window touched by ten events of one batch calls
-        the UDM once and corrects its output once."""
-        out = super().process(batch, port)
-        if self._delta:
-            try:
-                out.extend(self._flush())
-            except OperatorError:
-                raise
-            except Exception as exc:
-                raise OperatorError(f"operator {self.name!r} failed at the end of a batch (input "
-                                    f"{port}): {type(exc).__name__}: {exc}") from exc
-        return out
+    def end_batch(self) -> list[Message]:
+        """Inserts and retractions only update the EventIndex; the windows they affect are
+        refreshed once per batch: before each CTI (which must follow the output it covers)
+        and here, at the end. A window touched by ten events of one batch calls the UDM once
+        and corrects its output once."""
+        return self._flush() if self._delta else []
 
     def on_cti(self, time: int, port: int) -> list[Message]:
         if time < self.in_cti:

@@ -243,21 +243,12 @@ class _WindowBase(Processor):
             w.failure = None
 
     # -- the runtime's entry point ------------------------------------------------------------
-    def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
-        """Feed a batch; inserts and retractions only update the windows, and the change of
-        their output is emitted once per batch: before each CTI (which must follow the output
-        it covers) and at the end. A window touched by ten events of one batch is evaluated
-        once and its output corrected once."""
-        out = super().process(batch, port)
-        if self._touched:
-            try:
-                out.extend(self._flush())
-            except OperatorError:
-                raise
-            except Exception as exc:
-                raise OperatorError(f"operator {self.name!r} failed at the end of a batch (input "
-                                    f"{port}): {type(exc).__name__}: {exc}") from exc
-        return out
+    def end_batch(self) -> list[Message]:
+        """Inserts and retractions only update the windows; the change of their output is
+        emitted once per batch: before each CTI (which must follow the output it covers) and
+        here, at the end. A window touched by ten events of one batch is evaluated once and
+        its output corrected once."""
+        return self._flush() if self._touched else []
 
     # -- membership --------------------------------------------------------------------------
     def _touch(self, w: Win) -> None:
