@@ -3,9 +3,9 @@
 On the same generated data (numpy, written once to parquet with pyarrow) and in the same run:
 
 * **W1** -- N point events over 1,000 keys, disorder up to 2 ms, a CTI every 10,000 events:
-  ``where`` (~90 %) → ``select`` → ``group_apply(key, tumbling 1 s → CountSum)``, run
+  ``where`` (~90 %) → ``select`` → ``group_apply(key, tumbling 1 s → count and sum)``, run
   (a) ``collect(runtime="inline")``, (b) on Ray, one actor per operator (``collect()``),
-  (c) cedar (inline) fed from parquet by Spark through ``topology.spark.spark_row_batches`` and
+  (c) cedar (inline) fed from parquet by Spark through ``Stream.from_spark`` and
   written back with ``topology.spark.write``, (d) Spark Structured Streaming's own
   ``groupBy(window, key)`` with a watermark, append mode, ``availableNow``, noop sink;
 * **W2** -- the same with a hopping window (10 s, hop 1 s) and ``TimeWeightedAverage``;
@@ -492,15 +492,16 @@ def render(report: Report, info: dict[str, str], command: str, total_s: float) -
     lines += [
         "",
         ("(a) `collect(runtime=\"inline\")`; (b) `collect()` on Ray, one actor per operator "
-        "(5 actors for W1/W2), default batch 4096 and 8 batches in flight, after a warm-up "
-        "query (actor start not timed); (c) `spark.read.parquet` → "
-        "`topology.spark.spark_row_batches` → the same query inline → `topology.spark.write` "
-        "(parquet), timed end to end; (d) `readStream.parquet` → `withWatermark` → "
-        "`groupBy(window, k)` (W3: a time-bounded stream-stream join) → append mode, "
-        "`trigger(availableNow=True)`, `noop` sink. W1 and W2 compute both aggregates with one "
-        "incremental UDM per window (`benchmarks.workloads.CountSum`, count and exact sum "
-        "built from the `Count` and `Sum` built-ins): one group_apply and one window index "
-        "instead of two. Outputs of (a), (b) and (c) are checked equivalent (same CHT)."),
+        "(5 actors for W1/W2), sources `Stream.from_arrow` over the generated columns "
+        "(column batches of 256k rows), 8 batches in flight, after a warm-up query (actor "
+        "start not timed); (c) `spark.read.parquet` → `Stream.from_spark` (Arrow column "
+        "batches) → the same query inline → `topology.spark.write` (parquet), timed end to "
+        "end; (d) `readStream.parquet` → `withWatermark` → `groupBy(window, k)` (W3: a "
+        "time-bounded stream-stream join) → append mode, `trigger(availableNow=True)`, `noop` "
+        "sink. W1 computes both aggregates as `Aggregates(count=Count(), sum=Sum(1))` (one "
+        "window per key, one row with both fields). W1 and W2 run as one keyed window "
+        "aggregate (`explain()` says so); W3's join runs event by event. Outputs of (a), (b) "
+        "and (c) are checked equivalent (same CHT)."),
         "",
     ]
     lat, sl = report.latency, report.spark_latency
@@ -508,10 +509,11 @@ def render(report: Report, info: dict[str, str], command: str, total_s: float) -
         lines += [
             "## Latency",
             "",
-            (f"cedar: W1 deployed on Ray, fed by `Stream.from_rows` over a generator that sleeps "
-            f"to offer {lat['rate_eps']:,} events/s ({lat['events']:,} events). Event time "
+            (f"cedar: W1 deployed on Ray, fed by `Stream.from_arrow` over a generator that "
+            f"hands over, every 5 ms, the events due by then (a collector polling a queue) to "
+            f"offer {lat['rate_eps']:,} events/s ({lat['events']:,} events). Event time "
             f"advances one 1 s window per {wl.CTI_EVERY:,} events, so every input CTI moves the "
-            f"output CTI. Per input CTI the generator records the wall time its triggering row "
+            f"output CTI. Per input CTI the generator records the wall time its triggering event "
             f"was due (the offered schedule) and handed over; `Query.subscribe()` records the "
             f"wall time each output CTI arrives; an output CTI T is matched to the first input "
             f"CTI ≥ T. Latency from the due time includes any queueing caused by the query "
