@@ -485,13 +485,12 @@ class Ingress:
             self._horizon = max(self._horizon,
                                 int(np.where(end == MAX_TIME, sent + 1, end).max()))
         self.late.extend(record for _, record in sorted(late, key=lambda x: x[0]))
-        if k:
-            if self.advance.every is not None:
-                self._count += k
-                if self._count >= self.advance.every:
-                    self._count = 0
-                    t = self._latest - self.advance.delay
-                    self._emit(out, min(max(t, MIN_TIME), MAX_TIME))
+        if k and self.advance.every is not None:
+            self._count += k
+            if self._count >= self.advance.every:
+                self._count = 0
+                t = self._latest - self.advance.delay
+                self._emit(out, min(max(t, MIN_TIME), MAX_TIME))
 
     def _late_rows(self, columns: dict[str, Any], starts: Any, ends: Any, rows: Any,
                    cti: int) -> list[tuple[int, LateEvent]]:

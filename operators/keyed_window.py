@@ -160,7 +160,7 @@ class KeyedWindowAggregate(Processor):
 
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
         s = msg.start
-        self._check_event(s, msg.end, msg)
+        self._check_point(s, msg.end, msg)
         key = self.key(msg.payload)
         [value] = self._values([s], [msg.payload])
         self._add({(n, key): [value] for n in self.grid.span(s, s + 1)})
@@ -186,8 +186,7 @@ class KeyedWindowAggregate(Processor):
         if not len(starts):
             return []
         lo, hi = int(starts.min()), int(starts.max())
-        if (lo < self.in_cti or hi >= _SAFE or lo <= -_SAFE
-                or not (msg.points or (msg.ends - starts == 1).all())):
+        if hi >= _SAFE or lo <= -_SAFE or not (msg.points or (msg.ends - starts == 1).all()):
             return super().on_columns(msg, port)  # the per-event path names the culprit
         keys = apply_columns(self.key, msg) if self.vectorised else None
         if not isinstance(keys, np.ndarray):
@@ -332,14 +331,12 @@ class KeyedWindowAggregate(Processor):
             f"{type(exc).__name__}: {exc} (fix the UDM, or pass on_error='dead_letter' to "
             f"record failing windows in dead_letters)")
 
-    def _check_event(self, s: int, e: int, msg: Message) -> None:
+    def _check_point(self, s: int, e: int, msg: Message) -> None:
+        """(An event behind the input CTI is rejected by ``Processor.process``.)"""
         if e != s + 1:
             raise ValueError(
                 f"{msg!r} is not a point event; the keyed window aggregate takes only points "
                 f"(the planner chose it for a point source, so this is a bug: report it)")
-        if s < self.in_cti:
-            raise ValueError(f"{msg!r} starts behind the input CTI {fmt_time(self.in_cti)}: "
-                             f"an upstream operator broke the CTI promise")
 
     def state_size(self) -> int:
         return sum(len(by_key) for by_key in self.open.values())

@@ -20,7 +20,6 @@ return the output messages) or :meth:`Stream.deploy` (a live query on Ray, see
 from __future__ import annotations
 
 import dataclasses
-
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
