@@ -1,9 +1,12 @@
-"""Chaos: a window + join query over 50k events (the issue asks 1M; scaled down so the test
-stays under a minute on 2 cores) with several operator actors killed at random moments, under
-three seeded kill schedules, ends with the fault-free run's CHT and no output row twice."""
+"""Chaos: a window + join query over 50k events with several operator actors killed at random
+moments, under three seeded kill schedules, ends with the fault-free run's CHT and no output
+row twice. CI runs 50k events so that the test stays within about a minute on 2 cores; the
+issue's 1M runs with ``CEDAR_CHAOS_EVENTS=1000000 python -m pytest
+tests/reliability/test_chaos.py`` (the time limits scale with the size)."""
 
 from __future__ import annotations
 
+import os
 import random
 import time
 
@@ -13,7 +16,9 @@ from tests.reliability.test_recovery import check_exactly_once, window_join
 
 pytestmark = pytest.mark.ray
 
-N = 50_000
+N = int(os.environ.get("CEDAR_CHAOS_EVENTS", "50000"))
+#: seconds allowed per 50k events (for the kills, then for the end of the run)
+SLACK_S = 120 * max(1, N // 50_000)
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +37,10 @@ def test_random_kills_end_with_fault_free_cht(ray_session, tmp_path, expected, s
         operators = [s for s in live.steps if not s.startswith("from_events")]
         # a schedule: 3 kills, each of a random operator once the input source has passed a
         # random point of the stream (the sources restart too, so progress is re-read)
-        points = sorted(rng.sample(range(5_000, N - 5_000), 3))
+        points = sorted(rng.sample(range(N // 10, N - N // 10), 3))
         victims = [rng.choice(operators) for _ in points]
         killed = 0
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + SLACK_S
         while killed < len(points) and not live.supervisor.done.is_set():
             assert time.monotonic() < deadline, "the query made no progress"
             try:
@@ -46,7 +51,7 @@ def test_random_kills_end_with_fault_free_cht(ray_session, tmp_path, expected, s
                 ray.kill(live.handles[victims[killed]], no_restart=True)
                 killed += 1
             time.sleep(0.01)
-        assert live.wait(120)
+        assert live.wait(SLACK_S)
         out = live.output()
         assert len(live.recoveries()) == killed >= 1
         check_exactly_once(out, expected)
