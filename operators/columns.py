@@ -40,7 +40,7 @@ import numpy as np
 from .events import Insert, Message
 
 __all__ = ["Columns", "apply_columns", "concat", "count_events", "expand", "map_columns",
-           "payload_list"]
+           "payload_list", "row_at"]
 
 _new = tuple.__new__
 #: dtype kinds a vectorised result may have: bool, signed and unsigned ints, floats.
@@ -88,12 +88,7 @@ class Columns:
 
     def payload_at(self, i: int) -> Any:
         """The payload of event ``i`` as a Python value."""
-        p = self.payload
-        if isinstance(p, dict):
-            return {k: _item(c, i) for k, c in p.items()}
-        if isinstance(p, tuple):
-            return tuple(_item(c, i) for c in p)
-        return _item(p, i)
+        return row_at(self.payload, i)
 
     def inserts(self) -> list[Insert]:
         """The events as :class:`~operators.events.Insert` messages, in order."""
@@ -119,6 +114,15 @@ class Columns:
 def _item(column: np.ndarray, i: int) -> Any:
     value = column[i]
     return value.item() if isinstance(value, np.generic) else value
+
+
+def row_at(payload: Any, i: int) -> Any:
+    """Row ``i`` of payload columns (a dict, tuple or one array) as a Python value."""
+    if isinstance(payload, dict):
+        return {k: _item(c, i) for k, c in payload.items()}
+    if isinstance(payload, tuple):
+        return tuple(_item(c, i) for c in payload)
+    return _item(payload, i)
 
 
 def map_columns(payload: Any, fn: Callable[[np.ndarray], np.ndarray]) -> Any:
@@ -233,14 +237,6 @@ def apply_columns(fn: Callable[[Any], Any], cols: Columns) -> Any:
             expected = fn(cols.payload_at(i))
         except Exception:  # noqa: BLE001 (the per-event path reports the error)
             return None
-        if not _same(_pick(result, i), expected):
+        if not _same(row_at(result, i), expected):
             return None
     return result
-
-
-def _pick(result: Any, i: int) -> Any:
-    if isinstance(result, tuple):
-        return tuple(c[i].item() for c in result)
-    if isinstance(result, dict):
-        return {k: c[i].item() for k, c in result.items()}
-    return result[i].item()

@@ -34,7 +34,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .columns import payload_list
+from .columns import payload_list, row_at
 from .errors import DeadLetter, LateEvent
 from .events import MAX_TIME, MIN_TIME, TICKS_PER_SECOND, Cti, Insert, Message, Retract
 
@@ -497,7 +497,7 @@ class Ingress:
         """The rows dropped as late, as (row, record)."""
         late = []
         for r in rows.tolist():
-            row = {name: _py(c[r]) for name, c in columns.items()}
+            row = row_at(columns, r)
             start, end = int(starts[r]), int(ends[r])
             why = ("a point cannot be moved, so it is dropped" if self.shape == "point"
                    else f"its end {end} is not after the CTI either"
@@ -785,10 +785,6 @@ def _int_column(columns: dict[str, Any], spec: Any) -> Any:
     column = columns.get(spec) if isinstance(spec, str) else None
     kind = getattr(getattr(column, "dtype", None), "kind", "")
     return column.astype("int64", copy=False) if kind in "iu" and kind else None
-
-
-def _py(value: Any) -> Any:
-    return value.item() if hasattr(value, "item") and hasattr(value, "dtype") else value
 
 
 def ingest(

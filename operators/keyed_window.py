@@ -101,7 +101,7 @@ class KeyedWindowAggregate(Processor):
     """One hopping (or tumbling) window aggregate per value of ``key(payload)``, over point
     events; payloads become ``(key, result)``, as ``group_apply`` gives them."""
 
-    _state_fields = ("open", "in_cti", "next_id", "seq")
+    _state_fields = ("open", "next_id", "seq")
 
     def __init__(self, key: Callable[[Any], Hashable] | str, spec: HoppingWindow, udm: Any,
                  output: str | None = None, name: str | None = None) -> None:
@@ -117,11 +117,15 @@ class KeyedWindowAggregate(Processor):
         self.point_end = output == "point_end"
         #: window number -> key -> UDM state (incremental) or [(start, seq, payload)]
         self.open: dict[int, dict[Hashable, Any]] = {}
-        self.in_cti = MIN_TIME
         self.next_id = 0
         self.seq = 0
         #: False once ``key`` proved not to work on columns (then it runs per event)
         self.vectorised = True
+
+    @property
+    def in_cti(self) -> int:
+        """The input CTI (tracked by :meth:`Processor.process`)."""
+        return self.in_ctis[0] if self.in_ctis else MIN_TIME
 
     # -- input ------------------------------------------------------------------------------
     def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
@@ -280,7 +284,6 @@ class KeyedWindowAggregate(Processor):
 
     # -- CTIs and output --------------------------------------------------------------------
     def on_cti(self, time: int, port: int) -> list[Message]:
-        self.in_cti = max(self.in_cti, time)
         g = self.grid
         limit = g.first_ending_after(time)  # windows numbered below it end at or before time
         out: list[Message] = []

@@ -108,14 +108,14 @@ def _ticks(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, 
         column = column.combine_chunks()
     raw = column.cast(pa.int32() if pa.types.is_date32(kind) else pa.int64())
     values = raw.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-    good = ~column.is_null().to_numpy(zero_copy_only=False)
+    nulls = column.is_null().to_numpy(zero_copy_only=False)
+    good = ~nulls
     if factor > 1:
         limit = MAX_TIME // factor
         good &= (values <= limit) & (values >= -limit)
         ticks = np.where(good, values, 0) * factor
     else:
         ticks = values if factor == 1 else values // -factor
-    nulls = column.is_null().to_numpy(zero_copy_only=False)
     bad = [None if nulls[i] else int(values[i]) * factor for i in np.flatnonzero(~good)]
     return ticks, good, bad
 

@@ -30,6 +30,25 @@ row = st.one_of(
 )
 
 
+def _feed_with_checkpoint(make, items, rnd, check):
+    """Feed ``items`` to ``make()`` in random batches, calling ``check(source, items fed)``
+    after each; once, at random, checkpoint (a pickled snapshot) and resume in a fresh source.
+    Returns the output and the last source."""
+    src = make()
+    out, i, restored = [], 0, False
+    while i < len(items):
+        if not restored and rnd.random() < 0.2:  # checkpoint, then resume in a fresh source
+            state = pickle.loads(pickle.dumps(src.snapshot()))
+            src = make()
+            src.restore(state)
+            restored = True
+        n = rnd.choice([1, 2, 3, 7])
+        out.extend(src.process(items[i:i + n]))
+        i += n
+        check(src, min(i, len(items)))
+    return out, src
+
+
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(st.lists(row, max_size=40), st.sampled_from(["point", "interval", "edge"]),
        st.builds(AdvanceTime, every=st.sampled_from([1, 2, 5]), delay=st.integers(0, 6),
@@ -40,20 +59,12 @@ def test_the_equation_holds_after_every_batch_and_across_a_checkpoint(rows, shap
         return RowsSource("src", start="t", end=None if shape == "point" else "e", shape=shape,
                           id="k" if shape == "edge" else None, advance=advance)
 
-    src = make()
-    out, i, restored = [], 0, False
-    while i < len(rows):
-        if not restored and rnd.random() < 0.2:  # checkpoint, then resume in a fresh source
-            state = src.ingress.snapshot()
-            src = make()
-            src.ingress.restore(state)
-            restored = True
-        n = rnd.choice([1, 2, 3, 7])
-        out.extend(src.process(rows[i:i + n]))
-        i += n
-        assert src.stats["received"] == min(i, len(rows))
+    def check(src, fed):
+        assert src.stats["received"] == fed
         assert_accounted(src.stats)
         src.ingress._check()
+
+    out, src = _feed_with_checkpoint(make, rows, rnd, check)
     out.extend(src.finish())
     validate(out, name="source output")
     assert_accounted(src.stats)
@@ -114,19 +125,11 @@ def _mixed(good):
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(physical_streams(max_steps=20).flatmap(_mixed), st.randoms(use_true_random=False))
 def test_a_messages_source_accounts_after_every_batch_and_across_a_checkpoint(msgs, rnd):
-    src = EventsSource("ev")
-    out, i, restored = [], 0, False
-    while i < len(msgs):
-        if not restored and rnd.random() < 0.2:  # checkpoint, then resume in a fresh source
-            state = pickle.loads(pickle.dumps(src.snapshot()))
-            src = EventsSource("ev")
-            src.restore(state)
-            restored = True
-        n = rnd.choice([1, 2, 3, 7])
-        out.extend(src.process(msgs[i:i + n]))
-        i += n
-        assert src.stats["received"] == min(i, len(msgs))
+    def check(src, fed):
+        assert src.stats["received"] == fed
         assert_messages_accounted(src.stats)
+
+    out, src = _feed_with_checkpoint(lambda: EventsSource("ev"), msgs, rnd, check)
     validate(out, name="source output")
     assert src.stats["processed"] == len(out)
     assert src.stats["dead_lettered"] == len(src.dead_letters)
