@@ -9,12 +9,18 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from operators.aggregates import Aggregates, Count, Max, Sum
 from operators.cht import to_cht
-from operators.ingress import AdvanceTime
+from operators.columns import expand
+from operators.events import Insert
+from operators.ingress import AdvanceTime, Ingress
 from operators.keyed_window import KeyedWindowAggregate
-from tests.kit import assert_equivalent
+from operators.windows import hopping_window
+from tests.kit import EXAMPLES, assert_equivalent
+from tests.operators.test_keyed_window import reference_per_key
 from topology import Stream
 
 N = 30_000
@@ -80,3 +86,34 @@ def test_a_function_that_is_not_elementwise_runs_per_event(runtime):
     expected = [(s, e, int(((cols["t"] >= s) & (cols["t"] < e) & (cols["v"] >= 0.5)).sum()))
                 for s, e, _ in to_cht(q.collect(runtime="inline"))]
     assert to_cht(q.collect(runtime=runtime)) == expected
+
+
+@st.composite
+def _point_tables(draw):
+    n = draw(st.integers(1, 3_000))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    t = np.arange(n, dtype=np.int64) * draw(st.sampled_from([1, 7])) - rng.integers(0, 30, n)
+    return {"t": t, "k": rng.integers(0, 5, n), "v": rng.random(n)}
+
+
+@settings(max_examples=max(5, EXAMPLES // 20), deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(cols=_point_tables(), size=st.integers(1, 60), hop=st.integers(1, 60),
+       delay=st.integers(0, 40))
+def test_column_wise_path_matches_the_reference(runtime, cols, size, hop, delay):
+    # from_arrow → where → select (both column-wise) → keyed window aggregate, against the
+    # reference evaluator applied to the ingested events, per key
+    advance = AdvanceTime(every=256, delay=delay)
+    spec = hopping_window(size, hop)
+    q = (Stream.from_arrow(cols, start="t", advance=advance, batch_rows=700)
+         .where(lambda r: r["v"] >= 0.2).select(lambda r: (r["k"], r["v"]))
+         .group_apply(lambda p: p[0], lambda g: g.hopping_window(size, hop).aggregate(
+             Aggregates(n=Count(), total=Sum(1)))))
+    src = Ingress(start="t", advance=advance)
+    events = [m for m in expand(src.push(cols) + src.end())
+              if type(m) is not Insert or m.payload["v"] >= 0.2]
+    events = [Insert(m.id, m.start, m.end, (m.payload["k"], m.payload["v"]))
+              if type(m) is Insert else m for m in events]
+    expected = reference_per_key(events, lambda p: p[0], spec,
+                                 lambda: Aggregates(n=Count(), total=Sum(1)), "window")
+    assert_equivalent(q.collect(runtime=runtime), expected)
