@@ -15,17 +15,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from operators.aggregates import Aggregates, Avg, Count, Max, Sum, TimeWeightedAverage
-from operators.udm import TimeSensitiveAggregate
 from operators.cht import to_cht, validate
 from operators.columns import expand
-from operators.events import Cti, Insert, Retract
 from operators.errors import OperatorError
+from operators.events import Cti, Insert, Retract
 from operators.group_apply import GroupApply
 from operators.ingress import AdvanceTime, Ingress
 from operators.keyed_window import KeyedWindowAggregate, supports
+from operators.udm import TimeSensitiveAggregate, field_getter
 from operators.window import make_window
 from operators.windows import hopping_window, tumbling_window
-from operators.udm import field_getter
 from tests.kit import EXAMPLES, assert_equivalent
 from tests.reference_windows import window as reference_window
 
