@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any, Hashable, Iterable, Sequence
+from typing import Any, Hashable, Iterable, NoReturn, Sequence
 
 from .events import MIN_TIME, Cti, Insert, Message, Retract, fmt_time
 
@@ -35,8 +35,8 @@ class NotEquivalent(AssertionError):
 def to_cht(messages: Iterable[Message]) -> list[Row]:
     """The CHT of a physical stream as ``(start, end, payload)`` rows in canonical order.
 
-    Raises :class:`InvalidStream` for a retraction of an unknown id or of a lifetime that does
-    not match; CTIs are ignored (use :func:`validate` to check them).
+    Raises :class:`InvalidStream` for a retraction of an unknown id or whose lifetime or
+    payload does not match its insert's; CTIs are ignored (use :func:`validate` to check them).
     """
     live: dict[Hashable, list[Any]] = {}
     for msg in messages:
@@ -54,6 +54,9 @@ def to_cht(messages: Iterable[Message]) -> list[Row]:
                     f"retraction lifetime does not match: {msg!r}, but {msg.id!r} lives "
                     f"[{fmt_time(row[0])}, {fmt_time(row[1])})"
                 )
+            if not same_payload(msg.payload, row[2]):
+                raise InvalidStream(f"retraction payload does not match: {msg!r}, but "
+                                    f"{msg.id!r} was inserted with payload {row[2]!r}")
             if msg.new_end == msg.start:
                 del live[msg.id]
             else:
@@ -86,6 +89,12 @@ def freeze(value: Any, digits: int | None = None) -> Hashable:
     except TypeError:
         return ("<unhashable>", repr(value))
     return value
+
+
+def same_payload(a: Any, b: Any) -> bool:
+    """Whether a retraction's payload ``a`` is its insert's ``b``: equal, with NaN equal to
+    NaN (a payload that crossed a process boundary holds another NaN object)."""
+    return a is b or a == b or freeze(a) == freeze(b)
 
 
 def row_key(row: Row) -> tuple[int, int, str]:
@@ -162,11 +171,12 @@ class StreamValidator:
     def __init__(self, name: str = "stream", unique_ids: bool = True) -> None:
         self.name = name
         self.cti = MIN_TIME
-        self.live: dict[Hashable, tuple[int, int]] = {}
+        #: id -> (start, end, payload) of each live event
+        self.live: dict[Hashable, tuple[int, int, Any]] = {}
         self.dead: set[Hashable] | None = set() if unique_ids else None
         self.position = 0
 
-    def _fail(self, msg: Message, problem: str) -> None:
+    def _fail(self, msg: Message, problem: str) -> NoReturn:
         raise InvalidStream(f"{self.name}, message #{self.position} {msg!r}: {problem}")
 
     def check(self, msg: Message) -> None:
@@ -176,16 +186,22 @@ class StreamValidator:
                 self._fail(msg, f"insert starts at {msg.start}, behind the CTI {self.cti}")
             if msg.id in self.live or (self.dead is not None and msg.id in self.dead):
                 self._fail(msg, f"duplicate id {msg.id!r}; ids must be unique within a stream")
-            self.live[msg.id] = (msg.start, msg.end)
+            self.live[msg.id] = (msg.start, msg.end, msg.payload)
         elif kind is Retract:
-            lifetime = self.live.get(msg.id)
-            if lifetime is None:
+            live = self.live.get(msg.id)
+            if live is None:
                 self._fail(msg, f"retraction of unknown id {msg.id!r} (never inserted, or "
                                 "already fully retracted)")
-            elif lifetime != (msg.start, msg.end):
+            start, end, payload = live
+            if (start, end) != (msg.start, msg.end):
                 self._fail(msg, f"retraction lifetime [{fmt_time(msg.start)}, "
                                 f"{fmt_time(msg.end)}) does not match the live event "
-                                f"[{fmt_time(lifetime[0])}, {fmt_time(lifetime[1])})")
+                                f"[{fmt_time(start)}, {fmt_time(end)})")
+            if not same_payload(msg.payload, payload):
+                self._fail(msg, f"retraction payload {msg.payload!r} is not the payload "
+                                f"{payload!r} its insert carried; a retraction repeats its "
+                                f"insert's payload (change a payload by retracting the event "
+                                f"fully and inserting a new one)")
             if msg.sync_time < self.cti:
                 self._fail(msg, f"retraction changes time {msg.sync_time}, behind the CTI "
                                 f"{self.cti}")
@@ -194,7 +210,7 @@ class StreamValidator:
                 if self.dead is not None:
                     self.dead.add(msg.id)
             else:
-                self.live[msg.id] = (msg.start, msg.new_end)
+                self.live[msg.id] = (start, msg.new_end, payload)
         elif kind is Cti:
             if msg.time < self.cti:
                 self._fail(msg, f"CTI goes back from {self.cti} to {msg.time}")

@@ -136,10 +136,12 @@ def test_late_rows_are_dropped_or_adjusted_and_visible_in_late():
 BAD_MESSAGES = [
     (Retract("zz", 1, 2, 1), "retraction of unknown id 'zz'"),
     (Retract("a", 1, 9, 4), "does not match the live event [1, 3)"),
+    (Retract("a", 1, 3, 2, "forged"), "retraction payload 'forged' is not the payload 'x'"),
+    (Retract("a", 1, 3, 1, "forged"), "retraction payload 'forged' is not the payload 'x'"),
     (Cti(1), "CTI goes back from 2 to 1"),
     (Insert("a", 5, 6), "duplicate id 'a'"),
     (Insert("c", 1, 2), "insert starts at 1, behind the CTI 2"),
-    (Retract("a", 1, 3, 1), "retraction changes time 1, behind the CTI 2"),
+    (Retract("a", 1, 3, 1, "x"), "retraction changes time 1, behind the CTI 2"),
     ("Insert(a, 1, 2)", "not a physical message"),
     (None, "not a physical message"),
     ((0, "x", 1, 2, None), "not a physical message"),
