@@ -8,7 +8,12 @@ The output lifetime of an event ``[s, e)`` is ``[s', e')`` with
   the input lifetime (an open end is passed as ``MAX_TIME`` and a result far beyond any real
   time stays ∞); ``None`` keeps the length (``e' = e + s' - s``). ∞ stays ∞.
 
-An output whose lifetime would be empty (``e' <= s'``) is not emitted. Because a duration
+An output whose lifetime would be empty (``e' <= s'``) is not emitted.
+
+The ends of the time axis: a finite ``e'`` past the axis is cut to its last finite instant
+``LAST = MAX_TIME - 1`` (it stays finite: ``MAX_TIME`` is ∞); an event whose ``s'`` leaves the
+axis (below ``MIN_TIME``, at or past ``LAST``) has no output and goes to :attr:`dead_letters`
+with the reason, as do its retractions. The query goes on. Because a duration
 function may depend on the input's end, a retraction can make an output event *change*,
 *vanish* (retracted fully) or *appear* (inserted). An event that reappears after vanishing gets
 a fresh id (:class:`~operators.events.FreshId`), so output ids are never reused.
@@ -36,17 +41,20 @@ from sortedcontainers import SortedList
 
 from .base import Processor
 from .columns import Columns
+from .errors import DeadLetter
 from .events import MAX_TIME, MIN_TIME, FreshId, Insert, Message, Retract, add_time
 
 #: Ends computed from an open end that land beyond this (year ~148,000) count as ∞.
 _FAR_FUTURE = MAX_TIME // 2
+#: The last finite instant of the time axis (MAX_TIME is ∞): finite ends are cut to it.
+LAST = MAX_TIME - 1
 
 StartFn = Callable[[int], int]
 DurationFn = Callable[[int, int], int]
 
 
 class AlterLifetime(Processor):
-    _state_fields = ("generation", "open_by_end", "open_by_hold", "in_cti")
+    _state_fields = ("generation", "open_by_end", "open_by_hold", "in_cti", "dead_letters")
 
     def __init__(
         self,
@@ -83,20 +91,47 @@ class AlterLifetime(Processor):
         self.open_by_end: SortedList = SortedList()  # (end, hold, id)
         self.open_by_hold: SortedList = SortedList()  # (hold, id)
         self.in_cti = MIN_TIME
+        self.dead_letters: list[DeadLetter] = []
+        #: how the dead letters name this operator's lifetime mapping
+        self.what = "the start function"
 
     # -- the lifetime mapping -----------------------------------------------------------
     def map_start(self, s: int) -> int:
         return self.start_fn(s) if self.start_fn is not None else s
 
     def map_end(self, s: int, s2: int, e: int) -> int:
+        """The output end: ∞ for an open one, else cut to the last finite instant of the
+        axis, ``LAST``."""
         d = self.duration
         if d is None:
-            return add_time(e, s2 - s)
-        if isinstance(d, int):
-            return add_time(s2, d)
-        e2 = add_time(s2, d(s, e))
-        # a function of an open end (∞) that returns "∞ minus a little" keeps the end open
-        return MAX_TIME if e == MAX_TIME and e2 >= _FAR_FUTURE else e2
+            if e == MAX_TIME:
+                return MAX_TIME
+            e2 = e + s2 - s
+        elif isinstance(d, int):
+            e2 = s2 + d
+        else:
+            e2 = s2 + d(s, e)
+            # a function of an open end (∞) that returns "∞ minus a little" keeps the end open
+            if e == MAX_TIME and e2 >= _FAR_FUTURE:
+                return MAX_TIME
+        return e2 if e2 < LAST else LAST
+
+    def lifetime(self, msg: Message, s: int, e: int) -> tuple[int, int]:
+        """The output lifetime ``(s', e')`` of ``[s, e)``; an empty one (``e' <= s'``) when
+        it has no output event, a start off the time axis included (then a dead letter says
+        why)."""
+        s2 = self.map_start(s)
+        if s == e:  # a full retraction
+            return s2, s2
+        if not MIN_TIME <= s2 < LAST:
+            where = "before the start" if s2 < MIN_TIME else "at or past the end"
+            self._dead(msg, f"{self.what} moves the start {s} to {s2}: {where} of the time "
+                            f"axis [MIN_TIME, MAX_TIME - 1); the event has no output")
+            return s2, s2
+        return s2, self.map_end(s, s2, e)
+
+    def _dead(self, msg: Message, reason: str) -> None:
+        self.dead_letters.append(DeadLetter(self.name, reason, msg))
 
     def out_id(self, id: Hashable) -> Hashable:
         gen = self.generation.get(id)
@@ -104,8 +139,7 @@ class AlterLifetime(Processor):
 
     # -- messages -----------------------------------------------------------------------
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
-        s2 = self.map_start(msg.start)
-        e2 = self.map_end(msg.start, s2, msg.end)
+        s2, e2 = self.lifetime(msg, msg.start, msg.end)
         if self.holds_cti:
             hold = s2 - msg.start if self.relative_hold else s2
             self.open_by_end.add((msg.end, hold, msg.id))
@@ -124,15 +158,17 @@ class AlterLifetime(Processor):
         with nothing to hold (what :meth:`on_insert` does event by event)."""
         d = self.duration
         if (self.start_fn is None and type(d) is int and len(msg)
-                and int(msg.starts.max()) <= MAX_TIME - d):
+                and int(msg.starts.max()) < LAST - d):
             return [Columns(msg.ids, msg.starts, msg.starts + d, msg.payload)]
         return super().on_columns(msg, port)
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
-        s, s2 = msg.start, self.map_start(msg.start)
-        old = self.map_end(s, s2, msg.end)
+        s = msg.start
         full = msg.new_end == s
-        new = s2 if full else self.map_end(s, s2, msg.new_end)
+        dead = len(self.dead_letters)
+        s2, old = self.lifetime(msg, s, msg.end)
+        del self.dead_letters[dead:]  # said when the old lifetime arrived
+        new = self.lifetime(msg, s, msg.new_end)[1]
         if self.holds_cti:
             hold = s2 - s if self.relative_hold else s2
             self.open_by_end.remove((msg.end, hold, msg.id))
@@ -174,6 +210,8 @@ class AlterLifetime(Processor):
             if by_hold:
                 hold = by_hold[0][0]
                 out_time = min(out_time, time + hold if self.relative_hold else hold)
+        if time != MAX_TIME:  # cut to the axis, as ends are
+            out_time = min(max(out_time, MIN_TIME), LAST)
         return self.emit_cti(out_time)
 
     def state_size(self) -> int:

@@ -1,34 +1,64 @@
 """``shift(delta)``: move every lifetime by ``delta`` ticks (a span operator).
 
 ``[s, e)`` becomes ``[s + delta, e + delta)`` (∞ stays ∞); retractions move with their event and
-``Cti(c)`` becomes ``Cti(c + delta)``.
+``Cti(c)`` becomes ``Cti(c + delta)``. It is ``alter_lifetime(start=lambda s: s + delta)``,
+whose end follows the start and whose CTI needs no holding back.
 
     >>> from operators.events import Insert, Cti
     >>> Shift(10).process([Insert("a", 0, 5, None), Cti(3)])
     [Insert(id='a', start=10, end=15, payload=None), Cti(time=13)]
+
+At the ends of the time axis (see :mod:`operators.alter_lifetime`): a finite end moved past it
+is cut to its last finite instant ``MAX_TIME - 1``; an event whose start leaves it has no
+output and goes to the dead letters with the reason. The query goes on.
+
+    >>> from operators.events import MAX_TIME
+    >>> op = Shift(10)
+    >>> op.process([Insert("a", MAX_TIME - 20, MAX_TIME - 5, None)])
+    [Insert(id='a', start=9223372036854775797, end=9223372036854775806, payload=None)]
+    >>> op.process([Insert("b", MAX_TIME - 5, MAX_TIME - 2, None)])
+    []
+    >>> op.dead_letters[0].reason
+    'shift(10) moves the start 9223372036854775802 to 9223372036854775812: at or past the \
+end of the time axis [MIN_TIME, MAX_TIME - 1); the event has no output'
 """
 
 from __future__ import annotations
 
-from .base import Processor
-from .events import Insert, Message, Retract, add_time
+import numpy as np
+
+from .alter_lifetime import LAST, AlterLifetime
+from .columns import Columns
+from .events import MAX_TIME, MIN_TIME, Message
 
 
-class Shift(Processor):
+class Shift(AlterLifetime):
     def __init__(self, delta: int, name: str | None = None) -> None:
-        super().__init__(name)
         if isinstance(delta, bool) or not isinstance(delta, int):
             raise TypeError(f"shift: delta must be an int number of ticks, got {delta!r}")
+        super().__init__(name=name)
         self.delta = delta
+        self.what = f"shift({delta})"
 
-    def on_insert(self, msg: Insert, port: int) -> list[Message]:
-        d = self.delta
-        return [Insert(msg.id, add_time(msg.start, d), add_time(msg.end, d), msg.payload)]
+    def map_start(self, s: int) -> int:
+        return s + self.delta
 
-    def on_retract(self, msg: Retract, port: int) -> list[Message]:
-        d = self.delta
-        return [Retract(msg.id, add_time(msg.start, d), add_time(msg.end, d),
-                        add_time(msg.new_end, d), msg.payload)]
-
-    def on_cti(self, time: int, port: int) -> list[Message]:
-        return self.emit_cti(add_time(time, self.delta))
+    def on_columns(self, msg: Columns, port: int) -> list[Message]:
+        """Every lifetime at once when all of them stay on the axis."""
+        d, n = self.delta, len(msg)
+        if not n:
+            return []
+        if not MIN_TIME <= d <= MAX_TIME:  # beyond int64: event by event
+            return super().on_columns(msg, port)
+        lo, hi = int(msg.starts.min()), int(msg.starts.max())
+        if msg.points:
+            fits = MIN_TIME <= lo + d and hi + d + 1 <= LAST
+            return [Columns(msg.ids, msg.starts + d, None, msg.payload)] if fits else \
+                super().on_columns(msg, port)
+        ends = msg.ends
+        finite = ends != MAX_TIME
+        top = int(ends[finite].max()) if finite.any() else MIN_TIME
+        if MIN_TIME <= lo + d and hi + d < LAST and top + d <= LAST:
+            return [Columns(msg.ids, msg.starts + d, np.where(finite, ends + d, MAX_TIME),
+                            msg.payload)]
+        return super().on_columns(msg, port)

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from operators.events import MAX_TIME
+from operators.events import MAX_TIME, MIN_TIME
 
 Rows = list[tuple[int, int, Any]]
 
 
-def _plus(t: int, d: int) -> int:
-    return MAX_TIME if t == MAX_TIME else max(min(t + d, MAX_TIME), -MAX_TIME)
+#: The last finite instant of the time axis (MAX_TIME is ∞).
+LAST = MAX_TIME - 1
+
+
+def _on_axis(s: int, e: int) -> tuple[int, int] | None:
+    """``(s, e)``, or None for an event whose start is off the time axis: it has no output
+    (the operator dead-letters it). Callers cut a finite end past the axis to ``LAST``."""
+    return (s, e) if MIN_TIME <= s < LAST else None
 
 
 def where(rows: Rows, pred: Callable[[Any], bool]) -> Rows:
@@ -27,7 +33,12 @@ def select(rows: Rows, fn: Callable[[Any], Any]) -> Rows:
 
 
 def shift(rows: Rows, delta: int) -> Rows:
-    return [(_plus(s, delta), _plus(e, delta), p) for s, e, p in rows]
+    out = []
+    for s, e, p in rows:
+        cut = _on_axis(s + delta, e if e == MAX_TIME else min(e + delta, LAST))
+        if cut is not None:
+            out.append((*cut, p))
+    return out
 
 
 def to_points(rows: Rows) -> Rows:
@@ -44,14 +55,13 @@ def alter_lifetime(rows: Rows, start: Callable[[int], int] | None = None,
     for s, e, p in rows:
         s2 = start(s) if start else s
         if duration is None:
-            e2 = _plus(e, s2 - s)
+            e2 = e if e == MAX_TIME else min(e + s2 - s, LAST)
         elif isinstance(duration, int):
-            e2 = s2 + duration
+            e2 = min(s2 + duration, LAST)
         else:
             e2 = s2 + duration(s, e)
-            if e == MAX_TIME and e2 >= MAX_TIME // 2:
-                e2 = MAX_TIME
-            e2 = min(e2, MAX_TIME)
-        if e2 > s2:
-            out.append((s2, e2, p))
+            e2 = MAX_TIME if e == MAX_TIME and e2 >= MAX_TIME // 2 else min(e2, LAST)
+        cut = _on_axis(s2, e2)
+        if cut is not None and cut[1] > cut[0]:
+            out.append((*cut, p))
     return out

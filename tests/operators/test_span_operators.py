@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from operators.alter_lifetime import AlterLifetime
 from operators.clip_duration import ClipDuration
 from operators.errors import OperatorError
-from operators.events import MAX_TIME, Cti, Insert, Retract
+from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Retract
 from operators.select import Select
 from operators.shift import Shift
 from operators.to_points import ToPoints
@@ -32,6 +32,21 @@ CASES = {
                lambda s: s.select(lambda p: (p, p * 3))),
     "shift+": (lambda: Shift(7), lambda r: ref.shift(r, 7), lambda s: s.shift(7)),
     "shift-": (lambda: Shift(-5), lambda r: ref.shift(r, -5), lambda s: s.shift(-5)),
+    # the ends of the time axis: events moved off it have no output (dead letters), and
+    # retractions move them off and back on
+    "shift_past_end": (lambda: Shift(MAX_TIME - 40), lambda r: ref.shift(r, MAX_TIME - 40),
+                       lambda s: s.shift(MAX_TIME - 40)),
+    "shift_before_start": (lambda: Shift(MIN_TIME - 20), lambda r: ref.shift(r, MIN_TIME - 20),
+                           lambda s: s.shift(MIN_TIME - 20)),
+    "alter_past_end": (lambda: AlterLifetime(start=lambda s: s + (MAX_TIME - 60), duration=8),
+                       lambda r: ref.alter_lifetime(r, start=lambda s: s + (MAX_TIME - 60),
+                                                    duration=8),
+                       lambda s: s.alter_lifetime(start=lambda t: t + (MAX_TIME - 60),
+                                                  duration=8)),
+    "alter_end_past": (lambda: AlterLifetime(duration=lambda s, e: e - s + (MAX_TIME - 80)),
+                       lambda r: ref.alter_lifetime(
+                           r, duration=lambda s, e: e - s + (MAX_TIME - 80)),
+                       lambda s: s.alter_lifetime(duration=lambda t, e: e - t + (MAX_TIME - 80))),
     "to_points": (ToPoints, ref.to_points, lambda s: s.to_points()),
     "clip_duration": (lambda: ClipDuration(4), lambda r: ref.clip_duration(r, 4),
                       lambda s: s.clip_duration(4)),
