@@ -16,11 +16,14 @@ same partition whichever actor routes it.
 
 from __future__ import annotations
 
+import numbers
 import pickle
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from operators.columns import Columns, expand
 from operators.errors import OperatorError
@@ -28,11 +31,14 @@ from operators.events import Cti, Message
 
 
 def stable_hash(key: Any) -> int:
-    """A hash of ``key`` that is the same in every process (equal numbers hash equally)."""
-    if isinstance(key, float) and key.is_integer():
-        key = int(key)
-    if isinstance(key, int):  # bools too: True == 1
-        return int(key) & 0x7FFFFFFFFFFFFFFF
+    """A hash of ``key`` that is the same in every process, and equal for keys that compare
+    equal: ``1``, ``True``, ``1.0``, ``np.int64(1)``, ``np.float32(1.0)``, ``Decimal(1)`` and
+    ``Fraction(1)`` are one key (Python's numeric hash is defined across number types and is
+    not salted per process, unlike ``hash()`` of a string)."""
+    if isinstance(key, (numbers.Number, np.generic)) and not isinstance(key, (str, bytes)):
+        if key != key:  # noqa: PLR0124 -- NaN hashes by identity: every NaN to one place
+            return 0
+        return hash(key) & 0x7FFFFFFFFFFFFFFF
     if isinstance(key, str):
         return zlib.crc32(key.encode("utf-8", "surrogatepass"))
     if isinstance(key, bytes):

@@ -434,6 +434,11 @@ class _Extreme(_Builtin):
         get, who = self._get, self.udm_name
         for p in values:
             v = get(p)
+            if v is None:  # alone, or beside NaN, a SortedList would not notice
+                raise TypeError(f"{who}: cannot order None (a missing value) among the "
+                                f"window's values; drop missing values first (where(...)) or "
+                                f"pass a field (a key, attribute or function) that reads "
+                                f"comparable values")
             _sorted_add(state, _order_key(v), who, v)
         return state
 
