@@ -35,14 +35,14 @@ Retract(id='a', start=0, end=9223372036854775807, new_end=0, payload='x')]
 
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable
+from typing import Callable, Hashable
 
 from sortedcontainers import SortedList
 
 from .base import Processor
 from .columns import Columns
 from .errors import DeadLetter
-from .events import MAX_TIME, MIN_TIME, FreshId, Insert, Message, Retract, add_time
+from .events import MAX_TIME, MIN_TIME, FreshId, Insert, Message, Retract
 
 #: Ends computed from an open end that land beyond this (year ~148,000) count as ∞.
 _FAR_FUTURE = MAX_TIME // 2

@@ -186,7 +186,3 @@ class CtiMerge:
                 return low
         return None
 
-
-def run(op: Processor, messages: Iterable[Message], port: int = 0) -> list[Message]:
-    """Feed a whole stream to one operator and return its output (a convenience for tests)."""
-    return op.process(messages, port)

@@ -20,7 +20,7 @@ return the output messages) or :meth:`Stream.deploy` (a live query on Ray, see
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -345,7 +345,3 @@ class _Batches:
     def __iter__(self) -> Any:
         return iter(self.make())
 
-
-def from_events(messages: Sequence[Message]) -> Stream:
-    """Shorthand for :meth:`Stream.from_events`."""
-    return Stream.from_events(messages)
