@@ -46,7 +46,6 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -185,8 +184,8 @@ class OperatorShell:
             self.is_sink = bool(self.ckpt and self.ckpt.get("sink"))
             if self.ckpt and config.get("restore"):
                 self._restore(ck.load(config["restore"]))
-            self._poll_every = getattr(self.proc, "poll_every_s", None)
-            self._poll = getattr(self.proc, "poll", None) if self._poll_every else None
+            self._poll_every = self.proc.poll_every_s
+            self._poll = self.proc.poll if self._poll_every else None
         if self._timer is None:
             self._timer = threading.Thread(target=self._tick_loop, name="cedar-flush",
                                            daemon=True)
@@ -305,10 +304,8 @@ class OperatorShell:
                 return
             ready: list[tuple[_Target, list[Message]]] = []
             if self.error is None:
-                finish: Callable[[], list[Message]] | None = getattr(
-                    self.proc, "finish", None)
                 try:
-                    ready = self._emit(finish() if finish is not None else [], force=True)
+                    ready = self._emit(self.proc.finish(), force=True)
                 except Exception as exc:  # noqa: BLE001 - reported downstream with the step
                     self._failed(exc)
             self.finished = True
@@ -640,15 +637,14 @@ class OperatorShell:
                 step=self.step, operator=self.describe, pid=os.getpid(), **self.counts,
                 cti=self.out_cti,
                 state_size=proc.state_size() if proc is not None else 0,
-                late=len(getattr(proc, "late", ()) or ()),
-                dead_letters=len(getattr(proc, "dead_letters", ()) or ()),
+                late=len(proc.late) if proc is not None else 0,
+                dead_letters=len(proc.dead_letters) if proc is not None else 0,
                 buffered=sum(map(len, self.buffers)), in_flight=in_flight,
                 subscribers=len(self.subs), finished=self.finished, error=self.error,
                 epoch=self.epoch, restored_from=self.restored_from,
             )
-            source_stats = getattr(proc, "stats", None)
-            if isinstance(source_stats, dict):
-                s["source"] = dict(source_stats)
+            if proc is not None and proc.stats is not None:
+                s["source"] = dict(proc.stats)
             return s
 
     @ray.method(concurrency_group="control")
@@ -661,8 +657,10 @@ class OperatorShell:
     @ray.method(concurrency_group="control")
     def records(self, kind: str) -> list[Any]:
         """The ``"late"`` or ``"dead_letters"`` records of the processor."""
+        if kind not in ("late", "dead_letters"):
+            raise ValueError(f"records({kind!r}): ask for 'late' or 'dead_letters'")
         with self._lock:
-            return list(getattr(self.proc, kind, ()) or ())
+            return [] if self.proc is None else list(getattr(self.proc, kind))
 
     @ray.method(concurrency_group="control")
     def manifest(self) -> dict[str, Any]:

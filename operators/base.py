@@ -8,17 +8,22 @@ Subclasses implement ``on_insert``, ``on_retract`` and ``on_cti`` (each returns 
 messages), list their mutable state in ``_state_fields`` so that :meth:`snapshot` /
 :meth:`restore` can checkpoint them, and may override :meth:`_check` with invariants that tests
 call after every step.
+
+Everything else a runtime calls is declared here with a default, so no runtime has to guess
+with ``getattr``: :meth:`finish` at the end of input, :meth:`poll` every :attr:`poll_every_s`
+seconds of wall clock, the records :attr:`dead_letters` and :attr:`late`, :attr:`stats` (a
+source's row accounting) and :meth:`children` (the processors one hosts).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
 from .cht import InvalidStream
 from .columns import Columns
-from .errors import OperatorError
+from .errors import DeadLetter, LateEvent, OperatorError
 from .events import MIN_TIME, Cti, Insert, Message, Retract, fmt_time
 
 
@@ -39,6 +44,17 @@ class Processor:
     #: The input CTI of each port so far (created lazily by :meth:`process`, as multi-input
     #: operators set ``n_inputs`` after ``__init__``); part of the snapshot.
     in_ctis: list[int] | None = None
+
+    #: Inputs this processor could not process (:class:`~operators.errors.DeadLetter`); one
+    #: that records them keeps its own list.
+    dead_letters: Sequence[DeadLetter] = ()
+    #: Events a source dropped or adjusted by its late-event policy
+    #: (:class:`~operators.errors.LateEvent`).
+    late: Sequence[LateEvent] = ()
+    #: A source's row accounting (``received``, ``processed``, ...), or None.
+    stats: dict[str, int] | None = None
+    #: How often the runtime calls :meth:`poll` with its wall clock (None: never).
+    poll_every_s: float | None = None
 
     # -- the runtime's entry points -------------------------------------------------------
     def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
@@ -87,6 +103,20 @@ class Processor:
                 f"(input {port}): {type(exc).__name__}: {exc}"
             ) from exc
         return out
+
+    def finish(self) -> list[Message]:
+        """End of input on every port: the last output (a source's final CTI, the failures a
+        window still holds). Nothing by default."""
+        return []
+
+    def poll(self, now: float) -> list[Message]:
+        """Called every :attr:`poll_every_s` seconds with the runtime's clock (a source's idle
+        timeout). Nothing by default."""
+        return []
+
+    def children(self) -> Iterable[Processor]:
+        """The processors this one hosts (the stages of a chain or an in-process plan)."""
+        return ()
 
     def end_batch(self) -> list[Message]:
         """Called after the last message of every batch: an operator that defers its output

@@ -38,17 +38,18 @@ class Chain(Processor):
         return msgs
 
     def finish(self) -> list[Message]:
-        """End of input: each stage with a ``finish()`` (a window records the failures of the
-        windows it still holds) flushes, its output running through the later stages."""
+        """End of input: each stage flushes (a window records the failures of the windows it
+        still holds), its output running through the later stages."""
         msgs: list[Message] = []
         for stage in self.stages:
             if msgs:
                 msgs = stage.process(msgs, 0)
-            fin = getattr(stage, "finish", None)
-            if fin is not None:
-                msgs.extend(fin())
+            msgs.extend(stage.finish())
         self.out_cti = self.stages[-1].out_cti
         return msgs
+
+    def children(self) -> Iterable[Processor]:
+        return self.stages
 
     def state_size(self) -> int:
         return sum(s.state_size() for s in self.stages)

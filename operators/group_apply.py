@@ -144,19 +144,16 @@ class GroupApply(Processor):
                 group[G_CTI] = m.time
 
     def finish(self) -> list[Message]:
-        """End of input: every group's sub-query with a ``finish()`` flushes (a window records
-        the failures of the windows it still holds in the dead letters)."""
+        """End of input: every group's sub-query flushes (a window records the failures of the
+        windows it still holds in the dead letters)."""
         out: list[Message] = []
         for key, group in list(self.groups.items()):
-            fin = getattr(group[G_SUB], "finish", None)
-            if fin is not None:
-                try:
-                    result = fin()
-                except (OperatorError, InvalidStream) as exc:
-                    raise OperatorError(f"group_apply {self.name!r}, group {key!r}: {exc}") \
-                        from exc
-                _take_dead_letters(group[G_SUB], self.dead_letters)
-                self._tag(key, group, result, out)
+            try:
+                result = group[G_SUB].finish()
+            except (OperatorError, InvalidStream) as exc:
+                raise OperatorError(f"group_apply {self.name!r}, group {key!r}: {exc}") from exc
+            _take_dead_letters(group[G_SUB], self.dead_letters)
+            self._tag(key, group, result, out)
         return out
 
     # -- the runtime's entry point --------------------------------------------------------
@@ -312,13 +309,12 @@ class GroupApply(Processor):
         assert self.out_cti <= self.template_cti
 
 
-def _take_dead_letters(proc: Any, into: list[DeadLetter]) -> None:
+def _take_dead_letters(proc: Processor, into: list[DeadLetter]) -> None:
     """Move the dead letters of a sub-query (one operator, a Chain of them or an in-process
     DAG) into ``into``, so they outlive the group."""
-    records = getattr(proc, "dead_letters", None)
+    records = proc.dead_letters
     if records:
         into.extend(records)
-        records.clear()
-    for inner in getattr(proc, "stages", None) or getattr(proc, "procs", {}).values() or ():
-        if isinstance(inner, Processor):
-            _take_dead_letters(inner, into)
+        records.clear()  # type: ignore[attr-defined]  # a non-empty one is the proc's list
+    for inner in proc.children():
+        _take_dead_letters(inner, into)

@@ -69,15 +69,16 @@ class DagProcessor(Processor):
                 self._push(e.dst, e.port, part, out)
 
     def finish(self) -> list[Message]:
-        """End of input: every stage with a ``finish()`` (sources) flushes, in plan order."""
+        """End of input: every stage flushes (sources emit their final CTI), in plan order."""
         out: list[Message] = []
         for step, proc in self.procs.items():
-            fin = getattr(proc, "finish", None)
-            if fin is not None:
-                res = fin()
-                if res:
-                    self._forward(step, res, out)
+            res = proc.finish()
+            if res:
+                self._forward(step, res, out)
         return out
+
+    def children(self) -> Iterable[Processor]:
+        return self.procs.values()
 
     def state_size(self) -> int:
         return sum(p.state_size() for p in self.procs.values())
