@@ -1,0 +1,45 @@
+"""The Ray test bodies of the suite, run again on a three-node cluster (see ``conftest.py``):
+the differential tests of every operator family against the reference evaluators, and the
+runtime tests; results must equal the inline runtime's. Plus where the actors ran."""
+
+from __future__ import annotations
+
+import tests.topology.test_differential as differential
+import tests.topology.test_runtimes as runtimes
+from operators.aggregates import Count
+from operators.cht import to_cht
+from tests.kit import assert_equivalent
+from topology import Stream
+
+# the same test functions, collected here so that they use this folder's ray_session
+globals().update({k: v for k, v in vars(differential).items() if k.startswith("test_ray")})
+globals().update({k: v for k, v in vars(runtimes).items() if k.startswith("test_")})
+
+
+def _nodes_of(query: str) -> dict[str, str]:
+    """step -> node id of the live actors of a deployed query (from the GCS)."""
+    from ray._private import state
+
+    out = {}
+    for a in state.actors().values():
+        name = a.get("Name") or ""
+        if a.get("State") == "ALIVE" and name.startswith(f"{query}/"):
+            out[name.split("/", 1)[1]] = a["Address"]["NodeID"]
+    return out
+
+
+def test_a_partitioned_query_spreads_over_the_nodes(ray_session, cluster):
+    assert len([node for node in ray_session.nodes() if node["Alive"]]) == 3
+    rows = [{"t": i, "k": i % 7} for i in range(20_000)]
+    q = (Stream.from_rows(rows, start="t")
+         .group_apply(lambda p: p["k"], lambda g: g.tumbling_window(1_000).aggregate(Count()),
+                      partitions=4))
+    live = q.deploy("spread-check", history=True)
+    try:
+        live.wait()
+        nodes = _nodes_of("spread-check")
+        assert len(nodes) == len(live.steps)
+        assert len(set(nodes.values())) == 3, nodes
+        assert_equivalent(live.snapshot(), to_cht(q.collect("inline")))
+    finally:
+        live.stop()
