@@ -13,7 +13,7 @@ from tests.conftest import REPO
 
 def test_the_ray_tests_pass_on_a_three_node_cluster():
     env = dict(os.environ, CEDAR_CLUSTER="1")
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs",
                           "tests/cluster"], cwd=REPO, env=env, capture_output=True, text=True,
                          timeout=1800)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
