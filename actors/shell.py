@@ -68,6 +68,8 @@ ACTOR_OPTIONS: dict[str, Any] = {
     "max_task_retries": 0,
     "max_concurrency": 1,
     "concurrency_groups": {"control": 1, "io": 4},
+    # over the nodes of a cluster (topology.deploy's placement= chooses per query)
+    "scheduling_strategy": "SPREAD",
 }
 #: How long the timer waits for the data path before it tries again.
 TICK_S = 0.005
@@ -113,6 +115,8 @@ class OperatorShell:
         self._timer: threading.Thread | None = None
         #: set while a buffer waits for its time bound: the timer sleeps otherwise
         self._armed = threading.Event()
+        #: the Ray node this actor runs on
+        self.node = ray.get_runtime_context().get_node_id()
         self._reset()
 
     # -- configuration ----------------------------------------------------------------------
@@ -634,7 +638,8 @@ class OperatorShell:
             proc = self.proc
             in_flight = sum(len(t.inflight) for t in self.targets)
             s: dict[str, Any] = dict(
-                step=self.step, operator=self.describe, pid=os.getpid(), **self.counts,
+                step=self.step, operator=self.describe, pid=os.getpid(), node=self.node,
+                **self.counts,
                 cti=self.out_cti,
                 state_size=proc.state_size() if proc is not None else 0,
                 late=len(proc.late) if proc is not None else 0,

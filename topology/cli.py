@@ -114,11 +114,12 @@ def _inspect(args: Any) -> int:
     q = attach(args.name, args.address)
     stats = q.stats()
     print(f"query {args.name!r}: {len(stats)} steps")
-    print(f"  {'step':<28}{'in':>10}{'out':>10}{'cti':>22}{'state':>8}{'late':>6}{'dead':>6}")
+    print(f"  {'step':<28}{'in':>10}{'out':>10}{'cti':>22}{'state':>8}{'late':>6}{'dead':>6}"
+          f"  node")
     for step, s in stats.items():
         print(f"  {step:<28}{s.get('events_in', 0):>10,}{s.get('events_out', 0):>10,}"
               f"{fmt_time(s.get('cti', 0)):>22}{s.get('state_size', 0):>8,}"
-              f"{s.get('late', 0):>6,}{s.get('dead_letters', 0):>6,}")
+              f"{s.get('late', 0):>6,}{s.get('dead_letters', 0):>6,}  {s.get('node', '?')[:12]}")
     rows = q.snapshot()
     print(f"\nsnapshot: {len(rows):,} rows" + (f" (first {args.rows})" if len(rows) > args.rows
                                                 else ""))

@@ -401,8 +401,36 @@ def _kill(handles: Iterable[Any]) -> None:
             pass
 
 
+def _placement(placement: str | dict[str, str]) -> Callable[[str], dict[str, Any]]:
+    """The Ray scheduling options of each step's actor. ``"spread"`` (the default) deals the
+    steps round robin over the cluster's alive nodes, in node id order; ``"pack"`` leaves them
+    to Ray's default policy (which fills one node first); ``{step: node_id}`` pins those steps
+    to nodes and spreads the others. A query restarted after a node was lost is spread over the
+    nodes alive then."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if placement == "pack":
+        return lambda step: {"scheduling_strategy": "DEFAULT"}
+    pins = placement if isinstance(placement, dict) else {}
+    if not isinstance(placement, dict) and placement != "spread":
+        raise ValueError(f"placement={placement!r}: use 'spread', 'pack' or a dict "
+                         f"{{step: node_id}} (node ids: ray.nodes())")
+    nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+    dealt: dict[str, str] = {}
+
+    def options(step: str) -> dict[str, Any]:
+        if step in pins:
+            return {"scheduling_strategy": NodeAffinitySchedulingStrategy(pins[step], soft=False)}
+        node = dealt.setdefault(step, nodes[len(dealt) % len(nodes)])
+        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
+
+    return options
+
+
 def _supervise(plan: Plan, name: str, opts: dict[str, Any], root: str, every: int, *,
-               detached: bool, info: dict[str, Any], named: bool = False) -> Any:
+               detached: bool, info: dict[str, Any], named: bool = False,
+               placement: str | dict[str, str] = "spread") -> Any:
     """Start ``plan`` under a checkpointing :class:`~actors.supervisor.Supervisor`."""
     from actors.supervisor import Supervisor
 
@@ -415,8 +443,9 @@ def _supervise(plan: Plan, name: str, opts: dict[str, Any], root: str, every: in
     cls = shell_class()
 
     def start_actors(generation: int) -> dict[str, Any]:
+        place = _placement(placement)  # over the nodes alive now
         if not named:
-            return {s: cls.remote() for s in steps}
+            return {s: cls.options(**place(s)).remote() for s in steps}
         handles = {}
         lifetime = "detached" if detached else None
         for s in steps:
@@ -424,7 +453,7 @@ def _supervise(plan: Plan, name: str, opts: dict[str, Any], root: str, every: in
             while True:  # the name of a killed actor is freed shortly after its death
                 try:
                     handles[s] = cls.options(name=actor_name(name, s), namespace=NAMESPACE,
-                                             lifetime=lifetime).remote()
+                                             lifetime=lifetime, **place(s)).remote()
                     break
                 except ValueError:
                     if time.monotonic() > deadline:
@@ -454,8 +483,13 @@ def _supervise(plan: Plan, name: str, opts: dict[str, Any], root: str, every: in
 def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool = False,
                 batch_size: int = DEFAULT_BATCH, max_in_flight: int = DEFAULT_IN_FLIGHT,
                 flush_ms: float = DEFAULT_FLUSH_MS, checkpoint_dir: str | None = None,
-                checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY) -> Any:
+                checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+                placement: str | dict[str, str] = "spread") -> Any:
     """Start ``plan`` as the live query ``name`` and return its :class:`~topology.query.Query`.
+
+    ``placement`` puts the actors on the cluster's nodes: ``"spread"`` (default), ``"pack"``
+    or ``{step: node_id}`` pins (see :func:`_placement`); ``Query.stats()`` and
+    ``cedar inspect`` show each step's node.
 
     Actors are named ``<name>/<step>`` in namespace ``cedar`` (``detached``: they outlive this
     driver, until ``Query.stop()`` or the cluster's end). With ``history`` the sink keeps the
@@ -493,13 +527,14 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
                 "explain": plan.explain(), "created": time.time(), "sink": plan.sink,
                 "subscriptions": [], "checkpoint_dir": os.path.abspath(checkpoint_dir)}
         sup = _supervise(plan, name, opts, checkpoint_dir, checkpoint_every,
-                         detached=detached, info=info, named=True)
+                         detached=detached, info=info, named=True, placement=placement)
         return Query(name, sup.handles, sink=plan.sink, explain=info["explain"],
                      supervisor=sup)
     cls = shell_class()
     lifetime = "detached" if detached else None
+    place = _placement(placement)
     handles = {step: cls.options(name=actor_name(name, step), namespace=NAMESPACE,
-                                 lifetime=lifetime).remote()
+                                 lifetime=lifetime, **place(step)).remote()
                for step in plan.stages}
     info = {"query": name, "actors": {s: actor_name(name, s) for s in plan.stages},
                 "explain": plan.explain(), "created": time.time(), "sink": plan.sink,

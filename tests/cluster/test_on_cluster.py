@@ -17,7 +17,7 @@ globals().update({k: v for k, v in vars(runtimes).items() if k.startswith("test_
 
 
 def _nodes_of(query: str) -> dict[str, str]:
-    """step -> node id of the live actors of a deployed query (from the GCS)."""
+    """step -> node id of the live actors of a deployed query, from Ray's own records (GCS)."""
     from ray._private import state
 
     out = {}
@@ -28,18 +28,37 @@ def _nodes_of(query: str) -> dict[str, str]:
     return out
 
 
+def _query(partitions: int = 4) -> Stream:
+    rows = [{"t": i, "k": i % 7} for i in range(20_000)]
+    return (Stream.from_rows(rows, start="t")
+            .group_apply(lambda p: p["k"], lambda g: g.tumbling_window(1_000).aggregate(Count()),
+                         partitions=partitions))
+
+
 def test_a_partitioned_query_spreads_over_the_nodes(ray_session, cluster):
     assert len([node for node in ray_session.nodes() if node["Alive"]]) == 3
-    rows = [{"t": i, "k": i % 7} for i in range(20_000)]
-    q = (Stream.from_rows(rows, start="t")
-         .group_apply(lambda p: p["k"], lambda g: g.tumbling_window(1_000).aggregate(Count()),
-                      partitions=4))
+    q = _query()
     live = q.deploy("spread-check", history=True)
     try:
         live.wait()
         nodes = _nodes_of("spread-check")
         assert len(nodes) == len(live.steps)
         assert len(set(nodes.values())) == 3, nodes
+        # the query's own stats say the same
+        assert {s: st["node"] for s, st in live.stats().items()} == nodes
+        assert_equivalent(live.snapshot(), to_cht(q.collect("inline")))
+    finally:
+        live.stop()
+
+
+def test_steps_can_be_pinned_to_a_node(ray_session, cluster):
+    worker = cluster[1][0].node_id
+    q = _query(partitions=2)
+    steps = list(q.plan().stages)
+    live = q.deploy("pin-check", history=True, placement={s: worker for s in steps})
+    try:
+        live.wait()
+        assert set(_nodes_of("pin-check").values()) == {worker}
         assert_equivalent(live.snapshot(), to_cht(q.collect("inline")))
     finally:
         live.stop()
