@@ -40,6 +40,7 @@ import numpy as np
 from sortedcontainers import SortedList
 
 from .events import MAX_TIME, MIN_TIME, fmt_time
+from .expr import evaluate, trace
 from .udm import IncrementalAggregate, Window, field_getter, register, resolve
 
 __all__ = ["Aggregates", "Avg", "Count", "Max", "Min", "Sum", "TimeWeightedAverage", "TopK", "canonical"]
@@ -295,10 +296,7 @@ class Sum(_Builtin):
 
     def _column(self, columns: Any, n: int) -> np.ndarray | None:
         """The field's column when add_groups takes it: n finite, normal float64 values."""
-        try:
-            column = self._get(columns)
-        except Exception:  # noqa: BLE001 (not a column-wise field: add() reports errors)
-            return None
+        column = evaluate(trace(self._get), columns, n)
         if not (isinstance(column, np.ndarray) and column.shape == (n,) and n
                 and column.dtype == np.float64):
             return None

@@ -20,31 +20,25 @@ operator with a vectorised path (``where``, ``select``, the keyed window aggrega
     [Insert(id=0, start=5, end=6, payload={'k': 1, 'v': 0.5}),
      Insert(id=1, start=7, end=8, payload={'k': 2, 'v': 1.5})]
 
-**Vectorised user functions.** :func:`apply_columns` calls a user function once on the payload
-columns (``row["v"] >= 0.1`` on a dict of arrays is an array of bools). It is used only when
-the result has one value per event of a plain numeric or boolean type, and the same function
-called on single payloads agrees with it on sample events of every batch; otherwise the
-caller falls back to calling the function per event (and stops trying). A function that is
-not elementwise (``bool(...)``, ``and``/``or``, ``if``, ``math.sqrt``) raises or disagrees on
-columns and simply runs per event.
+**Vectorised user functions.** :func:`apply_columns` runs a user function once on the payload
+columns when that gives exactly what calling it per payload gives (the rule is in
+:mod:`operators.expr`), and returns None otherwise: the caller then calls it per event.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
 from .events import Insert, Message
+from .expr import evaluate, trace
 
 __all__ = ["Columns", "apply_columns", "concat", "count_events", "expand", "map_columns",
            "payload_list", "row_at"]
 
 _new = tuple.__new__
-#: dtype kinds a vectorised result may have: bool, signed and unsigned ints, floats.
-_PLAIN_KINDS = "biuf"
 
 
 class Columns:
@@ -185,30 +179,10 @@ def expand(batch: Iterable[Message | Columns]) -> Iterator[Message]:
             yield msg
 
 
-def _plain(result: Any, n: int) -> bool:
-    """One value per event, of a plain numeric or boolean dtype (object arrays could hide
-    anything; a scalar means the function did not work elementwise)."""
-    return (isinstance(result, np.ndarray) and result.shape == (n,)
-            and result.dtype.kind in _PLAIN_KINDS)
-
-
-def _same(a: Any, b: Any) -> bool:
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, tuple):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, float) and math.isnan(a):
-        return math.isnan(b)
-    return a == b  # type: ignore[no-any-return]
-
-
 def apply_columns(fn: Callable[[Any], Any], cols: Columns) -> Any:
-    """``fn`` applied to all payloads at once: an array, a tuple of arrays or a dict of
-    arrays with one plain value per event; ``None`` when ``fn`` cannot be applied column-wise
-    (it raised, returned something else, or disagreed with ``fn`` of a single payload on a
-    sample event; see the module doc).
+    """``fn`` applied to all payloads at once — an array, a tuple of arrays or a dict of
+    arrays holding exactly the values ``fn`` gives per payload — or None when ``fn`` (or these
+    values) must run per event (see :mod:`operators.expr`).
 
     >>> c = Columns(np.arange(3), np.arange(3), np.arange(1, 4), {"v": np.array([1, 5, 9])})
     >>> apply_columns(lambda r: r["v"] > 4, c)
@@ -218,25 +192,4 @@ def apply_columns(fn: Callable[[Any], Any], cols: Columns) -> Any:
     >>> apply_columns(lambda r: bool(r["v"] > 4), c) is None  # not elementwise
     True
     """
-    n = len(cols)
-    try:
-        with np.errstate(all="ignore"):
-            result = fn(cols.payload)
-    except Exception:  # noqa: BLE001 (not vectorisable: the caller runs fn per event)
-        return None
-    if isinstance(result, tuple):
-        ok = bool(result) and all(_plain(c, n) for c in result)
-    elif isinstance(result, dict):
-        ok = bool(result) and all(isinstance(k, str) and _plain(c, n) for k, c in result.items())
-    else:
-        ok = _plain(result, n)
-    if not ok:
-        return None
-    for i in {0, n // 2, n - 1} if n else ():
-        try:
-            expected = fn(cols.payload_at(i))
-        except Exception:  # noqa: BLE001 (the per-event path reports the error)
-            return None
-        if not _same(row_at(result, i), expected):
-            return None
-    return result
+    return evaluate(trace(fn), cols.payload, len(cols))

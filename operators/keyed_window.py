@@ -119,8 +119,6 @@ class KeyedWindowAggregate(Processor):
         self.open: dict[int, dict[Hashable, Any]] = {}
         self.next_id = 0
         self.seq = 0
-        #: False once ``key`` proved not to work on columns (then it runs per event)
-        self.vectorised = True
 
     @property
     def in_cti(self) -> int:
@@ -192,9 +190,9 @@ class KeyedWindowAggregate(Processor):
         lo, hi = int(starts.min()), int(starts.max())
         if hi >= _SAFE or lo <= -_SAFE or not (msg.points or (msg.ends - starts == 1).all()):
             return super().on_columns(msg, port)  # the per-event path names the culprit
-        keys = apply_columns(self.key, msg) if self.vectorised else None
-        if not isinstance(keys, np.ndarray):
-            self.vectorised = False
+        keys = apply_columns(self.key, msg)
+        if not (isinstance(keys, np.ndarray) and keys.dtype.kind in "biuf") or (
+                keys.dtype.kind == "f" and np.isnan(keys).any()):  # NaN keys: one group each
             self._add(self._groups_per_event(msg))
             return []
         windows, group_keys, rows, bounds = self._sorted(starts, keys)

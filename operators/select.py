@@ -18,22 +18,17 @@ from .events import Insert, Message, Retract
 
 
 class Select(Processor):
-    """On a :class:`~operators.columns.Columns` batch, ``fn`` is called once on the payload
-    columns when it works column-wise (see :func:`~operators.columns.apply_columns`), else
-    per event."""
+    """On a :class:`~operators.columns.Columns` batch, ``fn`` runs once on the payload
+    columns where that is exact (see :mod:`operators.expr`), else per event."""
 
     def __init__(self, fn: Callable[[Any], Any], name: str | None = None) -> None:
         super().__init__(name)
         self.fn = fn
-        #: False once ``fn`` proved not to work on columns (then it runs per event)
-        self.vectorised = True
 
     def on_columns(self, msg: Columns, port: int) -> list[Message]:
-        if self.vectorised:
-            payload = apply_columns(self.fn, msg)
-            if payload is not None:
-                return [msg.with_payload(payload)]
-            self.vectorised = False
+        payload = apply_columns(self.fn, msg)
+        if payload is not None:
+            return [msg.with_payload(payload)]
         return super().on_columns(msg, port)
 
     def on_insert(self, msg: Insert, port: int) -> list[Message]:

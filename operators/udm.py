@@ -195,4 +195,5 @@ def field_getter(field: Any) -> Callable[[Any], Any]:
         return getattr(payload, field)
 
     get.__qualname__ = f"field {field!r}"
+    get.field = field  # type: ignore[attr-defined]  # read column-wise: operators.expr
     return get

@@ -12,28 +12,27 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import numpy as np
+
 from .base import Processor
 from .columns import Columns, apply_columns
 from .events import Insert, Message, Retract
+from .expr import truthy
 
 
 class Where(Processor):
-    """On a :class:`~operators.columns.Columns` batch, ``pred`` is called once on the payload
-    columns when it works column-wise (see :func:`~operators.columns.apply_columns`), else
-    per event."""
+    """On a :class:`~operators.columns.Columns` batch, ``pred`` runs once on the payload
+    columns where that is exact (see :mod:`operators.expr`), else per event."""
 
     def __init__(self, pred: Callable[[Any], bool], name: str | None = None) -> None:
         super().__init__(name)
         self.pred = pred
-        #: False once ``pred`` proved not to work on columns (then it runs per event)
-        self.vectorised = True
 
     def on_columns(self, msg: Columns, port: int) -> list[Message]:
-        if self.vectorised:
-            mask = apply_columns(self.pred, msg)
-            if mask is not None and mask.dtype == bool:
-                return [msg.take(mask)] if mask.any() else []
-            self.vectorised = False
+        mask = apply_columns(self.pred, msg)
+        if isinstance(mask, np.ndarray):
+            mask = truthy(mask)
+            return [msg.take(mask)] if mask.any() else []
         return super().on_columns(msg, port)
 
     def on_insert(self, msg: Insert, port: int) -> list[Message]:

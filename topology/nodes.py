@@ -19,6 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from operators.expr import why_per_event
+from operators.udm import field_getter
+
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Node:
@@ -42,6 +45,12 @@ class Node:
 def _fn(f: Any) -> str:
     name = getattr(f, "__name__", None) or repr(f)
     return name if len(name) <= 40 else name[:37] + "..."
+
+
+def _how(f: Any) -> str:
+    """How a user function runs on a Columns batch (the rule: operators.expr)."""
+    why = why_per_event(field_getter(f))
+    return "[column-wise]" if why is None else f"[per event: {why}]"
 
 
 # -- sources --------------------------------------------------------------------------------------
@@ -105,7 +114,7 @@ class Where(Node):
     stateless: ClassVar[bool] = True
 
     def describe(self) -> str:
-        return f"where({_fn(self.pred)})"
+        return f"where({_fn(self.pred)}) {_how(self.pred)}"
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -115,7 +124,7 @@ class Select(Node):
     stateless: ClassVar[bool] = True
 
     def describe(self) -> str:
-        return f"select({_fn(self.fn)})"
+        return f"select({_fn(self.fn)}) {_how(self.fn)}"
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -237,7 +246,7 @@ class GroupApply(Node):
 
     def describe(self) -> str:
         parts = f", partitions={self.partitions}" if self.partitions != 1 else ""
-        return f"group_apply({_fn(self.key)}{parts})"
+        return f"group_apply({_fn(self.key)}{parts}) key {_how(self.key)}"
 
 
 #: Every node type a plan may hold (the planner has one function for each).
