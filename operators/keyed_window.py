@@ -6,10 +6,13 @@ per key), equal in CHT to the general :class:`~operators.group_apply.GroupApply`
 A point event ``[s, s + 1)`` belongs to the windows ``n`` with ``W(n).start <= s < W(n).end``,
 so no later message can move it into or out of a window, and a window is final once the input
 CTI reaches its end. The operator therefore keeps, per window number and key, only the UDM's
-incremental state (or, for a non-incremental aggregate, the window's values), and emits each
-window's result once, final, when a CTI passes the window's end — never a speculative row
-that would have to be retracted (StreamInsight's behaviour for window aggregates); at the end
-of input, :meth:`finish` sends the windows no CTI has closed, as they stand::
+incremental state (or, for a non-incremental aggregate, the window's values).
+
+With ``emit="speculative"`` (the default, as on the general path) every (window, key) a batch
+touched gets its current result at the end of the batch: the row sent before is retracted and
+the new one inserted. With ``emit="final"`` each window's result is sent once, when a CTI
+passes the window's end, and never retracted; at the end of input, :meth:`finish` sends the
+windows no CTI has closed, as they stand::
 
     time      0    2    4    6    8   10   12        key = p[0], tumbling_window(5), Count
     input     a·   a·        b·   a·        CTI 12
@@ -18,7 +21,7 @@ of input, :meth:`finish` sends the windows no CTI has closed, as they stand::
     >>> from operators.aggregates import Count
     >>> from operators.events import Insert, Cti
     >>> from operators.windows import tumbling_window
-    >>> op = KeyedWindowAggregate(lambda p: p[0], tumbling_window(5), Count())
+    >>> op = KeyedWindowAggregate(lambda p: p[0], tumbling_window(5), Count(), emit="final")
     >>> op.process([Insert(1, 0, 1, ("a",)), Insert(2, 2, 3, ("a",)), Insert(3, 6, 7, ("b",)),
     ...             Insert(4, 8, 9, ("a",)), Cti(12)])  # doctest: +NORMALIZE_WHITESPACE
     [Insert(id=0, start=0, end=5, payload=('a', 2)),
@@ -101,11 +104,15 @@ class KeyedWindowAggregate(Processor):
     """One hopping (or tumbling) window aggregate per value of ``key(payload)``, over point
     events; payloads become ``(key, result)``, as ``group_apply`` gives them."""
 
-    _state_fields = ("open", "next_id", "seq")
+    _state_fields = ("open", "next_id", "seq", "sent")
 
     def __init__(self, key: Callable[[Any], Hashable] | str, spec: HoppingWindow, udm: Any,
-                 output: str | None = None, name: str | None = None) -> None:
+                 output: str | None = None, emit: str = "speculative",
+                 name: str | None = None) -> None:
         super().__init__(name)
+        if emit not in ("speculative", "final"):
+            raise ValueError(f"emit={emit!r}: use 'speculative' or 'final'")
+        self.final = emit == "final"
         self.key = field_getter(key)
         self.spec = spec
         self.grid = Grid(spec.size, spec.hop, spec.alignment)
@@ -119,6 +126,10 @@ class KeyedWindowAggregate(Processor):
         self.open: dict[int, dict[Hashable, Any]] = {}
         self.next_id = 0
         self.seq = 0
+        #: speculative: window number -> key -> (id, payload) of the row sent for it
+        self.sent: dict[int, dict[Hashable, tuple[int, Any]]] = {}
+        #: speculative: the (window number, key) groups this batch changed
+        self.touched: set[tuple[int, Hashable]] = set()
 
     @property
     def in_cti(self) -> int:
@@ -208,6 +219,8 @@ class KeyedWindowAggregate(Processor):
                     if by_key is None:
                         by_key = self.open[n] = {}
                     by_key[k] = state
+                if not self.final:
+                    self.touched.update(zip(windows, group_keys))
                 return []
         values = self._values(starts.tolist(), msg.payloads())
         order = rows.tolist()
@@ -262,6 +275,8 @@ class KeyedWindowAggregate(Processor):
         state; ``(start, payload)`` to a non-incremental one's list, kept as ``(start, seq,
         payload)`` so that the UDM sees the values in time order, ties in arrival order."""
         udm, open_ = self.udm, self.open
+        if not self.final:
+            self.touched.update(groups)
         for (n, k), values in groups.items():
             by_key = open_.get(n)
             if by_key is None:
@@ -281,10 +296,44 @@ class KeyedWindowAggregate(Processor):
                 self.seq = seq + len(values)
 
     # -- CTIs and output --------------------------------------------------------------------
+    def end_batch(self) -> list[Message]:
+        return [] if self.final else self._correct()
+
+    def _correct(self) -> list[Message]:
+        """Speculative: each touched group's current result replaces the row sent before."""
+        if not self.touched:
+            return []
+        out: list[Message] = []
+        sent = self.sent
+        for n, k in sorted(self.touched, key=lambda nk: nk[0]):
+            s, e = self._row_lifetime(n)
+            payload = (k, self._result(n, k, self.open[n][k]))
+            by_key = sent.setdefault(n, {})
+            before = by_key.get(k)
+            if before is not None:
+                if before[1] == payload:
+                    continue
+                out.append(_new(Retract, (before[0], s, e, s, before[1])))
+            out.append(_new(Insert, (self.next_id, s, e, payload)))
+            by_key[k] = (self.next_id, payload)
+            self.next_id += 1
+        self.touched.clear()
+        return out
+
+    def _row_lifetime(self, n: int) -> tuple[int, int]:
+        g = self.grid
+        ws, we = max(g.start(n), MIN_TIME), min(g.end(n), MAX_TIME)
+        return (we - 1, we) if self.point_end else (ws, we)
+
     def on_cti(self, time: int, port: int) -> list[Message]:
         g = self.grid
         limit = g.first_ending_after(time)  # windows numbered below it end at or before time
         out: list[Message] = []
+        if not self.final:  # the rows sent are the windows' results: just forget them
+            out = self._correct()
+            for n in sorted(n for n in self.open if n < limit):
+                del self.open[n]
+                self.sent.pop(n, None)
         for n in sorted(n for n in self.open if n < limit):
             out += self._emit(n, self.open.pop(n))
         if self.point_end:
@@ -294,17 +343,20 @@ class KeyedWindowAggregate(Processor):
         return out + self.emit_cti(min(cti, MAX_TIME))
 
     def finish(self) -> list[Message]:
-        """End of input: the windows no CTI has closed yet, as they stand (the general window
-        operator would have sent them speculatively; here they are sent once, at the end)."""
+        """End of input: with ``emit="final"``, the windows no CTI has closed yet, as they
+        stand (speculative rows are up to date already)."""
+        if not self.final:
+            out = self._correct()
+            self.open.clear()
+            self.sent.clear()
+            return out
         out: list[Message] = []
         for n in sorted(self.open):
             out += self._emit(n, self.open.pop(n))
         return out
 
     def _emit(self, n: int, by_key: dict[Hashable, Any]) -> list[Message]:
-        g = self.grid
-        ws, we = max(g.start(n), MIN_TIME), min(g.end(n), MAX_TIME)
-        s, e = (we - 1, we) if self.point_end else (ws, we)
+        s, e = self._row_lifetime(n)
         out = []
         for k, state in by_key.items():
             out.append(_new(Insert, (self.next_id, s, e, (k, self._result(n, k, state)))))

@@ -179,6 +179,7 @@ class Window(Node):
     clip: str | None = None
     output: str | None = None
     on_error: str = "raise"
+    emit: str = "speculative"
     verb: ClassVar[str] = "window"
 
     @property
@@ -188,8 +189,9 @@ class Window(Node):
 
     def describe(self) -> str:
         udm = getattr(self.udm, "udm_name", None) if not isinstance(self.udm, str) else self.udm
-        opts = "".join(f", {k}={v!r}" for k, v in (("clip", self.clip), ("output", self.output))
-                       if v is not None)
+        opts = "".join(f", {k}={v!r}" for k, v in (("clip", self.clip), ("output", self.output),
+                                                    ("emit", self.emit))
+                       if v is not None and v != "speculative")
         return f"{self.label}({self.spec!r}, {udm or _fn(self.udm)}{opts})"
 
 

@@ -121,19 +121,16 @@ def _b_clip(node: n.ClipDuration, step: str) -> Factory:
 
 
 def _b_window(node: n.Window, step: str) -> Factory:
-    try:
-        from operators.window import make_window
-    except ImportError:  # before the window factory lands, count windows build directly
-        from operators.windows import CountWindow
+    from operators.final_output import FinalOutput
+    from operators.window import make_window
+    from operators.windows import HoppingWindow
 
-        if not isinstance(node.spec, CountWindow):
-            raise
-        from operators.count_window import CountWindowOperator
-
-        return functools.partial(CountWindowOperator, node.spec, node.udm, kind=node.kind,
-                                 name=step, on_error=node.on_error)
-    return functools.partial(make_window, node.spec, node.udm, kind=node.kind, clip=node.clip,
-                             output=node.output, name=step, on_error=node.on_error)
+    build = functools.partial(make_window, node.spec, node.udm, kind=node.kind, clip=node.clip,
+                              output=node.output, name=step, on_error=node.on_error)
+    if node.emit == "final":
+        at_end = isinstance(node.spec, HoppingWindow) and node.output != "compressed"
+        return lambda: FinalOutput(build(), final_at_end=at_end)
+    return build
 
 
 def _b_join(node: n.Join, step: str) -> Factory:
@@ -170,7 +167,7 @@ def _b_group_apply(node: n.GroupApply, step: str) -> Factory:
             and points_only(node.inputs[0])
             and supports(sub.spec, sub.udm, sub.kind, sub.output, sub.on_error)):
         return functools.partial(KeyedWindowAggregate, node.key, sub.spec, sub.udm,
-                                 output=sub.output, name=step)
+                                 output=sub.output, emit=sub.emit, name=step)
     return functools.partial(GroupApply, node.key, subquery_factory(node.sub, step), name=step)
 
 

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from .query import Query
 
 RUNTIMES = ("ray", "inline")
+#: How windows output: corrected as they go (the default), or once, final.
+EMIT = ("speculative", "final")
 
 
 class Stream:
@@ -172,31 +174,37 @@ class Stream:
         return self._then(n.ClipDuration, limit=limit, name=name)
 
     # -- windows ----------------------------------------------------------------------------
-    def window(self, spec: w.WindowSpec, clip: str | None = None,
-               output: str | None = None) -> WindowedStream:
+    def window(self, spec: w.WindowSpec, clip: str | None = None, output: str | None = None,
+               emit: str = "speculative") -> WindowedStream:
         """Divide the time axis by ``spec`` (:mod:`operators.windows`); then ``.aggregate``
-        or ``.apply``."""
-        return WindowedStream(self, spec, clip, output)
+        or ``.apply``. ``emit="speculative"`` (the default) outputs a window's result as soon
+        as it has events and corrects it by retractions; ``emit="final"`` outputs each result
+        once, when a CTI passes the window's end, and never retracts it."""
+        if emit not in EMIT:
+            raise ValueError(f"emit={emit!r}: use one of {EMIT} (speculative output corrected "
+                             f"by retractions, or one final result per window)")
+        return WindowedStream(self, spec, clip, output, emit)
 
     def hopping_window(self, size: int, hop: int, alignment: int = 0, clip: str | None = None,
-                       output: str | None = None) -> WindowedStream:
+                       output: str | None = None, emit: str = "speculative") -> WindowedStream:
         """Windows ``[alignment + k·hop, alignment + k·hop + size)``."""
-        return self.window(w.hopping_window(size, hop, alignment), clip, output)
+        return self.window(w.hopping_window(size, hop, alignment), clip, output, emit)
 
     def tumbling_window(self, size: int, alignment: int = 0, clip: str | None = None,
-                        output: str | None = None) -> WindowedStream:
+                        output: str | None = None, emit: str = "speculative") -> WindowedStream:
         """Windows ``[alignment + k·size, alignment + (k + 1)·size)``."""
-        return self.window(w.tumbling_window(size, alignment), clip, output)
+        return self.window(w.tumbling_window(size, alignment), clip, output, emit)
 
-    def snapshot_window(self, clip: str | None = None,
-                        output: str | None = None) -> WindowedStream:
+    def snapshot_window(self, clip: str | None = None, output: str | None = None,
+                        emit: str = "speculative") -> WindowedStream:
         """Windows between consecutive distinct event endpoints."""
-        return self.window(w.snapshot_window(), clip, output)
+        return self.window(w.snapshot_window(), clip, output, emit)
 
     def count_window(self, n_starts: int, by: str = "start", clip: str | None = None,
-                     output: str | None = None) -> WindowedStream:
+                     output: str | None = None, emit: str = "speculative") -> WindowedStream:
         """Windows over ``n_starts`` consecutive distinct start (or end) times."""
-        return self.window(w.count_window(n_starts, by), clip, output)  # type: ignore[arg-type]
+        return self.window(w.count_window(n_starts, by), clip, output,  # type: ignore[arg-type]
+                           emit)
 
     # -- multi-input ------------------------------------------------------------------------
     def join(self, other: Stream, on: tuple[Any, Any] | None = None,
@@ -321,10 +329,12 @@ class WindowedStream:
     spec: w.WindowSpec
     clip: str | None = None
     output: str | None = None
+    emit: str = "speculative"
 
     def _window(self, udm: Any, kind: str, name: str | None, on_error: str) -> Stream:
         return self.stream._then(n.Window, spec=self.spec, udm=udm, kind=kind, clip=self.clip,
-                                 output=self.output, on_error=on_error, name=name)
+                                 output=self.output, on_error=on_error, emit=self.emit,
+                                 name=name)
 
     def aggregate(self, udm: Any, name: str | None = None, on_error: str = "raise") -> Stream:
         """One result per non-empty window: payload ``udm``'s result (an Aggregate, an

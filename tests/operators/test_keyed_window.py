@@ -76,16 +76,18 @@ def point_sources(draw):
 @given(batches=point_sources(), size=st.integers(1, 30), hop=st.integers(1, 30),
        alignment=st.integers(-7, 7), udm=st.sampled_from(sorted(UDMS)),
        key=st.sampled_from(sorted(KEYS)), output=st.sampled_from(["window", "point_end"]),
-       delay=st.integers(0, 30), restore=st.booleans())
+       delay=st.integers(0, 30), restore=st.booleans(),
+       emit=st.sampled_from(["speculative", "final"]))
 def test_keyed_window_equals_group_apply_of_the_window(batches, size, hop, alignment, udm, key,
-                                                       output, delay, restore):
+                                                       output, delay, restore, emit):
     spec = hopping_window(size, hop, alignment)
     src = Ingress(start="t", advance=AdvanceTime(every=256, delay=delay))
     stream = [m for b in batches for m in src.push(b)] + src.end()
     events = list(expand(stream))
 
     def fast():
-        return KeyedWindowAggregate(KEYS[key], spec, UDMS[udm](), output=output, name="kw")
+        return KeyedWindowAggregate(KEYS[key], spec, UDMS[udm](), output=output, emit=emit,
+                                    name="kw")
 
     expected = GroupApply(KEYS[key], lambda: make_window(spec, UDMS[udm](), output=output)
                           ).process(events)
@@ -107,6 +109,8 @@ def test_keyed_window_equals_group_apply_of_the_window(batches, size, hop, align
         out += op.finish()
         validate(out, name="keyed window output")
         assert op.state_size() == 0
+        if emit == "final":
+            assert not any(type(m) is Retract for m in out)
         assert_equivalent(out, expected)
 
 

@@ -46,7 +46,7 @@ def test_explain_shows_the_tree_and_the_stages():
     assert text.splitlines()[:5] == [
         "sink",
         "└── union#3  union(2 inputs)",
-        "    ├── where#1  where(<lambda>)",
+        "    ├── where#1  where(<lambda>) [column-wise]",
         "    │   └── from_events#0  from_events(13 messages)",
         "    └── shift#2  shift(4)",
     ]
