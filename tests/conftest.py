@@ -11,13 +11,25 @@ from pathlib import Path
 
 import pytest
 
+from tests.kit import EXAMPLES
+
 REPO = str(Path(__file__).resolve().parents[1])
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long mode (``CEDAR_EXAMPLES=5000``) runs every property test longer: scale the
+    per-test time limit (pyproject's ``timeout``) with it, so that it never cuts a test short."""
+    factor = max(1, EXAMPLES // 200)
+    if factor > 1:
+        for item in items:
+            if item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(900 * factor))
 
 
 @pytest.fixture(scope="session")
 def ray_session():
     """A local Ray instance (2 CPUs, namespace ``cedar``) shared by the whole session."""
-    ray = pytest.importorskip("ray")
+    import ray
     # actors unpickle user functions defined in test modules: let the workers import `tests`
     path = os.environ.get("PYTHONPATH", "")
     if REPO not in path.split(os.pathsep):

@@ -21,6 +21,8 @@ from operators.group_apply import GroupApply
 from operators.select import Select
 from operators.shift import Shift
 from operators.where import Where
+from operators.window import make_window
+from operators.windows import tumbling_window
 from tests import reference as ref1
 from tests import reference_joins as ref
 from tests.kit import EXAMPLES, INF, assert_equivalent, physical_streams, run_operator
@@ -74,19 +76,25 @@ CASES = {
         lambda s: s.group_apply(_key, lambda g: g.alter_lifetime(duration=_shrink))),
 }
 
-try:  # the window operator is another engineer's module; add the windowed case when it lands
-    from operators.window import make_window
-    from operators.windows import tumbling_window
-
-    CASES["tumbling_count"] = (
-        lambda: GroupApply(_key, lambda: Chain([ClipDuration(8),
-                                                make_window(tumbling_window(5), len)])),
-        lambda rows: ref.group_apply(rows, _key,
-                                     lambda r: tumbling_count(ref1.clip_duration(r, 8), 5)),
-        lambda s: s.group_apply(_key, lambda g: g.clip_duration(8).tumbling_window(5)
-                                .aggregate(len)))
-except ImportError:  # pragma: no cover
-    pass
+CASES["tumbling_count"] = (
+    lambda: GroupApply(_key, lambda: Chain([ClipDuration(8),
+                                            make_window(tumbling_window(5), len)])),
+    lambda rows: ref.group_apply(rows, _key,
+                                 lambda r: tumbling_count(ref1.clip_duration(r, 8), 5)),
+    lambda s: s.group_apply(_key, lambda g: g.clip_duration(8).tumbling_window(5)
+                            .aggregate(len)))
+# the same sub-queries spread over three partitions (three actors on Ray), against the same
+# reference
+CASES["where_select_partitioned"] = (
+    CASES["where_select"][0], CASES["where_select"][1],
+    lambda s: s.group_apply(_key, lambda g: g.where(_even).select(_tag), partitions=3))
+CASES["alter_lifetime_partitioned"] = (
+    CASES["alter_lifetime"][0], CASES["alter_lifetime"][1],
+    lambda s: s.group_apply(_key, lambda g: g.alter_lifetime(duration=_shrink), partitions=3))
+CASES["tumbling_count_partitioned"] = (
+    CASES["tumbling_count"][0], CASES["tumbling_count"][1],
+    lambda s: s.group_apply(_key, lambda g: g.clip_duration(8).tumbling_window(5)
+                            .aggregate(len), partitions=3))
 
 #: how the output CTI follows the input CTI once every event is closed (None: not checked)
 CTI_MAP = {"where": lambda c: c, "where_select": lambda c: c, "shift_back": lambda c: c - 4}

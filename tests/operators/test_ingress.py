@@ -104,14 +104,6 @@ def test_to_ticks_rejects_bad_values_and_says_how_to_fix(value, error, words):
     assert "microseconds since 1970-01-01 UTC" in str(info.value)
 
 
-def test_to_ticks_pandas_timestamps_if_available():
-    pd = pytest.importorskip("pandas")
-    assert to_ticks(pd.Timestamp("2010-08-10T00:00:00.000001")) == 1_281_398_400 * US + 1
-    assert to_ticks(pd.Timestamp("2010-08-10T02:00", tz="Etc/GMT-2")) == 1_281_398_400 * US
-    with pytest.raises(ValueError, match="missing"):
-        to_ticks(pd.NaT)
-
-
 # -- AdvanceTime and Ingress configuration ----------------------------------------------------
 @pytest.mark.parametrize("kwargs, words", [
     ({"every": 0}, "every must be an int >= 1"),

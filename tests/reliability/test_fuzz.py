@@ -26,7 +26,7 @@ from tests.reliability import assert_accounted, records, run_dag
 from topology import Stream
 from topology.spark import arrow_row_batches
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(60 * max(1, EXAMPLES // 200))
 
 # -- junk rows --------------------------------------------------------------------------------------
 times = st.one_of(

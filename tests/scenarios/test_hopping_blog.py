@@ -79,3 +79,21 @@ def test_closing_the_edge_ends_the_row():
                        seed=None)
     assert to_cht(out) == [(0, 12, 1)]
     assert_equivalent(out, ref.window(stream, SPEC, Count(), output="compressed"))
+
+
+def test_the_blogs_stated_result_one_window_from_12_00_15_to_the_end_of_time():
+    # "instead of producing a massive number of windows for the open start edge e0, a single
+    # window is emitted from 12:00:15 AM until the end of time". The blog does not give its
+    # window; with 5-second windows hopping every 5 seconds (1 tick = 1 second after
+    # 12:00:00), e2 [05, 15) and e3 at 11 are over by 12:00:15, and e0 alone is left: one row
+    # from 15 to ∞, however far the CTI goes.
+    spec = HoppingWindow(size=5, hop=5)
+    stream = [*EVENTS, Cti(10**6)]
+    out = run_operator(lambda: make_window(spec, lambda payloads: sorted(payloads),
+                                           output="compressed"), stream)
+    rows = to_cht(out)
+    assert [r for r in rows if r[1] == INF] == [(15, INF, ["e0"])]
+    assert rows[-1] == (15, INF, ["e0"])
+    assert all(e <= 15 for _, e, _ in rows[:-1])
+    assert_equivalent(out, ref.window(stream, spec, lambda payloads: sorted(payloads),
+                                      output="compressed"))

@@ -19,9 +19,10 @@ import pytest
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """A ``local[2]`` SparkSession in UTC with 2 shuffle partitions and no UI."""
-    pyspark = pytest.importorskip("pyspark")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java (17): none on PATH and JAVA_HOME is not set")
+        pytest.fail("Spark needs Java 17: none on PATH and JAVA_HOME is not set; install it "
+                    "(Debian: apt-get install openjdk-17-jre-headless)", pytrace=False)
+    import pyspark
     # Spark's Python workers must run this interpreter, which has the project's packages.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable

@@ -47,7 +47,6 @@ def test_big_stream_in_many_batches_keeps_order(runtime):
 
 
 def test_group_apply_partitions_agree(runtime):
-    pytest.importorskip("operators.group_apply")
     from operators.aggregates import Count
 
     stream = Stream.from_events(_readings(80, keys=7))

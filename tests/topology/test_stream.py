@@ -71,7 +71,6 @@ def test_a_fan_out_is_not_fused():
 
 
 def test_partitioned_group_apply_plans_n_stages_and_a_merge():
-    pytest.importorskip("operators.group_apply")
     q = Stream.from_events(EVENTS).group_apply(lambda p: p % 5, lambda g: g.shift(1),
                                                partitions=3)
     p = q.plan()
@@ -83,8 +82,6 @@ def test_partitioned_group_apply_plans_n_stages_and_a_merge():
 
 
 def test_group_apply_sub_query_with_several_inputs_runs_as_a_dag():
-    pytest.importorskip("operators.group_apply")
-    pytest.importorskip("operators.union")
     #   per key: the group's events, plus the same events shifted by 100
     q = Stream.from_events(EVENTS).group_apply(
         lambda p: p % 2, lambda g: g.union(g.shift(100)))
@@ -136,7 +133,6 @@ def test_unknown_runtime_and_bad_partitions_are_refused():
 
 
 def test_windows_and_joins_build_from_the_builder():
-    pytest.importorskip("operators.window")
     left = Stream.from_events([Insert("l", 0, INF, {"k": 1}), Cti(30)])
     right = Stream.from_events([Insert("r", 5, 12, {"k": 1}), Cti(30)])
     q = left.join(right, on=("k", "k"), select=lambda a, b: "both")
