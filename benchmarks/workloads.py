@@ -106,19 +106,21 @@ def project(row: dict[str, Any]) -> tuple[int, float]:
 key_of = operator.itemgetter(0)
 
 
-def w1(src: Stream) -> Stream:
-    """where → select → group_apply(key, tumbling 1 s → count and sum)."""
+def w1(src: Stream, emit: str = "final") -> Stream:
+    """where → select → group_apply(key, tumbling 1 s → count and sum); final rows, as Spark's
+    append mode gives them (``emit="speculative"`` for the default, corrected output)."""
     return (src.where(keep).select(project)
-            .group_apply(key_of, lambda g: g.tumbling_window(TUMBLE_TICKS)
+            .group_apply(key_of, lambda g: g.tumbling_window(TUMBLE_TICKS, emit=emit)
                          .aggregate(Aggregates(count=Count(), sum=Sum(1)))))
 
 
-def w2(src: Stream) -> Stream:
-    """where → select → group_apply(key, hopping 10 s / 1 s → TimeWeightedAverage)."""
+def w2(src: Stream, emit: str = "final") -> Stream:
+    """where → select → group_apply(key, hopping 10 s / 1 s → TimeWeightedAverage), final
+    rows."""
     from operators.aggregates import TimeWeightedAverage
 
     return (src.where(keep).select(project)
-            .group_apply(key_of, lambda g: g.hopping_window(HOP_SIZE_TICKS, HOP_TICKS)
+            .group_apply(key_of, lambda g: g.hopping_window(HOP_SIZE_TICKS, HOP_TICKS, emit=emit)
                          .aggregate(TimeWeightedAverage(1))))
 
 
