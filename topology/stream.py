@@ -13,7 +13,7 @@ return the output messages) or :meth:`Stream.deploy` (a live query on Ray, see
     >>> print(q.explain(stages=False))  # doctest: +ELLIPSIS
     sink
     └── tumbling.aggregate#2  tumbling.aggregate(HoppingWindow(size=3, hop=3, ...), Count...)
-        └── where#1  where(<lambda>)
+        └── where#1  where(<lambda>) [column-wise]
             └── from_events#0  from_events(7 messages)
 """
 
