@@ -5,8 +5,8 @@ The shell is a plain class; the deployer applies ``ray.remote`` to it with expli
 a cloudpickled factory) and moves batches:
 
 * **data path** (the default concurrency group, one thread, so the calls of one caller run in
-  submission order — NOTES.md: async or threaded actors reorder): :meth:`push` decodes a batch
-  (:mod:`actors.wire`), runs the processor, splits the output over the out-edges
+  submission order — docs/runtime.md: async or threaded actors reorder): :meth:`push` decodes
+  a batch (:mod:`actors.wire`), runs the processor, splits the output over the out-edges
   (:mod:`actors.routing`) into per-edge buffers; :meth:`end` counts the ends of its input
   edges and, after the last, flushes the processor (``finish()``, e.g. a source's final CTI)
   and forwards the end; :meth:`fail` forwards an upstream failure to the output, where the

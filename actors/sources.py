@@ -3,9 +3,9 @@
 A source is hosted by the same generic shell as every operator (one actor per source); its
 input port 0 receives what the driver (or a publishing query) sends:
 
-* :class:`EventsSource` replays a physical stream and checks it on the way in (SPEC §9: a
-  message that breaks a rule of SPEC §2 goes to the dead letters with the reason, it does not
-  take the query down);
+* :class:`EventsSource` replays a physical stream and checks it on the way in
+  (docs/errors.md: a message that breaks a rule of physical streams, docs/model.md, goes to
+  the dead letters with the reason, it does not take the query down);
 * :class:`RowsSource` turns plain rows into events with :class:`operators.ingress.Ingress`;
   the shell calls :meth:`RowsSource.poll` with its wall clock so that an idle source still
   advances time, and :meth:`RowsSource.finish` at the end of input (the final CTI);
@@ -38,8 +38,8 @@ class EventsSource(Processor):
 
     Each message is checked on the way in twice: its fields by its constructor's rules (a
     message built with ``tuple.__new__``, or decoded from foreign bytes, skipped them) and its
-    place in the stream by SPEC §2. A :class:`~operators.columns.Columns` batch is expanded to
-    its inserts first (they are checked, and sent on, one by one).
+    place in the stream by the rules of docs/model.md. A :class:`~operators.columns.Columns`
+    batch is expanded to its inserts first (they are checked, and sent on, one by one).
 
     :attr:`stats` counts, like a rows source's: ``received`` messages (the events of a
     Columns batch one by one) = ``processed`` (sent on, CTIs included) + ``dead_lettered``;

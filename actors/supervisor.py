@@ -17,7 +17,7 @@ With ``checkpoint_dir`` set, one supervisor per query (a driver thread) runs it:
   the position it had reached. Output positions at or after the restored sink's are produced
   again only if they were never released, so no row is emitted twice.
 
-Operators must be deterministic functions of their input (SPEC §5 already asks it of UDMs); the
+Operators must be deterministic functions of their input (docs/udm.md already asks it of UDMs); the
 interleaving of a multi-input stage may differ on replay, which is harmless because nothing
 after the restored epoch had been released. A wall-clock idle timeout (``AdvanceTime``'s
 ``idle_timeout``) makes a source depend on timing, so a restart may place its CTIs differently

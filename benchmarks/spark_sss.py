@@ -2,7 +2,7 @@
 cedar fed from (and written back through) Spark.
 
 * :func:`session` -- ``local[2]`` with ``spark.sql.shuffle.partitions`` = :data:`SHUFFLE_PARTITIONS`
-  (the default 200 makes a 2-core machine ~8x slower, NOTES.md);
+  (the default 200 makes a 2-core machine ~8x slower, docs/runtime.md);
 * :func:`sss_w1` / :func:`sss_w2` / :func:`sss_w3` -- ``readStream`` of the parquet files,
   ``withWatermark`` (the generator's disorder), ``groupBy(window, key)`` or a time-bounded
   stream-stream join, append mode, ``trigger(availableNow=True)``, the ``noop`` sink;

@@ -42,7 +42,7 @@ EVENT_RATE_EPS = 100_000
 JITTER_TICKS = 2_000
 #: Event time of the first event: 2024-01-01T00:00:00Z in ticks (µs since the epoch).
 T0_TICKS = 1_704_067_200 * TICKS_PER_SECOND
-#: CTIs every this many events (SPEC §6 ``AdvanceTime(every=...)``).
+#: CTIs every this many events (docs/ctis.md ``AdvanceTime(every=...)``).
 CTI_EVERY = 10_000
 #: Share of events ``where`` keeps (``v >= WHERE_CUT``, v uniform in [0, 1)).
 WHERE_CUT = 0.1

@@ -1,4 +1,4 @@
-"""The built-in aggregates (SPEC §5): Count, Sum, Avg, Min, Max, TopK, TimeWeightedAverage.
+"""The built-in aggregates (docs/udm.md): Count, Sum, Avg, Min, Max, TopK, TimeWeightedAverage.
 
 Every built-in is an :class:`~operators.udm.IncrementalAggregate`: a window operator keeps one
 state per window and feeds it the deltas (events that joined or left the window since the last

@@ -10,7 +10,7 @@ the ids: what remains is a multiset of ``(start, end, payload)`` rows. Two strea
     [(1, 5, 'P1'), (4, 9, 'P2')]
 
 This module also holds :class:`StreamValidator`, which checks the rules of a well-formed
-physical stream (SPEC §2) one message at a time.
+physical stream (docs/model.md) one message at a time.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ Row = tuple[int, int, Any]
 
 
 class InvalidStream(ValueError):
-    """A physical stream broke a rule of SPEC §2 (the message says which and where)."""
+    """A physical stream broke one of its rules (docs/model.md; the message says which and
+    where)."""
 
 
 class NotEquivalent(AssertionError):
@@ -159,7 +160,7 @@ def check_equivalent(actual: Sequence[Any], expected: Sequence[Any],
 
 
 class StreamValidator:
-    """Checks, message by message, that a physical stream is well formed (SPEC §2).
+    """Checks, message by message, that a physical stream is well formed (docs/model.md).
 
     * an Insert starts at or after the latest CTI, and its id is not live (nor, with
       ``unique_ids``, used before);
@@ -222,7 +223,8 @@ class StreamValidator:
 
 def validate(messages: Iterable[Message], name: str = "stream",
              unique_ids: bool = True) -> None:
-    """Raise :class:`InvalidStream` at the first message that breaks a rule of SPEC §2."""
+    """Raise :class:`InvalidStream` at the first message that breaks a rule of physical streams
+    (docs/model.md)."""
     validator = StreamValidator(name, unique_ids)
     for msg in messages:
         validator.check(msg)

@@ -106,7 +106,7 @@ def _same(a: list[Any], b: list[Any]) -> bool:
 
 
 class CountWindowOperator(Processor):
-    """Applies ``udm`` to every count window of ``spec`` (SPEC §4), one output per result.
+    """Applies ``udm`` to every count window of ``spec`` (docs/windows.md), one output per result.
 
     ``udm`` is anything :func:`operators.udm.resolve` accepts. ``kind="aggregate"`` emits one
     event per window whose payload is the result; ``kind="apply"`` emits one event per payload

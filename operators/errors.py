@@ -1,6 +1,6 @@
 """Records of inputs that cedar did not process as given: dead letters and late events.
 
-No bad row or message is lost silently (SPEC §9): it is either processed, dropped or adjusted
+No bad row or message is lost silently (docs/errors.md): it is either processed, dropped or adjusted
 by a declared policy (a :class:`LateEvent`), or sent to the dead letters with a reason (a
 :class:`DeadLetter`).
 """

@@ -1,7 +1,7 @@
 """Ingress: turning plain rows into a physical stream, and deciding when time advances.
 
 A source reads rows (dicts) and needs three decisions before the temporal algebra can run
-(SPEC §6):
+(docs/ctis.md):
 
 * **time**: which columns hold the start (and end) of each event, converted to integer ticks
   by :func:`to_ticks` (1 tick = 1 µs since the Unix epoch, UTC);
@@ -9,11 +9,11 @@ A source reads rows (dicts) and needs three decisions before the temporal algebr
   without an end opens ``[s, ∞)``; a later row with the same id and an end closes it);
 * **progress**: :class:`AdvanceTime` says when the source promises that time has moved on by
   emitting a CTI, what happens to an event that arrives behind such a promise, and how a quiet
-  source still flushes its last events (the timer of the CTI article, ``004_*.txt``).
+  source still flushes its last events (the timer of the CTI article, docs/ctis.md).
 
 :class:`Ingress` is the pure state machine: rows in, ``Insert``/``Retract``/``Cti`` messages
 out. It never reads a clock: callers pass their wall time (``now``) to :meth:`Ingress.push`
-and :meth:`Ingress.poll`. Nothing is lost silently (SPEC §9): each row is processed, dropped
+and :meth:`Ingress.poll`. Nothing is lost silently (docs/errors.md): each row is processed, dropped
 or adjusted by the declared policy (recorded in ``late``), or sent to ``dead_letters`` with a
 reason.
 
@@ -165,7 +165,7 @@ def _is_int(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class AdvanceTime:
-    """When a source emits CTIs and what happens to events behind them (SPEC §6).
+    """When a source emits CTIs and what happens to events behind them (docs/ctis.md).
 
     * ``every=N``: after every N accepted events, ``Cti(latest start − delay)``;
     * ``interval=T``: whenever the latest start has moved at least T ticks since the last CTI
@@ -272,7 +272,7 @@ class Ingress:
     row: ``received == processed + dropped + adjusted + dead_lettered``.
 
     Memory: the open edges, plus the set of user ids already used (ids are unique within a
-    stream, SPEC §7); minted ids cost nothing.
+    stream, docs/model.md); minted ids cost nothing.
 
     >>> src = Ingress(start="t", end="until", shape="edge", id="k",
     ...               advance=AdvanceTime(every=1))

@@ -1,4 +1,4 @@
-"""User-defined modules (UDMs): the interfaces a UDM writer implements (SPEC §5).
+"""User-defined modules (UDMs): the interfaces a UDM writer implements (docs/udm.md).
 
 A query writer names a UDM by object, class, plain function or registered name; a UDM writer
 picks one base class, deciding two things up front (the paper's section IV): incremental or

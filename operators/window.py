@@ -1,5 +1,5 @@
 """``hopping_window`` / ``tumbling_window`` / ``snapshot_window``: a UDM applied to every window
-of the time axis (SPEC §4, the paper's section V).
+of the time axis (docs/windows.md, the paper's section V).
 
 :func:`make_window` builds the operator for a window spec of :mod:`operators.windows`. The
 WindowIndex holds the active windows (a sorted dict), each with its member events, its

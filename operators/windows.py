@@ -1,4 +1,4 @@
-"""Window specifications: how a window operator divides the time axis (SPEC §4).
+"""Window specifications: how a window operator divides the time axis (docs/windows.md).
 
 =====================================  ===========================================  ============================
 window                                 windows of the time axis                     an event belongs to W when

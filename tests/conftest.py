@@ -1,6 +1,6 @@
 """Shared fixtures: one local Ray instance per test session, started only when a test asks.
 
-Ray costs seconds to start and ~150 MB per actor (NOTES.md), so every Ray test shares the
+Ray costs seconds to start and ~150 MB per actor (docs/runtime.md), so every Ray test shares the
 instance of :func:`ray_session`; ``collect()`` reuses warm actors between tests.
 """
 

@@ -1,4 +1,4 @@
-"""From-scratch reference for count windows (SPEC §4): the definition applied to a CHT.
+"""From-scratch reference for count windows (docs/windows.md): the definition applied to a CHT.
 
 Given the CHT of the input (the events as of the final state), take the distinct start times
 ``t0 < t1 < ...`` (``by="end"``: the distinct end times of the events whose end is finite: an

@@ -1,4 +1,4 @@
-"""From-scratch reference for the window operators (hopping, tumbling, snapshot; SPEC §4).
+"""From-scratch reference for the window operators (hopping, tumbling, snapshot; docs/windows.md).
 
 The definition applied literally to the CHT of the input, sharing no code with
 ``operators/window.py``: enumerate the windows, collect each window's members by overlap,

@@ -1,6 +1,6 @@
 """``cedar demo``: the main job — smart meters, end to end, on local Ray and local Spark.
 
-It generates readings like the power-meter example of the event-model page (``003_*.txt``):
+It generates readings like the power-meter example of the event-model page (docs/model.md):
 point readings of every meter (a few late, a few broken), edge events for the meters' states
 (a fault opens an edge that a repair closes later, and an edge is corrected by a retraction
 of its end), and the meters' metadata. Spark writes the readings to parquet and reads them back

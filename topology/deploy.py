@@ -42,7 +42,7 @@ from .planner import Plan
 NAMESPACE = "cedar"
 #: Messages (or source rows) per batch.
 DEFAULT_BATCH = 4096
-#: Unanswered batches per edge (NOTES.md: 4–8 give ~97 % of peak throughput).
+#: Unanswered batches per edge (docs/runtime.md: 4–8 give ~97 % of peak throughput).
 DEFAULT_IN_FLIGHT = 8
 #: A partly filled batch waits at most this long before it is sent.
 DEFAULT_FLUSH_MS = 20

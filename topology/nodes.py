@@ -1,4 +1,4 @@
-"""The logical query tree: one frozen node per operator of SPEC §4, plus the sources.
+"""The logical query tree: one frozen node per operator (docs/operators.md), plus the sources.
 
 A :class:`~topology.stream.Stream` is a thin handle on one of these nodes; every builder method
 returns a new node whose ``inputs`` are the nodes it reads. Nodes compare by identity, so a

@@ -1,4 +1,4 @@
-"""The Spark bridge: DataFrames in as events, result tables out as DataFrames (SPEC §8).
+"""The Spark bridge: DataFrames in as events, result tables out as DataFrames (docs/spark.md).
 
 Data crosses between Spark and cedar through Arrow, never row by row:
 
@@ -656,7 +656,7 @@ def _atomic_write_bytes(path: str, data: bytes) -> None:
 class FinalRowsSink:
     """Appends, at each output CTI, the result rows that CTI made final, exactly once.
 
-    After ``Cti(c)`` a retraction needs ``min(end, new_end) >= c`` (SPEC §2), so a row whose
+    After ``Cti(c)`` a retraction needs ``min(end, new_end) >= c`` (docs/model.md), so a row whose
     end is before ``c`` can never change again, and every row that ends before ``c`` is already
     in the CHT (a later insert starts at ``c`` or later). ``Cti(MAX_TIME)`` makes every row
     final, open edges included. The rows final at ``Cti(c)`` are therefore exactly the rows of
@@ -686,8 +686,9 @@ class FinalRowsSink:
 
     One sink object writes to a path at a time (the commit log has a single writer).
 
-    Messages that break SPEC §2 (a retraction of an unknown id or a mismatching lifetime, an
-    insert behind the CTI, a CTI that goes back) are not applied: they go to
+    Messages that break the rules of physical streams (docs/model.md; a retraction of an
+    unknown id or a mismatching lifetime, an insert behind the CTI, a CTI that goes back) are
+    not applied: they go to
     :attr:`dead_letters` with a reason.
     """
 
@@ -768,7 +769,8 @@ class FinalRowsSink:
     def _insert(self, msg: Insert) -> None:
         if msg.start < self.cti:
             return self._reject(msg, f"insert starts at {msg.start}, behind the CTI "
-                                     f"{self.cti}; the upstream broke SPEC §2")
+                                     f"{self.cti}; the upstream broke the rules of a "
+                                     f"physical stream")
         if msg.id in self._live:
             return self._reject(msg, f"duplicate id {msg.id!r}: an event with that id is "
                                      f"live; ids must be unique within a stream")

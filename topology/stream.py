@@ -1,4 +1,4 @@
-"""``Stream``: the immutable fluent builder of cedar queries (SPEC §4, §7).
+"""``Stream``: the immutable fluent builder of cedar queries (docs/operators.md, docs/runtime.md).
 
 A ``Stream`` wraps one node of a logical query tree (:mod:`topology.nodes`); every method
 returns a new ``Stream`` and never changes the one it is called on, so a stream can be reused
@@ -67,7 +67,8 @@ class Stream:
     @staticmethod
     def from_events(messages: Iterable[Message], name: str | None = None) -> Stream:
         """Replay a physical stream (Insert / Retract / Cti messages). A message that breaks a
-        rule of SPEC §2 is not processed: it goes to the query's dead letters."""
+        rule of physical streams (docs/model.md) is not processed: it goes to the query's dead
+        letters."""
         return Stream(n.FromEvents(inputs=(), messages=tuple(messages), name=name))
 
     @staticmethod

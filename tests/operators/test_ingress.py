@@ -1,6 +1,7 @@
 """Ingress: time conversion, shapes, CTI generation, late and bad rows, checkpoints.
 
-The unit tests pin each rule of SPEC §6 and §9 on a tiny input; the property tests feed random
+The unit tests pin each rule of docs/ctis.md and docs/errors.md on a tiny input; the
+property tests feed random
 rows (disordered starts, edges closed later, bad rows, idle polls) and compare the output with
 a from-scratch reference that applies the rules literally, row by row.
 """
@@ -468,7 +469,7 @@ def scenarios(draw: Any) -> tuple[dict[str, Any], list[tuple[Any, ...]]]:
 
 
 def reference(config: dict[str, Any], steps: list[tuple[Any, ...]]) -> dict[str, Any]:
-    """SPEC §6 applied literally, row by row: the CHT, the CTI times, and which rows were
+    """docs/ctis.md applied literally, row by row: the CHT, the CTI times, and which rows were
     processed, adjusted, dropped or dead-lettered (by identity)."""
     adv, shape = config["advance"], config["shape"]
     cti = MIN_TIME

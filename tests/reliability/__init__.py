@@ -1,4 +1,4 @@
-"""Reliability tests (SPEC §9): nothing lost, nothing silently dropped.
+"""Reliability tests (docs/errors.md): nothing lost, nothing silently dropped.
 
 The helpers below run a query inline while keeping hold of its stages, so that a test can read
 what ``collect(runtime="inline")`` does not return: every source's ``stats``, ``late`` and

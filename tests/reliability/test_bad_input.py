@@ -1,4 +1,4 @@
-"""Bad input of every kind SPEC §9 names: each one is processed, dropped or adjusted by a
+"""Bad input of every kind docs/errors.md names: each one is processed, dropped or adjusted by a
 declared policy (and visible in ``late``), or sent to the dead letters with a reason that says
 what was wrong and how to fix it. Nothing takes the query down, except a bug inside the engine
 (an event behind a CTI between two operators), which fails loudly naming the operator."""
@@ -132,7 +132,7 @@ def test_late_rows_are_dropped_or_adjusted_and_visible_in_late():
     assert_accounted(stats)
 
 
-# -- physical messages: every broken rule of SPEC §2 is a dead letter ----------------------------
+# -- physical messages: every broken stream rule (docs/model.md) is a dead letter ------------
 BAD_MESSAGES = [
     (Retract("zz", 1, 2, 1), "retraction of unknown id 'zz'"),
     (Retract("a", 1, 9, 4), "does not match the live event [1, 3)"),

@@ -79,8 +79,8 @@ NOT_MESSAGES = [None, 42, "Cti(3)", (0, "a", 1, 2, None), {"id": "a"}, b"\x00", 
 
 @st.composite
 def spoiled(draw):
-    """A valid physical stream with junk messages slipped in: each one breaks a rule of SPEC §2
-    wherever it lands, given the valid messages before it."""
+    """A valid physical stream with junk messages slipped in: each one breaks a stream rule
+    (docs/model.md) wherever it lands, given the valid messages before it."""
     valid = draw(physical_streams(max_steps=25))
     out, n_junk = [], 0
     cti, live, used = MIN_TIME, {}, set()

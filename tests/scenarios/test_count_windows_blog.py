@@ -1,4 +1,4 @@
-"""The count-window article (``seeds/000_*.txt``) and the paper's section III-B-4 as timelines.
+"""The count-window article (docs/windows.md) and the paper's section III-B-4 as timelines.
 
 Count windows span N consecutive *distinct* start times; a window ends one tick after its N-th
 start time; events are clipped to the window; the result is a point at the window's last start

@@ -1,4 +1,4 @@
-"""The two cases of the CTI article (``shared/seeds/004_*.txt``) as timelines.
+"""The two cases of the CTI article (docs/ctis.md) as timelines.
 
 Three rows of the article's SQL table share one start time (2010-08-10). With a CTI after
 every event stamped one tick *past* the event (``delay=-1``) only the first row survives; with
