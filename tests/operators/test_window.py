@@ -335,7 +335,7 @@ def test_open_edge_costs_bounded_work_and_state_per_cti(spec_name, clip, output,
         out += op.process(batch)
         op._check()
         sizes.append(op.state_size())
-    assert time.perf_counter() - began < 10
+    assert time.perf_counter() - began < 120  # bounded work: an enumeration of ∞ never ends
     assert max(sizes[20:]) <= 8, max(sizes)
     validate(out)
     assert final_time(out) >= 39_900  # the output CTI keeps up
