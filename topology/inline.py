@@ -17,7 +17,7 @@ results, and for its overhead (nothing here costs more per event than the operat
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actors.routing import Router
 from actors.sources import Passthrough
@@ -26,7 +26,9 @@ from operators.columns import count_events, expand
 from operators.events import Message
 
 from . import nodes as n
-from .planner import Plan
+
+if TYPE_CHECKING:
+    from .planner import Plan
 
 #: Messages (or rows) per batch fed to a source.
 DEFAULT_BATCH = 4096

@@ -30,10 +30,31 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors.merge import PartitionMerge
 from actors.routing import OutEdge, Partitioner
+from actors.sink import Publish
+from actors.sources import EventsSource, Passthrough, RowsSource
+from operators.alter_lifetime import AlterLifetime
+from operators.anti_join import AntiJoin
 from operators.base import Processor
+from operators.chain import Chain
+from operators.clip_duration import ClipDuration
+from operators.final_output import FinalOutput
+from operators.group_apply import GroupApply
+from operators.join import Join
+from operators.keyed_window import KeyedWindowAggregate, supports
+from operators.left_join import LeftJoin
+from operators.select import Select
+from operators.shift import Shift
+from operators.to_points import ToPoints
+from operators.udm import field_getter
+from operators.union import Union
+from operators.where import Where
+from operators.window import make_window
+from operators.windows import HoppingWindow
 
 from . import nodes as n
+from .inline import DagProcessor
 
 Factory = Callable[[], Processor]
 
@@ -41,7 +62,6 @@ Factory = Callable[[], Processor]
 @dataclass
 class Stage:
     """One operator of a plan: what the runtime instantiates (in an actor, or inline)."""
-
     step: str
     factory: Factory
     n_inputs: int
@@ -55,7 +75,6 @@ class Stage:
 @dataclass
 class Plan:
     """Stages in topological order, their out-edges, the input stages and the output stage."""
-
     stages: dict[str, Stage]
     edges: dict[str, list[OutEdge]]
     sources: list[str]
@@ -85,46 +104,30 @@ class Plan:
 
 # -- one builder per node type ----------------------------------------------------------------
 def _b_where(node: n.Where, step: str) -> Factory:
-    from operators.where import Where
-
     return functools.partial(Where, node.pred, name=step)
 
 
 def _b_select(node: n.Select, step: str) -> Factory:
-    from operators.select import Select
-
     return functools.partial(Select, node.fn, name=step)
 
 
 def _b_alter(node: n.AlterLifetime, step: str) -> Factory:
-    from operators.alter_lifetime import AlterLifetime
-
     return functools.partial(AlterLifetime, start=node.start, duration=node.duration, name=step)
 
 
 def _b_shift(node: n.Shift, step: str) -> Factory:
-    from operators.shift import Shift
-
     return functools.partial(Shift, node.delta, name=step)
 
 
 def _b_to_points(node: n.ToPoints, step: str) -> Factory:
-    from operators.to_points import ToPoints
-
     return functools.partial(ToPoints, name=step)
 
 
 def _b_clip(node: n.ClipDuration, step: str) -> Factory:
-    from operators.clip_duration import ClipDuration
-
     return functools.partial(ClipDuration, node.limit, name=step)
 
 
 def _b_window(node: n.Window, step: str) -> Factory:
-    from operators.final_output import FinalOutput
-    from operators.window import make_window
-    from operators.windows import HoppingWindow
-
     build = functools.partial(make_window, node.spec, node.udm, kind=node.kind, clip=node.clip,
                               output=node.output, name=step, on_error=node.on_error)
     if node.emit == "final":
@@ -134,34 +137,23 @@ def _b_window(node: n.Window, step: str) -> Factory:
 
 
 def _b_join(node: n.Join, step: str) -> Factory:
-    from operators.join import Join
-
     return functools.partial(Join, on=node.on, select=node.select, name=step)
 
 
 def _b_anti_join(node: n.AntiJoin, step: str) -> Factory:
-    from operators.anti_join import AntiJoin
-
     return functools.partial(AntiJoin, on=node.on, name=step)
 
 
 def _b_left_join(node: n.LeftJoin, step: str) -> Factory:
-    from operators.left_join import LeftJoin
-
     return functools.partial(LeftJoin, on=node.on, select=node.select, default=node.default,
                              name=step)
 
 
 def _b_union(node: n.Union, step: str) -> Factory:
-    from operators.union import Union
-
     return functools.partial(Union, len(node.inputs), name=step)
 
 
 def _b_group_apply(node: n.GroupApply, step: str) -> Factory:
-    from operators.group_apply import GroupApply
-    from operators.keyed_window import KeyedWindowAggregate, supports
-
     sub = node.sub
     if (isinstance(sub, n.Window) and isinstance(sub.inputs[0], n.GroupInput)
             and points_only(node.inputs[0])
@@ -173,8 +165,6 @@ def _b_group_apply(node: n.GroupApply, step: str) -> Factory:
 
 def _describe(node: n.Node, factory: Factory) -> str:
     """The stage's line in ``explain()``: the node, and the fast path when one was chosen."""
-    from operators.keyed_window import KeyedWindowAggregate
-
     if getattr(factory, "func", None) is KeyedWindowAggregate:
         return f"{node.describe()} as one keyed window aggregate (all groups at once)"
     return node.describe()
@@ -190,14 +180,10 @@ def points_only(node: n.Node) -> bool:
 
 
 def _b_from_events(node: n.FromEvents, step: str) -> Factory:
-    from actors.sources import EventsSource
-
     return functools.partial(EventsSource, step)
 
 
 def _b_from_rows(node: n.FromRows, step: str) -> Factory:
-    from actors.sources import RowsSource
-
     opts: dict[str, Any] = {"start": node.start, "end": node.end, "shape": node.shape,
                             "id": node.id}
     if node.advance is not None:
@@ -206,8 +192,6 @@ def _b_from_rows(node: n.FromRows, step: str) -> Factory:
 
 
 def _b_passthrough(node: n.Node, step: str) -> Factory:
-    from actors.sources import Passthrough
-
     return functools.partial(Passthrough, step)
 
 
@@ -305,7 +289,6 @@ def plan(root: n.Node, *, fuse: bool = False, sink: bool = True) -> Plan:
     root_step = steps[id(root)][1]
     out = root_step
     if sink:
-        from actors.sink import Publish
 
         stages["sink"] = Stage("sink", functools.partial(Publish, "sink"), 1, "publish",
                                role="sink")
@@ -318,10 +301,8 @@ def plan(root: n.Node, *, fuse: bool = False, sink: bool = True) -> Plan:
 
 def _partitioned(node: n.GroupApply, step: str, src: str, stages: dict[str, Stage],
                  edges: dict[str, list[OutEdge]]) -> None:
-    from actors.merge import PartitionMerge
 
     k = node.partitions
-    from operators.udm import field_getter
 
     part = Partitioner(field_getter(node.key), k, step)
     factory = _b_group_apply(node, step)
@@ -337,8 +318,6 @@ def _partitioned(node: n.GroupApply, step: str, src: str, stages: dict[str, Stag
 
 
 def _chain(factories: list[Factory], name: str) -> Processor:
-    from operators.chain import Chain
-
     return Chain([f() for f in factories], name=name)
 
 
@@ -405,6 +384,5 @@ def subquery_factory(sub: n.Node, step: str) -> Factory:
         return _b_passthrough(n.GroupInput(inputs=()), step)
     if linear:
         return functools.partial(_chain, [s.factory for s in ops], f"{step}/sub")
-    from .inline import DagProcessor
 
     return functools.partial(DagProcessor, subplan, f"{step}/sub")
