@@ -86,7 +86,7 @@ def _demo(args: Any) -> int:
 
 def _run(args: Any) -> int:
     if args.address:
-        from .deploy import ensure_ray
+        from .names import ensure_ray
 
         ensure_ray(args.address)
     sys.argv = [args.script, *args.args]
@@ -95,7 +95,7 @@ def _run(args: Any) -> int:
 
 
 def _status(args: Any) -> int:
-    from .deploy import ensure_ray, list_queries
+    from .names import ensure_ray, list_queries
 
     ensure_ray(args.address)
     names = list_queries()

@@ -36,37 +36,20 @@ from operators.events import Message
 
 from . import nodes as n
 from .inline import feed_of, source_batches
+from .names import FETCH_WAIT_S, NAMESPACE, actor_name, ensure_ray, list_queries, unsubscribe
 from .planner import Plan
+from .query import Query
 
-#: The Ray namespace of every cedar actor.
-NAMESPACE = "cedar"
 #: Messages (or source rows) per batch.
 DEFAULT_BATCH = 4096
 #: Unanswered batches per edge (docs/runtime.md: 4–8 give ~97 % of peak throughput).
 DEFAULT_IN_FLIGHT = 8
 #: A partly filled batch waits at most this long before it is sent.
 DEFAULT_FLUSH_MS = 20
-#: How long a driver waits in one fetch of a query's output.
-FETCH_WAIT_S = 0.5
 #: Batches per source between two checkpoints (with ``checkpoint_dir``).
 DEFAULT_CHECKPOINT_EVERY = 4
 #: Idle actors kept warm for collect().
 POOL_LIMIT = 24
-
-
-def ensure_ray(address: str | None = None) -> None:
-    """Connect to Ray: to ``address`` (or ``$RAY_ADDRESS``) when given, else start a local
-    instance. Does nothing when this process is already connected."""
-    import ray
-
-    if ray.is_initialized():
-        return
-    addr = address or os.environ.get("RAY_ADDRESS")
-    if addr:
-        ray.init(address=addr, namespace=NAMESPACE)
-    else:
-        # "local": never join a cluster a previous `ray start` left recorded in /tmp/ray
-        ray.init(address="local", namespace=NAMESPACE, include_dashboard=False)
 
 
 _SHELL: Any = None
@@ -82,11 +65,6 @@ def shell_class() -> Any:
 
         _SHELL = ray.remote(**ACTOR_OPTIONS)(OperatorShell)
     return _SHELL
-
-
-def actor_name(query: str, step: str) -> str:
-    """The Ray actor name of ``step`` of the deployed query ``query``."""
-    return f"{query}/{step}"
 
 
 class _Pool:
@@ -297,17 +275,6 @@ def _subscribe_published(plan: Plan, handles: dict[str, Any],
     return subs
 
 
-def unsubscribe(subs: list[tuple[str, str]]) -> None:
-    import ray
-
-    for publisher, token in subs:
-        try:
-            pub = ray.get_actor(actor_name(publisher, "sink"), namespace=NAMESPACE)
-            ray.get(pub.unsubscribe.remote(token))
-        except Exception:  # noqa: BLE001, S110 - the publisher is gone: nothing to detach from
-            pass
-
-
 # -- the two entry points ----------------------------------------------------------------------
 def collect_plan(plan: Plan, *, batch_size: int = DEFAULT_BATCH,
                  max_in_flight: int = DEFAULT_IN_FLIGHT, flush_ms: float = DEFAULT_FLUSH_MS,
@@ -507,8 +474,6 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
 
     from actors.sink import Publish
 
-    from .query import Query
-
     if not name or "/" in name:
         raise ValueError(f"deploy({name!r}): a query name must be non-empty and without '/'")
     ensure_ray()
@@ -561,13 +526,3 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     return Query(name, handles, sink=plan.sink, explain=info["explain"], feeders=feeders,
                  stop_event=stop, feed_errors=errors, subscriptions=subs)
 
-
-def list_queries() -> list[str]:
-    """The names of the queries running on the connected cluster."""
-    import ray
-
-    names = []
-    for a in ray.util.list_named_actors(all_namespaces=True):
-        if a.get("namespace") == NAMESPACE and a.get("name", "").endswith("/sink"):
-            names.append(a["name"][: -len("/sink")])
-    return sorted(names)

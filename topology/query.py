@@ -23,7 +23,7 @@ from actors.wire import decode
 from operators.errors import OperatorError
 from operators.events import Message
 
-from .deploy import FETCH_WAIT_S, NAMESPACE, actor_name, ensure_ray, unsubscribe
+from .names import FETCH_WAIT_S, NAMESPACE, actor_name, ensure_ray, list_queries, unsubscribe
 
 
 class Query:
@@ -251,7 +251,6 @@ def attach(name: str, address: str | None = None) -> Query:
     try:
         sink = ray.get_actor(actor_name(name, "sink"), namespace=NAMESPACE)
     except ValueError:
-        from .deploy import list_queries
 
         raise ValueError(f"attach({name!r}): no running query has this name (running: "
                          f"{', '.join(list_queries()) or 'none'})") from None

@@ -1,0 +1,59 @@
+"""How deployed queries are found on a Ray cluster: their namespace and actor names,
+connecting to Ray, listing the running queries and detaching from a publisher. Shared by
+:mod:`topology.deploy` (which starts queries) and :mod:`topology.query` (which handles them).
+"""
+
+from __future__ import annotations
+
+import os
+
+#: The Ray namespace of every cedar actor.
+NAMESPACE = "cedar"
+#: How long a driver waits in one fetch of a query's output.
+FETCH_WAIT_S = 0.5
+
+__all__ = ["FETCH_WAIT_S", "NAMESPACE", "actor_name", "ensure_ray", "list_queries",
+           "unsubscribe"]
+
+
+def ensure_ray(address: str | None = None) -> None:
+    """Connect to Ray: to ``address`` (or ``$RAY_ADDRESS``) when given, else start a local
+    instance. Does nothing when this process is already connected."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    addr = address or os.environ.get("RAY_ADDRESS")
+    if addr:
+        ray.init(address=addr, namespace=NAMESPACE)
+    else:
+        # "local": never join a cluster a previous `ray start` left recorded in /tmp/ray
+        ray.init(address="local", namespace=NAMESPACE, include_dashboard=False)
+
+
+def actor_name(query: str, step: str) -> str:
+    """The Ray actor name of ``step`` of the deployed query ``query``."""
+    return f"{query}/{step}"
+
+
+def list_queries() -> list[str]:
+    """The names of the queries running on the connected cluster."""
+    import ray
+
+    names = []
+    for a in ray.util.list_named_actors(all_namespaces=True):
+        if a.get("namespace") == NAMESPACE and a.get("name", "").endswith("/sink"):
+            names.append(a["name"][: -len("/sink")])
+    return sorted(names)
+
+
+def unsubscribe(subs: list[tuple[str, str]]) -> None:
+    """Detach each ``(publisher, token)`` subscription; a publisher that is gone is skipped."""
+    import ray
+
+    for publisher, token in subs:
+        try:
+            pub = ray.get_actor(actor_name(publisher, "sink"), namespace=NAMESPACE)
+            ray.get(pub.unsubscribe.remote(token))
+        except Exception:  # noqa: BLE001, S110 - the publisher is gone: nothing to detach from
+            pass
