@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import runpy
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,6 +67,17 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("name", help="the query's name, as given to deploy(name)")
     inspect.add_argument("--address", default="auto", help="Ray cluster address (default auto)")
     inspect.add_argument("--rows", type=int, default=20, help="snapshot rows to show")
+
+    ui = sub.add_parser(
+        "ui", help="serve a live web page of the running queries",
+        description="Serve a read-only page of the queries running on the Ray cluster: each "
+                    "topology as a graph, per step events in/out per second, CTI and its lag, "
+                    "state size, messages in flight, dead letters, node and recoveries, and "
+                    "the newest output rows. It binds to 127.0.0.1: on a cluster, run it on "
+                    "the head node and open an SSH tunnel (ssh -L 8766:127.0.0.1:8766 HEAD).")
+    ui.add_argument("--address", default="auto", help="Ray cluster address (default auto)")
+    ui.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    ui.add_argument("--port", type=int, default=8766, help="port (default 8766)")
     return p
 
 
@@ -128,7 +140,22 @@ def _inspect(args: Any) -> int:
     return 0
 
 
-COMMANDS = {"demo": _demo, "run": _run, "status": _status, "inspect": _inspect}
+def _ui(args: Any) -> int:
+    from .names import ensure_ray
+    from .ui import serve
+
+    ensure_ray(args.address)
+    server = serve(args.host, args.port)
+    host, port = server.server_address[:2]
+    print(f"cedar ui: http://{host}:{port}/  (Ctrl-C stops it)")
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.shutdown()
+    return 0
+
+
+COMMANDS = {"demo": _demo, "run": _run, "status": _status, "inspect": _inspect, "ui": _ui}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -368,6 +368,11 @@ def _kill(handles: Iterable[Any]) -> None:
             pass
 
 
+def _edges(plan: Plan) -> dict[str, list[str]]:
+    """step -> the steps its output goes to (the topology the manifest records)."""
+    return {step: [e.dst for e in edges] for step, edges in plan.edges.items()}
+
+
 def _placement(placement: str | dict[str, str]) -> Callable[[str], dict[str, Any]]:
     """The Ray scheduling options of each step's actor. ``"spread"`` (the default) deals the
     steps round robin over the cluster's alive nodes, in node id order; ``"pack"`` leaves them
@@ -489,6 +494,7 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
         plan.stages[plan.sink].factory = functools.partial(Publish, "sink", history=True)
     if checkpoint_dir is not None:
         info = {"query": name, "actors": {s: actor_name(name, s) for s in plan.stages},
+                "edges": _edges(plan),
                 "explain": plan.explain(), "created": time.time(), "sink": plan.sink,
                 "subscriptions": [], "checkpoint_dir": os.path.abspath(checkpoint_dir)}
         sup = _supervise(plan, name, opts, checkpoint_dir, checkpoint_every,
@@ -502,6 +508,7 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
                                  lifetime=lifetime, **place(step)).remote()
                for step in plan.stages}
     info = {"query": name, "actors": {s: actor_name(name, s) for s in plan.stages},
+                "edges": _edges(plan),
                 "explain": plan.explain(), "created": time.time(), "sink": plan.sink,
                 "subscriptions": [(plan.stages[s].source.query, f"{name}/{s}")  # type: ignore
                                for s in plan.sources
