@@ -4,6 +4,10 @@ runtime tests; results must equal the inline runtime's. Plus where the actors ra
 
 from __future__ import annotations
 
+import random
+
+import pytest
+
 import tests.topology.test_differential as differential
 import tests.topology.test_runtimes as runtimes
 from operators.aggregates import Count
@@ -62,3 +66,33 @@ def test_steps_can_be_pinned_to_a_node(ray_session, cluster):
         assert_equivalent(live.snapshot(), to_cht(q.collect("inline")))
     finally:
         live.stop()
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_lost_worker_node_recovers_from_the_newest_checkpoint(ray_session, cluster, tmp_path,
+                                                               seed):
+    """A worker node (its raylet, object store and actors) goes away mid-stream; the query,
+    checkpointed, restarts on the surviving nodes and its output equals the fault-free run,
+    with nothing emitted twice."""
+    from tests.reliability.test_recovery import check_exactly_once, wait_events, window_join
+
+    expected = window_join(20_000).collect(runtime="inline")
+    rng = random.Random(seed)
+    live = window_join(20_000).deploy(f"node-loss-{seed}", checkpoint_dir=str(tmp_path),
+                                      checkpoint_every=2, batch_size=500)
+    try:
+        head = cluster[0].head_node.node_id
+        nodes = _nodes_of(f"node-loss-{seed}")
+        source = next(s for s in live.steps if s.startswith("from_"))
+        wait_events(live, source, rng.randrange(2_000, 12_000))
+        victim = next(n for n in cluster[0].list_all_nodes()
+                      if n.node_id != head and n.node_id in nodes.values())
+        cluster[0].remove_node(victim)
+        assert live.wait(300)
+        check_exactly_once(live.output(), expected)
+        assert len(live.recoveries()) >= 1
+        assert victim.node_id not in _nodes_of(f"node-loss-{seed}").values()
+    finally:
+        live.stop()
+        cluster[0].add_node(num_cpus=2)
+        cluster[0].wait_for_nodes()
