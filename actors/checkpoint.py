@@ -1,11 +1,16 @@
-"""Checkpoint files: one pickled state per stage and epoch, written atomically.
+"""Checkpoint files: one pickled state per stage and epoch, written atomically, on any storage.
 
-Layout: ``<dir>/<query>/<epoch>/<step>.pkl`` (a step id's ``/`` and ``#`` are kept out of file
+Layout: ``<root>/<query>/<epoch>/<step>.pkl`` (a step id's ``/`` and ``#`` are kept out of file
 names). An epoch is *complete* when every stage of the query wrote its file; the sink writes
 last (the barrier reaches it after every stage upstream), so its file marks the epoch complete
-and :func:`latest_complete` only double-checks the others. ``<dir>`` is any path the Ray
-workers and the driver can both reach (a local directory on one machine, a shared mount on a
-cluster).
+and :func:`latest_complete` only double-checks the others.
+
+``<root>`` is where every node of the cluster and the driver can read and write: a local
+directory on one machine, a shared mount, or a storage URI that ``pyarrow.fs`` opens —
+``s3://bucket/prefix``, ``gs://...``, ``hdfs://...`` (options and credentials in the URI, e.g.
+``s3://KEY:SECRET@bucket/ckpt?endpoint_override=host:9000&scheme=http`` for an S3-compatible
+server). A file appears whole or not at all: it is written under a temporary name and moved
+into place (an object store's put is atomic already).
 
     >>> import tempfile
     >>> d = tempfile.mkdtemp()
@@ -18,54 +23,78 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
+import uuid
 from collections.abc import Iterable
 from typing import Any
+
+import pyarrow.fs as pafs
 
 
 def _safe(step: str) -> str:
     return step.replace("/", "_").replace("#", "-")
 
 
+def normalize(root: str) -> str:
+    """A root every process reads the same way: a URI as it is, a local path made absolute."""
+    return root if "://" in root else os.path.abspath(root)
+
+
+def _join(root: str, *parts: str) -> str:
+    """``root/part/...``, keeping a URI's ``?options`` at the end."""
+    base, sep, options = root.partition("?")
+    joined = "/".join([base.rstrip("/"), *parts]) if "://" in base else os.path.join(base, *parts)
+    return joined + sep + options
+
+
+def _open(location: str) -> tuple[pafs.FileSystem, str]:
+    if "://" in location:
+        return pafs.FileSystem.from_uri(location)
+    return pafs.LocalFileSystem(), os.path.abspath(location)
+
+
 def query_dir(root: str, query: str) -> str:
-    return os.path.join(root, _safe(query))
+    return _join(root, _safe(query))
 
 
 def stage_path(root: str, query: str, epoch: int, step: str) -> str:
     """The file of ``step``'s state at the end of ``epoch``."""
-    return os.path.join(query_dir(root, query), str(epoch), _safe(step) + ".pkl")
+    return _join(root, _safe(query), str(epoch), _safe(step) + ".pkl")
 
 
 def save(path: str, state: Any) -> None:
     """Write ``pickle(state)`` to ``path`` atomically (a reader sees all of it or nothing)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        pickle.dump(state, f, protocol=5)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    fs, where = _open(path)
+    fs.create_dir(where.rsplit("/", 1)[0], recursive=True)
+    tmp = f"{where}.{uuid.uuid4().hex}.tmp"
+    with fs.open_output_stream(tmp) as f:
+        f.write(pickle.dumps(state, protocol=5))
+    if isinstance(fs, pafs.LocalFileSystem):
+        with open(tmp, "rb+") as f:  # on disk before it counts
+            os.fsync(f.fileno())
+    fs.move(tmp, where)
 
 
 def load(path: str) -> Any:
-    with open(path, "rb") as f:
-        return pickle.load(f)
+    fs, where = _open(path)
+    with fs.open_input_stream(where) as f:
+        return pickle.loads(f.read())
 
 
 def epochs(root: str, query: str) -> list[int]:
     """The epochs that have a directory, ascending."""
-    try:
-        names = os.listdir(query_dir(root, query))
-    except FileNotFoundError:
-        return []
+    fs, where = _open(query_dir(root, query))
+    infos = fs.get_file_info(pafs.FileSelector(where, allow_not_found=True))
+    names = [i.base_name for i in infos if i.type == pafs.FileType.Directory]
     return sorted(int(n) for n in names if n.isdigit())
 
 
 def latest_complete(root: str, query: str, steps: Iterable[str]) -> int:
     """The newest epoch every step of ``steps`` wrote (0: none, start from scratch)."""
     steps = list(steps)
+    fs, _ = _open(query_dir(root, query))
     for epoch in reversed(epochs(root, query)):
-        if all(os.path.exists(stage_path(root, query, epoch, s)) for s in steps):
+        files = [_open(stage_path(root, query, epoch, s))[1] for s in steps]
+        if all(i.type == pafs.FileType.File for i in fs.get_file_info(files)):
             return epoch
     return 0
 
@@ -74,9 +103,17 @@ def forget_before(root: str, query: str, epoch: int) -> None:
     """Delete the epochs older than ``epoch`` (no restart will need them)."""
     for e in epochs(root, query):
         if e < epoch:
-            shutil.rmtree(os.path.join(query_dir(root, query), str(e)), ignore_errors=True)
+            _delete(_join(root, _safe(query), str(e)))
 
 
 def forget(root: str, query: str) -> None:
     """Delete every checkpoint of ``query``."""
-    shutil.rmtree(query_dir(root, query), ignore_errors=True)
+    _delete(query_dir(root, query))
+
+
+def _delete(location: str) -> None:
+    fs, where = _open(location)
+    try:
+        fs.delete_dir(where)
+    except (FileNotFoundError, OSError):
+        pass  # gone already

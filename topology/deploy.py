@@ -21,7 +21,6 @@ newest complete epoch when an actor dies, replay, no duplicate output; see that 
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
@@ -30,6 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from actors import checkpoint as ck
 from actors.wire import decode, encode, encode_rows
 from operators.errors import OperatorError
 from operators.events import Message
@@ -125,7 +125,6 @@ def _configure(plan: Plan, handles: dict[str, Any], opts: dict[str, Any],
     with ``restore`` > 0 they resume from that epoch's files."""
     import ray
 
-    from actors import checkpoint as ck
 
     refs = []
     for step, st in plan.stages.items():
@@ -338,7 +337,6 @@ def collect_plan(plan: Plan, *, batch_size: int = DEFAULT_BATCH,
 def _collect_checkpointed(plan: Plan, opts: dict[str, Any], root: str, every: int,
                           timeout_s: float | None,
                           on_messages: Callable[[list[Message]], Any] | None) -> list[Message]:
-    from actors import checkpoint as ck
 
     name = f"collect-{uuid.uuid4().hex[:8]}"
     sup = _supervise(plan, name, opts, root, every, detached=False, info={"query": name})
@@ -355,7 +353,7 @@ def _collect_checkpointed(plan: Plan, opts: dict[str, Any], root: str, every: in
     finally:
         sup.stop()
         _kill(sup.handles.values())
-        ck.forget(os.path.abspath(root), name)
+        ck.forget(ck.normalize(root), name)
 
 
 def _kill(handles: Iterable[Any]) -> None:
@@ -410,7 +408,7 @@ def _supervise(plan: Plan, name: str, opts: dict[str, Any], root: str, every: in
         raise ValueError("checkpoint_dir: a query that reads a published() query cannot be "
                          "checkpointed (the publisher's stream cannot be replayed); run it "
                          "without checkpoint_dir")
-    root = os.path.abspath(root)
+    root = ck.normalize(root)
     steps = list(plan.stages)
     cls = shell_class()
 
@@ -467,7 +465,8 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     driver, until ``Query.stop()`` or the cluster's end). With ``history`` the sink keeps the
     final rows too, so ``snapshot()`` returns the whole output CHT, not only the alive rows.
 
-    With ``checkpoint_dir`` (a directory the driver and every Ray worker can reach) the query
+    With ``checkpoint_dir`` (a directory the driver and every Ray worker can reach, or a
+    storage URI such as ``s3://bucket/prefix``: see :mod:`actors.checkpoint`) the query
     checkpoints every ``checkpoint_every`` batches per source and restarts from its last
     complete checkpoint when an actor dies; ``Query.stats()`` reports the recoveries. The
     supervisor lives in this driver, which must stay up; it keeps the output, which
@@ -496,7 +495,7 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
         info = {"query": name, "actors": {s: actor_name(name, s) for s in plan.stages},
                 "edges": _edges(plan),
                 "explain": plan.explain(), "created": time.time(), "sink": plan.sink,
-                "subscriptions": [], "checkpoint_dir": os.path.abspath(checkpoint_dir)}
+                "subscriptions": [], "checkpoint_dir": ck.normalize(checkpoint_dir)}
         sup = _supervise(plan, name, opts, checkpoint_dir, checkpoint_every,
                          detached=detached, info=info, named=True, placement=placement)
         return Query(name, sup.handles, sink=plan.sink, explain=info["explain"],
