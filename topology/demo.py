@@ -17,12 +17,15 @@ The results go back through Spark to parquet; the run ends with a summary table.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
 import shutil
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,8 +170,11 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
     data = generate(meters, minutes)
     print(f"  generated {len(data.readings):,} readings and {len(data.states):,} meter-state "
           f"edges; starting Spark and Ray ...")
-    spark = local_spark()
-    ensure_ray(address)
+    t_setup = time.perf_counter()
+    with _quiet_libraries():
+        spark = local_spark(quiet=True)
+        ensure_ray(address, quiet=True)
+    setup_s = time.perf_counter() - t_setup
     if os.path.exists(out):
         shutil.rmtree(out)
     import pyarrow as pa
@@ -208,29 +214,66 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
         for live in running.values():
             live.stop()
     events = len(data.readings) * (len(topologies) - 1) + len(data.states)
-    print_summary(summary, events, elapsed)
+    print_summary(summary, events, elapsed, setup_s)
     return summary
 
 
-def print_summary(summary: list[dict[str, Any]], events: int, elapsed: float) -> None:
+def print_summary(summary: list[dict[str, Any]], events: int, elapsed: float,
+                  setup_s: float | None = None) -> None:
     print()
     print(f"  {'output':<16}{'rows':>8}{'late':>8}{'dead letters':>14}  parquet")
     print(f"  {'-' * 16}{'-' * 8}{'-' * 8}{'-' * 14}  {'-' * 30}")
     for s in summary:
         print(f"  {s['output']:<16}{s['rows']:>8,}{s['late']:>8,}{s['dead_letters']:>14,}"
               f"  {s['path']}")
+    setup = f" (after {setup_s:.1f} s starting Spark and Ray)" if setup_s is not None else ""
     print(f"\n  {events:,} input events through {len(summary)} queries in {elapsed:.1f} s "
-          f"({events / elapsed:,.0f} events/s, all queries together)")
+          f"({events / elapsed:,.0f} events/s, all queries together){setup}")
 
 
-def local_spark() -> Any:
-    """A local Spark session (``local[2]``) that runs Python workers with this interpreter."""
+#: Spark's log4j2 settings while the demo runs: errors only.
+_LOG4J2 = """rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+@contextlib.contextmanager
+def _quiet_libraries() -> Iterator[None]:
+    """Spark's and Ray's start-up chatter off the demo's output, their settings restored
+    after: Spark binds to localhost (no "resolves to a loopback address" warning)."""
+    saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP",)}
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def local_spark(quiet: bool = False) -> Any:
+    """A local Spark session (``local[2]``) that runs Python workers with this interpreter;
+    ``quiet``: log errors only, and no console progress bars."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    return (SparkSession.builder.master("local[2]").appName("cedar-demo")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.session.timeZone", "UTC")
-            .getOrCreate())
+    builder = (SparkSession.builder.master("local[2]").appName("cedar-demo")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.session.timeZone", "UTC"))
+    if quiet:
+        conf = os.path.join(tempfile.mkdtemp(prefix="cedar-log4j2-"), "log4j2.properties")
+        with open(conf, "w") as f:
+            f.write(_LOG4J2)
+        builder = (builder.config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.driver.extraJavaOptions",
+                           f"-Dlog4j2.configurationFile=file:{conf}"))
+    return builder.getOrCreate()

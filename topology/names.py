@@ -16,19 +16,21 @@ __all__ = ["FETCH_WAIT_S", "NAMESPACE", "actor_name", "ensure_ray", "list_querie
            "unsubscribe"]
 
 
-def ensure_ray(address: str | None = None) -> None:
+def ensure_ray(address: str | None = None, quiet: bool = False) -> None:
     """Connect to Ray: to ``address`` (or ``$RAY_ADDRESS``) when given, else start a local
-    instance. Does nothing when this process is already connected."""
+    instance. Does nothing when this process is already connected. ``quiet`` keeps Ray's own
+    start-up messages and its workers' logs off this process's output (errors still show)."""
     import ray
 
     if ray.is_initialized():
         return
+    opts: dict = {"logging_level": "ERROR", "log_to_driver": False} if quiet else {}
     addr = address or os.environ.get("RAY_ADDRESS")
     if addr:
-        ray.init(address=addr, namespace=NAMESPACE)
+        ray.init(address=addr, namespace=NAMESPACE, **opts)
     else:
         # "local": never join a cluster a previous `ray start` left recorded in /tmp/ray
-        ray.init(address="local", namespace=NAMESPACE, include_dashboard=False)
+        ray.init(address="local", namespace=NAMESPACE, include_dashboard=False, **opts)
 
 
 def actor_name(query: str, step: str) -> str:
