@@ -67,6 +67,6 @@ def test_checkpoint_files_on_an_object_store(s3_root):
 def test_a_query_recovers_from_checkpoints_in_the_bucket(ray_session, s3_root):
     expected = window_join(20_000).collect(runtime="inline")
     out, _, recs = run_with_kill("s3-recovery", window_join(20_000), s3_root, "ray",
-                                 "group_apply", 3_000)
+                                 "group_apply", 3_000, epoch=1)
     check_exactly_once(out, expected)
     assert recs and recs[0]["epoch"] >= 1  # restored from a checkpoint in the bucket

@@ -52,13 +52,15 @@ def step_of(live, prefix):
     return next(s for s in live.steps if s.startswith(prefix))
 
 
-def wait_events(live, step, n, timeout_s=60):
+def wait_events(live, step, n, timeout_s=60, epoch=0):
+    """Until ``step`` has taken ``n`` events and the query has committed checkpoint ``epoch``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if live.stats()[step]["events_in"] >= n:
+        stats = live.stats()[step]
+        if stats["events_in"] >= n and stats.get("checkpoint_epoch", 0) >= epoch:
             return
         time.sleep(0.01)
-    raise AssertionError(f"{step} never received {n} events")
+    raise AssertionError(f"{step} never received {n} events after checkpoint {epoch}")
 
 
 def check_exactly_once(messages, expected):
@@ -69,14 +71,16 @@ def check_exactly_once(messages, expected):
     assert_equivalent(to_cht(messages), to_cht(expected))
 
 
-def run_with_kill(name, query, tmp_path, kill, victim, at, **opts):
+def run_with_kill(name, query, tmp_path, kill, victim, at, epoch=0, **opts):
+    """Deploy with checkpoints, kill ``victim`` once it has ``at`` events and checkpoint
+    ``epoch`` is committed, and return the output, stats and recoveries."""
     import ray
 
     live = query.deploy(name, checkpoint_dir=str(tmp_path), checkpoint_every=2,
                         batch_size=500, **opts)
     try:
         step = step_of(live, victim)
-        wait_events(live, step, at)
+        wait_events(live, step, at, epoch=epoch)
         handle = live.handles[step]
         if kill == "ray":
             ray.kill(handle, no_restart=True)
