@@ -77,3 +77,22 @@ def test_any_split_of_a_table_gives_the_sorted_tables_cht(
     assert_equivalent(got.collect(runtime="inline"), want.collect(runtime="inline"))
     assert_equivalent(_counts(got, size).collect(runtime="inline"),
                       _counts(want, size).collect(runtime="inline"))
+
+
+def test_every_column_type_reads_as_spark_collects_it(spark):
+    # the ranges are read as raw Arrow record batches with the schema PySpark derives; every
+    # kind of column must come out as toArrow() gives it
+    df = spark.sql("""
+        SELECT CAST(id % 7 AS BIGINT) AS ts, CAST(id AS STRING) AS s, id / 3.0 AS d,
+               CAST(id / 3.0 AS DECIMAL(10, 3)) AS dec, id % 2 = 0 AS b,
+               date_add(DATE'2024-01-01', CAST(id AS INT)) AS day,
+               CAST(timestamp_micros(id) AS TIMESTAMP_NTZ) AS ntz,
+               array(id, id + 1) AS arr, map('k', id) AS m, named_struct('x', id, 'y', 'z') AS st,
+               CAST(NULL AS STRING) AS nothing
+        FROM range(0, 40)""").repartition(3)
+    from topology.spark import spark_row_batches
+
+    got = [r for rows in spark_row_batches(df, start="ts", partition_rows=9) for r in rows]
+    want = sorted(df.toArrow().to_pylist(), key=lambda r: (r["ts"], r["s"]))
+    assert [r["ts"] for r in got] == sorted(r["ts"] for r in got)
+    assert sorted(got, key=lambda r: (r["ts"], r["s"])) == want
