@@ -1,4 +1,4 @@
-"""Reading a batch DataFrame as a time-ordered stream of Arrow record batches (SPEC §8).
+"""Reading a batch DataFrame as a time-ordered stream of Arrow record batches.
 
 **The rule.** A batch DataFrame has no arrival order: its meaning is its whole table, whatever
 the order of its partitions. So it is read *in time order*: Spark sorts it by its time key
