@@ -2,10 +2,12 @@
 
 Data crosses between Spark and cedar through Arrow, never row by row:
 
-* **batch source** -- :func:`spark_row_batches` reads a DataFrame as Arrow record batches,
-  turns the time columns into integer ticks (1 tick = 1 µs since 1970-01-01 UTC) with one
-  vectorised cast per batch, and yields lists of row dicts; :func:`ingest_spark` runs them
-  through the same :class:`operators.ingress.Ingress` as ``Stream.from_rows``;
+* **batch source** -- :func:`spark_row_batches` reads a DataFrame in time order, range by
+  range, as Arrow record batches (:mod:`topology.spark_source`: a batch DataFrame means its
+  whole table, whatever the order of its partitions, and is never collected whole), turns
+  the time columns into integer ticks (1 tick = 1 µs since 1970-01-01 UTC) with one
+  vectorised cast per batch, and yields row lists or column batches; :func:`ingest_spark`
+  runs them through the same :class:`operators.ingress.Ingress` as ``Stream.from_rows``;
 * **streaming source** -- :class:`SparkStreamFeeder` reads a streaming DataFrame micro-batch
   by micro-batch (``foreachBatch``), one Ingress across all micro-batches, replayed
   micro-batches skipped by ``batch_id``;
@@ -47,6 +49,8 @@ from operators.cht import to_cht
 from operators.errors import DeadLetter
 from operators.events import MAX_TIME, MIN_TIME, TICKS_PER_SECOND, Cti, Insert, Message, Retract
 from operators.ingress import AdvanceTime, Ingress
+
+from .spark_source import PARTITION_ROWS, coalesced, ordered_record_batches
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -229,6 +233,7 @@ def _check_columns(df: Any, what: str, **specs: Any) -> None:
 
 
 def _frame_to_arrow(df: DataFrame) -> pa.Table:
+    """A micro-batch of a streaming source, whole (a micro-batch is bounded by its trigger)."""
     if hasattr(df, "toArrow"):  # PySpark >= 4
         return df.toArrow()
     return pa.Table.from_batches(df._collect_as_arrow())  # PySpark 3.x
@@ -236,24 +241,25 @@ def _frame_to_arrow(df: DataFrame) -> pa.Table:
 
 def spark_row_batches(
     df: DataFrame, start: Any, end: Any = None, batch_rows: int = DEFAULT_BATCH_ROWS,
-    columnar: bool = False,
+    columnar: bool = False, *, shape: str = "point", partition_rows: int = PARTITION_ROWS,
 ) -> Iterator[Any]:
-    """The rows of a batch DataFrame, read through Arrow, as lists of at most ``batch_rows``
-    row dicts, with the ``start``/``end`` time columns converted to ticks (see
-    :func:`arrow_row_batches`). Row order is the DataFrame's (partition by partition); rows
-    with a null time are kept, so that the Ingress dead-letters them.
+    """The rows of a batch DataFrame **in time order**, read through Arrow range by range in
+    bounded driver memory (:mod:`topology.spark_source`: a batch DataFrame means its whole
+    table, whatever the order of its partitions), as lists of at most ``batch_rows`` row
+    dicts with the ``start``/``end`` time columns converted to ticks (see
+    :func:`arrow_row_batches`); with ``columnar``, column batches where they can be (see
+    :func:`arrow_batches`). Rows with a null time are kept (first), so that the Ingress
+    dead-letters them. ``shape`` decides the time key (an end edge happens at its end).
 
-    The whole result is collected to the driver as one Arrow table (Arrow is compact: 1M rows
-    take ~0.3 s), then cut into batches; the Spark job runs when iteration starts. With
-    ``columnar``, batches are column batches where they can be (see :func:`arrow_batches`).
+    Spark runs when iteration starts: a count, the sort, then one job per range of
+    ``partition_rows`` rows, the next computed while this one is consumed.
     """
     _check_batch_frame(df, "spark_row_batches")
     _check_columns(df, "spark_row_batches", start=start, end=end)
-
-    def generate() -> Iterator[Any]:
-        yield from arrow_batches([_frame_to_arrow(df)], start, end, batch_rows, columnar)
-
-    return generate()
+    if not (isinstance(batch_rows, int) and batch_rows >= 1):
+        raise ValueError(f"batch_rows={batch_rows!r}: give an int >= 1 (rows per batch)")
+    batches = ordered_record_batches(df, start, end, shape, partition_rows, "spark_row_batches")
+    return arrow_batches(coalesced(batches, batch_rows), start, end, batch_rows, columnar)
 
 
 def spark_stream_rows(
@@ -327,15 +333,17 @@ def ingest_spark(
     advance: AdvanceTime = _NO_ADVANCE,
     name: str = "spark",
     batch_rows: int = DEFAULT_BATCH_ROWS,
+    partition_rows: int = PARTITION_ROWS,
 ) -> tuple[list[Message], Ingress]:
-    """Ingest a whole batch DataFrame: the messages (ending with the final CTI of
-    :meth:`Ingress.end`) and the :class:`Ingress`, whose ``late``, ``dead_letters`` and
-    ``stats`` account for every row. The payload of each event is its row, with the time
-    columns as ticks.
+    """Ingest a whole batch DataFrame, read in time order (:func:`spark_row_batches`): the
+    messages (ending with the final CTI of :meth:`Ingress.end`) and the :class:`Ingress`,
+    whose ``late``, ``dead_letters`` and ``stats`` account for every row. The payload of each
+    event is its row, with the time columns as ticks.
     """
     ingress = Ingress(start, end=end, shape=shape, id=id, advance=advance, name=name)
     out: list[Message] = []
-    for rows in spark_row_batches(df, start, end, batch_rows):
+    for rows in spark_row_batches(df, start, end, batch_rows, shape=shape,
+                                  partition_rows=partition_rows):
         out.extend(ingress.push(rows))
     out.extend(ingress.end())
     return out, ingress

@@ -92,20 +92,34 @@ class Stream:
     def from_spark(df: Any, start: Any, end: Any = None, shape: str = "point", id: Any = None,
                    advance: Any = None, name: str | None = None, *,
                    trigger: dict[str, Any] | None = None,
-                   checkpoint_location: str | None = None) -> Stream:
-        """Ingest a Spark DataFrame exactly as :meth:`from_rows` ingests rows. A batch
-        DataFrame is read through Arrow in batches (time columns of timestamp or date type
-        become ticks); a streaming DataFrame is read micro-batch by micro-batch through
-        ``foreachBatch`` (``trigger`` default ``{"availableNow": True}``; see
-        :func:`topology.spark.spark_stream_rows`)."""
+                   checkpoint_location: str | None = None,
+                   partition_rows: int | None = None) -> Stream:
+        """Ingest a Spark DataFrame exactly as :meth:`from_rows` ingests rows (time columns
+        of timestamp, date or integer type become ticks).
+
+        A **batch** DataFrame means its whole table, whatever the order of its partitions: it
+        is read sorted by time (``start``; for edges, an end edge at its ``end``), range by
+        range of ``partition_rows`` rows in bounded driver memory
+        (:mod:`topology.spark_source`), so its result is the query over the table sorted by
+        time, and no row is late unless ``advance`` has a negative delay. Each run reads the
+        DataFrame again. A **streaming** DataFrame is read micro-batch by micro-batch in
+        arrival order through ``foreachBatch`` (``trigger`` default
+        ``{"availableNow": True}``; see :func:`topology.spark.spark_stream_rows`), where
+        ``advance``'s late-event policy decides what a row behind a CTI becomes."""
         from .spark import spark_row_batches, spark_stream_rows
+        from .spark_source import PARTITION_ROWS
 
         if getattr(df, "isStreaming", False):
-            batches = spark_stream_rows(df, start, end, trigger=trigger,
-                                        checkpoint_location=checkpoint_location, columnar=True,
-                                        batch_rows=COLUMN_BATCH_ROWS)
+            batches: Iterable[Any] = spark_stream_rows(
+                df, start, end, trigger=trigger, checkpoint_location=checkpoint_location,
+                columnar=True, batch_rows=COLUMN_BATCH_ROWS)
         else:
-            batches = spark_row_batches(df, start, end, COLUMN_BATCH_ROWS, columnar=True)
+            rows = PARTITION_ROWS if partition_rows is None else partition_rows
+            spark_row_batches(df, start, end, COLUMN_BATCH_ROWS, shape=shape,
+                              partition_rows=rows)  # check the arguments now
+            batches = _Batches(lambda: spark_row_batches(
+                df, start, end, COLUMN_BATCH_ROWS, columnar=True, shape=shape,
+                partition_rows=rows))
         return Stream._batched(batches, start, end, shape, id, advance, name or "spark")
 
     @staticmethod

@@ -59,11 +59,11 @@ def test_batches_hold_at_most_batch_rows() -> None:
 
 # -- DataFrames -----------------------------------------------------------------------------
 @pytest.mark.spark
-def test_timestamp_points_match_from_rows(spark) -> None:
-    # row:  a    b         c    d     e    f              AdvanceTime(every=2, delay=0)
-    # t:    0s   2s        1s   null  5s   3s
-    #            Cti(2s)   ^ late: dropped       Cti(5s)   end: Cti(5s + 1)
-    #                           ^ no time: dead letter
+def test_timestamp_points_match_from_rows_sorted_by_time(spark) -> None:
+    # A batch DataFrame means its whole table: it is read in time order, null times first.
+    # table:  a 0s   b 2s   c 1s   d null   e 5s   f 3s          AdvanceTime(every=2, delay=0)
+    # read:   d (no time: dead letter)  a  c  Cti(1s)  b  f  Cti(3s)  e   end: Cti(5s + 1)
+    # In the table's own order c would have been late behind Cti(2s); sorted, nothing is.
     secs = [0, 2, 1, None, 5, 3]
     names = list("abcdef")
     table = pa.table({
@@ -78,13 +78,14 @@ def test_timestamp_points_match_from_rows(spark) -> None:
 
     by_hand = [{"ts": None if s is None else to_ticks(T0) + s * S, "name": n, "kwh": float(i)}
                for i, (s, n) in enumerate(zip(secs, names))]
-    assert messages == ingest(by_hand, start="ts", advance=advance, name="spark")
+    in_time = sorted(by_hand, key=lambda r: -1 if r["ts"] is None else r["ts"])
+    assert messages == ingest(in_time, start="ts", advance=advance, name="spark")
     assert messages[0] == Insert(0, to_ticks(T0), to_ticks(T0) + 1, by_hand[0])
     assert [m.time for m in messages if type(m) is Cti] == [
-        to_ticks(T0) + 2 * S, to_ticks(T0) + 5 * S, to_ticks(T0) + 5 * S + 1]
+        to_ticks(T0) + 1 * S, to_ticks(T0) + 3 * S, to_ticks(T0) + 5 * S + 1]
     assert [d.item["name"] for d in ingress.dead_letters] == ["d"]
     assert "start time is missing" in ingress.dead_letters[0].reason
-    assert [late.item["name"] for late in ingress.late] == ["c"]
+    assert ingress.late == []
     assert ingress.stats["received"] == 6 and ingress.stats["dead_lettered"] == 1
     assert accounted(ingress)
 
@@ -138,3 +139,9 @@ def test_mistakes_are_reported_where_they_are_made(spark) -> None:
     stream = spark.readStream.format("rate").load()
     with pytest.raises(ValueError, match="SparkStreamFeeder"):
         spark_row_batches(stream, start="timestamp")
+    # a batch DataFrame is read sorted by its time column, so that column must exist in Spark
+    with pytest.raises(TypeError, match="must be a column name"):
+        spark_row_batches(df, start=lambda row: row["t"])
+    text = spark.createDataFrame([("2024-01-01",)], "t string")
+    with pytest.raises(TypeError, match=r"'t' is string.*to_timestamp"):
+        spark_row_batches(text, start="t")
