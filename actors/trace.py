@@ -183,7 +183,10 @@ class Recorder:
     def dead_letters(self, letters: Iterable[Any]) -> None:
         """Record dead letters (the step's ``dead_letters`` records) as ``in`` rows."""
         wall = time.time()
+        limit = self.trace.limit
         for d in letters:
+            if limit is not None and self.counts["in"] >= limit:
+                return
             item = getattr(d, "item", getattr(d, "message", d))
             reason = getattr(d, "reason", "")
             payload = getattr(item, "payload", item) if isinstance(item, tuple) else item

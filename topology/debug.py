@@ -13,8 +13,9 @@ step had received before it emitted the event:
 * windows: the *members*, the input events alive then that belong to the output's window
   (overlap it; for count windows, start (end) in it), of the same key for a keyed window;
 * ``group_apply``: the events of the output's key (members of its window when the sub-query
-  is a window); joins: the left and right events with equal keys whose lifetimes hold the
-  output's; ``anti_join``: the left event.
+  is a window); joins: the left and right events with equal keys whose intersection is the
+  output's lifetime (and, with the default ``select``, whose payloads it shows; with another
+  ``select`` every such pair); ``anti_join``: the left event that holds it.
 
 Causes are followed upstream through the edges to the sources, whose output events are the
 readings that entered the query.
@@ -228,8 +229,8 @@ class Recording:
             return [(0, ev) for ev in _window_members(info, evs, s, e)]
         if kind == "group_apply":
             evs = [ev for ev in alive.get(0, {}).values() if ev["key"] == row["key"]]
-            sub = info.get("sub", {})
-            if sub.get("kind") == "window":
+            sub = _window_of(info.get("sub", {}))
+            if sub is not None:
                 evs = _window_members(sub, evs, s, e)
             return [(0, ev) for ev in evs]
         if kind in ("join", "left_join", "anti_join"):
@@ -239,6 +240,13 @@ class Recording:
             if kind == "anti_join":
                 return [(0, ev) for ev in left]
             pairs = [(lv, rv) for lv in left for rv in right if lv["key"] == rv["key"]]
+            # the pair whose intersection is exactly the output's lifetime
+            exact = [(lv, rv) for lv, rv in pairs if max(lv["start"], rv["start"]) == s
+                     and min(lv["end"], rv["end"]) == e]
+            pairs = exact or pairs
+            if len(pairs) > 1 and info.get("pairs"):  # payload (l, r): the one it shows
+                pairs = [(lv, rv) for lv, rv in pairs if row["payload_repr"]
+                         == f"({lv['payload_repr']}, {rv['payload_repr']})"] or pairs
             if not pairs:  # a left_join's unmatched part
                 return [(0, ev) for ev in left]
             seen: dict[tuple[int, str], Row] = {}
@@ -289,6 +297,17 @@ def _span(r: Row) -> tuple[int | None, int]:
         return None, 0
     e = r["end"] if r["new_end"] is None else max(r["end"], r["new_end"])
     return r["start"], e
+
+
+def _window_of(sub: dict[str, Any]) -> dict[str, Any] | None:
+    """The window of a group_apply sub-query that is a window after span operators only."""
+    if sub.get("kind") == "window":
+        return sub
+    members = sub.get("members", ())
+    for i, m in enumerate(members):
+        if m.get("kind") == "window":
+            return m if all(x.get("kind") == "span" for x in members[:i]) else None
+    return None
 
 
 def _window_members(info: dict[str, Any], evs: list[Row], s: int, e: int) -> list[Row]:

@@ -50,6 +50,8 @@ def factory_kind(factory: Any) -> dict[str, Any]:
     name = getattr(func, "__name__", type(func).__name__)
     if name == "_chain":  # fused stateless steps, or a linear group_apply sub-query
         members = [factory_kind(f) for f in args[0]]
+        if len(members) == 1:
+            return members[0]
         if all(m["kind"] == "span" for m in members):
             return {"kind": "span", "class": "Chain", "members": members}
         return {"kind": "chain", "members": members}
@@ -63,6 +65,8 @@ def factory_kind(factory: Any) -> dict[str, Any]:
         info["output"] = kw.get("output") or ("point_end" if info["spec"]["kind"] == "count"
                                               else "window")
         info["keyed"] = name == "KeyedWindowAggregate"
+    elif kind in ("join", "left_join"):
+        info["pairs"] = kw.get("select") is None  # payloads are (left, right)
     elif kind == "group_apply" and len(args) > 1:
         info["sub"] = factory_kind(args[1])
     elif name == "DagProcessor":
