@@ -13,7 +13,8 @@ one lane per event, in the style of the temporal-database textbooks::
 Needs matplotlib (``pip install cedar[viz]``). Every drawn element carries a ``gid`` (an
 ``id`` in the SVG): ``event-<panel>-<n>`` (``<panel>`` is ``in`` or ``out``), ``point-...``
 for point ticks, ``open-...`` for the arrow of an open event, ``retracted-...`` and
-``strike-...`` for retracted parts, ``cti-<panel>-<n>``, ``window-<n>`` and ``label-...``.
+``strike-...`` for retracted parts, ``cti-<panel>-<n>``, ``window-<n>``, ``label-...`` and
+``axes-<panel>`` for the panel's frame.
 
     >>> import tempfile
     >>> from topology import Stream
@@ -101,6 +102,7 @@ def timeline(trace: str | Recording, step: str, out: str | None = None,
     axes = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": heights})
     info = rec.steps.get(step, {})
     for ax, (direction, (evs, ctis)) in zip(axes, panels.items()):
+        ax.patch.set_gid(f"axes-{direction}")
         ax.set_xlim(left, right)
         ax.set_ylim(len(evs) + 0.5, -1.0)
         ax.set_yticks(range(len(evs)), [ev.id if len(ev.id) <= 16 else ev.id[:13] + "..."
