@@ -91,7 +91,7 @@ class Trace:
 def json_text(payload: Any) -> str:
     """``payload`` as JSON text; what JSON cannot hold becomes its repr (never fails)."""
     try:
-        return json.dumps(payload, default=_safe_repr, sort_keys=True)
+        return _JSON.encode(payload)
     except (TypeError, ValueError):  # e.g. keys that are not strings, circular values
         return json.dumps(_safe_repr(payload))
 
@@ -101,6 +101,9 @@ def _safe_repr(obj: Any) -> str:
         return repr(obj)
     except Exception:  # noqa: BLE001 - a trace never fails on a payload
         return f"<{type(obj).__name__} object>"
+
+
+_JSON = json.JSONEncoder(default=_safe_repr, sort_keys=True)
 
 
 def key_functions(proc: Any) -> tuple[Callable[[Any], Any], ...] | None:
@@ -124,7 +127,8 @@ class Recorder:
         self.keys = key_functions(proc)
         #: group_apply outputs (key, payload): their key is the payload's first item
         self.keyed_out = hasattr(proc, "key") and callable(getattr(proc, "key", None))
-        self.rows: dict[str, list[Any]] = {c: [] for c in COLUMNS}
+        #: the rows kept, one tuple of :data:`COLUMNS` each
+        self.rows: list[tuple[Any, ...]] = []
         self.seq = itertools.count()
         self.counts = {"in": 0, "out": 0}
         self.parts = 0
@@ -200,22 +204,13 @@ class Recorder:
         key = None
         if kind in ("insert", "retract"):
             key = self._key(direction, port, payload)
-        r = self.rows
-        r["step"].append(self.step)
-        r["direction"].append(direction)
-        r["port"].append(port)
-        r["seq"].append(next(self.seq))
-        r["wall"].append(wall)
-        r["kind"].append(kind)
-        r["id"].append(None if eid is None and kind == "cti" else _safe_repr(eid))
-        r["start"].append(start)
-        r["end"].append(end)
-        r["new_end"].append(new_end)
-        r["payload"].append(None if kind == "cti" else json_text(payload))
-        r["payload_repr"].append(None if kind == "cti" else _safe_repr(payload))
-        r["key"].append(key)
-        r["note"].append(note)
-        if len(r["seq"]) >= PART_ROWS:
+        cti = kind == "cti"
+        self.rows.append((
+            self.step, direction, port, next(self.seq), wall, kind,
+            None if cti else _safe_repr(eid), start, end, new_end,
+            None if cti else json_text(payload), None if cti else _safe_repr(payload), key,
+            note))
+        if len(self.rows) >= PART_ROWS:
             self.flush()
 
     def _key(self, direction: str, port: int, payload: Any) -> str | None:
@@ -231,14 +226,15 @@ class Recorder:
 
     def flush(self) -> str | None:
         """Write the rows kept so far as one parquet part; returns its path (None: none)."""
-        if not self.rows["seq"]:
+        if not self.rows:
             return None
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         schema = trace_schema()
+        columns = zip(*self.rows)
         table = pa.table({c: pa.array(v, type=schema.field(c).type)
-                          for c, v in self.rows.items()}, schema=schema)
+                          for c, v in zip(COLUMNS, columns)}, schema=schema)
         folder = os.path.join(self.trace.path, "parts")
         os.makedirs(folder, exist_ok=True)
         safe = "".join(ch if ch.isalnum() or ch in "-_.#[]" else "_" for ch in self.step)
@@ -246,7 +242,7 @@ class Recorder:
         pq.write_table(table, path + ".tmp")
         os.replace(path + ".tmp", path)
         self.parts += 1
-        self.rows = {c: [] for c in COLUMNS}
+        self.rows = []
         return path
 
 
