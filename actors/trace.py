@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from operators.columns import Columns, expand
+from operators.columns import expand
 from operators.events import Cti, Insert, Retract
 
 #: Rows a recorder keeps in memory before it writes a parquet part.
