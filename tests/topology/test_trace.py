@@ -193,3 +193,28 @@ def test_deploy_with_a_trace(ray_session, tmp_path):
     expected = _meter_counts().collect(runtime="inline")
     got = rec.events(step="sink", direction="out")
     assert len(got) == len(expected)
+
+
+def test_the_demo_explains_one_anomaly(tmp_path):
+    from topology.demo import TICKS_PER_S, explain, generate
+
+    data = generate(meters=6, minutes=40)
+    out = str(tmp_path)
+    written = explain(data, out)
+    for label, path in written.items():
+        if "*" not in path:
+            assert os.path.getsize(path) > 0, label
+    rec = Recording.open(os.path.join(out, "trace-anomalies"))
+    first = rec.events(step="sink", direction="out", kind="insert")[0]
+    meter = json.loads(first["payload"])[0]
+    # the window's readings of that meter, from the generated data (late ones were dropped)
+    in_window = {(r["meter"], r["ts"]) for r in data.readings
+                 if r["meter"] == meter and r["ts"] is not None
+                 and first["start"] <= r["ts"] < first["end"]}
+    ingested = {(json.loads(r["payload"])["meter"], json.loads(r["payload"])["ts"])
+               for r in rec.events(step="readings", direction="out", kind="insert")}
+    leaves = {_reading(leaf) for leaf in rec.root_cause("sink", first["id"]).leaves()}
+    assert leaves == in_window & ingested
+    assert first["end"] - first["start"] == 5 * 60 * TICKS_PER_S
+    text = open(written["anomaly root cause (text)"]).read()
+    assert text.count("readings  insert") == len(leaves)
