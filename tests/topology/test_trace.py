@@ -216,5 +216,6 @@ def test_the_demo_explains_one_anomaly(tmp_path):
     leaves = {_reading(leaf) for leaf in rec.root_cause("sink", first["id"]).leaves()}
     assert leaves == in_window & ingested
     assert first["end"] - first["start"] == 5 * 60 * TICKS_PER_S
-    text = open(written["anomaly root cause (text)"]).read()
+    with open(written["anomaly root cause (text)"], encoding="utf-8") as f:
+        text = f.read()
     assert text.count("readings  insert") == len(leaves)
