@@ -57,6 +57,7 @@ from operators.events import MIN_TIME, Cti, Message
 
 from . import checkpoint as ck
 from .routing import OutEdge, Router
+from .trace import Recorder
 from .wire import decode, decode_rows, encode
 
 #: How the deployer applies ``ray.remote`` to the shell: no CPU reservation (an operator actor
@@ -157,6 +158,8 @@ class OperatorShell:
         self.released: list[Message] = []  # sink: released output the driver has not acked
         self.released_base = 0  # sink: the output position of released[0]
         self.restored_from = 0
+        #: the step's trace recorder (None: tracing off, see :mod:`actors.trace`)
+        self.trace: Recorder | None = None
 
     def configure(self, config: dict[str, Any]) -> str:
         """Host a new processor: ``step``, ``factory``, ``n_in`` (input edges), ``edges``
@@ -188,6 +191,9 @@ class OperatorShell:
             self.is_sink = bool(self.ckpt and self.ckpt.get("sink"))
             if self.ckpt and config.get("restore"):
                 self._restore(ck.load(config["restore"]))
+            trace = config.get("trace")
+            if trace is not None and trace.traces(self.step):
+                self.trace = Recorder(trace, self.step, self.proc)
             self._poll_every = self.proc.poll_every_s
             self._poll = self.proc.poll if self._poll_every else None
         if self._timer is None:
@@ -199,6 +205,8 @@ class OperatorShell:
     def reset(self) -> None:
         """Drop the processor and every edge (the actor goes back to a pool)."""
         with self._send_lock, self._lock:
+            if self.trace is not None:
+                self.trace.flush()
             self._reset()
             self._wake.notify_all()
 
@@ -293,7 +301,11 @@ class OperatorShell:
             self.counts["events_in"] += count_events(batch)
             self.counts["batches_in"] += 1
             try:
-                ready = self._emit(self.proc.process(batch, port), force=False)
+                if self.trace is None:
+                    out = self.proc.process(batch, port)
+                else:
+                    out = self.trace.process(self.proc, batch, port, not self.rows_input)
+                ready = self._emit(out, force=False)
             except Exception as exc:  # noqa: BLE001 - reported downstream with the step
                 self._failed(exc)
                 ready = []
@@ -309,9 +321,14 @@ class OperatorShell:
             ready: list[tuple[_Target, list[Message]]] = []
             if self.error is None:
                 try:
-                    ready = self._emit(self.proc.finish(), force=True)
+                    out = self.proc.finish()
+                    if self.trace is not None and out:
+                        self.trace.record("out", 0, out)
+                    ready = self._emit(out, force=True)
                 except Exception as exc:  # noqa: BLE001 - reported downstream with the step
                     self._failed(exc)
+            if self.trace is not None:
+                self.trace.flush()
             self.finished = True
             if self.is_sink:
                 self._release()
@@ -510,6 +527,8 @@ class OperatorShell:
                 ready: list[tuple[_Target, list[Message]]] = []
                 try:
                     out = self._poll(now) if self._poll is not None else []
+                    if self.trace is not None and out:
+                        self.trace.record("out", 0, out)
                     if out or stale:
                         ready = self._emit(out, force=stale)
                 except Exception as exc:  # noqa: BLE001 - reported downstream with the step
@@ -676,6 +695,12 @@ class OperatorShell:
     def error_info(self) -> tuple[str | None, str | None]:
         with self._lock:
             return self.error, self.error_trace
+
+    @ray.method(concurrency_group="control")
+    def flush_trace(self) -> str | None:
+        """Write the trace rows kept so far as a parquet part (tracing on); returns its path."""
+        with self._lock:
+            return self.trace.flush() if self.trace is not None else None
 
     @ray.method(concurrency_group="control")
     def ping(self) -> str:

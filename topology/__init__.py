@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from actors.trace import Trace
+
 from .stream import Stream, WindowedStream
 
 if TYPE_CHECKING:
     from .query import Query
 
-__all__ = ["Query", "Stream", "WindowedStream", "attach"]
+__all__ = ["Query", "Stream", "Trace", "WindowedStream", "attach"]
 
 
 def attach(name: str, address: str | None = None) -> Query:

@@ -4,6 +4,8 @@
     cedar run SCRIPT.py [--address A]  run a topology script on a Ray cluster (or locally)
     cedar status [--address A]         list the queries running on a cluster
     cedar inspect NAME [--address A]   stats and a snapshot of one running query
+    cedar debug TRACE [--step S] ...   step through a recorded trace; --cause ID: root cause
+    cedar timeline TRACE --step S -o F a picture of one step's input and output (svg, png)
 """
 
 from __future__ import annotations
@@ -78,6 +80,42 @@ def _parser() -> argparse.ArgumentParser:
     ui.add_argument("--address", default="auto", help="Ray cluster address (default auto)")
     ui.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     ui.add_argument("--port", type=int, default=8766, help="port (default 8766)")
+
+    debug = sub.add_parser(
+        "debug", help="step through a recorded trace; find an output's root cause",
+        description="Read the trace recorded by collect(trace=TRACE) or deploy(name, "
+                    "trace=TRACE). Without filters: the steps and their message counts. With "
+                    "filters: the matching messages, step by step in plan order. With "
+                    "--cause ID: the input events that produced output event ID of --step "
+                    "(default: the sink), down to the sources.")
+    debug.add_argument("trace", help="the trace directory")
+    debug.add_argument("--step", default=None, help="only this step (its id or a prefix)")
+    debug.add_argument("--direction", choices=("in", "out"), default=None,
+                       help="only its input or its output")
+    debug.add_argument("--kind", choices=("insert", "retract", "cti", "dead_letter"),
+                       default=None, help="only messages of this kind")
+    debug.add_argument("--id", default=None, help="only the event with this id (its repr)")
+    debug.add_argument("--key", default=None, help="only events of this group/join key")
+    debug.add_argument("--from", dest="start", type=int, default=None,
+                       help="only events overlapping [FROM, TO) (ticks)")
+    debug.add_argument("--to", dest="end", type=int, default=None, help="see --from")
+    debug.add_argument("--cause", default=None, metavar="ID",
+                       help="the root cause of output event ID of --step (default: sink)")
+    debug.add_argument("--limit", type=int, default=50, help="messages to show (default 50)")
+
+    tl = sub.add_parser(
+        "timeline", help="a picture of one step's input and output on the time axis",
+        description="Draw the events that entered and left --step of TRACE as bars on the "
+                    "time axis (points as ticks, open events to the edge, retracted parts "
+                    "hatched, CTIs as dashed lines, windows as brackets) into -o FILE (.svg, "
+                    ".png, .pdf). Needs matplotlib: pip install 'cedar[viz]'.")
+    tl.add_argument("trace", help="the trace directory")
+    tl.add_argument("--step", required=True, help="the step (its id or a prefix)")
+    tl.add_argument("-o", "--out", required=True, help="the picture file (.svg, .png, .pdf)")
+    tl.add_argument("--from", dest="start", type=int, default=None,
+                    help="only events overlapping [FROM, TO) (ticks)")
+    tl.add_argument("--to", dest="end", type=int, default=None, help="see --from")
+    tl.add_argument("--limit", type=int, default=40, help="events per panel (default 40)")
     return p
 
 
@@ -155,7 +193,44 @@ def _ui(args: Any) -> int:
     return 0
 
 
-COMMANDS = {"demo": _demo, "run": _run, "status": _status, "inspect": _inspect, "ui": _ui}
+def _debug(args: Any) -> int:
+    from .debug import Recording
+
+    try:
+        rec = Recording.open(args.trace)
+        if args.cause is not None:
+            step = args.step or rec.meta.get("sink", "sink")
+            print(rec.root_cause(step, args.cause).render())
+            return 0
+        filters = (args.step, args.direction, args.kind, args.id, args.key, args.start,
+                   args.end)
+        if all(f is None for f in filters):
+            print(rec.summary())
+            return 0
+        rows = rec.events(step=args.step, direction=args.direction, kind=args.kind,
+                          start=args.start, end=args.end, key=args.key, id=args.id)
+    except (FileNotFoundError, KeyError) as exc:
+        print(f"cedar debug: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 2
+    print(rec.table(rows, args.limit))
+    return 0
+
+
+def _timeline(args: Any) -> int:
+    from .timeline import timeline
+
+    try:
+        timeline(args.trace, args.step, out=args.out, start=args.start, end=args.end,
+                 limit=args.limit)
+    except (FileNotFoundError, KeyError, ImportError) as exc:
+        print(f"cedar timeline: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}")
+    return 0
+
+
+COMMANDS = {"demo": _demo, "run": _run, "status": _status, "inspect": _inspect, "ui": _ui,
+            "debug": _debug, "timeline": _timeline}
 
 if __name__ == "__main__":
     sys.exit(main())

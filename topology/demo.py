@@ -215,7 +215,68 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
             live.stop()
     events = len(data.readings) * (len(topologies) - 1) + len(data.states)
     print_summary(summary, events, elapsed, setup_s)
+    pictures = explain(data, out)
+    if pictures:
+        print("\n  one meter, traced (cedar debug / cedar timeline read the traces):")
+        for label, path in pictures.items():
+            print(f"  {label:<30}{path}")
     return summary
+
+
+def explain(data: DemoData, out: str) -> dict[str, str]:
+    """Trace the first meter with an anomaly through ``meter_averages`` and ``anomalies``
+    (inline, its readings only) and write what a reader needs to see why: a timeline picture
+    of its 5-minute windows, the root cause of its first anomaly (the readings of that
+    window) as text and as a picture. Returns what was written, by label (nothing without
+    matplotlib or without an anomaly)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return {}
+    from topology import Stream
+
+    from .debug import Recording
+    from .timeline import timeline
+
+    minute = 60 * TICKS_PER_S
+    advance = AdvanceTime(every=2_000, delay=60 * TICKS_PER_S, policy="drop")
+    by_meter: dict[str, list[dict[str, Any]]] = {}
+    for r in data.readings:
+        if r["ts"] is not None:
+            by_meter.setdefault(r["meter"], []).append(r)
+    for meter, rows in sorted(by_meter.items()):
+        readings = Stream.from_rows(rows, start="ts", advance=advance, name="readings")
+        anomalies = readings.group_apply(
+            lambda r: r["meter"],
+            lambda g: g.hopping_window(5 * minute, minute).apply(SpikeDetector()),
+            name="anomalies")
+        trace = os.path.join(out, "trace-anomalies")
+        anomalies.collect(runtime="inline", trace=trace)
+        rec = Recording.open(trace)
+        found = rec.events(step="sink", direction="out", kind="insert")
+        if found:
+            break
+    else:
+        return {}
+    first = found[0]
+    cause = rec.root_cause("sink", first["id"])
+    written = {"anomaly root cause (text)": os.path.join(out, "anomaly-root-cause.txt"),
+               "anomaly window (picture)": os.path.join(out, "anomaly-window.svg"),
+               f"{meter} 5-minute windows": os.path.join(out, "meter-windows.svg"),
+               "traces": os.path.join(out, "trace-*")}
+    with open(written["anomaly root cause (text)"], "w", encoding="utf-8") as f:
+        f.write(cause.render() + "\n")
+    timeline(rec, "anomalies", out=written["anomaly window (picture)"],
+             start=first["start"], end=first["end"])
+    averages = readings.group_apply(
+        lambda r: r["meter"], lambda g: g.tumbling_window(5 * minute).aggregate(Avg("kwh")),
+        name="meter_averages")
+    trace = os.path.join(out, "trace-meter-averages")
+    averages.collect(runtime="inline", trace=trace)
+    first_ts = min(r["ts"] for r in rows)  # ten minutes: 60 readings, two windows
+    timeline(trace, "meter_averages", out=written[f"{meter} 5-minute windows"],
+             start=first_ts, end=first_ts + 10 * minute, limit=60)
+    return written
 
 
 def print_summary(summary: list[dict[str, Any]], events: int, elapsed: float,

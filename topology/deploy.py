@@ -150,6 +150,19 @@ def _options(batch_size: int, max_in_flight: int, flush_ms: float) -> dict[str, 
     return {"batch_size": batch_size, "max_in_flight": max_in_flight, "flush_s": flush_ms / 1000}
 
 
+def _trace_options(opts: dict[str, Any], plan: Plan, trace: Any) -> None:
+    """``trace=`` (a :class:`actors.trace.Trace` or a directory): every actor records its
+    step into its own parquet parts; the plan goes to ``plan.json`` now."""
+    from actors.trace import Trace
+
+    t = Trace.of(trace)
+    if t is not None:
+        from .trace import write_plan
+
+        write_plan(t, plan, runtime="ray")
+        opts["trace"] = t
+
+
 def _driver_sources(plan: Plan) -> list[str]:
     return [s for s in plan.sources if not isinstance(plan.stages[s].source, n.Published)]
 
@@ -280,7 +293,8 @@ def collect_plan(plan: Plan, *, batch_size: int = DEFAULT_BATCH,
                  timeout_s: float | None = None, reuse: bool = True,
                  on_messages: Callable[[list[Message]], Any] | None = None,
                  checkpoint_dir: str | None = None,
-                 checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY) -> list[Message]:
+                 checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+                 trace: Any = None) -> list[Message]:
     """Run ``plan`` on Ray to the end of its sources; return the output messages (or, with
     ``on_messages``, hand each fetched batch to it as it arrives and return nothing).
 
@@ -293,6 +307,7 @@ def collect_plan(plan: Plan, *, batch_size: int = DEFAULT_BATCH,
 
     ensure_ray()
     opts = _options(batch_size, max_in_flight, flush_ms)
+    _trace_options(opts, plan, trace)
     if checkpoint_dir is not None:
         return _collect_checkpointed(plan, opts, checkpoint_dir, checkpoint_every, timeout_s,
                                      on_messages)
@@ -454,7 +469,7 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
                 batch_size: int = DEFAULT_BATCH, max_in_flight: int = DEFAULT_IN_FLIGHT,
                 flush_ms: float = DEFAULT_FLUSH_MS, checkpoint_dir: str | None = None,
                 checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
-                placement: str | dict[str, str] = "spread") -> Any:
+                placement: str | dict[str, str] = "spread", trace: Any = None) -> Any:
     """Start ``plan`` as the live query ``name`` and return its :class:`~topology.query.Query`.
 
     ``placement`` puts the actors on the cluster's nodes: ``"spread"`` (default), ``"pack"``
@@ -471,6 +486,10 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     complete checkpoint when an actor dies; ``Query.stats()`` reports the recoveries. The
     supervisor lives in this driver, which must stay up; it keeps the output, which
     ``Query.output()`` returns.
+
+    With ``trace`` (a :class:`actors.trace.Trace` or a directory) every step records the
+    messages it sees; each actor writes its parquet parts when it has many rows, at the end
+    of its input, and on ``Query.flush_trace()`` / ``Query.stop()``.
     """
     import functools
 
@@ -489,6 +508,7 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     else:
         raise ValueError(f"deploy({name!r}): a query with this name is running; stop it "
                          f"(topology.attach({name!r}).stop()) or choose another name")
+    _trace_options(opts, plan, trace)
     if history:
         plan.stages[plan.sink].factory = functools.partial(Publish, "sink", history=True)
     if checkpoint_dir is not None:

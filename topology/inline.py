@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from actors.routing import Router
 from actors.sources import Passthrough
+from actors.trace import Recorder, Trace
 from operators.base import Processor
 from operators.columns import count_events, expand
 from operators.events import Message
@@ -37,7 +38,8 @@ DEFAULT_BATCH = 4096
 class DagProcessor(Processor):
     """All stages of a plan in one process; input port ``i`` feeds ``plan.sources[i]``."""
 
-    def __init__(self, plan: Plan, name: str | None = None, inline_sink: bool = False) -> None:
+    def __init__(self, plan: Plan, name: str | None = None, inline_sink: bool = False,
+                 trace: Trace | None = None) -> None:
         super().__init__(name or "plan")
         self.plan = plan
         self.procs: dict[str, Processor] = {}
@@ -49,6 +51,11 @@ class DagProcessor(Processor):
         self.inputs = list(plan.sources)
         self.n_inputs = len(self.inputs)
         self.sink = plan.sink
+        #: step -> its trace recorder (None: tracing off; see :mod:`actors.trace`)
+        self.trace: dict[str, Recorder] | None = None
+        if trace is not None:
+            self.trace = {step: Recorder(trace, step, proc) for step, proc in self.procs.items()
+                          if trace.traces(step)}
 
     def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
         out: list[Message] = []
@@ -57,9 +64,19 @@ class DagProcessor(Processor):
         return out
 
     def _push(self, step: str, port: int, msgs: list[Any], out: list[Message]) -> None:
-        res = self.procs[step].process(msgs, port)
+        if self.trace is None:
+            res = self.procs[step].process(msgs, port)
+        else:
+            res = self._traced(step, port, msgs)
         if res:
             self._forward(step, res, out)
+
+    def _traced(self, step: str, port: int, msgs: list[Any]) -> list[Message]:
+        rec = self.trace[step] if self.trace is not None and step in self.trace else None
+        if rec is None:
+            return self.procs[step].process(msgs, port)
+        rows = isinstance(self.plan.stages[step].source, n.FromRows)
+        return rec.process(self.procs[step], msgs, port, inputs=not rows)
 
     def _forward(self, step: str, res: list[Message], out: list[Message]) -> None:
         if step == self.sink:
@@ -75,6 +92,8 @@ class DagProcessor(Processor):
         out: list[Message] = []
         for step, proc in self.procs.items():
             res = proc.finish()
+            if res and self.trace is not None and step in self.trace:
+                self.trace[step].record("out", 0, res)
             if res:
                 self._forward(step, res, out)
         return out
@@ -137,9 +156,21 @@ def source_batches(plan: Plan, step: str, batch_size: int) -> Iterator[Any]:
     return chunks(feed_of(plan, step), batch_size)
 
 
-def run_inline(plan: Plan, batch_size: int = DEFAULT_BATCH) -> list[Message]:
-    """Run ``plan`` to the end of its sources in this process; return the output messages."""
-    return drive(DagProcessor(plan, inline_sink=True), plan, batch_size)[0]
+def run_inline(plan: Plan, batch_size: int = DEFAULT_BATCH,
+               trace: Trace | None = None) -> list[Message]:
+    """Run ``plan`` to the end of its sources in this process; return the output messages.
+    With ``trace`` every step's messages are recorded there (:mod:`actors.trace`)."""
+    dag = DagProcessor(plan, inline_sink=True, trace=trace)
+    if trace is None:
+        return drive(dag, plan, batch_size)[0]
+    from .trace import write_plan
+
+    write_plan(trace, plan, runtime="inline")
+    try:
+        return drive(dag, plan, batch_size)[0]
+    finally:
+        for rec in (dag.trace or {}).values():
+            rec.flush()
 
 
 def drive(dag: DagProcessor, plan: Plan, batch_size: int) -> tuple[list[Message], list[int]]:

@@ -214,12 +214,23 @@ class Query:
                 return False
             time.sleep(0.02)
 
+    def flush_trace(self) -> None:
+        """Write every step's trace rows kept so far (``deploy(name, trace=...)``) to the
+        trace's parquet parts; ``stop()`` does it too. Nothing happens when tracing is off."""
+        import ray
+
+        try:
+            ray.get([h.flush_trace.remote() for h in self.handles.values()], timeout=30)
+        except Exception:  # noqa: BLE001, S110 - a step is gone: its rows are lost with it
+            pass
+
     def stop(self) -> None:
         """Stop the query: detach it from the queries it reads, stop feeding, kill its actors.
         Queries composed onto this one keep running (they just receive nothing more)."""
         import ray
 
         self._stop.set()
+        self.flush_trace()
         if self.supervisor is not None:
             self.supervisor.stop()
             with self.supervisor.lock:  # no restart between here and the kills

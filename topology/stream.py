@@ -273,26 +273,31 @@ class Stream:
         return explain_tree(self._node, assign_steps(self._node))
 
     def collect(self, runtime: str = "ray", *, fuse: bool = False,
-                batch_size: int | None = None, **options: Any) -> list[Message]:
+                batch_size: int | None = None, trace: Any = None,
+                **options: Any) -> list[Message]:
         """Run the query to the end of its sources and return the output messages.
 
         ``runtime="ray"`` connects to Ray (or starts a local instance), deploys one actor per
         stage, feeds the sources, drains and tears the actors down; ``runtime="inline"`` runs
         the same plan in this process. ``options`` go to the Ray runtime
-        (:func:`topology.deploy.deploy_plan`).
+        (:func:`topology.deploy.deploy_plan`). ``trace`` (a directory, or an
+        :class:`actors.trace.Trace` with bounds) records the messages entering and leaving
+        every step as parquet; read it with ``Trace.open(path)`` or ``cedar debug PATH``.
         """
         if runtime not in RUNTIMES:
             raise ValueError(f"collect(runtime={runtime!r}): use one of {RUNTIMES}")
         p = self.plan(fuse)
         if runtime == "inline":
+            from actors.trace import Trace
+
             from .inline import DEFAULT_BATCH, run_inline
 
-            return run_inline(p, batch_size or DEFAULT_BATCH)
+            return run_inline(p, batch_size or DEFAULT_BATCH, trace=Trace.of(trace))
         from .deploy import collect_plan
 
         if batch_size is not None:
             options["batch_size"] = batch_size
-        return collect_plan(p, **options)
+        return collect_plan(p, trace=trace, **options)
 
     # -- Spark sinks ------------------------------------------------------------------------
     def to_spark(self, spark: Any = None, runtime: str = "ray", **options: Any) -> Any:
@@ -328,12 +333,14 @@ class Stream:
         sink.end()
         return sink
 
-    def deploy(self, name: str, *, fuse: bool = False, **options: Any) -> Query:
+    def deploy(self, name: str, *, fuse: bool = False, trace: Any = None,
+               **options: Any) -> Query:
         """Start the query on Ray under ``name`` and return its live :class:`Query` handle;
-        the sources are fed in the background."""
+        the sources are fed in the background. ``trace`` records every step's messages, as
+        in :meth:`collect`."""
         from .deploy import deploy_plan
 
-        return deploy_plan(self.plan(fuse), name, **options)
+        return deploy_plan(self.plan(fuse), name, trace=trace, **options)
 
 
 @dataclass(frozen=True)
