@@ -9,7 +9,7 @@ lifetimes fully to ``W_i``, call the UDM once from scratch and stamp each result
 
 The result depends on the final CHT only, never on CTIs: every window is produced speculatively
 as soon as its ``n`` distinct times exist, and windows the operator frees on a CTI are final.
-Nothing here is incremental or shares code with :mod:`operators.count_window`.
+Nothing here is incremental or shares code with :mod:`operators.windows.count`.
 """
 
 from __future__ import annotations

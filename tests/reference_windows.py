@@ -1,7 +1,7 @@
 """From-scratch reference for the window operators (hopping, tumbling, snapshot; docs/windows.md).
 
 The definition applied literally to the CHT of the input, sharing no code with
-``operators/window.py``: enumerate the windows, collect each window's members by overlap,
+``operators/windows/hopping.py``: enumerate the windows, collect each window's members by overlap,
 clip them, call the UDM non-incrementally (an incremental UDM gets ``initial_state``, one
 ``add`` of all members and ``window_result``), stamp the results by the output policy.
 

@@ -39,10 +39,8 @@ from operators.anti_join import AntiJoin
 from operators.base import Processor
 from operators.chain import Chain
 from operators.clip_duration import ClipDuration
-from operators.final_output import FinalOutput
 from operators.group_apply import GroupApply
 from operators.join import Join
-from operators.keyed_window import KeyedWindowAggregate, supports
 from operators.left_join import LeftJoin
 from operators.select import Select
 from operators.shift import Shift
@@ -50,8 +48,9 @@ from operators.to_points import ToPoints
 from operators.udm import field_getter
 from operators.union import Union
 from operators.where import Where
-from operators.window import make_window
-from operators.windows import HoppingWindow
+from operators.windows import HoppingWindow, make_window
+from operators.windows.final_output import FinalOutput
+from operators.windows.keyed import KeyedWindowAggregate, supports
 
 from . import nodes as n
 from .inline import DagProcessor

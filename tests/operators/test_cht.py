@@ -5,8 +5,15 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 
-from operators.cht import (InvalidStream, NotEquivalent, StreamValidator, check_equivalent,
-                           equivalent, to_cht, validate)
+from operators.cht import (
+    InvalidStream,
+    NotEquivalent,
+    StreamValidator,
+    check_equivalent,
+    equivalent,
+    to_cht,
+    validate,
+)
 from operators.events import MAX_TIME, Cti, Insert, Retract
 from tests.kit import EXAMPLES, physical_streams
 

@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 
 from operators.aggregates import Count, Sum, TimeWeightedAverage
 from operators.cht import to_cht, validate
-from operators.count_window import CountWindowOperator
 from operators.errors import OperatorError
 from operators.events import MAX_TIME, Cti, Insert, Retract
 from operators.udm import (
@@ -33,6 +32,7 @@ from operators.udm import (
     Window,
 )
 from operators.windows import CountWindow
+from operators.windows.count import CountWindowOperator
 from tests import reference_count as ref
 from tests.kit import EXAMPLES, INF, assert_equivalent, final_time, physical_streams, run_operator
 from topology import Stream

@@ -14,9 +14,14 @@ from hypothesis import strategies as st
 from operators.aggregates import Count, Sum
 from operators.cht import to_cht, validate
 from operators.events import Cti, Insert, Retract
-from operators.final_output import FinalOutput
-from operators.window import make_window
-from operators.windows import count_window, hopping_window, snapshot_window, tumbling_window
+from operators.windows import (
+    count_window,
+    hopping_window,
+    make_window,
+    snapshot_window,
+    tumbling_window,
+)
+from operators.windows.final_output import FinalOutput
 from tests.kit import EXAMPLES, assert_equivalent, physical_streams
 from topology import Stream
 from topology.inline import DagProcessor

@@ -7,8 +7,20 @@ from datetime import datetime
 
 import pytest
 
-from operators.events import (MAX_TIME, MIN_TIME, Cti, FreshId, Insert, Retract, add_time,
-                              edge_end, edge_start, fmt_time, interval, point)
+from operators.events import (
+    MAX_TIME,
+    MIN_TIME,
+    Cti,
+    FreshId,
+    Insert,
+    Retract,
+    add_time,
+    edge_end,
+    edge_start,
+    fmt_time,
+    interval,
+    point,
+)
 
 
 def test_value_equality_and_hashing():

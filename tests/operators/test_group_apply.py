@@ -21,8 +21,7 @@ from operators.group_apply import GroupApply
 from operators.select import Select
 from operators.shift import Shift
 from operators.where import Where
-from operators.window import make_window
-from operators.windows import tumbling_window
+from operators.windows import make_window, tumbling_window
 from tests import reference as ref1
 from tests import reference_joins as ref
 from tests.kit import EXAMPLES, INF, assert_equivalent, physical_streams, run_operator

@@ -21,10 +21,9 @@ from operators.errors import OperatorError
 from operators.events import Cti, Insert, Retract
 from operators.group_apply import GroupApply
 from operators.ingress import AdvanceTime, Ingress
-from operators.keyed_window import KeyedWindowAggregate, supports
 from operators.udm import TimeSensitiveAggregate, field_getter
-from operators.window import make_window
-from operators.windows import hopping_window, tumbling_window
+from operators.windows import hopping_window, make_window, tumbling_window
+from operators.windows.keyed import KeyedWindowAggregate, supports
 from tests.kit import EXAMPLES, assert_equivalent
 from tests.reference_windows import window as reference_window
 

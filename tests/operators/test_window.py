@@ -31,8 +31,13 @@ from operators.udm import (
     TimeSensitiveOperator,
     Window,
 )
-from operators.window import HoppingWindowOperator, SnapshotWindowOperator, make_window
-from operators.windows import HoppingWindow, SnapshotWindow
+from operators.windows import (
+    HoppingWindow,
+    HoppingWindowOperator,
+    SnapshotWindow,
+    SnapshotWindowOperator,
+    make_window,
+)
 from tests import reference_windows as ref
 from tests.kit import EXAMPLES, INF, assert_equivalent, final_time, physical_streams, run_operator
 
@@ -475,8 +480,8 @@ def test_make_window_builds_the_right_operator():
     assert isinstance(make_window(SnapshotWindow(), Count()), SnapshotWindowOperator)
     assert isinstance(make_window(HoppingWindow(5, 1), Count(), output="compressed"),
                       SnapshotWindowOperator)
-    from operators.count_window import CountWindowOperator
     from operators.windows import CountWindow
+    from operators.windows.count import CountWindowOperator
     assert isinstance(make_window(CountWindow(3), Count()), CountWindowOperator)
     with pytest.raises(ValueError):
         make_window(CountWindow(3), Count(), output="window")

@@ -29,8 +29,13 @@ from operators.shift import Shift
 from operators.to_points import ToPoints
 from operators.union import Union
 from operators.where import Where
-from operators.window import make_window
-from operators.windows import count_window, hopping_window, snapshot_window, tumbling_window
+from operators.windows import (
+    count_window,
+    hopping_window,
+    make_window,
+    snapshot_window,
+    tumbling_window,
+)
 from tests.kit import EXAMPLES, assert_equivalent
 from tests.reliability import assert_accounted, records, run_dag
 from topology import Stream

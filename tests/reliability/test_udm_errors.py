@@ -233,7 +233,7 @@ def test_group_apply_keeps_the_dead_letters_of_its_groups():
 
 
 def test_count_window_dead_letters_survive_a_snapshot_and_restore():
-    from operators.window import make_window
+    from operators.windows import make_window
 
     #   a at 1, b (3) at 2: the count window [1, 3) fails; the checkpoint holds the failure,
     #   Cti(3) makes the window final: one dead letter, in the restored operator

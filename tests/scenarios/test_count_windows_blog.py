@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from operators.aggregates import Count
 from operators.cht import to_cht
-from operators.count_window import CountWindowOperator
 from operators.events import Cti, Insert, Retract
 from operators.udm import TimeSensitiveAggregate, TimeSensitiveOperator
 from operators.windows import CountWindow
+from operators.windows.count import CountWindowOperator
 from tests.kit import INF, assert_equivalent, run_operator
 
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 from operators.aggregates import Count
 from operators.cht import to_cht
 from operators.events import MAX_TIME, Cti, Insert, Retract
-from operators.window import make_window
-from operators.windows import HoppingWindow
+from operators.windows import HoppingWindow, make_window
 from tests import reference_windows as ref
 from tests.kit import assert_equivalent, run_operator
 

@@ -8,8 +8,7 @@ from operators.aggregates import Avg, Count, TimeWeightedAverage
 from operators.cht import to_cht
 from operators.events import MAX_TIME, Cti, Insert, Retract
 from operators.udm import TimeSensitiveAggregate
-from operators.window import make_window
-from operators.windows import HoppingWindow
+from operators.windows import HoppingWindow, make_window
 from tests.kit import assert_equivalent, run_operator
 
 INF = MAX_TIME

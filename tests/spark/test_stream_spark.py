@@ -12,9 +12,9 @@ import pytest
 from operators.aggregates import Count
 from operators.cht import to_cht
 from operators.ingress import AdvanceTime, ingest
+from tests.kit import assert_equivalent
 from topology import Stream
 from topology.spark import FinalRowsSink, cht_to_arrow
-from tests.kit import assert_equivalent
 
 pytestmark = pytest.mark.spark
 

@@ -17,8 +17,8 @@ from operators.cht import to_cht
 from operators.columns import expand
 from operators.events import Insert
 from operators.ingress import AdvanceTime, Ingress
-from operators.keyed_window import KeyedWindowAggregate
 from operators.windows import hopping_window
+from operators.windows.keyed import KeyedWindowAggregate
 from tests.kit import EXAMPLES, assert_equivalent
 from tests.operators.test_keyed_window import reference_per_key
 from topology import Stream

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from operators.aggregates import Sum
 from operators.events import Cti, Insert, Retract
-from tests.kit import assert_equivalent
 from operators.windows import tumbling_window
+from tests.kit import assert_equivalent
 from tests.reference_windows import window
 from topology import Stream
 

@@ -15,9 +15,11 @@ each result is the point ``[W.end - 1, W.end)``, at the window's last distinct t
 
     >>> from operators.events import Insert, Cti
     >>> from operators.windows import CountWindow
-    >>> op = CountWindowOperator(CountWindow(2), len)
+    >>> op = CountWindowOperator(CountWindow(2), len, name="cw")
     >>> op.process([Insert("e1", 1, 6), Insert("e2", 3, 8), Insert("e3", 5, 7), Cti(6)])
-    [Insert(id=0, start=3, end=4, payload=2), Insert(id=1, start=5, end=6, payload=2), Cti(time=6)]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [Insert(id=FreshId('cw', 0), start=3, end=4, payload=2),
+     Insert(id=FreshId('cw', 1), start=5, end=6, payload=2), Cti(time=6)]
 
 **Events open to ∞ with** ``by="end"``: an edge event has no end time yet, so it belongs to no
 by-end window until a retraction closes it; the operator does not even store it (the closing
@@ -57,11 +59,12 @@ from typing import Any, Literal
 
 from sortedcontainers import SortedList
 
-from .base import Processor
-from .errors import DeadLetter, OperatorError
-from .events import MAX_TIME, MIN_TIME, Insert, Message, Retract, add_time, fmt_time
-from .udm import UDM, Window, resolve
-from .windows import CountWindow
+from ..base import Processor
+from ..errors import DeadLetter
+from ..events import MAX_TIME, MIN_TIME, Insert, Message, Retract, add_time, fmt_time
+from ..udm import Window
+from .evaluate import Ids, WindowUdm
+from .spec import CountWindow
 
 Record = tuple[int, int, Any]  # (start, end, payload) of a live event
 #: events that left and joined the EventIndex at one time: (removed, added), each id -> record
@@ -87,10 +90,6 @@ class _Win:
 
     def __repr__(self) -> str:
         return f"_Win(last={self.last}, outputs={self.outputs!r}, ok={self.ok})"
-
-
-class _UdmFailed(Exception):
-    """A UDM raised (or returned something unusable) on one window."""
 
 
 def _between(keys: list[int], lo: int, hi: int) -> list[int]:
@@ -122,7 +121,7 @@ class CountWindowOperator(Processor):
     over the window's events for a non-incremental UDM.
     """
 
-    _state_fields = ("times", "events", "windows", "next_id", "floor", "in_cti", "dead_letters")
+    _state_fields = ("times", "events", "windows", "ids", "floor", "in_cti", "dead_letters")
 
     def __init__(
         self,
@@ -137,23 +136,13 @@ class CountWindowOperator(Processor):
             raise TypeError(f"CountWindowOperator needs an operators.windows.CountWindow, got "
                             f"{spec!r}; build one with operators.windows.count_window(n, by)")
         super().__init__(name or f"count_window({spec.n}, by={spec.by!r})")
-        if kind not in ("aggregate", "apply"):
-            raise ValueError(f"kind={kind!r}: use 'aggregate' (one result per window) or "
-                             f"'apply' (a UDO: one event per returned payload)")
-        if on_error not in ("raise", "dead_letter"):
-            raise ValueError(f"on_error={on_error!r}: use 'raise' or 'dead_letter'")
-        self.udm: UDM = resolve(udm)
-        if kind == "aggregate" and self.udm.is_operator:
-            raise ValueError(f"{self.udm.udm_name} is a user-defined operator (it returns "
-                             f"zero or more payloads per window); use .apply(...) "
-                             f"(kind='apply') instead of .aggregate(...)")
+        self.call = WindowUdm(udm, kind, "point_end", on_error)
+        self.udm = self.call.udm
         self.spec = spec
         self.n = spec.n
         self.by_start = spec.by == "start"
-        self.kind = kind
-        self.on_error = on_error
-        self.time_sensitive = self.udm.time_sensitive
-        self.incremental = self.udm.incremental
+        self.time_sensitive = self.call.time_sensitive
+        self.incremental = self.call.incremental
         # by start, a clipped lifetime [s, min(e, W.end)) depends on the window's end
         self.clip_needs_end = self.time_sensitive and self.by_start
         #: windows the UDM failed on (with ``on_error="dead_letter"``)
@@ -163,7 +152,7 @@ class CountWindowOperator(Processor):
         self.events: dict[int, dict[Hashable, Record]] = {}
         #: start time -> record, for every complete window
         self.windows: dict[int, _Win] = {}
-        self.next_id = 0
+        self.ids = Ids(self.name)
         #: times below this were freed by CTIs (their windows are final)
         self.floor = MIN_TIME
         self.in_cti = MIN_TIME
@@ -377,7 +366,7 @@ class CountWindowOperator(Processor):
                 return []
             del self.windows[start]
             return self._retract(rec)
-        udm = self.udm
+        call, udm = self.call, self.udm
         window = Window(start, last + 1)
         stay = rec is not None and rec.last == last
         left: list[Any] = []
@@ -405,54 +394,31 @@ class CountWindowOperator(Processor):
                     state = udm.remove(state, left)  # type: ignore[attr-defined]
                 if joined:
                     state = udm.add(state, joined)  # type: ignore[attr-defined]
-                result = udm.window_result(state, window)  # type: ignore[attr-defined]
+                results = call.result(state, window)
             elif self.incremental:
-                state = udm.add(udm.initial_state(), members)  # type: ignore[attr-defined]
-                result = udm.window_result(state, window)  # type: ignore[attr-defined]
-            elif self.time_sensitive:
-                result = udm.compute(members, window)  # type: ignore[call-arg]
+                state = call.initial(members)  # type: ignore[arg-type]
+                results = call.result(state, window)
             else:
-                result = udm.compute(members)  # type: ignore[attr-defined]
-            payloads = self._payloads(result)
+                results = call.compute(members, window)  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 -- a UDM may raise anything
             return self._failed(start, window, rec, exc, trigger)
+        payloads = [p for _, _, p in call.policy.rows(start, last + 1, results, call.stamped)]
         if stay and rec is not None and rec.ok and _same([p for _, p in rec.outputs], payloads):
             rec.state = state
             return []
         out = self._retract(rec) if rec is not None else []
         outputs = []
         for payload in payloads:
-            outputs.append((self.next_id, payload))
-            out.append(Insert(self.next_id, last, last + 1, payload))
-            self.next_id += 1
+            oid = self.ids.mint()
+            outputs.append((oid, payload))
+            out.append(Insert(oid, last, last + 1, payload))
         self.windows[start] = _Win(last, outputs, state, True)
         return out
 
-    def _payloads(self, result: Any) -> list[Any]:
-        if self.kind == "aggregate":
-            return [result]
-        if isinstance(result, (str, bytes, dict)) or not hasattr(result, "__iter__"):
-            raise _UdmFailed(f"returned {result!r}, not an iterable of payloads; with apply() "
-                             f"the UDM must return a list (use aggregate() for one result)")
-        if self.udm.time_sensitive and self.udm.is_operator:
-            payloads = []
-            for item in result:
-                if not isinstance(item, tuple) or len(item) != 3:
-                    raise _UdmFailed(f"returned {item!r}; a TimeSensitiveOperator returns "
-                                     f"(start, end, payload) tuples")
-                payloads.append(item[2])
-            return payloads
-        return list(result)
-
     def _failed(self, start: int, window: Window, rec: _Win | None, exc: Exception,
                 trigger: Message) -> list[Message]:
-        problem = str(exc) if isinstance(exc, _UdmFailed) else f"{type(exc).__name__}: {exc}"
-        reason = (f"operator {self.name!r}: UDM {self.udm.udm_name} failed on the count window "
-                  f"[{fmt_time(window.start)}, {fmt_time(window.end)}) (while processing "
-                  f"{trigger!r}): {problem}. Fix the UDM, or window with "
-                  f"on_error='dead_letter' to skip such windows")
-        if self.on_error == "raise":
-            raise OperatorError(reason) from exc
+        reason = self.call.failed(self.name, "compute", window,
+                                  f"(while processing {trigger!r})", exc)
         # a dead letter only once the window is final (see on_cti): a later evaluation of the
         # window may succeed (its bad event retracted) or fail again (then it replaces this)
         out = self._retract(rec) if rec is not None else []
@@ -465,7 +431,7 @@ class CountWindowOperator(Processor):
         reason, trigger = rec.failure  # type: ignore[misc]
         members = [r for t in self.times.irange(start, rec.last) for r in self.events[t].values()]
         self.dead_letters.append(
-            DeadLetter(self.name, reason, (Window(start, rec.last + 1), members, trigger)))
+            self.call.dead_letter(self.name, reason, Window(start, rec.last + 1), members, trigger))
         rec.failure = None
 
     @staticmethod
@@ -497,6 +463,6 @@ class CountWindowOperator(Processor):
             assert rec.last == complete[start], f"window at {start} has a stale last time"
             assert rec.ok or not rec.outputs, "a failed window kept its output"
             assert rec.failure is None or not rec.ok, "a window holds output and a failure"
-            if rec.ok and self.kind == "aggregate":
+            if rec.ok and self.call.kind == "aggregate":
                 assert len(rec.outputs) == 1, "an aggregate window without exactly one result"
 

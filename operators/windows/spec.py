@@ -11,7 +11,7 @@ window                                 windows of the time axis                 
 ``count_window(n, by="end")``          the same over distinct end times             its end lies in W
 =====================================  ===========================================  ============================
 
-These are plain, immutable config objects; :func:`operators.window.make_window` builds the
+These are plain, immutable config objects; :func:`operators.windows.make_window` builds the
 operator for one of them. Clipping (``clip=``) and output policies (``output=``) are options of
 the operator, listed here as the names they accept.
 """

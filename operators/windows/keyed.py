@@ -1,7 +1,7 @@
 """``group_apply(key, hopping/tumbling window → aggregate)`` over point events, for all keys
 at once: the planner's fast path for the most common streaming query (a windowed aggregate
 per key), equal in CHT to the general :class:`~operators.group_apply.GroupApply` of a
-:class:`~operators.window.HoppingWindowOperator`.
+:class:`~operators.windows.hopping.HoppingWindowOperator`.
 
 A point event ``[s, s + 1)`` belongs to the windows ``n`` with ``W(n).start <= s < W(n).end``,
 so no later message can move it into or out of a window, and a window is final once the input
@@ -21,12 +21,13 @@ windows no CTI has closed, as they stand::
     >>> from operators.aggregates import Count
     >>> from operators.events import Insert, Cti
     >>> from operators.windows import tumbling_window
-    >>> op = KeyedWindowAggregate(lambda p: p[0], tumbling_window(5), Count(), emit="final")
+    >>> op = KeyedWindowAggregate(lambda p: p[0], tumbling_window(5), Count(), emit="final",
+    ...                           name="keyed_window")
     >>> op.process([Insert(1, 0, 1, ("a",)), Insert(2, 2, 3, ("a",)), Insert(3, 6, 7, ("b",)),
     ...             Insert(4, 8, 9, ("a",)), Cti(12)])  # doctest: +NORMALIZE_WHITESPACE
-    [Insert(id=0, start=0, end=5, payload=('a', 2)),
-     Insert(id=1, start=5, end=10, payload=('b', 1)),
-     Insert(id=2, start=5, end=10, payload=('a', 1)), Cti(time=10)]
+    [Insert(id=FreshId('keyed_window', 0), start=0, end=5, payload=('a', 2)),
+     Insert(id=FreshId('keyed_window', 1), start=5, end=10, payload=('b', 1)),
+     Insert(id=FreshId('keyed_window', 2), start=5, end=10, payload=('a', 1)), Cti(time=10)]
 
 On a :class:`~operators.columns.Columns` batch the key function runs once on the columns when
 it can (see :func:`~operators.columns.apply_columns`) and the events are grouped by (window,
@@ -42,11 +43,11 @@ from typing import Any
 
 import numpy as np
 
-from .base import Processor
-from .columns import Columns, apply_columns, concat, map_columns
-from .errors import OperatorError
-from .events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract, fmt_time
-from .udm import (
+from ..base import Processor
+from ..columns import Columns, apply_columns, concat, map_columns
+from ..errors import OperatorError
+from ..events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract
+from ..udm import (
     Aggregate,
     IncrementalAggregate,
     TimeSensitiveAggregate,
@@ -54,8 +55,9 @@ from .udm import (
     field_getter,
     resolve,
 )
-from .window_index import Grid
-from .windows import HoppingWindow
+from .evaluate import Ids, WindowUdm
+from .index import Grid
+from .spec import HoppingWindow
 
 __all__ = ["KeyedWindowAggregate", "supports"]
 
@@ -104,7 +106,7 @@ class KeyedWindowAggregate(Processor):
     """One hopping (or tumbling) window aggregate per value of ``key(payload)``, over point
     events; payloads become ``(key, result)``, as ``group_apply`` gives them."""
 
-    _state_fields = ("open", "next_id", "seq", "sent")
+    _state_fields = ("open", "ids", "seq", "sent")
 
     def __init__(self, key: Callable[[Any], Hashable] | str, spec: HoppingWindow, udm: Any,
                  output: str | None = None, emit: str = "speculative",
@@ -116,15 +118,16 @@ class KeyedWindowAggregate(Processor):
         self.key = field_getter(key)
         self.spec = spec
         self.grid = Grid(spec.size, spec.hop, spec.alignment)
-        self.udm = resolve(udm)
-        self.incremental = isinstance(self.udm, IncrementalAggregate)
-        self.time_sensitive = bool(getattr(self.udm, "time_sensitive", False))
+        self.call = WindowUdm(udm, "aggregate", output or "window")
+        self.udm = self.call.udm
+        self.incremental = self.call.incremental
+        self.time_sensitive = self.call.time_sensitive
         #: the UDM's column-wise add (built-in aggregates; see operators.aggregates)
         self.add_groups = getattr(self.udm, "add_groups", None) if self.incremental else None
-        self.point_end = output == "point_end"
+        self.policy = self.call.policy
         #: window number -> key -> UDM state (incremental) or [(start, seq, payload)]
         self.open: dict[int, dict[Hashable, Any]] = {}
-        self.next_id = 0
+        self.ids = Ids(self.name)
         self.seq = 0
         #: speculative: window number -> key -> (id, payload) of the row sent for it
         self.sent: dict[int, dict[Hashable, tuple[int, Any]]] = {}
@@ -314,16 +317,16 @@ class KeyedWindowAggregate(Processor):
                 if before[1] == payload:
                     continue
                 out.append(_new(Retract, (before[0], s, e, s, before[1])))
-            out.append(_new(Insert, (self.next_id, s, e, payload)))
-            by_key[k] = (self.next_id, payload)
-            self.next_id += 1
+            oid = self.ids.mint()
+            out.append(_new(Insert, (oid, s, e, payload)))
+            by_key[k] = (oid, payload)
         self.touched.clear()
         return out
 
     def _row_lifetime(self, n: int) -> tuple[int, int]:
         g = self.grid
         ws, we = max(g.start(n), MIN_TIME), min(g.end(n), MAX_TIME)
-        return (we - 1, we) if self.point_end else (ws, we)
+        return self.policy.row_start(ws, we), we
 
     def on_cti(self, time: int, port: int) -> list[Message]:
         g = self.grid
@@ -336,10 +339,7 @@ class KeyedWindowAggregate(Processor):
                 self.sent.pop(n, None)
         for n in sorted(n for n in self.open if n < limit):
             out += self._emit(n, self.open.pop(n))
-        if self.point_end:
-            cti = time
-        else:
-            cti = min(time, max(g.start(limit), MIN_TIME))
+        cti = min(time, self.policy.row_start(max(g.start(limit), MIN_TIME), g.end(limit)))
         return out + self.emit_cti(min(cti, MAX_TIME))
 
     def finish(self) -> list[Message]:
@@ -359,30 +359,28 @@ class KeyedWindowAggregate(Processor):
         s, e = self._row_lifetime(n)
         out = []
         for k, state in by_key.items():
-            out.append(_new(Insert, (self.next_id, s, e, (k, self._result(n, k, state)))))
-            self.next_id += 1
+            out.append(_new(Insert, (self.ids.mint(), s, e, (k, self._result(n, k, state)))))
         return out
 
     def _result(self, n: int, k: Hashable, state: Any) -> Any:
-        g = self.grid
-        window = Window(max(g.start(n), MIN_TIME), min(g.end(n), MAX_TIME))
+        window = self._window(n)
+        call = self.call
         try:
             if self.incremental:
-                return self.udm.window_result(state, window)  # type: ignore[attr-defined]
+                return call.result(state, window)[0]
             ordered = sorted(state, key=_by_time)
             if self.time_sensitive:
-                return self.udm.compute([(s, s + 1, p) for s, _, p in ordered], window)  # type: ignore[call-arg]
-            return self.udm.compute([p for _, _, p in ordered])  # type: ignore[call-arg]
+                return call.compute([(s, s + 1, p) for s, _, p in ordered], window)[0]
+            return call.compute([p for _, _, p in ordered], window)[0]
         except Exception as exc:
             raise self._error(n, k, "result" if self.incremental else "compute", exc) from exc
 
-    def _error(self, n: int, k: Hashable, what: str, exc: Exception) -> OperatorError:
+    def _window(self, n: int) -> Window:
         g = self.grid
-        return OperatorError(
-            f"window operator {self.name!r}: UDM {self.udm.udm_name!r} failed in {what} on "
-            f"window [{fmt_time(g.start(n))}, {fmt_time(g.end(n))}) of group {k!r}: "
-            f"{type(exc).__name__}: {exc} (fix the UDM, or pass on_error='dead_letter' to "
-            f"record failing windows in dead_letters)")
+        return Window(max(g.start(n), MIN_TIME), min(g.end(n), MAX_TIME))
+
+    def _error(self, n: int, k: Hashable, what: str, exc: Exception) -> OperatorError:
+        return self.call.error(self.name, what, self._window(n), f"of group {k!r}", exc)
 
     def _check_point(self, s: int, e: int, msg: Message) -> None:
         """(An event behind the input CTI is rejected by ``Processor.process``.)"""

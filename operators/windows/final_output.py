@@ -14,7 +14,7 @@ so the rows it sends later are never behind it::
 
     >>> from operators.aggregates import Count
     >>> from operators.events import Insert, Cti
-    >>> from operators.window import make_window
+    >>> from operators.windows import make_window
     >>> from operators.windows import tumbling_window
     >>> op = FinalOutput(make_window(tumbling_window(5), Count(), name="w"), final_at_end=True)
     >>> op.process([Insert("a", 0, 1), Insert("b", 2, 3)])
@@ -31,9 +31,9 @@ from typing import Any, Hashable
 
 from sortedcontainers import SortedList
 
-from .base import Processor
-from .errors import DeadLetter
-from .events import MAX_TIME, Cti, Insert, Message, Retract
+from ..base import Processor
+from ..errors import DeadLetter
+from ..events import MAX_TIME, Cti, Insert, Message, Retract
 
 
 class FinalOutput(Processor):

@@ -1,4 +1,4 @@
-"""Helpers of the window operator (:mod:`operators.window`): hopping-grid arithmetic and the
+"""Helpers of the window operator (:mod:`operators.windows`): hopping-grid arithmetic and the
 per-window entry of the WindowIndex.
 
 A hopping grid numbers its windows by an integer ``n``: window ``n`` is

@@ -1,0 +1,284 @@
+"""What every window operator does with a window once it knows its members: call the UDM under
+its error policy, stamp the results under the output policy, and correct the output sent
+before by the smallest difference.
+
+* :class:`WindowUdm` checks a UDM against the operator's ``kind`` (aggregate: one result per
+  window; apply: a UDO, zero or more) and output policy, calls it (incrementally from a state,
+  or over the members), checks what it returned, and turns an exception into an
+  :class:`~operators.errors.OperatorError` (``on_error="raise"``) or a failure reason kept
+  with the window until it is final, then a :class:`~operators.errors.DeadLetter`.
+* :class:`OutputPolicy` is one output policy (docs/windows.md): it stamps a window's results
+  as rows and says where a window's rows start, which is what the output CTI is made of.
+* :func:`diff` turns a window's earlier rows and its new ones into retractions and inserts.
+
+The hopping, snapshot, count and keyed operators all use these, so changing what a policy
+stamps, how a failing UDM is reported or how output is corrected is an edit of this file.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+from ..cht import freeze
+from ..errors import DeadLetter, OperatorError
+from ..events import FreshId, Insert, Message, Retract, fmt_time
+from ..udm import UDM, FunctionAggregate, Operator, Window, resolve
+from .spec import OUTPUT_POLICIES
+
+Rec = tuple[int, int, Any]
+
+KINDS = ("aggregate", "apply")
+ON_ERROR = ("raise", "dead_letter")
+
+
+class OutputPolicy:
+    """How a window's results become output rows (docs/windows.md, "Output policies").
+
+    ``window``: ``[W.start, W.end)``; ``point_end``: ``[W.end − 1, W.end)``; ``clip``: a
+    time-sensitive UDO's own timestamps cut to the window; ``keep``: its timestamps as they
+    are (none may start before ``W.start``); ``compressed``: ``window`` rows over the owned
+    intervals of consecutive windows (the operator evaluates it as snapshot windows).
+    """
+
+    __slots__ = ("keep", "name", "point", "stamps")
+
+    def __init__(self, name: str) -> None:
+        if name not in OUTPUT_POLICIES:
+            raise ValueError(f"output={name!r} is not an output policy; use one of "
+                             f"{OUTPUT_POLICIES}")
+        self.name = name
+        self.point = name == "point_end"
+        #: rows keep the UDO's own start: the output CTI is the input CTI
+        self.keep = name == "keep"
+        #: rows carry the UDO's own timestamps (cut to the window or not)
+        self.stamps = name in ("clip", "keep")
+
+    def row_start(self, start: int, end: int) -> int:
+        """Where the rows of window ``[start, end)`` start (when not the UDO's own times)."""
+        return end - 1 if self.point else start
+
+    def rows(self, start: int, end: int, results: list[Any], stamped: bool) -> list[Rec]:
+        """The rows of window ``[start, end)`` for its ``results``: payloads, or ``(start,
+        end, payload)`` events when ``stamped`` (a time-sensitive UDO's)."""
+        if stamped:  # (a time-sensitive UDO's events)
+            if self.keep:
+                return list(results)
+            if self.name == "clip":
+                return [(max(s, start), min(e, end), p) for s, e, p in results
+                        if max(s, start) < min(e, end)]
+            results = [p for _, _, p in results]
+        s = self.row_start(start, end)
+        return [(s, end, p) for p in results]
+
+    def check_stamp(self, s: int, e: int, p: Any, window: Window) -> None:
+        """Reject a UDO's event the policy cannot place (``keep``: starting before W)."""
+        if self.keep and s < window.start:
+            raise ValueError(f"output='keep' rejects the event [{fmt_time(s)}, "
+                             f"{fmt_time(e)}) {p!r}: it starts before its window's start "
+                             f"{fmt_time(window.start)} and could contradict an output CTI; "
+                             f"stamp events at or after the window start, or use "
+                             f"output='clip'")
+
+    def __repr__(self) -> str:
+        return f"OutputPolicy({self.name!r})"
+
+
+class _FunctionOperator(Operator):
+    """A plain function of a list of payloads returning an iterable of payloads, as a UDO."""
+
+    def __init__(self, fn: Callable[[list[Any]], Iterable[Any]]) -> None:
+        self.fn = fn
+
+    def compute(self, values: list[Any]) -> Iterable[Any]:
+        return self.fn(values)
+
+    @property
+    def udm_name(self) -> str:
+        return getattr(self.fn, "__qualname__", repr(self.fn))
+
+
+class WindowUdm:
+    """A window operator's UDM with its kind, output policy and error policy."""
+
+    def __init__(self, udm: Any, kind: str = "aggregate", output: OutputPolicy | str = "window",
+                 on_error: str = "raise") -> None:
+        if kind not in KINDS:
+            raise ValueError(f"kind={kind!r}: use 'aggregate' (one result per window) or "
+                             f"'apply' (a UDO: one event per returned payload)")
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error={on_error!r}: use 'raise' or 'dead_letter'")
+        policy = output if isinstance(output, OutputPolicy) else OutputPolicy(output)
+        u: UDM = resolve(udm)
+        if kind == "aggregate" and u.is_operator:
+            raise ValueError(f"{u.udm_name} is a user-defined operator (zero or more events per "
+                             f"window); use .apply(...) (kind='apply') instead of .aggregate")
+        if kind == "apply" and not u.is_operator:
+            if type(u) is not FunctionAggregate:
+                raise ValueError(f"{u.udm_name} is an aggregate (one result per window); use "
+                                 f".aggregate(...) (kind='aggregate') instead of .apply")
+            u = _FunctionOperator(u.fn)
+        if policy.name in ("clip", "keep") and not (u.is_operator and u.time_sensitive):
+            raise ValueError(f"output={policy.name!r} keeps the timestamps a time-sensitive UDO "
+                             f"stamps on its events, but {u.udm_name} is not a "
+                             f"TimeSensitiveOperator; use output='window' or 'point_end'")
+        if policy.name == "compressed" and u.time_sensitive:
+            raise ValueError(f"output='compressed' lets consecutive windows with the same member "
+                             f"events share one row, which needs a time-insensitive UDM; "
+                             f"{u.udm_name} is time-sensitive: use output='window' or "
+                             f"'point_end'")
+        self.udm = u
+        self.kind = kind
+        self.policy = policy
+        self.on_error = on_error
+        self.name = u.udm_name
+        self.time_sensitive = u.time_sensitive
+        #: results are (start, end, payload) events (a time-sensitive UDO's)
+        self.stamped = u.time_sensitive and u.is_operator
+        self.incremental = u.incremental
+
+    # -- calls -------------------------------------------------------------------------------
+    def initial(self, views: list[Any]) -> Any:
+        """A fresh incremental state holding ``views``."""
+        state = self.udm.initial_state()  # type: ignore[attr-defined]
+        return self.udm.add(state, views) if views else state  # type: ignore[attr-defined]
+
+    def result(self, state: Any, window: Window) -> list[Any]:
+        """The results of an incremental UDM's ``state`` over ``window``."""
+        return self.results(self.udm.window_result(state, window),  # type: ignore[attr-defined]
+                            window)
+
+    def compute(self, views: list[Any], window: Window) -> list[Any]:
+        """The results of a non-incremental UDM over the members as it sees them."""
+        udm: Any = self.udm
+        return self.results(udm.compute(views, window) if self.time_sensitive
+                            else udm.compute(views), window)
+
+    def results(self, raw: Any, window: Window) -> list[Any]:
+        """What one call returned, as a list of results (checked for ``apply``)."""
+        if self.kind == "aggregate":
+            return [raw]
+        if isinstance(raw, (str, bytes, dict)) or not hasattr(raw, "__iter__"):
+            raise TypeError(f"returned {raw!r}, not an iterable of payloads; with apply() the "
+                            f"UDM must return a list (use aggregate() for one result)")
+        if not self.stamped:
+            return list(raw)
+        out = []
+        keeps = self.policy.stamps
+        for ev in raw:
+            try:
+                s, e, p = ev
+            except (TypeError, ValueError):
+                raise TypeError(f"a TimeSensitiveOperator must return (start, end, payload) "
+                                f"tuples, got {ev!r}") from None
+            if keeps:  # (under window/point_end only the payload is used)
+                if not (isinstance(s, int) and isinstance(e, int)) or e <= s:
+                    raise ValueError(f"the UDO returned the event {ev!r}; it needs int ticks "
+                                     f"with end > start")
+                self.policy.check_stamp(s, e, p, window)
+            out.append((s, e, p))
+        return out
+
+    # -- errors ------------------------------------------------------------------------------
+    def reason(self, where: str, what: str, window: Window, about: str,
+               exc: Exception) -> str:
+        """Why the UDM failed: in ``what`` on ``window`` of operator ``where``; ``about``
+        describes the window's content (e.g. "holding 3 events")."""
+        return (f"window operator {where!r}: UDM {self.name!r} failed in {what} on window "
+                f"[{fmt_time(window.start)}, {fmt_time(window.end)}) {about}: "
+                f"{type(exc).__name__}: {exc}")
+
+    def error(self, where: str, what: str, window: Window, about: str,
+              exc: Exception) -> OperatorError:
+        """The error that stops the query (``on_error="raise"``)."""
+        return OperatorError(self.reason(where, what, window, about, exc) + " (fix the UDM, or "
+                             "pass on_error='dead_letter' to record failing windows in "
+                             "dead_letters)")
+
+    def failed(self, where: str, what: str, window: Window, about: str,
+               exc: Exception) -> str:
+        """The UDM raised: raise :meth:`error` (``on_error="raise"``) or return the reason,
+        to keep with the window until it is final (then :meth:`dead_letter`)."""
+        if self.on_error == "raise":
+            raise self.error(where, what, window, about, exc) from exc
+        return self.reason(where, what, window, about, exc)
+
+    @staticmethod
+    def dead_letter(where: str, reason: str, window: Window, members: list[Rec],
+                    *more: Any) -> DeadLetter:
+        """The dead letter of a final window the UDM failed on: its item is the window, its
+        ``(start, end, payload)`` members and anything ``more`` the operator knows."""
+        return DeadLetter(where=where, reason=reason, item=(window, members, *more))
+
+
+class Ids:
+    """Output ids of an operator whose output events are not its input's: ``FreshId(name,
+    n)`` for n = 0, 1, ..., never equal to another operator's or a user's."""
+
+    __slots__ = ("name", "next_id")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.next_id = 0
+
+    def mint(self) -> FreshId:
+        oid = FreshId(self.name, self.next_id)
+        self.next_id += 1
+        return oid
+
+
+def diff(pool: list[tuple[Any, int, int, Any, Hashable]], new: list[tuple[Hashable, Rec]],
+         ids: Ids, sent: Callable[[Hashable, tuple[Any, int, int, Any]], None]
+         ) -> list[tuple[Message, Hashable]]:
+    """Correct earlier output ``pool`` (``(id, start, end, payload, window)`` rows sent before)
+    to the ``new`` rows (``(window, (start, end, payload))``) by the smallest difference: a row
+    that stays is not touched, a row that only changes its end is shortened or lengthened by
+    one retraction, the rest are retracted fully and inserted anew under fresh ids.
+    ``sent(window, row)`` is told every row that stands for the window afterwards. Returns the
+    messages with the window each is about (retractions first, then inserts)."""
+    if not pool:  # new windows only: nothing to compare with
+        return [(_insert(ids, w, row, sent), w) for w, row in new]
+    exact: dict[Any, list[int]] = defaultdict(list)
+    for i, (_, s, e, p, _w) in enumerate(pool):
+        exact[(s, e, freeze(p))].append(i)
+    used = [False] * len(pool)
+    rest: list[tuple[Hashable, Rec, Any]] = []
+    for w, (s, e, p) in new:
+        fp = freeze(p)
+        hits = exact.get((s, e, fp))
+        if hits:
+            i = hits.pop()
+            used[i] = True
+            sent(w, pool[i][:4])
+        else:
+            rest.append((w, (s, e, p), fp))
+    by_start: dict[Any, list[int]] = defaultdict(list)
+    for i, (_, s, _e, p, _w) in enumerate(pool):
+        if not used[i]:
+            by_start[(s, freeze(p))].append(i)
+    partial: list[tuple[Message, Hashable]] = []
+    inserts: list[tuple[Hashable, Rec]] = []
+    for w, (s, e, p), fp in rest:
+        hits = by_start.get((s, fp))
+        if hits:
+            i = hits.pop()
+            used[i] = True
+            oid, _, oe, op, _ow = pool[i]
+            partial.append((Retract(oid, s, oe, e, op), w))
+            sent(w, (oid, s, e, op))
+        else:
+            inserts.append((w, (s, e, p)))
+    out: list[tuple[Message, Hashable]] = [
+        (Retract(oid, s, e, s, p), w) for i, (oid, s, e, p, w) in enumerate(pool) if not used[i]]
+    out.extend(partial)
+    out.extend((_insert(ids, w, row, sent), w) for w, row in inserts)
+    return out
+
+
+def _insert(ids: Ids, w: Hashable, row: Rec,
+            sent: Callable[[Hashable, tuple[Any, int, int, Any]], None]) -> Message:
+    oid = ids.mint()
+    s, e, p = row
+    sent(w, (oid, s, e, p))
+    return Insert(oid, s, e, p)

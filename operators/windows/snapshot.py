@@ -1,0 +1,243 @@
+"""``snapshot_window`` and hopping windows with ``output="compressed"``: a UDM applied to the
+windows between consecutive distinct endpoints of the live events (docs/windows.md; the
+policies, UDM calls, output CTIs and cleanup are described in :mod:`operators.windows.hopping`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from sortedcontainers import SortedDict
+
+from ..events import MAX_TIME, MIN_TIME, Insert, Message, Retract
+from .base import WindowBase
+from .evaluate import Rec
+from .index import Grid, Win
+from .spec import HoppingWindow, SnapshotWindow, check_policies
+
+__all__ = ["SnapshotWindowOperator"]
+
+
+class SnapshotWindowOperator(WindowBase):
+    """A UDM over snapshot windows (between consecutive distinct event endpoints), or — for a
+    hopping spec with ``output="compressed"`` — over the snapshot windows of the events'
+    altered lifetimes (see the module docstring).
+
+    The windows carry their member events, so a change only touches the windows it overlaps:
+    a new endpoint splits the window holding it, a vanished endpoint merges its two neighbours
+    (``endpoints`` counts the endpoints at each time), a window losing its last event vanishes.
+
+    Cost per insert or retraction: ``O(log W)`` plus one delta or UDM call per window the
+    changed part of the lifetime overlaps (for an unclipped time-sensitive UDM: every window
+    holding the event).
+    """
+
+    _state_fields = WindowBase._state_fields + ("endpoints",)
+
+    def __init__(self, spec: HoppingWindow | SnapshotWindow, udm: Any, *,
+                 kind: Literal["aggregate", "apply"] = "aggregate", clip: str = "full",
+                 output: str = "window", name: str | None = None,
+                 on_error: Literal["raise", "dead_letter"] = "raise") -> None:
+        check_policies(spec, clip, output)
+        self.grid: Grid | None = None
+        if isinstance(spec, HoppingWindow):
+            if output != "compressed":
+                raise ValueError("SnapshotWindowOperator takes a hopping spec only with "
+                                 "output='compressed'; use HoppingWindowOperator")
+            self.grid = Grid(spec.size, spec.hop, spec.alignment)
+            default = f"{spec.kind}_window({spec.size}, {spec.hop}, compressed)"
+        elif isinstance(spec, SnapshotWindow):
+            default = "snapshot_window"
+        else:
+            raise TypeError(f"SnapshotWindowOperator needs a SnapshotWindow, got {spec!r}")
+        super().__init__(spec, udm, kind, clip, output, name or default, on_error)
+        #: time -> number of live event endpoints there (times before the CTI are dropped)
+        self.endpoints: SortedDict = SortedDict()
+
+    def _key(self, w: Win) -> int:
+        return w.start
+
+    def _close_time(self, w: Win) -> int:
+        # the window ending at the CTI can still merge with the next one
+        if self.unclipped:
+            return max(w.end, max(e for _, e, _ in w.members.values())) + 1
+        return w.end + 1
+
+    # -- compressed: altered lifetimes ---------------------------------------------------------
+    def _alter(self, s: int, e: int) -> tuple[int, int] | None:
+        """The lifetime covering the owned intervals ``[W.end − hop, W.end)`` of the windows
+        ``[s, e)`` overlaps; None if it overlaps none (in a gap, when size < hop)."""
+        g = self.grid
+        assert g is not None
+        first, last = g.first_ending_after(s), g.last_starting_before(e)
+        if first > last:
+            return None
+        return g.end(first) - g.hop, MAX_TIME if e == MAX_TIME else g.end(last)
+
+    def _altered_cti(self, c: int) -> int:
+        g = self.grid
+        if g is None or c == MIN_TIME:
+            return c
+        if c == MAX_TIME:
+            return MAX_TIME
+        return min(g.end(g.first_ending_after(c)) - g.hop, g.end(g.last_starting_before(c)))
+
+    # -- the index -------------------------------------------------------------------------------
+    def _endpoint(self, t: int, delta: int) -> None:
+        n = self.endpoints.get(t, 0) + delta
+        if n > 0:
+            self.endpoints[t] = n
+        elif t in self.endpoints:
+            del self.endpoints[t]
+
+    def _split(self, t: int) -> None:
+        """Split the window holding ``t`` in its interior into ``[start, t)`` and ``[t, end)``."""
+        i = self.windows.bisect_right(t) - 1
+        if i < 0:
+            return
+        key, w = self.windows.peekitem(i)
+        if not w.start < t < w.end:
+            return
+        self._kill(w, key)
+        left = Win(w.start, t, dict(w.members))
+        right = Win(t, w.end, dict(w.members))
+        if not self.ts:  # same members: the result (and the left state) carry over
+            left.state = w.state
+            left.result, left.dirty, left.failure = w.result, w.dirty, w.failure
+            right.result, right.dirty, right.failure = list(w.result), w.dirty, w.failure
+        self._put(left.start, left)
+        self._put(right.start, right)
+
+    def _merge(self, t: int) -> None:
+        """Merge the windows ending and starting at ``t`` if no endpoint is left there."""
+        if self.endpoints.get(t, 0) or t not in self.windows:
+            return
+        i = self.windows.bisect_left(t) - 1
+        if i < 0:
+            return
+        lkey, left = self.windows.peekitem(i)
+        if left.end != t:
+            return
+        right = self.windows[t]
+        self._kill(left, lkey)
+        self._kill(right, t)
+        # members are the same on both sides; the right side's ends are exact for the union
+        merged = Win(left.start, right.end, dict(right.members))
+        if not self.ts:
+            merged.state = left.state
+            merged.result, merged.dirty, merged.failure = left.result, left.dirty, left.failure
+        self._put(merged.start, merged)
+
+    def _inside(self, a: int, b: int) -> list[Win]:
+        return [self.windows[k] for k in self.windows.irange(a, b, inclusive=(True, False))]
+
+    def _add_span(self, eid: Any, rec: Rec, a: int, b: int) -> None:
+        self._split(a)
+        self._split(b)
+        cursor = a
+        for w in self._inside(a, b):
+            if w.start > cursor:
+                self._put(cursor, Win(cursor, w.start, {eid: rec}))
+            self._set_member(w, eid, rec)
+            cursor = w.end
+        if cursor < b:
+            self._put(cursor, Win(cursor, b, {eid: rec}))
+
+    def _remove_span(self, eid: Any, a: int, b: int) -> None:
+        self._split(a)
+        self._split(b)
+        for w in self._inside(a, b):
+            self._set_member(w, eid, None)
+            if not w.members:
+                self._kill(w, w.start)
+
+    def _update_span(self, eid: Any, rec: Rec, a: int, b: int) -> None:
+        for w in self._inside(a, b):
+            self._set_member(w, eid, rec)
+
+    def _insert(self, eid: Any, s: int, e: int, p: Any) -> None:
+        self._endpoint(s, 1)
+        self._endpoint(e, 1)
+        self._add_span(eid, (s, e, p), s, e)
+
+    def _retract(self, eid: Any, s: int, e1: int, e2: int, p: Any) -> None:
+        self._endpoint(e1, -1)
+        if e2 > s:
+            self._endpoint(e2, 1)
+            new = (s, e2, p)
+            if e2 > e1:
+                self._add_span(eid, new, e1, e2)
+                if self.unclipped:
+                    self._update_span(eid, new, s, e1)
+            else:
+                self._remove_span(eid, e2, e1)
+                if self.unclipped:
+                    self._update_span(eid, new, s, e2)
+            self._merge(e1)
+        else:
+            self._endpoint(s, -1)
+            self._remove_span(eid, s, e1)
+            self._merge(s)
+            self._merge(e1)
+
+    # -- messages --------------------------------------------------------------------------------
+    def on_insert(self, msg: Insert, port: int) -> list[Message]:
+        if self.grid is None:
+            self._insert(msg.id, msg.start, msg.end, msg.payload)
+        else:
+            alt = self._alter(msg.start, msg.end)
+            if alt is not None:
+                self._insert(msg.id, alt[0], alt[1], msg.payload)
+        return []  # the batch's changes are emitted at its end (see process)
+
+    def on_retract(self, msg: Retract, port: int) -> list[Message]:
+        s, e1, e2, p = msg.start, msg.end, msg.new_end, msg.payload
+        if self.grid is None:
+            self._retract(msg.id, s, e1, e2, p)
+            return []
+        old = self._alter(s, e1)
+        new = self._alter(s, e2) if e2 > s else None
+        if old == new:
+            return []
+        if old is None:
+            assert new is not None
+            self._insert(msg.id, new[0], new[1], p)
+        elif new is None:
+            self._retract(msg.id, old[0], old[1], old[0], p)
+        else:
+            self._retract(msg.id, old[0], old[1], new[1], p)
+        return []
+
+    def on_cti(self, time: int, port: int) -> list[Message]:
+        self.in_cti = max(self.in_cti, time)
+        out = self._flush()  # the output a CTI covers goes before it
+        c = self._altered_cti(time)
+        self._free(c)
+        ends = self.endpoints
+        while ends and ends.peekitem(0)[0] < c:
+            ends.popitem(0)
+        return out + self.emit_cti(self._out_cti(time, c))
+
+    def _out_cti(self, time: int, c: int) -> int:
+        """``c`` (a point row lies one tick before the end), or the rows' start of the first
+        held window under a time-sensitive UDM, if earlier."""
+        policy = self.policy
+        if policy.keep:
+            return time
+        t = c - 1 if policy.point and c > MIN_TIME else c
+        if self.ts and self.windows:
+            w = self.windows.peekitem(0)[1]
+            t = min(t, policy.row_start(w.start, w.end))
+        return t
+
+    def state_size(self) -> int:
+        return len(self.windows) + len(self.endpoints)
+
+    def _check(self) -> None:
+        super()._check()
+        prev_end = MIN_TIME
+        for w in self.windows.values():
+            assert w.start < w.end and w.start >= prev_end, w
+            prev_end = w.end
+            for s, e, _ in w.members.values():
+                assert s <= w.start and e >= w.end, (w, s, e)
