@@ -39,7 +39,7 @@ from heapq import heapify, heappop, heappush
 from typing import Any
 
 from .events import Insert, Message, Retract
-from .join import END, KEY, LINKS, PAYLOAD, START, BinaryTemporal
+from .temporal import END, KEY, LINKS, PAYLOAD, START, BinaryTemporal
 
 # a fragment (one output event): [start, end, out_id]; a left record keeps its fragments,
 # sorted by start, in rec[LINKS]; a right record has None there

@@ -19,7 +19,8 @@ import math
 from collections import Counter
 from typing import Any, Hashable, Iterable, NoReturn, Sequence
 
-from .events import MIN_TIME, Cti, Insert, Message, Retract, fmt_time
+from . import live  # (LiveEvents; live imports this module)
+from .events import Cti, Insert, Message, Retract, fmt_time
 
 Row = tuple[int, int, Any]
 
@@ -39,30 +40,14 @@ def to_cht(messages: Iterable[Message]) -> list[Row]:
     Raises :class:`InvalidStream` for a retraction of an unknown id or whose lifetime or
     payload does not match its insert's; CTIs are ignored (use :func:`validate` to check them).
     """
-    live: dict[Hashable, list[Any]] = {}
-    for msg in messages:
+    events = live.LiveEvents()
+    for position, msg in enumerate(messages):
         kind = type(msg)
-        if kind is Insert:
-            if msg.id in live:
-                raise InvalidStream(f"duplicate id: {msg!r} while {msg.id!r} is still live")
-            live[msg.id] = [msg.start, msg.end, msg.payload]
-        elif kind is Retract:
-            row = live.get(msg.id)
-            if row is None:
-                raise InvalidStream(f"retraction of unknown id: {msg!r}")
-            if row[0] != msg.start or row[1] != msg.end:
-                raise InvalidStream(
-                    f"retraction lifetime does not match: {msg!r}, but {msg.id!r} lives "
-                    f"[{fmt_time(row[0])}, {fmt_time(row[1])})"
-                )
-            if not same_payload(msg.payload, row[2]):
-                raise InvalidStream(f"retraction payload does not match: {msg!r}, but "
-                                    f"{msg.id!r} was inserted with payload {row[2]!r}")
-            if msg.new_end == msg.start:
-                del live[msg.id]
-            else:
-                row[1] = msg.new_end
-    return sorted(((s, e, p) for s, e, p in live.values()), key=row_key)
+        problem = (events.insert(msg) if kind is Insert else  # type: ignore[arg-type]
+                   events.retract(msg) if kind is Retract else None)  # type: ignore[arg-type]
+        if problem is not None:
+            raise InvalidStream(f"message #{position} {msg!r}: {problem}")
+    return sorted(events.rows(), key=row_key)
 
 
 def freeze(value: Any, digits: int | None = None) -> Hashable:
@@ -164,60 +149,48 @@ class StreamValidator:
 
     * an Insert starts at or after the latest CTI, and its id is not live (nor, with
       ``unique_ids``, used before);
-    * a Retract names a live id with its current lifetime and ``min(end, new_end)`` is at or
-      after the latest CTI;
+    * a Retract names a live id with its current lifetime and payload, and
+      ``min(end, new_end)`` is at or after the latest CTI;
     * CTI times never decrease.
+
+    The live events (:class:`~operators.live.LiveEvents`) are freed as CTIs make them final.
     """
 
     def __init__(self, name: str = "stream", unique_ids: bool = True) -> None:
         self.name = name
-        self.cti = MIN_TIME
-        #: id -> (start, end, payload) of each live event
-        self.live: dict[Hashable, tuple[int, int, Any]] = {}
+        self.events = live.LiveEvents()
         self.dead: set[Hashable] | None = set() if unique_ids else None
         self.position = 0
+
+    @property
+    def cti(self) -> int:
+        return self.events.cti
 
     def _fail(self, msg: Message, problem: str) -> NoReturn:
         raise InvalidStream(f"{self.name}, message #{self.position} {msg!r}: {problem}")
 
     def check(self, msg: Message) -> None:
         kind = type(msg)
+        events = self.events
         if kind is Insert:
-            if msg.start < self.cti:
-                self._fail(msg, f"insert starts at {msg.start}, behind the CTI {self.cti}")
-            if msg.id in self.live or (self.dead is not None and msg.id in self.dead):
+            if self.dead is not None and msg.id in self.dead:
                 self._fail(msg, f"duplicate id {msg.id!r}; ids must be unique within a stream")
-            self.live[msg.id] = (msg.start, msg.end, msg.payload)
+            problem = events.insert(msg)  # type: ignore[arg-type]
         elif kind is Retract:
-            live = self.live.get(msg.id)
-            if live is None:
-                self._fail(msg, f"retraction of unknown id {msg.id!r} (never inserted, or "
-                                "already fully retracted)")
-            start, end, payload = live
-            if (start, end) != (msg.start, msg.end):
-                self._fail(msg, f"retraction lifetime [{fmt_time(msg.start)}, "
-                                f"{fmt_time(msg.end)}) does not match the live event "
-                                f"[{fmt_time(start)}, {fmt_time(end)})")
-            if not same_payload(msg.payload, payload):
-                self._fail(msg, f"retraction payload {msg.payload!r} is not the payload "
-                                f"{payload!r} its insert carried; a retraction repeats its "
-                                f"insert's payload (change a payload by retracting the event "
-                                f"fully and inserting a new one)")
-            if msg.sync_time < self.cti:
-                self._fail(msg, f"retraction changes time {msg.sync_time}, behind the CTI "
-                                f"{self.cti}")
-            if msg.new_end == msg.start:
-                del self.live[msg.id]
-                if self.dead is not None:
-                    self.dead.add(msg.id)
-            else:
-                self.live[msg.id] = (start, msg.new_end, payload)
+            problem = events.retract(msg)  # type: ignore[arg-type]
+            if problem is None and msg.new_end == msg.start and self.dead is not None:
+                self.dead.add(msg.id)
         elif kind is Cti:
-            if msg.time < self.cti:
-                self._fail(msg, f"CTI goes back from {self.cti} to {msg.time}")
-            self.cti = msg.time
+            if msg.time < events.cti:
+                self._fail(msg, f"CTI goes back from {events.cti} to {msg.time}")
+            final = events.advance_to(msg.time)
+            if self.dead is not None:
+                self.dead.update(r[0] for r in final)
+            problem = None
         else:
-            self._fail(msg, "not a physical message (Insert, Retract or Cti)")
+            problem = "not a physical message (Insert, Retract or Cti)"
+        if problem is not None:
+            self._fail(msg, problem)
         self.position += 1
 
 

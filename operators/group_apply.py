@@ -55,7 +55,8 @@ from .cht import InvalidStream
 from .columns import expand
 from .errors import DeadLetter, OperatorError
 from .events import MIN_TIME, Cti, Insert, Message, Retract, fmt_time
-from .join import END, ID, KEY, START, ExpiryHeap
+from .live import ExpiryHeap
+from .temporal import END, ID, KEY, START
 from .udm import field_getter
 
 # a group: [sub-query, instance number, input events that can still be retracted, output CTI,
@@ -84,7 +85,7 @@ class GroupApply(Processor):
         #: input events that can still be retracted: seq -> [id, key, start, end]
         self.recs: dict[int, list[Any]] = {}
         self.ids: dict[Hashable, int] = {}
-        self.expiry = ExpiryHeap()
+        self.expiry = ExpiryHeap(END)
         self.next_seq = 0
         self.next_inst = 0
         self.in_cti = MIN_TIME

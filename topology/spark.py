@@ -30,7 +30,6 @@ functions; the sinks take a SparkSession, or ``None`` for the active one.
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import json
 import os
 import pickle
@@ -49,6 +48,7 @@ from operators.cht import to_cht
 from operators.errors import DeadLetter
 from operators.events import MAX_TIME, MIN_TIME, TICKS_PER_SECOND, Cti, Insert, Message, Retract
 from operators.ingress import AdvanceTime, Ingress
+from operators.live import LiveEvents
 
 from .spark_source import PARTITION_ROWS, coalesced, ordered_record_batches
 
@@ -717,10 +717,8 @@ class FinalRowsSink:
         self.rows_written = 0
         #: Messages that could not be applied, with a reason.
         self.dead_letters: list[DeadLetter] = []
-        self.cti = MIN_TIME
-        self._live: dict[Any, list[Any]] = {}  # id -> [start, end, payload, seq]
-        self._by_end: list[tuple[int, int, Any]] = []  # heap of (end, seq, id); stale allowed
-        self._seq = 0
+        #: the rows not final yet
+        self.events = LiveEvents()
         self._schema: pa.Schema | None = None
         self._recover()
 
@@ -775,61 +773,26 @@ class FinalRowsSink:
         self.dead_letters.append(DeadLetter(self.name, reason, msg))
 
     def _insert(self, msg: Insert) -> None:
-        if msg.start < self.cti:
-            return self._reject(msg, f"insert starts at {msg.start}, behind the CTI "
-                                     f"{self.cti}; the upstream broke the rules of a "
-                                     f"physical stream")
-        if msg.id in self._live:
-            return self._reject(msg, f"duplicate id {msg.id!r}: an event with that id is "
-                                     f"live; ids must be unique within a stream")
-        self._seq += 1
-        self._live[msg.id] = [msg.start, msg.end, msg.payload, self._seq]
-        heapq.heappush(self._by_end, (msg.end, self._seq, msg.id))
+        problem = self.events.insert(msg)
+        if problem is not None:
+            self._reject(msg, f"{problem}; the upstream broke the rules of a physical stream")
 
     def _retract(self, msg: Retract) -> None:
-        row = self._live.get(msg.id)
-        if row is None:
-            return self._reject(msg, f"retraction of unknown id {msg.id!r} (never inserted, "
-                                     f"already deleted, or already final and written)")
-        if row[0] != msg.start or row[1] != msg.end:
-            return self._reject(msg, f"retraction lifetime [{msg.start}, {msg.end}) does not "
-                                     f"match the live event [{row[0]}, {row[1]})")
-        if msg.sync_time < self.cti:
-            return self._reject(msg, f"retraction changes time {msg.sync_time}, behind the "
-                                     f"CTI {self.cti}")
-        if msg.new_end == msg.start:
-            del self._live[msg.id]
-        else:
-            self._seq += 1
-            row[1], row[3] = msg.new_end, self._seq
-            heapq.heappush(self._by_end, (msg.new_end, self._seq, msg.id))
-        if len(self._by_end) > 2 * len(self._live) + 64:
-            # Stale entries of deleted or re-ended rows would stay until the CTI passes their
-            # end (never, for an end at ∞): rebuild the index, O(live) amortised over as many
-            # retractions.
-            self._by_end = [(r[1], r[3], eid) for eid, r in self._live.items()]
-            heapq.heapify(self._by_end)
-        return None
+        problem = self.events.retract(msg)
+        if problem is not None:
+            self._reject(msg, f"{problem}; the upstream broke the rules of a physical stream")
 
     def _on_cti(self, msg: Cti) -> None:
         c = msg.time
-        if c < self.cti:
-            return self._reject(msg, f"CTI goes back from {self.cti} to {c}")
-        self.cti = c
-        heap, live = self._by_end, self._live
-        final: list[tuple[int, int, Any]] = []
-        while heap and (heap[0][0] < c or c == MAX_TIME):
-            end, seq, eid = heapq.heappop(heap)
-            row = live.get(eid)
-            if row is None or row[3] != seq:  # deleted or re-ended since: a stale entry
-                continue
-            del live[eid]
-            if end >= self.committed:  # rows ending before it are in committed files
-                final.append((row[0], end, row[2]))
+        if c < self.events.cti:
+            return self._reject(msg, f"CTI goes back from {self.events.cti} to {c}")
+        final = self.events.drain() if c == MAX_TIME else self.events.advance_to(c)
         if self.committed == MAX_TIME:
-            final = []
-        if c > self.committed and final:
-            self._commit(c, final)
+            return None
+        rows = [(s, e, p) for _, s, e, p in final
+                if e >= self.committed]  # rows ending before it are in committed files
+        if c > self.committed and rows:
+            self._commit(c, rows)
         return None
 
     def _commit(self, cti: int, rows: list[tuple[int, int, Any]]) -> None:
@@ -872,35 +835,28 @@ class FinalRowsSink:
     def snapshot(self) -> dict[str, Any]:
         """The in-memory state (live rows and CTI) at this point of the stream; the committed
         CTI is not part of it: it lives on disk."""
-        return pickle.loads(pickle.dumps(
-            {"cti": self.cti, "live": self._live, "by_end": self._by_end, "seq": self._seq}))
+        return pickle.loads(pickle.dumps({"events": self.events}))
 
     def restore(self, state: dict[str, Any]) -> None:
         """Resume from a :meth:`snapshot`: feed the messages that followed it next."""
-        state = pickle.loads(pickle.dumps(state))
-        self.cti, self._live, self._by_end, self._seq = (
-            state["cti"], state["live"], state["by_end"], state["seq"])
+        self.events = pickle.loads(pickle.dumps(state["events"]))
 
     def state_size(self) -> int:
         """Number of live rows held (rows not final yet)."""
-        return len(self._live)
+        return len(self.events)
 
     def pending(self) -> list[tuple[int, int, Any]]:
         """The live rows, not final yet, as CHT rows."""
         from operators.cht import row_key
 
-        return sorted(((s, e, p) for s, e, p, _ in self._live.values()), key=row_key)
+        return sorted(self.events.rows(), key=row_key)
 
     def _check(self) -> None:
-        for eid, (s, e, _, seq) in self._live.items():
-            assert s < e, (eid, s, e)
-            assert e >= self.cti, (eid, e, self.cti)  # a row that ends before the CTI is final
-            assert (e, seq, eid) in self._by_end, eid
-        assert len(self._live) <= len(self._by_end) <= 2 * len(self._live) + 64
+        self.events.check()
 
     def __repr__(self) -> str:
         return (f"<FinalRowsSink {self.path} committed={self.committed} "
-                f"live={len(self._live)}>")
+                f"live={len(self.events)}>")
 
 
 def _remove(path: str) -> None:

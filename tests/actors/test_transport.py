@@ -122,4 +122,4 @@ def test_the_sink_forgets_retracted_ends():
     for i in range(3_000):
         pub.process([Insert(i, i, MAX_TIME, i), Retract(i, i, MAX_TIME, i, i)])
     pub._check()
-    assert pub.state_size() == 0 and len(pub.by_end) < 1_100
+    assert pub.state_size() == 0 and len(pub.events.by_end) < 1_100

@@ -149,7 +149,7 @@ def test_deleted_open_rows_do_not_pile_up(tmp_path) -> None:
         sink.on_messages([Insert(i, 0, MAX_TIME, i), Retract(i, 0, MAX_TIME, 0, i)])
         sink._check()
     sink.on_messages([Insert("last", 0, 5, 7), Cti(6)])
-    assert sink.state_size() == 0 and len(sink._by_end) <= 64
+    assert sink.state_size() == 0 and len(sink.events.by_end) <= 64
     assert read_rows(str(tmp_path)) == [(0, 5, 7)]
 
 
