@@ -7,9 +7,9 @@ a cloudpickled factory) and moves batches:
 * **data path** (the default concurrency group, one thread, so the calls of one caller run in
   submission order — docs/runtime.md: async or threaded actors reorder): :meth:`push` decodes
   a batch (:mod:`actors.wire`), runs the processor, splits the output over the out-edges
-  (:mod:`actors.routing`) into per-edge buffers; :meth:`end` counts the ends of its input
-  edges and, after the last, flushes the processor (``finish()``, e.g. a source's final CTI)
-  and forwards the end; :meth:`fail` forwards an upstream failure to the output, where the
+  (with the router the planner's side builds, :class:`topology.routing.Router`) into
+  per-edge buffers; :meth:`end` counts the ends of its input edges and, after the last,
+  flushes the processor (``finish()``, e.g. a source's final CTI) and forwards the end; :meth:`fail` forwards an upstream failure to the output, where the
   driver reports it with the step id.
 * **batching**: a buffer is sent when it holds ``batch_size`` messages, when a CTI went into
   it (so a CTI never waits), or when its oldest message is ``flush_s`` old — a timer thread
@@ -56,7 +56,6 @@ from operators.errors import OperatorError
 from operators.events import MIN_TIME, Cti, Message
 
 from . import checkpoint as ck
-from .routing import OutEdge, Router
 from .trace import Recorder
 from .wire import decode, decode_rows, encode
 
@@ -126,8 +125,9 @@ class OperatorShell:
         self.describe = ""
         self.proc: Processor | None = None
         self.n_in = 0
-        self.edges: list[OutEdge] = []
-        self.router = Router([])
+        #: splits an output batch over the out-edges (a :class:`topology.routing.Router`,
+        #: built on the planner's side: the shell only calls its ``route``)
+        self.router: Any = None
         self.targets: list[_Target] = []
         self.buffers: list[list[Message]] = []
         self.subs: dict[str, _Target] = {}
@@ -177,11 +177,11 @@ class OperatorShell:
                     f"{type(exc).__name__}: {exc}"
                 ) from exc
             self.n_in = config.get("n_in", 1)
-            self.edges = list(config.get("edges", ()))
+            self.router = config.get("router")
+            edges = self.router.edges if self.router is not None else []
             handles = config.get("handles", {})
-            self.router = Router(self.edges)
-            self.targets = [_Target(e.dst, handles[e.dst], e.port) for e in self.edges]
-            self.buffers = [[] for _ in self.edges]
+            self.targets = [_Target(e.dst, handles[e.dst], e.port) for e in edges]
+            self.buffers = [[] for _ in edges]
             self.rows_input = bool(config.get("rows", False))
             self.batch_size = int(config.get("batch_size", 4096))
             self.max_in_flight = int(config.get("max_in_flight", 8))
@@ -196,6 +196,8 @@ class OperatorShell:
                 self.trace = Recorder(trace, self.step, self.proc)
             self._poll_every = self.proc.poll_every_s
             self._poll = self.proc.poll if self._poll_every else None
+            if self._poll_every:
+                self.proc.clock = time.monotonic
         if self._timer is None:
             self._timer = threading.Thread(target=self._tick_loop, name="cedar-flush",
                                            daemon=True)

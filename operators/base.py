@@ -18,7 +18,7 @@ source's row accounting) and :meth:`children` (the processors one hosts).
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
 from .cht import InvalidStream
@@ -55,6 +55,10 @@ class Processor:
     stats: dict[str, int] | None = None
     #: How often the runtime calls :meth:`poll` with its wall clock (None: never).
     poll_every_s: float | None = None
+    #: The runtime's wall clock (seconds), given by a runtime that polls (see
+    #: :attr:`poll_every_s`) to the processor it polls; an operator never reads a clock of its
+    #: own, so that the same input gives the same output on every runtime.
+    clock: Callable[[], float] | None = None
 
     # -- the runtime's entry points -------------------------------------------------------
     def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:

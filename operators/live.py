@@ -19,7 +19,7 @@ at ∞ costs nothing for ever::
     ([('a', 0, 3, 'x')], [(2, 5, 'y')])
 
 Used by the stream validator and :func:`~operators.cht.to_cht`, the query sink
-(:class:`actors.sink.Publish`), the Spark sink of final rows and ``group_apply``; the temporal
+(:class:`operators.publish.Publish`), the Spark sink of final rows and ``group_apply``; the temporal
 joins keep their events in a keyed interval index and use :class:`ExpiryHeap`, the same lazy
 heap, to free them.
 """

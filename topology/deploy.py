@@ -33,12 +33,14 @@ from actors import checkpoint as ck
 from actors.wire import decode, encode, encode_rows
 from operators.errors import OperatorError
 from operators.events import Message
+from operators.publish import Publish
 
 from . import nodes as n
 from .inline import feed_of, source_batches
 from .names import FETCH_WAIT_S, NAMESPACE, actor_name, ensure_ray, list_queries, unsubscribe
 from .planner import Plan
 from .query import Query
+from .routing import Router
 
 #: Messages (or source rows) per batch.
 DEFAULT_BATCH = 4096
@@ -131,7 +133,7 @@ def _configure(plan: Plan, handles: dict[str, Any], opts: dict[str, Any],
         edges = plan.edges[step]
         config = dict(
             step=step, describe=st.describe, factory=st.factory, n_in=plan.in_edges(step),
-            edges=edges, handles={e.dst: handles[e.dst] for e in edges},
+            router=Router(edges), handles={e.dst: handles[e.dst] for e in edges},
             rows=isinstance(st.source, n.FromRows), info=sink_info if step == plan.sink else {},
             **opts,
         )
@@ -495,7 +497,6 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
 
     import ray
 
-    from actors.sink import Publish
 
     if not name or "/" in name:
         raise ValueError(f"deploy({name!r}): a query name must be non-empty and without '/'")

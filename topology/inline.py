@@ -19,14 +19,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from actors.routing import Router
-from actors.sources import Passthrough
 from actors.trace import Recorder, Trace
 from operators.base import Processor
 from operators.columns import count_events, expand
 from operators.events import Message
+from operators.sources import Passthrough
 
 from . import nodes as n
+from .routing import Router
 
 if TYPE_CHECKING:
     from .planner import Plan

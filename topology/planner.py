@@ -12,7 +12,7 @@ A :class:`Plan` is what both runtimes execute: the inline runtime
 stage in its own actor. By default each operator is its own stage; ``fuse=True`` merges runs of
 adjacent stateless span operators into one :class:`~operators.chain.Chain` stage.
 ``group_apply(..., partitions=N)`` becomes N partition stages, fed by key hash, and a
-:class:`~actors.merge.PartitionMerge` stage whose CTI is the minimum of theirs.
+:class:`~operators.union.Union` stage whose CTI is the minimum of theirs.
 
     >>> from topology import Stream
     >>> from operators.events import Insert, Cti
@@ -30,10 +30,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.merge import PartitionMerge
-from actors.routing import OutEdge, Partitioner
-from actors.sink import Publish
-from actors.sources import EventsSource, Passthrough, RowsSource
 from operators.alter_lifetime import AlterLifetime
 from operators.anti_join import AntiJoin
 from operators.base import Processor
@@ -42,8 +38,10 @@ from operators.clip_duration import ClipDuration
 from operators.group_apply import GroupApply
 from operators.join import Join
 from operators.left_join import LeftJoin
+from operators.publish import Publish
 from operators.select import Select
 from operators.shift import Shift
+from operators.sources import EventsSource, Passthrough, RowsSource
 from operators.to_points import ToPoints
 from operators.udm import field_getter
 from operators.union import Union
@@ -54,6 +52,7 @@ from operators.windows.keyed import KeyedWindowAggregate, supports
 
 from . import nodes as n
 from .inline import DagProcessor
+from .routing import OutEdge, Partitioner
 
 Factory = Callable[[], Processor]
 
@@ -260,7 +259,7 @@ def explain_tree(root: n.Node, steps: dict[int, tuple[n.Node, str]], top: str = 
 def plan(root: n.Node, *, fuse: bool = False, sink: bool = True) -> Plan:
     """Turn the tree under ``root`` into a :class:`Plan`.
 
-    With ``sink=True`` a :class:`~actors.sink.Publish` stage named ``sink`` receives the
+    With ``sink=True`` a :class:`~operators.publish.Publish` stage named ``sink`` receives the
     output; otherwise (a ``group_apply`` sub-query) the root's stage is the output.
     """
     steps = assign_steps(root)
@@ -311,7 +310,7 @@ def _partitioned(node: n.GroupApply, step: str, src: str, stages: dict[str, Stag
                               f"{_describe(node, factory)} partition {p} of {k}")
         edges[pstep] = [OutEdge(step, p)]
         edges[src].append(OutEdge(pstep, 0, part, p))
-    stages[step] = Stage(step, functools.partial(PartitionMerge, k, name=step), k,
+    stages[step] = Stage(step, functools.partial(Union, k, name=step), k,
                          f"merge {k} partitions")
     edges[step] = []
 

@@ -26,7 +26,7 @@ from .planner import Plan
 _SPAN = {"Where", "Select", "Shift", "ToPoints", "ClipDuration", "ColumnWhere",
          "ColumnSelect", "Passthrough"}
 _KINDS = {"EventsSource": "source", "RowsSource": "source", "Publish": "sink",
-          "AlterLifetime": "alter_lifetime", "Union": "union", "PartitionMerge": "union",
+          "AlterLifetime": "alter_lifetime", "Union": "union",
           "Join": "join", "AntiJoin": "anti_join", "LeftJoin": "left_join",
           "GroupApply": "group_apply", "KeyedWindowAggregate": "window",
           "CountWindowOperator": "window", "make_window": "window"}

@@ -10,10 +10,10 @@ import sys
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.merge import PartitionMerge
-from actors.routing import OutEdge, Partitioner, Router, stable_hash
+from operators.union import Union
+from topology.routing import OutEdge, Partitioner, Router, stable_hash
 from actors.shell import OperatorShell
-from actors.sink import Publish
+from operators.publish import Publish
 from actors.wire import decode, encode
 from operators.cht import to_cht, validate
 from operators.events import MIN_TIME, Cti, FreshId, Insert
@@ -33,7 +33,7 @@ def test_wire_format_round_trips_every_message(stream):
 def test_stable_hash_is_the_same_in_another_process():
     keys = ["meter-7", 12, ("a", 3), b"\x00k", 2.0, None]
     here = [stable_hash(k) for k in keys]
-    code = ("from actors.routing import stable_hash; "
+    code = ("from topology.routing import stable_hash; "
             f"print([stable_hash(k) for k in {keys!r}])")
     env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=os.pathsep.join(sys.path))
     there = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
@@ -80,7 +80,7 @@ def test_history_keeps_the_final_rows():
 
 
 def test_partition_merge_keeps_ids_apart_and_holds_the_cti():
-    m = PartitionMerge(2)
+    m = Union(2)
     out = m.process([Insert(0, 1, 2, "a"), Cti(9)], 0) + m.process([Insert(0, 3, 4, "b")], 1)
     assert [x.id for x in out] == [(0, 0), (1, 0)]  # the same id in two partitions
     assert m.process([Cti(4)], 1) == [Cti(4)]

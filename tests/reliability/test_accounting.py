@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.sources import EventsSource, RowsSource
+from operators.sources import EventsSource, RowsSource
 from operators.cht import validate
 from operators.events import Cti, Insert, Retract
 from operators.ingress import AdvanceTime

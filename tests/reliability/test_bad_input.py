@@ -12,7 +12,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from actors.sources import EventsSource
+from operators.sources import EventsSource
 from operators.aggregates import Count, Sum
 from operators.alter_lifetime import AlterLifetime
 from operators.anti_join import AntiJoin

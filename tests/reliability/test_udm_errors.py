@@ -337,7 +337,7 @@ def _shell(edges=(), handles=None):
 
 
 def test_an_unserialisable_output_batch_fails_the_step_and_is_forwarded():
-    from actors.routing import OutEdge
+    from topology.routing import OutEdge
     from actors.wire import encode
 
     down = _Downstream()

@@ -13,7 +13,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from actors.routing import stable_hash
+from topology.routing import stable_hash
 from operators.aggregates import Count, Max, Min
 from operators.cht import to_cht
 from operators.errors import OperatorError

@@ -23,11 +23,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from operators.base import Processor
-from operators.cht import row_key
-from operators.columns import expand
-from operators.events import MIN_TIME, Cti, Insert, Message, Retract
-from operators.live import LiveEvents
+from .base import Processor
+from .cht import row_key
+from .columns import expand
+from .events import MIN_TIME, Cti, Insert, Message, Retract
+from .live import LiveEvents
 
 
 class Publish(Processor):

@@ -22,15 +22,15 @@ input port 0 receives what the driver (or a publishing query) sends:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from typing import Any
 
-from operators.base import Processor
-from operators.cht import InvalidStream, StreamValidator
-from operators.columns import Columns, expand
-from operators.errors import DeadLetter
-from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract
+from .base import Processor
+from .cht import InvalidStream, StreamValidator
+from .columns import Columns, expand
+from .errors import DeadLetter
+from .events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract
+from .ingress import Ingress
 
 
 class EventsSource(Processor):
@@ -126,7 +126,7 @@ class EventsSource(Processor):
         self.dead_letters.append(DeadLetter(self.name, f"{where}: {problem}", item))
 
     def state_size(self) -> int:
-        return len(self.validator.live)
+        return len(self.validator.events)
 
 
 def _show(item: Any) -> str:
@@ -144,8 +144,6 @@ class RowsSource(Processor):
     ``dead_letters`` and ``stats`` are the ingress's records."""
 
     def __init__(self, name: str = "from_rows", **ingress: Any) -> None:
-        from operators.ingress import Ingress
-
         super().__init__(name)
         self.ingress = Ingress(name=name, **ingress)
         idle = self.ingress.advance.idle_timeout
@@ -153,7 +151,7 @@ class RowsSource(Processor):
         self.poll_every_s = None if idle is None else min(0.05, idle / 4)
 
     def process(self, batch: Iterable[Any], port: int = 0) -> list[Message]:
-        return self.ingress.push(batch, now=time.monotonic())
+        return self.ingress.push(batch, now=None if self.clock is None else self.clock())
 
     def poll(self, now: float) -> list[Message]:
         """The idle timer (``AdvanceTime(idle_timeout=...)``): a CTI when the source is quiet."""
@@ -184,7 +182,7 @@ class RowsSource(Processor):
         self.out_cti = state["out_cti"]
 
     def state_size(self) -> int:
-        return len(getattr(self.ingress, "_open", ()))
+        return self.ingress.state_size()
 
 
 class Passthrough(Processor):
