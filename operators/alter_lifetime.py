@@ -54,7 +54,7 @@ DurationFn = Callable[[int, int], int]
 
 
 class AlterLifetime(Processor):
-    _state_fields = ("generation", "open_by_end", "open_by_hold", "in_cti", "dead_letters")
+    _state_fields = ("generation", "open_by_end", "open_by_hold", "dead_letters")
 
     def __init__(
         self,
@@ -90,7 +90,6 @@ class AlterLifetime(Processor):
         #: input events that can still be retracted, with their CTI hold (see above)
         self.open_by_end: SortedList = SortedList()  # (end, hold, id)
         self.open_by_hold: SortedList = SortedList()  # (hold, id)
-        self.in_cti = MIN_TIME
         self.dead_letters: list[DeadLetter] = []
         #: how the dead letters name this operator's lifetime mapping
         self.what = "the start function"
@@ -196,7 +195,6 @@ class AlterLifetime(Processor):
         return out
 
     def on_cti(self, time: int, port: int) -> list[Message]:
-        self.in_cti = time
         # an input event that ends before the CTI can never be retracted again
         if self.generation:
             for id in [i for i, g in self.generation.items() if g[1] < time]:

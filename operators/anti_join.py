@@ -161,7 +161,7 @@ class AntiJoin(BinaryTemporal):
         """Forget the fragments that end before both CTIs: every later change is at or after
         one of them, so a fragment ending before is neither cut nor lengthened any more (and
         its left event can no longer be deleted: it started before that CTI too)."""
-        low = min(self.ctis.ctis)
+        low = self.in_cti
         heap, recs = self.final_heap, self.recs
         while heap and heap[0][0] < low:
             first_end, seq = heappop(heap)
@@ -192,7 +192,7 @@ class AntiJoin(BinaryTemporal):
     def _check(self) -> None:
         self._check_events()
         n = 0
-        low = min(self.ctis.ctis)
+        low = self.in_cti
         tracked = {s for e, s in self.final_heap
                    if s in self.recs and self.recs[s][LINKS] and self.recs[s][LINKS][0][F_END] == e}
         for seq in self.ids[0].values():

@@ -5,9 +5,10 @@ shell) only ever calls :meth:`Processor.process` with a batch of messages from o
 and forwards the returned messages; nothing here knows about Ray, clocks or I/O.
 
 Subclasses implement ``on_insert``, ``on_retract`` and ``on_cti`` (each returns a list of output
-messages), list their mutable state in ``_state_fields`` so that :meth:`snapshot` /
-:meth:`restore` can checkpoint them, and may override :meth:`_check` with invariants that tests
-call after every step.
+messages), name their mutable state for checkpoints by the one convention of :class:`Stateful`
+(``_state_fields``, and ``_parts`` for the processors they host), read their input CTI from
+:attr:`Processor.in_cti` / :attr:`Processor.in_ctis` (kept by :meth:`Processor.process`, never
+copied), and may override :meth:`_check` with invariants that tests call after every step.
 
 Everything else a runtime calls is declared here with a default, so no runtime has to guess
 with ``getattr``: :meth:`finish` at the end of input, :meth:`poll` every :attr:`poll_every_s`
@@ -27,13 +28,65 @@ from .errors import DeadLetter, LateEvent, OperatorError
 from .events import MIN_TIME, Cti, Insert, Message, Retract, fmt_time
 
 
-class Processor:
-    """Base class of every operator: batches in, batches out, state snapshot-able."""
+class Stateful:
+    """The one checkpoint convention. A class names the attributes that hold its mutable state
+    in ``_state_fields`` (deep-copied) and those that hold objects with a state of their own in
+    ``_parts`` (one object, or a list, tuple or dict of them: the stages of a chain, a source's
+    ingress), which are checkpointed by their own :meth:`snapshot` and restored in place.
+
+    >>> class Counter(Stateful):
+    ...     _state_fields = ("n",)
+    ...     def __init__(self): self.n = 0
+    >>> c = Counter(); s = c.snapshot(); c.n = 5; c.restore(s); c.n
+    0
+    >>> c.restore({})
+    Traceback (most recent call last):
+    ...
+    ValueError: not a snapshot of Counter (it lacks ['n']): pass what its snapshot() returned
+    """
+
+    #: Names of the attributes that hold mutable state (what a checkpoint stores).
+    _state_fields: ClassVar[tuple[str, ...]] = ()
+    #: Names of the attributes that hold stateful objects checkpointed by their own snapshot.
+    _parts: ClassVar[tuple[str, ...]] = ()
+
+    def snapshot(self) -> dict[str, Any]:
+        """A deep copy of the mutable state, to be stored by a checkpoint."""
+        state = {f: copy.deepcopy(getattr(self, f)) for f in self._state_fields}
+        for name in self._parts:
+            part = getattr(self, name)
+            state[name] = ([p.snapshot() for p in part] if isinstance(part, (list, tuple)) else
+                           {k: p.snapshot() for k, p in part.items()} if isinstance(part, dict)
+                           else part.snapshot())
+        return state
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Reset the state to a :meth:`snapshot` of an object built with the same
+        configuration."""
+        missing = [f for f in (*self._state_fields, *self._parts) if f not in state]
+        if missing:
+            raise ValueError(f"not a snapshot of {type(self).__name__} (it lacks {missing}): "
+                             f"pass what its snapshot() returned")
+        for f in self._state_fields:
+            setattr(self, f, copy.deepcopy(state[f]))
+        for name in self._parts:
+            part, saved = getattr(self, name), state[name]
+            if isinstance(part, (list, tuple)):
+                for p, s in zip(part, saved, strict=True):
+                    p.restore(s)
+            elif isinstance(part, dict):
+                for k, s in saved.items():
+                    part[k].restore(s)
+            else:
+                part.restore(saved)
+
+
+class Processor(Stateful):
+    """Base class of every operator: batches in, batches out, state snapshot-able (its output
+    and input CTIs always, and what :class:`Stateful`'s convention names)."""
 
     #: Number of input ports (1 for span and window operators, 2 for joins, N for union).
     n_inputs: int = 1
-    #: Names of the attributes that hold mutable state (what a checkpoint stores).
-    _state_fields: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, name: str | None = None) -> None:
         #: A readable step id used in error messages; the planner sets it.
@@ -167,17 +220,22 @@ class Processor:
         """Number of events (or windows) held in state; 0 for stateless operators."""
         return 0
 
+    @property
+    def in_cti(self) -> int:
+        """The input CTI: the minimum over the ports (nothing may arrive before it any more)."""
+        ctis = self.in_ctis
+        return min(ctis) if ctis else MIN_TIME
+
     def snapshot(self) -> dict[str, Any]:
-        """A deep copy of the mutable state, to be stored by a checkpoint."""
-        state = {f: copy.deepcopy(getattr(self, f)) for f in self._state_fields}
+        state = super().snapshot()
         state["out_cti"] = self.out_cti
         state["in_ctis"] = None if self.in_ctis is None else list(self.in_ctis)
         return state
 
     def restore(self, state: dict[str, Any]) -> None:
-        """Reset the state to a :meth:`snapshot`."""
-        for field, value in state.items():
-            setattr(self, field, copy.deepcopy(value))
+        super().restore(state)
+        self.out_cti = state["out_cti"]
+        self.in_ctis = None if state["in_ctis"] is None else list(state["in_ctis"])
 
     def _check(self) -> None:
         """Assert internal invariants (tests call this after every step)."""
@@ -194,29 +252,3 @@ def behind_error(msg: Any, time: int, cti: int, port: int = 0) -> ValueError:
         f"{port}: the stream into this step is not well formed. The step feeding it emitted an "
         f"event behind its own output CTI: a bug in cedar, or in a user-defined operator that "
         f"returns events behind its CTI (stamp them at or after the window start)")
-
-
-class CtiMerge:
-    """Tracks the CTI of each input of a multi-input operator; the output CTI is their minimum.
-
-    >>> m = CtiMerge(2)
-    >>> m.advance(0, 5), m.advance(1, 3), m.advance(1, 9)
-    (None, 3, 5)
-    """
-
-    __slots__ = ("ctis", "current")
-
-    def __init__(self, n_inputs: int) -> None:
-        self.ctis = [MIN_TIME] * n_inputs
-        self.current = MIN_TIME
-
-    def advance(self, port: int, time: int) -> int | None:
-        """Record ``Cti(time)`` on ``port``; return the new minimum if it moved, else None."""
-        if time > self.ctis[port]:
-            self.ctis[port] = time
-            low = min(self.ctis)
-            if low > self.current:
-                self.current = low
-                return low
-        return None
-

@@ -22,6 +22,8 @@ from .events import Message
 
 
 class Chain(Processor):
+    _parts = ("stages",)
+
     def __init__(self, stages: Sequence[Processor], name: str | None = None) -> None:
         super().__init__(name or " → ".join(s.name for s in stages))
         if not stages or any(s.n_inputs != 1 for s in stages):
@@ -53,14 +55,6 @@ class Chain(Processor):
 
     def state_size(self) -> int:
         return sum(s.state_size() for s in self.stages)
-
-    def snapshot(self) -> dict[str, Any]:
-        return {"stages": [s.snapshot() for s in self.stages]}
-
-    def restore(self, state: dict[str, Any]) -> None:
-        for stage, s in zip(self.stages, state["stages"]):
-            stage.restore(s)
-        self.out_cti = self.stages[-1].out_cti
 
     def _check(self) -> None:
         for stage in self.stages:

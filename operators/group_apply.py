@@ -68,6 +68,10 @@ class GroupApply(Processor):
     """One ``factory()`` sub-query per value of ``key(payload)``; payloads become
     ``(key, payload)``. ``key`` is a function of the payload or a field name."""
 
+    _state_fields = ("recs", "ids", "expiry", "busy", "next_seq", "next_inst", "template_cti",
+                     "dead_letters")
+    _parts = ("template",)
+
     def __init__(self, key: Callable[[Any], Hashable] | str, factory: Callable[[], Processor],
                  name: str | None = None) -> None:
         super().__init__(name)
@@ -88,7 +92,6 @@ class GroupApply(Processor):
         self.expiry = ExpiryHeap(END)
         self.next_seq = 0
         self.next_inst = 0
-        self.in_cti = MIN_TIME
         #: the dead letters of every group's sub-query (a window's failing UDM calls with
         #: ``on_error="dead_letter"``), collected as they happen: groups come and go
         self.dead_letters: list[DeadLetter] = []
@@ -240,7 +243,7 @@ class GroupApply(Processor):
     def _on_cti(self, time: int, out: list[Message]) -> None:
         if time <= self.in_cti:
             return
-        self.in_cti = time
+        self.in_ctis = [time]  # (this process() is its own: Processor.process keeps it else)
         recs, groups, busy = self.recs, self.groups, self.busy
         # an input event ending before the CTI can never be retracted again
         for seq in self.expiry.pop_before(time, recs):
@@ -271,19 +274,15 @@ class GroupApply(Processor):
         return len(self.recs) + sum(groups[k][G_SUB].state_size() for k in self.busy)
 
     def snapshot(self) -> dict[str, Any]:
-        own = {f: copy.deepcopy(getattr(self, f)) for f in (
-            "recs", "ids", "expiry", "busy", "next_seq", "next_inst", "in_cti", "template_cti",
-            "out_cti", "dead_letters")}
-        own["groups"] = {k: (g[G_SUB].snapshot(), *g[1:]) for k, g in self.groups.items()}
-        own["template"] = self.template.snapshot()
-        return own
+        """Its fields, the template's state, and each group's sub-query state beside the
+        group's other fields (the groups come and go, so they are rebuilt on restore)."""
+        state = super().snapshot()
+        state["groups"] = {k: (g[G_SUB].snapshot(), *copy.deepcopy(g[1:]))
+                           for k, g in self.groups.items()}
+        return state
 
     def restore(self, state: dict[str, Any]) -> None:
-        for f, v in state.items():
-            if f not in ("groups", "template"):
-                setattr(self, f, copy.deepcopy(v))
-        self.template = self._build()
-        self.template.restore(state["template"])
+        super().restore(state)
         self.groups = {}
         for k, (sub_state, *rest) in state["groups"].items():
             sub = self._build()

@@ -26,7 +26,6 @@ reason.
 
 from __future__ import annotations
 
-import copy
 import datetime as _dt
 import math
 import numbers
@@ -34,6 +33,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .base import Stateful
 from .columns import payload_list, row_at
 from .errors import DeadLetter, LateEvent
 from .events import MAX_TIME, MIN_TIME, TICKS_PER_SECOND, Cti, Insert, Message, Retract
@@ -251,7 +251,7 @@ _STATS = ("received", "processed", "dropped", "adjusted", "dead_lettered", "ctis
 _NONE = MIN_TIME - 1
 
 
-class Ingress:
+class Ingress(Stateful):
     """Turns rows (dicts) into physical messages: events of one shape plus generated CTIs.
 
     ``start``, ``end`` and ``id`` are column names or functions ``row -> value``; ``id=None``
@@ -738,23 +738,11 @@ class Ingress:
         return out
 
     # -- checkpoints and checks -----------------------------------------------------------------
-    _STATE = ("cti", "late", "dead_letters", "stats", "_latest", "_top", "_horizon", "_count",
-              "_mark", "_next_id", "_open", "_used", "_dropped_edges", "_last_wall", "_ended")
-
-    def snapshot(self) -> dict[str, Any]:
-        """A deep copy of the mutable state (everything but the configuration), to be stored
-        by a checkpoint; :meth:`restore` on an Ingress with the same configuration resumes
-        exactly where this one stands."""
-        return copy.deepcopy({k: getattr(self, k) for k in self._STATE})
-
-    def restore(self, state: dict[str, Any]) -> None:
-        """Reset the state to a :meth:`snapshot`."""
-        missing = set(self._STATE) - set(state)
-        if missing:
-            raise ValueError(f"source {self.name!r}: not an Ingress snapshot (missing "
-                             f"{sorted(missing)}); pass what Ingress.snapshot() returned")
-        for key, value in copy.deepcopy(state).items():
-            setattr(self, key, value)
+    # (snapshot() and restore() by the convention of operators.base.Stateful: restore() on an
+    # Ingress with the same configuration resumes exactly where the snapshot's stood)
+    _state_fields = ("cti", "late", "dead_letters", "stats", "_latest", "_top", "_horizon",
+                     "_count", "_mark", "_next_id", "_open", "_used", "_dropped_edges",
+                     "_last_wall", "_ended")
 
     def state_size(self) -> int:
         """Number of open edges held in state."""

@@ -41,6 +41,7 @@ class LeftJoin(Processor):
     """Input 0 (left) outer-joined with input 1 (right); see the module docstring."""
 
     n_inputs = 2
+    _parts = ("parts",)
 
     def __init__(self, on: Any = None, select: Callable[[Any, Any], Any] | None = None,
                  default: Any = None, name: str | None = None) -> None:
@@ -70,14 +71,6 @@ class LeftJoin(Processor):
     def state_size(self) -> int:
         """The join's and the anti-join's state."""
         return self.join.state_size() + self.anti.state_size()
-
-    def snapshot(self) -> dict[str, Any]:
-        return {"parts": [p.snapshot() for p in self.parts], "out_cti": self.out_cti}
-
-    def restore(self, state: dict[str, Any]) -> None:
-        for part, s in zip(self.parts, state["parts"], strict=True):
-            part.restore(s)
-        self.out_cti = state["out_cti"]
 
     def _check(self) -> None:
         for part in self.parts:

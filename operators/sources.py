@@ -143,6 +143,8 @@ class RowsSource(Processor):
     """Ingests rows (dicts) through an :class:`operators.ingress.Ingress`; ``late``,
     ``dead_letters`` and ``stats`` are the ingress's records."""
 
+    _parts = ("ingress",)  # its state is the ingress's (operators.ingress.Ingress.snapshot)
+
     def __init__(self, name: str = "from_rows", **ingress: Any) -> None:
         super().__init__(name)
         self.ingress = Ingress(name=name, **ingress)
@@ -172,14 +174,6 @@ class RowsSource(Processor):
     @property
     def stats(self) -> dict[str, int]:
         return self.ingress.stats
-
-    def snapshot(self) -> dict[str, Any]:
-        """The ingress's state (a checkpoint; see :meth:`operators.ingress.Ingress.snapshot`)."""
-        return {"ingress": self.ingress.snapshot(), "out_cti": self.out_cti}
-
-    def restore(self, state: dict[str, Any]) -> None:
-        self.ingress.restore(state["ingress"])
-        self.out_cti = state["out_cti"]
 
     def state_size(self) -> int:
         return self.ingress.state_size()

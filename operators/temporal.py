@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 
 from sortedcontainers import SortedList
 
-from .base import CtiMerge, Processor
-from .events import Insert, Message, Retract, fmt_time
+from .base import Processor
+from .events import MIN_TIME, Insert, Message, Retract, fmt_time
 from .live import ExpiryHeap
 from .udm import field_getter
 
@@ -156,7 +156,7 @@ class BinaryTemporal(Processor):
 
     n_inputs = 2
     _state_fields: ClassVar[tuple[str, ...]] = (
-        "recs", "ids", "index", "expiry", "ctis", "next_seq", "next_out")
+        "recs", "ids", "index", "expiry", "next_seq", "next_out")
 
     def __init__(self, on: Any, where: str, name: str | None) -> None:
         super().__init__(name)
@@ -167,7 +167,6 @@ class BinaryTemporal(Processor):
         self.ids: tuple[dict[Hashable, int], dict[Hashable, int]] = ({}, {})
         self.index = (KeyedIntervals(), KeyedIntervals())
         self.expiry = (ExpiryHeap(END), ExpiryHeap(END))
-        self.ctis = CtiMerge(2)
         self.next_seq = 0
         #: the next output id (a counter: ids are never reused)
         self.next_out = 0
@@ -218,13 +217,13 @@ class BinaryTemporal(Processor):
 
     # -- CTIs and freeing -----------------------------------------------------------------
     def on_cti(self, time: int, port: int) -> list[Message]:
-        low = self.ctis.advance(port, time)
         self._free()
-        return [] if low is None else self.emit_cti(low)
+        return self.emit_cti(self.in_cti)
 
     def _limit(self, port: int) -> int:
         """Events of ``port`` ending before this are freed: ``min(CTI_A, CTI_B + 1)``."""
-        own, other = self.ctis.ctis[port], self.ctis.ctis[1 - port]
+        ctis = self.in_ctis or (MIN_TIME, MIN_TIME)
+        own, other = ctis[port], ctis[1 - port]
         return own if own <= other else other + 1
 
     def _free(self) -> None:

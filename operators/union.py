@@ -16,28 +16,26 @@ inputs' CTIs: an input whose CTI lags may still send events that far back::
     >>> u.process([Insert("a", 2, 6, "y"), Cti(3)], 1)
     [Insert(id=(1, 'a'), start=2, end=6, payload='y'), Cti(time=3)]
 
-Union holds no events: its only state is the CTI of each input.
+Union holds no events: its only state is the CTI of each input. It is also the step that merges
+the partitions of ``group_apply(..., partitions=N)`` into one stream again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .base import CtiMerge, Processor
+from .base import Processor
 from .events import Insert, Message, Retract
 
 
 class Union(Processor):
     """Merges ``n_inputs`` streams; output ids are ``(port, input id)``."""
 
-    _state_fields = ("ctis",)
-
     def __init__(self, n_inputs: int = 2, name: str | None = None) -> None:
         super().__init__(name)
         if isinstance(n_inputs, bool) or not isinstance(n_inputs, int) or n_inputs < 1:
             raise ValueError(f"union: n_inputs must be a positive int, got {n_inputs!r}")
         self.n_inputs = n_inputs
-        self.ctis = CtiMerge(n_inputs)
 
     def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
         if not 0 <= port < self.n_inputs:
@@ -52,5 +50,4 @@ class Union(Processor):
         return [Retract((port, msg.id), msg.start, msg.end, msg.new_end, msg.payload)]
 
     def on_cti(self, time: int, port: int) -> list[Message]:
-        low = self.ctis.advance(port, time)
-        return [] if low is None else self.emit_cti(low)
+        return self.emit_cti(self.in_cti)

@@ -38,6 +38,8 @@ DEFAULT_BATCH = 4096
 class DagProcessor(Processor):
     """All stages of a plan in one process; input port ``i`` feeds ``plan.sources[i]``."""
 
+    _parts = ("procs",)  # step -> processor
+
     def __init__(self, plan: Plan, name: str | None = None, inline_sink: bool = False,
                  trace: Trace | None = None) -> None:
         super().__init__(name or "plan")
@@ -103,13 +105,6 @@ class DagProcessor(Processor):
 
     def state_size(self) -> int:
         return sum(p.state_size() for p in self.procs.values())
-
-    def snapshot(self) -> dict[str, Any]:
-        return {step: p.snapshot() for step, p in self.procs.items()}
-
-    def restore(self, state: dict[str, Any]) -> None:
-        for step, s in state.items():
-            self.procs[step].restore(s)
 
     def _check(self) -> None:
         for p in self.procs.values():

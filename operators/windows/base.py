@@ -27,7 +27,7 @@ class WindowBase(Processor):
     """What hopping and snapshot windows share: UDM calls, per-window membership updates
     (incremental deltas), the output diff with retraction of earlier output, and cleanup."""
 
-    _state_fields: tuple[str, ...] = ("windows", "closing", "ids", "in_cti", "dead_letters")
+    _state_fields: tuple[str, ...] = ("windows", "closing", "ids", "dead_letters")
 
     def __init__(self, spec: WindowSpec, udm: Any, kind: str, clip: str, output: str,
                  name: str | None, on_error: str) -> None:
@@ -48,7 +48,6 @@ class WindowBase(Processor):
         #: (close time, key) of every window: a CTI at or after close frees it
         self.closing: SortedList = SortedList()
         self.ids = Ids(self.name)
-        self.in_cti = MIN_TIME
         #: windows on which the UDM raised, with ``on_error="dead_letter"``
         self.dead_letters: list[DeadLetter] = []
         self._touched: dict[int, Win] = {}

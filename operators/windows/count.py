@@ -121,7 +121,7 @@ class CountWindowOperator(Processor):
     over the window's events for a non-incremental UDM.
     """
 
-    _state_fields = ("times", "events", "windows", "ids", "floor", "in_cti", "dead_letters")
+    _state_fields = ("times", "events", "windows", "ids", "floor", "dead_letters")
 
     def __init__(
         self,
@@ -155,7 +155,6 @@ class CountWindowOperator(Processor):
         self.ids = Ids(self.name)
         #: times below this were freed by CTIs (their windows are final)
         self.floor = MIN_TIME
-        self.in_cti = MIN_TIME
         #: within a batch: the net change of the EventIndex since the last flush (time ->
         #: (records as they were, records as they are now)), and the starts of the windows it
         #: may affect, each with the last message that affected it
@@ -204,10 +203,9 @@ class CountWindowOperator(Processor):
         return self._flush() if self._delta else []
 
     def on_cti(self, time: int, port: int) -> list[Message]:
-        if time < self.in_cti:
+        if time < self.in_cti:  # (Processor.process keeps the largest)
             raise ValueError(f"input CTI goes back from {self.in_cti} to {time}")
         out = self._flush() if self._delta else []
-        self.in_cti = time
         times, n = self.times, self.n
         before = times.bisect_left(time)  # distinct times before the CTI: all final
         cut = before - (n - 1)  # windows starting before times[cut] end before the CTI

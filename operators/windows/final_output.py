@@ -40,6 +40,7 @@ class FinalOutput(Processor):
     """The final rows of ``inner``'s output (see the module doc)."""
 
     _state_fields = ("rows", "by_end", "by_start", "inner_cti", "seq")
+    _parts = ("inner",)
 
     def __init__(self, inner: Processor, final_at_end: bool = False,
                  name: str | None = None) -> None:
@@ -117,11 +118,4 @@ class FinalOutput(Processor):
     def state_size(self) -> int:
         return self.inner.state_size() + len(self.rows)
 
-    def snapshot(self) -> dict[str, Any]:
-        return {**super().snapshot(), "inner": self.inner.snapshot()}
-
-    def restore(self, state: dict[str, Any]) -> None:
-        state = dict(state)
-        self.inner.restore(state.pop("inner"))
-        super().restore(state)
 

@@ -213,7 +213,6 @@ class HoppingWindowOperator(WindowBase):
         return []
 
     def on_cti(self, time: int, port: int) -> list[Message]:
-        self.in_cti = max(self.in_cti, time)
         self._advance(time)
         out = self._flush()
         self._free(time)

@@ -134,11 +134,6 @@ class KeyedWindowAggregate(Processor):
         #: speculative: the (window number, key) groups this batch changed
         self.touched: set[tuple[int, Hashable]] = set()
 
-    @property
-    def in_cti(self) -> int:
-        """The input CTI (tracked by :meth:`Processor.process`)."""
-        return self.in_ctis[0] if self.in_ctis else MIN_TIME
-
     # -- input ------------------------------------------------------------------------------
     def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
         """A batch of Columns and CTIs is added all at once, then its CTIs close windows: an

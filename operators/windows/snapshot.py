@@ -209,7 +209,6 @@ class SnapshotWindowOperator(WindowBase):
         return []
 
     def on_cti(self, time: int, port: int) -> list[Message]:
-        self.in_cti = max(self.in_cti, time)
         out = self._flush()  # the output a CTI covers goes before it
         c = self._altered_cti(time)
         self._free(c)

@@ -396,7 +396,7 @@ def test_snapshot_restore_mid_stream_gives_identical_output():
     assert second.stats == whole.stats and second.late == whole.late
     assert second.dead_letters == whole.dead_letters
     checked(second)
-    with pytest.raises(ValueError, match="not an Ingress snapshot"):
+    with pytest.raises(ValueError, match="not a snapshot of Ingress"):
         second.restore({"cti": 3})
 
 
