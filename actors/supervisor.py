@@ -33,6 +33,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from operators.feeds import END, round_robin
+
 from . import checkpoint as ck
 from .wire import decode
 
@@ -103,16 +105,16 @@ class Supervisor:
     # -- feeding --------------------------------------------------------------------------------
     def _feed(self) -> None:
         try:
-            live = list(self.feeds)
+            steps = [step for step, _ in self.feeds]
             rounds = epoch = 0
-            while live and not self.stop_event.is_set():
-                for item in list(live):
-                    step, it = item
-                    blob = next(it, None)
-                    if blob is None:
-                        live.remove(item)
-                    else:
-                        self._send(("b", step, blob))
+            for round_ in round_robin([it for _, it in self.feeds]):
+                if self.stop_event.is_set():
+                    break
+                live = False  # whether a feed may go on after this round
+                for i, blob in round_:
+                    if blob is not END:
+                        live = True
+                        self._send(("b", steps[i], blob))
                 rounds += 1
                 if live and rounds % self.every == 0:
                     epoch += 1

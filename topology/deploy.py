@@ -33,6 +33,7 @@ from actors import checkpoint as ck
 from actors.wire import decode, encode, encode_rows
 from operators.errors import OperatorError
 from operators.events import Message
+from operators.feeds import END, round_robin
 from operators.publish import Publish
 
 from . import nodes as n
@@ -195,13 +196,10 @@ def _feed_round_robin(plan: Plan, handles: dict[str, Any], batch_size: int,
     senders = [_Sender(handles[s], isinstance(plan.stages[s].source, n.FromRows),
                        max_in_flight) for s in steps]
     feeds = [source_batches(plan, s, batch_size) for s in steps]
-    live = list(range(len(steps)))
-    while live:
-        for i in list(live):
-            batch = next(feeds[i], None)
-            if batch is None:
+    for round_ in round_robin(feeds):
+        for i, batch in round_:
+            if batch is END:
                 senders[i].end()
-                live.remove(i)
             else:
                 senders[i].send(batch)
 

@@ -23,6 +23,7 @@ from actors.trace import Recorder, Trace
 from operators.base import Processor
 from operators.columns import count_events, expand
 from operators.events import Message
+from operators.feeds import END, chunks, round_robin
 from operators.sources import Passthrough
 
 from . import nodes as n
@@ -111,22 +112,6 @@ class DagProcessor(Processor):
             p._check()
 
 
-def chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    """Consecutive lists of at most ``size`` items."""
-    if isinstance(items, (list, tuple)):
-        for i in range(0, len(items), size):
-            yield list(items[i:i + size])
-        return
-    buf: list[Any] = []
-    for item in items:
-        buf.append(item)
-        if len(buf) >= size:
-            yield buf
-            buf = []
-    if buf:
-        yield buf
-
-
 def feed_of(plan: Plan, step: str) -> Iterable[Any]:
     """What a source stage consumes: the messages of from_events, the rows of from_rows."""
     src = plan.stages[step].source
@@ -174,13 +159,9 @@ def drive(dag: DagProcessor, plan: Plan, batch_size: int) -> tuple[list[Message]
     feeds = [source_batches(plan, s, batch_size) for s in dag.inputs]
     fed = [0] * len(feeds)
     out: list[Message] = []
-    live = list(range(len(feeds)))
-    while live:
-        for port in list(live):
-            batch = next(feeds[port], None)
-            if batch is None:
-                live.remove(port)
-            else:
+    for round_ in round_robin(feeds):
+        for port, batch in round_:
+            if batch is not END:
                 fed[port] += count_events(batch)
                 out.extend(dag.process(batch, port))
     out.extend(dag.finish())
