@@ -54,9 +54,9 @@ from .base import Processor, behind_error
 from .cht import InvalidStream
 from .columns import expand
 from .errors import DeadLetter, OperatorError
-from .events import MIN_TIME, Cti, Insert, Message, Retract, fmt_time
+from .events import MIN_TIME, Cti, Insert, Message, Retract
 from .live import ExpiryHeap
-from .temporal import END, ID, KEY, START
+from .temporal import END, ID, KEY, find_live
 from .udm import field_getter
 
 # a group: [sub-query, instance number, input events that can still be retracted, output CTI,
@@ -222,13 +222,7 @@ class GroupApply(Processor):
         return key
 
     def _on_retract(self, msg: Retract) -> Hashable:
-        seq = self.ids.get(msg.id)
-        rec = None if seq is None else self.recs[seq]
-        if rec is None or rec[START] != msg.start or rec[END] != msg.end:
-            live = "" if rec is None else f" (it lives [{rec[START]}, {fmt_time(rec[END])}))"
-            raise ValueError(f"retraction {msg!r} does not match a live event{live}; retract "
-                             f"an event with its current lifetime, at or after the CTI")
-        assert seq is not None
+        seq, rec = find_live(msg, self.ids, self.recs)
         key = rec[KEY]
         if msg.new_end == msg.start:
             del self.recs[seq]

@@ -44,6 +44,19 @@ def key_functions(on: Any, where: str) -> tuple[KeyFn, KeyFn]:
     return field_getter(on[0]), field_getter(on[1])
 
 
+def find_live(msg: Retract, ids: dict[Hashable, int], recs: dict[int, list[Any]],
+              where: str = "") -> tuple[int, list[Any]]:
+    """The ``(seq, record)`` of the live event ``msg`` retracts (``ids``: user id -> seq), or
+    a ValueError saying why it matches none."""
+    seq = ids.get(msg.id)
+    rec = None if seq is None else recs[seq]
+    if seq is None or rec is None or rec[START] != msg.start or rec[END] != msg.end:
+        live = "" if rec is None else f" (it lives [{rec[START]}, {fmt_time(rec[END])}))"
+        raise ValueError(f"retraction {msg!r}{where} does not match a live event{live}; "
+                         f"retract an event with its current lifetime, at or after the CTI")
+    return seq, rec
+
+
 class KeyedIntervals:
     """The live events of one input, hashed by key; within a key, indexed by start and by end.
 
@@ -189,14 +202,7 @@ class BinaryTemporal(Processor):
         return seq, rec
 
     def _find(self, msg: Retract, port: int) -> tuple[int, list[Any]]:
-        seq = self.ids[port].get(msg.id)
-        rec = None if seq is None else self.recs[seq]
-        if rec is None or rec[START] != msg.start or rec[END] != msg.end:
-            live = "" if rec is None else f" (it lives [{rec[START]}, {fmt_time(rec[END])}))"
-            raise ValueError(f"retraction {msg!r} on input {port} does not match a live "
-                             f"event{live}; retract an event with its current lifetime")
-        assert seq is not None
-        return seq, rec
+        return find_live(msg, self.ids[port], self.recs, f" on input {port}")
 
     def _delete(self, port: int, seq: int, rec: list[Any]) -> None:
         del self.ids[port][rec[ID]]
