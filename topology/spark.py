@@ -37,13 +37,14 @@ import queue
 import shutil
 import threading
 import time as _time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
+from actors.checkpoint import load as load_checkpoint
+from actors.files import TMP_PREFIX, atomic_path, atomic_write, temp_path
 from operators.cht import to_cht
 from operators.errors import DeadLetter
 from operators.events import MAX_TIME, MIN_TIME, TICKS_PER_SECOND, Cti, Insert, Message, Retract
@@ -412,18 +413,17 @@ class SparkStreamFeeder:
         return os.path.join(self.checkpoint_location or "", "cedar_feeder.pkl")
 
     def _load_state(self) -> None:
-        path = self._state_path()
-        if os.path.exists(path):
-            with open(path, "rb") as f:
-                state = pickle.load(f)
-            self.ingress.restore(state["ingress"])
-            self.last_batch_id = state["last_batch_id"]
+        try:  # read the way atomic_write wrote it, a storage URI included
+            state = load_checkpoint(self._state_path())
+        except FileNotFoundError:
+            return
+        self.ingress.restore(state["ingress"])
+        self.last_batch_id = state["last_batch_id"]
 
     def _save_state(self) -> None:
         path = self._state_path()
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         state = {"ingress": self.ingress.snapshot(), "last_batch_id": self.last_batch_id}
-        _atomic_write_bytes(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+        atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
 
     # -- the micro-batch function -----------------------------------------------------------
     def process_batch(self, batch_df: DataFrame, batch_id: int) -> None:
@@ -652,15 +652,6 @@ def _epoch_stem(cti: int) -> str:
     return f"{_EPOCH_PREFIX}{cti - MIN_TIME:020d}"
 
 
-def _atomic_write_bytes(path: str, data: bytes) -> None:
-    tmp = os.path.join(os.path.dirname(path), f".tmp-{uuid.uuid4().hex}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 class FinalRowsSink:
     """Appends, at each output CTI, the result rows that CTI made final, exactly once.
 
@@ -738,7 +729,7 @@ class FinalRowsSink:
         keep = _epoch_stem(self.committed)
         for entry_name in sorted(os.listdir(self.path)):
             full = os.path.join(self.path, entry_name)
-            if entry_name.startswith(".tmp-"):  # a write that never got renamed
+            if entry_name.startswith(TMP_PREFIX):  # a write that never got renamed
                 _remove(full)
             elif entry_name.startswith(_EPOCH_PREFIX):
                 stem = entry_name[:len(keep)]
@@ -804,16 +795,13 @@ class FinalRowsSink:
             import pyarrow.parquet as pq
 
             table = cht_to_arrow(rows, self._schema)
-            tmp = os.path.join(self.path, f".tmp-{uuid.uuid4().hex}")
-            pq.write_table(table, tmp)
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, os.path.join(self.path, f"{stem}.parquet"))
+            with atomic_path(os.path.join(self.path, f"{stem}.parquet")) as tmp:
+                pq.write_table(table, tmp)
             if self._schema is None:
                 self._schema = table.schema
         else:
             self._commit_with_spark(stem, rows)
-        _atomic_write_bytes(self._log_path(), json.dumps(
+        atomic_write(self._log_path(), json.dumps(
             {"committed_cti": cti, "format": self.format}).encode())
         self.committed = cti
         self.epochs_written += 1
@@ -821,7 +809,7 @@ class FinalRowsSink:
 
     def _commit_with_spark(self, stem: str, rows: list[tuple[int, int, Any]]) -> None:
         assert self.spark is not None
-        tmp_dir = os.path.join(self.path, f".tmp-{uuid.uuid4().hex}")
+        tmp_dir = temp_path(os.path.join(self.path, stem))  # beside the epoch's files
         df = self.spark.createDataFrame(cht_to_arrow(rows)).coalesce(1)
         df.write.format(self.format).options(**_TEXT_TIMESTAMPS).save(tmp_dir)
         parts = sorted(p for p in os.listdir(tmp_dir) if p.startswith("part-"))
