@@ -22,15 +22,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from operators.events import MAX_TIME, TICKS_PER_SECOND
+from operators.ticks import UNITS, from_units, from_units_array
 
 __all__ = ["DEFAULT_BATCH_ROWS", "arrow_batches", "arrow_row_batches"]
 
 #: Rows per list handed to the Ingress (and per Arrow record batch read from Spark).
 DEFAULT_BATCH_ROWS = 10_000
-_TICKS_PER_DAY = 86_400 * TICKS_PER_SECOND
-#: Ticks per unit of an Arrow timestamp; a negative number floor-divides.
-_ARROW_UNITS = {"s": TICKS_PER_SECOND, "ms": 1_000, "us": 1, "ns": -1_000}
 
 
 def _ticks(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, list[Any]] | None:
@@ -41,7 +38,7 @@ def _ticks(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, 
     axis, instead of numpy wrapping it round). None for a column of another type.
 
     Timestamps with a time zone hold UTC instants; timestamps without one (Spark's
-    ``TIMESTAMP_NTZ``) are read as UTC wall times, as :func:`operators.ingress.to_ticks` reads
+    ``TIMESTAMP_NTZ``) are read as UTC wall times, as :func:`operators.ticks.to_ticks` reads
     naive datetimes.
 
     >>> t, good, bad = _ticks(pa.array([1, None, 10**13], pa.timestamp("s")))
@@ -50,11 +47,11 @@ def _ticks(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, 
     """
     kind = column.type
     if pa.types.is_timestamp(kind):
-        factor = _ARROW_UNITS[kind.unit]
-    elif pa.types.is_date32(kind):
-        factor = _TICKS_PER_DAY
+        factor = UNITS[kind.unit]
+    elif pa.types.is_date32(kind):  # days
+        factor = UNITS["D"]
     elif pa.types.is_date64(kind):  # milliseconds
-        factor = 1_000
+        factor = UNITS["ms"]
     elif pa.types.is_integer(kind):
         factor = 1
     else:
@@ -64,14 +61,9 @@ def _ticks(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, 
     raw = column.cast(pa.int32() if pa.types.is_date32(kind) else pa.int64())
     values = raw.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
     nulls = column.is_null().to_numpy(zero_copy_only=False)
-    good = ~nulls
-    if factor > 1:
-        limit = MAX_TIME // factor
-        good &= (values <= limit) & (values >= -limit)
-        ticks = np.where(good, values, 0) * factor
-    else:
-        ticks = values if factor == 1 else values // -factor
-    bad = [None if nulls[i] else int(values[i]) * factor for i in np.flatnonzero(~good)]
+    ticks, fits = from_units_array(values, factor)
+    good = fits & ~nulls
+    bad = [None if nulls[i] else from_units(int(values[i]), factor) for i in np.flatnonzero(~good)]
     return ticks, good, bad
 
 

@@ -173,8 +173,8 @@ def write(
     """Write a result's CHT (see :func:`to_spark`) to ``path`` through Spark's writer.
 
     Text formats (``"json"``, ``"csv"``) get timestamps with microseconds (Spark's default
-    format stops at milliseconds). ``mode`` is Spark's save mode: ``"error"`` (the default: fail if ``path`` exists),
-    ``"overwrite"``, ``"append"`` or ``"ignore"``.
+    format stops at milliseconds). ``mode`` is Spark's save mode: ``"error"`` (the default:
+    fail if ``path`` exists), ``"overwrite"``, ``"append"`` or ``"ignore"``.
     """
     if mode not in _WRITE_MODES:
         raise ValueError(f"write(mode={mode!r}): mode must be one of {_WRITE_MODES}")
