@@ -9,8 +9,7 @@ and :func:`latest_complete` only double-checks the others.
 directory on one machine, a shared mount, or a storage URI that ``pyarrow.fs`` opens —
 ``s3://bucket/prefix``, ``gs://...``, ``hdfs://...`` (options and credentials in the URI, e.g.
 ``s3://KEY:SECRET@bucket/ckpt?endpoint_override=host:9000&scheme=http`` for an S3-compatible
-server). A file appears whole or not at all: it is written under a temporary name and moved
-into place (an object store's put is atomic already).
+server). A file appears whole or not at all (:func:`actors.files.atomic_write`).
 
     >>> import tempfile
     >>> d = tempfile.mkdtemp()
@@ -23,11 +22,12 @@ from __future__ import annotations
 
 import os
 import pickle
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
 import pyarrow.fs as pafs
+
+from .files import atomic_write
 
 
 def _safe(step: str) -> str:
@@ -63,15 +63,7 @@ def stage_path(root: str, query: str, epoch: int, step: str) -> str:
 
 def save(path: str, state: Any) -> None:
     """Write ``pickle(state)`` to ``path`` atomically (a reader sees all of it or nothing)."""
-    fs, where = _open(path)
-    fs.create_dir(where.rsplit("/", 1)[0], recursive=True)
-    tmp = f"{where}.{uuid.uuid4().hex}.tmp"
-    with fs.open_output_stream(tmp) as f:
-        f.write(pickle.dumps(state, protocol=5))
-    if isinstance(fs, pafs.LocalFileSystem):
-        with open(tmp, "rb+") as f:  # on disk before it counts
-            os.fsync(f.fileno())
-    fs.move(tmp, where)
+    atomic_write(path, pickle.dumps(state, protocol=5))
 
 
 def load(path: str) -> Any:

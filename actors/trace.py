@@ -39,6 +39,8 @@ from typing import Any
 from operators.columns import expand
 from operators.events import Cti, Insert, Retract
 
+from .files import atomic_path
+
 #: Rows a recorder keeps in memory before it writes a parquet part.
 PART_ROWS = 65_536
 
@@ -239,8 +241,8 @@ class Recorder:
         os.makedirs(folder, exist_ok=True)
         safe = "".join(ch if ch.isalnum() or ch in "-_.#[]" else "_" for ch in self.step)
         path = os.path.join(folder, f"{safe}-{self.tag}-{self.parts:05d}.parquet")
-        pq.write_table(table, path + ".tmp")
-        os.replace(path + ".tmp", path)
+        with atomic_path(path, durable=False) as tmp:  # a trace is not worth an fsync a part
+            pq.write_table(table, tmp)
         self.parts += 1
         self.rows = []
         return path

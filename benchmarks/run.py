@@ -6,7 +6,7 @@ On the same generated data (numpy, written once to parquet with pyarrow) and in 
   ``where`` (~90 %) → ``select`` → ``group_apply(key, tumbling 1 s → count and sum)``, run
   (a) ``collect(runtime="inline")``, (b) on Ray, one actor per operator (``collect()``),
   (c) cedar (inline) fed from parquet by Spark through ``Stream.from_spark`` and
-  written back with ``topology.spark.write``, (d) Spark Structured Streaming's own
+  written back with ``topology.spark_sink.write``, (d) Spark Structured Streaming's own
   ``groupBy(window, key)`` with a watermark, append mode, ``availableNow``, noop sink;
 * **W2** -- the same with a hopping window (10 s, hop 1 s) and ``TimeWeightedAverage``;
 * **W3** -- a temporal join of two streams on 10,000 keys (50 ms lifetimes);
@@ -495,7 +495,7 @@ def render(report: Report, info: dict[str, str], command: str, total_s: float) -
         "(5 actors for W1/W2), sources `Stream.from_arrow` over the generated columns "
         "(column batches of 256k rows), 8 batches in flight, after a warm-up query (actor "
         "start not timed); (c) `spark.read.parquet` → `Stream.from_spark` (Arrow column "
-        "batches) → the same query inline → `topology.spark.write` (parquet), timed end to "
+        "batches) → the same query inline → `topology.spark_sink.write` (parquet), timed end to "
         "end; (d) `readStream.parquet` → `withWatermark` → `groupBy(window, k)` (W3: a "
         "time-bounded stream-stream join) → append mode, `trigger(availableNow=True)`, `noop` "
         "sink. W1 computes both aggregates as `Aggregates(count=Count(), sum=Sum(1))` (one "

@@ -6,8 +6,8 @@ cedar fed from (and written back through) Spark.
 * :func:`sss_w1` / :func:`sss_w2` / :func:`sss_w3` -- ``readStream`` of the parquet files,
   ``withWatermark`` (the generator's disorder), ``groupBy(window, key)`` or a time-bounded
   stream-stream join, append mode, ``trigger(availableNow=True)``, the ``noop`` sink;
-* :func:`cedar_from_spark` -- ``spark.read.parquet`` → :func:`topology.spark.spark_row_batches`
-  → a cedar query (inline) → :func:`topology.spark.write` (parquet);
+* :func:`cedar_from_spark` -- ``spark.read.parquet`` → :func:`topology.spark_source.spark_row_batches`
+  → a cedar query (inline) → :func:`topology.spark_sink.write` (parquet);
 * :func:`microbatch_latency` -- W1 on Spark's ``rate`` source at a fixed rate with a
   processing-time trigger; the per-micro-batch ``triggerExecution`` durations.
 """
@@ -116,9 +116,9 @@ def cedar_from_spark(spark: Any, query: Callable[..., Any], paths: list[str],
                      out_path: str) -> tuple[float, list[Any]]:
     """cedar fed by Spark: each parquet directory read by Spark (``spark.read.parquet``)
     through ``Stream.from_spark`` (Arrow column batches), the query run inline, its CHT
-    written back with :func:`topology.spark.write`. Returns (seconds, output messages)."""
+    written back with :func:`topology.spark_sink.write`. Returns (seconds, output messages)."""
     from topology import Stream
-    from topology.spark import write
+    from topology.spark_sink import write
 
     t0 = time.perf_counter()
     sources = [Stream.from_spark(spark.read.parquet(p), start="ts", advance=wl.advance(),

@@ -37,7 +37,7 @@ def _check_time(kind: str, eid: Any, name: str, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(
                 f"{kind} {eid!r}: {name} must be an int number of ticks, got {value!r} "
-                f"({type(value).__name__}); convert datetimes with operators.ingress.to_ticks"
+                f"({type(value).__name__}); convert datetimes with operators.ticks.to_ticks"
             )
     if not MIN_TIME <= value <= MAX_TIME:
         raise ValueError(

@@ -4,7 +4,7 @@ A source reads rows (dicts) and needs three decisions before the temporal algebr
 (docs/ctis.md):
 
 * **time**: which columns hold the start (and end) of each event, converted to integer ticks
-  by :func:`to_ticks` (1 tick = 1 µs since the Unix epoch, UTC);
+  by :func:`operators.ticks.to_ticks` (1 tick = 1 µs since the Unix epoch, UTC);
 * **shape**: ``"point"`` (``[s, s + 1)``), ``"interval"`` (``[s, e)``) or ``"edge"`` (a row
   without an end opens ``[s, ∞)``; a later row with the same id and an end closes it);
 * **progress**: :class:`AdvanceTime` says when the source promises that time has moved on by
@@ -26,9 +26,7 @@ reason.
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
-import numbers
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +34,8 @@ from typing import Any
 from .base import Stateful
 from .columns import payload_list, row_at
 from .errors import DeadLetter, LateEvent
-from .events import MAX_TIME, MIN_TIME, TICKS_PER_SECOND, Cti, Insert, Message, Retract
+from .events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract
+from .ticks import TIME_HELP, to_ticks
 
 __all__ = ["POLICIES", "SHAPES", "AdvanceTime", "Ingress", "ingest", "to_ticks"]
 
@@ -44,115 +43,6 @@ __all__ = ["POLICIES", "SHAPES", "AdvanceTime", "Ingress", "ingest", "to_ticks"]
 SHAPES = ("point", "interval", "edge")
 #: What happens to an event that arrives behind the latest CTI.
 POLICIES = ("drop", "adjust")
-
-_TICKS_PER_DAY = 86_400 * TICKS_PER_SECOND
-_EPOCH_NAIVE = _dt.datetime(1970, 1, 1)
-_EPOCH_AWARE = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
-_EPOCH_DATE = _dt.date(1970, 1, 1)
-#: Ticks per unit of ``numpy.datetime64``: an int multiplies, a negative int floor-divides.
-_NP_UNITS = {"W": 7 * _TICKS_PER_DAY, "D": _TICKS_PER_DAY, "h": 3_600 * TICKS_PER_SECOND,
-             "m": 60 * TICKS_PER_SECOND, "s": TICKS_PER_SECOND, "ms": 1_000, "us": 1,
-             "ns": -1_000, "ps": -1_000_000, "fs": -1_000_000_000, "as": -1_000_000_000_000}
-_HOW = ("pass ticks (an int of microseconds since 1970-01-01 UTC), a datetime, a "
-        "numpy.datetime64 or an ISO-8601 string such as '2010-08-10T00:00:00Z'")
-
-
-def _range_checked(ticks: int, value: Any) -> int:
-    if MIN_TIME <= ticks <= MAX_TIME:
-        return ticks
-    shown = f"time {ticks}" if value is ticks else f"time {value!r} is {ticks} ticks, which"
-    raise ValueError(
-        f"{shown} lies outside [MIN_TIME, MAX_TIME] = [{MIN_TIME}, {MAX_TIME}]; ticks are "
-        f"microseconds since 1970-01-01 UTC, so check the column's unit"
-    )
-
-
-def to_ticks(value: Any) -> int:
-    """Convert a point in time to ticks: integer microseconds since 1970-01-01 UTC.
-
-    Accepted: an ``int`` (already ticks); a ``datetime.datetime`` (naive means UTC, aware is
-    converted to UTC); a ``datetime.date`` (its midnight, UTC); a ``numpy.datetime64`` of any
-    unit; a pandas ``Timestamp``; an ISO-8601 string; a float only when it is finite and
-    integral. The arithmetic is exact integer arithmetic; parts finer than a microsecond are
-    floored (as Spark does). Anything else (None, NaN, NaT, a bool, an unparsable string, a
-    time outside ``[MIN_TIME, MAX_TIME]``) raises ``ValueError`` or ``TypeError`` with what was
-    wrong and how to fix it.
-
-    >>> to_ticks(1_500)
-    1500
-    >>> to_ticks(_dt.datetime(1970, 1, 1, 0, 0, 1, 250))
-    1000250
-    >>> to_ticks("2010-08-10T02:00:00+02:00") == to_ticks(_dt.date(2010, 8, 10))
-    True
-    >>> to_ticks(None)  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    ValueError: missing time (None); pass ticks (an int of microseconds since ...
-    """
-    kind = type(value)
-    if kind is int:
-        return _range_checked(value, value)
-    if value is None:
-        raise ValueError(f"missing time (None); {_HOW}")
-    if isinstance(value, bool):
-        raise TypeError(f"a bool ({value!r}) is not a time; {_HOW}")
-    if isinstance(value, _dt.datetime):
-        if value != value:  # noqa: PLR0124 (pandas.NaT is a datetime unequal to itself)
-            raise ValueError(f"missing time ({value!r}); {_HOW}")
-        if value.tzinfo is None or value.utcoffset() is None:
-            delta = value.replace(tzinfo=None) - _EPOCH_NAIVE
-        else:
-            delta = value - _EPOCH_AWARE
-        ticks = (delta.days * _TICKS_PER_DAY + delta.seconds * TICKS_PER_SECOND
-                 + delta.microseconds)
-        return _range_checked(ticks, value)
-    if isinstance(value, _dt.date):
-        return _range_checked((value - _EPOCH_DATE).days * _TICKS_PER_DAY, value)
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            parsed = _dt.datetime.fromisoformat(text)
-        except ValueError:
-            raise ValueError(f"cannot parse {value!r} as an ISO-8601 time; {_HOW}") from None
-        return to_ticks(parsed)
-    if kind.__name__ == "datetime64" and hasattr(value, "dtype"):
-        return _from_datetime64(value)
-    if isinstance(value, numbers.Integral):  # numpy integers
-        return _range_checked(int(value), value)
-    if isinstance(value, numbers.Real):
-        f = float(value)
-        if math.isnan(f):
-            raise ValueError(f"missing time (NaN); {_HOW}")
-        if not math.isfinite(f):
-            raise ValueError(f"time {value!r} is not finite; {_HOW}")
-        if not f.is_integer():
-            raise ValueError(
-                f"time {value!r} is not a whole number of ticks; round it (int(round(t))), "
-                f"or {_HOW}"
-            )
-        return _range_checked(int(f), value)
-    if isinstance(value, _dt.timedelta):
-        raise TypeError(f"{value!r} is a duration, not a point in time; {_HOW}")
-    raise TypeError(f"cannot read a time from {value!r} ({kind.__name__}); {_HOW}")
-
-
-def _from_datetime64(value: Any) -> int:
-    import numpy as np
-
-    if np.isnat(value):
-        raise ValueError(f"missing time ({value!r}); {_HOW}")
-    unit, count = np.datetime_data(value.dtype)
-    if unit in ("Y", "M"):  # calendar units: let numpy find the day exactly
-        value = value.astype("datetime64[D]")
-        unit, count = "D", 1
-    factor = _NP_UNITS.get(unit)
-    if factor is None:
-        raise TypeError(f"numpy.datetime64 {value!r} has no time unit; use e.g. "
-                        f"numpy.datetime64('2010-08-10T00:00:00', 'us')")
-    n = int(value.astype(np.int64)) * count
-    ticks = n * factor if factor > 0 else n // -factor
-    return _range_checked(ticks, value)
-
 
 def _missing(value: Any) -> bool:
     """None, NaN or NaT: how DataFrames spell an empty cell."""
@@ -561,7 +451,7 @@ class Ingress(Stateful):
         except (TypeError, ValueError) as exc:
             if value is None:
                 raise _Reject(f"the {what} time is missing; give every row a {what} time "
-                              f"({_HOW})") from None
+                              f"({TIME_HELP})") from None
             raise _Reject(f"bad {what} time: {exc}") from None
 
     def _read_id(self, row: Any) -> Hashable:

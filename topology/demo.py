@@ -163,7 +163,7 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
         address: str | None = None) -> list[dict[str, Any]]:
     """Run the demo; return the summary rows (also printed)."""
     from topology.deploy import ensure_ray
-    from topology.spark import write
+    from topology.spark_sink import write
 
     print(f"cedar demo: {meters} meters, {minutes} minutes of readings every "
           f"{READING_EVERY_S} s; output in {out}/")

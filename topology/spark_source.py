@@ -1,4 +1,16 @@
-"""Reading a batch DataFrame as a time-ordered stream of Arrow record batches.
+"""The Spark sources: DataFrames in as events, through Arrow, never row by row (docs/spark.md).
+
+* **batch source** -- :func:`spark_row_batches` reads a batch DataFrame in time order, range by
+  range, as Arrow record batches (:func:`ordered_record_batches`, the rule below), turned into
+  source batches with ticks in the time columns (:mod:`topology.arrow_reader`);
+  :func:`ingest_spark` runs them through the same :class:`operators.ingress.Ingress` as
+  ``Stream.from_rows``;
+* **streaming source** -- :func:`spark_stream_rows` and :class:`SparkStreamFeeder` read a
+  streaming DataFrame micro-batch by micro-batch (``foreachBatch``) in arrival order, replayed
+  micro-batches skipped by ``batch_id``; the feeder keeps one Ingress across all micro-batches
+  and its state beside Spark's checkpoint.
+
+Spark is imported lazily: only iterating over a DataFrame needs it.
 
 **The rule.** A batch DataFrame has no arrival order: its meaning is its whole table, whatever
 the order of its partitions. So it is read *in time order*: Spark sorts it by its time key
@@ -34,19 +46,44 @@ needs no Python on the executors at all.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import pickle
+import queue
+import threading
+import time as _time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from actors.checkpoint import load as load_checkpoint
+from actors.files import atomic_write
+from operators.events import Message
+from operators.ingress import AdvanceTime, Ingress
+
+from .arrow_reader import DEFAULT_BATCH_ROWS, arrow_batches, arrow_row_batches
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from pyspark.sql.streaming import StreamingQuery
+
+__all__ = [
+    "PARTITION_ROWS",
+    "SparkStreamFeeder",
+    "coalesced",
+    "ingest_spark",
+    "ordered_record_batches",
+    "spark_row_batches",
+    "spark_stream_rows",
+]
 
 #: Rows per range read by one Spark job: what the driver holds at a time is about two ranges
 #: (the JVM keeps the next one ready), ~25 MB each for a few narrow columns.
 PARTITION_ROWS = 1_000_000
 
 _TIME_TYPES = ("timestamp", "timestamp_ntz", "date", "tinyint", "smallint", "int", "bigint")
+#: The default AdvanceTime (immutable): CTIs only at the end of input and from idle timeouts.
+_NO_ADVANCE = AdvanceTime()
 
 
 def time_key(df: DataFrame, start: Any, end: Any, shape: str, what: str) -> Any:
@@ -138,3 +175,294 @@ def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     if len(batches) == 1:
         return batches[0]
     return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
+# -- the sources ------------------------------------------------------------------------------
+def _check_batch_frame(df: Any, what: str) -> None:
+    if not hasattr(df, "isStreaming") or not hasattr(df, "schema"):
+        raise TypeError(f"{what}: expected a pyspark.sql.DataFrame, got {type(df).__name__}")
+    if df.isStreaming:
+        raise ValueError(f"{what}: this DataFrame is a streaming one; read it with "
+                         f"SparkStreamFeeder (foreachBatch), which ingests it micro-batch by "
+                         f"micro-batch")
+
+
+def _check_columns(df: Any, what: str, **specs: Any) -> None:
+    columns = set(df.columns)
+    for role, spec in specs.items():
+        if isinstance(spec, str) and spec not in columns:
+            raise ValueError(f"{what}: {role}={spec!r} is not a column of the DataFrame; its "
+                             f"columns are {sorted(columns)}")
+
+
+def _frame_to_arrow(df: DataFrame) -> pa.Table:
+    """A micro-batch of a streaming source, whole (a micro-batch is bounded by its trigger)."""
+    if hasattr(df, "toArrow"):  # PySpark >= 4
+        return df.toArrow()
+    return pa.Table.from_batches(df._collect_as_arrow())  # PySpark 3.x
+
+
+def spark_row_batches(
+    df: DataFrame, start: Any, end: Any = None, batch_rows: int = DEFAULT_BATCH_ROWS,
+    columnar: bool = False, *, shape: str = "point", partition_rows: int = PARTITION_ROWS,
+) -> Iterator[Any]:
+    """The rows of a batch DataFrame **in time order**, read through Arrow range by range in
+    bounded driver memory (:mod:`topology.spark_source`: a batch DataFrame means its whole
+    table, whatever the order of its partitions), as lists of at most ``batch_rows`` row
+    dicts with the ``start``/``end`` time columns converted to ticks (see
+    :func:`arrow_row_batches`); with ``columnar``, column batches where they can be (see
+    :func:`arrow_batches`). Rows with a null time are kept (first), so that the Ingress
+    dead-letters them. ``shape`` decides the time key (an end edge happens at its end).
+
+    Spark runs when iteration starts: a count, the sort, then one job per range of
+    ``partition_rows`` rows, the next computed while this one is consumed.
+    """
+    _check_batch_frame(df, "spark_row_batches")
+    _check_columns(df, "spark_row_batches", start=start, end=end)
+    if not (isinstance(batch_rows, int) and batch_rows >= 1):
+        raise ValueError(f"batch_rows={batch_rows!r}: give an int >= 1 (rows per batch)")
+    batches = ordered_record_batches(df, start, end, shape, partition_rows, "spark_row_batches")
+    return arrow_batches(coalesced(batches, batch_rows), start, end, batch_rows, columnar)
+
+
+def spark_stream_rows(
+    df: DataFrame, start: Any, end: Any = None, trigger: dict[str, Any] | None = None,
+    checkpoint_location: str | None = None, batch_rows: int = DEFAULT_BATCH_ROWS,
+    max_batches: int = 4, columnar: bool = False,
+) -> Iterator[Any]:
+    """The rows of a *streaming* DataFrame, micro-batch by micro-batch, as lists of row dicts
+    with ticks in the time columns (see :func:`arrow_row_batches`).
+
+    Iteration starts ``df.writeStream.foreachBatch(...)`` with ``trigger`` (default
+    ``{"availableNow": True}``: every input available now, then the generator ends; with
+    ``{"processingTime": ...}`` it runs until the query is stopped). A micro-batch that Spark
+    replays with an id already seen is skipped. At most ``max_batches`` row lists wait for the
+    consumer: a slow query holds Spark back instead of filling memory. For exactly-once input
+    across driver restarts use :class:`SparkStreamFeeder` with a checkpoint location.
+    """
+    if not getattr(df, "isStreaming", False):
+        raise ValueError("spark_stream_rows needs a streaming DataFrame (spark.readStream); "
+                         "read a batch DataFrame with spark_row_batches")
+    _check_columns(df, "spark_stream_rows", start=start, end=end)
+
+    def generate() -> Iterator[list[dict[str, Any]]]:
+        pending: queue.Queue[Any] = queue.Queue(maxsize=max_batches)
+        done = object()
+        last = [-1]
+
+        def on_batch(batch_df: DataFrame, batch_id: int) -> None:
+            if batch_id <= last[0]:
+                return
+            for rows in arrow_batches([_frame_to_arrow(batch_df)], start, end, batch_rows,
+                                      columnar):
+                pending.put(rows)
+            last[0] = batch_id
+
+        writer = df.writeStream.foreachBatch(on_batch)
+        if checkpoint_location is not None:
+            writer = writer.option("checkpointLocation", checkpoint_location)
+        query = writer.trigger(**(trigger or {"availableNow": True})).start()
+
+        def wait() -> None:
+            try:
+                query.awaitTermination()
+            except Exception as exc:  # surfaces in the consumer
+                pending.put(exc)
+            finally:
+                pending.put(done)
+
+        threading.Thread(target=wait, name="cedar-spark-stream", daemon=True).start()
+        try:
+            while True:
+                item = pending.get()
+                if item is done:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            if query.isActive:
+                query.stop()
+
+    return generate()
+
+
+def ingest_spark(
+    df: DataFrame,
+    start: Any,
+    end: Any = None,
+    shape: str = "point",
+    id: Any = None,
+    advance: AdvanceTime = _NO_ADVANCE,
+    name: str = "spark",
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    partition_rows: int = PARTITION_ROWS,
+) -> tuple[list[Message], Ingress]:
+    """Ingest a whole batch DataFrame, read in time order (:func:`spark_row_batches`): the
+    messages (ending with the final CTI of :meth:`Ingress.end`) and the :class:`Ingress`,
+    whose ``late``, ``dead_letters`` and ``stats`` account for every row. The payload of each
+    event is its row, with the time columns as ticks.
+    """
+    ingress = Ingress(start, end=end, shape=shape, id=id, advance=advance, name=name)
+    out: list[Message] = []
+    for rows in spark_row_batches(df, start, end, batch_rows, shape=shape,
+                                  partition_rows=partition_rows):
+        out.extend(ingress.push(rows))
+    out.extend(ingress.end())
+    return out, ingress
+
+
+class SparkStreamFeeder:
+    """Feeds a streaming DataFrame into one :class:`Ingress`, micro-batch by micro-batch.
+
+    :meth:`start` runs ``df.writeStream.foreachBatch(self.process_batch)``; each micro-batch is
+    read through Arrow (:func:`arrow_row_batches`), pushed into the same Ingress (so ids, CTIs
+    and late handling continue across micro-batches), and the resulting messages are handed to
+    ``on_messages(list[Message])`` (nothing is called for a micro-batch that yields none).
+
+    ``foreachBatch`` is at-least-once: after a failure Spark runs the last uncommitted
+    micro-batch again with the same ``batch_id``. A batch whose id is not above the last one
+    processed is skipped and counted in ``replayed``.
+
+    With ``checkpoint_location`` the Spark query keeps its offsets there, and the feeder keeps
+    its own state (the Ingress snapshot and the last batch id) in
+    ``<checkpoint_location>/cedar_feeder.pkl``, written atomically after each micro-batch; a new
+    feeder on the same checkpoint location resumes from it. Delivery to ``on_messages`` is then
+    exactly once, except when the process dies between ``on_messages`` and the state write:
+    that one micro-batch is delivered again, as the same messages (the Ingress is
+    deterministic).
+
+    ``end()`` (after the query has stopped) emits the Ingress's final CTI; ``poll()`` the idle
+    CTI of ``AdvanceTime(idle_timeout=...)``.
+    """
+
+    def __init__(
+        self,
+        df: DataFrame,
+        start: Any,
+        end: Any = None,
+        shape: str = "point",
+        id: Any = None,
+        advance: AdvanceTime = _NO_ADVANCE,
+        name: str = "spark",
+        on_messages: Callable[[list[Message]], Any] | None = None,
+        checkpoint_location: str | None = None,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
+    ) -> None:
+        if not getattr(df, "isStreaming", False):
+            raise ValueError("SparkStreamFeeder needs a streaming DataFrame (spark.readStream); "
+                             "read a batch DataFrame with ingest_spark or spark_row_batches")
+        _check_columns(df, "SparkStreamFeeder", start=start, end=end)
+        self.df = df
+        self.start_col, self.end_col = start, end
+        self.ingress = Ingress(start, end=end, shape=shape, id=id, advance=advance, name=name)
+        self.on_messages = on_messages
+        self.checkpoint_location = checkpoint_location
+        self.batch_rows = batch_rows
+        #: The id of the last micro-batch processed (-1: none).
+        self.last_batch_id = -1
+        #: Micro-batches processed, and replayed micro-batches skipped.
+        self.batches = 0
+        self.replayed = 0
+        #: Every message emitted, when no ``on_messages`` callback is given.
+        self.messages: list[Message] = []
+        self.query: StreamingQuery | None = None
+        if checkpoint_location is not None:
+            self._load_state()
+
+    # -- state --------------------------------------------------------------------------------
+    def _state_path(self) -> str:
+        return os.path.join(self.checkpoint_location or "", "cedar_feeder.pkl")
+
+    def _load_state(self) -> None:
+        try:  # read the way atomic_write wrote it, a storage URI included
+            state = load_checkpoint(self._state_path())
+        except FileNotFoundError:
+            return
+        self.ingress.restore(state["ingress"])
+        self.last_batch_id = state["last_batch_id"]
+
+    def _save_state(self) -> None:
+        path = self._state_path()
+        state = {"ingress": self.ingress.snapshot(), "last_batch_id": self.last_batch_id}
+        atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+
+    # -- the micro-batch function -----------------------------------------------------------
+    def process_batch(self, batch_df: DataFrame, batch_id: int) -> None:
+        """The ``foreachBatch`` function: ingest one micro-batch unless it is a replay."""
+        if batch_id <= self.last_batch_id:
+            self.replayed += 1
+            return
+        out: list[Message] = []
+        push = self.ingress.push
+        now = _time.monotonic()
+        table = _frame_to_arrow(batch_df)
+        for rows in arrow_row_batches([table], self.start_col, self.end_col, self.batch_rows):
+            out.extend(push(rows, now=now))
+        self._deliver(out)
+        self.last_batch_id = batch_id
+        self.batches += 1
+        if self.checkpoint_location is not None:
+            self._save_state()
+
+    def _deliver(self, out: list[Message]) -> None:
+        if not out:
+            return
+        if self.on_messages is None:
+            self.messages.extend(out)
+        else:
+            self.on_messages(out)
+
+    # -- driving the query --------------------------------------------------------------------
+    def start(self, trigger: dict[str, Any] | None = None,
+              query_name: str | None = None) -> StreamingQuery:
+        """Start the Spark streaming query; ``trigger`` is passed to
+        ``DataStreamWriter.trigger`` (e.g. ``{"availableNow": True}``,
+        ``{"processingTime": "1 second"}``)."""
+        if self.query is not None and self.query.isActive:
+            raise RuntimeError("SparkStreamFeeder.start(): the query is already running; "
+                               "stop() it first")
+        writer = self.df.writeStream.foreachBatch(self.process_batch)
+        if self.checkpoint_location is not None:
+            writer = writer.option("checkpointLocation", self.checkpoint_location)
+        if trigger:
+            writer = writer.trigger(**trigger)
+        if query_name:
+            writer = writer.queryName(query_name)
+        self.query = writer.start()
+        return self.query
+
+    def process_all_available(self) -> None:
+        """Block until every input available now has been processed."""
+        self._running().processAllAvailable()
+
+    def await_termination(self, timeout_s: float | None = None) -> bool | None:
+        """Block until the query stops (e.g. a ``availableNow`` trigger ran out of input)."""
+        q = self._running()
+        return q.awaitTermination(timeout_s) if timeout_s is not None else q.awaitTermination()
+
+    def stop(self) -> None:
+        """Stop the Spark query (the Ingress keeps its state; :meth:`start` resumes)."""
+        if self.query is not None:
+            self.query.stop()
+
+    def poll(self, now: float | None = None) -> list[Message]:
+        """The idle CTI (``AdvanceTime(idle_timeout=...)``) if the source has been quiet long
+        enough; the messages are delivered as well as returned."""
+        out = self.ingress.poll(_time.monotonic() if now is None else now)
+        self._deliver(out)
+        return out
+
+    def end(self) -> list[Message]:
+        """End of input: the Ingress's final CTI, delivered as well as returned."""
+        self.stop()
+        out = self.ingress.end()
+        self._deliver(out)
+        if self.checkpoint_location is not None:
+            self._save_state()
+        return out
+
+    def _running(self) -> StreamingQuery:
+        if self.query is None:
+            raise RuntimeError("SparkStreamFeeder: call start() first")
+        return self.query

@@ -104,10 +104,9 @@ class Stream:
         time, and no row is late unless ``advance`` has a negative delay. Each run reads the
         DataFrame again. A **streaming** DataFrame is read micro-batch by micro-batch in
         arrival order through ``foreachBatch`` (``trigger`` default
-        ``{"availableNow": True}``; see :func:`topology.spark.spark_stream_rows`), where
+        ``{"availableNow": True}``; see :func:`topology.spark_source.spark_stream_rows`), where
         ``advance``'s late-event policy decides what a row behind a CTI becomes."""
-        from .spark import spark_row_batches, spark_stream_rows
-        from .spark_source import PARTITION_ROWS
+        from .spark_source import PARTITION_ROWS, spark_row_batches, spark_stream_rows
 
         if getattr(df, "isStreaming", False):
             batches: Iterable[Any] = spark_stream_rows(
@@ -135,7 +134,7 @@ class Stream:
         aggregates per group."""
         import pyarrow as pa
 
-        from .spark import arrow_batches
+        from .arrow_reader import arrow_batches
 
         if isinstance(data, dict):
             data = pa.table(data)
@@ -303,24 +302,24 @@ class Stream:
     def to_spark(self, spark: Any = None, runtime: str = "ray", **options: Any) -> Any:
         """Run the query and return its output CHT as a Spark DataFrame: ``start`` and ``end``
         timestamps (∞ as null) plus the payload's fields (a scalar payload is ``value``)."""
-        from .spark import to_spark
+        from .spark_sink import to_spark
 
         return to_spark(spark, self.collect(runtime, **options))
 
     def write(self, path: str, format: str = "parquet", mode: str = "error", spark: Any = None,
               runtime: str = "ray", **options: Any) -> None:
         """Run the query and write its output CHT through Spark (see :meth:`to_spark`)."""
-        from .spark import write
+        from .spark_sink import write
 
         write(spark, self.collect(runtime, **options), path, format=format, mode=mode)
 
     def to_spark_stream(self, path: str, format: str = "parquet", spark: Any = None,
                         runtime: str = "ray", **options: Any) -> Any:
         """Run the query and append, at each output CTI, the rows that CTI made final to
-        ``path``, exactly once across restarts (:class:`topology.spark.FinalRowsSink`: a
+        ``path``, exactly once across restarts (:class:`topology.spark_sink.FinalRowsSink`: a
         restarted run on the same path skips what was committed). On Ray the rows are
         appended while the query runs. Returns the sink (``committed``, ``dead_letters``)."""
-        from .spark import FinalRowsSink
+        from .spark_sink import FinalRowsSink
 
         sink = FinalRowsSink(spark, path, format=format)
         if runtime == "inline":

@@ -18,6 +18,7 @@ import json
 import os
 from typing import Any
 
+from actors.files import atomic_write
 from actors.trace import Trace
 
 from .planner import Plan
@@ -101,7 +102,6 @@ def write_plan(trace: Trace, plan: Plan, **extra: Any) -> str:
                       "limit": trace.limit}
     meta.update(extra)
     path = os.path.join(trace.path, "plan.json")
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(meta, f, indent=1, default=repr)
-    os.replace(path + ".tmp", path)
+    text = json.dumps(meta, indent=1, default=repr)
+    atomic_write(path, text.encode("utf-8"), durable=False)
     return path

@@ -90,7 +90,7 @@ def test_every_column_type_reads_as_spark_collects_it(spark):
                array(id, id + 1) AS arr, map('k', id) AS m, named_struct('x', id, 'y', 'z') AS st,
                CAST(NULL AS STRING) AS nothing
         FROM range(0, 40)""").repartition(3)
-    from topology.spark import spark_row_batches
+    from topology.spark_source import spark_row_batches
 
     got = [r for rows in spark_row_batches(df, start="ts", partition_rows=9) for r in rows]
     want = sorted(df.toArrow().to_pylist(), key=lambda r: (r["ts"], r["s"]))

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from operators.cht import to_cht
 from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Retract
 from tests.kit import EXAMPLES, physical_streams
-from topology.spark import FinalRowsSink, cht_to_arrow, to_spark, write
+from topology.spark_sink import FinalRowsSink, cht_to_arrow, to_spark, write
 
 UTC = dt.UTC
 
@@ -278,7 +278,7 @@ def test_end_to_end_counts_agree_with_spark(spark, tmp_path) -> None:
     from operators.aggregates import Count
     from operators.ingress import AdvanceTime
     from topology import Stream
-    from topology.spark import spark_row_batches
+    from topology.spark_source import spark_row_batches
 
     df = spark.sql("SELECT timestamp_seconds(1700000000 + (id * 7) % 23) AS ts, "
                    "concat('m', CAST(id % 3 AS STRING)) AS meter FROM range(0, 40)")

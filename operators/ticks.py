@@ -1,0 +1,155 @@
+"""Ticks: cedar's time axis, and the conversion of every other notation of time to it.
+
+A tick is one microsecond since 1970-01-01 UTC, an int in ``[MIN_TIME, MAX_TIME]``
+(:mod:`operators.events`). :func:`to_ticks` converts one value (an int, a datetime, a date,
+a ``numpy.datetime64``, an ISO-8601 string) for the ingress; :func:`from_units` and
+:func:`from_units_array` convert counts of a unit (a ``datetime64`` or Arrow timestamp unit,
+days of a date) one at a time or a whole column at a time, with :data:`UNITS` the one table
+of ticks per unit. Pure Python and numpy: every source converts time here.
+
+    >>> to_ticks("1970-01-01T00:00:01Z"), to_ticks(np.datetime64("1970-01-02", "D"))
+    (1000000, 86400000000)
+    >>> from_units(3, UNITS["ms"]), from_units(1_999, UNITS["ns"])
+    (3000, 1)
+    >>> ticks, fits = from_units_array(np.array([1, 10**13]), UNITS["s"])
+    >>> ticks.tolist(), fits.tolist()
+    ([1000000, 0], [True, False])
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+
+from .events import MAX_TIME, MIN_TIME, TICKS_PER_SECOND
+
+__all__ = ["TICKS_PER_DAY", "TIME_HELP", "UNITS", "from_units", "from_units_array", "to_ticks"]
+
+#: Ticks per day, the unit of a date.
+TICKS_PER_DAY = 86_400 * TICKS_PER_SECOND
+_EPOCH_NAIVE = _dt.datetime(1970, 1, 1)
+_EPOCH_AWARE = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+_EPOCH_DATE = _dt.date(1970, 1, 1)
+#: Ticks per unit of ``numpy.datetime64`` and of Arrow timestamps (whose units are a subset):
+#: a positive factor multiplies, a negative one floor-divides (units finer than a tick).
+UNITS = {"W": 7 * TICKS_PER_DAY, "D": TICKS_PER_DAY, "h": 3_600 * TICKS_PER_SECOND,
+         "m": 60 * TICKS_PER_SECOND, "s": TICKS_PER_SECOND, "ms": 1_000, "us": 1,
+         "ns": -1_000, "ps": -1_000_000, "fs": -1_000_000_000, "as": -1_000_000_000_000}
+#: How to give a time: the end of every message that rejects one.
+TIME_HELP = ("pass ticks (an int of microseconds since 1970-01-01 UTC), a datetime, a "
+             "numpy.datetime64 or an ISO-8601 string such as '2010-08-10T00:00:00Z'")
+
+
+def _range_checked(ticks: int, value: Any) -> int:
+    if MIN_TIME <= ticks <= MAX_TIME:
+        return ticks
+    shown = f"time {ticks}" if value is ticks else f"time {value!r} is {ticks} ticks, which"
+    raise ValueError(
+        f"{shown} lies outside [MIN_TIME, MAX_TIME] = [{MIN_TIME}, {MAX_TIME}]; ticks are "
+        f"microseconds since 1970-01-01 UTC, so check the column's unit"
+    )
+
+
+def to_ticks(value: Any) -> int:
+    """Convert a point in time to ticks: integer microseconds since 1970-01-01 UTC.
+
+    Accepted: an ``int`` (already ticks); a ``datetime.datetime`` (naive means UTC, aware is
+    converted to UTC); a ``datetime.date`` (its midnight, UTC); a ``numpy.datetime64`` of any
+    unit; a pandas ``Timestamp``; an ISO-8601 string; a float only when it is finite and
+    integral. The arithmetic is exact integer arithmetic; parts finer than a microsecond are
+    floored (as Spark does). Anything else (None, NaN, NaT, a bool, an unparsable string, a
+    time outside ``[MIN_TIME, MAX_TIME]``) raises ``ValueError`` or ``TypeError`` with what was
+    wrong and how to fix it.
+
+    >>> to_ticks(1_500)
+    1500
+    >>> to_ticks(_dt.datetime(1970, 1, 1, 0, 0, 1, 250))
+    1000250
+    >>> to_ticks("2010-08-10T02:00:00+02:00") == to_ticks(_dt.date(2010, 8, 10))
+    True
+    >>> to_ticks(None)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: missing time (None); pass ticks (an int of microseconds since ...
+    """
+    kind = type(value)
+    if kind is int:
+        return _range_checked(value, value)
+    if value is None:
+        raise ValueError(f"missing time (None); {TIME_HELP}")
+    if isinstance(value, bool):
+        raise TypeError(f"a bool ({value!r}) is not a time; {TIME_HELP}")
+    if isinstance(value, _dt.datetime):
+        if value != value:  # noqa: PLR0124 (pandas.NaT is a datetime unequal to itself)
+            raise ValueError(f"missing time ({value!r}); {TIME_HELP}")
+        if value.tzinfo is None or value.utcoffset() is None:
+            delta = value.replace(tzinfo=None) - _EPOCH_NAIVE
+        else:
+            delta = value - _EPOCH_AWARE
+        ticks = (delta.days * TICKS_PER_DAY + delta.seconds * TICKS_PER_SECOND
+                 + delta.microseconds)
+        return _range_checked(ticks, value)
+    if isinstance(value, _dt.date):
+        return _range_checked((value - _EPOCH_DATE).days * TICKS_PER_DAY, value)
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            parsed = _dt.datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"cannot parse {value!r} as an ISO-8601 time; {TIME_HELP}") from None
+        return to_ticks(parsed)
+    if kind.__name__ == "datetime64" and hasattr(value, "dtype"):
+        return _from_datetime64(value)
+    if isinstance(value, numbers.Integral):  # numpy integers
+        return _range_checked(int(value), value)
+    if isinstance(value, numbers.Real):
+        f = float(value)
+        if math.isnan(f):
+            raise ValueError(f"missing time (NaN); {TIME_HELP}")
+        if not math.isfinite(f):
+            raise ValueError(f"time {value!r} is not finite; {TIME_HELP}")
+        if not f.is_integer():
+            raise ValueError(
+                f"time {value!r} is not a whole number of ticks; round it (int(round(t))), "
+                f"or {TIME_HELP}"
+            )
+        return _range_checked(int(f), value)
+    if isinstance(value, _dt.timedelta):
+        raise TypeError(f"{value!r} is a duration, not a point in time; {TIME_HELP}")
+    raise TypeError(f"cannot read a time from {value!r} ({kind.__name__}); {TIME_HELP}")
+
+
+def _from_datetime64(value: Any) -> int:
+    if np.isnat(value):
+        raise ValueError(f"missing time ({value!r}); {TIME_HELP}")
+    unit, count = np.datetime_data(value.dtype)
+    if unit in ("Y", "M"):  # calendar units: let numpy find the day exactly
+        value = value.astype("datetime64[D]")
+        unit, count = "D", 1
+    factor = UNITS.get(unit)
+    if factor is None:
+        raise TypeError(f"numpy.datetime64 {value!r} has no time unit; use e.g. "
+                        f"numpy.datetime64('2010-08-10T00:00:00', 'us')")
+    return _range_checked(from_units(int(value.astype(np.int64)) * count, factor), value)
+
+
+def from_units(count: int, factor: int) -> int:
+    """``count`` units of ``factor`` ticks each (a :data:`UNITS` value) as ticks, exactly:
+    units finer than a tick are floored (as Spark does)."""
+    return count * factor if factor > 0 else count // -factor
+
+
+def from_units_array(counts: np.ndarray, factor: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`from_units` over an int64 array, vectorised: ``(ticks, fits)``, where ``fits``
+    marks the counts whose ticks lie within ``±MAX_TIME`` (int64 would wrap the others round;
+    their ticks are 0: convert them one by one to say what they were)."""
+    if factor > 1:
+        limit = MAX_TIME // factor
+        fits = (counts <= limit) & (counts >= -limit)
+        return np.where(fits, counts, 0) * factor, fits
+    ticks = counts if factor == 1 else counts // -factor
+    return ticks, np.ones(len(counts), dtype=bool)

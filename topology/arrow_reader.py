@@ -1,0 +1,159 @@
+"""Arrow data as source batches: Arrow time columns become ticks, needing no Spark.
+
+A reader takes Arrow record batches or tables (from a file, from Spark through
+:mod:`topology.spark_source`, from any producer) and cuts them into the batches a source hands
+to :class:`operators.ingress.Ingress`: column batches ``{name: numpy array}`` that the ingress
+takes vectorised, or lists of row dicts. The time columns (timestamp, date or integer) are
+turned into int64 ticks with one vectorised cast per batch (:mod:`operators.ticks`); a time
+that is null or outside the time axis is left for the ingress to judge (its dead letters).
+
+    >>> t = pa.table({"ts": pa.array([0, 2_000], pa.timestamp("ms")), "kwh": [1.5, 2.0]})
+    >>> next(arrow_batches([t], start="ts"))
+    {'ts': array([      0, 2000000]), 'kwh': array([1.5, 2. ])}
+
+Only pyarrow and numpy: ``Stream.from_arrow`` reads Arrow without Spark installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from operators.ticks import UNITS, from_units, from_units_array
+
+__all__ = ["DEFAULT_BATCH_ROWS", "arrow_batches", "arrow_row_batches"]
+
+#: Rows per list handed to the Ingress (and per Arrow record batch read from Spark).
+DEFAULT_BATCH_ROWS = 10_000
+
+
+def _ticks(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, list[Any]] | None:
+    """A timestamp, date or integer column as int64 ticks: ``(ticks, good, bad)`` where
+    ``good`` marks the values that are present and fit int64 ticks, and ``bad`` holds, for the
+    others in order, the value the ingress should judge: ``None`` for a null, the exact ticks
+    as a Python int for a time too far out (which the ingress rejects as outside the time
+    axis, instead of numpy wrapping it round). None for a column of another type.
+
+    Timestamps with a time zone hold UTC instants; timestamps without one (Spark's
+    ``TIMESTAMP_NTZ``) are read as UTC wall times, as :func:`operators.ticks.to_ticks` reads
+    naive datetimes.
+
+    >>> t, good, bad = _ticks(pa.array([1, None, 10**13], pa.timestamp("s")))
+    >>> t.tolist(), good.tolist(), bad
+    ([1000000, 0, 0], [True, False, False], [None, 10000000000000000000])
+    """
+    kind = column.type
+    if pa.types.is_timestamp(kind):
+        factor = UNITS[kind.unit]
+    elif pa.types.is_date32(kind):  # days
+        factor = UNITS["D"]
+    elif pa.types.is_date64(kind):  # milliseconds
+        factor = UNITS["ms"]
+    elif pa.types.is_integer(kind):
+        factor = 1
+    else:
+        return None
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    raw = column.cast(pa.int32() if pa.types.is_date32(kind) else pa.int64())
+    values = raw.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    nulls = column.is_null().to_numpy(zero_copy_only=False)
+    ticks, fits = from_units_array(values, factor)
+    good = fits & ~nulls
+    bad = [None if nulls[i] else from_units(int(values[i]), factor) for i in np.flatnonzero(~good)]
+    return ticks, good, bad
+
+
+def _time_columns(*specs: Any) -> list[str]:
+    return [s for s in specs if isinstance(s, str)]
+
+
+def _column_array(column: pa.Array) -> np.ndarray:
+    """A payload column as numpy: numbers and bools without nulls as they are, anything
+    else as an object array of the Python values a row would hold."""
+    kind = column.type
+    if column.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)
+                                   or pa.types.is_boolean(kind)):
+        return column.to_numpy(zero_copy_only=False)
+    values = np.empty(len(column), dtype=object)
+    values[:] = column.to_pylist()
+    return values
+
+
+def _piece(piece: pa.RecordBatch, names: list[str], columnar: bool) -> Any:
+    """One record batch as a column batch ``{name: array}`` (when ``columnar`` and every
+    time is good) or as a list of row dicts, with ticks in the time columns ``names``."""
+    times = {}
+    for name in names:
+        i = piece.schema.get_field_index(name)
+        converted = _ticks(piece.column(i)) if i >= 0 else None
+        if converted is not None:
+            times[name] = converted
+    if columnar and all(good.all() for _, good, _ in times.values()):
+        return {name: times[name][0] if name in times else _column_array(column)
+                for name, column in zip(piece.schema.names, piece.columns)}
+    for name, (ticks, _, _) in times.items():  # Arrow cannot make datetimes of every value
+        piece = piece.set_column(piece.schema.get_field_index(name), name, pa.array(ticks))
+    rows = piece.to_pylist()
+    for name, (ticks, good, bad) in times.items():
+        values = ticks.tolist()
+        for i, value in zip(np.flatnonzero(~good).tolist(), bad):
+            values[i] = value
+        for row, value in zip(rows, values):
+            row[name] = value
+    return rows
+
+
+def arrow_batches(
+    batches: Iterable[pa.RecordBatch | pa.Table],
+    start: Any,
+    end: Any = None,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    columnar: bool = True,
+) -> Iterator[Any]:
+    """Arrow batches (or tables) cut into source batches of at most ``batch_rows`` rows:
+    column batches ``{name: numpy array}`` that the ingress takes vectorised, or, when
+    ``columnar`` is false or a time is null or out of range, lists of row dicts.
+
+    The ``start`` and ``end`` columns (when they are column names of timestamp, date or
+    integer type) hold int64 ticks; a null time is ``None`` in its row so that the Ingress
+    sends the row to its dead letters. Other columns keep their Python values (timestamps as
+    aware ``datetime`` objects; in a column batch, numbers and bools without nulls as numpy
+    arrays, anything else as object arrays).
+
+    >>> t = pa.table({"ts": pa.array([1_000_000, None], pa.timestamp("us", tz="UTC")),
+    ...               "kwh": [1.5, 2.0]})
+    >>> next(arrow_batches([t], start="ts"))
+    [{'ts': 1000000, 'kwh': 1.5}, {'ts': None, 'kwh': 2.0}]
+    >>> next(arrow_batches([t.slice(0, 1)], start="ts"))
+    {'ts': array([1000000]), 'kwh': array([1.5])}
+    """
+    if not (isinstance(batch_rows, int) and batch_rows >= 1):
+        raise ValueError(f"batch_rows={batch_rows!r}: give an int >= 1 (rows per batch)")
+    names = _time_columns(start, end)
+    for batch in batches:
+        pieces = batch.to_batches(max_chunksize=batch_rows) if isinstance(batch, pa.Table) \
+            else [batch.slice(i, batch_rows) for i in range(0, batch.num_rows, batch_rows)]
+        for piece in pieces:
+            if piece.num_rows:
+                yield _piece(piece, names, columnar)
+
+
+def arrow_row_batches(
+    batches: Iterable[pa.RecordBatch | pa.Table],
+    start: Any,
+    end: Any = None,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+) -> Iterator[list[dict[str, Any]]]:
+    """:func:`arrow_batches` as lists of row dicts only.
+
+    >>> t = pa.table({"ts": pa.array([1_000_000, None], pa.timestamp("us", tz="UTC")),
+    ...               "kwh": [1.5, 2.0]})
+    >>> next(arrow_row_batches([t], start="ts"))
+    [{'ts': 1000000, 'kwh': 1.5}, {'ts': None, 'kwh': 2.0}]
+    """
+    return arrow_batches(batches, start, end, batch_rows, columnar=False)
+

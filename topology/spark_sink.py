@@ -1,0 +1,394 @@
+"""The Spark sinks: result tables out as Arrow tables, DataFrames and files (docs/spark.md).
+
+* **batch sinks** -- :func:`cht_to_arrow`, :func:`to_spark` and :func:`write` turn the CHT of a
+  result into a table with ``start``, ``end`` timestamp columns plus the payload's fields;
+* **streaming sink** -- :class:`FinalRowsSink` appends, at each output CTI, the rows that CTI
+  made final, exactly once across restarts (its commit log records the last CTI written).
+
+    >>> table = cht_to_arrow([(0, 5, {"meter": "m1", "kwh": 1.5})])
+    >>> table.column_names
+    ['start', 'end', 'meter', 'kwh']
+    >>> table.to_pylist()[0]["end"].isoformat()
+    '1970-01-01T00:00:00.000005+00:00'
+
+Spark is imported lazily: only the functions that take a SparkSession need it, and they take
+``None`` for the active one. The builder's ``.to_spark`` / ``.write`` / ``.to_spark_stream``
+call these.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pickle
+import shutil
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from actors.files import TMP_PREFIX, atomic_path, atomic_write, temp_path
+from operators.cht import to_cht
+from operators.errors import DeadLetter
+from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract
+from operators.live import LiveEvents
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["TIME_TYPE", "FinalRowsSink", "cht_to_arrow", "to_spark", "write"]
+
+#: The Arrow type of the ``start``/``end`` columns of every sink.
+TIME_TYPE = pa.timestamp("us", tz="UTC")
+#: Text formats write timestamps to the millisecond unless told otherwise; ticks are µs.
+_TEXT_TIMESTAMPS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
+_WRITE_MODES = ("error", "errorifexists", "overwrite", "append", "ignore")
+
+
+def _is_group_pair(payload: Any) -> bool:
+    return type(payload) is tuple and len(payload) == 2
+
+
+def _flatten(payload: Any, fields: dict[str, Any], depth: int = 1) -> None:
+    """The payload's fields into ``fields``: see :func:`cht_to_arrow`."""
+    if isinstance(payload, dict):
+        for k, v in payload.items():
+            fields[str(k)] = v
+    elif _is_group_pair(payload):
+        fields["key" if depth == 1 else f"key{depth}"] = payload[0]
+        _flatten(payload[1], fields, depth + 1)
+    elif isinstance(payload, tuple) and hasattr(payload, "_asdict"):
+        fields.update(payload._asdict())
+    elif dataclasses.is_dataclass(payload) and not isinstance(payload, type):
+        fields.update({f.name: getattr(payload, f.name) for f in dataclasses.fields(payload)})
+    else:
+        fields["value"] = payload
+
+
+def _time_column(ticks: Sequence[int], open_at: int) -> pa.Array:
+    values = np.fromiter(ticks, dtype=np.int64, count=len(ticks))
+    return pa.array(values, type=pa.int64(), mask=values == open_at).cast(TIME_TYPE)
+
+
+def cht_to_arrow(rows: Iterable[tuple[int, int, Any]],
+                 schema: pa.Schema | None = None) -> pa.Table:
+    """CHT rows ``(start, end, payload)`` as an Arrow table.
+
+    Columns: ``start`` and ``end`` as ``timestamp[us, tz=UTC]`` (tick = µs since the epoch);
+    an end at ``MAX_TIME`` (∞, an edge still open) and a start at ``MIN_TIME`` become **null**.
+    Then the payload's fields:
+
+    * a dict: its keys (the union over all rows, in first-seen order; missing ones are null);
+    * a pair ``(key, payload)`` as produced by ``group_apply``: a ``key`` column, then the
+      inner payload's fields (a nested group's key is ``key2``, ...);
+    * a NamedTuple or a dataclass: its fields;
+    * anything else: one ``value`` column.
+
+    A payload field named ``start`` or ``end`` is renamed ``payload_start`` / ``payload_end``.
+    With ``schema``, columns are built with its types (a sink uses the schema of its first
+    file, so that all files agree); columns it lacks are added, its columns that the rows lack
+    are null.
+
+    >>> t = cht_to_arrow([(0, MAX_TIME, ("m1", 3)), (2, 3, ("m2", 1))])
+    >>> t.column_names, t.column("end").null_count, t.column("value").to_pylist()
+    (['start', 'end', 'key', 'value'], 1, [3, 1])
+    """
+    rows = list(rows)
+    flat: list[dict[str, Any]] = []
+    names: dict[str, None] = {}
+    if schema is not None:  # the schema's columns first, in its order
+        names.update((f.name, None) for f in schema if f.name not in ("start", "end"))
+    for row in rows:
+        try:
+            _, _, payload = row
+        except (TypeError, ValueError):
+            raise TypeError(f"cht_to_arrow: expected (start, end, payload) rows, got {row!r}; "
+                            f"turn messages into rows with operators.cht.to_cht") from None
+        fields: dict[str, Any] = {}
+        _flatten(payload, fields)
+        if "start" in fields or "end" in fields:
+            fields = {f"payload_{k}" if k in ("start", "end") else k: v
+                      for k, v in fields.items()}
+        for k in fields:
+            names.setdefault(k, None)
+        flat.append(fields)
+    columns: dict[str, pa.Array] = {
+        "start": _time_column([r[0] for r in rows], MIN_TIME),
+        "end": _time_column([r[1] for r in rows], MAX_TIME),
+    }
+    for name in names:
+        values = [fields.get(name) for fields in flat]
+        kind = None
+        if schema is not None and schema.get_field_index(name) >= 0:
+            kind = schema.field(name).type
+        try:
+            columns[name] = pa.array(values, type=kind)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
+            want = f" as {kind}" if kind is not None else ""
+            raise TypeError(
+                f"cht_to_arrow: payload field {name!r} cannot be stored in one column{want} "
+                f"({type(exc).__name__}: {exc}); give it one type in every row, e.g. with "
+                f".select(...) before the sink"
+            ) from None
+    return pa.table(columns)
+
+
+def _as_rows(rows_or_messages: Iterable[Any]) -> list[tuple[int, int, Any]]:
+    items = list(rows_or_messages)
+    if any(isinstance(m, (Insert, Retract, Cti)) for m in items):
+        return to_cht(items)
+    return items
+
+
+def _session(spark: SparkSession | None, what: str) -> SparkSession:
+    if spark is not None:
+        return spark
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is None:
+        raise RuntimeError(f"{what}: no SparkSession given and none is active; pass one, or "
+                           f"start one with SparkSession.builder.getOrCreate()")
+    return active
+
+
+def to_spark(spark: SparkSession | None, rows_or_messages: Iterable[Any]) -> DataFrame:
+    """A result as a Spark DataFrame: CHT rows, or a physical stream (turned into its CHT
+    with :func:`operators.cht.to_cht`), converted by :func:`cht_to_arrow` (``start``/``end``
+    timestamps, null for ∞, plus the payload's fields) and handed to Spark as Arrow.
+    ``spark=None`` uses the active SparkSession."""
+    session = _session(spark, "to_spark")
+    return session.createDataFrame(cht_to_arrow(_as_rows(rows_or_messages)))
+
+
+def write(
+    spark: SparkSession | None,
+    rows_or_messages: Iterable[Any],
+    path: str,
+    format: str = "parquet",
+    mode: str = "error",
+) -> None:
+    """Write a result's CHT (see :func:`to_spark`) to ``path`` through Spark's writer.
+
+    Text formats (``"json"``, ``"csv"``) get timestamps with microseconds (Spark's default
+    format stops at milliseconds). ``mode`` is Spark's save mode: ``"error"`` (the default:
+    fail if ``path`` exists), ``"overwrite"``, ``"append"`` or ``"ignore"``.
+    """
+    if mode not in _WRITE_MODES:
+        raise ValueError(f"write(mode={mode!r}): mode must be one of {_WRITE_MODES}")
+    (to_spark(spark, rows_or_messages).write.format(format).mode(mode)
+     .options(**_TEXT_TIMESTAMPS).save(path))
+
+
+# -- the exactly-once streaming sink ---------------------------------------------------------
+_LOG_NAME = "_cedar_commits.json"
+_EPOCH_PREFIX = "epoch-"
+
+
+def _epoch_stem(cti: int) -> str:
+    """A file name stem that sorts like the CTI (negative CTIs included)."""
+    return f"{_EPOCH_PREFIX}{cti - MIN_TIME:020d}"
+
+
+class FinalRowsSink:
+    """Appends, at each output CTI, the result rows that CTI made final, exactly once.
+
+    After ``Cti(c)`` a retraction needs ``min(end, new_end) >= c`` (docs/model.md), so a row whose
+    end is before ``c`` can never change again, and every row that ends before ``c`` is already
+    in the CHT (a later insert starts at ``c`` or later). ``Cti(MAX_TIME)`` makes every row
+    final, open edges included. The rows final at ``Cti(c)`` are therefore exactly the rows of
+    the final CHT that end before ``c``, whatever the physical stream looked like.
+
+    Feed the sink with :meth:`on_messages`. It keeps the live rows (those not final yet) in
+    memory, and at a CTI that finalises rows it writes them (:func:`cht_to_arrow` layout) as
+    one file named after the CTI: written to a hidden temp name, then atomically renamed, then
+    recorded in the commit log ``_cedar_commits.json`` (the last committed CTI). Spark ignores
+    files starting with ``_`` or ``.``, so ``spark.read.parquet(path)`` reads exactly the
+    committed rows.
+
+    **Exactly once across restarts**: a new sink on the same ``path`` reads the log (and
+    deletes files written after the last commit by a sink that died before committing).
+    Fed the same result stream again -- from the beginning, or from a position whose
+    :meth:`snapshot` it was given with :meth:`restore` -- it writes only the rows that end at
+    or after the committed CTI, so no row is written twice and none is lost. The CTIs of the
+    replayed stream may even differ from the first run's.
+
+    A row that ends exactly at the last CTI can still be extended, so it is not final: the
+    end of the input's final CTI (``Ingress.end()``) leaves the rows ending there pending.
+    Call :meth:`end` when the result stream is over: it treats the end like ``Cti(MAX_TIME)``
+    and writes every pending row.
+
+    ``format="parquet"`` is written with pyarrow (no Spark job per epoch; ``spark`` may be
+    None); any other format Spark can write (``"orc"``, ``"json"``, ...) needs ``spark``.
+
+    One sink object writes to a path at a time (the commit log has a single writer).
+
+    Messages that break the rules of physical streams (docs/model.md; a retraction of an
+    unknown id or a mismatching lifetime, an insert behind the CTI, a CTI that goes back) are
+    not applied: they go to
+    :attr:`dead_letters` with a reason.
+    """
+
+    def __init__(self, spark: SparkSession | None, path: str, format: str = "parquet",
+                 name: str = "sink") -> None:
+        if format != "parquet" and spark is None:
+            raise ValueError(f"FinalRowsSink(format={format!r}) writes through Spark: pass a "
+                             f"SparkSession, or use format='parquet' (written with pyarrow)")
+        self.spark = spark
+        self.path = os.path.abspath(path)
+        self.format = format
+        self.name = name
+        os.makedirs(self.path, exist_ok=True)
+        #: The latest CTI whose final rows are on disk (MIN_TIME: nothing committed yet).
+        self.committed = MIN_TIME
+        #: Files and rows written by this object.
+        self.epochs_written = 0
+        self.rows_written = 0
+        #: Messages that could not be applied, with a reason.
+        self.dead_letters: list[DeadLetter] = []
+        #: the rows not final yet
+        self.events = LiveEvents()
+        self._schema: pa.Schema | None = None
+        self._recover()
+
+    # -- recovery -----------------------------------------------------------------------------
+    def _log_path(self) -> str:
+        return os.path.join(self.path, _LOG_NAME)
+
+    def _recover(self) -> None:
+        log = self._log_path()
+        if os.path.exists(log):
+            with open(log, encoding="utf-8") as f:
+                entry = json.load(f)
+            self.committed = int(entry["committed_cti"])
+            if entry.get("format", self.format) != self.format:
+                raise ValueError(f"FinalRowsSink: {self.path} holds {entry['format']!r} files; "
+                                 f"open it with format={entry['format']!r} or use a new path")
+        keep = _epoch_stem(self.committed)
+        for entry_name in sorted(os.listdir(self.path)):
+            full = os.path.join(self.path, entry_name)
+            if entry_name.startswith(TMP_PREFIX):  # a write that never got renamed
+                _remove(full)
+            elif entry_name.startswith(_EPOCH_PREFIX):
+                stem = entry_name[:len(keep)]
+                if self.committed == MIN_TIME or stem > keep:  # renamed, never committed
+                    _remove(full)
+                elif self._schema is None and self.format == "parquet":
+                    import pyarrow.parquet as pq
+
+                    self._schema = pq.read_schema(full)
+
+    # -- the message path ---------------------------------------------------------------------
+    def on_messages(self, messages: Iterable[Message]) -> None:
+        """Apply a batch of result messages; write the rows each CTI makes final."""
+        for msg in messages:
+            kind = type(msg)
+            if kind is Insert:
+                self._insert(msg)
+            elif kind is Retract:
+                self._retract(msg)
+            elif kind is Cti:
+                self._on_cti(msg)
+            else:
+                self._reject(msg, f"not a physical message ({type(msg).__name__}); send "
+                                  f"Insert, Retract or Cti")
+
+    def end(self) -> None:
+        """The result stream is over: nothing can change any more, so every pending row is
+        final (as at ``Cti(MAX_TIME)``, which is what the commit log records)."""
+        self._on_cti(Cti(MAX_TIME))
+
+    def _reject(self, msg: Any, reason: str) -> None:
+        self.dead_letters.append(DeadLetter(self.name, reason, msg))
+
+    def _insert(self, msg: Insert) -> None:
+        problem = self.events.insert(msg)
+        if problem is not None:
+            self._reject(msg, f"{problem}; the upstream broke the rules of a physical stream")
+
+    def _retract(self, msg: Retract) -> None:
+        problem = self.events.retract(msg)
+        if problem is not None:
+            self._reject(msg, f"{problem}; the upstream broke the rules of a physical stream")
+
+    def _on_cti(self, msg: Cti) -> None:
+        c = msg.time
+        if c < self.events.cti:
+            return self._reject(msg, f"CTI goes back from {self.events.cti} to {c}")
+        final = self.events.drain() if c == MAX_TIME else self.events.advance_to(c)
+        if self.committed == MAX_TIME:
+            return None
+        rows = [(s, e, p) for _, s, e, p in final
+                if e >= self.committed]  # rows ending before it are in committed files
+        if c > self.committed and rows:
+            self._commit(c, rows)
+        return None
+
+    def _commit(self, cti: int, rows: list[tuple[int, int, Any]]) -> None:
+        from operators.cht import row_key
+
+        rows.sort(key=row_key)
+        stem = _epoch_stem(cti)
+        if self.format == "parquet":
+            import pyarrow.parquet as pq
+
+            table = cht_to_arrow(rows, self._schema)
+            with atomic_path(os.path.join(self.path, f"{stem}.parquet")) as tmp:
+                pq.write_table(table, tmp)
+            if self._schema is None:
+                self._schema = table.schema
+        else:
+            self._commit_with_spark(stem, rows)
+        atomic_write(self._log_path(), json.dumps(
+            {"committed_cti": cti, "format": self.format}).encode())
+        self.committed = cti
+        self.epochs_written += 1
+        self.rows_written += len(rows)
+
+    def _commit_with_spark(self, stem: str, rows: list[tuple[int, int, Any]]) -> None:
+        assert self.spark is not None
+        tmp_dir = temp_path(os.path.join(self.path, stem))  # beside the epoch's files
+        df = self.spark.createDataFrame(cht_to_arrow(rows)).coalesce(1)
+        df.write.format(self.format).options(**_TEXT_TIMESTAMPS).save(tmp_dir)
+        parts = sorted(p for p in os.listdir(tmp_dir) if p.startswith("part-"))
+        for i, part in enumerate(parts):
+            ext = part.split(".", 1)[1] if "." in part else self.format
+            os.replace(os.path.join(tmp_dir, part),
+                       os.path.join(self.path, f"{stem}-{i}.{ext}"))
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+
+    # -- checkpoints and checks ---------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """The in-memory state (live rows and CTI) at this point of the stream; the committed
+        CTI is not part of it: it lives on disk."""
+        return pickle.loads(pickle.dumps({"events": self.events}))
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Resume from a :meth:`snapshot`: feed the messages that followed it next."""
+        self.events = pickle.loads(pickle.dumps(state["events"]))
+
+    def state_size(self) -> int:
+        """Number of live rows held (rows not final yet)."""
+        return len(self.events)
+
+    def pending(self) -> list[tuple[int, int, Any]]:
+        """The live rows, not final yet, as CHT rows."""
+        from operators.cht import row_key
+
+        return sorted(self.events.rows(), key=row_key)
+
+    def _check(self) -> None:
+        self.events.check()
+
+    def __repr__(self) -> str:
+        return (f"<FinalRowsSink {self.path} committed={self.committed} "
+                f"live={len(self.events)}>")
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        os.remove(path)
