@@ -50,7 +50,8 @@ COLUMNS = ("step", "direction", "port", "seq", "wall", "kind", "id", "start", "e
 
 @dataclass(frozen=True)
 class Trace:
-    """Where and what to trace (see the module docstring). ``Trace.open(path)`` reads one."""
+    """Where and what to trace (see the module docstring); ``topology.Trace`` adds
+    ``open(path)``, which reads one back."""
 
     path: str
     steps: tuple[str, ...] | None = None
@@ -81,13 +82,6 @@ class Trace:
 
     def traces(self, step: str) -> bool:
         return self.steps is None or step in self.steps or step.split("[")[0] in self.steps
-
-    @staticmethod
-    def open(path: str) -> Any:
-        """The recorded trace at ``path`` (:class:`topology.debug.Recording`)."""
-        from topology.debug import Recording
-
-        return Recording.open(path)
 
 
 def json_text(payload: Any) -> str:

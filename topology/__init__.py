@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from actors.trace import Trace
-
 from .stream import Stream, WindowedStream
+from .trace import Trace
 
 if TYPE_CHECKING:
     from .query import Query

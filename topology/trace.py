@@ -18,10 +18,22 @@ import json
 import os
 from typing import Any
 
+from actors import trace as _runtime
 from actors.files import atomic_write
-from actors.trace import Trace
 
+from .debug import Recording
 from .planner import Plan
+
+
+class Trace(_runtime.Trace):
+    """Where and what to trace: ``Trace(path, steps=, start=, end=, where=, limit=)`` (see
+    :mod:`actors.trace`); ``Trace.open(path)`` reads a recorded trace back."""
+
+    @staticmethod
+    def open(path: str) -> Recording:
+        """The recorded trace at ``path`` (:class:`topology.debug.Recording`)."""
+        return Recording.open(path)
+
 
 #: Processor classes whose output event keeps its input's id and lifetime mapping.
 _SPAN = {"Where", "Select", "Shift", "ToPoints", "ClipDuration", "ColumnWhere",

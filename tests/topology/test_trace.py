@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from actors.trace import Trace
+from topology import Trace
 from operators.aggregates import Count
 from operators.cht import to_cht
 from operators.events import Cti, Insert, Retract
