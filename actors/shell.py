@@ -9,8 +9,9 @@ a cloudpickled factory) and moves batches:
   a batch (:mod:`actors.wire`), runs the processor, splits the output over the out-edges
   (with the router the planner's side builds, :class:`topology.routing.Router`) into
   per-edge buffers; :meth:`end` counts the ends of its input edges and, after the last,
-  flushes the processor (``finish()``, e.g. a source's final CTI) and forwards the end; :meth:`fail` forwards an upstream failure to the output, where the
-  driver reports it with the step id.
+  flushes the processor (``finish()``, e.g. a source's final CTI) and forwards the end;
+  :meth:`fail` forwards an upstream failure to the output, where the driver reports it with
+  the step id.
 * **batching**: a buffer is sent when it holds ``batch_size`` messages, when a CTI went into
   it (so a CTI never waits), or when its oldest message is ``flush_s`` old — a timer thread
   does this, because a synchronous actor runs nothing between calls; it sleeps until a buffer

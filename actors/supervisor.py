@@ -106,8 +106,8 @@ class Supervisor:
     def _feed(self) -> None:
         try:
             steps = [step for step, _ in self.feeds]
-            rounds = epoch = 0
-            for round_ in round_robin([it for _, it in self.feeds]):
+            epoch = 0
+            for rounds, round_ in enumerate(round_robin([it for _, it in self.feeds]), 1):
                 if self.stop_event.is_set():
                     break
                 live = False  # whether a feed may go on after this round
@@ -115,7 +115,6 @@ class Supervisor:
                     if blob is not END:
                         live = True
                         self._send(("b", steps[i], blob))
-                rounds += 1
                 if live and rounds % self.every == 0:
                     epoch += 1
                     self._send(("e", epoch))
@@ -229,7 +228,7 @@ class Supervisor:
                 for h in old.values():
                     try:
                         ray.kill(h, no_restart=True)
-                    except Exception:  # noqa: BLE001, S110 - dead already
+                    except Exception:  # noqa: BLE001 - dead already
                         pass
                 epoch = ck.latest_complete(self.root, self.name, self.steps)
                 self.generation += 1

@@ -160,7 +160,7 @@ class Recorder:
                 try:
                     if not t.where(m.payload):
                         continue
-                except Exception:  # noqa: BLE001, S112 - a payload it cannot take: not chosen
+                except Exception:  # noqa: BLE001 - a payload it cannot take: not chosen
                     continue
             self._add(direction, port, wall, "insert" if kind is Insert else "retract", m.id,
                       s, e, ne, m.payload)

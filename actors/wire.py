@@ -3,10 +3,10 @@
 Ray's serializer is an order of magnitude slower on a Python list of tuples than ``pickle``
 (docs/runtime.md), so a batch travels as bytes we serialize ourselves. Messages are flattened
 to plain tuples tagged by kind — ``(0, id, start, end, payload)`` for an Insert, ``(1, id,
-start, end, new_end, payload)`` for a Retract, ``(2, time)`` for a Cti — and pickled with protocol 5; on
-arrival they are rebuilt without re-running the constructors' checks (the sender built them
-checked). Measured on 10k messages: ~1.1 µs/message to encode, ~1.2 µs to decode, about half
-of pickling the message objects themselves.
+start, end, new_end, payload)`` for a Retract, ``(2, time)`` for a Cti — and pickled with
+protocol 5; on arrival they are rebuilt without re-running the constructors' checks (the
+sender built them checked). Measured on 10k messages: ~1.1 µs/message to encode, ~1.2 µs to
+decode, about half of pickling the message objects themselves.
 
     >>> from operators.events import Insert, Cti
     >>> decode(encode([Insert("a", 1, 2, {"x": 1}), Cti(2)]))

@@ -6,8 +6,9 @@ cedar fed from (and written back through) Spark.
 * :func:`sss_w1` / :func:`sss_w2` / :func:`sss_w3` -- ``readStream`` of the parquet files,
   ``withWatermark`` (the generator's disorder), ``groupBy(window, key)`` or a time-bounded
   stream-stream join, append mode, ``trigger(availableNow=True)``, the ``noop`` sink;
-* :func:`cedar_from_spark` -- ``spark.read.parquet`` → :func:`topology.spark_source.spark_row_batches`
-  → a cedar query (inline) → :func:`topology.spark_sink.write` (parquet);
+* :func:`cedar_from_spark` -- ``spark.read.parquet`` →
+  :func:`topology.spark_source.spark_row_batches` → a cedar query (inline) →
+  :func:`topology.spark_sink.write` (parquet);
 * :func:`microbatch_latency` -- W1 on Spark's ``rate`` source at a fixed rate with a
   processing-time trigger; the per-micro-batch ``triggerExecution`` durations.
 """

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import random
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from hypothesis import strategies as st
 
@@ -91,7 +92,7 @@ def run_operator(
 @st.composite
 def physical_streams(
     draw: Any,
-    payloads: st.SearchStrategy[Any] = st.integers(0, 5),
+    payloads: st.SearchStrategy[Any] = st.integers(0, 5),  # noqa: B008 - immutable
     max_steps: int = 30,
     span: int = 30,
     max_length: int = 20,

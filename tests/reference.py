@@ -7,7 +7,8 @@ with ``operators/``: these are the specifications the engine is tested against.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from operators.events import MAX_TIME, MIN_TIME
 

@@ -244,7 +244,7 @@ def explain(data: DemoData, out: str) -> dict[str, str]:
     for r in data.readings:
         if r["ts"] is not None:
             by_meter.setdefault(r["meter"], []).append(r)
-    for meter, rows in sorted(by_meter.items()):
+    for meter, rows in sorted(by_meter.items()):  # noqa: B007 - the found meter is used below
         readings = Stream.from_rows(rows, start="ts", advance=advance, name="readings")
         anomalies = readings.group_apply(
             lambda r: r["meter"],

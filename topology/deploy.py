@@ -377,7 +377,7 @@ def _kill(handles: Iterable[Any]) -> None:
     for h in handles:
         try:
             ray.kill(h, no_restart=True)
-        except Exception:  # noqa: BLE001, S110 - dead already
+        except Exception:  # noqa: BLE001 - dead already
             pass
 
 

@@ -120,7 +120,7 @@ def feed_of(plan: Plan, step: str) -> Iterable[Any]:
     if isinstance(src, n.FromRows):
         return src.rows  # type: ignore[no-any-return]
     if isinstance(src, n.Published):
-        raise ValueError(  # noqa: TRY004
+        raise ValueError(
             f"{step}: published({src.query!r}) reads a query running on Ray; it cannot run "
             f"inline (use collect() on Ray, or deploy())"
         )

@@ -57,5 +57,5 @@ def unsubscribe(subs: list[tuple[str, str]]) -> None:
         try:
             pub = ray.get_actor(actor_name(publisher, "sink"), namespace=NAMESPACE)
             ray.get(pub.unsubscribe.remote(token))
-        except Exception:  # noqa: BLE001, S110 - the publisher is gone: nothing to detach from
+        except Exception:  # noqa: BLE001 - the publisher is gone: nothing to detach from
             pass

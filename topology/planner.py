@@ -368,7 +368,7 @@ def subquery_factory(sub: n.Node, step: str) -> Factory:
     subplan = plan(sub, sink=False)
     for s in subplan.sources:
         if not isinstance(subplan.stages[s].source, n.GroupInput):
-            raise ValueError(  # noqa: TRY004
+            raise ValueError(
                 f"{step}: the group_apply sub-query reads another source "
                 f"({subplan.stages[s].describe}); a sub-query may only read the group it is "
                 f"given (join with other streams outside group_apply)"

@@ -167,7 +167,7 @@ class Query:
             finally:
                 try:
                     sink.close_pull.remote(pull)
-                except Exception:  # the query was stopped meanwhile  # noqa: BLE001, S110
+                except Exception:  # the query was stopped meanwhile  # noqa: BLE001
                     pass
 
         return messages()
@@ -221,7 +221,7 @@ class Query:
 
         try:
             ray.get([h.flush_trace.remote() for h in self.handles.values()], timeout=30)
-        except Exception:  # noqa: BLE001, S110 - a step is gone: its rows are lost with it
+        except Exception:  # noqa: BLE001 - a step is gone: its rows are lost with it
             pass
 
     def stop(self) -> None:
@@ -238,18 +238,18 @@ class Query:
             for h in handles:
                 try:
                     ray.kill(h, no_restart=True)
-                except Exception:  # noqa: BLE001, S110
+                except Exception:  # noqa: BLE001
                     pass
         unsubscribe(self._subscriptions)
         try:
             info = ray.get(self._sink.manifest.remote())
             unsubscribe([tuple(s) for s in info.get("subscriptions", ())])  # type: ignore[misc]
-        except Exception:  # the sink is gone already  # noqa: BLE001, S110
+        except Exception:  # the sink is gone already  # noqa: BLE001
             pass
         for h in self.handles.values():
             try:
                 ray.kill(h)
-            except Exception:  # noqa: BLE001, S110
+            except Exception:  # noqa: BLE001
                 pass
         self.handles = {}
 

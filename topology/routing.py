@@ -36,7 +36,7 @@ def stable_hash(key: Any) -> int:
     ``Fraction(1)`` are one key (Python's numeric hash is defined across number types and is
     not salted per process, unlike ``hash()`` of a string)."""
     if isinstance(key, (numbers.Number, np.generic)) and not isinstance(key, (str, bytes)):
-        if key != key:  # noqa: PLR0124 -- NaN hashes by identity: every NaN to one place
+        if key != key:
             return 0
         return hash(key) & 0x7FFFFFFFFFFFFFFF
     if isinstance(key, str):

@@ -266,7 +266,7 @@ def spark_stream_rows(
         def wait() -> None:
             try:
                 query.awaitTermination()
-            except Exception as exc:  # surfaces in the consumer
+            except Exception as exc:  # noqa: BLE001 - any failure surfaces in the consumer
                 pending.put(exc)
             finally:
                 pending.put(done)

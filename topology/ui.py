@@ -133,7 +133,8 @@ function graph(steps, edges) {
   names.forEach(s => d(s, new Set()));
   const cols = {}, pos = {};
   for (const s of names) { const c = depth[s]; (cols[c] ||= []).push(s); }
-  for (const [c, ss] of Object.entries(cols)) ss.forEach((s, i) => pos[s] = [c * 190 + 10, i * 40 + 10]);
+  for (const [c, ss] of Object.entries(cols))
+    ss.forEach((s, i) => pos[s] = [c * 190 + 10, i * 40 + 10]);
   const height = Math.max(...Object.values(cols).map(ss => ss.length)) * 40 + 10;
   const svg = svgEl("svg", {width: Object.keys(cols).length * 190 + 10, height: height,
                             "data-role": "graph"});
@@ -172,7 +173,8 @@ function render(data) {
       const tr = el("tr", null, {"data-step": step});
       tr.appendChild(el("td", step, {class: "step", title: s.operator}));
       for (const f of FIELDS) {
-        const v = s[f] === null || s[f] === undefined ? "" : f === "node" ? String(s[f]).slice(0, 8) : s[f];
+        const v = s[f] === null || s[f] === undefined ? ""
+          : f === "node" ? String(s[f]).slice(0, 8) : s[f];
         tr.appendChild(el("td", v, {"data-field": f}));
       }
       table.appendChild(tr);
@@ -204,7 +206,7 @@ setInterval(refresh, 1000);
 class _Handler(BaseHTTPRequestHandler):
     monitor: Monitor
 
-    def do_GET(self) -> None:  # noqa: N802 - the http.server protocol
+    def do_GET(self) -> None:
         if self.path == "/":
             nonce = secrets.token_urlsafe(16)
             self._send(200, "text/html; charset=utf-8", PAGE.replace("NONCE", nonce).encode(),
@@ -226,7 +228,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 

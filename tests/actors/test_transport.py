@@ -10,15 +10,15 @@ import sys
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators.union import Union
-from topology.routing import OutEdge, Partitioner, Router, stable_hash
 from actors.shell import OperatorShell
-from operators.publish import Publish
 from actors.wire import decode, encode
 from operators.cht import to_cht, validate
 from operators.events import MIN_TIME, Cti, FreshId, Insert
+from operators.publish import Publish
+from operators.union import Union
 from operators.where import Where
 from tests.kit import EXAMPLES, assert_equivalent, physical_streams
+from topology.routing import OutEdge, Partitioner, Router, stable_hash
 
 
 @settings(max_examples=EXAMPLES, deadline=None)

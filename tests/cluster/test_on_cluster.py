@@ -59,7 +59,7 @@ def test_steps_can_be_pinned_to_a_node(ray_session, cluster):
     worker = cluster[1][0].node_id
     q = _query(partitions=2)
     steps = list(q.plan().stages)
-    live = q.deploy("pin-check", history=True, placement={s: worker for s in steps})
+    live = q.deploy("pin-check", history=True, placement=dict.fromkeys(steps, worker))
     try:
         live.wait()
         assert set(_nodes_of("pin-check").values()) == {worker}

@@ -23,7 +23,8 @@ def test_token_auth_on_and_nothing_public(name):
     config = yaml.safe_load((ROOT / name).read_text())
     assert config["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"
     starts = config["head_start_ray_commands"] + config["worker_start_ray_commands"]
-    assert all("RAY_AUTH_MODE=token" in c for c in starts if c.strip().startswith(("ulimit", "RAY")))
+    assert all("RAY_AUTH_MODE=token" in c
+               for c in starts if c.strip().startswith(("ulimit", "RAY")))
     assert "--dashboard-host=127.0.0.1" in " ".join(config["head_start_ray_commands"])
     assert any("pip install" in c and "cedar" in c for c in config["setup_commands"])
 

@@ -282,7 +282,7 @@ def test_incremental_aggregate_gets_deltas():
     assert calls == [("add", [7, 1])]
 
 
-# -- errors -----------------------------------------------------------------------------------------
+# -- errors ----------------------------------------------------------------------------------------
 class Fragile(Aggregate):
     def compute(self, values):
         if 13 in values:

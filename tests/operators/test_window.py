@@ -367,7 +367,7 @@ def test_unclipped_time_sensitive_udm_holds_the_cti_at_an_open_edge():
 def test_cti_at_infinity_over_an_open_edge_is_refused_not_a_hang():
     op = make_window(HoppingWindow(10, 5), Count())
     op.process([Insert("e0", 5, MAX_TIME, 1), Cti(50)])
-    with pytest.raises(OperatorError, match="reached ∞.*never closed.*compressed"):
+    with pytest.raises(OperatorError, match=r"reached ∞.*never closed.*compressed"):
         op.process([Cti(MAX_TIME)])
     comp = make_window(HoppingWindow(10, 5), Count(), output="compressed")
     assert_equivalent(comp.process([Insert("e0", 5, MAX_TIME, 1), Cti(MAX_TIME)]),
@@ -401,7 +401,8 @@ class Boom(Aggregate):
 def test_udm_error_names_operator_udm_and_window():
     op = make_window(HoppingWindow(10, 10), Boom(), name="avg#3")
     op.process([Insert("a", 1, 2, 1)])
-    with pytest.raises(OperatorError, match=r"avg#3.*Boom.*\[0, 10\).*ZeroDivisionError: no threes"):
+    with pytest.raises(OperatorError,
+                       match=r"avg#3.*Boom.*\[0, 10\).*ZeroDivisionError: no threes"):
         op.process([Insert("b", 4, 5, 3)])
 
 

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators.sources import EventsSource, RowsSource
 from operators.cht import validate
 from operators.events import Cti, Insert, Retract
 from operators.ingress import AdvanceTime
+from operators.sources import EventsSource, RowsSource
 from tests.kit import EXAMPLES, assert_equivalent, physical_streams
 from tests.reliability import TERMS, assert_accounted, records, run_dag
 from topology import Stream

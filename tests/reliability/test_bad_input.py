@@ -12,7 +12,6 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from operators.sources import EventsSource
 from operators.aggregates import Count, Sum
 from operators.alter_lifetime import AlterLifetime
 from operators.anti_join import AntiJoin
@@ -26,6 +25,7 @@ from operators.ingress import AdvanceTime
 from operators.join import Join
 from operators.select import Select
 from operators.shift import Shift
+from operators.sources import EventsSource
 from operators.to_points import ToPoints
 from operators.union import Union
 from operators.where import Where
@@ -299,7 +299,7 @@ def test_a_column_batch_is_checked_event_by_event():
     assert [d.item for d in src.dead_letters] == [(1, 3, 4, {"v": 2.0}), (2, 9, 9, {"v": 3.0})]
 
 
-# -- wrong types: cedar has no declared schema ------------------------------------------------------
+# -- wrong types: cedar has no declared schema -----------------------------------------------------
 # A payload is whatever the row or message carries; the nearest thing to "a wrong type for a
 # declared field" is a user function or UDM that cannot handle the value. That fails the query
 # with an error naming the step (and, for a UDM, the UDM and the window), or, for a window
@@ -335,7 +335,7 @@ def test_a_wrong_field_type_in_a_predicate_names_the_step():
         q.collect(runtime="inline")
 
 
-# -- an event behind a CTI inside the engine: a bug, fails loudly naming the operator ---------------
+# -- an event behind a CTI inside the engine: a bug, fails loudly naming the operator --------------
 OPS = {
     "tumbling": lambda: make_window(tumbling_window(5), Count(), name="op-under-test"),
     "hopping": lambda: make_window(hopping_window(6, 2), Count(), name="op-under-test"),

@@ -28,7 +28,7 @@ from topology.arrow_reader import arrow_row_batches
 
 pytestmark = pytest.mark.timeout(60 * max(1, EXAMPLES // 200))
 
-# -- junk rows --------------------------------------------------------------------------------------
+# -- junk rows -------------------------------------------------------------------------------------
 times = st.one_of(
     st.integers(-50, 50), st.integers(-50, 50), st.integers(-50, 50),
     st.integers(MIN_TIME - 5, MIN_TIME + 5), st.integers(MAX_TIME - 5, MAX_TIME + 5),
@@ -73,7 +73,7 @@ def test_junk_rows_never_crash_and_every_row_is_accounted_for(data, shape, advan
     assert_equivalent(out, reference_window(sent, snapshot_window(), len))
 
 
-# -- junk physical messages -------------------------------------------------------------------------
+# -- junk physical messages ------------------------------------------------------------------------
 NOT_MESSAGES = [None, 42, "Cti(3)", (0, "a", 1, 2, None), {"id": "a"}, b"\x00", 1.5]
 
 
@@ -143,7 +143,7 @@ def test_junk_messages_are_dead_letters_and_change_nothing_else(case, batch):
     assert_equivalent(out, clean)
 
 
-# -- junk Arrow tables ------------------------------------------------------------------------------
+# -- junk Arrow tables -----------------------------------------------------------------------------
 _UNITS = {"s": 1_000_000, "ms": 1_000, "us": 1, "ns": -1_000}
 _DAY = 86_400_000_000
 
@@ -256,7 +256,7 @@ def test_arrow_times_outside_the_axis_are_dead_letters_not_wrapped(typ, value):
 def test_junk_arrow_tables_ingest_column_wise_as_row_wise(case, batch_rows):
     # from_arrow sends good batches column-wise and bad ones as rows: the same events, the
     # same counts as the row path
-    table, _, _, values = case
+    table, _, _, _values = case
     rows = itertools.chain.from_iterable(arrow_row_batches([table], start="ts"))
     by_rows, rows_dag, _ = run_dag(Stream.from_rows(rows, start="ts"))
     by_cols, cols_dag, _ = run_dag(Stream.from_arrow(table, start="ts", batch_rows=batch_rows))

@@ -260,7 +260,7 @@ def test_an_unserialisable_result_inline_is_just_a_payload():
     assert [p for _, _, p in to_cht(out)] == [lock, lock, lock]
 
 
-# -- on Ray -----------------------------------------------------------------------------------------
+# -- on Ray ----------------------------------------------------------------------------------------
 @pytest.mark.ray
 def test_on_ray_a_raising_udm_surfaces_in_the_driver_naming_operator_udm_window(ray_session):
     q = Stream.from_events(EVENTS).tumbling_window(5).aggregate(NoThrees())
@@ -337,8 +337,8 @@ def _shell(edges=(), handles=None):
 
 
 def test_an_unserialisable_output_batch_fails_the_step_and_is_forwarded():
-    from topology.routing import OutEdge
     from actors.wire import encode
+    from topology.routing import OutEdge
 
     down = _Downstream()
     shell = _shell([OutEdge("sink", 0)], {"sink": down})

@@ -60,7 +60,7 @@ def test_collocated_point_events_count_as_one_start_time():
     assert_equivalent(run(CountWindow(3), Count(), stream), [(4, 5, 4), (6, 7, 4), (7, 8, 3)])
     # the window end (last start + 1 tick) takes every point in whole: clipping changes nothing
     out = run(CountWindow(3), Clipped(), stream)
-    for _, _, (window, events) in to_cht(out):
+    for _, _, (_window, events) in to_cht(out):
         assert all(e - s == 1 for s, e, _ in events), events
 
 

@@ -246,7 +246,7 @@ def test_write_round_trip_and_sink_files_read_by_spark(spark, tmp_path) -> None:
     write(spark, rows, out)
     back = spark.read.parquet(out).toArrow()
     assert sorted(back.to_pylist(), key=lambda r: r["meter"]) == cht_to_arrow(rows).to_pylist()
-    with pytest.raises(Exception, match="(?i)already exists"):
+    with pytest.raises(Exception, match=r"(?i)already exists"):
         write(spark, rows, out)
     write(spark, rows[:1], out, mode="overwrite")
     write(spark, rows[1:], out, mode="append")

@@ -13,11 +13,11 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from topology.routing import stable_hash
 from operators.aggregates import Count, Max, Min
 from operators.cht import to_cht
 from operators.errors import OperatorError
 from topology import Stream
+from topology.routing import stable_hash
 
 ONE = [1, np.int64(1), 1.0, Decimal(1), np.float32(1.0), Fraction(1), True, np.uint8(1)]
 HALF = [1.5, np.float32(1.5), Decimal("1.5"), Fraction(3, 2), np.float64(1.5)]

@@ -12,11 +12,10 @@ import os
 
 import pytest
 
-from topology import Trace
 from operators.aggregates import Count
 from operators.cht import to_cht
 from operators.events import Cti, Insert, Retract
-from topology import Stream
+from topology import Stream, Trace
 from topology.debug import Recording
 
 MIN = 10  # ticks per "minute" of the readings below
@@ -170,7 +169,7 @@ def test_tracing_off_writes_nothing(tmp_path):
     os.chdir(tmp_path)
     Stream.from_events([Insert(1, 0, 1, 1), Cti(1)]).collect(runtime="inline")
     assert os.listdir(tmp_path) == []
-    with pytest.raises(FileNotFoundError, match="no plan.json"):
+    with pytest.raises(FileNotFoundError, match=r"no plan\.json"):
         Recording.open(str(tmp_path))
 
 
