@@ -55,6 +55,7 @@ from operators.base import Processor
 from operators.columns import Columns, count_events
 from operators.errors import OperatorError
 from operators.events import MIN_TIME, Cti, Message
+from operators.publish import Publish
 
 from . import checkpoint as ck
 from .trace import Recorder
@@ -550,10 +551,9 @@ class OperatorShell:
         snapshot messages."""
         with self._send_lock:
             with self._lock:
-                snap_fn = getattr(self.proc, "alive_snapshot", None)
-                if snap_fn is None:
+                if not isinstance(self.proc, Publish):
                     raise TypeError(f"step {self.step!r} cannot publish (it is not a sink)")
-                snap = snap_fn()
+                snap = self.proc.alive_snapshot()
                 target = _Target(token, handle, port)
                 self.subs[token] = target
                 self.sub_buffers[token] = []
@@ -584,8 +584,8 @@ class OperatorShell:
         starts with the alive events, like a composed query."""
         with self._lock:
             initial: list[Message] = []
-            if snapshot and hasattr(self.proc, "alive_snapshot"):
-                initial = self.proc.alive_snapshot()  # type: ignore[union-attr]
+            if snapshot and isinstance(self.proc, Publish):
+                initial = self.proc.alive_snapshot()
             self._next_pull += 1
             self.pulls[self._next_pull] = _Pull(initial)
             return self._next_pull
@@ -678,8 +678,7 @@ class OperatorShell:
     def rows(self) -> list[tuple[int, int, Any]]:
         """The output CHT this (sink) stage holds."""
         with self._lock:
-            fn = getattr(self.proc, "rows", None)
-            return fn() if fn is not None else []
+            return self.proc.rows() if isinstance(self.proc, Publish) else []
 
     @ray.method(concurrency_group="control")
     def records(self, kind: str) -> list[Any]:
@@ -687,7 +686,9 @@ class OperatorShell:
         if kind not in ("late", "dead_letters"):
             raise ValueError(f"records({kind!r}): ask for 'late' or 'dead_letters'")
         with self._lock:
-            return [] if self.proc is None else list(getattr(self.proc, kind))
+            if self.proc is None:
+                return []
+            return list(self.proc.late if kind == "late" else self.proc.dead_letters)
 
     @ray.method(concurrency_group="control")
     def manifest(self) -> dict[str, Any]:

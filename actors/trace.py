@@ -170,11 +170,10 @@ class Recorder:
         rows source's input is rows, not messages), the dead letters it made and its output."""
         if inputs:
             self.record("in", port, batch)
-        dead = getattr(proc, "dead_letters", None)
-        seen = len(dead) if dead is not None else 0
+        seen = len(proc.dead_letters)
         out = proc.process(batch, port)
-        dead = getattr(proc, "dead_letters", None)
-        if dead is not None and len(dead) > seen:
+        dead = proc.dead_letters
+        if len(dead) > seen:
             self.dead_letters(list(dead)[seen:])
         if out:
             self.record("out", 0, out)
