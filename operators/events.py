@@ -21,7 +21,7 @@ and pickle. Every constructor checks its invariants and says how to fix a violat
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Iterable, NamedTuple, Self, Union
+from typing import Any, Hashable, Iterable, NamedTuple, Self, Union, final
 
 #: The earliest representable time (ticks). Fits a signed 64-bit integer.
 MIN_TIME: int = -(2**63) + 1
@@ -53,6 +53,7 @@ class _InsertFields(NamedTuple):
     payload: Any
 
 
+@final  # never subclassed: the runtime dispatches on type(msg) is
 class Insert(_InsertFields):
     """Adds the event ``id`` with lifetime ``[start, end)``; ``end == MAX_TIME`` is an open edge."""
 
@@ -88,6 +89,7 @@ class _RetractFields(NamedTuple):
     payload: Any
 
 
+@final  # never subclassed: the runtime dispatches on type(msg) is
 class Retract(_RetractFields):
     """Moves the end of live event ``id`` from ``end`` to ``new_end`` (``new_end == start``
     deletes it)."""
@@ -137,6 +139,7 @@ class _CtiFields(NamedTuple):
     time: int
 
 
+@final  # never subclassed: the runtime dispatches on type(msg) is
 class Cti(_CtiFields):
     """Current time increment: no later message changes the time axis before ``time``."""
 
