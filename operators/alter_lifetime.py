@@ -158,7 +158,7 @@ class AlterLifetime(Processor):
         d = self.duration
         if (self.start_fn is None and type(d) is int and len(msg)
                 and int(msg.starts.max()) < LAST - d):
-            return [Columns(msg.ids, msg.starts, msg.starts + d, msg.payload)]
+            return [Columns(msg.ids, msg.starts, msg.starts + d, msg.payload)]  # type: ignore[list-item]  # a Columns stands for its inserts
         return super().on_columns(msg, port)
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:

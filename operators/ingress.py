@@ -470,7 +470,7 @@ class Ingress(Stateful):
             self._next_id += k
             batch = Columns(ids, sent, None if self.shape == "point" else end,
                             {name: c[index] for name, c in columns.items()})
-            out.append(batch)
+            out.append(batch)  # type: ignore[arg-type]  # a Columns stands for its inserts
             moved = np.flatnonzero(sent != raw) if accepted is not None else ()
             for j in moved.tolist() if len(moved) else ():
                 msg = batch.inserts_at(j)

@@ -156,7 +156,7 @@ class KeyedWindowAggregate(Processor):
         merged = concat(parts)
         if merged is None or not self._before_ctis(msgs):
             return super().process(msgs, port)
-        return super().process([merged, *ctis], port)
+        return super().process([merged, *ctis], port)  # type: ignore[list-item]  # a Columns stands for its inserts
 
     def _before_ctis(self, msgs: list[Message]) -> bool:
         """Whether every event of ``msgs`` starts at or after the CTIs before it (then the
