@@ -177,6 +177,7 @@ class AlterLifetime(Processor):
                 self.open_by_end.add((msg.new_end, hold, msg.id))
         oid = self.out_id(msg.id)
         out: list[Message] = []
+        gen: list[int] | None
         if old > s2 and new > s2:
             if old != new:
                 out.append(Retract(oid, s2, old, new, msg.payload))
