@@ -171,7 +171,9 @@ class _ExactSum:
             else:
                 self.neg_inf += sign
         elif isinstance(value, numbers.Number):
-            self.other = self.other + value * weight if sign > 0 else self.other - value * weight
+            # Number declares no arithmetic; the ones that get here (Fraction, Decimal) have it
+            self.other = (self.other + value * weight  # type: ignore[operator]
+                          if sign > 0 else self.other - value * weight)  # type: ignore[operator]
             self.n_other += sign
         else:
             raise TypeError(f"{who}: {value!r} ({type(value).__name__}) is not a number; pass a "
@@ -373,14 +375,16 @@ class Aggregates(_Builtin):
         return {k: p.window_result(s, window) for (k, p), s in zip(self.parts.items(), state)}
 
     def column_ready(self, columns: Any, n: int) -> bool:
-        return all(getattr(p, "column_ready", None) is not None and p.column_ready(columns, n)
+        return all((ready := getattr(p, "column_ready", None)) is not None and ready(columns, n)
                    for p in self.parts.values())
 
     def add_groups(self, states: list[Any], columns: Any,
                    bounds: Sequence[int]) -> list[Any] | None:
         if not self.column_ready(columns, bounds[-1]):
             return None  # checked first: no part may add when another cannot
-        per_part = [p.add_groups([None if s is None else s[i] for s in states], columns, bounds)
+        # every part passed column_ready, so each has the column-wise protocol
+        per_part = [p.add_groups([None if s is None else s[i] for s in states],  # type: ignore[attr-defined]
+                                 columns, bounds)
                     for i, p in enumerate(self.parts.values())]
         return [list(group) for group in zip(*per_part)]
 
@@ -660,13 +664,13 @@ class TimeWeightedAverage(_Builtin):
                         f"call window_result(state, window)")
 
     column_ready = Sum.column_ready
-    _column = Sum._column
+    _column = Sum._column  # borrowed: it reads only self._get
 
     def add_groups(self, states: list[Any], columns: Any,
                    bounds: Sequence[int]) -> list[Any] | None:
         """Column-wise :meth:`add` of **point** events (what the keyed window aggregate
         sends): each lasts one tick inside its window, so it weighs its value by 1."""
-        column = self._column(columns, bounds[-1])
+        column = self._column(columns, bounds[-1])  # type: ignore[misc]  # see _column
         return None if column is None else _exact_group_sums(states, column, bounds)
 
     def window_result(self, state: _ExactSum, window: Window) -> Any:

@@ -158,7 +158,7 @@ class AlterLifetime(Processor):
         d = self.duration
         if (self.start_fn is None and type(d) is int and len(msg)
                 and int(msg.starts.max()) < LAST - d):
-            return [Columns(msg.ids, msg.starts, msg.starts + d, msg.payload)]
+            return [Columns(msg.ids, msg.starts, msg.starts + d, msg.payload)]  # type: ignore[list-item]  # a Columns stands for its inserts
         return super().on_columns(msg, port)
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
@@ -177,6 +177,7 @@ class AlterLifetime(Processor):
                 self.open_by_end.add((msg.new_end, hold, msg.id))
         oid = self.out_id(msg.id)
         out: list[Message] = []
+        gen: list[int] | None
         if old > s2 and new > s2:
             if old != new:
                 out.append(Retract(oid, s2, old, new, msg.payload))

@@ -42,9 +42,8 @@ def to_cht(messages: Iterable[Message]) -> list[Row]:
     """
     events = live.LiveEvents()
     for position, msg in enumerate(messages):
-        kind = type(msg)
-        problem = (events.insert(msg) if kind is Insert else  # type: ignore[arg-type]
-                   events.retract(msg) if kind is Retract else None)  # type: ignore[arg-type]
+        problem = (events.insert(msg) if type(msg) is Insert else
+                   events.retract(msg) if type(msg) is Retract else None)
         if problem is not None:
             raise InvalidStream(f"message #{position} {msg!r}: {problem}")
     return sorted(events.rows(), key=row_key)
@@ -92,7 +91,7 @@ def _rows(stream: Sequence[Any]) -> list[Row]:
     """Accept either a physical stream or CHT rows."""
     if stream and isinstance(stream[0], (Insert, Retract, Cti)):
         return to_cht(stream)
-    return [tuple(r) for r in stream if not isinstance(r, Cti)]  # type: ignore[misc]
+    return [tuple(r) for r in stream if not isinstance(r, Cti)]
 
 
 def cht_diff(actual: Sequence[Any], expected: Sequence[Any], digits: int | None = 9,
@@ -170,17 +169,16 @@ class StreamValidator:
         raise InvalidStream(f"{self.name}, message #{self.position} {msg!r}: {problem}")
 
     def check(self, msg: Message) -> None:
-        kind = type(msg)
         events = self.events
-        if kind is Insert:
+        if type(msg) is Insert:
             if self.dead is not None and msg.id in self.dead:
                 self._fail(msg, f"duplicate id {msg.id!r}; ids must be unique within a stream")
-            problem = events.insert(msg)  # type: ignore[arg-type]
-        elif kind is Retract:
-            problem = events.retract(msg)  # type: ignore[arg-type]
+            problem = events.insert(msg)
+        elif type(msg) is Retract:
+            problem = events.retract(msg)
             if problem is None and msg.new_end == msg.start and self.dead is not None:
                 self.dead.add(msg.id)
-        elif kind is Cti:
+        elif type(msg) is Cti:
             if msg.time < events.cti:
                 self._fail(msg, f"CTI goes back from {events.cti} to {msg.time}")
             final = events.advance_to(msg.time)

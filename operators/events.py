@@ -21,7 +21,7 @@ and pickle. Every constructor checks its invariants and says how to fix a violat
 
 from __future__ import annotations
 
-from typing import Any, Hashable, NamedTuple, Union
+from typing import Any, Hashable, Iterable, NamedTuple, Self, Union, final
 
 #: The earliest representable time (ticks). Fits a signed 64-bit integer.
 MIN_TIME: int = -(2**63) + 1
@@ -53,6 +53,7 @@ class _InsertFields(NamedTuple):
     payload: Any
 
 
+@final  # never subclassed: the runtime dispatches on type(msg) is
 class Insert(_InsertFields):
     """Adds the event ``id`` with lifetime ``[start, end)``; ``end == MAX_TIME`` is an open edge."""
 
@@ -69,7 +70,7 @@ class Insert(_InsertFields):
         return tuple.__new__(cls, (id, start, end, payload))
 
     @classmethod
-    def _make(cls, iterable: Any) -> Insert:
+    def _make(cls, iterable: Iterable[Any]) -> Self:  # type: ignore[override]  # mypy binds Self
         """Build from a sequence of fields, with the constructor's checks (NamedTuple's own
         ``_make``, which ``_replace`` uses, would skip them)."""
         return cls(*iterable)
@@ -88,6 +89,7 @@ class _RetractFields(NamedTuple):
     payload: Any
 
 
+@final  # never subclassed: the runtime dispatches on type(msg) is
 class Retract(_RetractFields):
     """Moves the end of live event ``id`` from ``end`` to ``new_end`` (``new_end == start``
     deletes it)."""
@@ -117,7 +119,7 @@ class Retract(_RetractFields):
         return tuple.__new__(cls, (id, start, end, new_end, payload))
 
     @classmethod
-    def _make(cls, iterable: Any) -> Retract:
+    def _make(cls, iterable: Iterable[Any]) -> Self:  # type: ignore[override]  # mypy binds Self
         """Build from a sequence of fields, with the constructor's checks (NamedTuple's own
         ``_make``, which ``_replace`` uses, would skip them)."""
         return cls(*iterable)
@@ -137,6 +139,7 @@ class _CtiFields(NamedTuple):
     time: int
 
 
+@final  # never subclassed: the runtime dispatches on type(msg) is
 class Cti(_CtiFields):
     """Current time increment: no later message changes the time axis before ``time``."""
 
@@ -147,7 +150,7 @@ class Cti(_CtiFields):
         return tuple.__new__(cls, (time,))
 
     @classmethod
-    def _make(cls, iterable: Any) -> Cti:
+    def _make(cls, iterable: Iterable[Any]) -> Self:  # type: ignore[override]  # mypy binds Self
         """Build from a sequence of fields, with the constructor's checks (NamedTuple's own
         ``_make``, which ``_replace`` uses, would skip them)."""
         return cls(*iterable)
@@ -209,8 +212,8 @@ class FreshId:
         self.n = n
 
     def __eq__(self, other: object) -> bool:
-        return (type(other) is FreshId and self.n == other.n  # type: ignore[attr-defined]
-                and self.origin == other.origin)  # type: ignore[attr-defined]
+        return (type(other) is FreshId and self.n == other.n
+                and self.origin == other.origin)
 
     def __hash__(self) -> int:
         return hash((FreshId, self.origin, self.n))

@@ -47,7 +47,7 @@ runtime spreads keys over ``partitions=N`` actors, each running one, and merges 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from .base import Processor, behind_error
@@ -116,7 +116,7 @@ class GroupApply(Processor):
             self.groups[key] = group
         return group
 
-    def _feed(self, key: Hashable, group: list[Any], batch: list[Message],
+    def _feed(self, key: Hashable, group: list[Any], batch: Sequence[Message],
               out: list[Message]) -> None:
         """Run a batch through the group's sub-query; tag its output; keep ``busy`` up to
         date and drop the group once it is idle."""
@@ -139,10 +139,9 @@ class GroupApply(Processor):
         """The group's output with ids ``(instance, id)`` and payloads ``(key, payload)``."""
         inst = group[G_INST]
         for m in result:
-            kind = type(m)
-            if kind is Insert:
+            if type(m) is Insert:
                 out.append(Insert((inst, m.id), m.start, m.end, (key, m.payload)))
-            elif kind is Retract:
+            elif type(m) is Retract:
                 out.append(Retract((inst, m.id), m.start, m.end, m.new_end, (key, m.payload)))
             else:
                 group[G_CTI] = m.time

@@ -126,7 +126,7 @@ class _Reject(Exception):
 
 def _getter(spec: Any, what: str) -> Callable[[Any], Any]:
     if callable(spec):
-        return spec  # type: ignore[no-any-return]
+        return spec
     if isinstance(spec, str):
         def get(row: Any, _key: str = spec) -> Any:
             return row.get(_key)
@@ -360,9 +360,9 @@ class Ingress(Stateful):
             self._next_id += k
             batch = Columns(ids, sent, None if self.shape == "point" else end,
                             {name: c[index] for name, c in columns.items()})
-            out.append(batch)
-            moved = np.flatnonzero(sent != raw) if accepted is not None else ()
-            for j in moved.tolist() if len(moved) else ():
+            out.append(batch)  # type: ignore[arg-type]  # a Columns stands for its inserts
+            moved = np.flatnonzero(sent != raw).tolist() if accepted is not None else []
+            for j in moved:
                 msg = batch.inserts_at(j)
                 late.append((int(index[j]), LateEvent(
                     self.name, "adjusted",
@@ -662,7 +662,9 @@ def _int_column(columns: dict[str, Any], spec: Any) -> Any:
     """The integer column ``spec`` names, as int64 (None: not a name, or not integers)."""
     column = columns.get(spec) if isinstance(spec, str) else None
     kind = getattr(getattr(column, "dtype", None), "kind", "")
-    return column.astype("int64", copy=False) if kind in "iu" and kind else None
+    if column is None or not kind or kind not in "iu":
+        return None
+    return column.astype("int64", copy=False)
 
 
 def ingest(

@@ -108,7 +108,7 @@ class Join(BinaryTemporal):
         recs = self.recs
         matches = self.index[1 - port].overlapping(rec[KEY], msg.start, msg.end, recs)
         if not matches:
-            return matches
+            return []
         out: list[Message] = []
         for oseq in matches:
             self._pair(seq, rec, oseq, recs[oseq], port, out)

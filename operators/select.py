@@ -28,7 +28,7 @@ class Select(Processor):
     def on_columns(self, msg: Columns, port: int) -> list[Message]:
         payload = apply_columns(self.fn, msg)
         if payload is not None:
-            return [msg.with_payload(payload)]
+            return [msg.with_payload(payload)]  # type: ignore[list-item]  # a Columns stands for its inserts
         return super().on_columns(msg, port)
 
     def on_insert(self, msg: Insert, port: int) -> list[Message]:

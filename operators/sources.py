@@ -28,7 +28,7 @@ from typing import Any
 from .base import Processor
 from .cht import InvalidStream, StreamValidator
 from .columns import Columns, expand
-from .errors import DeadLetter
+from .errors import DeadLetter, LateEvent
 from .events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract
 from .ingress import Ingress
 
@@ -65,6 +65,8 @@ class EventsSource(Processor):
         dead = len(self.dead_letters)
         ctis = 0
         lo, hi = MIN_TIME, MAX_TIME
+        # untrusted until checked: built without its constructor, or not a message at all
+        msg: Any
         for msg in batch:
             kind = type(msg)
             try:
@@ -163,16 +165,17 @@ class RowsSource(Processor):
         """End of input: the final CTI, past every finite endpoint."""
         return self.ingress.end()
 
+    # read-only views of the ingress's records, which nothing assigns on a source
     @property
-    def late(self) -> list[Any]:
+    def late(self) -> list[LateEvent]:  # type: ignore[override]
         return self.ingress.late
 
     @property
-    def dead_letters(self) -> list[Any]:
+    def dead_letters(self) -> list[DeadLetter]:  # type: ignore[override]
         return self.ingress.dead_letters
 
     @property
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, int]:  # type: ignore[override]
         return self.ingress.stats
 
     def state_size(self) -> int:

@@ -32,7 +32,7 @@ class Where(Processor):
         mask = apply_columns(self.pred, msg)
         if isinstance(mask, np.ndarray):
             mask = truthy(mask)
-            return [msg.take(mask)] if mask.any() else []
+            return [msg.take(mask)] if mask.any() else []  # type: ignore[list-item]  # a Columns stands for its inserts
         return super().on_columns(msg, port)
 
     def on_insert(self, msg: Insert, port: int) -> list[Message]:

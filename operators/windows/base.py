@@ -6,7 +6,7 @@ for the semantics (docs/windows.md)."""
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, ClassVar
 
 from sortedcontainers import SortedDict, SortedList
 
@@ -27,7 +27,7 @@ class WindowBase(Processor):
     """What hopping and snapshot windows share: UDM calls, per-window membership updates
     (incremental deltas), the output diff with retraction of earlier output, and cleanup."""
 
-    _state_fields: tuple[str, ...] = ("windows", "closing", "ids", "dead_letters")
+    _state_fields: ClassVar[tuple[str, ...]] = ("windows", "closing", "ids", "dead_letters")
 
     def __init__(self, spec: WindowSpec, udm: Any, kind: str, clip: str, output: str,
                  name: str | None, on_error: str) -> None:

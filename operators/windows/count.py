@@ -61,7 +61,7 @@ from sortedcontainers import SortedList
 
 from ..base import Processor
 from ..errors import DeadLetter
-from ..events import MAX_TIME, MIN_TIME, Insert, Message, Retract, add_time, fmt_time
+from ..events import MAX_TIME, MIN_TIME, FreshId, Insert, Message, Retract, add_time, fmt_time
 from ..udm import Window
 from .evaluate import Ids, WindowUdm
 from .spec import CountWindow
@@ -80,7 +80,7 @@ class _Win:
 
     __slots__ = ("failure", "last", "ok", "outputs", "state")
 
-    def __init__(self, last: int, outputs: list[tuple[int, Any]], state: Any, ok: bool,
+    def __init__(self, last: int, outputs: list[tuple[FreshId, Any]], state: Any, ok: bool,
                  failure: tuple[str, Message] | None = None) -> None:
         self.last = last
         self.outputs = outputs

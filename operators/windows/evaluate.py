@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from ..cht import freeze
 from ..errors import DeadLetter, OperatorError
@@ -28,6 +28,8 @@ from ..udm import UDM, FunctionAggregate, Operator, Window, resolve
 from .spec import OUTPUT_POLICIES
 
 Rec = tuple[int, int, Any]
+#: The window a row is about (a Win, or a key standing for one): diff gives back what it got.
+_W = TypeVar("_W", bound=Hashable)
 
 KINDS = ("aggregate", "apply")
 ON_ERROR = ("raise", "dead_letter")
@@ -228,9 +230,9 @@ class Ids:
         return oid
 
 
-def diff(pool: list[tuple[Any, int, int, Any, Hashable]], new: list[tuple[Hashable, Rec]],
-         ids: Ids, sent: Callable[[Hashable, tuple[Any, int, int, Any]], None]
-         ) -> list[tuple[Message, Hashable]]:
+def diff(pool: list[tuple[Any, int, int, Any, _W]], new: list[tuple[_W, Rec]],
+         ids: Ids, sent: Callable[[_W, tuple[Any, int, int, Any]], None]
+         ) -> list[tuple[Message, _W]]:
     """Correct earlier output ``pool`` (``(id, start, end, payload, window)`` rows sent before)
     to the ``new`` rows (``(window, (start, end, payload))``) by the smallest difference: a row
     that stays is not touched, a row that only changes its end is shortened or lengthened by
@@ -243,7 +245,7 @@ def diff(pool: list[tuple[Any, int, int, Any, Hashable]], new: list[tuple[Hashab
     for i, (_, s, e, p, _w) in enumerate(pool):
         exact[(s, e, freeze(p))].append(i)
     used = [False] * len(pool)
-    rest: list[tuple[Hashable, Rec, Any]] = []
+    rest: list[tuple[_W, Rec, Any]] = []
     for w, (s, e, p) in new:
         fp = freeze(p)
         hits = exact.get((s, e, fp))
@@ -257,8 +259,8 @@ def diff(pool: list[tuple[Any, int, int, Any, Hashable]], new: list[tuple[Hashab
     for i, (_, s, _e, p, _w) in enumerate(pool):
         if not used[i]:
             by_start[(s, freeze(p))].append(i)
-    partial: list[tuple[Message, Hashable]] = []
-    inserts: list[tuple[Hashable, Rec]] = []
+    partial: list[tuple[Message, _W]] = []
+    inserts: list[tuple[_W, Rec]] = []
     for w, (s, e, p), fp in rest:
         hits = by_start.get((s, fp))
         if hits:
@@ -269,15 +271,15 @@ def diff(pool: list[tuple[Any, int, int, Any, Hashable]], new: list[tuple[Hashab
             sent(w, (oid, s, e, op))
         else:
             inserts.append((w, (s, e, p)))
-    out: list[tuple[Message, Hashable]] = [
+    out: list[tuple[Message, _W]] = [
         (Retract(oid, s, e, s, p), w) for i, (oid, s, e, p, w) in enumerate(pool) if not used[i]]
     out.extend(partial)
     out.extend((_insert(ids, w, row, sent), w) for w, row in inserts)
     return out
 
 
-def _insert(ids: Ids, w: Hashable, row: Rec,
-            sent: Callable[[Hashable, tuple[Any, int, int, Any]], None]) -> Message:
+def _insert(ids: Ids, w: _W, row: Rec,
+            sent: Callable[[_W, tuple[Any, int, int, Any]], None]) -> Message:
     oid = ids.mint()
     s, e, p = row
     sent(w, (oid, s, e, p))

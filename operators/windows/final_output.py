@@ -32,6 +32,7 @@ from typing import Any, Hashable
 from sortedcontainers import SortedList
 
 from ..base import Processor
+from ..columns import Columns
 from ..errors import DeadLetter
 from ..events import MAX_TIME, Cti, Insert, Message, Retract
 
@@ -73,17 +74,16 @@ class FinalOutput(Processor):
         out = self._absorb(self.inner.finish())
         return out + self._release(MAX_TIME) + self.emit_cti(self.inner_cti)
 
-    def _absorb(self, msgs: list[Message]) -> list[Message]:
+    def _absorb(self, msgs: Sequence[Message | Columns]) -> list[Message]:
         out: list[Message] = []
         rows = self.rows
         for msg in msgs:
-            kind = type(msg)
-            if kind is Insert:
+            if type(msg) is Insert:
                 self.seq += 1
                 rows[msg.id] = [msg.start, msg.end, msg.payload, self.seq]
                 self.by_end.add((msg.end, self.seq, msg.id))
                 self.by_start.add((msg.start, self.seq, msg.id))
-            elif kind is Retract:
+            elif type(msg) is Retract:
                 s, e, _, seq = row = rows[msg.id]
                 self.by_end.remove((e, seq, msg.id))
                 if msg.new_end == msg.start:
@@ -92,11 +92,11 @@ class FinalOutput(Processor):
                 else:
                     row[1] = msg.new_end
                     self.by_end.add((msg.new_end, seq, msg.id))
-            elif kind is Cti:
+            elif type(msg) is Cti:
                 self.inner_cti = msg.time
                 out += self._release(msg.time)
             else:  # Columns: the inserts it holds
-                out += self._absorb(msg.inserts())  # type: ignore[union-attr]
+                out += self._absorb(msg.inserts())
         return out
 
     def _release(self, time: int) -> list[Message]:

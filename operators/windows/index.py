@@ -72,7 +72,7 @@ class Win:
     * ``outputs``: the output events emitted for the window, ``(id, start, end, payload)``,
       exactly as they were sent (retractions repeat them);
     * ``close``: the CTI at or after which nothing can change the window any more;
-    * ``failure``: ``(what was called, the error)`` when the UDM failed on the window's
+    * ``failure``: the reason (what was called, the error) when the UDM failed on the window's
       current members (with ``on_error="dead_letter"``): a dead letter once the window is
       final, unless a later evaluation succeeds first.
     """
@@ -101,7 +101,7 @@ class Win:
         self.outputs: list[tuple[Any, int, int, Any]] = []
         self.close: int | None = None
         self.dead = False
-        self.failure: tuple[str, str] | None = None
+        self.failure: str | None = None
 
     def __repr__(self) -> str:
         return f"<Win [{self.start}, {self.end}) {len(self.members)} events>"

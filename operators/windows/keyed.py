@@ -46,7 +46,7 @@ import numpy as np
 from ..base import Processor
 from ..columns import Columns, apply_columns, concat, map_columns
 from ..errors import OperatorError
-from ..events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract
+from ..events import MAX_TIME, MIN_TIME, Cti, FreshId, Insert, Message, Retract
 from ..udm import (
     Aggregate,
     IncrementalAggregate,
@@ -130,7 +130,7 @@ class KeyedWindowAggregate(Processor):
         self.ids = Ids(self.name)
         self.seq = 0
         #: speculative: window number -> key -> (id, payload) of the row sent for it
-        self.sent: dict[int, dict[Hashable, tuple[int, Any]]] = {}
+        self.sent: dict[int, dict[Hashable, tuple[FreshId, Any]]] = {}
         #: speculative: the (window number, key) groups this batch changed
         self.touched: set[tuple[int, Hashable]] = set()
 
@@ -156,7 +156,7 @@ class KeyedWindowAggregate(Processor):
         merged = concat(parts)
         if merged is None or not self._before_ctis(msgs):
             return super().process(msgs, port)
-        return super().process([merged, *ctis], port)
+        return super().process([merged, *ctis], port)  # type: ignore[list-item]  # a Columns stands for its inserts
 
     def _before_ctis(self, msgs: list[Message]) -> bool:
         """Whether every event of ``msgs`` starts at or after the CTIs before it (then the
@@ -164,7 +164,7 @@ class KeyedWindowAggregate(Processor):
         cti = self.in_cti
         for msg in msgs:
             if type(msg) is Cti:
-                cti = max(cti, msg.time)  # type: ignore[union-attr]
+                cti = max(cti, msg.time)
             elif len(msg) and int(msg.starts.min()) < cti:  # type: ignore[union-attr]
                 return False
         return True
@@ -340,19 +340,20 @@ class KeyedWindowAggregate(Processor):
     def finish(self) -> list[Message]:
         """End of input: with ``emit="final"``, the windows no CTI has closed yet, as they
         stand (speculative rows are up to date already)."""
+        out: list[Message]
         if not self.final:
             out = self._correct()
             self.open.clear()
             self.sent.clear()
             return out
-        out: list[Message] = []
+        out = []
         for n in sorted(self.open):
             out += self._emit(n, self.open.pop(n))
         return out
 
     def _emit(self, n: int, by_key: dict[Hashable, Any]) -> list[Message]:
         s, e = self._row_lifetime(n)
-        out = []
+        out: list[Message] = []
         for k, state in by_key.items():
             out.append(_new(Insert, (self.ids.mint(), s, e, (k, self._result(n, k, state)))))
         return out
