@@ -43,7 +43,8 @@ from .events import MAX_TIME, MIN_TIME, fmt_time
 from .expr import evaluate, trace
 from .udm import IncrementalAggregate, Window, field_getter, register, resolve
 
-__all__ = ["Aggregates", "Avg", "Count", "Max", "Min", "Sum", "TimeWeightedAverage", "TopK", "canonical"]
+__all__ = ["Aggregates", "Avg", "Count", "Max", "Min", "Sum", "TimeWeightedAverage", "TopK",
+           "canonical"]
 
 # Every finite double is an integer multiple of 2**-1074 (the smallest subnormal).
 _SCALE_BITS = 1074
@@ -397,7 +398,7 @@ def _aggregates(parts: dict[str, Any]) -> Aggregates:
 def _order_key(value: Any) -> tuple[int, Any]:
     """A sort key ranking NaN above every other value (as Spark does), so sorted containers
     keep their invariant when a NaN arrives."""
-    if isinstance(value, numbers.Real) and value != value:  # noqa: PLR0124 -- NaN, any type
+    if isinstance(value, numbers.Real) and value != value:
         return (1, 0)
     return (0, value)
 

@@ -35,7 +35,7 @@ Retract(id='a', start=0, end=9223372036854775807, new_end=0, payload='x')]
 
 from __future__ import annotations
 
-from typing import Callable, Hashable
+from collections.abc import Callable, Hashable
 
 from sortedcontainers import SortedList
 

@@ -15,7 +15,6 @@ first stage.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from .base import Processor
 from .events import Message

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any, Hashable, Iterable, NoReturn, Sequence
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any, NoReturn
 
 from . import live  # (LiveEvents; live imports this module)
 from .events import Cti, Insert, Message, Retract, fmt_time

@@ -4,8 +4,10 @@
 clipped end; CTIs pass unchanged (a clipped end never moves before the input's sync time).
 
     >>> from operators.events import Insert, Retract, MAX_TIME
-    >>> ClipDuration(10).process([Insert("a", 0, MAX_TIME, None), Retract("a", 0, MAX_TIME, 4, None)])
-    [Insert(id='a', start=0, end=10, payload=None), Retract(id='a', start=0, end=10, new_end=4, payload=None)]
+    >>> ClipDuration(10).process([Insert("a", 0, MAX_TIME, None),
+    ...                           Retract("a", 0, MAX_TIME, 4, None)])
+    [Insert(id='a', start=0, end=10, payload=None),
+     Retract(id='a', start=0, end=10, new_end=4, payload=None)]
 """
 
 from __future__ import annotations

@@ -16,12 +16,13 @@ and pickle. Every constructor checks its invariants and says how to fix a violat
     >>> Insert("a", 5, 5, None)
     Traceback (most recent call last):
     ...
-    ValueError: Insert 'a': end 5 is not after start 5; a lifetime [start, end) needs end > start ...
+    ValueError: Insert 'a': end 5 is not after start 5; a lifetime [start, end) needs ...
 """
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Iterable, NamedTuple, Self, Union, final
+from collections.abc import Hashable, Iterable
+from typing import Any, NamedTuple, Self, final
 
 #: The earliest representable time (ticks). Fits a signed 64-bit integer.
 MIN_TIME: int = -(2**63) + 1
@@ -33,12 +34,11 @@ TICKS_PER_SECOND: int = 1_000_000
 
 
 def _check_time(kind: str, eid: Any, name: str, value: Any) -> None:
-    if type(value) is not int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(
-                f"{kind} {eid!r}: {name} must be an int number of ticks, got {value!r} "
-                f"({type(value).__name__}); convert datetimes with operators.ticks.to_ticks"
-            )
+    if type(value) is not int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TypeError(
+            f"{kind} {eid!r}: {name} must be an int number of ticks, got {value!r} "
+            f"({type(value).__name__}); convert datetimes with operators.ticks.to_ticks"
+        )
     if not MIN_TIME <= value <= MAX_TIME:
         raise ValueError(
             f"{kind} {eid!r}: {name} {value} lies outside [MIN_TIME, MAX_TIME] = "
@@ -59,7 +59,7 @@ class Insert(_InsertFields):
 
     __slots__ = ()
 
-    def __new__(cls, id: Hashable, start: int, end: int, payload: Any = None) -> "Insert":
+    def __new__(cls, id: Hashable, start: int, end: int, payload: Any = None) -> Insert:
         _check_time("Insert", id, "start", start)
         _check_time("Insert", id, "end", end)
         if end <= start:
@@ -98,7 +98,7 @@ class Retract(_RetractFields):
 
     def __new__(
         cls, id: Hashable, start: int, end: int, new_end: int, payload: Any = None
-    ) -> "Retract":
+    ) -> Retract:
         _check_time("Retract", id, "start", start)
         _check_time("Retract", id, "end", end)
         _check_time("Retract", id, "new_end", new_end)
@@ -145,7 +145,7 @@ class Cti(_CtiFields):
 
     __slots__ = ()
 
-    def __new__(cls, time: int) -> "Cti":
+    def __new__(cls, time: int) -> Cti:
         _check_time("Cti", None, "time", time)
         return tuple.__new__(cls, (time,))
 
@@ -160,7 +160,7 @@ class Cti(_CtiFields):
         return self.time
 
 
-Message = Union[Insert, Retract, Cti]
+Message = Insert | Retract | Cti
 
 
 def point(id: Hashable, time: int, payload: Any = None) -> Insert:
@@ -205,7 +205,7 @@ class FreshId:
     (``origin`` is the input id or the operator's counter, ``n`` tells the generations apart).
     Never equal to a user id, whatever its type."""
 
-    __slots__ = ("origin", "n")
+    __slots__ = ("n", "origin")
 
     def __init__(self, origin: Hashable, n: int) -> None:
         self.origin = origin

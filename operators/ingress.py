@@ -46,7 +46,7 @@ POLICIES = ("drop", "adjust")
 
 def _missing(value: Any) -> bool:
     """None, NaN or NaT: how DataFrames spell an empty cell."""
-    return value is None or (value != value)  # noqa: PLR0124 (NaN and NaT differ from themselves)
+    return value is None or (value != value)
 
 
 def _is_int(value: Any) -> bool:

@@ -10,7 +10,8 @@ deterministic; CTIs pass unchanged.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .base import Processor
 from .columns import Columns, apply_columns

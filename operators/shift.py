@@ -53,13 +53,13 @@ class Shift(AlterLifetime):
         lo, hi = int(msg.starts.min()), int(msg.starts.max())
         # (the ignores: a Columns stands for its inserts)
         if msg.points:
-            fits = MIN_TIME <= lo + d and hi + d + 1 <= LAST
+            fits = lo + d >= MIN_TIME and hi + d + 1 <= LAST
             return [Columns(msg.ids, msg.starts + d, None,  # type: ignore[list-item]
                             msg.payload)] if fits else super().on_columns(msg, port)
         ends = msg.ends
         finite = ends != MAX_TIME
         top = int(ends[finite].max()) if finite.any() else MIN_TIME
-        if MIN_TIME <= lo + d and hi + d < LAST and top + d <= LAST:
+        if lo + d >= MIN_TIME and hi + d < LAST and top + d <= LAST:
             return [Columns(msg.ids, msg.starts + d,  # type: ignore[list-item]
                             np.where(finite, ends + d, MAX_TIME), msg.payload)]
         return super().on_columns(msg, port)

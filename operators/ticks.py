@@ -84,7 +84,7 @@ def to_ticks(value: Any) -> int:
     if isinstance(value, bool):
         raise TypeError(f"a bool ({value!r}) is not a time; {TIME_HELP}")
     if isinstance(value, _dt.datetime):
-        if value != value:  # noqa: PLR0124 (pandas.NaT is a datetime unequal to itself)
+        if value != value:
             raise ValueError(f"missing time ({value!r}); {TIME_HELP}")
         if value.tzinfo is None or value.utcoffset() is None:
             delta = value.replace(tzinfo=None) - _EPOCH_NAIVE

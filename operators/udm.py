@@ -32,7 +32,8 @@ output. ``add``/``remove`` may update the state in place and must return the (ne
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Iterable, NamedTuple
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, NamedTuple
 
 
 class Window(NamedTuple):

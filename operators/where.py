@@ -10,7 +10,8 @@ the same answer for the retraction's payload); CTIs pass unchanged.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

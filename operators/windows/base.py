@@ -12,7 +12,7 @@ from sortedcontainers import SortedDict, SortedList
 
 from ..base import Processor
 from ..errors import DeadLetter, OperatorError
-from ..events import MIN_TIME, Message, fmt_time
+from ..events import Message, fmt_time
 from ..udm import Window
 from .evaluate import Ids, OutputPolicy, Rec, WindowUdm, diff
 from .index import REBUILD, Win

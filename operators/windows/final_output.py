@@ -26,8 +26,8 @@ so the rows it sends later are never behind it::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any, Hashable
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any
 
 from sortedcontainers import SortedList
 

@@ -237,7 +237,7 @@ class HoppingWindowOperator(WindowBase):
     def _check(self) -> None:
         super()._check()
         assert len(self.crossing) == len(self.crossing_by_end)
-        for eid, (s, e, _) in self.crossing.items():
+        for eid, (_, e, _) in self.crossing.items():
             assert e > self.frontier and (e, eid) in self.crossing_by_end
         for w in self.windows.values():
             assert w.start < self.frontier

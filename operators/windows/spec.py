@@ -1,15 +1,16 @@
 """Window specifications: how a window operator divides the time axis (docs/windows.md).
 
-=====================================  ===========================================  ============================
-window                                 windows of the time axis                     an event belongs to W when
-=====================================  ===========================================  ============================
-``hopping_window(size, hop, align)``   ``[align + n·hop, align + n·hop + size)``    its lifetime overlaps W
-``tumbling_window(size, align)``       hopping with ``hop == size``                 its lifetime overlaps W
-``snapshot_window()``                  between consecutive distinct endpoints       its lifetime overlaps W
-``count_window(n, by="start")``        ``[t_i, t_{i+n-1} + 1)`` over distinct       its start lies in W
-                                       start times ``t_0 < t_1 < ...``
-``count_window(n, by="end")``          the same over distinct end times             its end lies in W
-=====================================  ===========================================  ============================
+====================================  =========================================  ===================
+window                                windows W of the time axis                 an event is in W if
+====================================  =========================================  ===================
+``hopping_window(size, hop, align)``  ``[align + n·hop, align + n·hop + size)``  its lifetime
+                                                                                 overlaps W
+``tumbling_window(size, align)``      hopping with ``hop == size``               the same
+``snapshot_window()``                 between consecutive distinct endpoints     the same
+``count_window(n, by="start")``       ``[t_i, t_{i+n-1} + 1)`` over distinct     its start is in W
+                                      start times ``t_0 < t_1 < ...``
+``count_window(n, by="end")``         the same over distinct end times           its end is in W
+====================================  =========================================  ===================
 
 These are plain, immutable config objects; :func:`operators.windows.make_window` builds the
 operator for one of them. Clipping (``clip=``) and output policies (``output=``) are options of
@@ -19,7 +20,7 @@ the operator, listed here as the names they accept.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 CLIP_POLICIES = ("none", "left", "right", "full")
 OUTPUT_POLICIES = ("window", "point_end", "clip", "keep", "compressed")
@@ -76,7 +77,7 @@ class CountWindow:
         return "count"
 
 
-WindowSpec = Union[HoppingWindow, SnapshotWindow, CountWindow]
+WindowSpec = HoppingWindow | SnapshotWindow | CountWindow
 
 
 def hopping_window(size: int, hop: int, alignment: int = 0) -> HoppingWindow:
