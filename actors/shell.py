@@ -164,7 +164,7 @@ class OperatorShell:
         self.trace: Recorder | None = None
 
     def configure(self, config: dict[str, Any]) -> str:
-        """Host a new processor: ``step``, ``factory``, ``n_in`` (input edges), ``edges``
+        """Host a new processor: ``step``, ``factory``, ``n_in`` (input edges), ``router`` (the out-edges, a Router)
         (out-edges) with ``handles`` (downstream actors by step), ``rows`` (the input is
         source rows), ``batch_size``, ``max_in_flight``, ``flush_s``, ``info``."""
         with self._send_lock, self._lock:

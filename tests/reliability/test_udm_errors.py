@@ -327,10 +327,11 @@ class _Downstream:
 
 def _shell(edges=(), handles=None):
     from actors.shell import OperatorShell
+    from topology.routing import Router
 
     shell = OperatorShell()
     shell.configure({"step": "select#1", "describe": "select(<lambda>)", "n_in": 1,
-                     "edges": list(edges), "handles": handles or {},
+                     "router": Router(list(edges)), "handles": handles or {},
                      "factory": lambda: Select(lambda p: threading.Lock() if p == 3 else p,
                                                name="select#1")})
     return shell
