@@ -164,9 +164,9 @@ class OperatorShell:
         self.trace: Recorder | None = None
 
     def configure(self, config: dict[str, Any]) -> str:
-        """Host a new processor: ``step``, ``factory``, ``n_in`` (input edges), ``router`` (the out-edges, a Router)
-        (out-edges) with ``handles`` (downstream actors by step), ``rows`` (the input is
-        source rows), ``batch_size``, ``max_in_flight``, ``flush_s``, ``info``."""
+        """Host a new processor: ``step``, ``factory``, ``n_in`` (input edges), ``router``
+        (a Router over the out-edges) with ``handles`` (downstream actors by step), ``rows``
+        (the input is source rows), ``batch_size``, ``max_in_flight``, ``flush_s``, ``info``."""
         with self._send_lock, self._lock:
             self._reset()
             self.step = config["step"]
