@@ -44,3 +44,38 @@ def test_nothing_cites_files_outside_the_repository():
                  for n, line in enumerate(p.read_text().splitlines(), 1)
                  if OUTSIDE.search(line)]
     assert offenders == []
+
+
+# -- the pictures of docs/windows.md, drawn by cedar from traced queries -----------------------
+PICTURES = REPO / "docs" / "pictures"
+#: per picture: the SVG element ids it must hold (events, windows, CTIs, struck-through parts)
+ELEMENTS = {
+    "hopping.svg": {"event-in-2", "event-out-4", "window-4", "cti-in-0"},
+    "snapshot.svg": {"event-in-2", "event-out-3", "window-3"},
+    "speculative.svg": {"retracted-out-0", "strike-out-0", "retracted-in-1", "cti-in-3"},
+}
+
+
+def _ids(svg: str) -> set[str]:
+    return set(re.findall(r'id="([a-z]+-(?:in|out)?-?\d+)"', svg))
+
+
+def test_the_window_pictures_are_cited_and_show_what_the_page_says():
+    page = (REPO / "docs" / "windows.md").read_text()
+    for name, needed in ELEMENTS.items():
+        assert f"(pictures/{name})" in page, f"docs/windows.md does not show {name}"
+        assert needed <= _ids((PICTURES / name).read_text()), name
+
+
+def test_the_window_pictures_are_what_the_engine_draws_today(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_pictures", PICTURES / "make.py")
+    make = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make)
+    drawn = {Path(p).name: _ids(Path(p).read_text()) for p in make.make(str(tmp_path))}
+    assert drawn.keys() == ELEMENTS.keys()
+    for name, ids in drawn.items():
+        assert ELEMENTS[name] <= ids, name
+        # the committed picture shows the same elements (regenerate: python docs/pictures/make.py)
+        assert ids == _ids((PICTURES / name).read_text()), name
