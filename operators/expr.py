@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Expr", "col", "evaluate", "trace", "why_per_event"]
+__all__ = ["Expr", "col", "evaluate", "pair_columns", "trace", "trace_pair", "why_per_event"]
 
 #: Integers beyond this are not all exact as float64: the column path declines them.
 _EXACT = 2**53
@@ -225,6 +225,54 @@ def trace(fn: Callable[[Any], Any]) -> Any:
     if isinstance(fn, Expr):
         return fn
     return _traced(fn)[0]
+
+
+class _Side(Field):
+    """The payload of one input of a two-input function: its fields read ``(side, key)``."""
+
+    def __init__(self, side: str) -> None:
+        super().__init__((side, None))
+
+    def __getitem__(self, key: Any) -> Expr:
+        return Field((self.key[0], key))
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_pair(fn: Callable[[Any, Any], Any]) -> Any:
+    try:
+        return _result(fn(_Side("l"), _Side("r")))
+    except Exception:  # noqa: BLE001 - not element-wise, or more than a stand-in can do
+        return None
+
+
+def trace_pair(fn: Callable[[Any, Any], Any]) -> Any:
+    """:func:`trace` for a function of two payloads ``fn(left, right)`` (a join's
+    ``select``): evaluate it on :func:`pair_columns` of the two inputs' payload columns.
+
+    >>> import numpy as np
+    >>> both = pair_columns({"v": np.array([1, 2])}, (np.array([10, 20]), np.array([0, 1])))
+    >>> evaluate(trace_pair(lambda l, r: (l["v"], r[0] + l["v"])), both, 2)
+    (array([1, 2]), array([11, 22]))
+    """
+    try:
+        return _cached_pair(fn)
+    except TypeError:  # an unhashable callable: trace it every time
+        return _cached_pair.__wrapped__(fn)
+
+
+def pair_columns(left: Any, right: Any) -> dict[Any, np.ndarray]:
+    """The payload columns of two inputs as one payload for :func:`trace_pair`'s
+    expressions: field ``key`` of side ``"l"`` or ``"r"`` at ``(side, key)``, a scalar
+    payload (one array) at ``(side, None)``."""
+    out: dict[Any, np.ndarray] = {}
+    for side, cols in (("l", left), ("r", right)):
+        if isinstance(cols, dict):
+            out.update(((side, k), c) for k, c in cols.items())
+        elif isinstance(cols, tuple):
+            out.update(((side, k), c) for k, c in enumerate(cols))
+        else:
+            out[(side, None)] = cols
+    return out
 
 
 def why_per_event(fn: Callable[[Any], Any]) -> str | None:

@@ -28,6 +28,16 @@ before e" and "ends after s". Each event keeps the outputs (pairs) it takes part
 starts, each at or after its own input's CTI when inserted, and an output end changes only
 where an input end changes, at or after that input's CTI.
 
+**Column batches.** While only :class:`~operators.columns.Columns` batches have arrived, both
+inputs' live events and the pairs that may still change are held as arrays
+(:mod:`operators.temporal_columns`), and a batch is matched all at once: its key column
+(``on`` traced as in :mod:`operators.expr`), a vectorised overlap search, the output as one
+``Columns`` batch whose payload is ``select`` evaluated on the columns when it traces
+(:func:`operators.expr.trace_pair`), else called per pair. The first message that is not such
+a batch — a retraction, a single insert, a batch whose keys or payload columns the arrays
+cannot hold exactly — turns the arrays into the per-event state below, exactly as if every
+event had arrived alone, and the join goes on event by event.
+
 **Freeing state.** An event of input A (the other input is B) can still produce or change
 output only if its own end may be retracted (``end >= CTI_A``) or a future event of B, which
 starts at or after ``CTI_B``, may overlap it (``end > CTI_B``). So it is dropped, with the
@@ -41,7 +51,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
+from .columns import Columns, map_columns, payload_list
 from .events import Insert, Message, Retract
+from .expr import evaluate, pair_columns, trace, trace_pair
 from .temporal import (
     END,
     KEY,
@@ -54,6 +68,57 @@ from .temporal import (
     START,
     BinaryTemporal,
 )
+from .temporal_columns import ColumnEvents, KeyCodes, concat_payload, overlapping_pairs
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+class ColumnState:
+    """A join's state while only column batches have arrived: each input's live events
+    (:class:`~operators.temporal_columns.ColumnEvents`) and the pairs that may still change,
+    as arrays: output id, left and right seq, start, end and payload columns."""
+
+    def __init__(self) -> None:
+        self.sides = (ColumnEvents(), ColumnEvents())
+        self.codes = KeyCodes()
+        self.pid, self.lseq, self.rseq = _EMPTY, _EMPTY, _EMPTY
+        self.start, self.end = _EMPTY, _EMPTY
+        self.payload: Any = None
+
+    def add_pairs(self, pid: np.ndarray, lseq: np.ndarray, rseq: np.ndarray,
+                  start: np.ndarray, end: np.ndarray, payload: Any) -> None:
+        self.pid = np.concatenate([self.pid, pid])
+        self.lseq, self.rseq = np.concatenate([self.lseq, lseq]), np.concatenate([self.rseq, rseq])
+        self.start, self.end = np.concatenate([self.start, start]), np.concatenate([self.end, end])
+        self.payload = payload
+
+    def free(self, limits: tuple[int, int]) -> None:
+        """Free the events ending before their input's limit, and the pairs they were in
+        (those are final)."""
+        left, right = self.sides
+        for side, limit in zip(self.sides, limits):
+            side.keep(side.end >= limit)
+        keep = np.isin(self.lseq, left.seq) & np.isin(self.rseq, right.seq)
+        if not keep.all():
+            self.pid, self.lseq, self.rseq = self.pid[keep], self.lseq[keep], self.rseq[keep]
+            self.start, self.end = self.start[keep], self.end[keep]
+            self.payload = (map_columns(self.payload, lambda c: c[keep]) if len(self.pid)
+                            else None)
+
+    def check(self, limits: tuple[int, int]) -> None:
+        left, right = self.sides
+        for side, limit in zip(self.sides, limits):
+            side.check()
+            assert (side.end >= limit).all(), "an event that should have been freed"
+        li = {s: i for i, s in enumerate(left.seq.tolist())}
+        ri = {s: i for i, s in enumerate(right.seq.tolist())}
+        assert len(set(self.pid.tolist())) == len(self.pid)
+        for ls, rs, s, e in zip(self.lseq.tolist(), self.rseq.tolist(), self.start.tolist(),
+                                self.end.tolist()):
+            i, j = li[ls], ri[rs]
+            assert left.code[i] == right.code[j]
+            assert s == max(left.start[i], right.start[j])
+            assert e == min(left.end[i], right.end[j]) > s
 
 
 class Join(BinaryTemporal):
@@ -63,7 +128,7 @@ class Join(BinaryTemporal):
     pair (cross join). ``select(l, r)`` builds the output payload (default ``(l, r)``).
     """
 
-    _state_fields = (*BinaryTemporal._state_fields, "n_pairs")
+    _state_fields = (*BinaryTemporal._state_fields, "n_pairs", "columns")
 
     def __init__(self, on: Any = None, select: Callable[[Any, Any], Any] | None = None,
                  name: str | None = None) -> None:
@@ -73,6 +138,10 @@ class Join(BinaryTemporal):
                             f"got {select!r}")
         self.select = select
         self.n_pairs = 0
+        #: the column-wise state while only column batches have arrived (None: per event)
+        self.columns: ColumnState | None = ColumnState()
+        self._key_exprs = (trace(self.keys[0]), trace(self.keys[1]))
+        self._select_expr = None if select is None else trace_pair(select)
 
     # -- pairs ----------------------------------------------------------------------------
     def _pair(self, seq: int, rec: list[Any], oseq: int, orec: list[Any], port: int,
@@ -102,8 +171,104 @@ class Join(BinaryTemporal):
         out.append(Retract(pair[P_ID], pair[P_START], pair[P_END], pair[P_START],
                            pair[P_PAYLOAD]))
 
+    # -- column batches -------------------------------------------------------------------
+    def on_columns(self, msg: Columns, port: int) -> list[Message]:
+        if self.columns is not None:
+            out = self._match_columns(msg, port, self.columns)
+            if out is not None:
+                return out
+            self._leave_columns()
+        return super().on_columns(msg, port)
+
+    def _match_columns(self, msg: Columns, port: int, state: ColumnState
+                       ) -> list[Message] | None:
+        """Add a batch and emit its pairs column-wise; None (nothing changed) when the
+        arrays cannot take it exactly."""
+        n = len(msg)
+        if n == 0:
+            return []
+        keys = evaluate(self._key_exprs[port], msg.payload, n)
+        codes = state.codes.encode(keys) if isinstance(keys, np.ndarray) else None
+        if codes is None:
+            return None
+        starts, ends = msg.starts.astype(np.int64), msg.ends.astype(np.int64)
+        own, other = state.sides[port], state.sides[1 - port]
+        found = overlapping_pairs(other, codes, starts, ends)
+        if found is None:
+            return None
+        i, j = found
+        count = len(i)
+        pay = joined = None
+        if count:
+            pay = self._pair_payload(msg.payload, i, other.payload, j, port)
+            joined = concat_payload(state.payload, pay) if len(state.pid) else pay
+            if joined is None:
+                return None
+        seqs = np.arange(self.next_seq, self.next_seq + n, dtype=np.int64)
+        if not own.append(seqs, codes, starts, ends, msg.ids, msg.payload):
+            return None  # (nothing above changed the state)
+        self.next_seq += n
+        if not count:
+            return []
+        pid = np.arange(self.next_out, self.next_out + count, dtype=np.int64)
+        self.next_out += count
+        self.n_pairs += count
+        start = np.maximum(starts[i], other.start[j])
+        end = np.minimum(ends[i], other.end[j])
+        lseq, rseq = (seqs[i], other.seq[j]) if port == 0 else (other.seq[j], seqs[i])
+        state.add_pairs(pid, lseq, rseq, start, end, joined)
+        return [Columns(pid, start, end, pay)]  # type: ignore[list-item]  # stands for inserts
+
+    def _pair_payload(self, mine: Any, i: np.ndarray, theirs: Any, j: np.ndarray,
+                      port: int) -> Any:
+        """The output payload columns of the pairs (mine[i], theirs[j])."""
+        a = map_columns(mine, lambda c: c[i])
+        b = map_columns(theirs, lambda c: c[j])
+        left, right = (a, b) if port == 0 else (b, a)
+        if self._select_expr is not None:
+            cols = evaluate(self._select_expr, pair_columns(left, right), len(i))
+            if cols is not None:
+                return cols
+        lp, rp = payload_list(left), payload_list(right)
+        values = zip(lp, rp) if self.select is None else map(self.select, lp, rp)
+        return np.fromiter(values, dtype=object, count=len(i))
+
+    def _leave_columns(self) -> None:
+        """Turn the column-wise state into the per-event one, as if every event had come
+        alone (the same records, index entries, pairs and links)."""
+        state, self.columns = self.columns, None
+        assert state is not None
+        keys = state.codes.keys
+        for port, side in enumerate(state.sides):
+            if not len(side):
+                continue
+            ids, index, expiry = self.ids[port], self.index[port], self.expiry[port]
+            for seq, code, s, e, eid, p in zip(
+                    side.seq.tolist(), side.code.tolist(), side.start.tolist(),
+                    side.end.tolist(), side.ids.tolist(), payload_list(side.payload)):
+                key = keys[code]
+                self.recs[seq] = [eid, key, s, e, p, None]
+                ids[eid] = seq
+                index.add(key, seq, s, e)
+                expiry.push(e, seq)
+        if not len(state.pid):
+            return
+        recs = self.recs
+        for oid, lseq, rseq, s, e, p in zip(
+                state.pid.tolist(), state.lseq.tolist(), state.rseq.tolist(),
+                state.start.tolist(), state.end.tolist(), payload_list(state.payload)):
+            pair = [oid, s, e, p]
+            for seq, oseq in ((lseq, rseq), (rseq, lseq)):
+                rec = recs[seq]
+                if rec[LINKS] is None:
+                    rec[LINKS] = {oseq: pair}
+                else:
+                    rec[LINKS][oseq] = pair
+
     # -- messages -------------------------------------------------------------------------
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
+        if self.columns is not None:
+            self._leave_columns()
         seq, rec = self._add(msg, port, None)
         recs = self.recs
         matches = self.index[1 - port].overlapping(rec[KEY], msg.start, msg.end, recs)
@@ -115,6 +280,8 @@ class Join(BinaryTemporal):
         return out
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
+        if self.columns is not None:
+            self._leave_columns()
         seq, rec = self._find(msg, port)
         out: list[Message] = []
         recs = self.recs
@@ -142,6 +309,14 @@ class Join(BinaryTemporal):
         return out
 
     # -- state ----------------------------------------------------------------------------
+    def _free(self) -> None:
+        if self.columns is None:
+            return super()._free()
+        before = len(self.columns.pid)
+        self.columns.free((self._limit(0), self._limit(1)))
+        self.n_pairs -= before - len(self.columns.pid)
+        return None
+
     def _dropped(self, port: int, seq: int, rec: list[Any]) -> None:
         # the pairs of a freed event are final (see the module docstring)
         recs = self.recs
@@ -151,9 +326,14 @@ class Join(BinaryTemporal):
 
     def state_size(self) -> int:
         """Live events held on both inputs plus the output pairs that may still change."""
-        return len(self.recs) + self.n_pairs
+        held = 0 if self.columns is None else sum(map(len, self.columns.sides))
+        return len(self.recs) + held + self.n_pairs
 
     def _check(self) -> None:
+        if self.columns is not None:
+            assert not self.recs and self.n_pairs == len(self.columns.pid)
+            self.columns.check((self._limit(0), self._limit(1)))
+            return
         self._check_events()
         recs = self.recs
         pairs = 0

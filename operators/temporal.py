@@ -154,7 +154,8 @@ class KeyedIntervals:
             assert type(by_start) is type(by_end)
             assert list(by_start) == sorted(by_start) and list(by_end) == sorted(by_end)
             for start, seq in by_start:
-                assert recs[seq][KEY] == key and recs[seq][START] == start
+                assert recs[seq][KEY] is key or recs[seq][KEY] == key  # (a NaN key: itself)
+                assert recs[seq][START] == start
                 found.add(seq)
             for end, seq in by_end:
                 assert recs[seq][END] == end

@@ -1,0 +1,237 @@
+"""The column-wise state of the two-input temporal operators: live events as arrays.
+
+While a temporal join receives only :class:`~operators.columns.Columns` batches, each input's
+live events are parallel numpy arrays (:class:`ColumnEvents`: sequence number, key code,
+start, end, id and the payload columns), and the matches of a new batch are found for all its
+events at once by :func:`overlapping_pairs`: both sides ordered by ``(key code, start)``, two
+``searchsorted`` calls per batch give each new event the range of partners with its key that
+start before its end, and one vectorised filter keeps those that end after its start::
+
+    other input, by (code, start)   code 0: [0 ── 4) [2 ───── 9)   code 1: [1 ─ 3) [5 ── 8)
+    new event  code 0, [3 ─── 7)    candidates: both of code 0 (start < 7); partners: both
+                                    (end > 3)
+
+Keys become small integer codes by Python's own equality and hashing (:class:`KeyCodes`:
+``1``, ``1.0`` and ``True`` are one key, as in a dict), so a key means what it means on the
+per-event path. Anything these arrays cannot hold exactly (a key column with NaN or values
+that do not hash, payload columns whose form or dtypes change between batches) is declined
+with None, and the operator goes on event by event (:mod:`operators.join`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+
+from .columns import map_columns
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+class KeyCodes:
+    """Keys as dense int64 codes, equal keys (by ``==`` and ``hash``) one code.
+
+    >>> kc = KeyCodes()
+    >>> kc.encode(np.array([3, 1, 3])).tolist(), kc.encode(np.array([1.0, 2.5])).tolist()
+    ([1, 0, 1], [0, 2])
+    >>> kc.keys
+    [1, 3, 2.5]
+    """
+
+    __slots__ = ("base", "codes", "keys", "lookup")
+
+    #: integer keys are looked up in an array while they span at most this many values
+    SPAN = 1 << 22
+
+    def __init__(self) -> None:
+        self.codes: dict[Hashable, int] = {}
+        self.keys: list[Hashable] = []
+        #: the codes of integer keys base, base + 1, ... (-1: not coded yet), a cache of
+        #: ``codes`` so that an integer column is coded without a Python call per key
+        self.base = 0
+        self.lookup = np.zeros(0, dtype=np.int64)
+
+    def _code(self, key: Hashable) -> int:
+        code = self.codes.get(key)
+        if code is None:
+            code = self.codes[key] = len(self.keys)
+            self.keys.append(key)
+        return code
+
+    def encode(self, column: np.ndarray) -> np.ndarray | None:
+        """The codes of a key column, or None when it cannot be coded exactly (NaN, which a
+        dict tells apart by identity; values that do not hash)."""
+        kind = column.dtype.kind
+        if kind in "iu" and len(column):
+            codes = self._integers(column)
+            if codes is not None:
+                return codes
+        if kind == "f" and np.isnan(column).any():
+            return None
+        if kind in "iubfUS":
+            uniq, inverse = np.unique(column, return_inverse=True)
+            codes = np.fromiter(map(self._code, uniq.tolist()), dtype=np.int64,
+                                count=len(uniq))
+            return codes[inverse.reshape(-1)]
+        try:
+            values = column.tolist()
+            if any(type(v) is float and v != v for v in values):
+                return None
+            return np.fromiter(map(self._code, values), dtype=np.int64, count=len(values))
+        except TypeError:  # an unhashable key: the per-event path raises it
+            return None
+
+
+    def _integers(self, column: np.ndarray) -> np.ndarray | None:
+        lo, hi = int(column.min()), int(column.max())
+        if lo < -(2**62) or hi > 2**62:  # (offsets must not wrap in int64)
+            return None
+        table = self.lookup
+        if not len(table):
+            self.base = lo
+        base = self.base
+        new_lo, new_hi = min(lo, base), max(hi, base + len(table) - 1)
+        if new_hi - new_lo >= self.SPAN:
+            return None
+        if new_lo < base or new_hi >= base + len(table):  # widen the table
+            wider = np.full(new_hi - new_lo + 1, -1, dtype=np.int64)
+            wider[base - new_lo:base - new_lo + len(table)] = table
+            self.base, self.lookup, base, table = new_lo, wider, new_lo, wider
+        offsets = column.astype(np.int64) - base
+        codes = table[offsets]
+        missing = codes < 0
+        if missing.any():
+            for v in np.unique(column[missing]).tolist():
+                table[v - base] = self._code(v)
+            codes = table[offsets]
+        return codes
+
+
+def concat_payload(a: Any, b: Any) -> Any:
+    """Payload columns ``a`` then ``b`` (same form, names and dtypes), or None when they
+    differ: concatenating an int column with a float one would change its values."""
+    if a is None:
+        return b
+    if isinstance(a, dict):
+        if not isinstance(b, dict) or list(a) != list(b):
+            return None
+        parts = [(a[k], b[k]) for k in a]
+    elif isinstance(a, tuple):
+        if not isinstance(b, tuple) or len(a) != len(b):
+            return None
+        parts = list(zip(a, b))
+    else:
+        if isinstance(b, (dict, tuple)):
+            return None
+        parts = [(a, b)]
+    if any(x.dtype != y.dtype for x, y in parts):
+        return None
+    joined = [np.concatenate(p) for p in parts]
+    if isinstance(a, dict):
+        return dict(zip(a, joined))
+    return tuple(joined) if isinstance(a, tuple) else joined[0]
+
+
+class ColumnEvents:
+    """One input's live events as parallel arrays; ``ids`` also as a set (unique ids)."""
+
+    __slots__ = ("_order", "code", "end", "ids", "idset", "payload", "seq", "start")
+
+    def __init__(self) -> None:
+        self.seq, self.code, self.start, self.end = _EMPTY, _EMPTY, _EMPTY, _EMPTY
+        self.ids: np.ndarray = np.zeros(0, dtype=object)
+        self.idset: set[Hashable] = set()
+        self.payload: Any = None
+        self._order: tuple[np.ndarray, ...] | None = None
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    def append(self, seq: np.ndarray, code: np.ndarray, start: np.ndarray, end: np.ndarray,
+               ids: np.ndarray, payload: Any) -> bool:
+        """Add events; False (and nothing changes) when their payload columns do not match
+        the ones held or an id is live already (the per-event path says why)."""
+        new_ids = ids.tolist()
+        if len(set(new_ids)) != len(new_ids) or not self.idset.isdisjoint(new_ids):
+            return False
+        if len(self):
+            joined = concat_payload(self.payload, payload)
+            if joined is None:
+                return False
+            self.payload = joined
+        else:
+            self.payload = payload
+        self.seq = np.concatenate([self.seq, seq])
+        self.code = np.concatenate([self.code, code])
+        self.start = np.concatenate([self.start, start])
+        self.end = np.concatenate([self.end, end])
+        self.ids = np.concatenate([self.ids, ids.astype(object)])
+        self.idset.update(new_ids)
+        self._order = None
+        return True
+
+    def keep(self, mask: np.ndarray) -> None:
+        """Keep the events where ``mask`` is true (the others are freed)."""
+        if mask.all():
+            return
+        self.idset.difference_update(self.ids[~mask].tolist())
+        self.seq, self.code = self.seq[mask], self.code[mask]
+        self.start, self.end, self.ids = self.start[mask], self.end[mask], self.ids[mask]
+        self.payload = map_columns(self.payload, lambda c: c[mask]) if len(self.seq) else None
+        if self._order is not None:  # still sorted once the freed events are taken out
+            order, code, start, end = self._order
+            kept = mask[order]
+            position = np.cumsum(mask) - 1  # old position -> new position
+            self._order = (position[order[kept]], code[kept], start[kept], end[kept])
+
+    def by_key_and_start(self) -> tuple[np.ndarray, ...]:
+        """``(order, code, start, end)``: the events' positions sorted by (code, start) and
+        their columns in that order (cached until the events change)."""
+        if self._order is None:
+            order = np.lexsort((self.start, self.code))
+            self._order = (order, self.code[order], self.start[order], self.end[order])
+        return self._order
+
+    def check(self) -> None:
+        n = len(self.seq)
+        assert len(self.code) == len(self.start) == len(self.end) == len(self.ids) == n
+        assert (self.end > self.start).all()
+        assert self.idset == set(self.ids.tolist()) and len(self.idset) == n
+        assert len(np.unique(self.seq)) == n
+
+
+def overlapping_pairs(other: ColumnEvents, code: np.ndarray, start: np.ndarray,
+                      end: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(i, j)``: every new event ``i`` (``code``, ``start``, ``end``) and position ``j`` in
+    ``other`` with the same code whose lifetimes overlap; None when the combined sort key
+    would overflow int64 (then the caller goes event by event).
+
+    >>> side = ColumnEvents()
+    >>> _ = side.append(np.arange(4), np.array([0, 0, 1, 1]), np.array([0, 2, 1, 5]),
+    ...                 np.array([4, 9, 3, 8]), np.array(list("abcd"), dtype=object), None)
+    >>> i, j = overlapping_pairs(side, np.array([0, 1]), np.array([3, 3]), np.array([7, 4]))
+    >>> sorted(zip(i.tolist(), side.ids[j].tolist()))
+    [(0, 'a'), (0, 'b')]
+    """
+    if not len(other) or not len(code):
+        return _EMPTY, _EMPTY
+    order, ocode, ostart, oend = other.by_key_and_start()
+    lo_t, hi_t = int(ostart.min()), int(ostart.max())
+    span = hi_t - lo_t + 2  # start offsets lie in [0, span - 2]; an end clipped to span - 1
+    if (int(max(ocode[-1], code.max())) + 1) * span >= 2**62:
+        return None
+    key = ocode * span + (ostart - lo_t)  # ascending: sorted by (code, start)
+    base = code * span
+    lo = np.searchsorted(key, base, side="left")
+    hi = np.searchsorted(key, base + (np.clip(end, lo_t, hi_t + 1) - lo_t), side="left")
+    counts = hi - lo
+    total = int(counts.sum())
+    if total == 0:
+        return _EMPTY, _EMPTY
+    i = np.repeat(np.arange(len(code)), counts)
+    first = np.cumsum(counts) - counts
+    cand = lo[i] + (np.arange(total) - first[i])  # candidates start before the new end
+    hit = oend[cand] > start[i]  # ... and end after the new start
+    return i[hit], order[cand[hit]]
