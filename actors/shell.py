@@ -52,7 +52,7 @@ from typing import Any
 import ray
 
 from operators.base import Processor
-from operators.columns import Columns, count_events
+from operators.columns import Columns, count_events, expand
 from operators.errors import OperatorError
 from operators.events import MIN_TIME, Cti, Message
 from operators.publish import Publish
@@ -379,8 +379,8 @@ class OperatorShell:
                     has_cti = True
                     self.out_cti = max(self.out_cti, m.time)
                     break
-            if self.is_sink:
-                self.pending.extend(out)
+            if self.is_sink:  # output positions count events: expanded
+                self.pending.extend(expand(out))
             else:
                 for pull in self.pulls.values():
                     pull.queue.extend(out)

@@ -259,12 +259,13 @@ class Paced:
     """Events offered at ``rate_eps`` per second of wall time, handed over as Arrow tables
     every ``tick_s`` (what a collector polling a message queue does): each table holds the
     events whose due time has passed. For every event that makes the source emit a CTI
-    (every ``wl.CTI_EVERY``-th, the Ingress rule) it records the CTI's time, the wall time
+    (every ``every``-th, the Ingress rule) it records the CTI's time, the wall time
     the event was due (``due``) and the wall time its table was handed over (``sent``, later
     than ``due`` by up to ``tick_s``, more when backpressure holds the generator back)."""
 
-    def __init__(self, cols: dict[str, Any], rate_eps: int, tick_s: float = 0.005) -> None:
-        self.cols, self.rate, self.tick = cols, rate_eps, tick_s
+    def __init__(self, cols: dict[str, Any], rate_eps: int, tick_s: float = 0.005,
+                 every: int = wl.CTI_EVERY) -> None:
+        self.cols, self.rate, self.tick, self.every = cols, rate_eps, tick_s, every
         self.ctis: list[tuple[int, float, float]] = []  # (cti time, due, sent)
         self.first = self.last = 0.0  # wall times of the first and the last table handed over
 
@@ -274,7 +275,7 @@ class Paced:
 
         n = len(self.cols["ts"])
         latest = np.maximum.accumulate(self.cols["ts"])
-        every, delay = wl.CTI_EVERY, wl.JITTER_TICKS
+        every, delay = self.every, wl.JITTER_TICKS
         t0 = self.first = time.perf_counter()
         done = 0
         while done < n:
@@ -303,12 +304,15 @@ def run_latency(report: Report, sizes: Sizes, **deploy: Any) -> None:
     """W1 deployed on Ray over a paced source. An output CTI ``T`` of the tumbling 1 s window
     is caused by the first input CTI ``c >= T`` (the window operator's output CTI is the
     start of the window holding ``c``); the data's event time advances one window per CTI
-    (10,000 events per event-time second), so every input CTI moves the output CTI."""
+    (a CTI every :data:`~benchmarks.workloads.LATENCY_CTI_EVERY` events, as many per
+    event-time second), so every input CTI moves the output CTI: 1,000 samples in 20 s at
+    50,000 events/s."""
     n = int(sizes.rate_eps * sizes.latency_s)
-    paced = Paced(wl.points(n, sizes.keys, seed=5, rate_eps=wl.CTI_EVERY), sizes.rate_eps)
+    every = wl.LATENCY_CTI_EVERY
+    paced = Paced(wl.points(n, sizes.keys, seed=5, rate_eps=every), sizes.rate_eps, every=every)
     say(f"latency: {n:,} events offered at {sizes.rate_eps:,} events/s on Ray")
-    query = wl.w1(wl.source(wl.Columnar(paced))).deploy(f"bench-latency-{os.getpid()}",
-                                                         detached=False, **deploy)
+    query = wl.w1(wl.source(wl.Columnar(paced), every=every)).deploy(
+        f"bench-latency-{os.getpid()}", detached=False, **deploy)
     seen: list[tuple[int, float]] = []
     t_start = time.perf_counter()
     try:
@@ -512,8 +516,9 @@ def render(report: Report, info: dict[str, str], command: str, total_s: float) -
             (f"cedar: W1 deployed on Ray, fed by `Stream.from_arrow` over a generator that "
             f"hands over, every 5 ms, the events due by then (a collector polling a queue) to "
             f"offer {lat['rate_eps']:,} events/s ({lat['events']:,} events). Event time "
-            f"advances one 1 s window per {wl.CTI_EVERY:,} events, so every input CTI moves the "
-            f"output CTI. Per input CTI the generator records the wall time its triggering event "
+            f"advances one 1 s window per {wl.LATENCY_CTI_EVERY:,} events, a CTI each, so every "
+            f"input CTI moves the output CTI. Per input CTI the generator records the wall "
+            f"time its triggering event "
             f"was due (the offered schedule) and handed over; `Query.subscribe()` records the "
             f"wall time each output CTI arrives; an output CTI T is matched to the first input "
             f"CTI ≥ T. Latency from the due time includes any queueing caused by the query "

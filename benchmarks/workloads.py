@@ -44,6 +44,9 @@ JITTER_TICKS = 2_000
 T0_TICKS = 1_704_067_200 * TICKS_PER_SECOND
 #: CTIs every this many events (docs/ctis.md ``AdvanceTime(every=...)``).
 CTI_EVERY = 10_000
+#: The latency run's CTIs: every this many events, one 1 s window of event time each, so that
+#: 20 s at 50,000 events/s give 1,000 samples.
+LATENCY_CTI_EVERY = 1_000
 #: Share of events ``where`` keeps (``v >= WHERE_CUT``, v uniform in [0, 1)).
 WHERE_CUT = 0.1
 TUMBLE_TICKS = TICKS_PER_SECOND
@@ -53,10 +56,10 @@ HOP_TICKS = TICKS_PER_SECOND
 JOIN_LIFETIME_TICKS = 50_000
 
 
-def advance() -> AdvanceTime:
-    """The sources' AdvanceTime: a CTI every :data:`CTI_EVERY` events, ``delay`` covering the
+def advance(every: int = CTI_EVERY) -> AdvanceTime:
+    """The sources' AdvanceTime: a CTI every ``every`` events, ``delay`` covering the
     generated disorder."""
-    return AdvanceTime(every=CTI_EVERY, delay=JITTER_TICKS)
+    return AdvanceTime(every=every, delay=JITTER_TICKS)
 
 
 # -- data ---------------------------------------------------------------------------------------
@@ -137,15 +140,16 @@ def pair(left: tuple[int, float], right: tuple[int, float]) -> tuple[int, float,
     return (left[0], left[1], right[1])
 
 
-def source(data: Any, name: str | None = None) -> Stream:
+def source(data: Any, name: str | None = None, every: int = CTI_EVERY) -> Stream:
     """The generated layout as a source: columns (a dict of arrays, an Arrow table, or an
     iterable of Arrow tables) through ``Stream.from_arrow``; rows (a list or an iterable of
     row dicts) through ``Stream.from_rows``."""
     import pyarrow as pa
 
     if isinstance(data, (dict, pa.Table, Columnar)):
-        return Stream.from_arrow(data, start="ts", shape="point", advance=advance(), name=name)
-    return Stream.from_rows(data, start="ts", shape="point", advance=advance(), name=name)
+        return Stream.from_arrow(data, start="ts", shape="point", advance=advance(every),
+                                 name=name)
+    return Stream.from_rows(data, start="ts", shape="point", advance=advance(every), name=name)
 
 
 class Columnar:

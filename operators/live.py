@@ -18,6 +18,11 @@ at ∞ costs nothing for ever::
     >>> ev.advance_to(4), sorted(ev.rows())
     ([('a', 0, 3, 'x')], [(2, 5, 'y')])
 
+A column batch of inserts that an upstream operator has already checked can be added as it is
+(:meth:`~LiveEvents.insert_columns`): its rows stay columns, a CTI frees the final ones with
+one comparison per batch, and only a message that needs them one by one (an insert or a
+retraction) turns them into live events.
+
 Used by the stream validator and :func:`~operators.cht.to_cht`, the query sink
 (:class:`operators.publish.Publish`), the Spark sink of final rows and ``group_apply``; the temporal
 joins keep their events in a keyed interval index and use :class:`ExpiryHeap`, the same lazy
@@ -31,6 +36,7 @@ from collections.abc import Hashable, Iterator
 from typing import Any
 
 from . import cht  # (same_payload; cht imports this module)
+from .columns import Columns
 from .events import MAX_TIME, MIN_TIME, Insert, Retract, fmt_time
 
 Row = tuple[Hashable, int, int, Any]  # (id, start, end, payload)
@@ -42,7 +48,7 @@ _START, _END, _PAYLOAD, _SEQ = range(4)
 class LiveEvents:
     """The live events of one stream, by id, with their ends in a lazy heap."""
 
-    __slots__ = ("by_end", "cti", "live", "seq")
+    __slots__ = ("by_end", "chunks", "cti", "live", "seq")
 
     def __init__(self) -> None:
         #: id -> [start, end, payload, seq]
@@ -52,28 +58,51 @@ class LiveEvents:
         self.seq = 0
         #: the latest CTI passed to :meth:`advance_to`
         self.cti = MIN_TIME
+        #: live events added by :meth:`insert_columns`, still as column batches
+        self.chunks: list[Columns] = []
 
     def __len__(self) -> int:
-        return len(self.live)
+        return len(self.live) + sum(map(len, self.chunks))
 
     def __contains__(self, eid: Hashable) -> bool:
+        self._unchunk()
         return eid in self.live
 
     def get(self, eid: Hashable) -> list[Any] | None:
         """The live event ``eid`` as ``[start, end, payload, seq]`` (do not change it)."""
+        self._unchunk()
         return self.live.get(eid)
 
     def rows(self) -> Iterator[tuple[int, int, Any]]:
         """The live events as ``(start, end, payload)``."""
-        return ((r[_START], r[_END], r[_PAYLOAD]) for r in self.live.values())
+        return ((s, e, p) for _, s, e, p in self.items())
 
     def items(self) -> Iterator[Row]:
         """The live events as ``(id, start, end, payload)``."""
-        return ((i, r[_START], r[_END], r[_PAYLOAD]) for i, r in self.live.items())
+        for c in self.chunks:
+            yield from c.inserts()
+        yield from ((i, r[_START], r[_END], r[_PAYLOAD]) for i, r in self.live.items())
+
+    def insert_columns(self, cols: Columns) -> None:
+        """Add a column batch of inserts that an upstream operator has already checked (no
+        duplicate-id or CTI checks here): its rows stay columns until a message needs them
+        one by one."""
+        if len(cols):
+            self.chunks.append(cols)
+
+    def _unchunk(self) -> None:
+        chunks, self.chunks = self.chunks, []
+        for c in chunks:
+            for eid, s, e, p in c.inserts():
+                self.seq += 1
+                self.live[eid] = [s, e, p, self.seq]
+                heapq.heappush(self.by_end, (e, self.seq, eid))
 
     # -- messages ----------------------------------------------------------------------------
     def insert(self, msg: Insert) -> str | None:
         """Add ``msg``'s event; or say why it cannot be added (nothing changes then)."""
+        if self.chunks:
+            self._unchunk()
         if msg.start < self.cti:
             return f"insert starts at {fmt_time(msg.start)}, behind the CTI {fmt_time(self.cti)}"
         if msg.id in self.live:
@@ -85,6 +114,8 @@ class LiveEvents:
 
     def retract(self, msg: Retract) -> str | None:
         """Apply ``msg`` to its live event; or say why it cannot be (nothing changes then)."""
+        if self.chunks:
+            self._unchunk()
         row = self.live.get(msg.id)
         if row is None:
             return (f"retraction of unknown id {msg.id!r} (never inserted, already fully "
@@ -110,13 +141,27 @@ class LiveEvents:
             self._compact()
         return None
 
-    def advance_to(self, cti: int) -> list[Row]:
+    def advance_to(self, cti: int, final: bool = True) -> list[Row]:
         """Move to ``cti`` (a CTI that goes back is the caller's to reject) and return, by end,
-        the events it made final: those ending before it. ``Cti(MAX_TIME)`` leaves open
-        events live: use :meth:`drain` when the stream is over."""
+        the events it made final: those ending before it (with ``final=False`` they are only
+        freed: nothing is built for them). ``Cti(MAX_TIME)`` leaves open events live: use
+        :meth:`drain` when the stream is over."""
         if cti > self.cti:
             self.cti = cti
         out: list[Row] = []
+        if self.chunks:
+            kept = []
+            for c in self.chunks:
+                done = c.ends < cti
+                if not done.any():
+                    kept.append(c)
+                    continue
+                if final:
+                    out.extend(c.take(done).inserts())
+                if not done.all():
+                    kept.append(c.take(~done))
+            self.chunks = kept
+        mixed = bool(out)  # chunk rows first: sort by end below
         heap, live = self.by_end, self.live
         while heap and heap[0][0] < cti:
             end, seq, eid = heapq.heappop(heap)
@@ -124,10 +169,13 @@ class LiveEvents:
             if row is not None and row[_SEQ] == seq:
                 del live[eid]
                 out.append((eid, row[_START], end, row[_PAYLOAD]))
+        if mixed:
+            out.sort(key=lambda r: r[2])
         return out
 
     def drain(self) -> list[Row]:
         """Every live event, by end (the stream is over: all of them are final)."""
+        self._unchunk()
         self.cti = MAX_TIME
         out = sorted(self.items(), key=lambda r: (r[2], r[1]))
         self.live.clear()
@@ -140,6 +188,8 @@ class LiveEvents:
 
     def check(self) -> None:
         """Assert the invariants (tests)."""
+        for c in self.chunks:
+            assert len(c) and bool((c.ends >= self.cti).all()) and bool((c.ends > c.starts).all())
         entries = set(self.by_end)
         for eid, (s, e, _, seq) in self.live.items():
             assert s < e and e >= self.cti, (eid, s, e, self.cti)

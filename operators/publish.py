@@ -25,7 +25,7 @@ from typing import Any
 
 from .base import Processor
 from .cht import row_key
-from .columns import expand
+from .columns import Columns
 from .events import MIN_TIME, Cti, Insert, Message, Retract
 from .live import LiveEvents
 
@@ -46,19 +46,23 @@ class Publish(Processor):
         return self.events.cti
 
     def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
-        msgs = list(expand(batch))
+        out: list[Message] = []
         events = self.events
-        for m in msgs:
-            kind = type(m)
-            if kind is Insert:
-                events.insert(m)  # type: ignore[arg-type]
-            elif kind is Retract:
-                events.retract(m)  # type: ignore[arg-type]
-            elif m.time > events.cti:  # type: ignore[union-attr]
-                final = events.advance_to(m.time)  # type: ignore[union-attr]
+        for m in batch:
+            if type(m) is Columns:  # its rows stay columns in the live events and on the way
+                events.insert_columns(m)
+                out.append(m)
+                continue
+            out.append(m)
+            if type(m) is Insert:
+                events.insert(m)
+            elif type(m) is Retract:
+                events.retract(m)
+            elif type(m) is Cti and m.time > events.cti:
+                final = events.advance_to(m.time, final=self.history)
                 if self.history:
                     self.closed.extend((s, e, p) for _, s, e, p in final)
-        return msgs
+        return out
 
     def alive_snapshot(self) -> list[Message]:
         """The alive rows as Inserts (by start), then ``Cti(current)`` when there is one."""

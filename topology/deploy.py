@@ -31,6 +31,7 @@ from typing import Any
 
 from actors import checkpoint as ck
 from actors.wire import decode, encode, encode_rows
+from operators.columns import expand
 from operators.errors import OperatorError
 from operators.events import Message
 from operators.feeds import END, round_robin
@@ -327,7 +328,7 @@ def collect_plan(plan: Plan, *, batch_size: int = DEFAULT_BATCH,
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             blob, finished, error = ray.get(sink.fetch.remote(pull, FETCH_WAIT_S))
-            msgs = decode(blob)
+            msgs = list(expand(decode(blob)))  # the sink passes column batches on as they are
             if on_messages is None:
                 out.extend(msgs)
             elif msgs:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from actors.wire import decode
+from operators.columns import expand
 from operators.errors import OperatorError
 from operators.events import Message
 
@@ -153,7 +154,7 @@ class Query:
             try:
                 while True:
                     blob, finished, error = ray.get(sink.fetch.remote(pull, FETCH_WAIT_S))
-                    msgs = decode(blob)
+                    msgs = list(expand(decode(blob)))  # column batches pass the sink whole
                     yield from msgs
                     if error is not None:
                         raise OperatorError(f"query {self.name!r} failed in {error}")

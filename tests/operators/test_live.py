@@ -56,3 +56,42 @@ def test_problems_are_the_validators() -> None:
     assert events.advance_to(11) == [("a", 0, 10, "x")]
     assert "unknown id 'a'" in events.retract(Retract("a", 0, 10, 12, "x"))
     assert events.drain() == [] and events.cti == MAX_TIME
+
+
+@settings(max_examples=EXAMPLES)
+@given(physical_streams(), st.randoms(use_true_random=False))
+def test_column_batches_stay_columns_until_a_row_needs_them(stream, rnd) -> None:
+    import numpy as np
+
+    from operators.columns import Columns
+
+    events, final, run = LiveEvents(), [], []
+
+    def flush() -> None:
+        if run:
+            ids = np.empty(len(run), dtype=object)
+            ids[:] = [m.id for m in run]
+            pay = np.empty(len(run), dtype=object)
+            pay[:] = [m.payload for m in run]
+            events.insert_columns(Columns(ids, np.array([m.start for m in run]),
+                                          np.array([m.end for m in run]), pay))
+            run.clear()
+
+    for msg in stream:
+        if type(msg) is Insert and rnd.random() < 0.7:
+            run.append(msg)
+            continue
+        flush()
+        if type(msg) is Insert:
+            assert events.insert(msg) is None
+        elif type(msg) is Retract:
+            assert events.retract(msg) is None
+        else:
+            freed = events.advance_to(msg.time)
+            assert [r[2] for r in freed] == sorted(r[2] for r in freed)  # by end
+            final.extend((s, e, p) for _, s, e, p in freed)
+        events.check()
+    flush()
+    rows = final + list(events.rows())
+    assert sorted(rows, key=repr) == sorted(to_cht(stream), key=repr)
+    assert len(events) == len(list(events.items()))
