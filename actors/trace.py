@@ -122,7 +122,7 @@ class Recorder:
         self.step = step
         self.keys = key_functions(proc)
         #: group_apply outputs (key, payload): their key is the payload's first item
-        self.keyed_out = hasattr(proc, "key") and callable(getattr(proc, "key", None))
+        self.keyed_out = callable(getattr(proc, "key", None)) and getattr(proc, "keyed", True)
         #: the rows kept, one tuple of :data:`COLUMNS` each
         self.rows: list[tuple[Any, ...]] = []
         self.seq = itertools.count()

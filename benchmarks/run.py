@@ -306,10 +306,13 @@ def run_latency(report: Report, sizes: Sizes, **deploy: Any) -> None:
     start of the window holding ``c``); the data's event time advances one window per CTI
     (a CTI every :data:`~benchmarks.workloads.LATENCY_CTI_EVERY` events, as many per
     event-time second), so every input CTI moves the output CTI: 1,000 samples in 20 s at
-    50,000 events/s."""
+    50,000 events/s. W1's keys are cut in the same proportion (1,000 → 100), so that a window
+    holds as many events per key and emits as many rows per input event as in the throughput
+    runs."""
     n = int(sizes.rate_eps * sizes.latency_s)
     every = wl.LATENCY_CTI_EVERY
-    paced = Paced(wl.points(n, sizes.keys, seed=5, rate_eps=every), sizes.rate_eps, every=every)
+    keys = max(1, sizes.keys * every // wl.CTI_EVERY)
+    paced = Paced(wl.points(n, keys, seed=5, rate_eps=every), sizes.rate_eps, every=every)
     say(f"latency: {n:,} events offered at {sizes.rate_eps:,} events/s on Ray")
     query = wl.w1(wl.source(wl.Columnar(paced), every=every)).deploy(
         f"bench-latency-{os.getpid()}", detached=False, **deploy)
@@ -517,8 +520,9 @@ def render(report: Report, info: dict[str, str], command: str, total_s: float) -
             f"hands over, every 5 ms, the events due by then (a collector polling a queue) to "
             f"offer {lat['rate_eps']:,} events/s ({lat['events']:,} events). Event time "
             f"advances one 1 s window per {wl.LATENCY_CTI_EVERY:,} events, a CTI each, so every "
-            f"input CTI moves the output CTI. Per input CTI the generator records the wall "
-            f"time its triggering event "
+            f"input CTI moves the output CTI; keys are cut in the same proportion (100), so a "
+            f"window emits as many rows per input event as in the throughput runs. Per input "
+            f"CTI the generator records the wall time its triggering event "
             f"was due (the offered schedule) and handed over; `Query.subscribe()` records the "
             f"wall time each output CTI arrives; an output CTI T is matched to the first input "
             f"CTI ≥ T. Latency from the due time includes any queueing caused by the query "

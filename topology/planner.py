@@ -125,7 +125,16 @@ def _b_clip(node: n.ClipDuration, step: str) -> Factory:
     return functools.partial(ClipDuration, node.limit, name=step)
 
 
+def _one_group(payload: Any) -> int:
+    """The key of a window aggregate outside group_apply: every event in one group."""
+    return 0
+
+
 def _b_window(node: n.Window, step: str) -> Factory:
+    if (node.kind == "aggregate" and points_only(node.inputs[0])
+            and supports(node.spec, node.udm, node.kind, node.output, node.on_error)):
+        return functools.partial(KeyedWindowAggregate, _one_group, node.spec, node.udm,
+                                 output=node.output, emit=node.emit, keyed=False, name=step)
     build = functools.partial(make_window, node.spec, node.udm, kind=node.kind, clip=node.clip,
                               output=node.output, name=step, on_error=node.on_error)
     if node.emit == "final":
@@ -164,6 +173,8 @@ def _b_group_apply(node: n.GroupApply, step: str) -> Factory:
 def _describe(node: n.Node, factory: Factory) -> str:
     """The stage's line in ``explain()``: the node, and the fast path when one was chosen."""
     if getattr(factory, "func", None) is KeyedWindowAggregate:
+        if not factory.keywords.get("keyed", True):  # type: ignore[attr-defined]
+            return f"{node.describe()} as a column-wise window aggregate (point input)"
         return f"{node.describe()} as one keyed window aggregate (all groups at once)"
     return node.describe()
 

@@ -77,7 +77,7 @@ def factory_kind(factory: Any) -> dict[str, Any]:
         info["spec"] = _spec(spec)
         info["output"] = kw.get("output") or ("point_end" if info["spec"]["kind"] == "count"
                                               else "window")
-        info["keyed"] = name == "KeyedWindowAggregate"
+        info["keyed"] = name == "KeyedWindowAggregate" and kw.get("keyed", True)
     elif kind in ("join", "left_join"):
         info["pairs"] = kw.get("select") is None  # payloads are (left, right)
     elif kind == "group_apply" and len(args) > 1:

@@ -104,14 +104,16 @@ def _group_order(ns: np.ndarray, ks: np.ndarray) -> np.ndarray:
 
 class KeyedWindowAggregate(Processor):
     """One hopping (or tumbling) window aggregate per value of ``key(payload)``, over point
-    events; payloads become ``(key, result)``, as ``group_apply`` gives them."""
+    events; payloads become ``(key, result)``, as ``group_apply`` gives them (with
+    ``keyed=False``, one group and the bare result: a window aggregate without group_apply)."""
 
     _state_fields = ("open", "ids", "seq", "sent")
 
     def __init__(self, key: Callable[[Any], Hashable] | str, spec: HoppingWindow, udm: Any,
-                 output: str | None = None, emit: str = "speculative",
+                 output: str | None = None, emit: str = "speculative", keyed: bool = True,
                  name: str | None = None) -> None:
         super().__init__(name)
+        self.keyed = keyed
         if emit not in ("speculative", "final"):
             raise ValueError(f"emit={emit!r}: use 'speculative' or 'final'")
         self.final = emit == "final"
@@ -305,7 +307,8 @@ class KeyedWindowAggregate(Processor):
         sent = self.sent
         for n, k in sorted(self.touched, key=lambda nk: nk[0]):
             s, e = self._row_lifetime(n)
-            payload = (k, self._result(n, k, self.open[n][k]))
+            result = self._result(n, k, self.open[n][k])
+            payload = (k, result) if self.keyed else result
             by_key = sent.setdefault(n, {})
             before = by_key.get(k)
             if before is not None:
@@ -355,7 +358,8 @@ class KeyedWindowAggregate(Processor):
         s, e = self._row_lifetime(n)
         out: list[Message] = []
         for k, state in by_key.items():
-            out.append(_new(Insert, (self.ids.mint(), s, e, (k, self._result(n, k, state)))))
+            result = self._result(n, k, state)
+            out.append(_new(Insert, (self.ids.mint(), s, e, (k, result) if self.keyed else result)))
         return out
 
     def _result(self, n: int, k: Hashable, state: Any) -> Any:

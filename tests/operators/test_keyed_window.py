@@ -168,3 +168,41 @@ def test_column_wise_sums_are_exactly_the_per_value_sums(groups, start_full):
         return
     assert [udm.result(s) for s in got] == [udm.result(s) for s in expected]
     assert [(s.n, s.n_float) for s in got] == [(s.n, s.n_float) for s in expected]
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(batches=point_sources(), size=st.integers(1, 30), hop=st.integers(1, 30),
+       alignment=st.integers(-7, 7), udm=st.sampled_from(sorted(UDMS)),
+       output=st.sampled_from(["window", "point_end"]), delay=st.integers(0, 30),
+       emit=st.sampled_from(["speculative", "final"]))
+def test_one_group_equals_the_general_window(batches, size, hop, alignment, udm, output, delay,
+                                             emit):
+    # what the planner runs for stream.hopping_window(...).aggregate(...) over points
+    spec = hopping_window(size, hop, alignment)
+    src = Ingress(start="t", advance=AdvanceTime(every=256, delay=delay))
+    stream = [m for b in batches for m in src.push(b)] + src.end()
+    events = list(expand(stream))
+    expected = make_window(spec, UDMS[udm](), output=output).process(events)
+    if udm != "first3":  # (equal starts in arrival order: not a CHT's to say)
+        assert_equivalent(expected, reference_window(events, spec, UDMS[udm](), output=output))
+    op = KeyedWindowAggregate(lambda p: 0, spec, UDMS[udm](), output=output, emit=emit,
+                              keyed=False, name="w")
+    out = []
+    for msg in stream:
+        out += op.process([msg])
+        op._check()
+    out += op.finish()
+    validate(out, name="window output")
+    assert_equivalent(out, expected)
+
+
+def test_the_planner_runs_a_window_over_points_column_wise():
+    from topology import Stream
+
+    rows = [{"t": t, "v": float(t % 4)} for t in range(40)]
+    q = Stream.from_rows(rows, start="t").tumbling_window(10).aggregate(Sum("v"))
+    assert "column-wise window aggregate" in q.explain()
+    assert to_cht(q.collect(runtime="inline")) == [
+        (s, s + 10, sum(float(t % 4) for t in range(s, s + 10))) for s in range(0, 40, 10)]
+    intervals = Stream.from_rows(rows, start="t", end=lambda r: r["t"] + 3, shape="interval")
+    assert "column-wise" not in intervals.tumbling_window(10).aggregate(Sum("v")).explain()
