@@ -331,13 +331,9 @@ def spark_q7(bid: Any) -> Any:
 def spark_q8(person: Any, auction: Any) -> Any:
     from pyspark.sql import functions as F
 
-    p = _windowed(person).select("id", "name", F.window("date_time", "10 seconds").alias("pw"),
-                                 F.col("date_time").alias("p_time"))
-    a = _windowed(auction).select("seller", F.window("date_time", "10 seconds").alias("aw"),
-                                  F.col("date_time").alias("a_time"))
-    cond = ((F.col("id") == F.col("seller")) & (F.col("pw") == F.col("aw"))
-            & (F.col("a_time") >= F.col("p_time") - F.expr("interval 10 seconds"))
-            & (F.col("a_time") <= F.col("p_time") + F.expr("interval 10 seconds")))
+    p = _windowed(person).select("id", "name", F.window("date_time", "10 seconds").alias("pw"))
+    a = _windowed(auction).select("seller", F.window("date_time", "10 seconds").alias("aw"))
+    cond = (F.col("id") == F.col("seller")) & (F.col("pw") == F.col("aw"))
     return p.join(a, cond).select(F.col("pw.start").alias("window_start"),
                                   F.col("pw.end").alias("window_end"), "id", "name")
 
