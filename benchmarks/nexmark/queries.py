@@ -167,9 +167,9 @@ def q4(auction_iv: Stream, bid: Stream) -> Stream:
     while it is open (``date_time <= bid time < expires``; the reserve is not checked, as in
     Flink's Nexmark SQL); the output is, per category, the running average of the winning
     prices of the auctions closed so far, with their count: one window of :data:`FOREVER`
-    (1970 to 2070) per category, whose speculative output is that running average (each
-    closed auction retracts the category's average and inserts the new one, as Flink's
-    updating aggregate does) and whose CHT is the final average.
+    (from 1970 to December 2069) per category, whose speculative output is that running
+    average (each closed auction retracts the category's average and inserts the new one, as
+    Flink's updating aggregate does) and whose CHT is the final average.
 
     In cedar: bids (points) joined with auctions (intervals) keeps the bids placed while the
     auction is open; stretched to :data:`FOREVER` and joined with the auction again, each such
@@ -179,11 +179,14 @@ def q4(auction_iv: Stream, bid: Stream) -> Stream:
     them (``Aggregates(avg=Avg, count=Count)``). (A snapshot window per auction says the same
     but costs O(bids²) per auction: cedar builds each snapshot's state from scratch.)
 
-    Spark Structured Streaming cannot run it: the maximum per auction followed by the average
-    per category are two chained streaming aggregations that are not time windows, which SSS
-    rejects. Compared instead with the same query as a Spark *batch* query: per category the
-    average (cedar's CHT: one row per category) against Spark's, to 9 significant
-    digits (cedar's averages are exact sums rounded once; Spark sums doubles).
+    Spark Structured Streaming cannot run it (tried with PySpark 4.3, both inputs
+    watermarked): the join, the maximum per auction and the average per category are rejected
+    in append mode (aggregations without a watermark on a grouping key), in update mode (the
+    correctness check of chained stateful operators under the global watermark) and in
+    complete mode (no stream-stream join). Compared instead with the same query as a Spark
+    *batch* query: per category the average (cedar's CHT: one row per category) against
+    Spark's, to 9 significant digits (cedar's averages are exact sums rounded once; Spark
+    sums doubles).
     """
     open_bids = auction_iv.join(bid, on=(auction_key, bid_auction), select=q4_pair)
     to_close = open_bids.alter_lifetime(duration=FOREVER).join(
