@@ -1,0 +1,422 @@
+"""The Nexmark queries the temporal algebra expresses, in cedar and in Spark Structured Streaming.
+
+Every query exists twice over the same generated tables (:mod:`.generator`):
+
+* **cedar**: a function of ``topology.Stream`` sources returning a ``Stream``. The sources
+  (:func:`sources`) are ``Stream.from_arrow`` of each entity, point events at ``date_time``
+  (``auction_iv``: auctions as intervals ``[date_time, expires)``). A payload holds every
+  column but the time columns: an event's time is its lifetime.
+* **Spark**: a function of streaming DataFrames (``readStream.parquet``) returning a streaming
+  DataFrame, run with ``trigger(availableNow=True)`` in append mode.
+
+:data:`QUERIES` lists them with, per query, how to turn each engine's output into comparable
+rows (:class:`Query`). Where cedar and Spark differ, the query's docstring says how, and
+``comparable`` says what is compared (or why nothing is).
+
+**The end of input.** cedar's sources end with a CTI at ∞, so every window is final and
+output. Spark's append mode outputs a window only once the watermark (the latest event time
+minus the delay, :data:`WATERMARK` = 0: every table is sorted by time) has passed its end, and
+the stream never "ends": windows not closed by the latest event time are never output. The
+windowed queries therefore compare only windows that end at or before the latest event time of
+their input (:func:`closed_by`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from operators.aggregates import Aggregates, Avg, Count, Max
+from operators.events import TICKS_PER_SECOND
+from operators.ingress import AdvanceTime
+from topology import Stream
+
+#: Nexmark's window: 10 s (Q5's size, Q7's and Q8's tumbling windows).
+WINDOW = 10 * TICKS_PER_SECOND
+#: Q5's hop: 2 s.
+HOP = 2 * TICKS_PER_SECOND
+#: "Forever" for lifetimes that stand for edges never closed (persons, auctions in Q3, the
+#: closed auctions in Q4's running average): 100 years.
+FOREVER = 100 * 365 * 24 * 3600 * TICKS_PER_SECOND
+#: Q1's dollar-to-euro rate.
+EURO = 0.908
+#: Q2's selection: ``auction % Q2_MOD == 0``.
+Q2_MOD = 123
+#: Q3's states and category.
+Q3_STATES = ("OR", "ID", "CA")
+Q3_CATEGORY = 10
+CTI_EVERY = 10_000
+#: Spark's watermark delay: the tables are sorted by time, so nothing is late.
+WATERMARK = "0 seconds"
+
+
+# -- sources ---------------------------------------------------------------------------------------
+def sources(tables: dict[str, Any]) -> dict[str, Stream]:
+    """The cedar sources over the generated Arrow tables: ``person``, ``auction``, ``bid``
+    (points at ``date_time``) and ``auction_iv`` (auctions over ``[date_time, expires)``);
+    a CTI every :data:`CTI_EVERY` events, no delay (the tables are sorted by time)."""
+    adv = AdvanceTime(every=CTI_EVERY)
+    out = {name: Stream.from_arrow(tables[name], start="date_time", shape="point",
+                                   advance=adv, name=name)
+           for name in ("person", "auction", "bid")}
+    out["auction_iv"] = Stream.from_arrow(tables["auction"], start="date_time", end="expires",
+                                          shape="interval", advance=adv, name="auction_iv")
+    return out
+
+
+# -- cedar -----------------------------------------------------------------------------------------
+def identity(b: dict[str, Any]) -> dict[str, Any]:
+    return b
+
+
+def q0(bid: Stream) -> Stream:
+    """Q0, pass-through: every bid as it is (an identity ``select``, column-wise)."""
+    return bid.select(identity)
+
+
+def euro(b: dict[str, Any]) -> dict[str, Any]:
+    return {"auction": b["auction"], "bidder": b["bidder"], "price": b["price"] * EURO,
+            "extra": b["extra"]}
+
+
+def q1(bid: Stream) -> Stream:
+    """Q1, currency conversion: ``price * 0.908`` (column-wise; the time stays the event's)."""
+    return bid.select(euro)
+
+
+def q2_keep(b: dict[str, Any]) -> bool:
+    return b["auction"] % Q2_MOD == 0
+
+
+def auction_price(b: dict[str, Any]) -> dict[str, Any]:
+    return {"auction": b["auction"], "price": b["price"]}
+
+
+def q2(bid: Stream) -> Stream:
+    """Q2, selection: the bids on auctions ``auction % 123 == 0`` (the form Flink's Nexmark
+    uses; Beam's original lists auction ids in a set, which would run per event here),
+    projected to ``auction, price``."""
+    return bid.where(q2_keep).select(auction_price)
+
+
+def q3_person(p: dict[str, Any]) -> bool:
+    return p["state"] in Q3_STATES
+
+
+def q3_auction(a: dict[str, Any]) -> bool:
+    return a["category"] == Q3_CATEGORY
+
+
+def seller(a: dict[str, Any]) -> Any:
+    return a["seller"]
+
+
+def person_id(p: dict[str, Any]) -> Any:
+    return p["id"]
+
+
+def q3_pair(a: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
+    return {"name": p["name"], "city": p["city"], "state": p["state"], "id": a["id"]}
+
+
+def q3(person: Stream, auction: Stream) -> Stream:
+    """Q3, local item suggestion: auctions of category 10 joined with their sellers when they
+    live in OR, ID or CA. Persons and auctions are facts that stay true: both become
+    :data:`FOREVER`-long events (edges never closed), so every matching pair is output once,
+    from the later of the two starts.
+
+    Spark: an unbounded stream-stream inner join (no watermark, state kept forever). Compared:
+    the multisets of ``(name, city, state, id)``; cedar's lifetimes have no Spark counterpart.
+    """
+    people = person.where(q3_person).alter_lifetime(duration=FOREVER)
+    items = auction.where(q3_auction).alter_lifetime(duration=FOREVER)
+    return items.join(people, on=(seller, person_id), select=q3_pair)
+
+
+def auction_key(a: dict[str, Any]) -> Any:
+    return a["id"]
+
+
+def bid_auction(b: dict[str, Any]) -> Any:
+    return b["auction"]
+
+
+def q4_pair(a: dict[str, Any], b: dict[str, Any]) -> tuple[Any, Any, Any]:
+    return (a["id"], a["category"], b["price"])
+
+
+def first(p: tuple[Any, ...]) -> Any:
+    return p[0]
+
+
+def keep_left(p: Any, a: Any) -> Any:
+    return p
+
+
+def price_category(p: tuple[Any, Any, Any]) -> tuple[Any, Any]:
+    return (p[2], p[1])
+
+
+def category_price(p: tuple[Any, tuple[Any, Any]]) -> tuple[Any, Any]:
+    return (p[1][1], p[1][0])
+
+
+def q4(auction_iv: Stream, bid: Stream) -> Stream:
+    """Q4, average price per category: an auction's winning price is its highest bid placed
+    while it is open (``date_time <= bid time < expires``; the reserve is not checked, as in
+    Flink's Nexmark SQL); the output is, per category, the running average of the winning
+    prices of the auctions closed so far, with their count: one window of :data:`FOREVER`
+    (from 1970 to December 2069) per category, whose speculative output is that running
+    average (each closed auction retracts the category's average and inserts the new one, as
+    Flink's updating aggregate does) and whose CHT is the final average.
+
+    In cedar: bids (points) joined with auctions (intervals) keeps the bids placed while the
+    auction is open; stretched to :data:`FOREVER` and joined with the auction again, each such
+    bid lives from its time to the close; per auction a count window of one end time
+    (``count_window(1, by="end")``: all of an auction's bids end at its close) takes the
+    highest ``(price, category)``, a point at the close; per category the window averages
+    them (``Aggregates(avg=Avg, count=Count)``). (A snapshot window per auction says the same
+    but costs O(bids²) per auction: cedar builds each snapshot's state from scratch.)
+
+    Spark Structured Streaming cannot run it (tried with PySpark 4.3, both inputs
+    watermarked): the join, the maximum per auction and the average per category are rejected
+    in append mode (aggregations without a watermark on a grouping key), in update mode (the
+    correctness check of chained stateful operators under the global watermark) and in
+    complete mode (no stream-stream join). Compared instead with the same query as a Spark
+    *batch* query: per category the average (cedar's CHT: one row per category) against
+    Spark's, to 9 significant digits (cedar's averages are exact sums rounded once; Spark
+    sums doubles).
+    """
+    open_bids = auction_iv.join(bid, on=(auction_key, bid_auction), select=q4_pair)
+    to_close = open_bids.alter_lifetime(duration=FOREVER).join(
+        auction_iv, on=(first, auction_key), select=keep_left)
+    winners = to_close.group_apply(first, lambda g: g.count_window(1, by="end").aggregate(
+        Max(price_category))).select(category_price)
+    return winners.group_apply(first, lambda g: g.tumbling_window(FOREVER).aggregate(
+        Aggregates(avg=Avg(1), count=Count())))
+
+
+def bid_count(p: tuple[Any, Any]) -> tuple[Any, Any]:
+    return (p[1], p[0])
+
+
+def hottest(payloads: list[tuple[Any, Any]]) -> tuple[Any, Any]:
+    """Q5's pick in one window: the ``(auction, count)`` with the most bids, ties to the
+    larger auction id."""
+    return max(payloads, key=bid_count)
+
+
+def q5(bid: Stream) -> Stream:
+    """Q5, hot items: per hopping window (10 s, hop 2 s) the auction with the most bids
+    ``(auction, count)`` over the window's lifetime. Nexmark outputs every auction tied for
+    the most; here (as in Spark, whose ``max(struct(count, auction))`` picks one) the tie goes
+    to the larger auction id.
+
+    cedar: ``group_apply(auction, hopping → Count)`` (the keyed column-wise path); the counts,
+    as points at their window's start, fall one window per 2 s tumbling window, whose
+    aggregate picks the hottest; the result is stretched back over the 10 s window.
+    Spark: the count per (window, auction), then per window (a tumbling window over
+    ``window_time``, chained time-window aggregations) the maximum.
+    """
+    counts = bid.group_apply(bid_auction, lambda g: g.hopping_window(WINDOW, HOP)
+                             .aggregate(Count()))
+    return (counts.to_points().tumbling_window(HOP).aggregate(hottest)
+            .alter_lifetime(duration=WINDOW))
+
+
+def price_auction_bidder(b: dict[str, Any]) -> tuple[Any, Any, Any]:
+    return (b["price"], b["auction"], b["bidder"])
+
+
+def q7(bid: Stream) -> Stream:
+    """Q7, highest bid: per tumbling 10 s window the bid with the highest price, as
+    ``(price, auction, bidder)`` (ties to the larger auction, then bidder: the maximum of
+    the tuple, in cedar and in Spark alike)."""
+    return bid.tumbling_window(WINDOW).aggregate(Max(price_auction_bidder))
+
+
+def window_of(s: int) -> int:
+    return s - s % WINDOW
+
+
+def id_name(p: dict[str, Any]) -> dict[str, Any]:
+    return {"id": p["id"], "name": p["name"]}
+
+
+def q8_pair(p: dict[str, Any], a: tuple[Any, Any]) -> dict[str, Any]:
+    return p
+
+
+def q8(person: Stream, auction: Stream) -> Stream:
+    """Q8, monitor new users: the persons who opened an auction in the same tumbling 10 s
+    window in which they registered, ``{id, name}`` over that window. cedar: persons'
+    lifetimes become their window (``alter_lifetime``), the auctions' sellers are counted per
+    window (``group_apply(seller, tumbling → Count)``, one event per seller and window) and
+    the two are joined on the id; the output lifetime is the window.
+
+    Spark: persons and auctions, each with its window column, inner-joined on id = seller
+    and equal windows: one row per (person, auction) pair, where cedar has one per person
+    and window (Nexmark's SQL groups both sides first; SSS cannot join after an
+    aggregation). Compared: Spark's distinct rows against cedar's.
+    """
+    people = person.select(id_name).alter_lifetime(start=window_of, duration=WINDOW)
+    sellers = auction.group_apply(seller, lambda g: g.tumbling_window(WINDOW).aggregate(Count()))
+    return people.join(sellers, on=(person_id, first), select=q8_pair)
+
+
+# -- Spark -----------------------------------------------------------------------------------------
+def spark_q0(bid: Any) -> Any:
+    return bid
+
+
+def spark_q1(bid: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return bid.select("auction", "bidder", (F.col("price") * F.lit(EURO)).alias("price"),
+                      "date_time", "extra")
+
+
+def spark_q2(bid: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return bid.where(F.col("auction") % Q2_MOD == 0).select("auction", "price", "date_time")
+
+
+def spark_q3(person: Any, auction: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    p = person.where(F.col("state").isin(*Q3_STATES)).select(
+        F.col("id").alias("pid"), "name", "city", "state")
+    a = auction.where(F.col("category") == Q3_CATEGORY).select("id", "seller")
+    return a.join(p, F.col("seller") == F.col("pid")).select("name", "city", "state", "id")
+
+
+def spark_q4_batch(auction: Any, bid: Any) -> Any:
+    """Q4 as a Spark batch query (SSS cannot chain these aggregations; see :func:`q4`)."""
+    from pyspark.sql import functions as F
+
+    a = auction.select(F.col("id"), "category", F.col("date_time").alias("a_time"), "expires")
+    b = bid.select("auction", "price", F.col("date_time").alias("b_time"))
+    wins = (a.join(b, (F.col("auction") == F.col("id")) & (F.col("b_time") >= F.col("a_time"))
+                   & (F.col("b_time") < F.col("expires")))
+            .groupBy("id", "category").agg(F.max("price").alias("final")))
+    return wins.groupBy("category").agg(F.avg("final").alias("avg"),
+                                        F.count(F.lit(1)).alias("count"))
+
+
+def _windowed(df: Any) -> Any:
+    return df.withWatermark("date_time", WATERMARK)
+
+
+def spark_q5(bid: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    counts = (_windowed(bid).groupBy(F.window("date_time", "10 seconds", "2 seconds"), "auction")
+              .agg(F.count(F.lit(1)).alias("count")))
+    # each 10 s window's window_time (its end - 1 µs) falls in one 2 s tumbling window
+    top = (counts.groupBy(F.window(F.window_time("window"), "2 seconds").alias("w"))
+           .agg(F.max(F.struct("count", "auction")).alias("m")))
+    return top.select((F.col("w.end") - F.expr("interval 10 seconds")).alias("window_start"),
+                      F.col("w.end").alias("window_end"), F.col("m.auction").alias("auction"),
+                      F.col("m.count").alias("count"))
+
+
+def spark_q7(bid: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return (_windowed(bid).groupBy(F.window("date_time", "10 seconds"))
+            .agg(F.max(F.struct("price", "auction", "bidder")).alias("m"))
+            .select(F.col("window.start").alias("window_start"),
+                    F.col("window.end").alias("window_end"), "m.price", "m.auction", "m.bidder"))
+
+
+def spark_q8(person: Any, auction: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    p = _windowed(person).select("id", "name", F.window("date_time", "10 seconds").alias("pw"))
+    a = _windowed(auction).select("seller", F.window("date_time", "10 seconds").alias("aw"))
+    cond = (F.col("id") == F.col("seller")) & (F.col("pw") == F.col("aw"))
+    return p.join(a, cond).select(F.col("pw.start").alias("window_start"),
+                                  F.col("pw.end").alias("window_end"), "id", "name")
+
+
+# -- comparable rows -------------------------------------------------------------------------------
+Row = tuple[Any, ...]
+
+
+def closed_by(rows: list[Row], latest: int) -> list[Row]:
+    """The windowed rows ``(start, end, ...)`` whose window ends at or before ``latest``: the
+    windows Spark's watermark has closed at the end of the input."""
+    return [r for r in rows if r[1] <= latest]
+
+
+def _dicts(payload: dict[str, Any], fields: tuple[str, ...]) -> Row:
+    return tuple(payload[f] for f in fields)
+
+
+BID_FIELDS = ("auction", "bidder", "price", "channel", "url", "extra")
+
+
+@dataclass(frozen=True)
+class Query:
+    """One Nexmark query: its cedar and Spark forms, its inputs, and how to compare.
+
+    ``cedar_rows(cht, latest)`` and ``spark_rows(rows, latest)`` map the cedar CHT
+    ``(start, end, payload)`` and Spark's output rows (dicts, times as ticks) to comparable
+    tuples; ``latest`` is the input's latest event time. ``spark`` is None when SSS cannot
+    express the query (``spark_batch`` then runs it as a batch query, for the comparison
+    only)."""
+
+    name: str
+    cedar: Callable[..., Stream]
+    inputs: tuple[str, ...]
+    spark: Callable[..., Any] | None
+    spark_inputs: tuple[str, ...]
+    cedar_rows: Callable[[list[Row], int], list[Row]]
+    spark_rows: Callable[[list[dict[str, Any]], int], list[Row]]
+    spark_batch: Callable[..., Any] | None = None
+    note: str = ""
+
+
+def _q4_final(cht: list[Row], latest: int) -> list[Row]:
+    return [(c, agg["count"], float(f"{agg['avg']:.9g}")) for _, _, (c, agg) in cht]
+
+
+QUERIES: dict[str, Query] = {q.name: q for q in (
+    Query("Q0", q0, ("bid",), spark_q0, ("bid",),
+          lambda cht, _: [(s,) + _dicts(p, BID_FIELDS) for s, _, p in cht],
+          lambda rows, _: [(r["date_time"],) + _dicts(r, BID_FIELDS) for r in rows]),
+    Query("Q1", q1, ("bid",), spark_q1, ("bid",),
+          lambda cht, _: [(s, p["auction"], p["bidder"], p["price"], p["extra"])
+                          for s, _, p in cht],
+          lambda rows, _: [(r["date_time"], r["auction"], r["bidder"], r["price"], r["extra"])
+                           for r in rows]),
+    Query("Q2", q2, ("bid",), spark_q2, ("bid",),
+          lambda cht, _: [(s, p["auction"], p["price"]) for s, _, p in cht],
+          lambda rows, _: [(r["date_time"], r["auction"], r["price"]) for r in rows]),
+    Query("Q3", q3, ("person", "auction"), spark_q3, ("person", "auction"),
+          lambda cht, _: [_dicts(p, ("name", "city", "state", "id")) for _, _, p in cht],
+          lambda rows, _: [_dicts(r, ("name", "city", "state", "id")) for r in rows],
+          note="payloads only (Spark rows have no lifetime)"),
+    Query("Q4", q4, ("auction_iv", "bid"), None, ("auction", "bid"), _q4_final,
+          lambda rows, _: [(r["category"], r["count"], float(f"{r['avg']:.9g}"))
+                           for r in rows],
+          spark_batch=spark_q4_batch,
+          note="SSS cannot chain the two aggregations: compared with Spark batch"),
+    Query("Q5", q5, ("bid",), spark_q5, ("bid",),
+          lambda cht, latest: closed_by([(s, e, p[0], p[1]) for s, e, p in cht], latest),
+          lambda rows, latest: closed_by([(r["window_start"], r["window_end"], r["auction"],
+                                           r["count"]) for r in rows], latest),
+          note="windows closed by the last bid"),
+    Query("Q7", q7, ("bid",), spark_q7, ("bid",),
+          lambda cht, latest: closed_by([(s, e) + tuple(p) for s, e, p in cht], latest),
+          lambda rows, latest: closed_by([(r["window_start"], r["window_end"], r["price"],
+                                           r["auction"], r["bidder"]) for r in rows], latest),
+          note="windows closed by the last bid"),
+    Query("Q8", q8, ("person", "auction"), spark_q8, ("person", "auction"),
+          lambda cht, _: [(s, e, p["id"], p["name"]) for s, e, p in cht],
+          lambda rows, _: sorted({(r["window_start"], r["window_end"], r["id"], r["name"])
+                                  for r in rows}),
+          note="Spark's distinct rows (a join outputs every pair eagerly)"),
+)}

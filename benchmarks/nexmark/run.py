@@ -1,0 +1,254 @@
+"""The Nexmark suite, cedar beside Spark: ``python -m benchmarks.nexmark.run [--quick]``.
+
+One run generates the events once (:mod:`.generator`, written to parquet), then runs every
+query of :mod:`.queries`
+
+1. inline (``collect(runtime="inline")``) on the Arrow tables,
+2. on Ray (``collect()``, one actor per operator; after a warm-up run of the same query on a
+   small input), its CHT checked equal to the inline one,
+3. in Spark Structured Streaming over the parquet directories (``readStream``,
+   ``trigger(availableNow=True)``, append mode): timed into the ``noop`` sink, then run again
+   into a parquet sink whose rows are read back and compared with cedar's as multisets of
+   rows (:class:`.queries.Query` says which rows are comparable),
+
+and prints a markdown table: query, input events, events/s inline, on Ray and in Spark, the
+ratio cedar on Ray ÷ Spark (events/s), and whether the outputs are equal. Spark's session
+start and a warm-up run of each query on a small input (5,000 events) are not timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from operators.cht import check_equivalent, to_cht
+
+from . import generator as gen
+from . import queries as nq
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+QUICK_EVENTS = 100_000
+#: --quick: an event every 500 µs of event time (not Nexmark's 100 µs), so that 100,000 events
+#: span 50 s and the 10 s windows of Q5 and Q7 close several times.
+QUICK_DELAY = 500
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def events_of(q: nq.Query, tables: dict[str, Any]) -> int:
+    return sum(tables[i.removesuffix("_iv")].num_rows for i in q.inputs)
+
+
+def latest_of(q: nq.Query, tables: dict[str, Any]) -> int:
+    """The latest event time over the query's inputs (the smallest of their maxima: Spark's
+    global watermark is the minimum over the inputs)."""
+    import pyarrow.compute as pc
+
+    return min(pc.max(tables[i.removesuffix("_iv")]["date_time"]).cast("int64").as_py()
+               for i in q.inputs)
+
+
+def cedar_query(q: nq.Query, tables: dict[str, Any]) -> Any:
+    src = nq.sources(tables)
+    return q.cedar(*(src[i] for i in q.inputs))
+
+
+# -- Spark ----------------------------------------------------------------------------------------
+def spark_schema(spark: Any, path: str) -> Any:
+    return spark.read.parquet(path).schema
+
+
+def spark_streams(spark: Any, q: nq.Query, paths: dict[str, str]) -> list[Any]:
+    return [spark.readStream.schema(spark_schema(spark, paths[i])).parquet(paths[i])
+            for i in q.spark_inputs]
+
+
+def run_sss(df: Any, sink: str, out: str | None = None) -> float:
+    """Run a streaming DataFrame to the end of its input (availableNow, append) into the
+    ``noop`` sink or, with ``out``, into parquet files there; seconds."""
+    ckpt = tempfile.mkdtemp(prefix="nexmark-sss-")
+    try:
+        w = (df.writeStream.format(sink).outputMode("append")
+             .option("checkpointLocation", ckpt).trigger(availableNow=True))
+        if out is not None:
+            w = w.option("path", out)
+        t0 = time.perf_counter()
+        w.start().awaitTermination()
+        return time.perf_counter() - t0
+    finally:
+        shutil.rmtree(ckpt, ignore_errors=True)
+
+
+def read_rows(path: str) -> list[dict[str, Any]]:
+    """Parquet rows written by Spark as dicts, timestamps as ticks (µs since the epoch)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    cols = {}
+    for name in table.column_names:
+        col = table[name]
+        if pa.types.is_timestamp(col.type):
+            col = col.cast(pa.timestamp("us", tz=col.type.tz)).cast(pa.int64())
+        cols[name] = col.to_pylist()
+    return [dict(zip(cols, values)) for values in zip(*cols.values())] if cols else []
+
+
+def compare(q: nq.Query, cedar: list[Any], spark: list[dict[str, Any]], latest: int) -> str:
+    """"yes (rows compared; what)" when the comparable rows are equal as multisets."""
+    a = Counter(q.cedar_rows(cedar, latest))
+    b = Counter(q.spark_rows(spark, latest))
+    if a == b:
+        n = sum(a.values())
+        of = f" of cedar's {len(cedar):,}" if len(cedar) != n else ""
+        return f"yes ({n:,} rows{of}{'; ' + q.note if q.note else ''})"
+    only_c, only_s = a - b, b - a
+    return (f"NO: {sum(only_c.values())} rows only in cedar (e.g. {list(only_c)[:2]}), "
+            f"{sum(only_s.values())} only in Spark (e.g. {list(only_s)[:2]})")
+
+
+# -- Ray ------------------------------------------------------------------------------------------
+def start_ray() -> None:
+    import ray
+
+    # the actors unpickle the suite's functions (benchmarks.nexmark.queries)
+    path = os.environ.get("PYTHONPATH", "")
+    if REPO not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, path) if p)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, namespace="cedar",
+             logging_level="ERROR")
+
+
+# -- the run --------------------------------------------------------------------------------------
+def fmt_eps(events: int, seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{events / seconds:,.0f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--events", type=int, default=None,
+                    help="events generated (persons + auctions + bids; default 1,000,000)")
+    ap.add_argument("--quick", action="store_true",
+                    help=f"{QUICK_EVENTS:,} events (unless --events)")
+    ap.add_argument("--delay", type=int, default=None,
+                    help=f"inter-event delay in µs (default {gen.INTER_EVENT_DELAY}; "
+                         f"--quick {QUICK_DELAY})")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--queries", default=",".join(nq.QUERIES))
+    ap.add_argument("--no-ray", action="store_true")
+    ap.add_argument("--no-spark", action="store_true")
+    args = ap.parse_args(argv)
+    n = args.events or (QUICK_EVENTS if args.quick else 1_000_000)
+    delay = args.delay or (QUICK_DELAY if args.quick else gen.INTER_EVENT_DELAY)
+    names = [s.strip() for s in args.queries.split(",") if s.strip()]
+    workdir = tempfile.mkdtemp(prefix="nexmark-")
+    try:
+        t, tables = timed(lambda: gen.generate(n, seed=args.seed, inter_event_delay=delay))
+        small = gen.generate(5_000, seed=args.seed + 1, inter_event_delay=delay)
+        paths = gen.write_parquet(tables, os.path.join(workdir, "data"))
+        warm_paths = gen.write_parquet(small, os.path.join(workdir, "warm"))
+        say(f"generated {n:,} events ({delay} µs apart) in {t:.2f} s: " +
+            ", ".join(f"{k} {v.num_rows:,}" for k, v in tables.items()))
+        rows: dict[str, dict[str, Any]] = {name: {} for name in names}
+        inline_out: dict[str, list[Any]] = {}
+
+        say("inline")
+        for name in names:
+            q = nq.QUERIES[name]
+            seconds, out = timed(lambda q=q: cedar_query(q, tables).collect(runtime="inline"))
+            inline_out[name] = out
+            rows[name]["inline"] = seconds
+            say(f"  {name}: {events_of(q, tables):,} events in {seconds:.2f} s")
+
+        if not args.no_ray:
+            say("ray")
+            start_ray()
+            try:
+                for name in names:
+                    q = nq.QUERIES[name]
+                    cedar_query(q, small).collect()  # actors started, imports done
+                    seconds, out = timed(lambda q=q: cedar_query(q, tables).collect())
+                    check_equivalent(out, inline_out[name])
+                    rows[name]["ray"] = seconds
+                    say(f"  {name}: {seconds:.2f} s (CHT equal to inline)")
+            finally:
+                import ray
+
+                ray.shutdown()
+
+        if not args.no_spark:
+            from benchmarks.spark_sss import session
+
+            say("spark: starting local[2]")
+            spark = session()
+            try:
+                for name in names:
+                    q = nq.QUERIES[name]
+                    if q.spark is not None:  # the JVM warmed on this query's plan: not timed
+                        run_sss(q.spark(*spark_streams(spark, q, warm_paths)), "noop")
+                    latest = latest_of(q, tables)
+                    out_dir = os.path.join(workdir, f"spark-{name}")
+                    if q.spark is not None:
+                        rows[name]["spark"] = run_sss(
+                            q.spark(*spark_streams(spark, q, paths)), "noop")
+                        run_sss(q.spark(*spark_streams(spark, q, paths)), "parquet", out_dir)
+                        spark_rows = read_rows(out_dir)
+                    else:
+                        assert q.spark_batch is not None
+                        batch = [spark.read.parquet(paths[i]) for i in q.spark_inputs]
+                        seconds, result = timed(lambda q=q, b=batch: q.spark_batch(*b).collect())
+                        rows[name]["spark_batch"] = seconds
+                        spark_rows = [r.asDict() for r in result]
+                    rows[name]["equal"] = compare(q, to_cht(inline_out[name]), spark_rows,
+                                                  latest)
+                    say(f"  {name}: {rows[name].get('spark', rows[name].get('spark_batch')):.2f}"
+                        f" s; equal: {rows[name]['equal']}")
+            finally:
+                spark.stop()
+
+        say("")
+        say(table(names, rows, tables))
+        return 0
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def table(names: list[str], rows: dict[str, dict[str, Any]], tables: dict[str, Any]) -> str:
+    out = ["| query | events | events/s inline | events/s Ray | events/s Spark SSS "
+           "| cedar Ray ÷ Spark | outputs equal |",
+           "|---|---:|---:|---:|---:|---:|---|"]
+    for name in names:
+        q, r = nq.QUERIES[name], rows[name]
+        n = events_of(q, tables)
+        ray_s, spark_s = r.get("ray"), r.get("spark")
+        if spark_s is not None:
+            spark_col = fmt_eps(n, spark_s)
+        elif "spark_batch" in r:
+            spark_col = f"n/a (batch: {fmt_eps(n, r['spark_batch'])})"
+        else:
+            spark_col = "n/a"
+        ratio = (f"{spark_s / ray_s:.2f}" if ray_s is not None and spark_s is not None
+                 else "n/a")
+        out.append(f"| {name} | {n:,} | {fmt_eps(n, r.get('inline'))} | "
+                   f"{fmt_eps(n, ray_s)} | {spark_col} | {ratio} | "
+                   f"{r.get('equal', 'n/a (not run)')} |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

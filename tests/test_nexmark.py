@@ -1,0 +1,242 @@
+"""The Nexmark suite (benchmarks/nexmark): the generator's mix and ranges, and the cedar queries
+against plain-Python computations on tiny hand-made and small generated inputs. Inline only."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from benchmarks.nexmark import generator as gen
+from benchmarks.nexmark import queries as nq
+from operators.cht import to_cht
+
+S = 1_000_000  # one second in ticks
+T0 = gen.BASE_TICKS
+
+
+def ticks(col: Any) -> np.ndarray:
+    return np.asarray(col.cast(pa.int64()).to_numpy())
+
+
+@pytest.fixture(scope="module")
+def small() -> dict[str, Any]:
+    return gen.generate(20_000, seed=7, inter_event_delay=1_000)
+
+
+# -- the generator --------------------------------------------------------------------------------
+def test_proportions_and_fields(small: dict[str, Any]) -> None:
+    person, auction, bid = small["person"], small["auction"], small["bid"]
+    assert (person.num_rows, auction.num_rows, bid.num_rows) == (400, 1_200, 18_400)  # 1:3:46
+    assert person.column_names == ["id", "name", "email_address", "credit_card", "city",
+                                   "state", "date_time", "extra"]
+    assert auction.column_names == ["id", "item_name", "description", "initial_bid", "reserve",
+                                    "date_time", "expires", "seller", "category", "extra"]
+    assert bid.column_names == ["auction", "bidder", "price", "channel", "url", "date_time",
+                                "extra"]
+    # ids in creation order
+    assert person["id"].to_pylist() == list(range(1000, 1400))
+    assert auction["id"].to_pylist() == list(range(1000, 2200))
+    # time: event i at base + i * delay, every table sorted
+    all_times = np.sort(np.concatenate([ticks(t["date_time"]) for t in small.values()]))
+    assert np.array_equal(all_times, T0 + np.arange(20_000) * 1_000)
+    for t in small.values():
+        assert np.all(np.diff(ticks(t["date_time"])) > 0)
+    a_start, a_end = ticks(auction["date_time"]), ticks(auction["expires"])
+    horizon = gen.IN_FLIGHT_AUCTIONS * gen.TOTAL_PROPORTION // gen.AUCTION_PROPORTION * 1_000
+    assert np.all(a_end > a_start) and np.all(a_end - a_start <= 2 * horizon)
+    # values
+    for t, col in ((bid, "price"), (auction, "initial_bid")):
+        v = t[col].to_numpy()
+        assert v.min() >= 100 and v.max() <= 100_000_000
+    assert np.all(auction["reserve"].to_numpy() > auction["initial_bid"].to_numpy())
+    assert set(auction["category"].to_pylist()) == set(range(10, 15))
+    assert set(person["state"].to_pylist()) == set(gen.US_STATES)
+    assert set(person["city"].to_pylist()) <= set(gen.US_CITIES)
+    assert all(len(c) == 19 for c in person["credit_card"].to_pylist())
+    channels = Counter(bid["channel"].to_pylist())
+    hot_share = sum(channels[c] for c in gen.HOT_CHANNELS) / bid.num_rows
+    assert 0.97 < hot_share < 1.0
+
+
+def test_hot_auctions_and_people(small: dict[str, Any]) -> None:
+    bid, auction = small["bid"], small["auction"]
+    times = (ticks(bid["date_time"]) - T0) // 1_000  # event numbers
+    a = bid["auction"].to_numpy() - gen.FIRST_AUCTION_ID
+    b = bid["bidder"].to_numpy() - gen.FIRST_PERSON_ID
+    hot_auction = gen.last_auction(times) // 100 * 100
+    hot_bidder = gen.last_person(times) // 100 * 100 + 1
+    # a hot choice half of the time (plus random choices that land on it)
+    assert 0.5 <= np.mean(a == hot_auction) < 0.56
+    assert 0.75 <= np.mean(b == hot_bidder) < 0.8
+    # the rest among the auctions in flight (and a lead of 10 not created yet)
+    last = gen.last_auction(times)
+    assert np.all(a <= last + gen.AUCTION_ID_LEAD)
+    assert np.all(a >= np.maximum(last - gen.IN_FLIGHT_AUCTIONS, 0) // 100 * 100)
+    sellers = auction["seller"].to_numpy() - gen.FIRST_PERSON_ID
+    s_times = (ticks(auction["date_time"]) - T0) // 1_000
+    assert 0.7 <= np.mean(sellers == gen.last_person(s_times) // 100 * 100) < 0.82
+
+
+def test_deterministic() -> None:
+    one, two = gen.generate(3_000, seed=5), gen.generate(3_000, seed=5)
+    assert all(one[k].equals(two[k]) for k in gen.ENTITIES)
+    assert not gen.generate(3_000, seed=6)["bid"].equals(one["bid"])
+
+
+# -- the queries on tiny hand-made inputs ---------------------------------------------------------
+def bids(rows: list[tuple[int, int, int, int]]) -> pa.Table:
+    """(time in ticks from T0, auction, bidder, price) rows as a bid table."""
+    return pa.table({
+        "auction": [r[1] for r in rows], "bidder": [r[2] for r in rows],
+        "price": [r[3] for r in rows], "channel": ["Google"] * len(rows),
+        "url": ["u"] * len(rows),
+        "date_time": pa.array([T0 + r[0] for r in rows], pa.timestamp("us", tz="UTC")),
+        "extra": [""] * len(rows)})
+
+
+def cedar_bids(query: Any, table: pa.Table) -> list[Any]:
+    tables = {"bid": table, "person": gen.generate(50, seed=1)["person"],
+              "auction": gen.generate(50, seed=1)["auction"]}
+    return to_cht(query(nq.sources(tables)["bid"]).collect(runtime="inline"))
+
+
+TINY = [(0, 123, 1, 100), (1 * S, 7, 2, 500), (3 * S, 246, 3, 300), (3 * S + 5, 7, 1, 900),
+        (9 * S, 7, 4, 200), (11 * S, 123, 2, 700), (12 * S, 123, 3, 50), (25 * S, 9, 1, 10)]
+
+
+def test_q1_tiny() -> None:
+    got = [(s - T0, p["auction"], p["price"]) for s, _, p in cedar_bids(nq.q1, bids(TINY))]
+    assert got == [(t, a, price * 0.908) for t, a, _, price in TINY]
+    assert got[0] == (0, 123, 90.8)
+
+
+def test_q2_tiny() -> None:
+    got = [(s - T0, p) for s, _, p in cedar_bids(nq.q2, bids(TINY))]
+    assert got == [(0, {"auction": 123, "price": 100}), (3 * S, {"auction": 246, "price": 300}),
+                   (11 * S, {"auction": 123, "price": 700}),
+                   (12 * S, {"auction": 123, "price": 50})]
+
+
+def q5_python(rows: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
+    """Per 10 s window (hop 2 s) with bids: the (auction, count) with most bids, ties to the
+    larger auction; times from T0 (a multiple of 2 s)."""
+    out = []
+    starts = {t // nq.HOP * nq.HOP - k * nq.HOP for t, *_ in rows for k in range(5)}
+    for ws in sorted(starts):
+        counts = Counter(a for t, a, _, _ in rows if ws <= t < ws + nq.WINDOW)
+        if counts:
+            auction, n = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
+            out.append((ws, ws + nq.WINDOW, auction, n))
+    return out
+
+
+def test_q5_tiny() -> None:
+    got = [(s - T0, e - T0, p[0], p[1]) for s, e, p in cedar_bids(nq.q5, bids(TINY))]
+    expected = q5_python(TINY)
+    assert got == expected
+    # by hand: [-8 s, 2 s) holds 123 and 7 once each: the tie goes to 123; [0, 10 s) has
+    # auction 7 three times; [10 s, 20 s) auction 123 twice; [24 s, 34 s) auction 9 once
+    assert (-8 * S, 2 * S, 123, 1) in got and (0, 10 * S, 7, 3) in got
+    assert (10 * S, 20 * S, 123, 2) in got and got[-1] == (24 * S, 34 * S, 9, 1)
+
+
+def q7_python(rows: list[tuple[int, int, int, int]]) -> list[tuple[int, int, tuple[Any, ...]]]:
+    best: dict[int, tuple[int, int, int]] = {}
+    for t, a, b, price in rows:
+        w = t // nq.WINDOW * nq.WINDOW
+        best[w] = max(best.get(w, (price, a, b)), (price, a, b))
+    return [(w, w + nq.WINDOW, best[w]) for w in sorted(best)]
+
+
+def test_q7_tiny() -> None:
+    got = [(s - T0, e - T0, p) for s, e, p in cedar_bids(nq.q7, bids(TINY))]
+    assert got == q7_python(TINY)
+    assert got == [(0, 10 * S, (900, 7, 1)), (10 * S, 20 * S, (700, 123, 2)),
+                   (20 * S, 30 * S, (10, 9, 1))]
+
+
+# -- the queries on a small generated input -------------------------------------------------------
+def rows_of(table: pa.Table) -> list[dict[str, Any]]:
+    out = table.to_pylist()
+    for r, t in zip(out, ticks(table["date_time"])):
+        r["date_time"] = int(t)
+    if "expires" in table.column_names:
+        for r, t in zip(out, ticks(table["expires"])):
+            r["expires"] = int(t)
+    return out
+
+
+def run(name: str, tables: dict[str, Any]) -> list[Any]:
+    q = nq.QUERIES[name]
+    src = nq.sources(tables)
+    return to_cht(q.cedar(*(src[i] for i in q.inputs)).collect(runtime="inline"))
+
+
+def test_generated_q0_q1_q2(small: dict[str, Any]) -> None:
+    b = rows_of(small["bid"])
+    q0 = run("Q0", small)
+    assert [(s, p) for s, _, p in q0] == [(r["date_time"], r) for r in b]  # time as ticks
+    q1 = run("Q1", small)
+    assert [p["price"] for _, _, p in q1] == [r["price"] * 0.908 for r in b]
+    q2 = run("Q2", small)
+    expected = [(r["date_time"], r["auction"], r["price"]) for r in b if r["auction"] % 123 == 0]
+    assert [(s, p["auction"], p["price"]) for s, _, p in q2] == expected and expected
+
+
+def test_generated_q3(small: dict[str, Any]) -> None:
+    people = {p["id"]: p for p in rows_of(small["person"]) if p["state"] in ("OR", "ID", "CA")}
+    expected = Counter((people[a["seller"]]["name"], people[a["seller"]]["city"],
+                        people[a["seller"]]["state"], a["id"])
+                       for a in rows_of(small["auction"])
+                       if a["category"] == 10 and a["seller"] in people)
+    got = Counter((p["name"], p["city"], p["state"], p["id"]) for _, _, p in run("Q3", small))
+    assert got == expected and expected
+
+
+def test_generated_q4(small: dict[str, Any]) -> None:
+    bs = rows_of(small["bid"])
+    by_auction = defaultdict(list)
+    for b in bs:
+        by_auction[b["auction"]].append(b)
+    finals: dict[int, list[int]] = defaultdict(list)
+    for a in rows_of(small["auction"]):
+        prices = [b["price"] for b in by_auction[a["id"]]
+                  if a["date_time"] <= b["date_time"] < a["expires"]]
+        if prices:
+            finals[a["category"]].append(max(prices))
+    got = {c: (agg["count"], agg["avg"]) for _, _, (c, agg) in run("Q4", small)}
+    assert got.keys() == finals.keys()
+    for c, prices in finals.items():
+        assert got[c][0] == len(prices)
+        assert got[c][1] == pytest.approx(sum(prices) / len(prices), rel=1e-12)
+
+
+def test_generated_q5_q7(small: dict[str, Any]) -> None:
+    b = [(r["date_time"] - T0, r["auction"], r["bidder"], r["price"]) for r in rows_of(
+        small["bid"])]
+    got5 = [(s - T0, e - T0, p[0], p[1]) for s, e, p in run("Q5", small)]
+    assert got5 == q5_python(b) and len(got5) > 5
+    got7 = [(s - T0, e - T0, p) for s, e, p in run("Q7", small)]
+    assert got7 == q7_python(b) and len(got7) >= 2
+
+
+def test_generated_q8(small: dict[str, Any]) -> None:
+    w = nq.WINDOW
+    sellers = {(a["seller"], a["date_time"] // w) for a in rows_of(small["auction"])}
+    expected = sorted((p["date_time"] // w * w, p["id"], p["name"])
+                      for p in rows_of(small["person"])
+                      if (p["id"], p["date_time"] // w) in sellers)
+    got = sorted((s, p["id"], p["name"]) for s, e, p in run("Q8", small) if e - s == w)
+    assert got == expected and expected
+    assert len(run("Q8", small)) == len(expected)
+
+
+def test_closed_by() -> None:
+    rows = [(0, 10, "a"), (10, 20, "b")]
+    assert nq.closed_by(rows, 10) == [(0, 10, "a")]
+    assert pc.max(pa.array([1, 2])).as_py() == 2
