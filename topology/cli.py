@@ -49,8 +49,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Run SCRIPT.py, a Python topology script that builds Streams and calls "
                     "collect() or deploy(). With --address the script runs against that Ray "
                     "cluster ('auto' finds the local cluster's head); without it, a local "
-                    "Ray instance is started when the script needs one. Arguments after the "
-                    "script are passed to it as sys.argv.")
+                    "Ray instance is started when the script needs one. --address is cedar's "
+                    "wherever it stands (cedar run SCRIPT.py --address auto); the other "
+                    "arguments after the script are passed to it as sys.argv.")
     run.add_argument("script", help="path of the topology script")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     run.add_argument("--address", default=None, help="Ray cluster address, e.g. auto")
@@ -134,7 +135,25 @@ def _demo(args: Any) -> int:
     return 0
 
 
+def _own_address(args: Any) -> None:
+    """Take ``--address A`` (or ``--address=A``) out of the script's arguments: the README
+    writes ``cedar run SCRIPT.py --address auto``, and the script never sees it."""
+    rest, i = [], 0
+    while i < len(args.args):
+        arg = args.args[i]
+        if arg == "--address" and i + 1 < len(args.args):
+            args.address, i = args.args[i + 1], i + 2
+            continue
+        if arg.startswith("--address="):
+            args.address = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+        i += 1
+    args.args = rest
+
+
 def _run(args: Any) -> int:
+    _own_address(args)
     if args.address:
         from .names import ensure_ray
 

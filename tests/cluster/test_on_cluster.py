@@ -96,3 +96,48 @@ def test_a_lost_worker_node_recovers_from_the_newest_checkpoint(ray_session, clu
         live.stop()
         cluster[0].add_node(num_cpus=2)
         cluster[0].wait_for_nodes()
+
+
+def test_cedar_run_status_and_inspect_against_the_cluster(ray_session, cluster, tmp_path):
+    # a topology script deployed with `cedar run SCRIPT --address ADDR` from a process of its
+    # own; `cedar status` and `cedar inspect` from others; this process attaches to it
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    from topology import attach
+
+    script = tmp_path / "counts.py"
+    script.write_text(
+        "from operators.aggregates import Count\n"
+        "from topology import Stream\n"
+        "rows = [{'t': i, 'k': i % 3} for i in range(3_000)]\n"
+        "q = (Stream.from_rows(rows, start='t')\n"
+        "     .group_apply('k', lambda g: g.tumbling_window(1_000).aggregate(Count()))\n"
+        "     .deploy('cli-on-cluster', history=True))\n"
+        "assert q.wait(120)\n"
+        "print('deployed', q.name)\n")
+    address = cluster[0].address
+    env = dict(os.environ, PYTHONPATH=REPO)
+
+    def cedar(*args: str) -> str:
+        run = subprocess.run([sys.executable, "-m", "topology.cli", *args], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        return run.stdout
+
+    try:
+        assert "deployed cli-on-cluster" in cedar("run", str(script), "--address", address)
+        assert "cli-on-cluster" in cedar("status", "--address", address).split()
+        shown = cedar("inspect", "cli-on-cluster", "--address", address)
+        assert "snapshot: 9 rows" in shown and "sink" in shown
+        # the script's driver is gone; its query's actors and output are not
+        expected = sorted((w, w + 1_000, (k, sum(1 for i in range(w, w + 1_000) if i % 3 == k)))
+                          for w in (0, 1_000, 2_000) for k in range(3))
+        assert sorted(attach("cli-on-cluster").snapshot()) == expected
+    finally:
+        try:
+            attach("cli-on-cluster").stop()
+        except Exception:  # noqa: BLE001 - the script failed before deploying
+            pass

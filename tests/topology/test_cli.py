@@ -52,3 +52,19 @@ def test_status_and_inspect_a_live_query(ray_session, capsys):
         assert "shift#1" in text and "[1, 51)  7" in text
     finally:
         q.stop()
+
+
+def test_run_takes_its_address_wherever_it_stands(monkeypatch, tmp_path, capsys):
+    # `cedar run SCRIPT.py --address auto` (the README's form): the address is cedar's, the
+    # other arguments the script's
+    import topology.names
+
+    seen = []
+    monkeypatch.setattr(topology.names, "ensure_ray", seen.append)
+    script = tmp_path / "script.py"
+    script.write_text("import sys\nprint('argv', sys.argv[1:])\n")
+    assert main(["run", str(script), "x", "--address", "10.0.0.1:6379", "y"]) == 0
+    assert main(["run", str(script), "--address=auto"]) == 0
+    assert seen == ["10.0.0.1:6379", "auto"]
+    out = capsys.readouterr().out
+    assert "argv ['x', 'y']" in out and "argv []" in out
