@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from operators.columns import Columns, expand
+from operators.columns import Columns, apply_columns
 from operators.errors import OperatorError
 from operators.events import Cti, Message
 
@@ -51,6 +51,38 @@ def stable_hash(key: Any) -> int:
     return zlib.crc32(pickle.dumps(key, protocol=4))
 
 
+_P61 = (1 << 61) - 1  # Python's numeric hash is taken modulo this prime
+
+
+def stable_hash_column(keys: np.ndarray) -> np.ndarray | None:
+    """:func:`stable_hash` of every key of an integer, bool or integral float column, as
+    uint64, computed without a Python call per key; None for other columns (and integers
+    beyond ±2**62), which are hashed key by key.
+
+    >>> keys = np.array([0, 1, -1, -2, 2**61, 7])
+    >>> stable_hash_column(keys).tolist() == [stable_hash(k) for k in keys.tolist()]
+    True
+    """
+    kind = keys.dtype.kind
+    if kind == "f":
+        if not len(keys) or not np.isfinite(keys).all() or (keys != np.floor(keys)).any() \
+                or np.abs(keys).max() >= 2**53:
+            return None
+        keys = keys.astype(np.int64)
+    elif kind == "u":
+        if len(keys) and int(keys.max()) >= 2**62:
+            return None
+        keys = keys.astype(np.int64)
+    elif kind == "b":
+        keys = keys.astype(np.int64)
+    elif kind != "i" or (len(keys) and max(-int(keys.min()), int(keys.max())) >= 2**62):
+        return None
+    keys = keys.astype(np.int64, copy=False)
+    h = np.where(keys < 0, -(np.abs(keys) % _P61), keys % _P61)
+    h[h == -1] = -2  # (hash(-1) is -2 in Python)
+    return h.astype(np.uint64) & np.uint64(0x7FFFFFFFFFFFFFFF)
+
+
 @dataclass(frozen=True, eq=False)
 class Partitioner:
     """Spreads events over ``n`` partitions by ``stable_hash(key(payload)) % n``."""
@@ -68,6 +100,16 @@ class Partitioner:
                 f"{payload!r}: {type(exc).__name__}: {exc}"
             ) from exc
         return stable_hash(k) % self.n
+
+    def indexes(self, cols: Columns) -> np.ndarray | None:
+        """The partition of every event of a column batch, or None when its keys must be
+        found event by event (:func:`operators.expr` cannot evaluate the key function
+        exactly on these columns, or its keys are not integers)."""
+        keys = apply_columns(self.key, cols)
+        if not isinstance(keys, np.ndarray):
+            return None
+        hashes = stable_hash_column(keys)
+        return None if hashes is None else (hashes % np.uint64(self.n)).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -96,17 +138,34 @@ class Router:
         """One list per edge (in edge order); unpartitioned edges share ``msgs`` itself."""
         if not self._partitioners:
             return [msgs] * len(self.edges)
-        events = list(expand(msgs)) if any(type(m) is Columns for m in msgs) else msgs
         split: dict[int, list[list[Message]]] = {}
         for p in self._partitioners:
             buckets: list[list[Message]] = [[] for _ in range(p.n)]
             index = p.index
-            for m in events:
+            for m in msgs:
                 if type(m) is Cti:
                     for b in buckets:
                         b.append(m)
+                elif type(m) is Columns:
+                    self._split_columns(p, m, buckets)
                 else:
                     buckets[index(m.payload)].append(m)  # type: ignore[union-attr]
             split[id(p)] = buckets
         return [msgs if e.partition is None else split[id(e.partition)][e.index]
                 for e in self.edges]
+
+    @staticmethod
+    def _split_columns(p: Partitioner, cols: Columns, buckets: list[list[Message]]) -> None:
+        """A column batch split over the partitions column-wise (its events keep their order
+        within each), or event by event when its keys cannot be hashed column-wise."""
+        parts = p.indexes(cols)
+        if parts is None:
+            for m in cols.inserts():
+                buckets[p.index(m.payload)].append(m)
+            return
+        for i, bucket in enumerate(buckets):
+            mask = parts == i
+            if mask.all():
+                bucket.append(cols)  # type: ignore[arg-type]  # stands for its inserts
+            elif mask.any():
+                bucket.append(cols.take(mask))  # type: ignore[arg-type]

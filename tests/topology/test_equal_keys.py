@@ -52,3 +52,36 @@ def test_min_max_over_values_that_do_not_order(runtime, agg, shape, values):
     q = src.group_apply(lambda p: p["k"], lambda g: g.tumbling_window(10).aggregate(agg("v")))
     with pytest.raises(OperatorError, match=r"cannot order None \(a missing value\)"):
         q.collect(runtime)
+
+
+# -- partitioning column batches column-wise gives the per-event partitions ---------------------
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.extra import numpy as hnp  # noqa: E402
+
+from operators.columns import Columns  # noqa: E402
+from topology.routing import OutEdge, Partitioner, Router, stable_hash_column  # noqa: E402
+
+KEY_COLUMNS = st.one_of(
+    hnp.arrays(st.sampled_from([np.int8, np.int32, np.int64, np.uint8, np.uint64, np.bool_]),
+               st.integers(0, 40)),
+    hnp.arrays(np.float64, st.integers(0, 40),
+               elements=st.one_of(st.integers(-2**54, 2**54).map(float), st.floats())))
+
+
+@given(KEY_COLUMNS)
+def test_column_hashes_are_the_per_key_hashes(keys):
+    hashes = stable_hash_column(keys)
+    if hashes is not None:
+        assert hashes.tolist() == [stable_hash(k) for k in keys.tolist()]
+
+
+@given(KEY_COLUMNS, st.integers(1, 5))
+def test_a_column_batch_is_routed_as_its_events_are(keys, n):
+    cols = Columns(np.arange(len(keys)), np.arange(len(keys)), None, {"k": keys})
+    part = Partitioner(lambda p: p["k"], n)
+    router = Router([OutEdge(f"g{i}", 0, part, i) for i in range(n)])
+    by_columns = [[e for m in b for e in (m.inserts() if type(m) is Columns else [m])]
+                  for b in router.route([cols])]
+    by_events = router.route(cols.inserts())
+    assert repr(by_columns) == repr(by_events)  # (NaN keys: equal by their repr)
