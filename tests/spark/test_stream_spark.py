@@ -48,8 +48,9 @@ def test_from_spark_streaming_reads_micro_batches(spark, tmp_path):
     os.utime(src / "b.parquet", (2, 2))
     schema = spark.createDataFrame(table).schema
     df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(src))
-    out = _query(Stream.from_spark(df, start="ts", advance=AdvanceTime(every=10))).collect(
-        runtime="inline")
+    source = Stream.from_spark(df, start="ts", advance=AdvanceTime(every=10),
+                               checkpoint=str(tmp_path / "checkpoint"))
+    out = _query(source).collect(runtime="inline")
     assert_equivalent(out, _expected())
 
 
