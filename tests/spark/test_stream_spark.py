@@ -1,5 +1,6 @@
-"""The Stream's Spark entry points: from_spark (batch and streaming), to_spark, write and
-the exactly-once to_spark_stream, inline and on Ray."""
+"""The Stream's Spark entry points: from_spark (batch and streaming; the streaming source's
+restarts are in test_from_spark_stream.py), to_spark, write and the exactly-once
+to_spark_stream, inline and on Ray."""
 
 from __future__ import annotations
 
