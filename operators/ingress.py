@@ -449,10 +449,12 @@ class Ingress(Stateful):
         try:
             return to_ticks(value)
         except (TypeError, ValueError) as exc:
+            spec = self._start_spec if what == "start" else self._end_spec
+            col = f" (column {spec!r})" if isinstance(spec, str) else ""
             if value is None:
-                raise _Reject(f"the {what} time is missing; give every row a {what} time "
+                raise _Reject(f"the {what} time is missing{col}; give every row a {what} time "
                               f"({TIME_HELP})") from None
-            raise _Reject(f"bad {what} time: {exc}") from None
+            raise _Reject(f"bad {what} time{col}: {exc}") from None
 
     def _read_id(self, row: Any) -> Hashable:
         try:

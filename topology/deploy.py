@@ -38,7 +38,7 @@ from operators.feeds import END, round_robin
 from operators.publish import Publish
 
 from . import nodes as n
-from .inline import feed_of, source_batches
+from .inline import close_feeds, feed_of, source_batches
 from .names import FETCH_WAIT_S, NAMESPACE, actor_name, ensure_ray, list_queries, unsubscribe
 from .planner import Plan
 from .query import Query
@@ -197,12 +197,15 @@ def _feed_round_robin(plan: Plan, handles: dict[str, Any], batch_size: int,
     senders = [_Sender(handles[s], isinstance(plan.stages[s].source, n.FromRows),
                        max_in_flight) for s in steps]
     feeds = [source_batches(plan, s, batch_size) for s in steps]
-    for round_ in round_robin(feeds):
-        for i, batch in round_:
-            if batch is END:
-                senders[i].end()
-            else:
-                senders[i].send(batch)
+    try:
+        for round_ in round_robin(feeds):
+            for i, batch in round_:
+                if batch is END:
+                    senders[i].end()
+                else:
+                    senders[i].send(batch)
+    finally:
+        close_feeds(feeds)
 
 
 def _timed_chunks(items: Iterable[Any], size: int, flush_s: float,
@@ -250,11 +253,14 @@ def _feed_thread(sender: _Sender, items: Iterable[Any], batch_size: int, flush_s
     """Feeds ``items`` (rows or messages; with ``batched``, ready batches) to ``sender``."""
     def run() -> None:
         try:
-            batches = items if batched else _timed_chunks(items, batch_size, flush_s, stop)
-            for batch in batches:
-                if stop.is_set():
-                    break
-                sender.send(batch)
+            batches = iter(items) if batched else _timed_chunks(items, batch_size, flush_s, stop)
+            try:
+                for batch in batches:
+                    if stop.is_set():
+                        break
+                    sender.send(batch)
+            finally:
+                close_feeds([batches])
             if not stop.is_set():
                 sender.end()
         except Exception as exc:  # the query was stopped, or the source data failed  # noqa: BLE001
@@ -546,8 +552,7 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
         sender = _Sender(handles[step], isinstance(plan.stages[step].source, n.FromRows),
                          max_in_flight)
         src = plan.stages[step].source
-        feeders.append(_feed_thread(sender, src.rows if getattr(src, "batched", False)
-                                    else feed_of(plan, step), batch_size, opts["flush_s"],
+        feeders.append(_feed_thread(sender, feed_of(plan, step), batch_size, opts["flush_s"],
                                     stop, errors, batched=getattr(src, "batched", False)))
     return Query(name, handles, sink=plan.sink, explain=info["explain"], feeders=feeders,
                  stop_event=stop, feed_errors=errors, subscriptions=subs)

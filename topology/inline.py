@@ -131,8 +131,8 @@ def source_batches(plan: Plan, step: str, batch_size: int) -> Iterator[Any]:
     """The batches a source stage consumes: its own batches for a batched source (column
     batches of ``from_arrow``/``from_spark``), else lists of ``batch_size`` rows/messages."""
     src = plan.stages[step].source
-    if isinstance(src, n.FromRows) and src.batched:
-        return iter(src.rows)
+    if getattr(src, "batched", False):
+        return iter(feed_of(plan, step))
     return chunks(feed_of(plan, step), batch_size)
 
 
@@ -159,10 +159,23 @@ def drive(dag: DagProcessor, plan: Plan, batch_size: int) -> tuple[list[Message]
     feeds = [source_batches(plan, s, batch_size) for s in dag.inputs]
     fed = [0] * len(feeds)
     out: list[Message] = []
-    for round_ in round_robin(feeds):
-        for port, batch in round_:
-            if batch is not END:
-                fed[port] += count_events(batch)
-                out.extend(dag.process(batch, port))
+    try:
+        for round_ in round_robin(feeds):
+            for port, batch in round_:
+                if batch is not END:
+                    fed[port] += count_events(batch)
+                    out.extend(dag.process(batch, port))
+    finally:
+        close_feeds(feeds)
     out.extend(dag.finish())
     return out, fed
+
+
+def close_feeds(feeds: Iterable[Any]) -> None:
+    """Close the feeds that are generators, now rather than when they are collected: a
+    streaming source releases its Spark query (and leaves its last micro-batch uncommitted)
+    as soon as a run stops, even on an error."""
+    for feed in feeds:
+        close = getattr(feed, "close", None)
+        if close is not None:
+            close()

@@ -58,11 +58,16 @@ def _how(f: Any) -> str:
 class FromEvents(Node):
     """Replays a physical stream (validated: a malformed message goes to the dead letters)."""
 
-    messages: tuple[Any, ...]
+    messages: Any
+    #: ``messages`` is an iterable of message batches, read afresh by each run (a streaming
+    #: source, e.g. ``Stream.from_spark`` over a streaming DataFrame)
+    batched: bool = False
     verb: ClassVar[str] = "from_events"
     is_source: ClassVar[bool] = True
 
     def describe(self) -> str:
+        if self.batched:
+            return f"from_events({self.messages!r})"
         return f"from_events({len(self.messages)} messages)"
 
 

@@ -5,10 +5,13 @@
   source batches with ticks in the time columns (:mod:`topology.arrow_reader`);
   :func:`ingest_spark` runs them through the same :class:`operators.ingress.Ingress` as
   ``Stream.from_rows``;
-* **streaming source** -- :func:`spark_stream_rows` and :class:`SparkStreamFeeder` read a
-  streaming DataFrame micro-batch by micro-batch (``foreachBatch``) in arrival order, replayed
-  micro-batches skipped by ``batch_id``; the feeder keeps one Ingress across all micro-batches
-  and its state beside Spark's checkpoint.
+* **streaming source** -- :class:`SparkStreamFeeder` reads a streaming DataFrame micro-batch
+  by micro-batch (``foreachBatch``) in arrival order, replayed micro-batches skipped by
+  ``batch_id``; it keeps one Ingress across all micro-batches and, with a checkpoint location,
+  commits the Ingress's state and the batch id beside Spark's own checkpoint after each
+  micro-batch, so that a restart resumes exactly once. ``Stream.from_spark`` on a streaming
+  DataFrame runs through it (:meth:`SparkStreamFeeder.stream`); there is no other streaming
+  reader.
 
 Spark is imported lazily: only iterating over a DataFrame needs it.
 
@@ -74,7 +77,7 @@ __all__ = [
     "ingest_spark",
     "ordered_record_batches",
     "spark_row_batches",
-    "spark_stream_rows",
+    "stream_records",
 ]
 
 #: Rows per range read by one Spark job: what the driver holds at a time is about two ranges
@@ -225,68 +228,6 @@ def spark_row_batches(
     return arrow_batches(coalesced(batches, batch_rows), start, end, batch_rows, columnar)
 
 
-def spark_stream_rows(
-    df: DataFrame, start: Any, end: Any = None, trigger: dict[str, Any] | None = None,
-    checkpoint_location: str | None = None, batch_rows: int = DEFAULT_BATCH_ROWS,
-    max_batches: int = 4, columnar: bool = False,
-) -> Iterator[Any]:
-    """The rows of a *streaming* DataFrame, micro-batch by micro-batch, as lists of row dicts
-    with ticks in the time columns (see :func:`arrow_row_batches`).
-
-    Iteration starts ``df.writeStream.foreachBatch(...)`` with ``trigger`` (default
-    ``{"availableNow": True}``: every input available now, then the generator ends; with
-    ``{"processingTime": ...}`` it runs until the query is stopped). A micro-batch that Spark
-    replays with an id already seen is skipped. At most ``max_batches`` row lists wait for the
-    consumer: a slow query holds Spark back instead of filling memory. For exactly-once input
-    across driver restarts use :class:`SparkStreamFeeder` with a checkpoint location.
-    """
-    if not getattr(df, "isStreaming", False):
-        raise ValueError("spark_stream_rows needs a streaming DataFrame (spark.readStream); "
-                         "read a batch DataFrame with spark_row_batches")
-    _check_columns(df, "spark_stream_rows", start=start, end=end)
-
-    def generate() -> Iterator[list[dict[str, Any]]]:
-        pending: queue.Queue[Any] = queue.Queue(maxsize=max_batches)
-        done = object()
-        last = [-1]
-
-        def on_batch(batch_df: DataFrame, batch_id: int) -> None:
-            if batch_id <= last[0]:
-                return
-            for rows in arrow_batches([_frame_to_arrow(batch_df)], start, end, batch_rows,
-                                      columnar):
-                pending.put(rows)
-            last[0] = batch_id
-
-        writer = df.writeStream.foreachBatch(on_batch)
-        if checkpoint_location is not None:
-            writer = writer.option("checkpointLocation", checkpoint_location)
-        query = writer.trigger(**(trigger or {"availableNow": True})).start()
-
-        def wait() -> None:
-            try:
-                query.awaitTermination()
-            except Exception as exc:  # noqa: BLE001 - any failure surfaces in the consumer
-                pending.put(exc)
-            finally:
-                pending.put(done)
-
-        threading.Thread(target=wait, name="cedar-spark-stream", daemon=True).start()
-        try:
-            while True:
-                item = pending.get()
-                if item is done:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            if query.isActive:
-                query.stop()
-
-    return generate()
-
-
 def ingest_spark(
     df: DataFrame,
     start: Any,
@@ -312,6 +253,40 @@ def ingest_spark(
     return out, ingress
 
 
+#: What :meth:`SparkStreamFeeder.stream`'s micro-batch function waits for between checks that
+#: the consumer is still there (seconds).
+_ACK_WAIT_S = 0.5
+
+
+class _Stopped(RuntimeError):
+    """Raised inside ``foreachBatch`` when the consumer stopped: Spark does not commit."""
+
+
+def _schema_of(df: Any) -> dict[str, str]:
+    """Column name -> Spark type (``simpleString``), in order."""
+    return {f.name: f.dataType.simpleString() for f in df.schema.fields}
+
+
+def _check_time_types(df: Any, what: str, **specs: Any) -> None:
+    """A clear error, naming the column, for a time column Spark cannot give as ticks."""
+    types = _schema_of(df)
+    for role, spec in specs.items():
+        if isinstance(spec, str) and types.get(spec) not in _TIME_TYPES:
+            raise TypeError(
+                f"{what}: {role} column {spec!r} is {types.get(spec)}; a time column must be "
+                f"of timestamp, date or integer (ticks) type: convert it, e.g. "
+                f"df.withColumn({spec!r}, F.to_timestamp({spec!r}))")
+
+
+def _drift(saved: dict[str, str], now: dict[str, str]) -> list[str]:
+    """The columns whose presence or type differs between two schemas, described."""
+    out = [f"{c!r} was {saved[c]}, is now {now[c]}" for c in saved
+           if c in now and saved[c] != now[c]]
+    out += [f"{c!r} ({saved[c]}) is gone" for c in saved if c not in now]
+    out += [f"{c!r} ({now[c]}) is new" for c in now if c not in saved]
+    return out
+
+
 class SparkStreamFeeder:
     """Feeds a streaming DataFrame into one :class:`Ingress`, micro-batch by micro-batch.
 
@@ -319,18 +294,24 @@ class SparkStreamFeeder:
     read through Arrow (:func:`arrow_row_batches`), pushed into the same Ingress (so ids, CTIs
     and late handling continue across micro-batches), and the resulting messages are handed to
     ``on_messages(list[Message])`` (nothing is called for a micro-batch that yields none).
+    :meth:`stream` is the same, pulled by a consumer (``Stream.from_spark`` runs it).
 
     ``foreachBatch`` is at-least-once: after a failure Spark runs the last uncommitted
     micro-batch again with the same ``batch_id``. A batch whose id is not above the last one
     processed is skipped and counted in ``replayed``.
 
     With ``checkpoint_location`` the Spark query keeps its offsets there, and the feeder keeps
-    its own state (the Ingress snapshot and the last batch id) in
+    its own state (the Ingress snapshot, the last batch id and the DataFrame's schema) in
     ``<checkpoint_location>/cedar_feeder.pkl``, written atomically after each micro-batch; a new
     feeder on the same checkpoint location resumes from it. Delivery to ``on_messages`` is then
     exactly once, except when the process dies between ``on_messages`` and the state write:
     that one micro-batch is delivered again, as the same messages (the Ingress is
-    deterministic).
+    deterministic). A DataFrame whose columns differ from the checkpoint's (schema drift
+    across a restart) is refused with an error naming the columns.
+
+    Time columns given by name must be of timestamp, date or integer type (a clear error
+    otherwise); a row whose time is null or off the time axis goes to the Ingress's dead
+    letters, whose reason names the column.
 
     ``end()`` (after the query has stopped) emits the Ingress's final CTI; ``poll()`` the idle
     CTI of ``AdvanceTime(idle_timeout=...)``.
@@ -352,8 +333,10 @@ class SparkStreamFeeder:
         if not getattr(df, "isStreaming", False):
             raise ValueError("SparkStreamFeeder needs a streaming DataFrame (spark.readStream); "
                              "read a batch DataFrame with ingest_spark or spark_row_batches")
-        _check_columns(df, "SparkStreamFeeder", start=start, end=end)
+        _check_columns(df, "SparkStreamFeeder", start=start, end=end, id=id)
+        _check_time_types(df, "SparkStreamFeeder", start=start, end=end)
         self.df = df
+        self.schema = _schema_of(df)
         self.start_col, self.end_col = start, end
         self.ingress = Ingress(start, end=end, shape=shape, id=id, advance=advance, name=name)
         self.on_messages = on_messages
@@ -372,38 +355,60 @@ class SparkStreamFeeder:
 
     # -- state --------------------------------------------------------------------------------
     def _state_path(self) -> str:
-        return os.path.join(self.checkpoint_location or "", "cedar_feeder.pkl")
+        return _state_path(self.checkpoint_location or "")
 
     def _load_state(self) -> None:
         try:  # read the way atomic_write wrote it, a storage URI included
             state = load_checkpoint(self._state_path())
         except FileNotFoundError:
             return
+        saved = state.get("schema")
+        if saved is not None and saved != self.schema:
+            changes = "; ".join(_drift(saved, self.schema))
+            raise ValueError(
+                f"SparkStreamFeeder: the DataFrame's columns differ from those of the stream "
+                f"checkpointed at {self.checkpoint_location!r}: {changes}. "
+                f"A restart resumes that stream, so it must read the same columns: restore "
+                f"them, or start a new stream with a new checkpoint location")
         self.ingress.restore(state["ingress"])
         self.last_batch_id = state["last_batch_id"]
 
     def _save_state(self) -> None:
         path = self._state_path()
-        state = {"ingress": self.ingress.snapshot(), "last_batch_id": self.last_batch_id}
+        state = {"ingress": self.ingress.snapshot(), "last_batch_id": self.last_batch_id,
+                 "schema": self.schema}
         atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
 
-    # -- the micro-batch function -----------------------------------------------------------
+    # -- one micro-batch ----------------------------------------------------------------------
+    def ingest(self, table: pa.Table, now: float | None = None) -> list[Message]:
+        """Push one micro-batch (an Arrow table) into the Ingress; its messages. Nothing is
+        committed until :meth:`commit`."""
+        if table.column_names != list(self.schema):
+            raise ValueError(
+                f"SparkStreamFeeder: a micro-batch has columns {table.column_names}, the "
+                f"stream {list(self.schema)}; its schema must not change between micro-batches")
+        out: list[Message] = []
+        push = self.ingress.push
+        now = _time.monotonic() if now is None else now
+        for rows in arrow_row_batches([table], self.start_col, self.end_col, self.batch_rows):
+            out.extend(push(rows, now=now))
+        return out
+
+    def commit(self, batch_id: int) -> None:
+        """Record micro-batch ``batch_id`` as done: with a checkpoint location, the Ingress's
+        state and the batch id are written (atomically) before Spark commits the batch."""
+        self.last_batch_id = batch_id
+        self.batches += 1
+        if self.checkpoint_location is not None:
+            self._save_state()
+
     def process_batch(self, batch_df: DataFrame, batch_id: int) -> None:
         """The ``foreachBatch`` function: ingest one micro-batch unless it is a replay."""
         if batch_id <= self.last_batch_id:
             self.replayed += 1
             return
-        out: list[Message] = []
-        push = self.ingress.push
-        now = _time.monotonic()
-        table = _frame_to_arrow(batch_df)
-        for rows in arrow_row_batches([table], self.start_col, self.end_col, self.batch_rows):
-            out.extend(push(rows, now=now))
-        self._deliver(out)
-        self.last_batch_id = batch_id
-        self.batches += 1
-        if self.checkpoint_location is not None:
-            self._save_state()
+        self._deliver(self.ingest(_frame_to_arrow(batch_df)))
+        self.commit(batch_id)
 
     def _deliver(self, out: list[Message]) -> None:
         if not out:
@@ -412,6 +417,96 @@ class SparkStreamFeeder:
             self.messages.extend(out)
         else:
             self.on_messages(out)
+
+    # -- pulled by a consumer -------------------------------------------------------------------
+    def stream(self, trigger: dict[str, Any] | None = None) -> Iterator[list[Message]]:
+        """Run the Spark query and yield each micro-batch's messages (a non-empty list) as
+        the consumer asks for them; ``trigger`` as in :meth:`start` (default
+        ``{"availableNow": True}``: every input available now, then the run ends).
+
+        A micro-batch is committed -- the feeder's state, then Spark's -- only once the
+        consumer asks for more after taking its messages; if the consumer stops (closes the
+        generator, or fails) first, the micro-batch is committed by neither, and the next run
+        on the same checkpoint reads it again. So a run over a checkpoint location resumes
+        where the last one stopped: no event twice, none lost.
+
+        At the end of the run the Ingress's final CTI is yielded, so that the run's results
+        are final; it is not committed: the end of a run is not the end of the stream, and
+        the next run continues the stream from the last micro-batch. All Ingress work
+        happens in the consumer's thread (the idle CTI of ``AdvanceTime(idle_timeout=...)``
+        included, checked while no micro-batch arrives).
+        """
+        handoff: queue.Queue[Any] = queue.Queue()
+        acks: queue.Queue[bool] = queue.Queue()
+        closed = threading.Event()
+        done = object()
+
+        def on_batch(batch_df: DataFrame, batch_id: int) -> None:
+            if closed.is_set():
+                raise _Stopped("cedar: the consumer of this stream stopped")
+            if batch_id <= self.last_batch_id:
+                self.replayed += 1
+                return
+            handoff.put((_frame_to_arrow(batch_df), batch_id))
+            while True:  # until the consumer took the messages and committed (or stopped)
+                try:
+                    ok = acks.get(timeout=_ACK_WAIT_S)
+                except queue.Empty:
+                    if closed.is_set():
+                        ok = False
+                    else:
+                        continue
+                if not ok:
+                    raise _Stopped(f"cedar: the consumer stopped before micro-batch "
+                                   f"{batch_id} was committed; it will be read again")
+                return
+
+        writer = self.df.writeStream.foreachBatch(on_batch)
+        if self.checkpoint_location is not None:
+            writer = writer.option("checkpointLocation", self.checkpoint_location)
+        query = writer.trigger(**(trigger or {"availableNow": True})).start()
+        self.query = query
+
+        def wait() -> None:
+            try:
+                query.awaitTermination()
+            except Exception as exc:  # noqa: BLE001 - any failure surfaces in the consumer
+                handoff.put(exc)
+            finally:
+                handoff.put(done)
+
+        threading.Thread(target=wait, name="cedar-spark-stream", daemon=True).start()
+        idle = self.ingress.advance.idle_timeout
+        every = None if idle is None else min(0.05, idle / 4)
+        try:
+            while True:
+                try:
+                    item = handoff.get(timeout=every)
+                except queue.Empty:
+                    out = self.ingress.poll(_time.monotonic())
+                    if out:
+                        if self.checkpoint_location is not None:
+                            self._save_state()
+                        yield out
+                    continue
+                if item is done:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                table, batch_id = item
+                out = self.ingest(table)
+                if out:
+                    yield out
+                self.commit(batch_id)
+                acks.put(True)
+            final = self.ingress.end()  # this run's end: not committed
+            if final:
+                yield final
+        finally:
+            closed.set()
+            acks.put(False)
+            if query.isActive:
+                query.stop()
 
     # -- driving the query --------------------------------------------------------------------
     def start(self, trigger: dict[str, Any] | None = None,
@@ -466,3 +561,21 @@ class SparkStreamFeeder:
         if self.query is None:
             raise RuntimeError("SparkStreamFeeder: call start() first")
         return self.query
+
+
+def _state_path(checkpoint: str) -> str:
+    return os.path.join(checkpoint, "cedar_feeder.pkl")
+
+
+def stream_records(checkpoint: str) -> dict[str, Any]:
+    """What the source of a stream checkpointed at ``checkpoint`` recorded, as of its last
+    committed micro-batch: ``dead_letters`` (rows that could not become events, with the
+    reason), ``late`` (late events dropped or adjusted), ``stats`` (the Ingress's counters)
+    and ``last_batch_id``. Empty records if nothing was committed there yet."""
+    try:
+        state = load_checkpoint(_state_path(checkpoint))
+    except FileNotFoundError:
+        return {"dead_letters": [], "late": [], "stats": {}, "last_batch_id": -1}
+    ingress = state["ingress"]
+    return {"dead_letters": list(ingress["dead_letters"]), "late": list(ingress["late"]),
+            "stats": dict(ingress["stats"]), "last_batch_id": state["last_batch_id"]}

@@ -20,6 +20,7 @@ return the output messages) or :meth:`Stream.deploy` (a live query on Ray, see
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     from .query import Query
 
 RUNTIMES = ("ray", "inline")
+#: ``checkpoint=`` not given (``None`` is an explicit choice: no restart state).
+_UNSET: Any = object()
 #: How windows output: corrected as they go (the default), or once, final.
 EMIT = ("speculative", "final")
 
@@ -91,8 +94,7 @@ class Stream:
     @staticmethod
     def from_spark(df: Any, start: Any, end: Any = None, shape: str = "point", id: Any = None,
                    advance: Any = None, name: str | None = None, *,
-                   trigger: dict[str, Any] | None = None,
-                   checkpoint_location: str | None = None,
+                   checkpoint: Any = _UNSET, trigger: dict[str, Any] | None = None,
                    partition_rows: int | None = None) -> Stream:
         """Ingest a Spark DataFrame exactly as :meth:`from_rows` ingests rows (time columns
         of timestamp, date or integer type become ticks).
@@ -102,23 +104,52 @@ class Stream:
         range of ``partition_rows`` rows in bounded driver memory
         (:mod:`topology.spark_source`), so its result is the query over the table sorted by
         time, and no row is late unless ``advance`` has a negative delay. Each run reads the
-        DataFrame again. A **streaming** DataFrame is read micro-batch by micro-batch in
-        arrival order through ``foreachBatch`` (``trigger`` default
-        ``{"availableNow": True}``; see :func:`topology.spark_source.spark_stream_rows`), where
-        ``advance``'s late-event policy decides what a row behind a CTI becomes."""
-        from .spark_source import PARTITION_ROWS, spark_row_batches, spark_stream_rows
+        DataFrame again.
+
+        A **streaming** DataFrame is read micro-batch by micro-batch in arrival order
+        (``foreachBatch``, ``trigger`` default ``{"availableNow": True}``), where
+        ``advance``'s late-event policy decides what a row behind a CTI becomes, and it
+        **needs** ``checkpoint=PATH`` (a directory or storage URI): Spark keeps the source's
+        offsets there and cedar its Ingress state and the last micro-batch id
+        (:class:`topology.spark_source.SparkStreamFeeder`), so that each run (each
+        ``collect()``) continues the stream where the last run over that checkpoint stopped,
+        with no event twice and none lost, even when a run failed half-way. Only the
+        source resumes: the query's operators start afresh in each run. The source's dead
+        letters and late events are read with
+        :func:`topology.spark_source.stream_records(PATH) <topology.spark_source.stream_records>`.
+        ``checkpoint=None`` is the explicit choice of no restart state: every run reads the
+        stream from its beginning again, as Spark does with a temporary checkpoint."""
+        from .spark_source import PARTITION_ROWS, SparkStreamFeeder, spark_row_batches
 
         if getattr(df, "isStreaming", False):
-            batches: Iterable[Any] = spark_stream_rows(
-                df, start, end, trigger=trigger, checkpoint_location=checkpoint_location,
-                columnar=True, batch_rows=COLUMN_BATCH_ROWS)
-        else:
-            rows = PARTITION_ROWS if partition_rows is None else partition_rows
-            spark_row_batches(df, start, end, COLUMN_BATCH_ROWS, shape=shape,
-                              partition_rows=rows)  # check the arguments now
-            batches = _Batches(lambda: spark_row_batches(
-                df, start, end, COLUMN_BATCH_ROWS, columnar=True, shape=shape,
-                partition_rows=rows))
+            if checkpoint is _UNSET:
+                raise ValueError(
+                    "from_spark: a streaming DataFrame needs checkpoint=PATH (a directory or "
+                    "storage URI), where Spark keeps the source's offsets and cedar its "
+                    "ingress state, so that a restarted query resumes exactly once (no event "
+                    "twice, none lost); pass checkpoint=None explicitly to read the stream "
+                    "from its beginning on every run, with no restart state")
+            if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
+                raise TypeError(f"from_spark: checkpoint={checkpoint!r}: give a path or URI "
+                                f"(or None)")
+            location = None if checkpoint is None else os.fspath(checkpoint)
+            opts = {"start": start, "end": end, "shape": shape, "id": id,
+                    "name": name or "spark", "checkpoint_location": location}
+            if advance is not None:
+                opts["advance"] = advance
+            SparkStreamFeeder(df, **opts)  # check now: columns, types, the checkpoint's schema
+            source = _SparkStream(lambda: SparkStreamFeeder(df, **opts), trigger, location)
+            return Stream(n.FromEvents(inputs=(), messages=source, batched=True,
+                                       name=name or "spark"))
+        if checkpoint is not _UNSET and checkpoint is not None:
+            raise ValueError("from_spark: checkpoint= is for streaming DataFrames; a batch "
+                             "DataFrame is read whole, sorted by time, on every run")
+        rows = PARTITION_ROWS if partition_rows is None else partition_rows
+        spark_row_batches(df, start, end, COLUMN_BATCH_ROWS, shape=shape,
+                          partition_rows=rows)  # check the arguments now
+        batches = _Batches(lambda: spark_row_batches(
+            df, start, end, COLUMN_BATCH_ROWS, columnar=True, shape=shape,
+            partition_rows=rows))
         return Stream._batched(batches, start, end, shape, id, advance, name or "spark")
 
     @staticmethod
@@ -376,3 +407,17 @@ class _Batches:
     def __iter__(self) -> Any:
         return iter(self.make())
 
+
+class _SparkStream:
+    """The message batches of a streaming DataFrame: each iteration is one run, through a new
+    :class:`topology.spark_source.SparkStreamFeeder` that resumes from the checkpoint."""
+
+    def __init__(self, feeder: Callable[[], Any], trigger: dict[str, Any] | None,
+                 checkpoint: str | None) -> None:
+        self.feeder, self.trigger, self.checkpoint = feeder, trigger, checkpoint
+
+    def __iter__(self) -> Any:
+        return self.feeder().stream(self.trigger)
+
+    def __repr__(self) -> str:
+        return f"spark stream, checkpoint={self.checkpoint!r}"

@@ -1,5 +1,6 @@
-"""The Stream's Spark entry points: from_spark (batch and streaming), to_spark, write and
-the exactly-once to_spark_stream, inline and on Ray."""
+"""The Stream's Spark entry points: from_spark (batch and streaming; the streaming source's
+restarts are in test_from_spark_stream.py), to_spark, write and the exactly-once
+to_spark_stream, inline and on Ray."""
 
 from __future__ import annotations
 
@@ -48,8 +49,9 @@ def test_from_spark_streaming_reads_micro_batches(spark, tmp_path):
     os.utime(src / "b.parquet", (2, 2))
     schema = spark.createDataFrame(table).schema
     df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(src))
-    out = _query(Stream.from_spark(df, start="ts", advance=AdvanceTime(every=10))).collect(
-        runtime="inline")
+    source = Stream.from_spark(df, start="ts", advance=AdvanceTime(every=10),
+                               checkpoint=str(tmp_path / "checkpoint"))
+    out = _query(source).collect(runtime="inline")
     assert_equivalent(out, _expected())
 
 
