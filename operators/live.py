@@ -80,7 +80,7 @@ class LiveEvents:
     def items(self) -> Iterator[Row]:
         """The live events as ``(id, start, end, payload)``."""
         for c in self.chunks:
-            yield from c.inserts()
+            yield from _rows(c)
         yield from ((i, r[_START], r[_END], r[_PAYLOAD]) for i, r in self.live.items())
 
     def insert_columns(self, cols: Columns) -> None:
@@ -157,7 +157,7 @@ class LiveEvents:
                     kept.append(c)
                     continue
                 if final:
-                    out.extend(c.take(done).inserts())
+                    out.extend(_rows(c.take(done)))
                 if not done.all():
                     kept.append(c.take(~done))
             self.chunks = kept
@@ -194,6 +194,11 @@ class LiveEvents:
         for eid, (s, e, _, seq) in self.live.items():
             assert s < e and e >= self.cti, (eid, s, e, self.cti)
             assert (e, seq, eid) in entries, eid
+
+
+def _rows(c: Columns) -> Iterator[Row]:
+    """A column batch's events as ``(id, start, end, payload)``."""
+    return zip(c.ids.tolist(), c.starts.tolist(), c.ends.tolist(), c.payloads())
 
 
 class ExpiryHeap:

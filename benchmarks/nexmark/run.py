@@ -25,11 +25,11 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 from operators.cht import check_equivalent, to_cht
 
+from ..run import say, start_ray, timed
 from . import generator as gen
 from . import queries as nq
 
@@ -38,16 +38,6 @@ QUICK_EVENTS = 100_000
 #: --quick: an event every 500 µs of event time (not Nexmark's 100 µs), so that 100,000 events
 #: span 50 s and the 10 s windows of Q5 and Q7 close several times.
 QUICK_DELAY = 500
-
-
-def say(text: str) -> None:
-    print(text, flush=True)
-
-
-def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
 
 
 def events_of(q: nq.Query, tables: dict[str, Any]) -> int:
@@ -120,18 +110,6 @@ def compare(q: nq.Query, cedar: list[Any], spark: list[dict[str, Any]], latest: 
     only_c, only_s = a - b, b - a
     return (f"NO: {sum(only_c.values())} rows only in cedar (e.g. {list(only_c)[:2]}), "
             f"{sum(only_s.values())} only in Spark (e.g. {list(only_s)[:2]})")
-
-
-# -- Ray ------------------------------------------------------------------------------------------
-def start_ray() -> None:
-    import ray
-
-    # the actors unpickle the suite's functions (benchmarks.nexmark.queries)
-    path = os.environ.get("PYTHONPATH", "")
-    if REPO not in path.split(os.pathsep):
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, path) if p)
-    ray.init(address="local", num_cpus=2, include_dashboard=False, namespace="cedar",
-             logging_level="ERROR")
 
 
 # -- the run --------------------------------------------------------------------------------------

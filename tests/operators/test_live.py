@@ -3,21 +3,39 @@ it reports (the validator's), and a heap that does not grow with retracted ends.
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from operators.cht import to_cht
+from operators.columns import Columns
 from operators.events import MAX_TIME, Insert, Retract
 from operators.live import LiveEvents
 from tests.kit import EXAMPLES, physical_streams
 
 
+def _columns(inserts: list[Insert]) -> Columns:
+    ids, pay = np.empty(len(inserts), dtype=object), np.empty(len(inserts), dtype=object)
+    ids[:], pay[:] = [m.id for m in inserts], [m.payload for m in inserts]
+    return Columns(ids, np.array([m.start for m in inserts]), np.array([m.end for m in inserts]),
+                   pay)
+
+
 @settings(max_examples=EXAMPLES)
-@given(physical_streams())
-def test_live_events_match_the_cht_and_free_what_ctis_make_final(stream) -> None:
+@given(physical_streams(), st.sampled_from([0.0, 0.7]), st.randoms(use_true_random=False))
+def test_live_events_match_the_cht_and_free_what_ctis_make_final(stream, columns, rnd) -> None:
+    # with columns > 0, runs of inserts come as checked column batches (insert_columns): they
+    # stay columns until a row message needs them one by one
     events = LiveEvents()
     final: list[tuple[int, int, object]] = []
+    run: list[Insert] = []
     for msg in stream:
+        if type(msg) is Insert and rnd.random() < columns:
+            run.append(msg)
+            continue
+        if run:
+            events.insert_columns(_columns(run))
+            run.clear()
         if type(msg) is Insert:
             assert events.insert(msg) is None
         elif type(msg) is Retract:
@@ -29,6 +47,9 @@ def test_live_events_match_the_cht_and_free_what_ctis_make_final(stream) -> None
             final.extend((s, e, p) for _, s, e, p in freed)
         events.check()
         assert all(e >= events.cti for _, e, _ in events.rows())
+    if run:
+        events.insert_columns(_columns(run))
+    assert len(events) == len(list(events.items()))
     left = sorted(events.items(), key=repr)
     rows = final + [(s, e, p) for _, s, e, p in left]
     assert sorted(rows, key=repr) == sorted(to_cht(stream), key=repr)
@@ -57,41 +78,3 @@ def test_problems_are_the_validators() -> None:
     assert "unknown id 'a'" in events.retract(Retract("a", 0, 10, 12, "x"))
     assert events.drain() == [] and events.cti == MAX_TIME
 
-
-@settings(max_examples=EXAMPLES)
-@given(physical_streams(), st.randoms(use_true_random=False))
-def test_column_batches_stay_columns_until_a_row_needs_them(stream, rnd) -> None:
-    import numpy as np
-
-    from operators.columns import Columns
-
-    events, final, run = LiveEvents(), [], []
-
-    def flush() -> None:
-        if run:
-            ids = np.empty(len(run), dtype=object)
-            ids[:] = [m.id for m in run]
-            pay = np.empty(len(run), dtype=object)
-            pay[:] = [m.payload for m in run]
-            events.insert_columns(Columns(ids, np.array([m.start for m in run]),
-                                          np.array([m.end for m in run]), pay))
-            run.clear()
-
-    for msg in stream:
-        if type(msg) is Insert and rnd.random() < 0.7:
-            run.append(msg)
-            continue
-        flush()
-        if type(msg) is Insert:
-            assert events.insert(msg) is None
-        elif type(msg) is Retract:
-            assert events.retract(msg) is None
-        else:
-            freed = events.advance_to(msg.time)
-            assert [r[2] for r in freed] == sorted(r[2] for r in freed)  # by end
-            final.extend((s, e, p) for _, s, e, p in freed)
-        events.check()
-    flush()
-    rows = final + list(events.rows())
-    assert sorted(rows, key=repr) == sorted(to_cht(stream), key=repr)
-    assert len(events) == len(list(events.items()))
