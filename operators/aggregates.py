@@ -31,6 +31,7 @@ means the payload itself. States are plain picklable objects: the runtime checkp
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections.abc import Callable, Iterable, Sequence
@@ -82,8 +83,9 @@ class _Builtin(IncrementalAggregate):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(repr(a) for a in self._args)})"
 
-    @property
+    @functools.cached_property
     def udm_name(self) -> str:
+        # add/remove name the UDM in their errors: build the name once, not once per call
         return repr(self)
 
 
