@@ -12,7 +12,7 @@ from sortedcontainers import SortedDict
 from ..events import MAX_TIME, MIN_TIME, Insert, Message, Retract
 from .base import WindowBase
 from .evaluate import Rec
-from .index import Grid, Win
+from .index import REBUILD, Grid, Win
 from .spec import HoppingWindow, SnapshotWindow, check_policies
 
 __all__ = ["SnapshotWindowOperator"]
@@ -150,11 +150,24 @@ class SnapshotWindowOperator(WindowBase):
         cursor = a
         for w in self._inside(a, b):
             if w.start > cursor:
-                self._put(cursor, Win(cursor, w.start, {eid: rec}))
+                self._new(cursor, w.start, eid, rec)
             self._set_member(w, eid, rec)
             cursor = w.end
         if cursor < b:
-            self._put(cursor, Win(cursor, b, {eid: rec}))
+            self._new(cursor, b, eid, rec)
+
+    def _new(self, a: int, b: int, eid: Any, rec: Rec) -> None:
+        """A new window ``[a, b)`` holding one event. Its incremental state starts empty
+        rather than as REBUILD: events joining it, or its halves, later in the batch are then
+        added one by one, where a rebuild at evaluation would add every member of every
+        half again."""
+        w = self._put(a, Win(a, b))
+        if self.incremental:
+            try:
+                w.state = self.udm.initial_state()  # type: ignore[attr-defined]
+            except Exception:  # noqa: BLE001 -- left to _evaluate, which reports it
+                w.state = REBUILD
+        self._set_member(w, eid, rec)
 
     def _remove_span(self, eid: Any, a: int, b: int) -> None:
         self._split(a)

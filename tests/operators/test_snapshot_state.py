@@ -90,15 +90,18 @@ def test_shared_state_matches_reference(udm_name, clip, stream):
     assert_equivalent(out, ref.window(stream, SnapshotWindow(), udm(), "aggregate", clip))
 
 
+@pytest.mark.parametrize("batch", [1, 400])
 @pytest.mark.parametrize("shape", ["shared end", "nested"])
-def test_values_added_grow_with_the_input_not_the_window(shape):
+def test_values_added_grow_with_the_input_not_the_window(shape, batch):
     # each event only splits the window it starts in (and, nested, the one it ends in) and
-    # joins one window: from-scratch halves would add ~n²/2 values
+    # joins one window: from-scratch halves would add ~n²/2 values (also when the windows
+    # are new in the batch that splits them)
     n = 400
     bag = Bag()
     op = SnapshotWindowOperator(SnapshotWindow(), bag)
-    for i in range(n):
-        end = 2 * n if shape == "shared end" else 2 * n - i
-        op.process([Insert(i, i, end, i % 7)])
+    events = [Insert(i, i, 2 * n if shape == "shared end" else 2 * n - i, i % 7)
+              for i in range(n)]
+    for i in range(0, n, batch):
+        op.process(events[i:i + batch])
     op._check()
     assert bag.added <= 3 * n, bag.added
