@@ -100,6 +100,16 @@ class SnapshotWindowOperator(WindowBase):
         key, w = self.windows.peekitem(i)
         if not w.start < t < w.end:
             return
+        if self.incremental and w.state is REBUILD and (not self.ts or not self.clip_left
+                                                        or not self.clip_right):
+            # a window new in this batch gets its members at evaluation, in one call; build
+            # that state now, once, so that its halves (split again and again by the batch's
+            # later events) need not each add every member again
+            try:
+                w.state = self.call.initial([self._view(w, r) for r in self._members(w)])
+                w.shared = False
+            except Exception:  # noqa: BLE001 -- left to _evaluate, which reports it
+                w.state = REBUILD
         self._kill(w, key)
         left = Win(w.start, t, w.members)  # (w is dead: its members move)
         right = Win(t, w.end, dict(w.members))
@@ -150,24 +160,11 @@ class SnapshotWindowOperator(WindowBase):
         cursor = a
         for w in self._inside(a, b):
             if w.start > cursor:
-                self._new(cursor, w.start, eid, rec)
+                self._put(cursor, Win(cursor, w.start, {eid: rec}))
             self._set_member(w, eid, rec)
             cursor = w.end
         if cursor < b:
-            self._new(cursor, b, eid, rec)
-
-    def _new(self, a: int, b: int, eid: Any, rec: Rec) -> None:
-        """A new window ``[a, b)`` holding one event. Its incremental state starts empty
-        rather than as REBUILD: events joining it, or its halves, later in the batch are then
-        added one by one, where a rebuild at evaluation would add every member of every
-        half again."""
-        w = self._put(a, Win(a, b))
-        if self.incremental:
-            try:
-                w.state = self.udm.initial_state()  # type: ignore[attr-defined]
-            except Exception:  # noqa: BLE001 -- left to _evaluate, which reports it
-                w.state = REBUILD
-        self._set_member(w, eid, rec)
+            self._put(cursor, Win(cursor, b, {eid: rec}))
 
     def _remove_span(self, eid: Any, a: int, b: int) -> None:
         self._split(a)
