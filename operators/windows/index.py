@@ -55,9 +55,9 @@ class Grid:
 
 
 #: Marks a window whose incremental state must be rebuilt from its members before use: a new
-#: hopping window, a snapshot window split or merged under a time-sensitive UDM where the
-#: clipping changes what the UDM sees, or one whose UDM state raised (in add, remove or
-#: copy_state).
+#: window (a snapshot window builds it early if it is split), a snapshot window split or
+#: merged under a time-sensitive UDM where the clipping changes what the UDM sees, or one
+#: whose UDM state raised (in add, remove or copy_state).
 REBUILD = "<rebuild>"
 
 
