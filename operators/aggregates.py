@@ -31,6 +31,7 @@ means the payload itself. States are plain picklable objects: the runtime checkp
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections.abc import Callable, Iterable, Sequence
@@ -82,8 +83,9 @@ class _Builtin(IncrementalAggregate):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(repr(a) for a in self._args)})"
 
-    @property
+    @functools.cached_property
     def udm_name(self) -> str:
+        # add/remove name the UDM in their errors: build the name once, not once per call
         return repr(self)
 
 
@@ -117,6 +119,9 @@ class Count(_Builtin):
     def result(self, state: int) -> int:
         return state
 
+    def copy_state(self, state: int) -> int:
+        return state
+
 
 # -- exact sums -------------------------------------------------------------------------------
 class _ExactSum:
@@ -148,6 +153,12 @@ class _ExactSum:
 
     def __repr__(self) -> str:
         return f"_ExactSum(n={self.n}, value={self.value()!r})"
+
+    def copy(self) -> _ExactSum:
+        twin = _ExactSum.__new__(_ExactSum)
+        for name in self.__slots__:  # all immutable numbers
+            setattr(twin, name, getattr(self, name))
+        return twin
 
     def update(self, value: Any, sign: int, weight: int, who: str) -> None:
         """Add (sign=1) or subtract (sign=-1) ``value * weight`` (weight a non-negative int)."""
@@ -277,6 +288,9 @@ class Sum(_Builtin):
     def initial_state(self) -> _ExactSum:
         return _ExactSum()
 
+    def copy_state(self, state: _ExactSum) -> _ExactSum:
+        return state.copy()
+
     def add(self, state: _ExactSum, values: list[Any]) -> _ExactSum:
         get, who = self._get, self.udm_name
         for v in values:
@@ -363,6 +377,9 @@ class Aggregates(_Builtin):
     def initial_state(self) -> list[Any]:
         return [p.initial_state() for p in self.parts.values()]
 
+    def copy_state(self, state: list[Any]) -> list[Any]:
+        return [p.copy_state(s) for p, s in zip(self.parts.values(), state)]
+
     def add(self, state: list[Any], values: list[Any]) -> list[Any]:
         return [p.add(s, values) for p, s in zip(self.parts.values(), state)]
 
@@ -432,6 +449,9 @@ class _Extreme(_Builtin):
 
     def initial_state(self) -> SortedList:
         return SortedList()
+
+    def copy_state(self, state: SortedList) -> SortedList:
+        return state.copy()
 
     def add(self, state: SortedList, values: list[Any]) -> SortedList:
         get, who = self._get, self.udm_name
@@ -560,6 +580,12 @@ class TopK(_Builtin):
     def initial_state(self) -> _TopKState:
         return _TopKState()
 
+    def copy_state(self, state: _TopKState) -> _TopKState:
+        twin = _TopKState()
+        twin.ranked = state.ranked.copy()
+        twin.payloads = {c: list(same) for c, same in state.payloads.items()}
+        return twin
+
     def add(self, state: _TopKState, values: list[Any]) -> _TopKState:
         get, who = self._get, self.udm_name
         for p in values:
@@ -636,6 +662,9 @@ class TimeWeightedAverage(_Builtin):
 
     def initial_state(self) -> _ExactSum:
         return _ExactSum()
+
+    def copy_state(self, state: _ExactSum) -> _ExactSum:
+        return state.copy()
 
     def _duration(self, start: int, end: int) -> int:
         if end >= MAX_TIME or start <= MIN_TIME or end < start:

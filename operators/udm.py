@@ -32,6 +32,7 @@ output. ``add``/``remove`` may update the state in place and must return the (ne
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, NamedTuple
 
@@ -98,6 +99,14 @@ class IncrementalAggregate(UDM):
     def window_result(self, state: Any, window: Window) -> Any:
         """The result for ``window`` (what the engine calls); defaults to :meth:`result`."""
         return self.result(state)
+
+    def copy_state(self, state: Any) -> Any:
+        """An independent copy of ``state``: ``add``/``remove`` on either must leave the other
+        as it was. A snapshot window that splits in two gives both halves a copy of the old
+        window's state instead of adding every member again. Defaults to
+        ``copy.deepcopy``; override it when that is slow or wrong for the state (if it
+        raises, the engine rebuilds the state from the window's events)."""
+        return copy.deepcopy(state)
 
 
 class Operator(UDM):

@@ -131,6 +131,10 @@ class WindowBase(Processor):
         else:
             w.members[eid] = rec
         if self.incremental and w.state is not REBUILD:
+            if w.shared:
+                self._own_state(w)
+                if w.state is REBUILD:
+                    return
             try:
                 if old is not None:
                     w.state = self.udm.remove(w.state, [ov])  # type: ignore[attr-defined]
@@ -140,6 +144,23 @@ class WindowBase(Processor):
                 w.state = REBUILD
                 self._failed(w, exc, "add/remove")
 
+    def _own_state(self, w: Win) -> None:
+        """Give ``w`` a state of its own before it changes (see ``Win.shared``); a state the
+        UDM cannot copy is rebuilt from the members instead."""
+        w.shared = False
+        try:
+            w.state = self.udm.copy_state(w.state)  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 -- rebuilding gives the same state
+            w.state = REBUILD
+
+    def _share_state(self, src: Win, dst: Win) -> None:
+        """Start ``dst`` from ``src``'s incremental state, for a window whose UDM sees the
+        same member views as ``src`` did (a split or merged snapshot window): no member is
+        added again. Both may then hold one object, copied by the first to change it."""
+        if self.incremental and src.state is not REBUILD:
+            dst.state = src.state
+            dst.shared = src.shared = True
+
     # -- evaluation ----------------------------------------------------------------------------
     def _evaluate(self, w: Win) -> None:
         call = self.call
@@ -148,6 +169,7 @@ class WindowBase(Processor):
             if self.incremental:
                 if w.state is REBUILD:  # (sorted) members are needed only to rebuild a state
                     w.state = call.initial([self._view(w, r) for r in self._members(w)])
+                    w.shared = False
                 result = call.result(w.state, window)
             else:
                 result = call.compute([self._view(w, r) for r in self._members(w)], window)

@@ -41,9 +41,11 @@ last window), so an open edge yields one row to ∞.
 
 UDM calls. A UDM sees the members of a window ordered by ``(start, end)`` (ties in arrival
 order); write results that do not depend on the order. An incremental UDM gets ``add`` /
-``remove`` with the events whose view changed (a new window, or a snapshot window split or
-merged under a time-sensitive UDM, starts from ``initial_state`` plus its members), then
-``window_result(state, window)``; any other UDM is called once per affected window and batch.
+``remove`` with the events whose view changed, then ``window_result(state, window)``: a new
+window starts from ``initial_state`` plus its members, while the halves of a split snapshot
+window (and a merged one) start from the old window's state — shared until one changes, then
+copied with ``copy_state`` — unless a time-sensitive UDM's clipping changes what it sees;
+any other UDM is called once per affected window and batch.
 
 Output and CTIs. A change of a window's output is emitted once per batch, as the smallest
 difference from its earlier output: rows that stay the same are not touched, a row that only

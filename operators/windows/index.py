@@ -55,7 +55,9 @@ class Grid:
 
 
 #: Marks a window whose incremental state must be rebuilt from its members before use: a new
-#: window, a window split or merged under a time-sensitive UDM, or one whose UDM state raised.
+#: window (a snapshot window builds it early if it is split), a snapshot window split or
+#: merged under a time-sensitive UDM where the clipping changes what the UDM sees, or one
+#: whose UDM state raised (in add, remove or copy_state).
 REBUILD = "<rebuild>"
 
 
@@ -65,7 +67,9 @@ class Win:
 
     * ``members``: event id -> ``(start, end, payload)``, the events overlapping the window
       (the end is exact wherever the UDM can see it: see ``WindowOperator._view``);
-    * ``state``: the incremental UDM state (or :data:`REBUILD`);
+    * ``state``: the incremental UDM state (or :data:`REBUILD`); ``shared`` says another
+      window may hold the same state object (the halves of a split snapshot window start
+      with their parent's state), so it is copied before ``add``/``remove`` change it;
     * ``result``: the UDM's last result as a list of payloads (time-insensitive UDMs and
       aggregates) or of ``(start, end, payload)`` (time-sensitive UDOs); ``dirty`` says it is
       stale;
@@ -86,6 +90,7 @@ class Win:
         "members",
         "outputs",
         "result",
+        "shared",
         "start",
         "state",
     )
@@ -96,6 +101,7 @@ class Win:
         self.end = end
         self.members: dict[Any, tuple[int, int, Any]] = members if members is not None else {}
         self.state: Any = REBUILD
+        self.shared = False
         self.result: list[Any] = []
         self.dirty = True
         self.outputs: list[tuple[Any, int, int, Any]] = []

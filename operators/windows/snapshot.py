@@ -12,7 +12,7 @@ from sortedcontainers import SortedDict
 from ..events import MAX_TIME, MIN_TIME, Insert, Message, Retract
 from .base import WindowBase
 from .evaluate import Rec
-from .index import Grid, Win
+from .index import REBUILD, Grid, Win
 from .spec import HoppingWindow, SnapshotWindow, check_policies
 
 __all__ = ["SnapshotWindowOperator"]
@@ -26,6 +26,8 @@ class SnapshotWindowOperator(WindowBase):
     The windows carry their member events, so a change only touches the windows it overlaps:
     a new endpoint splits the window holding it, a vanished endpoint merges its two neighbours
     (``endpoints`` counts the endpoints at each time), a window losing its last event vanishes.
+    Split halves and merged windows keep the incremental state (see :meth:`_carry`), so no
+    member is added again.
 
     Cost per insert or retraction: ``O(log W)`` plus one delta or UDM call per window the
     changed part of the lifetime overlaps (for an unclipped time-sensitive UDM: every window
@@ -98,15 +100,35 @@ class SnapshotWindowOperator(WindowBase):
         key, w = self.windows.peekitem(i)
         if not w.start < t < w.end:
             return
+        if self.incremental and w.state is REBUILD and (not self.ts or not self.clip_left
+                                                        or not self.clip_right):
+            # a window new in this batch gets its members at evaluation, in one call; build
+            # that state now, once, so that its halves (split again and again by the batch's
+            # later events) need not each add every member again
+            try:
+                w.state = self.call.initial([self._view(w, r) for r in self._members(w)])
+                w.shared = False
+            except Exception:  # noqa: BLE001 -- left to _evaluate, which reports it
+                w.state = REBUILD
         self._kill(w, key)
-        left = Win(w.start, t, dict(w.members))
+        left = Win(w.start, t, w.members)  # (w is dead: its members move)
         right = Win(t, w.end, dict(w.members))
-        if not self.ts:  # same members: the result (and the left state) carry over
-            left.state = w.state
-            left.result, left.dirty, left.failure = w.result, w.dirty, w.failure
-            right.result, right.dirty, right.failure = list(w.result), w.dirty, w.failure
+        self._carry(w, left, same_views=not self.clip_right)
+        self._carry(w, right, same_views=not self.clip_left)
         self._put(left.start, left)
         self._put(right.start, right)
+
+    def _carry(self, old: Win, new: Win, same_views: bool) -> None:
+        """Start ``new``, holding the same members as ``old``, from ``old``'s state and
+        result, so that a split or merge costs no UDM call per member. A time-sensitive UDM
+        sees clipped lifetimes: the state carries over only if the clipping at the side
+        that moved (``same_views``) is off, and the result is computed again for the new
+        window."""
+        if not self.ts:
+            self._share_state(old, new)
+            new.result, new.dirty, new.failure = list(old.result), old.dirty, old.failure
+        elif same_views:
+            self._share_state(old, new)
 
     def _merge(self, t: int) -> None:
         """Merge the windows ending and starting at ``t`` if no endpoint is left there."""
@@ -122,10 +144,11 @@ class SnapshotWindowOperator(WindowBase):
         self._kill(left, lkey)
         self._kill(right, t)
         # members are the same on both sides; the right side's ends are exact for the union
-        merged = Win(left.start, right.end, dict(right.members))
-        if not self.ts:
-            merged.state = left.state
-            merged.result, merged.dirty, merged.failure = left.result, left.dirty, left.failure
+        merged = Win(left.start, right.end, right.members)  # (right is dead: they move)
+        if not self.ts or not self.clip_right:
+            self._carry(left, merged, same_views=True)
+        else:
+            self._carry(right, merged, same_views=not self.clip_left)
         self._put(merged.start, merged)
 
     def _inside(self, a: int, b: int) -> list[Win]:
