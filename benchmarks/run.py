@@ -507,8 +507,8 @@ def render(report: Report, info: dict[str, str], command: str, total_s: float) -
         "time-bounded stream-stream join) → append mode, `trigger(availableNow=True)`, `noop` "
         "sink. W1 computes both aggregates as `Aggregates(count=Count(), sum=Sum(1))` (one "
         "window per key, one row with both fields). W1 and W2 run as one keyed window "
-        "aggregate (`explain()` says so); W3's join runs event by event. Outputs of (a), (b) "
-        "and (c) are checked equivalent (same CHT)."),
+        "aggregate (`explain()` says so); W3's join matches column batches at once. Outputs "
+        "of (a), (b) and (c) are checked equivalent (same CHT)."),
         "",
     ]
     lat, sl = report.latency, report.spark_latency

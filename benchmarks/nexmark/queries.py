@@ -176,8 +176,9 @@ def q4(auction_iv: Stream, bid: Stream) -> Stream:
     bid lives from its time to the close; per auction a count window of one end time
     (``count_window(1, by="end")``: all of an auction's bids end at its close) takes the
     highest ``(price, category)``, a point at the close; per category the window averages
-    them (``Aggregates(avg=Avg, count=Count)``). (A snapshot window per auction says the same
-    but costs O(bids²) per auction: cedar builds each snapshot's state from scratch.)
+    them (``Aggregates(avg=Avg, count=Count)``). (A snapshot window per auction says the same;
+    it cost O(bids²) per auction until snapshot windows kept their incremental state across
+    splits, and the count window, one window per close, is still the cheaper statement.)
 
     Spark Structured Streaming cannot run it (tried with PySpark 4.3, both inputs
     watermarked): the join, the maximum per auction and the average per category are rejected
