@@ -18,6 +18,7 @@ The results go back through Spark to parquet; the run ends with a summary table.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import math
 import os
 import random
@@ -220,6 +221,9 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
         print("\n  one meter, traced (cedar debug / cedar timeline read the traces):")
         for label, path in pictures.items():
             print(f"  {label:<30}{path}")
+    elif importlib.util.find_spec("matplotlib") is None:
+        print("\n  (the timeline pictures and the anomaly's root cause need matplotlib: "
+              "pip install -e '.[viz]')")
     return summary
 
 
