@@ -225,9 +225,11 @@ class Query:
         except Exception:  # noqa: BLE001 - a step is gone: its rows are lost with it
             pass
 
-    def stop(self) -> None:
-        """Stop the query: detach it from the queries it reads, stop feeding, kill its actors.
-        Queries composed onto this one keep running (they just receive nothing more)."""
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop the query: detach it from the queries it reads, stop feeding, kill its actors,
+        and wait (up to ``timeout_s``) until their names are gone, so that the name can be
+        deployed again at once. Queries composed onto this one keep running (they just
+        receive nothing more)."""
         import ray
 
         self._stop.set()
@@ -253,6 +255,12 @@ class Query:
             except Exception:  # noqa: BLE001
                 pass
         self.handles = {}
+        # ray.kill returns before the actor is dead and its name released
+        prefix, deadline = actor_name(self.name, ""), time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any(
+                a.get("namespace") == NAMESPACE and a.get("name", "").startswith(prefix)
+                for a in ray.util.list_named_actors(all_namespaces=True)):
+            time.sleep(0.05)
 
 
 def attach(name: str, address: str | None = None) -> Query:
