@@ -166,3 +166,29 @@ def test_key_codes_follow_python_equality(batches):
         for value, code in zip(column.tolist(), codes.tolist()):
             assert seen.setdefault(value, code) == code  # a dict's notion of one key
     assert len(set(seen.values())) == len(seen)
+
+
+def test_a_failing_select_fails_as_on_the_per_event_path():
+    # the same error as a join that goes event by event (it left the arrays) gives
+    from operators.errors import OperatorError
+    from operators.events import Retract
+
+    def boom(a, b):
+        return 1 // (a["v"] - b["v"])
+
+    left = Columns(np.array(["a", "b"], dtype=object), np.array([0, 1]), np.array([9, 9]),
+                   {"k": np.array([1, 1]), "v": np.array([2, 3])})
+    right = Columns(np.array(["c"], dtype=object), np.array([2]), np.array([5]),
+                    {"k": np.array([1]), "v": np.array([3])})
+    errors = []
+    for per_event in (False, True):
+        op = Join(on=("k", "k"), select=boom, name="j")
+        op.process([right], 1)
+        if per_event:  # a retraction hands the arrays over; the event comes back the same
+            op.process([Retract("c", 2, 5, 2, {"k": 1, "v": 3}),
+                        Insert("c", 2, 5, {"k": 1, "v": 3})], 1)
+            assert op.columns is None
+        with pytest.raises(OperatorError, match="ZeroDivisionError") as failed:
+            op.process([left], 0)
+        errors.append(str(failed.value))
+    assert errors[0] == errors[1]

@@ -21,6 +21,8 @@ from operators.windows import hopping_window
 from operators.windows.keyed import KeyedWindowAggregate
 from tests.kit import EXAMPLES, assert_equivalent
 from tests.operators.test_keyed_window import reference_per_key
+from tests.reference_joins import join as join_reference
+from tests.reference_windows import window as reference_window
 from topology import Stream
 
 N = 30_000
@@ -99,8 +101,8 @@ def _point_tables(draw):
 @settings(max_examples=max(5, EXAMPLES // 20), deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(cols=_point_tables(), size=st.integers(1, 60), hop=st.integers(1, 60),
-       delay=st.integers(0, 40))
-def test_column_wise_path_matches_the_reference(runtime, cols, size, hop, delay):
+       delay=st.integers(0, 40), partitions=st.sampled_from([1, 3]))
+def test_column_wise_path_matches_the_reference(runtime, cols, size, hop, delay, partitions):
     # from_arrow → where → select (both column-wise) → keyed window aggregate, against the
     # reference evaluator applied to the ingested events, per key
     advance = AdvanceTime(every=256, delay=delay)
@@ -108,7 +110,7 @@ def test_column_wise_path_matches_the_reference(runtime, cols, size, hop, delay)
     q = (Stream.from_arrow(cols, start="t", advance=advance, batch_rows=700)
          .where(lambda r: r["v"] >= 0.2).select(lambda r: (r["k"], r["v"]))
          .group_apply(lambda p: p[0], lambda g: g.hopping_window(size, hop).aggregate(
-             Aggregates(n=Count(), total=Sum(1)))))
+             Aggregates(n=Count(), total=Sum(1))), partitions=partitions))
     src = Ingress(start="t", advance=advance)
     events = [m for m in expand(src.push(cols) + src.end())
               if type(m) is not Insert or m.payload["v"] >= 0.2]
@@ -116,4 +118,56 @@ def test_column_wise_path_matches_the_reference(runtime, cols, size, hop, delay)
               if type(m) is Insert else m for m in events]
     expected = reference_per_key(events, lambda p: p[0], spec,
                                  lambda: Aggregates(n=Count(), total=Sum(1)), "window")
+    assert_equivalent(q.collect(runtime=runtime), expected)
+
+
+def _ingested(cols, advance):
+    """The events a point source makes of ``cols`` (the reference's input)."""
+    src = Ingress(start="t", advance=advance)
+    return list(expand(src.push(cols) + src.end()))
+
+
+@settings(max_examples=max(5, EXAMPLES // 20), deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(cols=_point_tables(), size=st.integers(1, 60), hop=st.integers(1, 60),
+       delay=st.integers(0, 40), emit=st.sampled_from(["speculative", "final"]))
+def test_a_window_over_points_without_group_apply_matches_the_reference(runtime, cols, size,
+                                                                        hop, delay, emit):
+    # the planner runs it as the column-wise window aggregate with one group
+    advance = AdvanceTime(every=256, delay=delay)
+    q = (Stream.from_arrow(cols, start="t", advance=advance, batch_rows=700)
+         .hopping_window(size, hop, emit=emit).aggregate(Aggregates(n=Count(), total=Sum("v"))))
+    assert "column-wise window aggregate" in q.explain()
+    expected = reference_window(_ingested(cols, advance), hopping_window(size, hop),
+                                Aggregates(n=Count(), total=Sum("v")), output="window")
+    assert_equivalent(q.collect(runtime=runtime), expected)
+
+
+def _pair(a, b):
+    return (a["k"], a["v"], b["v"])
+
+
+def _untraced_pair(a, b):
+    return (a["k"], a["v"] if a["v"] > b["v"] else b["v"])
+
+
+@settings(max_examples=max(5, EXAMPLES // 20), deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(left=_point_tables(), right=_point_tables(), life=st.integers(1, 80),
+       delay=st.integers(0, 40), select=st.sampled_from([None, _pair, _untraced_pair]))
+def test_a_join_of_column_batches_matches_the_reference(runtime, left, right, life, delay,
+                                                        select):
+    # from_arrow on both sides → alter_lifetime (column-wise) → the join's column path
+    advance = AdvanceTime(every=256, delay=delay)
+
+    def side(cols, name):
+        return (Stream.from_arrow(cols, start="t", advance=advance, batch_rows=500, name=name)
+                .alter_lifetime(duration=life))
+
+    q = side(left, "left").join(side(right, "right"), on=("k", "k"), select=select)
+
+    def rows(cols):
+        return [(s, s + life, p) for s, _, p in to_cht(_ingested(cols, advance))]
+
+    expected = join_reference(rows(left), rows(right), on=("k", "k"), select=select)
     assert_equivalent(q.collect(runtime=runtime), expected)
