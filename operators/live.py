@@ -93,7 +93,7 @@ class LiveEvents:
     def _unchunk(self) -> None:
         chunks, self.chunks = self.chunks, []
         for c in chunks:
-            for eid, s, e, p in c.inserts():
+            for eid, s, e, p in _rows(c):
                 self.seq += 1
                 self.live[eid] = [s, e, p, self.seq]
                 heapq.heappush(self.by_end, (e, self.seq, eid))
@@ -168,7 +168,8 @@ class LiveEvents:
             row = live.get(eid)
             if row is not None and row[_SEQ] == seq:
                 del live[eid]
-                out.append((eid, row[_START], end, row[_PAYLOAD]))
+                if final:
+                    out.append((eid, row[_START], end, row[_PAYLOAD]))
         if mixed:
             out.sort(key=lambda r: r[2])
         return out
