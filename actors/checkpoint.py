@@ -1,9 +1,13 @@
 """Checkpoint files: one pickled state per stage and epoch, written atomically, on any storage.
 
 Layout: ``<root>/<query>/<epoch>/<step>.pkl`` (a step id's ``/`` and ``#`` are kept out of file
-names). An epoch is *complete* when every stage of the query wrote its file; the sink writes
-last (the barrier reaches it after every stage upstream), so its file marks the epoch complete
-and :func:`latest_complete` only double-checks the others.
+names), and ``<root>/<query>/output/<from>-<to>.bin``: the output the supervisor fetched,
+positions ``[from, to)`` as the sink encoded them, so that a supervisor started afresh (its
+actor lost) still has every row released before.
+
+An epoch is *complete* when every stage of the query wrote its file; the sink writes last (the
+barrier reaches it after every stage upstream), so its file marks the epoch complete and
+:func:`latest_complete` only double-checks the others.
 
 ``<root>`` is where every node of the cluster and the driver can read and write: a local
 directory on one machine, a shared mount, or a storage URI that ``pyarrow.fs`` opens —
@@ -89,6 +93,42 @@ def latest_complete(root: str, query: str, steps: Iterable[str]) -> int:
         if all(i.type == pafs.FileType.File for i in fs.get_file_info(files)):
             return epoch
     return 0
+
+
+def job_path(root: str, query: str) -> str:
+    """Where a deployed query's host finds its job (:mod:`actors.host`)."""
+    return _join(root, _safe(query), "job.pkl")
+
+
+def output_path(root: str, query: str, first: int, end: int) -> str:
+    """The file of the released output at positions ``[first, end)``."""
+    return _join(root, _safe(query), "output", f"{first:016d}-{end:016d}.bin")
+
+
+def save_output(root: str, query: str, first: int, end: int, blob: Any) -> None:
+    """Save the sink's encoded output at positions ``[first, end)``."""
+    save(output_path(root, query, first, end), blob)
+
+
+def load_output(root: str, query: str) -> list[tuple[int, int, Any]]:
+    """Every saved output part as ``(from, to, blob)``, in order, contiguous from 0."""
+    fs, where = _open(_join(root, _safe(query), "output"))
+    infos = fs.get_file_info(pafs.FileSelector(where, allow_not_found=True))
+    parts = []
+    for info in infos:
+        stem = info.base_name.removesuffix(".bin")
+        first, _, end = stem.partition("-")
+        if info.type == pafs.FileType.File and first.isdigit() and end.isdigit():
+            parts.append((int(first), int(end), info.path))
+    out, pos = [], 0
+    for first, end, path in sorted(parts):
+        if first != pos:
+            raise ValueError(f"the saved output of query {query!r} has a gap at position {pos}"
+                             f" (next part starts at {first}): {where}")
+        with fs.open_input_stream(path) as f:
+            out.append((first, end, pickle.loads(f.read())))
+        pos = end
+    return out
 
 
 def forget_before(root: str, query: str, epoch: int) -> None:

@@ -1,21 +1,30 @@
 """``Supervisor``: the driver side of a checkpointed query — feeds, collects, restarts.
 
-With ``checkpoint_dir`` set, one supervisor per query (a driver thread) runs it:
+With ``checkpoint_dir`` set, one supervisor per query runs it: in the query's host actor
+(:mod:`actors.host`) for ``deploy()``, so the query outlives the script that deployed it, or
+in the driver for ``collect()``.
 
-* **feeding** (its own thread): the driver sources are fed round robin, one batch of each in
-  turn; after every ``checkpoint_every`` rounds a barrier of the next epoch goes into every
-  source, behind its data. Every batch (as the bytes sent) and barrier is kept in a log until
-  the sink reports the epoch complete; then the log forgets what came before that barrier.
-  The ends of input go to all sources once every feed is exhausted (an ended input sends no
-  more barriers, so ends wait for the last one).
+* **feeding** (its own thread): the sources are fed round robin, one batch of each in turn;
+  after every ``checkpoint_every`` rounds a barrier of the next epoch goes into every source,
+  behind its data (so epoch ``e`` ends after round ``e * checkpoint_every``). Every batch (as
+  the bytes sent) and barrier is kept in a log until the sink reports the epoch complete; then
+  the log forgets what came before that barrier. The ends of input go to all sources once
+  every feed is exhausted (an ended input sends no more barriers, so ends wait for the last
+  one).
 * **collecting**: the sink releases output only for checkpointed epochs (see
-  :mod:`actors.shell`); the supervisor fetches it by position (:meth:`fetch_from`), which
-  acknowledges what came before, and keeps it in :attr:`output`.
+  :mod:`actors.shell`); the supervisor fetches it by position (:meth:`fetch_from`), saves it
+  beside the checkpoints (:func:`actors.checkpoint.save_output`) and only then acknowledges
+  it (the next fetch), and keeps it in :attr:`output`.
 * **recovery**: when an actor dies (a failed call, or a ping every ``PING_S``), the supervisor
   pauses the feeder, kills every actor of the query, starts new ones restored from the newest
   complete epoch on disk, replays the log after that epoch's barrier, and resumes fetching at
   the position it had reached. Output positions at or after the restored sink's are produced
   again only if they were never released, so no row is emitted twice.
+* **resuming** (``start(resume=True)``: the supervisor itself was lost, with its log): the
+  saved output is read back, every actor of the query is replaced by one restored from the
+  newest complete epoch ``e``, and the sources are read again from their beginning, skipping
+  the ``e * checkpoint_every`` rounds that epoch had taken in. Sources must therefore be
+  re-readable (a list, a table, files), which is what lets a cluster process feed them.
 
 Operators must be deterministic functions of their input (docs/udm.md already asks it of UDMs); the
 interleaving of a multi-input stage may differ on replay, which is harmless because nothing
@@ -46,20 +55,23 @@ FETCH_S = 0.2
 
 class Supervisor:
     """Runs one checkpointed query. ``start_actors(generation)`` returns fresh actor handles
-    by step; ``configure(handles, restore)`` configures them (``restore``: epoch or 0);
-    ``feeds`` are (step, iterator of encoded batches) per driver source."""
+    by step (replacing any actor of the query still alive); ``configure(handles, restore)``
+    configures them (``restore``: epoch or 0); ``feeds_from(rounds)`` returns (step, iterator
+    of encoded batches) per fed source, each read from its beginning and the first ``rounds``
+    rounds skipped."""
 
     def __init__(self, *, name: str, steps: list[str], sink: str, root: str,
                  start_actors: Callable[[int], dict[str, Any]],
                  configure: Callable[[dict[str, Any], int], None],
-                 feeds: list[tuple[str, Iterator[bytes]]], checkpoint_every: int,
-                 max_in_flight: int) -> None:
+                 feeds_from: Callable[[int], list[tuple[str, Iterator[bytes]]]],
+                 checkpoint_every: int, max_in_flight: int) -> None:
         if checkpoint_every < 1:
             raise ValueError(f"checkpoint_every ({checkpoint_every}) must be >= 1 (batches "
                              f"per source between checkpoints)")
         self.name, self.steps, self.sink_step, self.root = name, steps, sink, root
         self._start_actors, self._configure = start_actors, configure
-        self.feeds, self.every, self.max_in_flight = feeds, checkpoint_every, max_in_flight
+        self._feeds_from, self.every = feeds_from, checkpoint_every
+        self.max_in_flight = max_in_flight
         self.lock = threading.RLock()  # held while sending to the actors (feeder, recovery)
         self.generation = 0
         self.handles: dict[str, Any] = {}
@@ -77,21 +89,49 @@ class Supervisor:
         self._threads: list[threading.Thread] = []
 
     # -- life cycle ----------------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, resume: bool = False) -> None:
+        """Start the query's actors and the feeding and collecting threads; with ``resume``,
+        carry on a run whose supervisor was lost (see the module docstring)."""
+        t0 = time.monotonic()
+        epoch = 0
         with self.lock:
-            self.handles = self._start_actors(0)
-            self._configure(self.handles, 0)
-            self._inflight = {s: deque() for s, _ in self.feeds}
-        for target, label in ((self._feed, "cedar-ckpt-feeder"), (self._watch, "cedar-ckpt-sup")):
+            if resume:
+                for _, end, blob in ck.load_output(self.root, self.name):
+                    self.output.extend(decode(blob))
+                    self.pos = end
+                epoch = self.committed = ck.latest_complete(self.root, self.name, self.steps)
+                self.generation = 1
+            self.handles = self._start_actors(self.generation)
+            self._configure(self.handles, epoch)
+            feeds = self._feeds_from(epoch * self.every)
+            self._inflight = {s: deque() for s, _ in feeds}
+        if resume:
+            self.recoveries.append({"recovery_s": time.monotonic() - t0, "epoch": epoch,
+                                    "replayed": 0, "generation": self.generation,
+                                    "output_position": self.pos, "resumed": True})
+        threads = ((lambda: self._feed(feeds, epoch), "cedar-ckpt-feeder"),
+                   (self._watch, "cedar-ckpt-sup"))
+        for target, label in threads:
             t = threading.Thread(target=target, name=label, daemon=True)
             t.start()
             self._threads.append(t)
 
-    def stop(self) -> None:
+    def stop(self, kill: bool = False) -> None:
+        """Stop feeding and collecting; with ``kill``, kill the query's actors too (under
+        the lock, so that no restart comes between)."""
         self.stop_event.set()
         self.done.set()
         with self.new_output:
             self.new_output.notify_all()
+        if kill:
+            import ray
+
+            with self.lock:
+                for h in self.handles.values():
+                    try:
+                        ray.kill(h, no_restart=True)
+                    except Exception:  # noqa: BLE001 - dead already
+                        pass
 
     def wait(self, timeout_s: float | None = None) -> bool:
         return self.done.wait(timeout_s)
@@ -102,12 +142,32 @@ class Supervisor:
                 "recovery_s": last["recovery_s"] if last else None,
                 "checkpoint_epoch": self.committed, "generation": self.generation}
 
+    # -- what a Query asks (here or through the host actor) --------------------------------------
+    def current_handles(self) -> dict[str, Any]:
+        with self.lock:
+            return dict(self.handles)
+
+    def recovery_log(self) -> list[dict[str, Any]]:
+        return list(self.recoveries)
+
+    def output_from(self, i: int, timeout_s: float = 0.0) -> tuple[list[Any], bool, str | None]:
+        """The released output from index ``i`` on (waiting up to ``timeout_s`` for some),
+        whether the query is done, and its error."""
+        with self.new_output:
+            if i >= len(self.output) and not self.done.is_set() and timeout_s > 0:
+                self.new_output.wait(timeout_s)
+            return self.output[i:], self.done.is_set(), self.error
+
+    def outcome(self, timeout_s: float | None = None) -> tuple[bool, str | None]:
+        """Wait up to ``timeout_s`` for the end: (done, error)."""
+        return self.done.wait(timeout_s), self.error
+
     # -- feeding --------------------------------------------------------------------------------
-    def _feed(self) -> None:
+    def _feed(self, feeds: list[tuple[str, Iterator[bytes]]], epoch: int) -> None:
         try:
-            steps = [step for step, _ in self.feeds]
-            epoch = 0
-            for rounds, round_ in enumerate(round_robin([it for _, it in self.feeds]), 1):
+            steps = [step for step, _ in feeds]
+            first = epoch * self.every + 1
+            for rounds, round_ in enumerate(round_robin([it for _, it in feeds]), first):
                 if self.stop_event.is_set():
                     break
                 live = False  # whether a feed may go on after this round
@@ -167,7 +227,8 @@ class Supervisor:
                 blob, nxt, epoch, finished, error = ray.get(
                     self.handles[self.sink_step].fetch_from.remote(self.pos, FETCH_S))
                 msgs = decode(blob)
-                if msgs:
+                if msgs:  # saved before the next fetch acknowledges it
+                    ck.save_output(self.root, self.name, self.pos, nxt, blob)
                     with self.new_output:
                         self.output.extend(msgs)
                         self.pos = nxt
@@ -235,7 +296,7 @@ class Supervisor:
                 try:
                     self.handles = self._start_actors(self.generation)
                     self._configure(self.handles, epoch)
-                    self._inflight = {s: deque() for s, _ in self.feeds}
+                    self._inflight = {s: deque() for s in self._inflight}
                     start = 0
                     for i, e in enumerate(self.log):
                         if e[0] == "e" and e[1] == epoch:

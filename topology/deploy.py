@@ -21,15 +21,19 @@ newest complete epoch when an actor dies, replay, no duplicate output; see that 
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import queue
 import threading
 import time
 import uuid
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from actors import checkpoint as ck
+from actors.host import save_job
 from actors.wire import decode, encode, encode_rows
 from operators.columns import expand
 from operators.errors import OperatorError
@@ -39,9 +43,18 @@ from operators.publish import Publish
 
 from . import nodes as n
 from .inline import close_feeds, feed_of, source_batches
-from .names import FETCH_WAIT_S, NAMESPACE, actor_name, ensure_ray, list_queries, unsubscribe
+from .names import (
+    FETCH_WAIT_S,
+    HEAD_RESOURCE,
+    HOST_STEP,
+    NAMESPACE,
+    actor_name,
+    ensure_ray,
+    list_queries,
+    unsubscribe,
+)
 from .planner import Plan
-from .query import Query
+from .query import Query, _Remote
 from .routing import Router
 
 #: Messages (or source rows) per batch.
@@ -361,7 +374,7 @@ def _collect_checkpointed(plan: Plan, opts: dict[str, Any], root: str, every: in
                           on_messages: Callable[[list[Message]], Any] | None) -> list[Message]:
 
     name = f"collect-{uuid.uuid4().hex[:8]}"
-    sup = _supervise(plan, name, opts, root, every, detached=False, info={"query": name})
+    sup = _supervise(plan, name, opts, root, every, info={"query": name}).start()
     try:
         if not sup.wait(timeout_s):
             raise TimeoutError(f"collect(): the query did not finish within {timeout_s} s")
@@ -373,8 +386,7 @@ def _collect_checkpointed(plan: Plan, opts: dict[str, Any], root: str, every: in
             return []
         return list(sup.output)
     finally:
-        sup.stop()
-        _kill(sup.handles.values())
+        sup.stop(kill=True)
         ck.forget(ck.normalize(root), name)
 
 
@@ -420,31 +432,77 @@ def _placement(placement: str | dict[str, str]) -> Callable[[str], dict[str, Any
     return options
 
 
-def _supervise(plan: Plan, name: str, opts: dict[str, Any], root: str, every: int, *,
-               detached: bool, info: dict[str, Any], named: bool = False,
-               placement: str | dict[str, str] = "spread") -> Any:
-    """Start ``plan`` under a checkpointing :class:`~actors.supervisor.Supervisor`."""
-    from actors.supervisor import Supervisor
+def _fed_by_cluster(plan: Plan, step: str) -> bool:
+    """Whether any process can read source ``step`` again from its beginning: messages or
+    rows in a list, a table, files — not a generator or a Spark DataFrame (see
+    :class:`topology.stream._Batches`)."""
+    src = plan.stages[step].source
+    data = src.messages if isinstance(src, n.FromEvents) else getattr(src, "rows", None)
+    if isinstance(data, (list, tuple)):
+        return True
+    if not getattr(data, "portable", False):
+        return False
+    from ray import cloudpickle
 
-    if any(isinstance(plan.stages[s].source, n.Published) for s in plan.sources):
-        raise ValueError("checkpoint_dir: a query that reads a published() query cannot be "
-                         "checkpointed (the publisher's stream cannot be replayed); run it "
-                         "without checkpoint_dir")
-    root = ck.normalize(root)
-    steps = list(plan.stages)
-    cls = shell_class()
+    try:
+        cloudpickle.dumps(data)
+    except Exception:  # noqa: BLE001 - it holds something only this process has
+        return False
+    return True
 
-    def start_actors(generation: int) -> dict[str, Any]:
-        place = _placement(placement)  # over the nodes alive now
-        if not named:
-            return {s: cls.options(**place(s)).remote() for s in steps}
+
+def _encoder(plan: Plan, step: str) -> Callable[[Any], Any]:
+    return encode_rows if isinstance(plan.stages[step].source, n.FromRows) else encode
+
+
+@dataclasses.dataclass
+class _SupervisedJob:
+    """A checkpointed query's driver side: its :class:`~actors.supervisor.Supervisor`, run
+    in the query's host actor (``deploy``) or in this driver (``collect``)."""
+
+    plan: Plan
+    name: str
+    opts: dict[str, Any]
+    root: str
+    every: int
+    info: dict[str, Any]
+    named: bool = False
+    detached: bool = False
+    placement: str | dict[str, str] = "spread"
+
+    def start(self, resume: bool = False) -> Any:
+        from actors.supervisor import Supervisor
+
+        sup = Supervisor(name=self.name, steps=list(self.plan.stages), sink=self.plan.sink,
+                         root=self.root, start_actors=self.start_actors,
+                         configure=self.configure, feeds_from=self.feeds_from,
+                         checkpoint_every=self.every, max_in_flight=self.opts["max_in_flight"])
+        try:
+            sup.start(resume)
+        except BaseException:
+            sup.stop(kill=True)
+            raise
+        return sup
+
+    def start_actors(self, generation: int) -> dict[str, Any]:
+        """Fresh actors for every step, replacing any of the query's still alive."""
+        import ray
+
+        place, cls = _placement(self.placement), shell_class()  # over the nodes alive now
+        if not self.named:
+            return {s: cls.options(**place(s)).remote() for s in self.plan.stages}
         handles = {}
-        lifetime = "detached" if detached else None
-        for s in steps:
+        lifetime = "detached" if self.detached else None
+        for s in self.plan.stages:
+            name = actor_name(self.name, s)
+            try:
+                _kill([ray.get_actor(name, namespace=NAMESPACE)])
+            except ValueError:
+                pass  # none
             deadline = time.monotonic() + 30
             while True:  # the name of a killed actor is freed shortly after its death
                 try:
-                    handles[s] = cls.options(name=actor_name(name, s), namespace=NAMESPACE,
+                    handles[s] = cls.options(name=name, namespace=NAMESPACE,
                                              lifetime=lifetime, **place(s)).remote()
                     break
                 except ValueError:
@@ -453,23 +511,88 @@ def _supervise(plan: Plan, name: str, opts: dict[str, Any], root: str, every: in
                     time.sleep(0.05)
         return handles
 
-    def configure(handles: dict[str, Any], restore: int) -> None:
-        _configure(plan, handles, opts, info, (root, name), restore)
+    def configure(self, handles: dict[str, Any], restore: int) -> None:
+        _configure(self.plan, handles, self.opts, self.info, (self.root, self.name), restore)
 
-    feeds = []
-    for s in _driver_sources(plan):
-        enc = encode_rows if isinstance(plan.stages[s].source, n.FromRows) else encode
-        feeds.append((s, (enc(b) for b in source_batches(plan, s, opts["batch_size"]))))
-    sup = Supervisor(name=name, steps=steps, sink=plan.sink, root=root,
-                     start_actors=start_actors, configure=configure, feeds=feeds,
-                     checkpoint_every=every, max_in_flight=opts["max_in_flight"])
+    def feeds_from(self, rounds: int) -> list[tuple[str, Iterator[Any]]]:
+        """Every fed source read from its beginning, its first ``rounds`` rounds skipped."""
+        steps = _driver_sources(self.plan)
+        feeds = [source_batches(self.plan, s, self.opts["batch_size"]) for s in steps]
+        for _ in itertools.islice(round_robin(feeds), rounds):
+            pass
+        return [(s, map(_encoder(self.plan, s), feed)) for s, feed in zip(steps, feeds)]
+
+
+def _supervise(plan: Plan, name: str, opts: dict[str, Any], root: str, every: int,
+               **options: Any) -> _SupervisedJob:
+    """The job of ``plan`` under a checkpointing supervisor (not started)."""
+    if any(isinstance(plan.stages[s].source, n.Published) for s in plan.sources):
+        raise ValueError("checkpoint_dir: a query that reads a published() query cannot be "
+                         "checkpointed (the publisher's stream cannot be replayed); run it "
+                         "without checkpoint_dir")
+    return _SupervisedJob(plan, name, opts, ck.normalize(root), every, **options)
+
+
+@dataclasses.dataclass
+class _FeedJob:
+    """A query's feeding without checkpoints: each source's data to its actor, from the
+    query's host (the sources any process can read) or from this driver (the others)."""
+
+    #: (the source's actor, whether it takes rows, its data, whether the data is batches)
+    feeds: list[tuple[Any, bool, Any, bool]]
+    opts: dict[str, Any]
+
+    @classmethod
+    def of(cls, plan: Plan, handles: dict[str, Any], steps: list[str],
+           opts: dict[str, Any]) -> _FeedJob:
+        feeds = [(handles[s], isinstance(plan.stages[s].source, n.FromRows), feed_of(plan, s),
+                  getattr(plan.stages[s].source, "batched", False)) for s in steps]
+        return cls(feeds, opts)
+
+    def start(self, resume: bool = False) -> _Feeders:
+        stop = threading.Event()
+        errors: list[str] = []
+        threads = []
+        for handle, rows, data, batched in self.feeds:
+            sender = _Sender(handle, rows, self.opts["max_in_flight"])
+            threads.append(_feed_thread(sender, data, self.opts["batch_size"],
+                                        self.opts["flush_s"], stop, errors, batched=batched))
+        return _Feeders(threads, stop, errors)
+
+
+@dataclasses.dataclass
+class _Feeders:
+    """The feeding threads of a :class:`_FeedJob`."""
+
+    threads: list[threading.Thread]
+    stop_event: threading.Event
+    errors: list[str]
+
+    def feed_errors(self) -> list[str]:
+        return list(self.errors)
+
+    def stop(self, kill: bool = False) -> None:
+        self.stop_event.set()
+
+
+def _start_host(name: str, job: Any, *, detached: bool, restartable: bool) -> Any:
+    """Start the query's host actor (:mod:`actors.host`) on the head node, running ``job``
+    (for a restartable host: the location where ``job`` is saved)."""
+    import ray
+
+    from actors.host import HOST_OPTIONS, QueryHost
+
+    cls = ray.remote(**HOST_OPTIONS)(QueryHost)
+    host = cls.options(name=actor_name(name, HOST_STEP), namespace=NAMESPACE,
+                       lifetime="detached" if detached else None,
+                       max_restarts=-1 if restartable else 0,
+                       resources={HEAD_RESOURCE: 0.001}).remote(job)
     try:
-        sup.start()
-    except BaseException:
-        sup.stop()
-        _kill(sup.handles.values())
-        raise
-    return sup
+        ray.get(host.ping.remote())
+    except ray.exceptions.RayActorError as exc:
+        raise OperatorError(f"deploy({name!r}): the query's host failed to start: "
+                            f"{exc}") from None
+    return host
 
 
 def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool = False,
@@ -487,12 +610,17 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     driver, until ``Query.stop()`` or the cluster's end). With ``history`` the sink keeps the
     final rows too, so ``snapshot()`` returns the whole output CHT, not only the alive rows.
 
-    With ``checkpoint_dir`` (a directory the driver and every Ray worker can reach, or a
-    storage URI such as ``s3://bucket/prefix``: see :mod:`actors.checkpoint`) the query
-    checkpoints every ``checkpoint_every`` batches per source and restarts from its last
-    complete checkpoint when an actor dies; ``Query.stats()`` reports the recoveries. The
-    supervisor lives in this driver, which must stay up; it keeps the output, which
-    ``Query.output()`` returns.
+    The sources are fed from the cluster, by the query's host actor ``<name>/~host`` on the
+    head node (:mod:`actors.host`), so the query runs on after this process exits. Only a
+    source that no other process can read (a generator, a Spark DataFrame) is fed by this
+    process, with a warning.
+
+    With ``checkpoint_dir`` (a directory every node of the cluster can reach, or a storage
+    URI such as ``s3://bucket/prefix``: see :mod:`actors.checkpoint`) the query checkpoints
+    every ``checkpoint_every`` batches per source and restarts from its last complete
+    checkpoint when an actor or a node is lost; ``Query.stats()`` reports the recoveries.
+    Its supervisor runs in the host, which Ray restarts if it is lost (it resumes from the
+    checkpoints), and keeps the output, which ``Query.output()`` returns in any process.
 
     With ``trace`` (a :class:`actors.trace.Trace` or a directory) every step records the
     messages it sees; each actor writes its parquet parts when it has many rows, at the end
@@ -501,7 +629,6 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     import functools
 
     import ray
-
 
     if not name or "/" in name:
         raise ValueError(f"deploy({name!r}): a query name must be non-empty and without '/'")
@@ -517,43 +644,57 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     _trace_options(opts, plan, trace)
     if history:
         plan.stages[plan.sink].factory = functools.partial(Publish, "sink", history=True)
+    fed = _driver_sources(plan)
+    local = [s for s in fed if not _fed_by_cluster(plan, s)]
+    info = {"query": name, "actors": {s: actor_name(name, s) for s in plan.stages},
+            "edges": _edges(plan), "explain": plan.explain(), "created": time.time(),
+            "sink": plan.sink, "host": actor_name(name, HOST_STEP),
+            "fed_by_driver": local,
+            "subscriptions": [(plan.stages[s].source.query, f"{name}/{s}")  # type: ignore
+                              for s in plan.sources
+                              if isinstance(plan.stages[s].source, n.Published)]}
+    if local:
+        warnings.warn(_DRIVER_FED.format(name=name, steps=", ".join(local)), stacklevel=3)
     if checkpoint_dir is not None:
-        info = {"query": name, "actors": {s: actor_name(name, s) for s in plan.stages},
-                "edges": _edges(plan),
-                "explain": plan.explain(), "created": time.time(), "sink": plan.sink,
-                "subscriptions": [], "checkpoint_dir": ck.normalize(checkpoint_dir)}
-        sup = _supervise(plan, name, opts, checkpoint_dir, checkpoint_every,
-                         detached=detached, info=info, named=True, placement=placement)
-        return Query(name, sup.handles, sink=plan.sink, explain=info["explain"],
-                     supervisor=sup)
+        info["checkpoint_dir"] = ck.normalize(checkpoint_dir)
+        job = _supervise(plan, name, opts, checkpoint_dir, checkpoint_every, info=info,
+                         named=True, detached=detached, placement=placement)
+        if local:  # the supervisor must read those sources: it runs here
+            sup = job.start()
+            return Query(name, sup.handles, sink=plan.sink, explain=info["explain"],
+                         supervisor=sup)
+        location = ck.job_path(job.root, name)
+        save_job(location, job)
+        host = _start_host(name, location, detached=detached, restartable=True)
+        return Query(name, ray.get(host.call.remote("current_handles")), sink=plan.sink,
+                     explain=info["explain"], host=host)
     cls = shell_class()
     lifetime = "detached" if detached else None
     place = _placement(placement)
     handles = {step: cls.options(name=actor_name(name, step), namespace=NAMESPACE,
                                  lifetime=lifetime, **place(step)).remote()
                for step in plan.stages}
-    info = {"query": name, "actors": {s: actor_name(name, s) for s in plan.stages},
-                "edges": _edges(plan),
-                "explain": plan.explain(), "created": time.time(), "sink": plan.sink,
-                "subscriptions": [(plan.stages[s].source.query, f"{name}/{s}")  # type: ignore
-                               for s in plan.sources
-                               if isinstance(plan.stages[s].source, n.Published)]}
+    host = None
     try:
         _configure(plan, handles, opts, info)
         subs = _subscribe_published(plan, handles, name)
+        remote = [s for s in fed if s not in local]
+        if remote:
+            host = _start_host(name, _FeedJob.of(plan, handles, remote, opts),
+                               detached=detached, restartable=False)
     except BaseException:
-        for h in handles.values():
-            ray.kill(h)
+        _kill(handles.values())
         raise
-    stop = threading.Event()
-    errors: list[str] = []
-    feeders = []
-    for step in _driver_sources(plan):
-        sender = _Sender(handles[step], isinstance(plan.stages[step].source, n.FromRows),
-                         max_in_flight)
-        src = plan.stages[step].source
-        feeders.append(_feed_thread(sender, feed_of(plan, step), batch_size, opts["flush_s"],
-                                    stop, errors, batched=getattr(src, "batched", False)))
-    return Query(name, handles, sink=plan.sink, explain=info["explain"], feeders=feeders,
-                 stop_event=stop, feed_errors=errors, subscriptions=subs)
+    feeding = [_FeedJob.of(plan, handles, local, opts).start(),
+               None if host is None else _Remote(host)]
+    return Query(name, handles, sink=plan.sink, explain=info["explain"], host=host,
+                 feeding=feeding, subscriptions=subs)
 
+
+#: The warning of a deployed query that depends on the process that deployed it.
+_DRIVER_FED = (
+    "deploy({name!r}): source(s) {steps} can only be read in this process (a generator, an "
+    "iterator or a Spark DataFrame), so this process feeds them: the query stops receiving "
+    "their input when it exits. To let the query outlive this process, give rows in a list, "
+    "a pyarrow table or parquet files (the query's host in the cluster then reads them)."
+)

@@ -11,9 +11,13 @@ import os
 NAMESPACE = "cedar"
 #: How long a driver waits in one fetch of a query's output.
 FETCH_WAIT_S = 0.5
+#: The "step" of a deployed query's host actor (``<query>/~host``, see :mod:`actors.host`).
+HOST_STEP = "~host"
+#: A resource only the head node has: the host actors go there.
+HEAD_RESOURCE = "node:__internal_head__"
 
-__all__ = ["FETCH_WAIT_S", "NAMESPACE", "actor_name", "ensure_ray", "list_queries",
-           "unsubscribe"]
+__all__ = ["FETCH_WAIT_S", "HEAD_RESOURCE", "HOST_STEP", "NAMESPACE", "actor_name",
+           "ensure_ray", "list_queries", "unsubscribe"]
 
 
 def ensure_ray(address: str | None = None, quiet: bool = False) -> None:

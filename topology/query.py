@@ -14,7 +14,6 @@ own handle with ``topology.attach(name)``.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -27,23 +26,53 @@ from operators.events import Message
 from .names import FETCH_WAIT_S, NAMESPACE, actor_name, ensure_ray, list_queries, unsubscribe
 
 
+class _Remote:
+    """The runner in a query's host actor (:mod:`actors.host`): the same methods as the
+    local one, called through the actor. While Ray restarts a lost host, a call waits for
+    it (up to ``wait_s``); a host that is dead for good raises at once."""
+
+    def __init__(self, host: Any, wait_s: float = 60.0) -> None:
+        self.host, self.wait_s = host, wait_s
+
+    def call(self, method: str, *args: Any) -> Any:
+        import ray
+        from ray._private import state
+
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            try:
+                return ray.get(self.host.call.remote(method, *args))
+            except ray.exceptions.RayActorError:
+                record = state.actors(actor_id=self.host._actor_id.hex()) or {}
+                if record.get("State") == "DEAD" or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def __getattr__(self, method: str) -> Any:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return lambda *args: self.call(method, *args)
+
+
 class Query:
     """A running query: per-step actor handles (``steps``), and its sink."""
 
     def __init__(self, name: str, handles: dict[str, Any], *, sink: str = "sink",
-                 explain: str = "", feeders: list[threading.Thread] | None = None,
-                 stop_event: threading.Event | None = None, feed_errors: list[str] | None = None,
-                 subscriptions: list[tuple[str, str]] | None = None,
-                 supervisor: Any = None) -> None:
+                 explain: str = "", subscriptions: list[tuple[str, str]] | None = None,
+                 supervisor: Any = None, host: Any = None, feeding: Any = None) -> None:
         self.name = name
-        #: the checkpointing supervisor (``deploy(..., checkpoint_dir=...)``), or None
+        #: the query's host actor in the cluster (:mod:`actors.host`), or None
+        self.host = host
+        #: the checkpointing supervisor (``deploy(..., checkpoint_dir=...)``): in this
+        #: process, or in the host; None without checkpoints
         self.supervisor = supervisor
+        if supervisor is None and host is not None and feeding is None:
+            self.supervisor = _Remote(host)
+        #: what feeds the sources without checkpoints: this process's threads, the host
+        self._feeding = [f for f in feeding or () if f is not None]
         self._handles = dict(handles)
         self.sink_step = sink
         self._explain = explain
-        self._feeders = feeders or []
-        self._stop = stop_event or threading.Event()
-        self._feed_errors = feed_errors if feed_errors is not None else []
         self._subscriptions = subscriptions or []
 
     def __reduce__(self) -> Any:
@@ -59,7 +88,7 @@ class Query:
     def handles(self) -> dict[str, Any]:
         """The actor of each step (new ones after a recovery)."""
         if self.supervisor is not None and self._handles:
-            return dict(self.supervisor.handles)
+            return dict(self.supervisor.current_handles())
         return self._handles
 
     @handles.setter
@@ -68,16 +97,16 @@ class Query:
 
     def recoveries(self) -> list[dict[str, Any]]:
         """Checkpointed queries: one record per restart (``recovery_s``, the ``epoch`` it
-        resumed from, ``replayed`` log entries, ``output_position``)."""
-        return list(self.supervisor.recoveries) if self.supervisor is not None else []
+        resumed from, ``replayed`` log entries, ``output_position``; ``resumed`` when the
+        supervisor itself was restarted)."""
+        return list(self.supervisor.recovery_log()) if self.supervisor is not None else []
 
     def output(self) -> list[Message]:
         """Checkpointed queries: the output messages released so far (exactly once)."""
         if self.supervisor is None:
             raise TypeError(f"query {self.name!r}: output() needs deploy(..., checkpoint_dir=); "
                             f"use subscribe()")
-        with self.supervisor.new_output:
-            return list(self.supervisor.output)
+        return list(self.supervisor.output_from(0)[0])
 
     @property
     def steps(self) -> list[str]:
@@ -108,6 +137,9 @@ class Query:
                 s.update(extra)
         return out
 
+    def _feed_errors(self) -> list[str]:
+        return [e for f in self._feeding for e in f.feed_errors()]
+
     def snapshot(self) -> list[tuple[int, int, Any]]:
         """The output CHT as ``(start, end, payload)`` rows: every row alive at the current
         output CTI (end ≥ CTI), plus the final rows when deployed with ``history=True``."""
@@ -134,7 +166,8 @@ class Query:
         for s in self.stats().values():
             if s["error"]:
                 return str(s["error"])
-        return self._feed_errors[0] if self._feed_errors else None
+        errors = self._feed_errors()
+        return errors[0] if errors else None
 
     # -- output -------------------------------------------------------------------------------
     def subscribe(self, snapshot: bool = True,
@@ -175,18 +208,15 @@ class Query:
 
     def _subscribe_supervised(self, timeout_s: float | None) -> Iterator[Message]:
         """The released output from its start (checkpointed queries survive restarts)."""
-        sup = self.supervisor
         i = 0
         while True:
-            with sup.new_output:
-                if i >= len(sup.output) and not sup.done.is_set():
-                    sup.new_output.wait(timeout_s if timeout_s is not None else 0.5)
-                msgs = sup.output[i:]
+            msgs, done, error = self.supervisor.output_from(
+                i, timeout_s if timeout_s is not None else FETCH_WAIT_S)
             i += len(msgs)
             yield from msgs
-            if sup.done.is_set() and i >= len(sup.output):
-                if sup.error is not None:
-                    raise OperatorError(sup.error)
+            if done and not msgs:
+                if error is not None:
+                    raise OperatorError(error)
                 return
             if not msgs and timeout_s is not None:
                 return
@@ -196,19 +226,23 @@ class Query:
         ``timeout_s`` passed (False). Raises the query's error, naming the step."""
         import ray
 
-        if self.supervisor is not None:
-            done = self.supervisor.wait(timeout_s)
-            if self.supervisor.error is not None:
-                raise OperatorError(self.supervisor.error)
-            return done
-
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        if self.supervisor is not None:
+            while True:  # in steps, so that a host restarted meanwhile is reached again
+                left = 5.0 if deadline is None else min(5.0, deadline - time.monotonic())
+                done, error = self.supervisor.outcome(max(0.0, left))
+                if error is not None:
+                    raise OperatorError(error)
+                if done or (deadline is not None and time.monotonic() >= deadline):
+                    return bool(done)
+
         while True:
             s = ray.get(self._sink.stats.remote())
             if s["error"]:
                 raise OperatorError(f"query {self.name!r} failed in {s['error']}")
-            if self._feed_errors:
-                raise OperatorError(f"query {self.name!r}: {self._feed_errors[0]}")
+            errors = self._feed_errors()
+            if errors:
+                raise OperatorError(f"query {self.name!r}: {errors[0]}")
             if s["finished"]:
                 return True
             if deadline is not None and time.monotonic() > deadline:
@@ -232,24 +266,26 @@ class Query:
         receive nothing more)."""
         import ray
 
-        self._stop.set()
         self.flush_trace()
-        if self.supervisor is not None:
-            self.supervisor.stop()
-            with self.supervisor.lock:  # no restart between here and the kills
-                handles = list(self.supervisor.handles.values())
-            for h in handles:
+        handles = list(self.handles.values())
+        for runner in [self.supervisor, *self._feeding]:
+            if runner is not None:
                 try:
-                    ray.kill(h, no_restart=True)
-                except Exception:  # noqa: BLE001
+                    runner.stop(True)  # a supervisor kills the actors: no restart after
+                except Exception:  # noqa: BLE001 - its host is gone
                     pass
+        if self.host is not None:
+            try:
+                ray.kill(self.host, no_restart=True)
+            except Exception:  # noqa: BLE001
+                pass
         unsubscribe(self._subscriptions)
         try:
             info = ray.get(self._sink.manifest.remote())
             unsubscribe([tuple(s) for s in info.get("subscriptions", ())])  # type: ignore[misc]
         except Exception:  # the sink is gone already  # noqa: BLE001
             pass
-        for h in self.handles.values():
+        for h in handles:
             try:
                 ray.kill(h)
             except Exception:  # noqa: BLE001
@@ -277,5 +313,11 @@ def attach(name: str, address: str | None = None) -> Query:
     info = ray.get(sink.manifest.remote())
     handles = {step: ray.get_actor(actor, namespace=NAMESPACE)
                for step, actor in info["actors"].items()}
+    try:
+        host = ray.get_actor(info["host"], namespace=NAMESPACE) if "host" in info else None
+    except ValueError:
+        host = None  # its sources were all fed by the driver, or it has no sources to feed
+    feeding = None if host is None or "checkpoint_dir" in info else [_Remote(host)]
     return Query(name, handles, sink=info.get("sink", "sink"), explain=info.get("explain", ""),
-                 subscriptions=[tuple(s) for s in info.get("subscriptions", ())])  # type: ignore
+                 subscriptions=[tuple(s) for s in info.get("subscriptions", ())],  # type: ignore
+                 host=host, feeding=feeding)

@@ -149,7 +149,7 @@ class Stream:
                           partition_rows=rows)  # check the arguments now
         batches = _Batches(lambda: spark_row_batches(
             df, start, end, COLUMN_BATCH_ROWS, columnar=True, shape=shape,
-            partition_rows=rows))
+            partition_rows=rows), portable=False)
         return Stream._batched(batches, start, end, shape, id, advance, name or "spark")
 
     @staticmethod
@@ -399,10 +399,12 @@ class WindowedStream:
 
 
 class _Batches:
-    """An iterable that makes a fresh iterator of batches each time it is read."""
+    """An iterable that makes a fresh iterator of batches each time it is read; ``portable``:
+    any process of the cluster can read it (a table, files), so a deployed query's host
+    feeds it (:mod:`actors.host`), not the driver (a Spark DataFrame lives in its driver)."""
 
-    def __init__(self, make: Callable[[], Iterable[Any]]) -> None:
-        self.make = make
+    def __init__(self, make: Callable[[], Iterable[Any]], portable: bool = True) -> None:
+        self.make, self.portable = make, portable
 
     def __iter__(self) -> Any:
         return iter(self.make())

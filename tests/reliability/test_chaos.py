@@ -45,7 +45,7 @@ def test_random_kills_end_with_fault_free_cht(ray_session, tmp_path, expected, s
         victims = [rng.choice(operators) for _ in points]
         killed = 0
         deadline = time.monotonic() + SLACK_S
-        while killed < len(points) and not live.supervisor.done.is_set():
+        while killed < len(points) and not live.wait(0):
             assert time.monotonic() < deadline, "the query made no progress"
             try:
                 pos = max(len(live.output()), live.stats()["from_events#0"]["events_in"])

@@ -71,7 +71,8 @@ def test_filter_window_join_runs_one_actor_per_operator(ray_session):
     try:
         steps = ["from_events#0", "where#1", "count.aggregate#2", "from_events#3", "join#4",
                  "sink"]
-        assert _named("fwj") == sorted(f"fwj/{s}" for s in steps)
+        # one actor per step, and the query's host, which feeds the sources from the cluster
+        assert _named("fwj") == sorted(f"fwj/{s}" for s in [*steps, "~host"])
         assert live.wait(60)
         stats = live.stats()
         assert len({s["pid"] for s in stats.values()}) == len(steps)  # six processes
