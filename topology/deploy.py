@@ -314,9 +314,10 @@ def collect_plan(plan: Plan, *, batch_size: int = DEFAULT_BATCH,
                  on_messages: Callable[[list[Message]], Any] | None = None,
                  checkpoint_dir: str | None = None,
                  checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
-                 trace: Any = None) -> list[Message]:
+                 trace: Any = None, columns: bool = False) -> list[Message]:
     """Run ``plan`` on Ray to the end of its sources; return the output messages (or, with
-    ``on_messages``, hand each fetched batch to it as it arrives and return nothing).
+    ``on_messages``, hand each fetched batch to it as it arrives and return nothing). With
+    ``columns`` the sink's column batches come as they are, else expanded into inserts.
 
     An error in any actor is raised here as :class:`~operators.errors.OperatorError` naming
     the step. ``reuse`` borrows warm actors from the session's pool. With ``checkpoint_dir``
@@ -347,7 +348,8 @@ def collect_plan(plan: Plan, *, batch_size: int = DEFAULT_BATCH,
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             blob, finished, error = ray.get(sink.fetch.remote(pull, FETCH_WAIT_S))
-            msgs = list(expand(decode(blob)))  # the sink passes column batches on as they are
+            # the sink passes column batches on as they are
+            msgs = decode(blob) if columns else list(expand(decode(blob)))
             if on_messages is None:
                 out.extend(msgs)
             elif msgs:

@@ -54,6 +54,8 @@ class DagProcessor(Processor):
         self.inputs = list(plan.sources)
         self.n_inputs = len(self.inputs)
         self.sink = plan.sink
+        #: whether column batches leaving the sink are expanded into inserts
+        self.expand_output = True
         #: step -> its trace recorder (None: tracing off; see :mod:`actors.trace`)
         self.trace: dict[str, Recorder] | None = None
         if trace is not None:
@@ -83,7 +85,7 @@ class DagProcessor(Processor):
 
     def _forward(self, step: str, res: list[Message], out: list[Message]) -> None:
         if step == self.sink:
-            out.extend(expand(res))
+            out.extend(expand(res) if self.expand_output else res)
             return
         router, edges = self.routes[step]
         for e, part in zip(edges, router.route(res)):
@@ -137,10 +139,13 @@ def source_batches(plan: Plan, step: str, batch_size: int) -> Iterator[Any]:
 
 
 def run_inline(plan: Plan, batch_size: int = DEFAULT_BATCH,
-               trace: Trace | None = None) -> list[Message]:
+               trace: Trace | None = None, columns: bool = False) -> list[Message]:
     """Run ``plan`` to the end of its sources in this process; return the output messages.
-    With ``trace`` every step's messages are recorded there (:mod:`actors.trace`)."""
+    With ``trace`` every step's messages are recorded there (:mod:`actors.trace`). With
+    ``columns`` the sink's column batches are returned as they are (a Spark sink converts them
+    column-wise), else expanded into inserts."""
     dag = DagProcessor(plan, inline_sink=True, trace=trace)
+    dag.expand_output = not columns
     if trace is None:
         return drive(dag, plan, batch_size)[0]
     from .trace import write_plan

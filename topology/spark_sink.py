@@ -23,7 +23,7 @@ import json
 import os
 import pickle
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from actors.files import TMP_PREFIX, atomic_path, atomic_write, temp_path
 from operators.cht import to_cht
+from operators.columns import Columns, concat
 from operators.errors import DeadLetter
 from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract
 from operators.live import LiveEvents
@@ -38,7 +39,8 @@ from operators.live import LiveEvents
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["TIME_TYPE", "FinalRowsSink", "cht_to_arrow", "to_spark", "write"]
+__all__ = ["TIME_TYPE", "FinalRowsSink", "cht_batches", "cht_to_arrow", "columns_to_arrow",
+           "result_to_arrow", "to_spark", "unify_batches", "write"]
 
 #: The Arrow type of the ``start``/``end`` columns of every sink.
 TIME_TYPE = pa.timestamp("us", tz="UTC")
@@ -135,11 +137,299 @@ def cht_to_arrow(rows: Iterable[tuple[int, int, Any]],
     return pa.table(columns)
 
 
-def _as_rows(rows_or_messages: Iterable[Any]) -> list[tuple[int, int, Any]]:
-    items = list(rows_or_messages)
-    if any(isinstance(m, (Insert, Retract, Cti)) for m in items):
-        return to_cht(items)
-    return items
+# -- the batch sinks at scale: a result's CHT as Arrow record batches -----------------------
+#: Rows per record batch built from row messages (the per-row conversion is done in chunks).
+ROW_CHUNK = 65_536
+#: Rows per parquet part the sinks stage for Spark (one part per Spark read task).
+PART_ROWS = 1_048_576
+_TICK_KINDS = "biuf"  # numpy kinds converted column-wise: bool, int, unsigned, float
+_FLAT_TYPES = (dict, tuple)  # payload values the row layout flattens into several columns
+
+
+def _plain_array(values: np.ndarray) -> pa.Array | None:
+    """A numpy payload column as the Arrow array the row path gives for its values (Python
+    ints are int64, floats double), or None when only the row path can convert it."""
+    kind = values.dtype.kind
+    if kind in _TICK_KINDS:
+        if values.dtype == np.uint64:
+            return None  # Python ints above 2**63 would need the row path's inference
+        target = {"b": pa.bool_(), "f": pa.float64()}.get(kind, pa.int64())
+        return pa.array(values).cast(target)
+    if kind in "USO":
+        try:
+            return pa.array(values, from_pandas=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            return None  # mixed types: the row path explains the column
+    return None  # datetime64, structured...: the row path
+
+
+def _scalar_column(values: np.ndarray) -> pa.Array | None:
+    """A column of payloads the row layout keeps whole (a ``value`` column), or None when some
+    are dicts, tuples or dataclasses, which it flattens into several columns."""
+    if values.dtype.kind == "O":
+        kinds = set(map(type, values))
+        if any(issubclass(k, _FLAT_TYPES) or dataclasses.is_dataclass(k) for k in kinds):
+            return None
+    return _plain_array(values)
+
+
+def _columns_fields(payload: Any) -> dict[str, pa.Array] | None:
+    """Payload columns in the layout of :func:`cht_to_arrow`, or None (then the row path)."""
+    fields: dict[str, pa.Array | None] = {}
+    if isinstance(payload, dict):
+        for k, v in payload.items():
+            fields[str(k)] = _plain_array(v)
+    elif isinstance(payload, tuple):
+        if len(payload) != 2:
+            return None  # a tuple payload is one list-valued column: rare, the row path
+        fields["key"] = _plain_array(payload[0])
+        fields["value"] = _scalar_column(payload[1])
+    else:
+        fields["value"] = _scalar_column(payload)
+    if any(a is None for a in fields.values()):
+        return None
+    return {f"payload_{k}" if k in ("start", "end") else k: a  # type: ignore[misc]
+            for k, a in fields.items()}
+
+
+def _ticks_column(ticks: np.ndarray, open_at: int) -> pa.Array:
+    return pa.array(ticks, type=pa.int64(), mask=ticks == open_at).cast(TIME_TYPE)
+
+
+def columns_to_arrow(cols: Columns) -> pa.RecordBatch | None:
+    """A :class:`~operators.columns.Columns` batch of inserts as an Arrow record batch in the
+    layout of :func:`cht_to_arrow`, built column-wise (no Python value per row); None when
+    its payload columns need the row path (object columns holding dicts or tuples, which the
+    layout flattens; datetime64 or uint64 columns).
+
+    >>> c = Columns(np.arange(2), np.array([0, 3]), np.array([2, MAX_TIME]),
+    ...             (np.array(["m1", "m2"]), np.array([1.5, 2.0])))
+    >>> columns_to_arrow(c).to_pydict()["value"], columns_to_arrow(c).column(1).null_count
+    ([1.5, 2.0], 1)
+    """
+    fields = _columns_fields(cols.payload)
+    if fields is None:
+        return None
+    arrays = {"start": _ticks_column(np.asarray(cols.starts, dtype=np.int64), MIN_TIME),
+              "end": _ticks_column(np.asarray(cols.ends, dtype=np.int64), MAX_TIME), **fields}
+    return pa.RecordBatch.from_pydict(arrays)
+
+
+def _ids_hit(ids: np.ndarray, retracted: set[Any]) -> np.ndarray:
+    """Which of ``ids`` a retraction names."""
+    if ids.dtype.kind in "iu" and all(type(i) is int for i in retracted):
+        return np.isin(ids, np.fromiter(retracted, dtype=np.int64, count=len(retracted)))
+    return np.fromiter((i in retracted for i in ids.tolist()), dtype=bool, count=len(ids))
+
+
+def _split_stream(items: list[Any]) -> tuple[list[Columns], list[Message]]:
+    """A physical stream's column batches whose rows no retraction touches, and the other
+    messages in order (a column row that a retraction names becomes an Insert where it was,
+    so the retraction applies to it as in :func:`operators.cht.to_cht`)."""
+    retracted = {m.id for m in items if type(m) is Retract}
+    columns: list[Columns] = []
+    rows: list[Message] = []
+    for m in items:
+        kind = type(m)
+        if kind is Columns:
+            if retracted:
+                hit = _ids_hit(m.ids, retracted)
+                if hit.any():
+                    rows.extend(m.take(hit).inserts())
+                    m = m.take(~hit)
+            if len(m):
+                columns.append(m)
+        elif kind is Insert or kind is Retract:
+            rows.append(m)
+    return columns, rows
+
+
+def _group(columns: list[Columns], rows: int) -> Iterator[Columns]:
+    """Consecutive column batches merged up to ``rows`` events (a query's sink may emit many
+    small ones); batches of another payload form start a new group."""
+    group: list[Columns] = []
+    size = 0
+    for c in columns:
+        if group and size + len(c) > rows:
+            yield from _merged(group)
+            group, size = [], 0
+        group.append(c)
+        size += len(c)
+    if group:
+        yield from _merged(group)
+
+
+def _merged(group: list[Columns]) -> Iterator[Columns]:
+    whole = concat(group) if len(group) > 1 else group[0]
+    if whole is not None:
+        yield whole
+    else:
+        yield from group
+
+
+def cht_batches(rows_or_messages: Iterable[Any],
+                chunk_rows: int = ROW_CHUNK) -> Iterator[pa.RecordBatch]:
+    """The CHT of a result as Arrow record batches in the layout of :func:`cht_to_arrow`:
+    column batches (:class:`~operators.columns.Columns`, what the column path of a query
+    delivers) are converted column-wise; the rows of row messages -- or CHT rows
+    ``(start, end, payload)`` -- through :func:`cht_to_arrow`, ``chunk_rows`` at a time.
+
+    Each batch has the columns and types of its own rows; :func:`unify_batches` (or the sinks)
+    give them one schema. Memory beyond the input: one batch.
+    """
+    items = rows_or_messages if isinstance(rows_or_messages, list) else list(rows_or_messages)
+    if any(type(m) in (Insert, Retract, Cti, Columns) for m in items):
+        columns, messages = _split_stream(items)
+        rows = to_cht(messages) if messages else []
+    else:
+        columns, rows = [], items
+    for c in _group(columns, chunk_rows):
+        batch = columns_to_arrow(c)
+        if batch is not None:
+            yield batch
+        else:
+            rows.extend(zip(c.starts.tolist(), c.ends.tolist(), c.payloads()))
+    for i in range(0, len(rows), chunk_rows):
+        yield from cht_to_arrow(rows[i:i + chunk_rows]).to_batches()
+
+
+def _unified(schemas: Sequence[pa.Schema]) -> pa.Schema:
+    """One schema for record batches with their own: the union of their columns in
+    first-seen order, each of the type the row path infers for all the values (an int column
+    with floats is double); TypeError like :func:`cht_to_arrow` when values cannot share one."""
+    base = [pa.schema([pa.field("start", TIME_TYPE), pa.field("end", TIME_TYPE)])]
+    try:
+        return pa.unify_schemas(base + list(schemas), promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        name = _clash(schemas)
+        raise TypeError(
+            f"cht_to_arrow: payload field {name!r} cannot be stored in one column "
+            f"({type(exc).__name__}: {exc}); give it one type in every row, e.g. with "
+            f".select(...) before the sink"
+        ) from None
+
+
+def _clash(schemas: Sequence[pa.Schema]) -> str:
+    seen: dict[str, pa.Schema] = {}
+    for s in schemas:
+        for f in s:
+            one = pa.schema([f])
+            if f.name in seen:
+                try:
+                    pa.unify_schemas([seen[f.name], one], promote_options="permissive")
+                except (pa.ArrowInvalid, pa.ArrowTypeError):
+                    return f.name
+            seen[f.name] = one
+    return "?"
+
+
+def conform(batch: pa.RecordBatch | pa.Table, schema: pa.Schema) -> pa.RecordBatch | pa.Table:
+    """``batch`` with exactly the columns of ``schema`` (missing ones null), of its types."""
+    n = batch.num_rows
+    arrays = [batch.column(f.name).cast(f.type) if f.name in batch.schema.names
+              else pa.nulls(n, f.type) for f in schema]
+    kind = pa.RecordBatch if isinstance(batch, pa.RecordBatch) else pa.Table
+    return kind.from_arrays(arrays, schema=schema)
+
+
+def unify_batches(batches: Iterable[pa.RecordBatch]) -> pa.Table:
+    """Record batches of :func:`cht_batches` as one table of one schema (see :func:`_unified`).
+
+    >>> from operators.events import Insert
+    >>> c = Columns(np.arange(2), np.array([0, 1]), None, {"v": np.array([1, 2])})
+    >>> t = unify_batches(cht_batches([c, Insert("x", 5, 6, {"v": 2.5, "w": "a"})]))
+    >>> t.column_names, t.column("v").to_pylist(), t.column("w").to_pylist()
+    (['start', 'end', 'v', 'w'], [1.0, 2.0, 2.5], [None, None, 'a'])
+    """
+    batches = list(batches)
+    schema = _unified([b.schema for b in batches])
+    return pa.Table.from_batches([conform(b, schema) for b in batches], schema=schema)
+
+
+def result_to_arrow(rows_or_messages: Iterable[Any]) -> pa.Table:
+    """The CHT of a result (messages, column batches or CHT rows) as one Arrow table: the
+    rows of :func:`cht_to_arrow`, built column-wise where the result is columnar."""
+    return unify_batches(cht_batches(rows_or_messages))
+
+
+# -- staging: parquet parts Spark reads in its executors -------------------------------------
+_STAGING_ROOT: list[str] = []  # the process's temp directory of to_spark's parts, if any
+
+
+def _stage(batches: Iterable[pa.RecordBatch], directory: str,
+           part_rows: int = PART_ROWS) -> pa.Schema:
+    """Write ``batches`` as parquet parts of about ``part_rows`` rows into ``directory`` (one
+    batch held at a time, plus the part being written), all of one schema; returns it. An
+    empty result is one empty part, so that Spark reads its columns."""
+    import pyarrow.parquet as pq
+
+    os.makedirs(directory, exist_ok=True)
+    parts: list[tuple[str, pa.Schema]] = []
+    writer: pq.ParquetWriter | None = None
+    rows = 0
+
+    def open_part(schema: pa.Schema) -> pq.ParquetWriter:
+        path = os.path.join(directory, f"part-{len(parts):05d}.parquet")
+        parts.append((path, schema))
+        return pq.ParquetWriter(path, schema)
+
+    for batch in batches:
+        # a new part when this one is full, or for another schema (conformed below)
+        if writer is not None and (rows >= part_rows or batch.schema != parts[-1][1]):
+            writer.close()
+            writer, rows = None, 0
+        if writer is None:
+            writer = open_part(batch.schema)
+        writer.write_batch(batch)
+        rows += batch.num_rows
+    if writer is not None:
+        writer.close()
+    schema = _unified([s for _, s in parts])
+    if not parts:
+        pq.write_table(schema.empty_table(), os.path.join(directory, "part-00000.parquet"))
+    for path, own in parts:
+        if own != schema:  # rewritten in the common schema (read one part back)
+            pq.write_table(conform(pq.read_table(path, schema=own), schema), path)
+    return schema
+
+
+def _local(session: SparkSession) -> bool:
+    """Whether Spark's executors run on this machine (local mode), so that they read files
+    the driver stages in its temp directory."""
+    try:
+        master = session.sparkContext.master
+    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext: not local
+        return False
+    return master.startswith("local")
+
+
+def _staging_dir(session: SparkSession, staging: str | None, what: str) -> str | None:
+    """A fresh directory for a result's parts: under ``staging`` when given, under the
+    process's temp directory in local mode (removed when the process exits), else None (no
+    staging: the result goes to Spark from driver memory)."""
+    import atexit
+    import tempfile
+    import uuid
+
+    if staging is None:
+        if not _local(session):
+            return None
+        if not _STAGING_ROOT:
+            root = tempfile.mkdtemp(prefix="cedar-sink-")
+            _STAGING_ROOT.append(root)
+            atexit.register(shutil.rmtree, root, ignore_errors=True)
+        staging = _STAGING_ROOT[0]
+    return os.path.join(staging, f"{what}-{uuid.uuid4().hex[:12]}")
+
+
+def _dataframe(session: SparkSession, rows_or_messages: Iterable[Any],
+               staging: str | None, what: str) -> tuple[DataFrame, str | None]:
+    directory = _staging_dir(session, staging, what)
+    if directory is None:
+        table = result_to_arrow(rows_or_messages)
+        return session.createDataFrame(table), None
+    _stage(cht_batches(rows_or_messages), directory)
+    return session.read.parquet(directory), directory
 
 
 def _session(spark: SparkSession | None, what: str) -> SparkSession:
@@ -154,13 +444,23 @@ def _session(spark: SparkSession | None, what: str) -> SparkSession:
     return active
 
 
-def to_spark(spark: SparkSession | None, rows_or_messages: Iterable[Any]) -> DataFrame:
-    """A result as a Spark DataFrame: CHT rows, or a physical stream (turned into its CHT
-    with :func:`operators.cht.to_cht`), converted by :func:`cht_to_arrow` (``start``/``end``
-    timestamps, null for ∞, plus the payload's fields) and handed to Spark as Arrow.
-    ``spark=None`` uses the active SparkSession."""
+def to_spark(spark: SparkSession | None, rows_or_messages: Iterable[Any],
+             staging: str | None = None) -> DataFrame:
+    """A result as a Spark DataFrame: CHT rows, or a physical stream (turned into its CHT as
+    :func:`operators.cht.to_cht` does), in the layout of :func:`cht_to_arrow` (``start``/``end``
+    timestamps, null for ∞, plus the payload's fields). ``spark=None`` uses the active
+    SparkSession.
+
+    **At scale** the result never becomes one Python list of rows: column batches are
+    converted column-wise (:func:`cht_batches`) and written batch by batch as parquet parts
+    that Spark's executors read, so the driver holds one batch beyond the result itself. The
+    parts go under ``staging`` (a directory every executor can read: a shared mount); by
+    default, in local mode, under this process's temp directory (removed when it exits: the
+    DataFrame reads them lazily). Without ``staging`` on a cluster the table goes through the
+    driver (``createDataFrame`` of one Arrow table).
+    """
     session = _session(spark, "to_spark")
-    return session.createDataFrame(cht_to_arrow(_as_rows(rows_or_messages)))
+    return _dataframe(session, rows_or_messages, staging, "to_spark")[0]
 
 
 def write(
@@ -169,17 +469,24 @@ def write(
     path: str,
     format: str = "parquet",
     mode: str = "error",
+    staging: str | None = None,
 ) -> None:
     """Write a result's CHT (see :func:`to_spark`) to ``path`` through Spark's writer.
 
     Text formats (``"json"``, ``"csv"``) get timestamps with microseconds (Spark's default
     format stops at milliseconds). ``mode`` is Spark's save mode: ``"error"`` (the default:
-    fail if ``path`` exists), ``"overwrite"``, ``"append"`` or ``"ignore"``.
+    fail if ``path`` exists), ``"overwrite"``, ``"append"`` or ``"ignore"``. The result is
+    staged as parquet parts as in :func:`to_spark` (``staging``) and removed once written.
     """
     if mode not in _WRITE_MODES:
         raise ValueError(f"write(mode={mode!r}): mode must be one of {_WRITE_MODES}")
-    (to_spark(spark, rows_or_messages).write.format(format).mode(mode)
-     .options(**_TEXT_TIMESTAMPS).save(path))
+    session = _session(spark, "write")
+    df, directory = _dataframe(session, rows_or_messages, staging, "write")
+    try:
+        df.write.format(format).mode(mode).options(**_TEXT_TIMESTAMPS).save(path)
+    finally:
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 # -- the exactly-once streaming sink ---------------------------------------------------------

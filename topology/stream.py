@@ -330,19 +330,36 @@ class Stream:
         return collect_plan(p, trace=trace, **options)
 
     # -- Spark sinks ------------------------------------------------------------------------
-    def to_spark(self, spark: Any = None, runtime: str = "ray", **options: Any) -> Any:
+    def to_spark(self, spark: Any = None, runtime: str = "ray", staging: str | None = None,
+                 **options: Any) -> Any:
         """Run the query and return its output CHT as a Spark DataFrame: ``start`` and ``end``
-        timestamps (∞ as null) plus the payload's fields (a scalar payload is ``value``)."""
+        timestamps (∞ as null) plus the payload's fields (a scalar payload is ``value``).
+        Column batches of the output stay columns on the way to Spark, staged as parquet parts
+        under ``staging`` (:func:`topology.spark_sink.to_spark`)."""
         from .spark_sink import to_spark
 
-        return to_spark(spark, self.collect(runtime, **options))
+        return to_spark(spark, self._sink_output(runtime, options), staging=staging)
 
     def write(self, path: str, format: str = "parquet", mode: str = "error", spark: Any = None,
-              runtime: str = "ray", **options: Any) -> None:
+              runtime: str = "ray", staging: str | None = None, **options: Any) -> None:
         """Run the query and write its output CHT through Spark (see :meth:`to_spark`)."""
         from .spark_sink import write
 
-        write(spark, self.collect(runtime, **options), path, format=format, mode=mode)
+        write(spark, self._sink_output(runtime, options), path, format=format, mode=mode,
+              staging=staging)
+
+    def _sink_output(self, runtime: str, options: dict[str, Any]) -> list[Any]:
+        """The output messages as :meth:`collect` returns them, but with the sink's column
+        batches kept whole: the Spark sinks convert them column-wise."""
+        if runtime != "inline":
+            return self.collect(runtime, columns=True, **options)
+        from actors.trace import Trace
+
+        from .inline import DEFAULT_BATCH, run_inline
+
+        plan = self.plan(options.pop("fuse", False))
+        return run_inline(plan, options.pop("batch_size", None) or DEFAULT_BATCH,
+                          trace=Trace.of(options.pop("trace", None)), columns=True)
 
     def to_spark_stream(self, path: str, format: str = "parquet", spark: Any = None,
                         runtime: str = "ray", **options: Any) -> Any:

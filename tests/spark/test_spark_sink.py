@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -22,9 +23,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from operators.cht import to_cht
+from operators.columns import Columns, expand
 from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Retract
 from tests.kit import EXAMPLES, physical_streams
-from topology.spark_sink import FinalRowsSink, cht_to_arrow, to_spark, write
+from topology.spark_sink import (
+    FinalRowsSink,
+    _stage,
+    cht_batches,
+    cht_to_arrow,
+    columns_to_arrow,
+    result_to_arrow,
+    to_spark,
+    unify_batches,
+    write,
+)
 
 UTC = dt.UTC
 
@@ -328,3 +340,184 @@ def test_the_active_session_is_used_when_none_is_given(spark) -> None:
     assert df.sparkSession is spark or df.sparkSession._jsparkSession.equals(
         spark._jsparkSession)
     assert df.columns == ["start", "end", "value"]
+
+
+# -- sinks at scale: the column path against the row path ------------------------------------
+def _column_payload(form: str, n: int, rng: np.random.Generator) -> Any:
+    ints = rng.integers(-5, 5, n)
+    if form == "dict":
+        return {"k": ints.astype(np.int32), "v": rng.random(n).astype(np.float32),
+                "s": np.array([f"m{i}" for i in ints], dtype=object), "ok": ints > 0,
+                "start": ints * 2}
+    if form == "pair":
+        return (np.array([f"g{i % 3}" for i in ints], dtype=object), rng.random(n))
+    if form == "nested":  # inner pairs: the layout flattens them, so the row path converts
+        return (np.array([f"g{i % 3}" for i in ints], dtype=object),
+                np.array([(f"m{i}", int(i)) for i in ints] + [None], dtype=object)[:n])
+    if form == "objects":  # dicts in a scalar column: flattened too
+        return np.array([{"a": int(i)} for i in ints] + [None], dtype=object)[:n]
+    return ints.astype(np.int16)  # scalar
+
+
+def _row_payload(form: str, value: Any, rng: np.random.Generator) -> Any:
+    """A payload of the same shape as the column form's, as a row message carries it; dicts
+    sometimes lack a field, hold an int where the columns hold floats, or have another."""
+    if form == "dict":
+        p = {"k": value, "v": float(value) if rng.random() < 0.5 else value,
+             "s": f"m{value}", "ok": value > 0, "start": value}
+        if rng.random() < 0.3:
+            del p["s"]
+        if rng.random() < 0.2:
+            p["extra"] = "x"
+        return p
+    if form in ("pair", "nested"):
+        return (f"g{value % 3}", float(value) if form == "pair" else (f"m{value}", value))
+    if form == "objects":
+        return {"a": value}
+    return value
+
+
+def random_output(seed: int) -> list[Any]:
+    """A query's output as the column path delivers it: Columns batches (points or
+    intervals, some open to ∞, one starting at MIN_TIME), Inserts, CTIs and retractions that
+    shorten, close or delete events of either kind."""
+    rng = np.random.default_rng(seed)
+    form = str(rng.choice(["dict", "pair", "nested", "objects", "scalar"]))
+    msgs: list[Any] = []
+    live: dict[Any, tuple[int, int, Any]] = {}
+    t, next_id = 0, 0
+    for _ in range(int(rng.integers(0, 6))):
+        n = int(rng.integers(1, 30))
+        starts = t + np.sort(rng.integers(0, 50, n))
+        if not msgs and rng.random() < 0.3:
+            starts[0] = MIN_TIME
+        ends = None if rng.random() < 0.3 else np.where(
+            rng.random(n) < 0.2, MAX_TIME, np.maximum(starts, t) + rng.integers(1, 20, n))
+        c = Columns(np.arange(next_id, next_id + n), starts, ends,
+                    _column_payload(form, n, rng))
+        msgs.append(c)
+        live.update((i, (s, e, c.payload_at(j))) for j, (i, s, e)
+                    in enumerate(zip(c.ids.tolist(), c.starts.tolist(), c.ends.tolist())))
+        next_id += n
+        for _ in range(int(rng.integers(0, 4))):
+            s = t + int(rng.integers(0, 50))
+            e = MAX_TIME if rng.random() < 0.3 else s + int(rng.integers(1, 20))
+            p = _row_payload(form, int(rng.integers(-5, 5)), rng)
+            msgs.append(Insert(f"r{next_id}", s, e, p))
+            live[f"r{next_id}"] = (s, e, p)
+            next_id += 1
+        for eid in rng.permutation(list(live))[:int(rng.integers(0, 4))].tolist():
+            eid = int(eid) if str(eid).isdigit() else eid
+            s, e, p = live[eid]
+            new_end = s if rng.random() < 0.4 or e - s < 2 else s + (min(e, s + 40) - s) // 2
+            msgs.append(Retract(eid, s, e, new_end, p))
+            if new_end == s:
+                del live[eid]
+            else:
+                live[eid] = (s, new_end, p)
+        t += 50
+        msgs.append(Cti(t))
+    return msgs
+
+
+def rows_of(table: pa.Table, names: list[str]) -> Counter[Any]:
+    """A table's rows as a multiset of tuples in the order of ``names`` (float32 columns hold
+    exactly the values the row path gets from ``.item()``: no rounding)."""
+    cols = [table.column(n).cast(pa.int64()).to_pylist() if n in ("start", "end")
+            else table.column(n).to_pylist() for n in names]  # ticks: MIN_TIME + 1 is no date
+    return Counter(tuple(repr(v) for v in row) for row in zip(*cols))
+
+
+def assert_same_table(got: pa.Table, want: pa.Table) -> None:
+    assert sorted(got.column_names) == sorted(want.column_names)
+    assert got.column_names[:2] == ["start", "end"]
+    for f in want.schema:
+        assert got.schema.field(f.name).type == f.type, f.name
+    assert rows_of(got, want.column_names) == rows_of(want, want.column_names)
+
+
+@given(st.integers(0, 2**32 - 1))
+@settings(max_examples=EXAMPLES, deadline=None)
+def test_column_path_equals_row_path_on_random_outputs(seed: int) -> None:
+    out = random_output(seed)
+    want = cht_to_arrow(to_cht(list(expand(out))))
+    assert_same_table(result_to_arrow(out), want)
+    # in small chunks and batches too: the schemas of many batches unify to the row path's
+    assert_same_table(unify_batches(cht_batches(out, chunk_rows=3)), want)
+
+
+def test_column_path_covers_payload_forms_and_the_empty_output() -> None:
+    c = Columns(np.arange(3), np.array([MIN_TIME, 2, 4]), np.array([1, MAX_TIME, 9]),
+                {"k": np.array([1, 2, 3], dtype=np.uint8), "end": np.array([0.5, 1.5, 2.5])})
+    t = columns_to_arrow(c)
+    assert t is not None and t.schema.names == ["start", "end", "k", "payload_end"]
+    assert t.column("k").type == pa.int64() and t.column("start").null_count == 1
+    assert t.column("end").null_count == 1
+    nested = Columns(np.arange(1), np.array([0]), None,
+                     (np.array(["g"], dtype=object), np.array([("m", 1), None], dtype=object)[:1]))
+    assert columns_to_arrow(nested) is None  # flattened by the row path instead
+    assert result_to_arrow([nested]).to_pylist() == cht_to_arrow(
+        [(0, 1, ("g", ("m", 1)))]).to_pylist()
+    for empty in ([], [Cti(5)], [c, *(Retract(i, s, e, s, p) for i, s, e, p in c.inserts())]):
+        got = result_to_arrow(empty)
+        assert got.num_rows == 0 and got.column_names[:2] == ["start", "end"]
+    with pytest.raises(TypeError, match="payload field 'v' cannot be stored in one column"):
+        result_to_arrow([Columns(np.arange(1), np.array([0]), None, {"v": np.array([1])}),
+                         Insert("x", 1, 2, {"v": "one"})])
+
+
+def test_staged_parts_share_one_schema(tmp_path) -> None:
+    out = random_output(7) + [Columns(np.arange(100, 140), np.arange(40), None,
+                                      {"k": np.arange(40), "v": np.arange(40) * 0.5})]
+    want = result_to_arrow(out)
+    schema = _stage(cht_batches(out, chunk_rows=5), str(tmp_path), part_rows=16)
+    parts = sorted(os.listdir(tmp_path))
+    assert len(parts) > 2 and all(pq.read_schema(tmp_path / p) == schema for p in parts)
+    assert_same_table(pq.read_table(str(tmp_path)), want)
+
+
+@pytest.mark.spark
+def test_to_spark_and_write_at_scale_equal_the_row_path(spark, tmp_path) -> None:
+    n = 30_000  # ten column batches; open ends and a retraction among them
+    rng = np.random.default_rng(3)
+    starts = np.sort(rng.integers(0, 10**9, n))
+    ends = np.where(rng.random(n) < 0.1, MAX_TIME, starts + rng.integers(1, 1000, n))
+    out: list[Any] = [Columns(np.arange(i, min(i + 3_000, n)), starts[i:i + 3_000],
+                              ends[i:i + 3_000],
+                              {"k": rng.integers(0, 50, len(starts[i:i + 3_000])),
+                               "v": rng.random(len(starts[i:i + 3_000]))})
+                      for i in range(0, n, 3_000)]
+    s0, e0, p0 = out[0].starts[0].item(), out[0].ends[0].item(), out[0].payload_at(0)
+    out += [Retract(0, s0, e0, s0, p0), Insert("late", 5, MAX_TIME, {"k": 1, "v": 0.5})]
+    want = cht_to_arrow(to_cht(list(expand(out))))
+    df = to_spark(spark, out)
+    assert df.columns == ["start", "end", "k", "v"] and df.count() == n
+    assert_same_table(df.toArrow(), want)
+    write(spark, out, str(tmp_path / "t"))
+    assert_same_table(spark.read.parquet(str(tmp_path / "t")).toArrow(), want)
+    # an explicit staging directory is left empty once written
+    write(spark, out[:2], str(tmp_path / "j"), format="json", staging=str(tmp_path / "stage"))
+    back = (spark.read.schema("start timestamp, `end` timestamp, k long, v double")
+            .option("timestampFormat", "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX").json(
+                str(tmp_path / "j")))
+    assert_same_table(back.toArrow(), cht_to_arrow(to_cht(list(expand(out[:2])))))
+    assert os.listdir(tmp_path / "stage") == []
+    empty = to_spark(spark, [Cti(3)])
+    assert empty.columns == ["start", "end"] and empty.count() == 0
+
+
+@pytest.mark.spark
+def test_stream_sinks_keep_the_column_batches(spark, tmp_path, runtime) -> None:
+    """from_arrow -> a column-wise select -> write / to_spark: the output reaches the sink as
+    Columns (nothing expanded on the way) and Spark gets what the row path gives."""
+    from topology import Stream
+
+    n = 5_000
+    table = pa.table({"ts": np.arange(n) * 3, "k": np.arange(n) % 7,
+                      "v": np.linspace(0, 1, n)})
+    q = Stream.from_arrow(table, start="ts").select(lambda r: (r["k"], r["v"] * 2))
+    assert any(type(m) is Columns for m in q._sink_output(runtime, {}))
+    want = cht_to_arrow(to_cht(q.collect(runtime)))
+    q.write(str(tmp_path / "out"), spark=spark, runtime=runtime)
+    assert_same_table(spark.read.parquet(str(tmp_path / "out")).toArrow(), want)
+    assert_same_table(q.to_spark(spark, runtime=runtime).toArrow(), want)
