@@ -65,6 +65,7 @@ from .temporal_columns import ColumnEvents, KeyCodes, by_key_and_start, overlapp
 F_START, F_END, F_ID = range(3)
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+_new = tuple.__new__
 
 
 class ColumnFragments:
@@ -212,8 +213,8 @@ class AntiJoin(BinaryTemporal):
         lseq = state.lseq[touched]
         payloads = payload_list(map_columns(left.payload,
                                             lambda c: c[np.searchsorted(left.seq, lseq)]))
-        out: list[Message] = [
-            Retract(f, s, e, ne, p) for f, s, e, ne, p in zip(
+        out: list[Message] = [  # (valid by construction: built without the checks)
+            _new(Retract, t) for t in zip(
                 state.fid[touched].tolist(), old_start.tolist(), old_end.tolist(),
                 new_end.tolist(), payloads)]
         fresh = g[~keeps]

@@ -237,7 +237,11 @@ def overlapping_pairs(other: ColumnEvents | tuple[np.ndarray, ...], code: np.nda
         return None
     key = ocode * span + (ostart - lo_t)  # ascending: sorted by (code, start)
     base = code * span
-    lo = np.searchsorted(key, base, side="left")
+    # partners start after (new start - the longest lifetime there): skip those that ended
+    # long ago (lifetimes capped at hi_t + 2, past every clipped start, so nothing wraps)
+    longest = int((np.minimum(oend, min(hi_t + 2, 2**63 - 1)) - ostart).max())
+    lo = np.searchsorted(key, base + np.maximum(
+        np.clip(start, lo_t, hi_t + 1) - lo_t - longest + 1, 0), side="left")
     hi = np.searchsorted(key, base + (np.clip(end, lo_t, hi_t + 1) - lo_t), side="left")
     counts = hi - lo
     total = int(counts.sum())

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from operators.anti_join import AntiJoin
 from operators.cht import to_cht, validate
 from operators.columns import Columns, expand
-from operators.events import MAX_TIME, Cti, Insert, Retract
+from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Retract
 from operators.ingress import AdvanceTime, Ingress
 from operators.left_join import LeftJoin
-from operators.temporal_columns import uncovered
+from operators.temporal_columns import ColumnEvents, overlapping_pairs, uncovered
 from tests import reference_joins as ref
 from tests.kit import EXAMPLES, assert_equivalent
 from tests.operators.test_join_columns import batches, streams
@@ -118,6 +118,36 @@ def test_uncovered_is_each_span_minus_its_holes(spans, holes):
                 for a, b in ref.subtract(int(start[i]), int(end[i]),
                                          [(x, y) for o, x, y in zip(owner, hs, he) if o == i])]
     assert list(zip(g.tolist(), s.tolist(), e.tolist())) == expected
+
+
+_TIMES = st.one_of(st.integers(-20, 60), st.sampled_from([MIN_TIME, -(2**62), 2**62, MAX_TIME - 2]))
+
+
+@st.composite
+def _spans(draw, max_size):
+    out = []
+    for _ in range(draw(st.integers(0, max_size))):
+        start = draw(_TIMES)
+        end = draw(st.one_of(st.integers(start + 1, start + 40), st.just(MAX_TIME)))
+        out.append((draw(st.integers(0, 2)), start, min(end, MAX_TIME)))
+    return out
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(_spans(12), _spans(6))
+def test_overlapping_pairs_finds_every_overlap(held, new):
+    # the vectorised search (shared with the join) against all pairs, times near both ends
+    side = ColumnEvents()
+    side.append(np.arange(len(held)), *(np.array([h[x] for h in held], dtype=np.int64)
+                                        for x in range(3)),
+                np.arange(len(held)).astype(object), None)
+    code, start, end = (np.array([e[x] for e in new], dtype=np.int64) for x in range(3))
+    found = overlapping_pairs(side, code, start, end)
+    if found is None:  # declined: the combined sort key would not fit in int64
+        return
+    expected = sorted((i, j) for i, (c, s, e) in enumerate(new)
+                      for j, (hc, hs, he) in enumerate(held) if c == hc and s < he and hs < e)
+    assert sorted(zip(found[0].tolist(), found[1].tolist())) == expected
 
 
 def _cols(ids, starts, ends, k, v):
