@@ -240,19 +240,8 @@ class AntiJoin(BinaryTemporal):
         alone (the same records, index entries and fragments)."""
         state, self.columns = self.columns, None
         assert state is not None
-        keys, recs = state.codes.keys, self.recs
-        for port, side in enumerate(state.sides):
-            if not len(side):
-                continue
-            ids, index, expiry = self.ids[port], self.index[port], self.expiry[port]
-            for seq, code, s, e, eid, p in zip(
-                    side.seq.tolist(), side.code.tolist(), side.start.tolist(),
-                    side.end.tolist(), side.ids.tolist(), payload_list(side.payload)):
-                key = keys[code]
-                recs[seq] = [eid, key, s, e, p, [] if port == 0 else None]
-                ids[eid] = seq
-                index.add(key, seq, s, e)
-                expiry.push(e, seq)
+        self._adopt(state.sides, state.codes.keys, fragments=True)
+        recs = self.recs
         for fid, lseq, s, e in zip(state.fid.tolist(), state.lseq.tolist(),
                                    state.start.tolist(), state.end.tolist()):
             recs[lseq][LINKS].append([s, e, fid])  # (sorted by start)
