@@ -238,19 +238,7 @@ class Join(BinaryTemporal):
         alone (the same records, index entries, pairs and links)."""
         state, self.columns = self.columns, None
         assert state is not None
-        keys = state.codes.keys
-        for port, side in enumerate(state.sides):
-            if not len(side):
-                continue
-            ids, index, expiry = self.ids[port], self.index[port], self.expiry[port]
-            for seq, code, s, e, eid, p in zip(
-                    side.seq.tolist(), side.code.tolist(), side.start.tolist(),
-                    side.end.tolist(), side.ids.tolist(), payload_list(side.payload)):
-                key = keys[code]
-                self.recs[seq] = [eid, key, s, e, p, None]
-                ids[eid] = seq
-                index.add(key, seq, s, e)
-                expiry.push(e, seq)
+        self._adopt(state.sides, state.codes.keys)
         if not len(state.pid):
             return
         recs = self.recs

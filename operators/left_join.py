@@ -21,6 +21,12 @@ default)))``, run as one operator: both inputs feed a :class:`~operators.join.Jo
 :class:`~operators.anti_join.AntiJoin`; their outputs meet in a :class:`~operators.union.Union`,
 so output ids are ``(0, join id)`` for matched and ``(1, fragment id)`` for unmatched parts,
 and the output CTI is ``min(left CTI, right CTI)``.
+
+**Column batches** go to both parts whole, so each runs its column-wise path while it can
+(and both leave it on the same message: a retraction, a single insert, or a batch whose keys
+or payload columns the arrays cannot hold). Their ``Columns`` output stays a ``Columns``
+batch: the unmatched payloads are ``select(l, default)`` on the columns where that traces
+(:mod:`operators.expr`), else one call per fragment, and the ids become the union's pairs.
 """
 
 from __future__ import annotations
@@ -28,9 +34,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
+
 from .anti_join import AntiJoin
 from .base import Processor
-from .columns import expand
+from .columns import Columns, apply_columns, payload_list
 from .events import Message
 from .join import Join
 from .select import Select
@@ -60,13 +68,55 @@ class LeftJoin(Processor):
         if port not in (0, 1):
             raise ValueError(f"left_join {self.name!r} has inputs 0 (left) and 1 (right), got "
                              f"a batch for input {port}")
-        msgs = list(expand(batch))
+        msgs = list(batch)
         matched = self.join.process(msgs, port)
-        unmatched = self.unmatched.process(self.anti.process(msgs, port))
-        out = self.union.process(matched, 0)
-        out.extend(self.union.process(unmatched, 1))
+        unmatched = self._runs(self.anti.process(msgs, port), self._unmatched)
+        out = self._runs(matched, lambda run: self.union.process(run, 0), 0)
+        out.extend(self._runs(unmatched, lambda run: self.union.process(run, 1), 1))
         self.out_cti = max(self.out_cti, self.union.out_cti)
         return out
+
+    @staticmethod
+    def _runs(msgs: list[Message], step: Callable[[list[Message]], list[Message]],
+              port: int | None = None) -> list[Message]:
+        """``step`` over the runs of messages between ``Columns`` batches, in order; each
+        ``Columns`` kept, its ids made the union's ``(port, id)`` when ``port`` is given, or
+        (``port`` None) its unmatched payloads computed."""
+        if not any(type(m) is Columns for m in msgs):
+            return step(msgs) if msgs else []
+        out: list[Message] = []
+        run: list[Message] = []
+        for msg in msgs:
+            if type(msg) is not Columns:
+                run.append(msg)
+                continue
+            if run:
+                out.extend(step(run))
+                run = []
+            if port is None:
+                out.extend(step([msg]))
+            else:
+                ids = zip([port] * len(msg), msg.ids.tolist())
+                out.append(Columns(np.fromiter(ids, dtype=object, count=len(msg)),
+                                   msg.starts, msg.ends, msg.payload))
+        if run:
+            out.extend(step(run))
+        return out
+
+    def _unmatched(self, msgs: list[Message]) -> list[Message]:
+        """``select(l, default)`` over the anti-join's output; a ``Columns`` batch stays one."""
+        if len(msgs) != 1 or type(msgs[0]) is not Columns:
+            return self.unmatched.process(msgs)
+        cols: Columns = msgs[0]
+        fn = self.unmatched.fn
+        payload = apply_columns(fn, cols)
+        if payload is None:
+            try:
+                payload = np.fromiter(map(fn, payload_list(cols.payload)), dtype=object,
+                                      count=len(cols))
+            except Exception:  # noqa: BLE001 - the per-event step raises it, naming itself
+                return self.unmatched.process(msgs)
+        return [cols.with_payload(payload)]  # (stands for its inserts)
 
     def state_size(self) -> int:
         """The join's and the anti-join's state."""

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from sortedcontainers import SortedList
 
 from .base import Processor
+from .columns import payload_list
 from .events import MIN_TIME, Insert, Message, Retract, fmt_time
 from .live import ExpiryHeap
 from .udm import field_getter
@@ -201,6 +202,27 @@ class BinaryTemporal(Processor):
         self.index[port].add(key, seq, start, end)
         heapq.heappush(self.expiry[port].heap, (end, seq))
         return seq, rec
+
+    def _adopt(self, sides: Any, keys: list[Hashable], fragments: bool = False) -> None:
+        """Make the live events a column-wise state held as arrays (one
+        :class:`~operators.temporal_columns.ColumnEvents` per input, key codes into ``keys``)
+        records, index entries and expiry entries, as if every event had arrived alone; with
+        ``fragments`` the left records start with an empty list of fragments (the
+        anti-join's), else without links."""
+        recs = self.recs
+        for port, side in enumerate(sides):
+            if not len(side):
+                continue
+            ids, index, expiry = self.ids[port], self.index[port], self.expiry[port]
+            lists = fragments and port == 0
+            for seq, code, s, e, eid, p in zip(
+                    side.seq.tolist(), side.code.tolist(), side.start.tolist(),
+                    side.end.tolist(), side.ids.tolist(), payload_list(side.payload)):
+                key = keys[code]
+                recs[seq] = [eid, key, s, e, p, [] if lists else None]
+                ids[eid] = seq
+                index.add(key, seq, s, e)
+                expiry.push(e, seq)
 
     def _find(self, msg: Retract, port: int) -> tuple[int, list[Any]]:
         return find_live(msg, self.ids[port], self.recs, f" on input {port}")

@@ -190,8 +190,7 @@ class ColumnEvents:
         """``(order, code, start, end)``: the events' positions sorted by (code, start) and
         their columns in that order (cached until the events change)."""
         if self._order is None:
-            order = np.lexsort((self.start, self.code))
-            self._order = (order, self.code[order], self.start[order], self.end[order])
+            self._order = by_key_and_start(self.code, self.start, self.end)
         return self._order
 
     def check(self) -> None:
@@ -202,11 +201,21 @@ class ColumnEvents:
         assert len(np.unique(self.seq)) == n
 
 
-def overlapping_pairs(other: ColumnEvents, code: np.ndarray, start: np.ndarray,
-                      end: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+def by_key_and_start(code: np.ndarray, start: np.ndarray, end: np.ndarray
+                     ) -> tuple[np.ndarray, ...]:
+    """``(order, code, start, end)``: positions sorted by (code, start) and the columns in that
+    order, the index :func:`overlapping_pairs` searches."""
+    order = np.lexsort((start, code))
+    return order, code[order], start[order], end[order]
+
+
+def overlapping_pairs(other: ColumnEvents | tuple[np.ndarray, ...], code: np.ndarray,
+                      start: np.ndarray, end: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
     """``(i, j)``: every new event ``i`` (``code``, ``start``, ``end``) and position ``j`` in
     ``other`` with the same code whose lifetimes overlap; None when the combined sort key
-    would overflow int64 (then the caller goes event by event).
+    would overflow int64 (then the caller goes event by event). ``other`` is a
+    :class:`ColumnEvents` or any spans indexed by :func:`by_key_and_start`.
 
     >>> side = ColumnEvents()
     >>> _ = side.append(np.arange(4), np.array([0, 0, 1, 1]), np.array([0, 2, 1, 5]),
@@ -215,16 +224,24 @@ def overlapping_pairs(other: ColumnEvents, code: np.ndarray, start: np.ndarray,
     >>> sorted(zip(i.tolist(), side.ids[j].tolist()))
     [(0, 'a'), (0, 'b')]
     """
-    if not len(other) or not len(code):
+    if isinstance(other, ColumnEvents):
+        if not len(other):
+            return _EMPTY, _EMPTY
+        other = other.by_key_and_start()
+    if not len(other[0]) or not len(code):
         return _EMPTY, _EMPTY
-    order, ocode, ostart, oend = other.by_key_and_start()
+    order, ocode, ostart, oend = other
     lo_t, hi_t = int(ostart.min()), int(ostart.max())
     span = hi_t - lo_t + 2  # start offsets lie in [0, span - 2]; an end clipped to span - 1
     if (int(max(ocode[-1], code.max())) + 1) * span >= 2**62:
         return None
     key = ocode * span + (ostart - lo_t)  # ascending: sorted by (code, start)
     base = code * span
-    lo = np.searchsorted(key, base, side="left")
+    # partners start after (new start - the longest lifetime there): skip those that ended
+    # long ago (lifetimes capped at hi_t + 2, past every clipped start, so nothing wraps)
+    longest = int((np.minimum(oend, min(hi_t + 2, 2**63 - 1)) - ostart).max())
+    lo = np.searchsorted(key, base + np.maximum(
+        np.clip(start, lo_t, hi_t + 1) - lo_t - longest + 1, 0), side="left")
     hi = np.searchsorted(key, base + (np.clip(end, lo_t, hi_t + 1) - lo_t), side="left")
     counts = hi - lo
     total = int(counts.sum())
@@ -235,3 +252,53 @@ def overlapping_pairs(other: ColumnEvents, code: np.ndarray, start: np.ndarray,
     cand = lo[i] + (np.arange(total) - first[i])  # candidates start before the new end
     hit = oend[cand] > start[i]  # ... and end after the new start
     return i[hit], order[cand[hit]]
+
+
+def uncovered(start: np.ndarray, end: np.ndarray, owner: np.ndarray, hole_start: np.ndarray,
+              hole_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(g, s, e)``: the maximal pieces ``[s, e)`` of each span ``g`` (``[start[g], end[g])``)
+    that none of its holes covers; hole ``h`` belongs to span ``owner[h]`` and overlaps it.
+    Sorted by span, then time: the anti-join's fragments, for all spans at once.
+
+    Per span the holes are sorted by start; the running maximum of their ends (taken over
+    the codes ``span * R + rank of the end``, so that one cumulative maximum restarts at
+    every span) is how far the span is covered; a piece is uncovered between that cover and
+    the next hole's start, and from the last cover to the span's end::
+
+        span 0  [0 ──────────────────── 20)      holes [3 ─ 6) [5 ── 9)   [14 ─ 16)
+        pieces  [0 ─ 3)          [9 ─── 14)  [16 ─ 20)
+
+    >>> g, s, e = uncovered(np.array([0, 30]), np.array([20, 40]), np.array([0, 0, 0]),
+    ...                     np.array([14, 3, 5]), np.array([16, 6, 9]))
+    >>> list(zip(g.tolist(), s.tolist(), e.tolist()))
+    [(0, 0, 3), (0, 9, 14), (0, 16, 20), (1, 30, 40)]
+    """
+    n = len(start)
+    if not len(owner):
+        return np.arange(n), start, end
+    order = np.lexsort((hole_start, owner))
+    owner, hs, he = owner[order], hole_start[order], np.minimum(hole_end[order], end[owner[order]])
+    ends, rank = np.unique(he, return_inverse=True)
+    shift = owner * len(ends)
+    cover = ends[np.maximum.accumulate(shift + rank.reshape(-1)) - shift]
+    first = np.empty(len(owner), dtype=bool)
+    first[0] = True
+    np.not_equal(owner[1:], owner[:-1], out=first[1:])
+    before = np.empty_like(cover)  # the cover just before each hole
+    before[1:] = cover[:-1]
+    before[first] = start[owner[first]]
+    gap = hs > before
+    last = np.empty_like(first)
+    last[-1] = True
+    last[:-1] = first[1:]
+    tail_g = owner[last]
+    tail_s = cover[last]
+    tail = tail_s < end[tail_g]
+    untouched = np.ones(n, dtype=bool)
+    untouched[owner] = False
+    whole = np.flatnonzero(untouched)
+    g = np.concatenate([owner[gap], tail_g[tail], whole])
+    s = np.concatenate([before[gap], tail_s[tail], start[whole]])
+    e = np.concatenate([hs[gap], end[tail_g[tail]], end[whole]])
+    order = np.lexsort((s, g))
+    return g[order], s[order], e[order]
