@@ -54,3 +54,39 @@ def runtime(request):
     if request.param == "ray":
         request.getfixturevalue("ray_session")
     return request.param
+
+
+@pytest.fixture(scope="session")
+def s3_root():
+    """A real S3-compatible server (moto's standalone server, in a process of its own) and a
+    checkpoint root URI on it, with a bucket made."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    import pyarrow.fs as pafs
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "moto's server did not start"
+                time.sleep(0.2)
+        root = (f"s3://key:secret@cedar-ckpt/run?endpoint_override=127.0.0.1:{port}"
+                f"&scheme=http&region=us-east-1&allow_bucket_creation=true")
+        fs, _ = pafs.FileSystem.from_uri(root)
+        fs.create_dir("cedar-ckpt")
+        yield root
+    finally:
+        server.terminate()
+        server.wait(10)

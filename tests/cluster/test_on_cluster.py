@@ -141,3 +141,56 @@ def test_cedar_run_status_and_inspect_against_the_cluster(ray_session, cluster, 
             attach("cli-on-cluster").stop()
         except Exception:  # noqa: BLE001 - the script failed before deploying
             pass
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_query_outlives_its_killed_script_and_a_lost_node(ray_session, cluster, s3_root,
+                                                            seed):
+    """The script that deployed a checkpointed query (checkpoints on an S3 server, no shared
+    disk) is killed with SIGKILL at once; then a worker node running some of the query's
+    actors goes away. The query's host, on the head node, keeps feeding and recovers; a
+    third process finds it with `cedar status`/`inspect` and reads its output; the output
+    equals the fault-free run's, exactly once."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    from tests.reliability.test_outlive_driver import N, deploy_from_a_script
+    from tests.reliability.test_recovery import check_exactly_once, wait_events, window_join
+    from topology import attach
+
+    name = f"orphan-node-loss-{seed}"
+    address = cluster[0].address
+    expected = window_join(N).collect(runtime="inline")
+    deploy_from_a_script(address, "kill", name, s3_root)
+    live = attach(name)
+    try:
+        head = cluster[0].head_node.node_id
+        source = next(s for s in live.steps if s.startswith("from_"))
+        wait_events(live, source, random.Random(seed).randrange(2_000, 12_000), epoch=1)
+        nodes = _nodes_of(name)
+        assert nodes.pop("~host") == head  # the host lives where the cluster does
+        victim = next(n for n in cluster[0].list_all_nodes()
+                      if n.node_id != head and n.node_id in nodes.values())
+        cluster[0].remove_node(victim)
+        assert live.wait(300)
+        check_exactly_once(live.output(), expected)
+        assert len(live.recoveries()) >= 1
+        assert victim.node_id not in _nodes_of(name).values()
+        env = dict(os.environ, PYTHONPATH=REPO, PYTHONWARNINGS="ignore")
+        third = subprocess.run(
+            [sys.executable, "-c",
+             "import sys; from topology import attach, cli\n"
+             "q = attach(sys.argv[2], address=sys.argv[1])\n"
+             "print('output', len(q.output()), 'recoveries', len(q.recoveries()))\n"
+             "cli.main(['status', '--address', sys.argv[1]])\n"
+             "cli.main(['inspect', sys.argv[2], '--address', sys.argv[1]])\n",
+             address, name], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+        assert f"output {len(live.output())} recoveries" in third.stdout
+        assert name in third.stdout.split() and "sink" in third.stdout
+    finally:
+        live.stop()
+        cluster[0].add_node(num_cpus=2)
+        cluster[0].wait_for_nodes()

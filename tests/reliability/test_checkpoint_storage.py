@@ -4,43 +4,10 @@ actor and recovers from the checkpoint in the bucket."""
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-
 import pyarrow.fs as pafs
-import pytest
 
 from actors import checkpoint as ck
 from tests.reliability.test_recovery import check_exactly_once, run_with_kill, window_join
-
-
-@pytest.fixture(scope="module")
-def s3_root():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "moto's server did not start"
-                time.sleep(0.2)
-        root = (f"s3://key:secret@cedar-ckpt/run?endpoint_override=127.0.0.1:{port}"
-                f"&scheme=http&region=us-east-1&allow_bucket_creation=true")
-        fs, _ = pafs.FileSystem.from_uri(root)
-        fs.create_dir("cedar-ckpt")
-        yield root
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def _objects(root: str) -> list[str]:
