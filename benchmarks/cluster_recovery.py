@@ -135,9 +135,9 @@ def node_loss(cluster: Any, n: int, moments: list[float], seeds: list[int],
     batch = 500
     lines = [f"(a) node loss: window_join({n:,}), batch_size={batch}, checkpoint_every=2, "
              f"local checkpoint directory",
-             "| run | loss at | steps on lost node | loss → restarted s | recovery_s | "
-             "loss → first new epoch s | replayed | run s | output exactly once |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| run | loss at | steps on lost node | loss → restarted s | of which detection s | "
+             "recovery_s | loss → first new epoch s | replayed | run s | output exactly once |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     base = []
     for i in range(fault_free):
         with tempfile.TemporaryDirectory() as d:
@@ -151,7 +151,7 @@ def node_loss(cluster: Any, n: int, moments: list[float], seeds: list[int],
             finally:
                 live.stop()
         base.append(dt)
-        lines.append(f"| fault-free {i + 1} | – | – | – | – | – | – | {dt:.2f} | yes |")
+        lines.append(f"| fault-free {i + 1} | – | – | – | – | – | – | – | {dt:.2f} | yes |")
         print(lines[-1], flush=True)
     head = cluster.head_node.node_id
     for seed in seeds:
@@ -196,17 +196,39 @@ def node_loss(cluster: Any, n: int, moments: list[float], seeds: list[int],
                     cluster.add_node(num_cpus=2)
                     cluster.wait_for_nodes()
             if rec is None:
-                lines.append(f"| seed {seed} | {at:.0%} | {lost_steps} | no recovery | | | | "
+                lines.append(f"| seed {seed} | {at:.0%} | {lost_steps} | no recovery | | | | | "
                              f"{dt:.2f} | {ok} |")
             else:
                 first = f"{t_epoch - t_loss:.2f}" if t_epoch else "(ended first)"
                 lines.append(
                     f"| seed {seed} | {at:.0%} | {lost_steps} | {t_restarted - t_loss:.2f} | "
+                    f"{t_restarted - t_loss - rec['recovery_s']:.2f} | "
                     f"{rec['recovery_s']:.2f} | {first} | {rec['replayed']} | {dt:.2f} | "
                     f"{ok}{'' if gone else ' (an actor still on the lost node!)'} |")
             print(lines[-1], f"(remove_node took {t_removed - t_loss:.2f} s)", flush=True)
     lines.append(f"fault-free run s: mean {statistics.mean(base):.2f}")
+    lines.append(actor_start_probe(len(window_join(n).plan().stages)))
     return lines
+
+
+def actor_start_probe(k: int, repeat: int = 3) -> str:
+    """Seconds to start ``k`` fresh operator shells spread over the alive nodes and have
+    each answer a ping: the floor under a restart, which starts every actor of the query."""
+    import ray
+
+    from topology.deploy import _placement, shell_class
+
+    times = []
+    for _ in range(repeat):
+        place = _placement("spread")
+        t0 = time.perf_counter()
+        hs = [shell_class().options(**place(f"s{i}")).remote() for i in range(k)]
+        ray.get([h.ping.remote() for h in hs])
+        times.append(time.perf_counter() - t0)
+        for h in hs:
+            ray.kill(h)
+    return (f"starting {k} fresh actors spread over the nodes (until each answers a ping): "
+            f"{', '.join(f'{x:.2f}' for x in times)} s")
 
 
 # -- (b) checkpoint storage --------------------------------------------------------------------
@@ -285,6 +307,35 @@ def write_time(root: str, files: dict[str, bytes], repeat: int = 3) -> float:
     return best
 
 
+def s3_breakdown(root: str, blob: bytes, repeat: int = 5) -> str:
+    """Where one checkpoint file's write to the object store goes, as
+    :func:`actors.files.atomic_write` does it: open the filesystem from the URI, make the
+    folder, put a temporary object, move it into place (a copy and a delete on S3)."""
+    import pyarrow.fs as pafs
+
+    from actors import checkpoint as ck
+
+    t: dict[str, list[float]] = defaultdict(list)
+    for r in range(repeat):
+        location = ck.stage_path(root, "probe", r + 1, "step")
+        t0 = time.perf_counter()
+        fs, where = pafs.FileSystem.from_uri(location)
+        t1 = time.perf_counter()
+        fs.create_dir(where.rsplit("/", 1)[0], recursive=True)
+        t2 = time.perf_counter()
+        with fs.open_output_stream(where + ".tmp") as f:
+            f.write(blob)
+        t3 = time.perf_counter()
+        fs.move(where + ".tmp", where)
+        t4 = time.perf_counter()
+        for k, a, b in (("from_uri", t0, t1), ("create_dir", t1, t2), ("put", t2, t3),
+                        ("move", t3, t4)):
+            t[k].append((b - a) * 1000)
+    ck.forget(root, "probe")
+    return (f"one {len(blob):,}-byte file to s3 (moto), median ms of {repeat}: " + ", ".join(
+        f"{k} {statistics.median(v):.1f}" for k, v in t.items()))
+
+
 def storage(n: int, everies: list[int], repeat: int) -> list[str]:
     from actors import checkpoint as ck
     from tests.reliability.test_recovery import window_join
@@ -293,9 +344,10 @@ def storage(n: int, everies: list[int], repeat: int) -> list[str]:
     batch = 500
     lines = [f"(b) checkpoint storage: window_join({n:,}), batch_size={batch}, fault-free, "
              f"best of {repeat}",
-             "| checkpoints | every | events/s | run s | epochs committed | "
-             "bytes per epoch (sink / others) | epoch write from the driver ms |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "| checkpoints | every | events/s after deploy | deploy s | run s after deploy | "
+             "epochs committed | bytes per epoch (mean) | of which the sink (mean / max) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    per_step: dict[str, list[int]] = defaultdict(list)
     sampled: dict[int, dict[str, int]] = {}
     try:
         local_dir = tempfile.mkdtemp(prefix="cedar-ckpt-")
@@ -303,16 +355,19 @@ def storage(n: int, everies: list[int], repeat: int) -> list[str]:
         for every in everies:
             runs += [("local", local_dir, every), ("s3 (moto)", s3, every)]
         for label, root, every in runs:
-            best, epochs, sizes = float("inf"), 0, {}
+            best, epochs, sizes, deploy = float("inf"), 0, {}, 0.0
             for r in range(repeat):
                 name = f"cr-store-{label[:2]}-{every}-{r}"
                 opts = {"checkpoint_dir": root, "checkpoint_every": every} if root else {}
                 sampler = EpochSampler(ck.normalize(root), name) if root else None
                 t0 = time.perf_counter()
                 live = window_join(n).deploy(name, batch_size=batch, **opts)
+                t1 = time.perf_counter()
                 try:
                     assert live.wait(600)
-                    dt = time.perf_counter() - t0
+                    dt = time.perf_counter() - t1
+                    if dt < best:
+                        deploy = t1 - t0
                     if root:
                         epochs = live.supervisor.committed
                 finally:
@@ -325,13 +380,20 @@ def storage(n: int, everies: list[int], repeat: int) -> list[str]:
                 sampled = sizes if every == min(everies) else sampled
                 totals = [sum(s.values()) for s in sizes.values()]
                 sink = [v for s in sizes.values() for k, v in s.items() if k.startswith("sink")]
-                per = (f"{statistics.mean(totals):,.0f} (sink {statistics.mean(sink):,.0f} "
-                       f"mean, {max(sink):,} max)")
+                per = (f"{statistics.mean(totals):,.0f} | {statistics.mean(sink):,.0f} / "
+                       f"{max(sink):,}")
+                if root == local_dir:
+                    for st in sizes.values():
+                        for k, v in st.items():
+                            per_step[k].append(v)
             else:
-                per = "–"
-            lines.append(f"| {label} | {every or '–'} | {n / best:,.0f} | {best:.2f} | "
-                         f"{epochs or '–'} | {per} | |")
+                per = "– | –"
+            lines.append(f"| {label} | {every or '–'} | {n / best:,.0f} | {deploy:.2f} | "
+                         f"{best:.2f} | {epochs or '–'} | {per} |")
             print(lines[-1], flush=True)
+        if per_step:
+            lines.append("mean bytes per checkpoint file, by step (local runs): " + ", ".join(
+                f"{k[:-4]} {statistics.mean(v):,.0f}" for k, v in sorted(per_step.items())))
         # one epoch's files, as sampled from the run, written from the driver to each storage
         if sampled:
             epoch = max(e for e, s in sampled.items() if any(k.startswith("sink") for k in s))
@@ -342,6 +404,8 @@ def storage(n: int, everies: list[int], repeat: int) -> list[str]:
                 lines.append(f"epoch {epoch}'s {len(files)} files ({size:,} bytes) written to "
                              f"{label}: {ms:.1f} ms")
                 print(lines[-1], flush=True)
+            lines.append(s3_breakdown(s3, max(files.values(), key=len)))
+            print(lines[-1], flush=True)
     finally:
         server.terminate()
         server.wait(10)
