@@ -117,10 +117,17 @@ def nodes_of(query: str) -> dict[str, str]:
 
 
 # -- (a) node loss -----------------------------------------------------------------------------
-def _wait_source(live: Any, n: int, timeout_s: float = 300) -> None:
+def _wait_source(live: Any, n: int, timeout_s: float = 300) -> int:
+    """Until the first source has taken ``n`` events; returns how many it had then."""
+    import ray
+
     source = next(s for s in live.steps if s.startswith("from_"))
+    handle = live.handles[source]
     deadline = time.monotonic() + timeout_s
-    while live.stats()[source]["events_in"] < n:
+    while True:
+        seen = ray.get(handle.stats.remote())["events_in"]
+        if seen >= n:
+            return int(seen)
         if time.monotonic() > deadline:
             raise TimeoutError(f"{source} never took {n} events")
         time.sleep(0.01)
@@ -135,7 +142,8 @@ def node_loss(cluster: Any, n: int, moments: list[float], seeds: list[int],
     batch = 500
     lines = [f"(a) node loss: window_join({n:,}), batch_size={batch}, checkpoint_every=2, "
              f"local checkpoint directory",
-             "| run | loss at | steps on lost node | loss → restarted s | of which detection s | "
+             "| run | loss at (source events; epoch committed; log entries) | "
+             "steps on lost node | loss → restarted s | of which detection s | "
              "recovery_s | loss → first new epoch s | replayed | run s | output exactly once |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     base = []
@@ -169,7 +177,8 @@ def node_loss(cluster: Any, n: int, moments: list[float], seeds: list[int],
                                if w.node_id != head and w.node_id in placed.values()]
                     victim = rng.choice(workers)
                     lost_steps = sum(1 for v in placed.values() if v == victim.node_id)
-                    _wait_source(live, int(at * n))
+                    seen = _wait_source(live, int(at * n))
+                    committed, logged = sup.committed, len(sup.log)
                     t_loss = time.perf_counter()
                     cluster.remove_node(victim)
                     t_removed = time.perf_counter()
@@ -196,12 +205,13 @@ def node_loss(cluster: Any, n: int, moments: list[float], seeds: list[int],
                     cluster.add_node(num_cpus=2)
                     cluster.wait_for_nodes()
             if rec is None:
-                lines.append(f"| seed {seed} | {at:.0%} | {lost_steps} | no recovery | | | | | "
-                             f"{dt:.2f} | {ok} |")
+                lines.append(f"| seed {seed} | {at:.0%} ({seen:,}; {committed}; {logged}) | "
+                             f"{lost_steps} | no recovery | | | | | {dt:.2f} | {ok} |")
             else:
                 first = f"{t_epoch - t_loss:.2f}" if t_epoch else "(ended first)"
                 lines.append(
-                    f"| seed {seed} | {at:.0%} | {lost_steps} | {t_restarted - t_loss:.2f} | "
+                    f"| seed {seed} | {at:.0%} ({seen:,}; {committed}; {logged}) | {lost_steps} | "
+                    f"{t_restarted - t_loss:.2f} | "
                     f"{t_restarted - t_loss - rec['recovery_s']:.2f} | "
                     f"{rec['recovery_s']:.2f} | {first} | {rec['replayed']} | {dt:.2f} | "
                     f"{ok}{'' if gone else ' (an actor still on the lost node!)'} |")
@@ -336,76 +346,82 @@ def s3_breakdown(root: str, blob: bytes, repeat: int = 5) -> str:
         f"{k} {statistics.median(v):.1f}" for k, v in t.items()))
 
 
-def storage(n: int, everies: list[int], repeat: int) -> list[str]:
+def storage(workloads: list[tuple[str, Any, int, int, list[int]]],
+            repeat: int) -> list[str]:
+    """``workloads``: (label, make the query, events, batch_size, checkpoint_every values)."""
     from actors import checkpoint as ck
-    from tests.reliability.test_recovery import window_join
 
     server, s3 = start_moto()
-    batch = 500
-    lines = [f"(b) checkpoint storage: window_join({n:,}), batch_size={batch}, fault-free, "
-             f"best of {repeat}",
-             "| checkpoints | every | events/s after deploy | deploy s | run s after deploy | "
-             "epochs committed | bytes per epoch (mean) | of which the sink (mean / max) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    per_step: dict[str, list[int]] = defaultdict(list)
-    sampled: dict[int, dict[str, int]] = {}
+    lines = [f"(b) checkpoint storage: fault-free runs, best of {repeat}",
+             "| query | checkpoints | every | events/s after deploy | deploy s | "
+             "run s after deploy | epochs committed | bytes per epoch (mean) | "
+             "of which the sink (mean / max) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    notes: list[str] = []
     try:
         local_dir = tempfile.mkdtemp(prefix="cedar-ckpt-")
-        runs: list[tuple[str, str | None, int]] = [("none", None, 0)]
-        for every in everies:
-            runs += [("local", local_dir, every), ("s3 (moto)", s3, every)]
-        for label, root, every in runs:
-            best, epochs, sizes, deploy = float("inf"), 0, {}, 0.0
-            for r in range(repeat):
-                name = f"cr-store-{label[:2]}-{every}-{r}"
-                opts = {"checkpoint_dir": root, "checkpoint_every": every} if root else {}
-                sampler = EpochSampler(ck.normalize(root), name) if root else None
-                t0 = time.perf_counter()
-                live = window_join(n).deploy(name, batch_size=batch, **opts)
-                t1 = time.perf_counter()
-                try:
-                    assert live.wait(600)
-                    dt = time.perf_counter() - t1
-                    if dt < best:
-                        deploy = t1 - t0
-                    if root:
-                        epochs = live.supervisor.committed
-                finally:
-                    live.stop()
-                    if sampler is not None:
-                        sizes = sampler.done()
-                        ck.forget(ck.normalize(root), name)
-                best = min(best, dt)
-            if sizes:
-                sampled = sizes if every == min(everies) else sampled
-                totals = [sum(s.values()) for s in sizes.values()]
-                sink = [v for s in sizes.values() for k, v in s.items() if k.startswith("sink")]
-                per = (f"{statistics.mean(totals):,.0f} | {statistics.mean(sink):,.0f} / "
-                       f"{max(sink):,}")
-                if root == local_dir:
-                    for st in sizes.values():
-                        for k, v in st.items():
-                            per_step[k].append(v)
-            else:
-                per = "– | –"
-            lines.append(f"| {label} | {every or '–'} | {n / best:,.0f} | {deploy:.2f} | "
-                         f"{best:.2f} | {epochs or '–'} | {per} |")
-            print(lines[-1], flush=True)
-        if per_step:
-            lines.append("mean bytes per checkpoint file, by step (local runs): " + ", ".join(
-                f"{k[:-4]} {statistics.mean(v):,.0f}" for k, v in sorted(per_step.items())))
-        # one epoch's files, as sampled from the run, written from the driver to each storage
-        if sampled:
-            epoch = max(e for e, s in sampled.items() if any(k.startswith("sink") for k in s))
-            files = {k: os.urandom(v) for k, v in sampled[epoch].items()}
-            for label, root in (("local", local_dir), ("s3 (moto)", s3)):
-                ms = write_time(ck.normalize(root), files) * 1000
-                size = sum(map(len, files.values()))
-                lines.append(f"epoch {epoch}'s {len(files)} files ({size:,} bytes) written to "
-                             f"{label}: {ms:.1f} ms")
+        for wl_label, make, n, batch, everies in workloads:
+            per_step: dict[str, list[int]] = defaultdict(list)
+            sampled: dict[int, dict[str, int]] = {}
+            runs: list[tuple[str, str | None, int]] = [("none", None, 0)]
+            for every in everies:
+                runs += [("local", local_dir, every), ("s3 (moto)", s3, every)]
+            for label, root, every in runs:
+                best, epochs, sizes, deploy = float("inf"), 0, {}, 0.0
+                for r in range(repeat):
+                    name = f"cr-store-{wl_label[:2]}-{label[:2]}-{every}-{r}"
+                    opts = {"checkpoint_dir": root, "checkpoint_every": every} if root else {}
+                    sampler = EpochSampler(ck.normalize(root), name) if root else None
+                    t0 = time.perf_counter()
+                    live = make().deploy(name, batch_size=batch, **opts)
+                    t1 = time.perf_counter()
+                    try:
+                        assert live.wait(600)
+                        dt = time.perf_counter() - t1
+                        if dt < best:
+                            deploy = t1 - t0
+                        if root:
+                            epochs = live.supervisor.committed
+                    finally:
+                        live.stop()
+                        if sampler is not None:
+                            sizes = sampler.done()
+                            ck.forget(ck.normalize(root), name)
+                    best = min(best, dt)
+                if sizes:
+                    sampled = sizes if every == min(everies) else sampled
+                    totals = [sum(s.values()) for s in sizes.values()]
+                    sink = [v for s in sizes.values() for k, v in s.items()
+                            if k.startswith("sink")] or [0]
+                    per = (f"{statistics.mean(totals):,.0f} | {statistics.mean(sink):,.0f} / "
+                           f"{max(sink):,}")
+                    if root == local_dir:
+                        for st in sizes.values():
+                            for k, v in st.items():
+                                per_step[k].append(v)
+                else:
+                    per = "– | –"
+                lines.append(f"| {wl_label} | {label} | {every or '–'} | {n / best:,.0f} | "
+                             f"{deploy:.2f} | {best:.2f} | {epochs or '–'} | {per} |")
                 print(lines[-1], flush=True)
-            lines.append(s3_breakdown(s3, max(files.values(), key=len)))
-            print(lines[-1], flush=True)
+            if per_step:
+                notes.append(f"{wl_label}: mean bytes per checkpoint file, by step (local "
+                             f"runs): " + ", ".join(f"{k[:-4]} {statistics.mean(v):,.0f}"
+                                                    for k, v in sorted(per_step.items())))
+            # one epoch's files, as sampled from the run, written from the driver to each
+            if sampled:
+                epoch = max(sampled, key=lambda e: (len(sampled[e]), e))
+                files = {k: os.urandom(v) for k, v in sampled[epoch].items()}
+                for label, root in (("local", local_dir), ("s3 (moto)", s3)):
+                    ms = write_time(ck.normalize(root), files) * 1000
+                    size = sum(map(len, files.values()))
+                    notes.append(f"{wl_label}: epoch {epoch}'s {len(files)} files ({size:,} "
+                                 f"bytes) written from the driver to {label}: {ms:.1f} ms")
+                notes.append(s3_breakdown(s3, max(files.values(), key=len)))
+            for line in notes:
+                print(line, flush=True)
+            lines += notes
+            notes = []
     finally:
         server.terminate()
         server.wait(10)
@@ -502,11 +518,11 @@ def main() -> None:
     parts = args.only or ["a", "b", "c"]
     if args.quick:
         n_loss, moments, seeds, free = 20_000, [0.5], [1], 1
-        n_store, everies, repeat = 20_000, [2], 1
+        n_store, everies, repeat, n_w1_store = 20_000, [2], 1, 200_000
         n_bytes, partitions = 200_000, [1, 2]
     else:
         n_loss, moments, seeds, free = 100_000, [0.25, 0.5, 0.75], [1, 2], 3
-        n_store, everies, repeat = 100_000, [2, 4], 2
+        n_store, everies, repeat, n_w1_store = 100_000, [2, 4], 2, 2_000_000
         n_bytes, partitions = 2_000_000, [1, 2, 4]
     import ray
 
@@ -517,7 +533,17 @@ def main() -> None:
         if "a" in parts:
             out += node_loss(cluster, n_loss, moments, seeds, free)
         if "b" in parts:
-            out += storage(n_store, everies, repeat)
+            from tests.reliability.test_recovery import window_join
+
+            from . import workloads as wl
+            from .cluster_scaling import w1
+
+            cols = wl.points(n_w1_store, 1_000, seed=1)
+            out += storage([(f"window_join({n_store:,})", lambda: window_join(n_store),
+                             n_store, 500, everies),
+                            (f"W1 ({n_w1_store:,}, 2 partitions)",
+                             lambda: w1(wl.source(cols), 2), n_w1_store, 4096, [1])],
+                           repeat)
         if "c" in parts:
             out += bytes_per_event(n_bytes, partitions)
         out.append(machine())
