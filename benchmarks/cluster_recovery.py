@@ -539,10 +539,13 @@ def main() -> None:
             from .cluster_scaling import w1
 
             cols = wl.points(n_w1_store, 1_000, seed=1)
+            # one partition: a partition's step id (group_apply#3[0]) makes a checkpoint file
+            # name that pyarrow cannot parse inside an s3:// URI, and the query then hangs
+            # (benchmarks/RESULTS.md, "Node loss, checkpoint storage ...")
             out += storage([(f"window_join({n_store:,})", lambda: window_join(n_store),
                              n_store, 500, everies),
-                            (f"W1 ({n_w1_store:,}, 2 partitions)",
-                             lambda: w1(wl.source(cols), 2), n_w1_store, 4096, [1])],
+                            (f"W1 ({n_w1_store:,}, 1 partition)",
+                             lambda: w1(wl.source(cols), 1), n_w1_store, 4096, [1])],
                            repeat)
         if "c" in parts:
             out += bytes_per_event(n_bytes, partitions)
