@@ -1,9 +1,10 @@
 """Checkpoint files: one pickled state per stage and epoch, written atomically, on any storage.
 
-Layout: ``<root>/<query>/<epoch>/<step>.pkl`` (a step id's ``/`` and ``#`` are kept out of file
-names), and ``<root>/<query>/output/<from>-<to>.bin``: the output the supervisor fetched,
-positions ``[from, to)`` as the sink encoded them, so that a supervisor started afresh (its
-actor lost) still has every row released before.
+Layout: ``<root>/<query>/<epoch>/<step>.pkl`` (a step id's ``/``, ``#`` and brackets are kept
+out of file names); ``<root>/<query>/output/<from>-<to>.bin``: the output the supervisor
+fetched, positions ``[from, to)`` as the sink encoded them, so that a supervisor started afresh
+(its actor lost) still has every row released before; ``<root>/<query>/job.pkl``: what a
+deployed query's host runs (:mod:`actors.host`).
 
 An epoch is *complete* when every stage of the query wrote its file; the sink writes last (the
 barrier reaches it after every stage upstream), so its file marks the epoch complete and
@@ -35,7 +36,9 @@ from .files import atomic_write
 
 
 def _safe(step: str) -> str:
-    return step.replace("/", "_").replace("#", "-")
+    """A step id as a file name any storage URI takes (``group_apply#3[0]`` →
+    ``group_apply-3.0``)."""
+    return step.replace("/", "_").replace("#", "-").replace("[", ".").replace("]", "")
 
 
 def normalize(root: str) -> str:

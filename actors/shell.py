@@ -248,7 +248,14 @@ class OperatorShell:
             return
         self.blocked.clear()
         if self.error is None:
-            self._checkpoint(epoch)
+            try:
+                self._checkpoint(epoch)
+            except Exception as exc:  # noqa: BLE001 - e.g. the storage refused the file
+                with self._lock:
+                    self._failed(OperatorError(
+                        f"step {self.step!r}: writing checkpoint {epoch} failed: "
+                        f"{type(exc).__name__}: {exc}"))
+                self._forward_failure()
         held = list(self.queued)
         self.queued.clear()
         for item in held:

@@ -140,7 +140,8 @@ class Supervisor:
         last = self.recoveries[-1] if self.recoveries else None
         return {"recoveries": len(self.recoveries),
                 "recovery_s": last["recovery_s"] if last else None,
-                "checkpoint_epoch": self.committed, "generation": self.generation}
+                "checkpoint_epoch": self.committed, "generation": self.generation,
+                "logged": len(self.log)}
 
     # -- what a Query asks (here or through the host actor) --------------------------------------
     def current_handles(self) -> dict[str, Any]:
@@ -242,7 +243,8 @@ class Supervisor:
                 dead = self._suspect.is_set() or error is not None
                 if not dead and time.monotonic() - last_ping > PING_S:
                     last_ping = time.monotonic()
-                    dead = not self._alive()
+                    error = self._step_error()
+                    dead = error is not None
                 if dead and not self._alive():
                     self._recover()
                 elif error is not None:
@@ -254,6 +256,22 @@ class Supervisor:
                 self._fail(f"the supervisor of {self.name!r} failed: {type(exc).__name__}: "
                            f"{exc}\n{traceback.format_exc()}")
                 return
+
+    def _step_error(self) -> str | None:
+        """The error of a step of the query (a failed checkpoint write, a UDM that raised),
+        or "a step is dead"; None when every step answers without one. An error that only
+        upstream steps see (their output is gone) comes with a death, which
+        :meth:`_alive` then finds."""
+        import ray
+
+        refs = [h.error_info.remote() for h in self.handles.values()]
+        try:
+            infos = ray.get(refs, timeout=10)
+        except ray.exceptions.RayActorError:
+            return "a step is dead"
+        except ray.exceptions.GetTimeoutError:
+            return None  # busy, not dead
+        return next((error for error, _ in infos if error is not None), None)
 
     def _alive(self) -> bool:
         import ray

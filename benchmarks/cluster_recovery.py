@@ -178,17 +178,19 @@ def node_loss(cluster: Any, n: int, moments: list[float], seeds: list[int],
                     victim = rng.choice(workers)
                     lost_steps = sum(1 for v in placed.values() if v == victim.node_id)
                     seen = _wait_source(live, int(at * n))
-                    committed, logged = sup.committed, len(sup.log)
+                    st = sup.stats()
+                    committed, logged = st["checkpoint_epoch"], st["logged"]
                     t_loss = time.perf_counter()
                     cluster.remove_node(victim)
                     t_removed = time.perf_counter()
-                    while not sup.recoveries and not sup.done.is_set():
+                    while not sup.recovery_log() and not sup.outcome(0)[0]:
                         time.sleep(0.005)
                     t_restarted = time.perf_counter()
-                    rec = sup.recoveries[0] if sup.recoveries else None
+                    recs = sup.recovery_log()
+                    rec = recs[0] if recs else None
                     t_epoch = None
-                    while rec is not None and not sup.done.is_set():
-                        if sup.committed > rec["epoch"]:
+                    while rec is not None and not sup.outcome(0)[0]:
+                        if sup.stats()["checkpoint_epoch"] > rec["epoch"]:
                             t_epoch = time.perf_counter()
                             break
                         time.sleep(0.005)
@@ -381,7 +383,7 @@ def storage(workloads: list[tuple[str, Any, int, int, list[int]]],
                         if dt < best:
                             deploy = t1 - t0
                         if root:
-                            epochs = live.supervisor.committed
+                            epochs = live.supervisor.stats()["checkpoint_epoch"]
                     finally:
                         live.stop()
                         if sampler is not None:

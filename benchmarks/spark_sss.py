@@ -117,16 +117,19 @@ def cedar_from_spark(spark: Any, query: Callable[..., Any], paths: list[str],
                      out_path: str) -> tuple[float, list[Any]]:
     """cedar fed by Spark: each parquet directory read by Spark (``spark.read.parquet``)
     through ``Stream.from_spark`` (Arrow column batches), the query run inline, its CHT
-    written back with :func:`topology.spark_sink.write`. Returns (seconds, output messages)."""
+    written back with :func:`topology.spark_sink.write` (column batches kept whole, as
+    ``Stream.write`` does). Returns (seconds, output messages)."""
+    from operators.columns import expand
     from topology import Stream
+    from topology.inline import run_inline
     from topology.spark_sink import write
 
     t0 = time.perf_counter()
     sources = [Stream.from_spark(spark.read.parquet(p), start="ts", advance=wl.advance(),
                                  name=f"spark{i}") for i, p in enumerate(paths)]
-    out = query(*sources).collect(runtime="inline")
+    out = run_inline(query(*sources).plan(), columns=True)
     write(spark, out, out_path, mode="overwrite")
-    return time.perf_counter() - t0, out
+    return time.perf_counter() - t0, list(expand(out))
 
 
 def microbatch_latency(spark: Any, rate_eps: int, seconds: float, workdir: str,

@@ -21,6 +21,9 @@ def test_checkpoint_files_on_an_object_store(s3_root):
     ck.save(ck.stage_path(s3_root, "q", 1, "window#2"), {"x": 1})
     ck.save(ck.stage_path(s3_root, "q", 2, "window#2"), {"x": 2})
     ck.save(ck.stage_path(s3_root, "q", 3, "join#4"), {"only": "part of epoch 3"})
+    # a partition's step id has brackets, which a URI does not take as they are
+    ck.save(ck.stage_path(s3_root, "p", 1, "group_apply#3[0]"), {"partition": 0})
+    assert ck.load(ck.stage_path(s3_root, "p", 1, "group_apply#3[0]")) == {"partition": 0}
     assert ck.epochs(s3_root, "q") == [1, 2, 3]
     assert ck.latest_complete(s3_root, "q", ["window#2"]) == 3 - 1  # 3 lacks window#2
     assert ck.load(ck.stage_path(s3_root, "q", 2, "window#2")) == {"x": 2}

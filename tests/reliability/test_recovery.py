@@ -123,3 +123,15 @@ def test_sigkilled_operator_process_recovers(ray_session, tmp_path, expected_20k
                                      "group_apply", 10_000)
     check_exactly_once(out, expected_20k)
     assert len(recs) == 1 and stats["sink"]["recovery_s"] is not None
+
+
+def test_a_checkpoint_that_cannot_be_written_fails_the_query_with_the_reason(ray_session,
+                                                                            tmp_path):
+    """Not a silent hang: the step whose write failed reports it, and the supervisor stops."""
+    from operators.errors import OperatorError
+
+    blocker = tmp_path / "a-file-not-a-folder"
+    blocker.write_text("")
+    with pytest.raises(OperatorError, match="writing checkpoint 1 failed"):
+        window_join(4_000).collect(checkpoint_dir=str(blocker), checkpoint_every=1,
+                                   batch_size=500, timeout_s=120)
