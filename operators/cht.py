@@ -16,7 +16,7 @@ physical stream (docs/model.md) one message at a time.
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, NoReturn
 
@@ -154,13 +154,33 @@ class StreamValidator:
     * CTI times never decrease.
 
     The live events (:class:`~operators.live.LiveEvents`) are freed as CTIs make them final.
+    With ``keep_ids`` only the ids of the last ``keep_ids`` events that ended (became final or
+    were fully retracted) are remembered: a source that runs for ever keeps bounded state, and
+    reuse of an id older than that goes undetected.
     """
 
-    def __init__(self, name: str = "stream", unique_ids: bool = True) -> None:
+    def __init__(self, name: str = "stream", unique_ids: bool = True,
+                 keep_ids: int | None = None) -> None:
         self.name = name
         self.events = live.LiveEvents()
         self.dead: set[Hashable] | None = set() if unique_ids else None
+        #: the ids in ``dead``, oldest first, when ``keep_ids`` bounds them
+        self.dead_order: deque[Hashable] | None = deque() if keep_ids is not None else None
+        self.keep_ids = keep_ids
         self.position = 0
+
+    def _ended(self, ids: Iterable[Hashable]) -> None:
+        if self.dead is None:
+            return
+        if self.dead_order is None or self.keep_ids is None:
+            self.dead.update(ids)
+            return
+        for i in ids:
+            if i not in self.dead:
+                self.dead.add(i)
+                self.dead_order.append(i)
+        while len(self.dead_order) > self.keep_ids:
+            self.dead.discard(self.dead_order.popleft())
 
     @property
     def cti(self) -> int:
@@ -177,14 +197,14 @@ class StreamValidator:
             problem = events.insert(msg)
         elif type(msg) is Retract:
             problem = events.retract(msg)
-            if problem is None and msg.new_end == msg.start and self.dead is not None:
-                self.dead.add(msg.id)
+            if problem is None and msg.new_end == msg.start:
+                self._ended((msg.id,))
         elif type(msg) is Cti:
             if msg.time < events.cti:
                 self._fail(msg, f"CTI goes back from {events.cti} to {msg.time}")
             final = events.advance_to(msg.time)
             if self.dead is not None:
-                self.dead.update(r[0] for r in final)
+                self._ended(r[0] for r in final)
             problem = None
         else:
             problem = "not a physical message (Insert, Retract or Cti)"

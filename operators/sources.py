@@ -32,6 +32,10 @@ from .errors import DeadLetter, LateEvent
 from .events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract
 from .ingress import Ingress
 
+#: How many ended events' ids a ``from_events`` source remembers to refuse their reuse: its
+#: state (and every checkpoint of it) stays bounded however long the stream runs.
+KEEP_IDS = 10_000
+
 
 class EventsSource(Processor):
     """Replays a physical stream, sending malformed messages to :attr:`dead_letters`.
@@ -49,7 +53,7 @@ class EventsSource(Processor):
 
     def __init__(self, name: str = "from_events") -> None:
         super().__init__(name)
-        self.validator = StreamValidator("input")
+        self.validator = StreamValidator("input", keep_ids=KEEP_IDS)
         self.dead_letters: list[DeadLetter] = []
         self.stats: dict[str, int] = {"received": 0, "processed": 0, "dead_lettered": 0,
                                       "ctis": 0}

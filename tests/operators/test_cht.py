@@ -73,3 +73,14 @@ def test_generated_streams_are_valid_and_fully_retracted_ids_vanish(stream):
     inserted = {m.id for m in stream if type(m) is Insert}
     assert len(rows) == len(inserted - deleted)
     assert all(s < e for s, e, _ in rows)
+
+
+def test_a_validator_that_keeps_some_ids_stays_bounded_and_still_refuses_recent_reuse():
+    v = StreamValidator("source", keep_ids=100)
+    for i in range(10_000):
+        v.check(Insert(i, i, i + 1))
+        v.check(Cti(i + 1))
+    assert len(v.dead) == 100 and len(v.dead_order) == 100
+    with pytest.raises(InvalidStream, match="duplicate id 9999"):
+        v.check(Insert(9_999, 10_000, 10_001))
+    v.check(Insert(5, 10_000, 10_001))  # long gone: not remembered
