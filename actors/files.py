@@ -51,16 +51,26 @@ def atomic_path(path: str, durable: bool = True) -> Iterator[str]:
         raise
 
 
+#: Storage schemes whose objects appear whole when their upload completes (and which have no
+#: real folders): written in place, without a temporary object and a move.
+OBJECT_STORES = ("s3", "gs", "gcs")
+
+
 def atomic_write(location: str, data: bytes, durable: bool = True) -> None:
     """Write ``data`` as the whole file ``location`` (a local path or a storage URI), making
-    its folder if need be. On an object store, whose put is atomic already, the temporary
-    object is moved all the same, so that every storage follows one path."""
+    its folder if need be. An object store's put is atomic already: there the object is
+    written in place, which costs one request instead of three (folder, put, and a move that
+    is a copy and a delete)."""
     if "://" not in location:
         os.makedirs(os.path.dirname(os.path.abspath(location)), exist_ok=True)
         with atomic_path(location, durable) as tmp, open(tmp, "wb") as f:
             f.write(data)
         return
     fs, where = pafs.FileSystem.from_uri(location)
+    if location.split("://", 1)[0].lower() in OBJECT_STORES:
+        with fs.open_output_stream(where) as f:
+            f.write(data)
+        return
     fs.create_dir(where.rsplit("/", 1)[0], recursive=True)
     tmp = temp_path(where)
     with fs.open_output_stream(tmp) as f:
