@@ -59,5 +59,11 @@ class QueryHost:
     def ping(self) -> str:
         return "ok"
 
+    def node(self) -> str:
+        """The id of the node this host runs on."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
     def __repr__(self) -> str:
-        return f"QueryHost({self.runner!r})"
+        return f"QueryHost({type(self.runner).__name__})"

@@ -176,6 +176,8 @@ def _status(args: Any) -> int:
 
 
 def _inspect(args: Any) -> int:
+    import ray
+
     from operators.events import fmt_time
 
     from . import attach
@@ -189,6 +191,12 @@ def _inspect(args: Any) -> int:
         print(f"  {step:<28}{s.get('events_in', 0):>10,}{s.get('events_out', 0):>10,}"
               f"{fmt_time(s.get('cti', 0)):>22}{s.get('state_size', 0):>8,}"
               f"{s.get('late', 0):>6,}{s.get('dead_letters', 0):>6,}  {s.get('node', '?')[:12]}")
+    if q.host is not None:
+        role = "feeds and supervises" if q.supervisor is not None else "feeds"
+        print(f"  the query's host ({role} it): node {ray.get(q.host.node.remote())[:12]}")
+    fed_here = ray.get(q.handles[q.sink_step].manifest.remote()).get("fed_by_driver")
+    if fed_here:
+        print(f"  fed by the deploying process: {', '.join(fed_here)}")
     rows = q.snapshot()
     print(f"\nsnapshot: {len(rows):,} rows" + (f" (first {args.rows})" if len(rows) > args.rows
                                                 else ""))

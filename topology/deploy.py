@@ -27,7 +27,6 @@ import queue
 import threading
 import time
 import uuid
-import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -615,7 +614,7 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     The sources are fed from the cluster, by the query's host actor ``<name>/~host`` on the
     head node (:mod:`actors.host`), so the query runs on after this process exits. Only a
     source that no other process can read (a generator, a Spark DataFrame) is fed by this
-    process, with a warning.
+    process, as ``explain()`` and ``cedar inspect`` say.
 
     With ``checkpoint_dir`` (a directory every node of the cluster can reach, or a storage
     URI such as ``s3://bucket/prefix``: see :mod:`actors.checkpoint`) the query checkpoints
@@ -656,7 +655,7 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
                               for s in plan.sources
                               if isinstance(plan.stages[s].source, n.Published)]}
     if local:
-        warnings.warn(_DRIVER_FED.format(name=name, steps=", ".join(local)), stacklevel=3)
+        info["explain"] += "\n" + _DRIVER_FED.format(steps=", ".join(local))
     if checkpoint_dir is not None:
         info["checkpoint_dir"] = ck.normalize(checkpoint_dir)
         job = _supervise(plan, name, opts, checkpoint_dir, checkpoint_every, info=info,
@@ -693,10 +692,9 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
                  feeding=feeding, subscriptions=subs)
 
 
-#: The warning of a deployed query that depends on the process that deployed it.
+#: What ``explain()`` of a deployed query says of the sources the deploying process feeds.
 _DRIVER_FED = (
-    "deploy({name!r}): source(s) {steps} can only be read in this process (a generator, an "
-    "iterator or a Spark DataFrame), so this process feeds them: the query stops receiving "
-    "their input when it exits. To let the query outlive this process, give rows in a list, "
-    "a pyarrow table or parquet files (the query's host in the cluster then reads them)."
+    "fed by the deploying process: {steps} (a generator, an iterator or a Spark DataFrame "
+    "exists only there): the query stops receiving their input when that process exits; rows "
+    "in a list, a pyarrow table or parquet files are read by the query's host in the cluster"
 )

@@ -50,6 +50,20 @@ def test_status_and_inspect_a_live_query(ray_session, capsys):
         assert main(["inspect", "cli-inspect"]) == 0
         text = capsys.readouterr().out
         assert "shift#1" in text and "[1, 51)  7" in text
+        assert "the query's host (feeds it): node" in text
+    finally:
+        q.stop()
+
+
+@pytest.mark.ray
+def test_inspect_names_the_sources_the_deploying_process_feeds(ray_session, capsys):
+    rows = ({"t": t} for t in range(10))  # a generator: only this process can read it
+    q = Stream.from_rows(rows, start="t").deploy("cli-fed-here", detached=False)
+    try:
+        assert q.wait(timeout_s=30)
+        assert "fed by the deploying process: from_rows#0" in q.explain()
+        assert main(["inspect", "cli-fed-here"]) == 0
+        assert "fed by the deploying process: from_rows#0" in capsys.readouterr().out
     finally:
         q.stop()
 
