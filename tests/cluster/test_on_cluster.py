@@ -85,8 +85,9 @@ def test_a_lost_worker_node_recovers_from_the_newest_checkpoint(ray_session, clu
         nodes = _nodes_of(f"node-loss-{seed}")
         source = next(s for s in live.steps if s.startswith("from_"))
         wait_events(live, source, rng.randrange(2_000, 12_000))
-        victim = next(n for n in cluster[0].list_all_nodes()
-                      if n.node_id != head and n.node_id in nodes.values())
+        victim = next(node for node in cluster[0].list_all_nodes()
+                      if node.node_id != head and node.node_id in nodes.values())
+        assert not live.wait(0), "the query ended before the node loss: make it longer"
         cluster[0].remove_node(victim)
         assert live.wait(300)
         check_exactly_once(live.output(), expected)
@@ -156,14 +157,14 @@ def test_a_query_outlives_its_killed_script_and_a_lost_node(ray_session, cluster
     import sys
 
     from tests.conftest import REPO
-    from tests.reliability.test_outlive_driver import N, deploy_from_a_script
+    from tests.reliability.test_outlive_driver import deploy_from_a_script
     from tests.reliability.test_recovery import check_exactly_once, wait_events, window_join
     from topology import attach
 
-    name = f"orphan-node-loss-{seed}"
+    name, n = f"orphan-node-loss-{seed}", 60_000  # long enough to be running at the loss
     address = cluster[0].address
-    expected = window_join(N).collect(runtime="inline")
-    deploy_from_a_script(address, "kill", name, s3_root)
+    expected = window_join(n).collect(runtime="inline")
+    deploy_from_a_script(address, "kill", name, s3_root, n)
     live = attach(name)
     try:
         head = cluster[0].head_node.node_id
@@ -171,8 +172,9 @@ def test_a_query_outlives_its_killed_script_and_a_lost_node(ray_session, cluster
         wait_events(live, source, random.Random(seed).randrange(2_000, 12_000), epoch=1)
         nodes = _nodes_of(name)
         assert nodes.pop("~host") == head  # the host lives where the cluster does
-        victim = next(n for n in cluster[0].list_all_nodes()
-                      if n.node_id != head and n.node_id in nodes.values())
+        victim = next(node for node in cluster[0].list_all_nodes()
+                      if node.node_id != head and node.node_id in nodes.values())
+        assert not live.wait(0), "the query ended before the node loss: make it longer"
         cluster[0].remove_node(victim)
         assert live.wait(300)
         check_exactly_once(live.output(), expected)

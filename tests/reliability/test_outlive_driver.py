@@ -47,10 +47,11 @@ def expected():
     return window_join(N).collect(runtime="inline")
 
 
-def deploy_from_a_script(address: str, mode: str, name: str, ckpt: str) -> None:
-    """Run SCRIPT in a process of its own; it is gone when this returns."""
+def deploy_from_a_script(address: str, mode: str, name: str, ckpt: str, n: int = N) -> None:
+    """Run SCRIPT (over ``window_join(n)``) in a process of its own; it is gone when this
+    returns."""
     env = dict(os.environ, PYTHONPATH=REPO, PYTHONWARNINGS="ignore")
-    child = subprocess.Popen([sys.executable, "-c", SCRIPT, address, mode, name, ckpt, str(N)],
+    child = subprocess.Popen([sys.executable, "-c", SCRIPT, address, mode, name, ckpt, str(n)],
                              cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
     try:
         line = child.stdout.readline() if child.stdout else ""
