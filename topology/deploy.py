@@ -660,6 +660,9 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
         info["checkpoint_dir"] = ck.normalize(checkpoint_dir)
         job = _supervise(plan, name, opts, checkpoint_dir, checkpoint_every, info=info,
                          named=True, detached=detached, placement=placement)
+        # a new run: the files of an earlier run under this name (epochs, saved output)
+        # must not be taken for this one's on a restart
+        ck.forget(job.root, name)
         if local:  # the supervisor must read those sources: it runs here
             sup = job.start()
             return Query(name, sup.handles, sink=plan.sink, explain=info["explain"],

@@ -109,3 +109,26 @@ def test_a_lost_host_resumes_from_the_checkpoints(ray_session, tmp_path, expecte
         assert kinds[0] is True and len(kinds) >= 1
     finally:
         live.stop()
+
+
+def test_a_name_deployed_again_does_not_resume_the_earlier_run(ray_session, tmp_path):
+    """The same name and checkpoint folder for a new query: a restart of the new run must not
+    take the earlier run's epochs or saved output for its own."""
+    import ray
+
+    first = window_join(5_000).deploy("again", checkpoint_dir=str(tmp_path),
+                                      checkpoint_every=2, batch_size=500)
+    assert first.wait(120)
+    first.stop()
+    expected = window_join(N, seed=1).collect(runtime="inline")
+    live = window_join(N, seed=1).deploy("again", checkpoint_dir=str(tmp_path),
+                                         checkpoint_every=2, batch_size=500)
+    try:
+        source = next(s for s in live.steps if s.startswith("from_events"))
+        wait_events(live, source, 3_000, epoch=1)
+        ray.kill(live.host, no_restart=False)
+        assert live.wait(180)
+        assert any(r.get("resumed") for r in live.recoveries())
+        check_exactly_once(live.output(), expected)
+    finally:
+        live.stop()
