@@ -19,7 +19,9 @@ On the same generated data (numpy, written once to parquet with pyarrow) and in 
 
 It writes ``benchmarks/RESULTS.md`` (keeping any text below the ``<!-- analysis -->`` marker)
 and prints as its last line ``RESULT inline_eps=... ray_eps=... from_spark_eps=...
-spark_sss_eps=... ratio_ray_inline=... ratio_cedar_spark=... p99_ms=... rss_growth_mb=...``.
+spark_sss_eps=... ratio_ray_inline=... ratio_cedar_spark=... p99_ms=... pss_growth_mb=...
+join_ray_eps=... join_ratio_spark=... w2_inline_eps=... nexmark_ratio_min=...``
+(:func:`result_line`).
 
     python -m benchmarks.run --quick        # < 5 minutes on 2 cores
     python -m benchmarks.run                # full sizes (2M events, 10M for memory)
@@ -44,6 +46,7 @@ from typing import Any
 from operators.cht import check_equivalent
 from operators.events import Cti
 
+from . import deps  # first: psutil before Ray's vendored copy (see benchmarks.deps)
 from . import workloads as wl
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,6 +67,8 @@ class Sizes:
     memory: int
     keys: int = 1_000
     join_keys: int = 10_000
+    nexmark: int = 1_000_000  # events (persons + auctions + bids)
+    nexmark_delay_us: int = 100  # between two events' times (Nexmark's default)
 
 
 FULL = Sizes(w1=2_000_000, w2=500_000, w3=1_000_000, latency_s=20.0, rate_eps=50_000,
@@ -71,7 +76,7 @@ FULL = Sizes(w1=2_000_000, w2=500_000, w3=1_000_000, latency_s=20.0, rate_eps=50
 #: --quick: the memory run is cut to 300k events (not 1M) so that the whole suite stays under
 #: 5 minutes at cedar's measured 5-15k events/s on a loaded 2-core machine.
 QUICK = Sizes(w1=100_000, w2=10_000, w3=25_000, latency_s=2.0, rate_eps=50_000,
-              memory=300_000)
+              memory=300_000, nexmark=100_000, nexmark_delay_us=500)
 
 
 @dataclass
@@ -87,6 +92,7 @@ class Report:
     memory: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     load: list[tuple[str, tuple[float, float, float]]] = field(default_factory=list)
+    nexmark: Any = None  # benchmarks.nexmark.run.Suite
 
     def record(self, workload: str, variant: str, events: int, seconds: float) -> None:
         self.seconds.setdefault(workload, {})[variant] = seconds
@@ -351,7 +357,7 @@ def run_latency(report: Report, sizes: Sizes, **deploy: Any) -> None:
 # -- memory ---------------------------------------------------------------------------------------
 def cedar_processes() -> list[Any]:
     """This driver and every Ray worker process it started (``ray::...``: the actors)."""
-    import psutil
+    psutil = deps.psutil()
 
     me = psutil.Process()
     procs = [me]
@@ -364,7 +370,7 @@ def cedar_processes() -> list[Any]:
     return procs
 
 
-def rss_mb() -> tuple[float, int, float]:
+def pss_mb() -> tuple[float, int, float]:
     """Total PSS (MB) of :func:`cedar_processes`, how many there are, and their total RSS.
 
     PSS (proportional set size) divides each shared page among the processes that map it, so
@@ -372,7 +378,7 @@ def rss_mb() -> tuple[float, int, float]:
     column batches crossing Ray's shared-memory object store are mapped by the sender and the
     receiver, and the pages of the store's arena that the run has touched stay resident, so
     summed RSS counts transport buffers several times over."""
-    import psutil
+    psutil = deps.psutil()
 
     total, count, rss = 0, 0, 0
     for p in cedar_processes():
@@ -389,7 +395,7 @@ def rss_mb() -> tuple[float, int, float]:
 def run_memory(report: Report, sizes: Sizes) -> None:
     """W1 deployed on Ray over ``sizes.memory`` generated events (chunk by chunk, never the
     whole table in memory); the output is consumed and dropped. Memory (PSS, and RSS beside
-    it: see :func:`rss_mb`) is sampled every 0.5 s; growth = the last sample − the first
+    it: see :func:`pss_mb`) is sampled every 0.5 s; growth = the last sample − the first
     sample once half the events were offered (actors warm, groups and windows populated,
     every edge's bounded window of batches in flight filled)."""
     from topology.deploy import release_pool
@@ -408,7 +414,7 @@ def run_memory(report: Report, sizes: Sizes) -> None:
 
     def sample() -> None:
         while not stop.is_set():
-            mb, count, rss = rss_mb()
+            mb, count, rss = pss_mb()
             samples.append((time.perf_counter() - t0, progress[0], out[0], mb, count, rss))
             stop.wait(0.5)
 
@@ -418,7 +424,7 @@ def run_memory(report: Report, sizes: Sizes) -> None:
         for _ in query.subscribe(snapshot=False):
             out[0] += 1
     finally:
-        mb, count, rss = rss_mb()
+        mb, count, rss = pss_mb()
         samples.append((time.perf_counter() - t0, progress[0], out[0], mb, count, rss))
         stop.set()
         sampler.join()
@@ -431,12 +437,24 @@ def run_memory(report: Report, sizes: Sizes) -> None:
     report.memory = {
         "events": n, "seconds": elapsed, "eps": n / elapsed, "outputs": out[0],
         "peak_mb": max(s[3] for s in samples), "base_mb": base[3], "last_mb": last[3],
-        "growth_mb": last[3] - base[3], "processes": last[4], "samples": samples,
+        "pss_growth_mb": last[3] - base[3], "processes": last[4], "samples": samples,
         "rss_growth_mb": last[5] - base[5], "rss_peak_mb": max(s[5] for s in samples),
     }
     say(f"  PSS {base[3]:.0f} MB at half the events → {last[3]:.0f} MB at the end (peak "
         f"{report.memory['peak_mb']:.0f} MB, {last[4]} processes), {n / elapsed:,.0f} "
         f"events/s")
+
+
+# -- Nexmark -------------------------------------------------------------------------------------
+def run_nexmark(report: Report, sizes: Sizes, ray: bool, spark: bool) -> None:
+    """The Nexmark suite (:mod:`benchmarks.nexmark.run`): every query inline, on Ray and in
+    Spark SSS, outputs compared. It starts its own Ray instance and Spark session."""
+    from .nexmark import queries as nq
+    from .nexmark.run import measure
+
+    say(f"nexmark: {sizes.nexmark:,} events, {sizes.nexmark_delay_us} µs apart")
+    report.nexmark = measure(sizes.nexmark, sizes.nexmark_delay_us, list(nq.QUERIES),
+                             ray=ray, spark=spark)
 
 
 # -- the report -----------------------------------------------------------------------------------
@@ -446,16 +464,31 @@ def fmt(x: float, digits: int = 0) -> str:
     return f"{x:,.{digits}f}"
 
 
+def nexmark_ratio_min(report: Report) -> float:
+    """The smallest cedar-on-Ray ÷ Spark SSS ratio (events/s) over the Nexmark queries."""
+    ratios = report.nexmark.ratios() if report.nexmark is not None else {}
+    return min(ratios.values(), default=float("nan"))
+
+
 def result_line(report: Report) -> str:
-    w1 = report.eps.get("W1", {})
+    """The run in one line: W1's figures (inline, Ray, cedar from Spark, Spark SSS), its
+    ratios, p99 latency and memory growth (PSS), then W3 on Ray and its ratio to Spark SSS, W2
+    inline and the smallest cedar-on-Ray ÷ Spark ratio over the Nexmark queries. A figure not
+    measured is ``nan``; ``--quick`` prints the same keys."""
     nan = float("nan")
+    w1, w2, w3 = (report.eps.get(w, {}) for w in ("W1", "W2", "W3"))
     inline, ray_ = w1.get("inline", nan), w1.get("ray", nan)
     spark_c, sss = w1.get("from_spark", nan), w1.get("spark_sss", nan)
+    join_ray = w3.get("ray", nan)
     return (f"RESULT inline_eps={inline:.0f} ray_eps={ray_:.0f} from_spark_eps={spark_c:.0f} "
             f"spark_sss_eps={sss:.0f} ratio_ray_inline={ray_ / inline:.3f} "
             f"ratio_cedar_spark={spark_c / sss:.3f} "
             f"p99_ms={report.latency.get('p99_ms', nan):.1f} "
-            f"rss_growth_mb={report.memory.get('growth_mb', nan):.1f}")
+            f"pss_growth_mb={report.memory.get('pss_growth_mb', nan):.1f} "
+            f"join_ray_eps={join_ray:.0f} "
+            f"join_ratio_spark={join_ray / w3.get('spark_sss', nan):.3f} "
+            f"w2_inline_eps={w2.get('inline', nan):.0f} "
+            f"nexmark_ratio_min={nexmark_ratio_min(report):.3f}")
 
 
 def render(report: Report, info: dict[str, str], command: str, total_s: float) -> str:
@@ -567,13 +600,13 @@ def render(report: Report, info: dict[str, str], command: str, total_s: float) -
             f"not counted), sampled every 0.5 s with psutil: PSS (shared pages divided among "
             f"their sharers; the sum is the physical memory used) and, beside it, summed RSS "
             f"(which counts every page of Ray's shared-memory object store once per process "
-            f"mapping it; see `rss_mb`)."),
+            f"mapping it; see `pss_mb`)."),
             "",
             "| peak PSS MB | PSS at half the events MB | PSS at the end MB | PSS growth MB | "
             "peak RSS MB | RSS growth MB |",
             "|---:|---:|---:|---:|---:|---:|",
             (f"| {mem['peak_mb']:.0f} | {mem['base_mb']:.0f} | {mem['last_mb']:.0f} | "
-            f"{mem['growth_mb']:.1f} | {mem['rss_peak_mb']:.0f} | "
+            f"{mem['pss_growth_mb']:.1f} | {mem['rss_peak_mb']:.0f} | "
             f"{mem['rss_growth_mb']:.1f} |"),
             "",
             "| s | events offered (read from the generator) | output messages | PSS MB | "
@@ -588,10 +621,24 @@ def render(report: Report, info: dict[str, str], command: str, total_s: float) -
         for t, done, outs, mb, _, rss in picked:
             lines.append(f"| {t:.1f} | {done:,} | {outs:,} | {mb:.0f} | {rss:.0f} |")
         lines.append("")
+    nx = report.nexmark
+    if nx is not None:
+        lines += [
+            "## Nexmark",
+            "",
+            (f"`benchmarks/nexmark/` over {nx.events:,} generated events ({nx.delay_us} µs of "
+            f"event time apart): each query inline, on Ray (CHT checked equal to inline) and "
+            f"in Spark SSS (`availableNow`, timed into `noop`, then run again into parquet, "
+            f"read back and compared with cedar's output). The ratio is cedar on Ray ÷ Spark "
+            f"SSS in events/s; the smallest is `nexmark_ratio_min`."),
+            "",
+            nx.table(),
+            "",
+        ]
     e1 = report.eps.get("W1", {})
     ray_eps, inline_eps = e1.get("ray", nan), e1.get("inline", nan)
     c_eps, d_eps = e1.get("from_spark", nan), e1.get("spark_sss", nan)
-    p99, growth = lat.get("p99_ms", nan) if lat else nan, mem.get("growth_mb", nan)
+    p99, growth = lat.get("p99_ms", nan) if lat else nan, mem.get("pss_growth_mb", nan)
 
     def verdict(ok: bool) -> str:
         return "met" if ok else "**missed**"
@@ -639,7 +686,8 @@ def main(argv: list[str] | None = None) -> Report:
     ap.add_argument("--w1", type=int, help="W1 events")
     ap.add_argument("--memory-events", type=int, help="events of the memory run")
     ap.add_argument("--skip", action="append", default=[],
-                    choices=["spark", "ray", "latency", "memory"], help="leave a part out")
+                    choices=["spark", "ray", "latency", "memory", "nexmark"],
+                    help="leave a part out")
     ap.add_argument("--out", default=RESULTS, help="where to write the results (markdown)")
     args = ap.parse_args(argv)
     sizes = Sizes(**vars(QUICK if args.quick else FULL))
@@ -675,6 +723,8 @@ def main(argv: list[str] | None = None) -> Report:
                     run_memory(report, sizes)
             finally:
                 ray.shutdown()
+        if "nexmark" not in args.skip:
+            run_nexmark(report, sizes, ray="ray" not in args.skip, spark="spark" not in args.skip)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     report.load.append(("end", os.getloadavg()))

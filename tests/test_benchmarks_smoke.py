@@ -112,4 +112,6 @@ def test_the_report_ends_with_the_result_line(tmp_path):
     line = bench.result_line(report)
     assert re.fullmatch(
         r"RESULT inline_eps=\d+ ray_eps=nan from_spark_eps=nan spark_sss_eps=nan "
-        r"ratio_ray_inline=nan ratio_cedar_spark=nan p99_ms=nan rss_growth_mb=nan", line), line
+        r"ratio_ray_inline=nan ratio_cedar_spark=nan p99_ms=nan pss_growth_mb=nan "
+        r"join_ray_eps=nan join_ratio_spark=nan w2_inline_eps=\d+ nexmark_ratio_min=nan",
+        line), line
