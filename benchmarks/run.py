@@ -75,9 +75,12 @@ class Sizes:
 
 FULL = Sizes(w1=2_000_000, w2=500_000, w3=1_000_000, latency_s=20.0, rate_eps=50_000,
              memory=10_000_000)
-#: --quick: the memory run is cut to 300k events (not 1M) so that the whole suite stays under
-#: 5 minutes at cedar's measured 5-15k events/s on a loaded 2-core machine.
-QUICK = Sizes(w1=100_000, w2=10_000, w3=25_000, latency_s=2.0, rate_eps=50_000,
+#: --quick: the memory run is cut to 300k events (not 1M) so that the whole suite stays short
+#: on a loaded 2-core machine. W1 keeps 400k events (100k for its quarter size): at 100k, fixed
+#: per-query costs decided cedar-from-Spark ÷ Spark SSS (2.7x where the full run gave 0.93x);
+#: both sizes' ratios and the marginal one are printed. W2 and W3 keep enough events that their
+#: runs last longer than a Spark micro-batch's fixed cost (~0.3 s).
+QUICK = Sizes(w1=400_000, w2=100_000, w3=50_000, latency_s=2.0, rate_eps=50_000,
               memory=300_000, nexmark=100_000, nexmark_delay_us=500)
 
 
@@ -96,6 +99,7 @@ class Report:
     load: list[tuple[str, tuple[float, float, float]]] = field(default_factory=list)
     nexmark: Any = None  # benchmarks.nexmark.run.Suite
     spark_checks: list[str] = field(default_factory=list)  # (d)'s output beside cedar's
+    by_size: dict[int, Any] = field(default_factory=dict)  # W1 events -> (c) s, (d) s
 
     def record(self, workload: str, variant: str, events: int, seconds: float) -> None:
         self.seconds.setdefault(workload, {})[variant] = seconds
@@ -153,10 +157,12 @@ class Data:
     def __init__(self, sizes: Sizes, workdir: str) -> None:
         self.w1_cols = wl.points(sizes.w1, sizes.keys, seed=1)
         self.w2_cols = wl.points(sizes.w2, sizes.keys, seed=2)
+        self.w1_quarter = wl.head(self.w1_cols, sizes.w1 // 4)
         self.left_cols = wl.points(sizes.w3, sizes.join_keys, seed=3)
         self.right_cols = wl.points(sizes.w3, sizes.join_keys, seed=4)
         self.paths = {name: wl.write_parquet(cols, os.path.join(workdir, name))
-                      for name, cols in (("w1", self.w1_cols), ("w2", self.w2_cols),
+                      for name, cols in (("w1", self.w1_cols), ("w1-quarter", self.w1_quarter),
+                                         ("w2", self.w2_cols),
                                          ("left", self.left_cols),
                                          ("right", self.right_cols))}
         self.small = wl.write_parquet(wl.points(20_000, sizes.keys, seed=9),
@@ -217,31 +223,53 @@ def run_spark(report: Report, data: Data, workdir: str, inline_outs: dict[str, l
             ("W2", wl.w2, sp.w2_frame, [data.paths["w2"]]),
             ("W3", wl.w3, sp.w3_frame, [data.paths["left"], data.paths["right"]]),
         ]
-        for name, query, frame, paths in plans:
-            n = events_of(data)[name]
+        def pair(name: str, query: Callable[..., Any], frame: Callable[..., Any],
+                 paths: list[str], expected: list[Any], runs: int) -> tuple[float, float]:
+            """(c) and (d) over ``paths``, ``runs`` times alternating; the faster of each.
+            (c)'s output must be ``expected``'s CHT and (d)'s rows read back equal it."""
             sss_paths = [sentinel(p) for p in paths]
-            cht = to_cht(inline_outs[name])
-            # W1 and W2 run twice each, alternating, and keep the faster run: the first read
-            # of a large file pays the JVM's warm-up (parquet reader, code generation); W3's
-            # minute-long runs dwarf it and run once
-            runs = 1 if name == "W3" else 2
+            cht = to_cht(expected)
             cedar_s, sss_s = [], []
             for _ in range(runs):
                 seconds, out = sp.cedar_from_spark(spark, query, paths,
                                                    os.path.join(workdir, f"out-{name}"))
-                check_equivalent(out, inline_outs[name])  # the rows read back: the same CHT
+                check_equivalent(out, expected)  # the rows read back: the same CHT
                 cedar_s.append(seconds)
                 sss_s.append(sp.sss(spark, frame, *sss_paths, out=out_sss))
                 verdict = sp.compare(name, cht, sp.read_back(out_sss))  # raises if unequal
-            report.spark_checks.append(verdict)
+            report.spark_checks.append(f"{verdict} at {events(paths):,} events")
             say(f"  Spark SSS output read back: {verdict}")
             if runs > 1:
                 report.notes.append(
-                    f"{name} from Spark (c) / Spark SSS (d), both runs: "
-                    f"{', '.join(f'{s:.2f}' for s in cedar_s)} s / "
+                    f"{name} ({events(paths):,} events) from Spark (c) / Spark SSS (d), both "
+                    f"runs: {', '.join(f'{s:.2f}' for s in cedar_s)} s / "
                     f"{', '.join(f'{s:.2f}' for s in sss_s)} s (the faster counts)")
-            report.record(name, "from_spark", n, min(cedar_s))
-            report.record(name, "spark_sss", n, min(sss_s))
+            return min(cedar_s), min(sss_s)
+
+        def events(paths: list[str]) -> int:
+            import pyarrow.parquet as pq
+
+            return sum(pq.ParquetFile(os.path.join(p, "part-0.parquet")).metadata.num_rows
+                       for p in paths)
+
+        for name, query, frame, paths in plans:
+            n = events_of(data)[name]
+            # W1 and W2 run twice each, alternating, and keep the faster run: the first read
+            # of a large file pays the JVM's warm-up (parquet reader, code generation); W3's
+            # minute-long runs dwarf it and run once
+            cedar_s, sss_s = pair(name, query, frame, paths, inline_outs[name],
+                                  1 if name == "W3" else 2)
+            report.record(name, "from_spark", n, cedar_s)
+            report.record(name, "spark_sss", n, sss_s)
+            if name == "W1":
+                report.by_size[n] = (cedar_s, sss_s)
+                # W1 at a quarter of its size too: Spark's fixed costs per query (jobs,
+                # micro-batch planning, commits) weigh 4x more there; both ratios are printed,
+                # and the marginal one (from the difference of the two sizes) has none
+                quarter = len(data.w1_quarter["ts"])
+                expected = wl.w1(wl.source(data.w1_quarter)).collect(runtime="inline")
+                report.by_size[quarter] = pair(name, query, frame, [data.paths["w1-quarter"]],
+                                               expected, 2)
         say(f"spark event-to-output latency at {sizes.rate_eps:,} rows/s")
         report.spark_latency = sp.event_to_output_latency(spark, sizes.rate_eps,
                                                           max(5.0, sizes.latency_s), workdir)
@@ -505,6 +533,12 @@ def result_line(report: Report) -> str:
             f"nexmark_ratio_min={nexmark_ratio_min(report):.3f}")
 
 
+def marginal(n1: int, t1: float, n2: int, t2: float) -> float:
+    """Events per second between two runs of ``n1`` and ``n2`` events (``t1``, ``t2`` s): the
+    rate with the runs' common fixed cost taken out (nan when the larger run was not slower)."""
+    return (n2 - n1) / (t2 - t1) if t2 > t1 else float("nan")
+
+
 def render(report: Report, info: dict[str, str], command: str, total_s: float) -> str:
     s = report.sizes
     lines = [
@@ -567,6 +601,23 @@ def render(report: Report, info: dict[str, str], command: str, total_s: float) -
         *(f"- (d) read back: {c}" for c in report.spark_checks),
         *([""] if report.spark_checks else []),
     ]
+    if len(report.by_size) == 2:
+        (n1, (c1, d1)), (n2, (c2, d2)) = sorted(report.by_size.items())
+        lines += [
+            ("cedar from Spark (c) ÷ Spark SSS (d) on W1 at two sizes: each query pays fixed "
+            "costs (Spark jobs, micro-batch planning and commits, the session's warm JVM "
+            "aside), which decide the ratio of small runs. The marginal rates, (n₂ − n₁) / "
+            "(t₂ − t₁), leave them out."),
+            "",
+            "| W1 events | (c) events/s | (d) events/s | c/d |",
+            "|---:|---:|---:|---:|",
+            *(f"| {n:,} | {fmt(n / c)} | {fmt(n / d)} | {fmt(d / c, 3)} |"
+              for n, c, d in ((n1, c1, d1), (n2, c2, d2))),
+            (f"| marginal, {n1:,} → {n2:,} | {fmt(marginal(n1, c1, n2, c2))} | "
+            f"{fmt(marginal(n1, d1, n2, d2))} | "
+            f"{fmt(marginal(n1, c1, n2, c2) / marginal(n1, d1, n2, d2), 3)} |"),
+            "",
+        ]
     lat, sl = report.latency, report.spark_latency
     if lat or sl:
         lines += ["## Latency", ""]
