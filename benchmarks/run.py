@@ -17,7 +17,12 @@ On the same generated data (numpy, written once to parquet with pyarrow) and in 
   ``Query.subscribe()`` saw it (p50/p99); Spark SSS measured the same way at the same rate:
   from an event's due time to the time its window's row is written;
 * **memory** -- peak memory (PSS, with RSS beside it) of the driver and every Ray worker
-  process, and its growth, over a long W1 run on Ray (sampled every 0.5 s).
+  process, and its growth, over a long W1 run on Ray (sampled every 0.5 s);
+* **Nexmark** -- :mod:`benchmarks.nexmark.run`'s queries inline, on Ray and in Spark SSS,
+  outputs compared (1M events; 100k in ``--quick``).
+
+Its dependencies are the ``bench`` extra: ``pip install -e ".[bench]"`` (psutil is never
+taken from the copy Ray vendors: :mod:`benchmarks.deps`).
 
 It writes ``benchmarks/RESULTS.md`` (keeping any text below the ``<!-- analysis -->`` marker)
 and prints as its last line ``RESULT inline_eps=... ray_eps=... from_spark_eps=...
@@ -25,7 +30,7 @@ spark_sss_eps=... ratio_ray_inline=... ratio_cedar_spark=... p99_ms=... pss_grow
 join_ray_eps=... join_ratio_spark=... w2_inline_eps=... nexmark_ratio_min=...``
 (:func:`result_line`).
 
-    python -m benchmarks.run --quick        # < 5 minutes on 2 cores
+    python -m benchmarks.run --quick        # ~10 minutes on a loaded 2-core machine
     python -m benchmarks.run                # full sizes (2M events, 10M for memory)
 """
 
@@ -76,10 +81,12 @@ class Sizes:
 FULL = Sizes(w1=2_000_000, w2=500_000, w3=1_000_000, latency_s=20.0, rate_eps=50_000,
              memory=10_000_000)
 #: --quick: the memory run is cut to 300k events (not 1M) so that the whole suite stays short
-#: on a loaded 2-core machine. W1 keeps 400k events (100k for its quarter size): at 100k, fixed
-#: per-query costs decided cedar-from-Spark ÷ Spark SSS (2.7x where the full run gave 0.93x);
-#: both sizes' ratios and the marginal one are printed. W2 and W3 keep enough events that their
-#: runs last longer than a Spark micro-batch's fixed cost (~0.3 s).
+#: (~10 minutes with Nexmark on a loaded 2-core machine). W1 has 400k events (100k for its
+#: quarter size): at 100k, fixed per-query costs decided cedar-from-Spark ÷ Spark SSS (2.7x
+#: where the full run gave 0.93x). At 400k Spark SSS's ~3 s of fixed cost still weighs most
+#: of its time, so the report prints both sizes' ratios and the marginal one beside the ratio
+#: the RESULT line carries (at W1's size). W2 and W3 keep enough events that their runs last
+#: longer than a Spark micro-batch's fixed cost.
 QUICK = Sizes(w1=400_000, w2=100_000, w3=50_000, latency_s=2.0, rate_eps=50_000,
               memory=300_000, nexmark=100_000, nexmark_delay_us=500)
 
@@ -767,7 +774,7 @@ def write_results(text: str, path: str) -> None:
 def main(argv: list[str] | None = None) -> Report:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
-                    help=f"small sizes ({QUICK.w1:,} events for W1), under 5 minutes")
+                    help=f"small sizes ({QUICK.w1:,} events for W1), ~10 minutes")
     ap.add_argument("--w1", type=int, help="W1 events")
     ap.add_argument("--memory-events", type=int, help="events of the memory run")
     ap.add_argument("--skip", action="append", default=[],
