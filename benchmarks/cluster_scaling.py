@@ -23,6 +23,7 @@ from typing import Any
 from operators.aggregates import Aggregates, Count, Sum
 from topology import Stream
 
+from . import deps  # first: psutil before Ray's vendored copy
 from . import workloads as wl
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,7 +39,7 @@ def w1(src: Stream, partitions: int) -> Stream:
 
 def node_cpu(cluster: Any) -> dict[str, float]:
     """CPU seconds so far of each node's processes: its raylet and every process under it."""
-    import psutil
+    psutil = deps.psutil()
 
     out = {}
     for i, node in enumerate([cluster.head_node, *cluster.worker_nodes]):
