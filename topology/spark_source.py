@@ -639,7 +639,11 @@ class SparkStreamFeeder:
 
 
 def _join(location: str, *parts: str) -> str:
-    """``location/part/...`` for a local path or a storage URI (its ``?options`` kept last)."""
+    """``location/part/...`` for a local path or a storage URI (its ``?options`` kept last).
+
+    >>> _join("s3://bucket/ckpt/?endpoint_override=localhost:9000", "cedar_feeder.pkl")
+    's3://bucket/ckpt/cedar_feeder.pkl?endpoint_override=localhost:9000'
+    """
     base, sep, options = location.partition("?")
     if "://" in base:
         return "/".join([base.rstrip("/"), *parts]) + sep + options

@@ -358,17 +358,21 @@ class Stream:
 
         resumed = [s for s in _spark_streams(self._node) if s.checkpoint is not None]
         run = sum(s.hold() for s in resumed) if resumed else None
-        sink = FinalRowsSink(spark, path, format=format, run=run)
-        if runtime == "inline":
-            sink.on_messages(self.collect("inline", **options))
-        else:
-            from .deploy import collect_plan
+        try:
+            sink = FinalRowsSink(spark, path, format=format, run=run)
+            if runtime == "inline":
+                sink.on_messages(self.collect("inline", **options))
+            else:
+                from .deploy import collect_plan
 
-            collect_plan(self.plan(options.pop("fuse", False)), on_messages=sink.on_messages,
-                         **options)
-        sink.end()
-        for s in resumed:
-            s.commit_run()
+                collect_plan(self.plan(options.pop("fuse", False)),
+                             on_messages=sink.on_messages, **options)
+            sink.end()
+            for s in resumed:
+                s.commit_run()
+        finally:  # a failed run stays held on disk, for the next run to replay
+            for s in resumed:
+                s.held, s.last = False, None
         return sink
 
     def deploy(self, name: str, *, fuse: bool = False, trace: Any = None,
