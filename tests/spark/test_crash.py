@@ -188,24 +188,27 @@ def test_ray_sink_killed_at_random_moments(tmp_path, reference, seed) -> None:
 
 
 def test_sink_runs_of_a_resumed_source(tmp_path) -> None:
-    """run 0:  a [0, 2)  Cti(3)  end()       -> epoch (0, 3): a   epoch (0, ∞): -
-    replay 0:  a [0, 2)  b [1, 5)  end()     -> nothing: run 0 committed its end
-    run 1:     c [4, 6)  Cti(7)  end()       -> epoch (1, 7): c  (its CTIs start again)"""
-    from operators.events import Cti, Insert
+    """run 0:    a [0, 2)  b [1, ∞)  Cti(3)  end()  -> epoch (0, 3): a   epoch (0, ∞): b
+    replay 0:  the same stream                   -> nothing: run 0 committed its end
+    run 1:     c [4, 6)  Cti(7)  end()            -> epoch (1, 7): c  (its CTIs start again)"""
+    from operators.events import MAX_TIME, Cti, Insert
     from topology.spark_sink import FinalRowsSink
 
     path = str(tmp_path / "out")
+    run0 = [Insert("a", 0, 2, 1), Insert("b", 1, MAX_TIME, 2), Cti(3)]
     first = FinalRowsSink(None, path, run=0)
-    first.on_messages([Insert("a", 0, 2, 1), Cti(3)])
+    first.on_messages(run0)
     first.end()
+    assert first.epochs_written == 2
     replay = FinalRowsSink(None, path, run=0)
-    replay.on_messages([Insert("a", 0, 2, 1), Insert("b", 1, 5, 2)])
+    replay.on_messages(run0)
     replay.end()
     assert replay.epochs_written == 0
     second = FinalRowsSink(None, path, run=1)
     second.on_messages([Insert("c", 4, 6, 3), Cti(7)])
     second.end()
-    assert [(r[-1]) for r in output(path)] == [1, 3]
+    assert second.epochs_written == 1
+    assert [r[-1] for r in output(path)] == [1, 2, 3]
     with pytest.raises(ValueError, match="run 1 of its source, which is at run 0"):
         FinalRowsSink(None, path, run=0)
 
