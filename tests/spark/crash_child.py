@@ -140,9 +140,27 @@ def spark_session() -> Any:
     return session
 
 
+def announce_writing() -> None:
+    """Print ``writing`` when the sink gets its first messages: the parent times random
+    kills in the writing phase from this line."""
+    from topology.spark_sink import FinalRowsSink
+
+    real = FinalRowsSink.on_messages
+    said = [False]
+
+    def on_messages(self: Any, messages: Any) -> None:
+        if not said[0]:
+            said[0] = True
+            print("writing", flush=True)
+        real(self, messages)
+
+    FinalRowsSink.on_messages = on_messages  # type: ignore[method-assign]
+
+
 def main(config_path: str) -> None:
     with open(config_path, encoding="utf-8") as f:
         cfg = json.load(f)
+    announce_writing()
     kill = cfg.get("kill")
     if kill:
         owner, attr, when = POINTS[kill["point"]]

@@ -48,28 +48,43 @@ CHILD_TIMEOUT_S = 300
 
 # -- the child -----------------------------------------------------------------------------------
 def launch(cfg: dict[str, Any], tmp: Path, kill: dict[str, Any] | None = None,
-           delay_s: float | None = None) -> tuple[int, float, str]:
-    """Run the child once: its exit status (``-9``: killed), its duration and its stderr.
-    With ``delay_s`` the child (and everything it started, e.g. Ray) is killed then."""
+           delay_s: float | None = None, phase: str = "run") -> tuple[int, float, float, str]:
+    """Run the child once: its exit status (``-9``: killed), its duration, how long it wrote
+    (from its ``writing`` line to its ``done`` line, when not killed) and its stderr. With
+    ``delay_s`` the child (and everything it started, e.g. Ray) is killed that long after its
+    start (``phase="run"``) or after it starts writing (``phase="write"``)."""
     config = tmp / f"child-{time.monotonic_ns()}.json"
     config.write_text(json.dumps({**cfg, "kill": kill}))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (REPO, os.environ.get("PYTHONPATH", "")) if p)}
     began = time.monotonic()
-    child = subprocess.Popen([sys.executable, "-m", "tests.spark.crash_child", str(config)],
-                             cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, start_new_session=True)
+    errors = tmp / f"child-{time.monotonic_ns()}.err"
+    with open(errors, "wb") as err_file:
+        child = subprocess.Popen([sys.executable, "-m", "tests.spark.crash_child",
+                                  str(config)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                 stderr=err_file, start_new_session=True)
+    writing, wrote = None, 0.0
     try:
-        _, err = child.communicate(timeout=delay_s if delay_s is not None else CHILD_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        if delay_s is None:
-            _end_group(child)
-            raise AssertionError(f"the child hung for {CHILD_TIMEOUT_S} s") from None
-        os.kill(child.pid, signal.SIGKILL)  # the crash
-        _, err = child.communicate(timeout=CHILD_TIMEOUT_S)
+        assert child.stdout is not None
+        if phase == "write" or delay_s is None:
+            line = child.stdout.readline()  # "writing", or "" if it died or never wrote
+            writing = time.monotonic() if line.strip() == b"writing" else None
+        if delay_s is None and writing is not None:
+            child.stdout.readline()  # "done": the writing is over (the exit comes after)
+            wrote = time.monotonic() - writing
+        wait = delay_s
+        try:
+            child.wait(timeout=wait if wait is not None else CHILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            if wait is None:
+                raise AssertionError(f"the child hung for {CHILD_TIMEOUT_S} s") from None
+            os.kill(child.pid, signal.SIGKILL)  # the crash
+            child.wait(timeout=CHILD_TIMEOUT_S)
     finally:
         _end_group(child)  # what the child started (Ray's processes) dies with it
-    return child.returncode, time.monotonic() - began, err.decode(errors="replace")
+        if child.stdout is not None:
+            child.stdout.close()
+    return child.returncode, time.monotonic() - began, wrote, errors.read_text(errors="replace")
 
 
 def _end_group(child: subprocess.Popen[bytes]) -> None:
@@ -80,13 +95,14 @@ def _end_group(child: subprocess.Popen[bytes]) -> None:
 
 
 def finish(cfg: dict[str, Any], tmp: Path, kills: list[Any]) -> int:
-    """Start the child once per planned kill (a kill point ``{"point", "n"}`` or a delay in
-    seconds), then until it finishes; how many runs were killed."""
+    """Start the child once per planned kill (a kill point ``{"point", "n"}``, or
+    ``(phase, seconds)``: a delay from the start of the run or of its writing), then until it
+    finishes; how many runs were killed."""
     killed = 0
     for plan in kills:
         point = plan if isinstance(plan, dict) else None
-        delay = plan if not isinstance(plan, dict) else None
-        rc, _, err = launch(cfg, tmp, kill=point, delay_s=delay)
+        phase, delay = ("run", None) if point is not None else plan
+        rc, _, _, err = launch(cfg, tmp, kill=point, delay_s=delay, phase=phase)
         if rc == 0:
             return killed  # finished before the kill came
         assert rc == -signal.SIGKILL, f"the child failed (status {rc}):\n{err[-3000:]}"
@@ -98,7 +114,7 @@ def finish(cfg: dict[str, Any], tmp: Path, kills: list[Any]) -> int:
             with open(REPORT, "a", encoding="utf-8") as f:
                 f.write(json.dumps({"case": f"{cfg['mode']}-{cfg['runtime']}",
                                     "kill": plan, "epochs": epochs}) + "\n")
-    rc, _, err = launch(cfg, tmp)
+    rc, _, _, err = launch(cfg, tmp)
     assert rc == 0, f"the restarted child failed (status {rc}):\n{err[-3000:]}"
     return killed
 
@@ -124,9 +140,9 @@ def same(got: list[tuple[Any, ...]], want: list[tuple[Any, ...]]) -> None:
 
 # -- 1. to_spark_stream, replayed from the beginning -----------------------------------------------
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Any], float]:
-    """The fault-free child run's output (checked against the query's CHT computed here) and
-    how long the run took."""
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Any], float, float]:
+    """The fault-free child run's output (checked against the query's CHT computed here), how
+    long the run took and how long it wrote."""
     from operators.cht import to_cht
     from tests.spark.crash_child import query, sink_source
     from topology.spark_sink import cht_to_arrow
@@ -134,12 +150,12 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Any], floa
     tmp = tmp_path_factory.mktemp("reference")
     cfg = {"mode": "sink", "runtime": "inline", "out": str(tmp / "out"),
            "work": str(tmp / "work"), "seed": 1, "events": EVENTS}
-    rc, took, err = launch(cfg, tmp)
-    assert rc == 0, err
+    rc, took, wrote, err = launch(cfg, tmp)
+    assert rc == 0 and wrote > 0, err
     got = output(cfg["out"])
     cht = to_cht(query(sink_source(cfg)).collect(runtime="inline"))
     same(got, sorted(tuple(r.values()) for r in cht_to_arrow(cht).to_pylist()))
-    return got, took
+    return got, took, wrote
 
 
 def sink_case(tmp: Path, runtime: str) -> dict[str, Any]:
@@ -148,22 +164,27 @@ def sink_case(tmp: Path, runtime: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("point,n", [
-    ("sink.tmp", 17), ("sink.file", 1), ("sink.file", 30), ("sink.log", 60),
-    *([("sink.tmp", 1), ("sink.log", 12), ("sink.file", 59)] if SWEEP else [])])
+    ("sink.tmp", 17), ("sink.file", 1), ("sink.file", 30), ("sink.log", 59),
+    *([("sink.tmp", 1), ("sink.log", 12), ("sink.file", 60)] if SWEEP else [])])
 def test_inline_sink_killed_at_a_chosen_point(tmp_path, reference, point, n) -> None:
     cfg = sink_case(tmp_path, "inline")
-    # killed at the n-th call, then again at its 2n-th epoch (counted afresh in the new run)
-    assert finish(cfg, tmp_path, [{"point": point, "n": n}, {"point": point, "n": 2 * n}]) >= 1
+    # killed at the n-th call, then at the first one of the restarted run
+    assert finish(cfg, tmp_path, [{"point": point, "n": n}, {"point": point, "n": 1}]) == 2
     same(output(cfg["out"]), reference[0])
+
+
+def random_kills(rng: random.Random, took: float, wrote: float) -> list[tuple[str, float]]:
+    """``KILLS`` random moments: each at a random delay into the run or (as often) into its
+    writing (a child spends most of its time starting; the writing is short)."""
+    return [("run", rng.uniform(0.0, took)) if rng.random() < 0.5 else
+            ("write", rng.uniform(0.0, wrote)) for _ in range(KILLS)]
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
 def test_inline_sink_killed_at_random_moments(tmp_path, reference, seed) -> None:
     rng = random.Random(seed)
     cfg = sink_case(tmp_path, "inline")
-    # the query's writes come last: aim at the second half of a run (start-up is the first)
-    took = reference[1]
-    finish(cfg, tmp_path, [rng.uniform(0.3 * took, 0.9 * took) for _ in range(KILLS)])
+    finish(cfg, tmp_path, random_kills(rng, reference[1], reference[2]))
     same(output(cfg["out"]), reference[0])
 
 
@@ -183,7 +204,7 @@ def test_ray_sink_killed_at_chosen_points_and_at_random(tmp_path, reference) -> 
 def test_ray_sink_killed_at_random_moments(tmp_path, reference, seed) -> None:
     rng = random.Random(seed)
     cfg = sink_case(tmp_path, "ray")
-    finish(cfg, tmp_path, [rng.uniform(1.0, 12.0) for _ in range(KILLS)])
+    finish(cfg, tmp_path, random_kills(rng, 12.0, 1.0))
     same(output(cfg["out"]), reference[0])
 
 
@@ -240,15 +261,16 @@ def pair_case(tmp: Path) -> dict[str, Any]:
             "work": str(tmp / "ckpt"), "input": str(tmp / "in"), "seed": 1, "events": EVENTS}
 
 
-def pair_runs(tmp: Path, kills: list[list[Any]]) -> list[tuple[Any, ...]]:
+def pair_runs(tmp: Path, kills: list[list[Any]]) -> tuple[list[tuple[Any, ...]], int]:
     """Two runs of the stream (files 0-3 are there for the first, 4-5 arrive before the
-    second), each killed as planned and restarted until it finishes; the output."""
+    second), each killed as planned and restarted until it finishes; the output and how many
+    kills landed."""
     cfg = pair_case(tmp)
     write_inputs(tmp / "in", cfg["seed"], 0, 4)
-    finish(cfg, tmp, kills[0])
+    killed = finish(cfg, tmp, kills[0])
     write_inputs(tmp / "in", cfg["seed"], 4, FILES)
-    finish(cfg, tmp, kills[1])
-    return output(cfg["out"])
+    killed += finish(cfg, tmp, kills[1])
+    return output(cfg["out"]), killed
 
 
 @pytest.fixture(scope="module")
@@ -284,10 +306,10 @@ def _k(point: str, n: int) -> dict[str, Any]:
 
 @pytest.mark.spark
 @pytest.mark.parametrize("kills", [
-    # run 1: an epoch renamed but not committed; then a micro-batch saved by the feeder and
-    # not committed by Spark. Run 2: Spark committed a micro-batch and is on the next; then
+    # run 1: a micro-batch saved by the feeder and not committed by Spark; then an epoch
+    # renamed but not committed. Run 2: Spark committed a micro-batch and is on the next; then
     # the sink committed the run's end and the feeder has not committed the run.
-    [[_k("sink.file", 3), _k("feeder.saved", 2)], [_k("spark.next", 2), _k("pair.end", 1)]],
+    [[_k("feeder.saved", 2), _k("sink.file", 3)], [_k("spark.next", 2), _k("pair.end", 1)]],
     *([
         # a micro-batch taken, not saved; the run's end; an epoch's temp file not renamed
         [[_k("feeder.before", 2), _k("pair.end", 1)], [_k("sink.tmp", 2)]],
@@ -297,7 +319,9 @@ def _k(point: str, n: int) -> dict[str, Any]:
 ])
 def test_streaming_source_and_sink_killed_at_chosen_points(tmp_path, pair_reference,
                                                            kills) -> None:
-    same(pair_runs(tmp_path, kills), pair_reference)
+    got, killed = pair_runs(tmp_path, kills)
+    assert killed == len(kills[0]) + len(kills[1])
+    same(got, pair_reference)
 
 
 @pytest.mark.spark
@@ -308,5 +332,6 @@ def test_streaming_source_and_sink_killed_at_random_moments(tmp_path, pair_refer
                                                             seed) -> None:
     rng = random.Random(seed)
     # a Spark child spends its first ~10 s (more on a loaded machine) starting Spark
-    plan = [[rng.uniform(8.0, 30.0) for _ in range(2)] for _ in range(2)]
-    same(pair_runs(tmp_path, plan), pair_reference)
+    plan = [[("run", rng.uniform(5.0, 20.0)), ("write", rng.uniform(0.0, 0.5))]
+            for _ in range(2)]
+    same(pair_runs(tmp_path, plan)[0], pair_reference)
