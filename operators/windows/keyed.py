@@ -427,12 +427,28 @@ class KeyedWindowAggregate(Processor):
         return out
 
     def _emit(self, n: int, by_key: dict[Hashable, Any]) -> list[Message]:
+        """Window ``n``'s rows, one per key: the window is built once, an incremental
+        aggregate's results are taken in one pass (a failing key is found again by
+        :meth:`_result`, which names it)."""
         s, e = self._row_lifetime(n)
-        out: list[Message] = []
-        for k, state in by_key.items():
-            result = self._result(n, k, state)
-            out.append(_new(Insert, (self.ids.mint(), s, e, (k, result) if self.keyed else result)))
-        return out
+        window = self._window(n)
+        if self.incremental:
+            window_result = self.udm.window_result  # type: ignore[attr-defined]
+            try:
+                results = [window_result(state, window) for state in by_key.values()]
+            except Exception:  # noqa: BLE001 (raised again below, naming the group)
+                results = [self._result(n, k, state) for k, state in by_key.items()]
+        else:
+            results = [self._result(n, k, state) for k, state in by_key.items()]
+        ids = self.ids
+        first = ids.next_id
+        ids.next_id = first + len(results)
+        name = ids.name
+        if self.keyed:
+            return [_new(Insert, (FreshId(name, first + j), s, e, (k, result)))
+                    for j, (k, result) in enumerate(zip(by_key, results))]
+        return [_new(Insert, (FreshId(name, first + j), s, e, result))
+                for j, result in enumerate(results)]
 
     def _result(self, n: int, k: Hashable, state: Any) -> Any:
         window = self._window(n)
