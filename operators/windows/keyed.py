@@ -377,11 +377,16 @@ class KeyedWindowAggregate(Processor):
             return []
         out: list[Message] = []
         sent = self.sent
+        last = None
         for n, k in sorted(self.touched, key=lambda nk: nk[0]):
-            s, e = self._row_lifetime(n)
-            result = self._result(n, k, self.open[n][k])
+            if n != last:  # the window, its states and its rows sent: once per window
+                s, e = self._row_lifetime(n)
+                window = self._window(n)
+                states = self.open[n]
+                by_key = sent.setdefault(n, {})
+                last = n
+            result = self._result(n, k, states[k], window)
             payload = (k, result) if self.keyed else result
-            by_key = sent.setdefault(n, {})
             before = by_key.get(k)
             if before is not None:
                 if before[1] == payload:
@@ -450,8 +455,9 @@ class KeyedWindowAggregate(Processor):
         return [_new(Insert, (FreshId(name, first + j), s, e, result))
                 for j, result in enumerate(results)]
 
-    def _result(self, n: int, k: Hashable, state: Any) -> Any:
-        window = self._window(n)
+    def _result(self, n: int, k: Hashable, state: Any, window: Window | None = None) -> Any:
+        if window is None:
+            window = self._window(n)
         call = self.call
         try:
             if self.incremental:
