@@ -31,7 +31,11 @@ windows no CTI has closed, as they stand::
 
 On a :class:`~operators.columns.Columns` batch the key function runs once on the columns when
 it can (see :func:`~operators.columns.apply_columns`) and the events are grouped by (window,
-key) with numpy; the UDM then gets one ``add`` per group and batch. Output CTI after input
+key) with numpy: sorted once by key and pane (``gcd(size, hop)`` ticks, so a window is a run
+of whole panes), each (window, key) group is a range of consecutive rows, and the ranges of
+a hopping window's groups overlap instead of each row being copied once per window. A
+built-in adds the ranges column-wise (``add_ranges``: prefix sums); any other UDM gets one
+``add`` per group and batch. Output CTI after input
 ``Cti(c)``: the start of the first window ending after ``c`` (``c`` itself for
 ``output="point_end"``): every later output row belongs to a window ending after ``c``.
 """
