@@ -80,6 +80,8 @@ class _Builtin(IncrementalAggregate):
         point in several hopping windows is one row of each window's range), so a hopping
         window's groups need no copy of a row per window. This default copies the rows into
         consecutive groups and calls :meth:`add_groups`; the sums answer from prefix sums."""
+        if type(self).add_groups is _Builtin.add_groups:
+            return None  # no column-wise add at all: copying the rows would be wasted
         rows, bounds = _range_rows(lo, hi)
         return self.add_groups(states, map_columns(columns, lambda c: c[rows]), bounds)
 
