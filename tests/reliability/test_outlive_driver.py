@@ -132,3 +132,33 @@ def test_a_name_deployed_again_does_not_resume_the_earlier_run(ray_session, tmp_
         check_exactly_once(live.output(), expected)
     finally:
         live.stop()
+
+
+def test_a_third_process_composes_onto_an_orphaned_query(ray_session, tmp_path):
+    """A query whose script is gone is published to a query deployed by another script,
+    also gone: the composed query runs in the cluster and receives the publisher's events
+    alive at its CTI, then its end."""
+    address = ray_session.get_runtime_context().gcs_address
+    deploy_from_a_script(address, "exit", "orphan-pub", "-", 5_000)
+    publisher = attach("orphan-pub")
+    subscriber = None
+    try:
+        assert publisher.wait(120)
+        env = dict(os.environ, PYTHONPATH=REPO, PYTHONWARNINGS="ignore")
+        third = subprocess.run(
+            [sys.executable, "-c",
+             "import sys, ray\nfrom topology import Stream\n"
+             "ray.init(address=sys.argv[1], namespace='cedar', logging_level='ERROR')\n"
+             "Stream.published('orphan-pub').select(lambda p: p).deploy('orphan-sub', "
+             "history=True)\n", address], cwd=REPO, env=env, capture_output=True, text=True,
+            timeout=120)
+        assert third.returncode == 0, third.stderr[-3000:]
+        subscriber = attach("orphan-sub")
+        assert subscriber.wait(120)
+        got, published = set(subscriber.snapshot()), set(publisher.snapshot())
+        cti = publisher.stats()["sink"]["cti"]
+        assert got and got == {r for r in published if r[1] >= cti}  # alive: end ≥ CTI
+    finally:
+        for q in (subscriber, publisher):
+            if q is not None:
+                q.stop()
