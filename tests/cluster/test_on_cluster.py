@@ -152,12 +152,7 @@ def test_a_query_outlives_its_killed_script_and_a_lost_node(ray_session, cluster
     actors goes away. The query's host, on the head node, keeps feeding and recovers; a
     third process finds it with `cedar status`/`inspect` and reads its output; the output
     equals the fault-free run's, exactly once."""
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO
-    from tests.reliability.test_outlive_driver import deploy_from_a_script
+    from tests.reliability.test_outlive_driver import deploy_from_a_script, run_elsewhere
     from tests.reliability.test_recovery import window_join
     from topology import attach
 
@@ -171,18 +166,15 @@ def test_a_query_outlives_its_killed_script_and_a_lost_node(ray_session, cluster
         assert actor_nodes(name)["~host"] == cluster[0].head_node.node_id
         lose_a_worker_node(cluster[0], live, random.Random(seed).randrange(2_000, 12_000),
                            expected)
-        env = dict(os.environ, PYTHONPATH=REPO, PYTHONWARNINGS="ignore")
-        third = subprocess.run(
-            [sys.executable, "-c",
-             "import sys; from topology import attach, cli\n"
-             "q = attach(sys.argv[2], address=sys.argv[1])\n"
-             "print('output', len(q.output()), 'recoveries', len(q.recoveries()))\n"
-             "cli.main(['status', '--address', sys.argv[1]])\n"
-             "cli.main(['inspect', sys.argv[2], '--address', sys.argv[1]])\n",
-             address, name], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-        assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
-        assert f"output {len(live.output())} recoveries" in third.stdout
-        assert name in third.stdout.split() and "sink" in third.stdout
+        third = run_elsewhere("import sys; from topology import attach, cli\n"
+                              "q = attach(sys.argv[2], address=sys.argv[1])\n"
+                              "print('output', len(q.output()), 'recoveries', "
+                              "len(q.recoveries()))\n"
+                              "cli.main(['status', '--address', sys.argv[1]])\n"
+                              "cli.main(['inspect', sys.argv[2], '--address', sys.argv[1]])\n",
+                              address, name)
+        assert f"output {len(live.output())} recoveries" in third
+        assert name in third.split() and "sink" in third
     finally:
         live.stop()
         cluster[0].add_node(num_cpus=2)

@@ -47,6 +47,16 @@ def expected():
     return window_join(N).collect(runtime="inline")
 
 
+def run_elsewhere(code: str, *args: str, timeout_s: float = 300) -> str:
+    """Run ``code`` (with ``args`` in ``sys.argv``) in a Python process of its own, as another
+    driver of the cluster would; return its output, failing with its errors."""
+    env = dict(os.environ, PYTHONPATH=REPO, PYTHONWARNINGS="ignore")
+    run = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=timeout_s)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return run.stdout
+
+
 def deploy_from_a_script(address: str, mode: str, name: str, ckpt: str, n: int = N) -> None:
     """Run SCRIPT (over ``window_join(n)``) in a process of its own; it is gone when this
     returns."""
@@ -144,15 +154,10 @@ def test_a_third_process_composes_onto_an_orphaned_query(ray_session, tmp_path):
     subscriber = None
     try:
         assert publisher.wait(120)
-        env = dict(os.environ, PYTHONPATH=REPO, PYTHONWARNINGS="ignore")
-        third = subprocess.run(
-            [sys.executable, "-c",
-             "import sys, ray\nfrom topology import Stream\n"
-             "ray.init(address=sys.argv[1], namespace='cedar', logging_level='ERROR')\n"
-             "Stream.published('orphan-pub').select(lambda p: p).deploy('orphan-sub', "
-             "history=True)\n", address], cwd=REPO, env=env, capture_output=True, text=True,
-            timeout=120)
-        assert third.returncode == 0, third.stderr[-3000:]
+        run_elsewhere("import sys, ray\nfrom topology import Stream\n"
+                      "ray.init(address=sys.argv[1], namespace='cedar', logging_level='ERROR')\n"
+                      "Stream.published('orphan-pub').select(lambda p: p).deploy("
+                      "'orphan-sub', history=True)\n", address)
         subscriber = attach("orphan-sub")
         assert subscriber.wait(120)
         got, published = set(subscriber.snapshot()), set(publisher.snapshot())
