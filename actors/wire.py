@@ -19,7 +19,7 @@ import pickle
 from collections.abc import Sequence
 from typing import Any
 
-from operators.columns import Columns
+from operators.columns import Columns, portable_column, restored_column
 from operators.events import Cti, Insert, Message, Retract
 
 _KIND = {Insert: 0, Retract: 1, Cti: 2}
@@ -38,7 +38,7 @@ def encode(messages: Sequence[Message | Columns]) -> bytes | tuple[bytes, list[C
     per call, the receiver reading the arrays in place).
 
     >>> import numpy as np
-    >>> from operators.columns import Columns
+    >>> from operators.columns import Columns, portable_column, restored_column
     >>> c = Columns(np.arange(2), np.arange(2), np.arange(1, 3), np.arange(2))
     >>> blob = encode([c, Cti(2)])
     >>> type(blob[0]).__name__, blob[1] == [c], decode(blob)[1]
@@ -70,11 +70,13 @@ def decode(blob: bytes | tuple[bytes, list[Columns]]) -> list[Message | Columns]
 def encode_rows(rows: Sequence[Any] | dict[str, Any]) -> Any:
     """A batch of source rows (plain dicts or tuples) as bytes; a column batch
     (``{name: numpy array}``) as it is, for Ray's serializer (see :func:`encode`)."""
-    if type(rows) is dict:
-        return rows
+    if type(rows) is dict:  # string columns as Arrow arrays (``portable_column``)
+        return {k: portable_column(c) for k, c in rows.items()}
     return pickle.dumps(list(rows), protocol=5)
 
 
 def decode_rows(blob: Any) -> Any:
     """The rows (or the column batch) of :func:`encode_rows`'s result."""
-    return blob if type(blob) is dict else pickle.loads(blob)
+    if type(blob) is dict:
+        return {k: restored_column(c) for k, c in blob.items()}
+    return pickle.loads(blob)

@@ -36,7 +36,7 @@ from .events import Insert, Message
 from .expr import evaluate, trace
 
 __all__ = ["Columns", "apply_columns", "concat", "count_events", "expand", "map_columns",
-           "payload_list", "row_at"]
+           "payload_list", "portable_column", "restored_column", "row_at"]
 
 _new = tuple.__new__
 
@@ -67,7 +67,8 @@ class Columns:
         return len(self.starts)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Columns, (self.ids, self.starts, self._ends, self.payload))
+        return (_unpickle, (self.ids, self.starts, self._ends,
+                            map_columns(self.payload, portable_column)))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Columns) and self.inserts() == other.inserts()
@@ -104,6 +105,49 @@ class Columns:
     def with_payload(self, payload: Any) -> Columns:
         """The same events with other payload columns."""
         return Columns(self.ids, self.starts, self._ends, payload)
+
+
+#: Object columns shorter than this pickle as they are (Arrow's set-up would cost more).
+_ARROW_MIN_ROWS = 256
+
+
+def portable_column(column: np.ndarray) -> Any:
+    """``column`` as it should be pickled: an object column of strings (and Nones) as an Arrow
+    string array, whose buffers pickle as a few blocks of bytes (Ray moves them out of band)
+    instead of one pickled object per value -- 5-10x faster for a column of 460k strings
+    (Nexmark's bids); anything else as it is. :func:`restored_column` turns it back.
+
+    >>> c = np.array(["a", None] * 200, dtype=object)
+    >>> wire = portable_column(c)
+    >>> type(wire).__name__, restored_column(wire).tolist() == c.tolist()
+    ('StringArray', True)
+    >>> portable_column(np.array([b"a", "b"] * 200, dtype=object)).dtype  # bytes stay bytes
+    dtype('O')
+    """
+    if column.dtype != object or len(column) < _ARROW_MIN_ROWS:
+        return column
+    import pyarrow as pa
+
+    try:
+        strings = pa.array(column)
+    except (pa.ArrowException, ValueError, TypeError, OverflowError):
+        return column  # not all strings
+    # inferred ``string``: every value is a str or None (bytes, or a mix, infer ``binary``)
+    return strings if type(strings) is pa.StringArray else column
+
+
+def restored_column(column: Any) -> np.ndarray:
+    """The numpy column :func:`portable_column` stood for."""
+    if isinstance(column, np.ndarray):
+        return column
+    out = np.empty(len(column), dtype=object)
+    out[:] = column.to_numpy(zero_copy_only=False)
+    return out
+
+
+def _unpickle(ids: np.ndarray, starts: np.ndarray, ends: np.ndarray | None,
+              payload: Any) -> Columns:
+    return Columns(ids, starts, ends, map_columns(payload, restored_column))
 
 
 def _item(column: np.ndarray, i: int) -> Any:

@@ -291,6 +291,8 @@ def evaluate(traced: Any, payload: Any, n: int) -> Any:
         return None
     try:
         with np.errstate(all="ignore"):
+            if type(traced) is Field and traced.key is None and type(payload) in (dict, tuple):
+                return _whole(payload, n)  # ``lambda p: p``: every column as it is
             if type(traced) is tuple:
                 return tuple(_output(x, payload, n) for x in traced)
             if type(traced) is dict:
@@ -312,6 +314,14 @@ def _output(e: Expr, payload: Any, n: int) -> np.ndarray:
         out[:] = [v] * n
         return out
     return _value(e, payload, n)[0]
+
+
+def _whole(payload: Any, n: int) -> Any:
+    """The payload columns themselves (a dict or tuple of ``n``-long arrays)."""
+    parts = payload.values() if type(payload) is dict else payload
+    if not all(isinstance(c, np.ndarray) and c.shape == (n,) for c in parts):
+        raise Decline
+    return payload
 
 
 def _field(e: Field, payload: Any, n: int) -> np.ndarray:

@@ -303,9 +303,12 @@ class Stream:
         return explain_tree(self._node, assign_steps(self._node))
 
     def collect(self, runtime: str = "ray", *, fuse: bool = False,
-                batch_size: int | None = None, trace: Any = None,
+                batch_size: int | None = None, trace: Any = None, columns: bool = False,
                 **options: Any) -> list[Message]:
         """Run the query to the end of its sources and return the output messages.
+        ``columns=True`` returns the output's column batches as
+        :class:`~operators.columns.Columns` (each stands for its inserts; ``expand()`` or
+        ``.inserts()`` gives the messages) instead of one ``Insert`` per event.
 
         ``runtime="ray"`` connects to Ray (or starts a local instance), deploys one actor per
         stage, feeds the sources, drains and tears the actors down; ``runtime="inline"`` runs
@@ -322,12 +325,13 @@ class Stream:
 
             from .inline import DEFAULT_BATCH, run_inline
 
-            return run_inline(p, batch_size or DEFAULT_BATCH, trace=Trace.of(trace))
+            return run_inline(p, batch_size or DEFAULT_BATCH, trace=Trace.of(trace),
+                              columns=columns)
         from .deploy import collect_plan
 
         if batch_size is not None:
             options["batch_size"] = batch_size
-        return collect_plan(p, trace=trace, **options)
+        return collect_plan(p, trace=trace, columns=columns, **options)
 
     # -- Spark sinks ------------------------------------------------------------------------
     def to_spark(self, spark: Any = None, runtime: str = "ray", staging: str | None = None,
@@ -338,28 +342,15 @@ class Stream:
         under ``staging`` (:func:`topology.spark_sink.to_spark`)."""
         from .spark_sink import to_spark
 
-        return to_spark(spark, self._sink_output(runtime, options), staging=staging)
+        return to_spark(spark, self.collect(runtime, columns=True, **options), staging=staging)
 
     def write(self, path: str, format: str = "parquet", mode: str = "error", spark: Any = None,
               runtime: str = "ray", staging: str | None = None, **options: Any) -> None:
         """Run the query and write its output CHT through Spark (see :meth:`to_spark`)."""
         from .spark_sink import write
 
-        write(spark, self._sink_output(runtime, options), path, format=format, mode=mode,
+        write(spark, self.collect(runtime, columns=True, **options), path, format=format, mode=mode,
               staging=staging)
-
-    def _sink_output(self, runtime: str, options: dict[str, Any]) -> list[Any]:
-        """The output messages as :meth:`collect` returns them, but with the sink's column
-        batches kept whole: the Spark sinks convert them column-wise."""
-        if runtime != "inline":
-            return self.collect(runtime, columns=True, **options)
-        from actors.trace import Trace
-
-        from .inline import DEFAULT_BATCH, run_inline
-
-        plan = self.plan(options.pop("fuse", False))
-        return run_inline(plan, options.pop("batch_size", None) or DEFAULT_BATCH,
-                          trace=Trace.of(options.pop("trace", None)), columns=True)
 
     def to_spark_stream(self, path: str, format: str = "parquet", spark: Any = None,
                         runtime: str = "ray", **options: Any) -> Any:
