@@ -123,3 +123,21 @@ def test_the_sink_forgets_retracted_ends():
         pub.process([Insert(i, i, MAX_TIME, i), Retract(i, i, MAX_TIME, i, i)])
     pub._check()
     assert pub.state_size() == 0 and len(pub.events.by_end) < 1_100
+
+
+def test_string_columns_cross_actors_as_they_are(runtime):
+    """String columns travel as Arrow arrays (``portable_column``); what arrives is the same
+    values: str and None, and bytes (or a str/bytes mix) are not turned into str."""
+    import numpy as np
+    import pyarrow as pa
+
+    from topology import Stream
+
+    n = 600  # past the size below which object columns pickle as they are
+    table = pa.table({"t": np.arange(n), "s": ["a", None, "ü"] * (n // 3),
+                      "b": [b"x", b"y"] * (n // 2)})
+    src = Stream.from_arrow(table, start="t")
+    out = src.select(lambda p: p).collect(runtime)
+    rows = [m.payload for m in out if isinstance(m, Insert)]
+    assert [r["s"] for r in rows] == ["a", None, "ü"] * (n // 3)
+    assert [r["b"] for r in rows] == [b"x", b"y"] * (n // 2)
