@@ -506,6 +506,41 @@ def _sorted_add(sl: SortedList, key: Any, who: str, value: Any) -> None:
                         f"function) that reads comparable values") from None
 
 
+def _presorted(got: Any, bounds: Sequence[int]) -> np.ndarray | None:
+    """The permutation ordering the rows of each group ``bounds[j]:bounds[j + 1]`` by the
+    field's value (ties in arrival order), where numpy's order is Python's: number and bool
+    columns, NaN only alone (it sorts last, as its order key ranks it); else None."""
+    cols = got if type(got) is tuple else (got,)
+    if not all(c.dtype.kind in "biuf" for c in cols) or (
+            len(cols) > 1 and any(c.dtype.kind == "f" and np.isnan(c).any() for c in cols)):
+        return None
+    group = np.repeat(np.arange(len(bounds) - 1), np.diff(np.asarray(bounds)))
+    return np.lexsort((*reversed(cols), group))
+
+
+def _sorted_update(sl: SortedList, keys: list[Any], who: str) -> None:
+    """Add ``keys`` to ``sl`` at once (sorted, then merged: far fewer steps than one
+    :meth:`SortedList.add` each); values that do not order against each other or against
+    ``sl`` are added one by one, so that the error names the first such value."""
+    if len(keys) > 1:
+        try:
+            batch = sorted(keys)  # stable: equal keys keep their order, as adds one by one
+            if sl:
+                _ = (batch[0] < sl[-1], sl[0] < batch[-1])  # the state's values order too
+        except TypeError:
+            pass
+        else:
+            try:
+                sl.update(batch)
+            except TypeError as e:  # a value ordering against the ends but not the middle
+                raise TypeError(f"{who}: cannot order the window's values ({e}); pass a "
+                                f"field (a key, attribute or function) that reads comparable "
+                                f"values") from None
+            return
+    for k in keys:
+        _sorted_add(sl, k, who, math.nan if k[0] else k[1])
+
+
 def _sorted_remove(sl: SortedList, key: Any, who: str, value: Any) -> None:
     try:
         sl.remove(key)
@@ -532,6 +567,7 @@ class _Extreme(_Builtin):
 
     def add(self, state: SortedList, values: list[Any]) -> SortedList:
         get, who = self._get, self.udm_name
+        keys = []
         for p in values:
             v = get(p)
             if v is None:  # alone, or beside NaN, a SortedList would not notice
@@ -539,8 +575,55 @@ class _Extreme(_Builtin):
                                 f"window's values; drop missing values first (where(...)) or "
                                 f"pass a field (a key, attribute or function) that reads "
                                 f"comparable values")
-            _sorted_add(state, _order_key(v), who, v)
+            keys.append(_order_key(v))
+        _sorted_update(state, keys, who)
         return state
+
+    def column_ready(self, columns: Any, n: int) -> bool:
+        return self._keys(evaluate(trace(self._get), columns, n), n) is not None
+
+    def add_groups(self, states: list[Any], columns: Any,
+                   bounds: Sequence[int]) -> list[Any] | None:
+        got = evaluate(trace(self._get), columns, bounds[-1])
+        keys = self._keys(got, bounds[-1])
+        if keys is None:
+            return None
+        order = _presorted(got, bounds)
+        if order is not None:  # each group's keys in order: sorting them is one pass
+            keys = [keys[i] for i in order.tolist()]
+        out = []
+        for j, state in enumerate(states):
+            state = SortedList() if state is None else state
+            _sorted_update(state, keys[bounds[j]:bounds[j + 1]], self.udm_name)
+            out.append(state)
+        return out
+
+    @staticmethod
+    def _keys(got: Any, n: int) -> list[tuple[int, Any]] | None:
+        """The order keys of the field's ``n`` values ``got``, evaluated column-wise (no
+        payload objects; a field returning a tuple of columns gives tuples), or None where
+        :meth:`add` must see the payloads: the field does not run column-wise, or a value is
+        None (``add`` says so)."""
+        if type(got) is tuple:
+            if not all(isinstance(c, np.ndarray) and c.shape == (n,) for c in got):
+                return None
+            return [(0, v) for v in zip(*(c.tolist() for c in got))]
+        if not (isinstance(got, np.ndarray) and got.shape == (n,) and n):
+            return None
+        kind = got.dtype.kind
+        if kind in "biu":
+            return [(0, v) for v in got.tolist()]
+        if kind == "f":
+            keys = [(0, v) for v in got.tolist()]
+            for i in np.flatnonzero(np.isnan(got)).tolist():
+                keys[i] = (1, 0)
+            return keys
+        if kind == "O":
+            values = got.tolist()
+            if any(v is None for v in values):
+                return None
+            return [_order_key(v) for v in values]
+        return None
 
     def remove(self, state: SortedList, values: list[Any]) -> SortedList:
         get, who = self._get, self.udm_name

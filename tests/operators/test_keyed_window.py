@@ -9,14 +9,16 @@ stream, across a snapshot/restore.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators.aggregates import Aggregates, Avg, Count, Max, Sum, TimeWeightedAverage
+from operators.aggregates import Aggregates, Avg, Count, Max, Min, Sum, TimeWeightedAverage
 from operators.cht import to_cht, validate
-from operators.columns import expand
+from operators.columns import Columns, expand
 from operators.errors import OperatorError
 from operators.events import Cti, Insert, Retract
 from operators.group_apply import GroupApply
@@ -40,7 +42,12 @@ class Spans(TimeSensitiveAggregate):
         return tuple((s - window.start, e - window.start) for s, e, _ in events[:4])
 
 
+def _parity_value(r):
+    return (r["k"] % 2, r["v"])
+
+
 UDMS = {"count": Count, "sum": lambda: Sum("v"), "max": lambda: Max("v"),
+        "min_int": lambda: Min("k"), "max_pair": lambda: Max(_parity_value),
         "first3": lambda: _values, "avg": lambda: Avg("v"),
         "several": lambda: Aggregates(n=Count(), total=Sum("v"), top=Max("v")),
         "twa": lambda: TimeWeightedAverage("v"), "spans": Spans}
@@ -206,3 +213,26 @@ def test_the_planner_runs_a_window_over_points_column_wise():
         (s, s + 10, sum(float(t % 4) for t in range(s, s + 10))) for s in range(0, 40, 10)]
     intervals = Stream.from_rows(rows, start="t", end=lambda r: r["t"] + 3, shape="interval")
     assert "column-wise" not in intervals.tumbling_window(10).aggregate(Sum("v")).explain()
+
+
+@pytest.mark.parametrize("udm", [Max("v"), Min("v")], ids=repr)
+@pytest.mark.parametrize("values", [[1.5, math.nan, -2.0], [3, 1, 2], ["b", "a", "c"],
+                                    [-0.0, 0.0, -0.0], [0.0, -0.0, 0.0],
+                                    [1, 2.5, True], ["a", None, "b"], [1, "a", 2]])
+def test_extremes_read_columns_as_the_payloads_say(udm, values):
+    """Min and Max add a column batch's values at once: the same result as one payload at a
+    time (NaN ranks highest, ties keep their first value), and the same error where values
+    do not order (None, a str beside ints)."""
+    column = np.array(values, dtype=object if any(not isinstance(v, float) for v in values)
+                      else float)
+    batch = Columns(np.arange(3), np.arange(3), None, {"v": column})
+
+    def run(feed):
+        op = KeyedWindowAggregate(lambda p: 0, tumbling_window(10), udm, keyed=False,
+                                  name="kw")
+        try:
+            return to_cht(op.process(feed) + op.finish())
+        except OperatorError as e:
+            return str(e.__cause__)
+
+    assert repr(run([batch])) == repr(run(batch.inserts()))
