@@ -137,18 +137,21 @@ class Progress:
     """A one-line progress bar on stderr."""
 
     def __init__(self, total: int, width: int = 30) -> None:
-        self.total, self.width, self.shown = max(total, 1), width, -1
+        self.total, self.width, self.shown, self.label = max(total, 1), width, -1, ""
         self.tty = sys.stderr.isatty()
 
-    def update(self, done: int, label: str) -> None:
+    def update(self, done: int, label: str, last: bool = False) -> None:
+        """Show ``done`` events and ``label``; ``last``: the final line (the queries have
+        ended; events all read may come before that)."""
         pct = min(100, int(100 * done / self.total))
         step = 1 if self.tty else 25  # without a terminal, one line per quarter
-        if self.shown >= 0 and pct // step == self.shown // step:
+        if (self.shown >= 0 and pct // step == self.shown // step and not last
+                and (label == self.label or not self.tty)):
             return
-        self.shown = pct
+        self.shown, self.label = pct, label
         filled = self.width * pct // 100
         bar = "█" * filled + "░" * (self.width - filled)
-        end = "" if self.tty and pct < 100 else "\n"
+        end = "\n" if last or not self.tty else ""
         sys.stderr.write(f"\r  [{bar}] {pct:3d}%  {done:,}/{self.total:,} events  {label:<22}"
                          + end)
         sys.stderr.flush()
@@ -202,8 +205,10 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
                 if name not in done_names and live.wait(timeout_s=0):
                     done_names.add(name)
                 received += _readings_received(live.stats())
-            bar.update(received, f"{len(done_names)}/{len(running)} queries done")
-            time.sleep(0.2)
+            ended = len(done_names) == len(running)
+            bar.update(received, f"{len(done_names)}/{len(running)} queries done", last=ended)
+            if not ended:
+                time.sleep(0.2)
         elapsed = time.perf_counter() - t0
         for name, live in running.items():
             rows = live.snapshot()

@@ -82,3 +82,17 @@ def test_run_takes_its_address_wherever_it_stands(monkeypatch, tmp_path, capsys)
     assert seen == ["10.0.0.1:6379", "auto"]
     out = capsys.readouterr().out
     assert "argv ['x', 'y']" in out and "argv []" in out
+
+
+def test_the_demo_progress_ends_on_the_final_count(capsys):
+    """The bar reaches 100 % when every reading was read, before the queries end; its last
+    line still says that every query is done."""
+    from topology.demo import Progress
+
+    bar = Progress(10)
+    bar.update(10, "4/5 queries done")
+    bar.update(10, "4/5 queries done")
+    bar.update(10, "5/5 queries done", last=True)
+    lines = capsys.readouterr().err.strip().split("\n")
+    assert "100%" in lines[-1] and "5/5 queries done" in lines[-1]
+    assert sum("4/5" in line for line in lines) == 1
