@@ -35,6 +35,7 @@ from operators.anti_join import AntiJoin
 from operators.base import Processor
 from operators.chain import Chain
 from operators.clip_duration import ClipDuration
+from operators.events import MAX_TIME
 from operators.group_apply import GroupApply
 from operators.join import Join
 from operators.left_join import LeftJoin
@@ -131,7 +132,7 @@ def _one_group(payload: Any) -> int:
 
 
 def _b_window(node: n.Window, step: str) -> Factory:
-    if (node.kind == "aggregate" and points_only(node.inputs[0])
+    if (node.kind == "aggregate" and _points(node.inputs[0])
             and supports(node.spec, node.udm, node.kind, node.output, node.on_error)):
         return functools.partial(KeyedWindowAggregate, _one_group, node.spec, node.udm,
                                  output=node.output, emit=node.emit, keyed=False, name=step)
@@ -163,7 +164,7 @@ def _b_union(node: n.Union, step: str) -> Factory:
 def _b_group_apply(node: n.GroupApply, step: str) -> Factory:
     sub = node.sub
     if (isinstance(sub, n.Window) and isinstance(sub.inputs[0], n.GroupInput)
-            and points_only(node.inputs[0])
+            and _points(node.inputs[0])
             and supports(sub.spec, sub.udm, sub.kind, sub.output, sub.on_error)):
         return functools.partial(KeyedWindowAggregate, node.key, sub.spec, sub.udm,
                                  output=sub.output, emit=sub.emit, name=step)
@@ -186,6 +187,41 @@ def points_only(node: n.Node) -> bool:
     while isinstance(node, (n.Where, n.Select)):
         node = node.inputs[0]
     return isinstance(node, n.FromRows) and node.shape == "point"
+
+
+def insert_lengths(node: n.Node) -> int | None:
+    """The longest lifetime of ``node``'s stream when it holds only inserts (``MAX_TIME``:
+    any, edges included), or None when it may hold retractions. A rows source of points or
+    intervals never retracts; ``where``, ``select`` and ``shift`` keep lengths (or cut them at
+    the end of the axis); ``to_points``, ``clip_duration`` and ``alter_lifetime`` with an
+    ``int`` duration bound them and emit a retraction only for one they receive.
+
+    >>> from topology import Stream
+    >>> insert_lengths(Stream.from_rows([], start="t").alter_lifetime(duration=30)._node)
+    30
+    >>> insert_lengths(Stream.from_rows([], start="t", end="u", shape="edge", id="k")
+    ...                .to_points()._node) is None  # to_points passes full retractions
+    True
+    """
+    if isinstance(node, n.FromRows):
+        return {"point": 1, "interval": MAX_TIME}.get(node.shape)
+    if not isinstance(node, (n.Where, n.Select, n.Shift, n.ToPoints, n.ClipDuration,
+                             n.AlterLifetime)):
+        return None
+    inner = insert_lengths(node.inputs[0])
+    if inner is None or isinstance(node, (n.Where, n.Select, n.Shift)):
+        return inner
+    if isinstance(node, n.ToPoints):
+        return 1
+    if isinstance(node, n.ClipDuration):
+        return min(node.limit, inner)
+    d = node.duration
+    return inner if d is None else d if isinstance(d, int) else MAX_TIME
+
+
+def _points(node: n.Node) -> bool:
+    """Whether ``node``'s stream holds only point inserts (the keyed window's input)."""
+    return points_only(node) or insert_lengths(node) == 1
 
 
 def _b_from_events(node: n.FromEvents, step: str) -> Factory:
