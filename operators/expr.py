@@ -86,6 +86,13 @@ class Expr:
     def __getitem__(self, key: Any) -> Expr:
         raise NotElementwise("indexes into a field")
 
+    # (f-strings, format() and str() would otherwise see the expression's repr: a constant)
+    def __str__(self) -> str:
+        raise NotElementwise("turns a field into a string (str, an f-string)")
+
+    def __format__(self, spec: str) -> str:
+        raise NotElementwise("formats a field (an f-string, format)")
+
 
 class Field(Expr):
     """A payload field: ``p[key]`` (a dict key or tuple index), or the payload itself

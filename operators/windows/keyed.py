@@ -128,6 +128,25 @@ def _group_order(ns: np.ndarray, ks: np.ndarray) -> np.ndarray:
     return np.lexsort((np.arange(len(ks)), ks, ns))
 
 
+def _codes(keys: np.ndarray) -> tuple[list[Any], np.ndarray] | None:
+    """Keys that are not numbers (strings, objects) as int codes: the distinct keys, in order
+    of first appearance, and each row's code. Keys are told apart as a dict tells them (the
+    first of equal keys names the group, as on the per-event path); None for an unhashable
+    key (the per-event path then reports it).
+
+    >>> names, codes = _codes(np.array(["b", "a", "b"], dtype=object))
+    >>> names, codes.tolist()
+    (['b', 'a'], [0, 1, 0])
+    """
+    index: dict[Any, int] = {}
+    code = index.setdefault
+    try:
+        codes = [code(k, len(index)) for k in keys.tolist()]
+    except TypeError:
+        return None
+    return list(index), np.array(codes, dtype=np.int64)
+
+
 class KeyedWindowAggregate(Processor):
     """One hopping (or tumbling) window aggregate per value of ``key(payload)``, over point
     events; payloads become ``(key, result)``, as ``group_apply`` gives them (with
@@ -244,6 +263,10 @@ class KeyedWindowAggregate(Processor):
                 not self.intervals or int(ends.max()) >= _SAFE))):
             return super().on_columns(msg, port)  # the per-event path names the culprit
         keys = apply_columns(self.key, msg)
+        named = _codes(keys) if isinstance(keys, np.ndarray) and keys.dtype.kind in "OUS" \
+            else None
+        if named is not None:  # strings and other objects: grouped by their int codes
+            names, keys = named
         if not (isinstance(keys, np.ndarray) and keys.dtype.kind in "biuf") or (
                 keys.dtype.kind == "f" and np.isnan(keys).any()):  # NaN keys: one group each
             self._add(self._groups_per_event(msg))
@@ -252,7 +275,10 @@ class KeyedWindowAggregate(Processor):
             distinct, which = np.unique(keys, return_inverse=True)
             top = np.full(len(distinct), MIN_TIME, dtype=np.int64)
             np.maximum.at(top, which.reshape(-1), starts)
-            for k, t in zip(distinct.tolist(), top.tolist()):
+            distinct_keys = distinct.tolist()
+            if named is not None:
+                distinct_keys = [names[c] for c in distinct_keys]
+            for k, t in zip(distinct_keys, top.tolist()):
                 self._advance(k, t + 1)
         ranged = None if ends is not None else self._ranges(starts, keys)
         if ranged is None:  # intervals, or keys or panes too far apart to code: a copy of a
@@ -263,6 +289,8 @@ class KeyedWindowAggregate(Processor):
             windows, group_keys, rows, lo, hi = ranged
         if not windows:
             return []
+        if named is not None:
+            group_keys = [names[c] for c in group_keys]
         if self.add_ranges is not None:  # a built-in: add column-wise, no payload objects
             by_group = [self.open.get(n, {}).get(k) for n, k in zip(windows, group_keys)]
             states = self.add_ranges(by_group, map_columns(msg.payload, lambda c: c[rows]),

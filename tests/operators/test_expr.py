@@ -196,6 +196,9 @@ def test_other_types_run_per_event_and_pass_through(column):
     (lambda p: p.get("v"), "AttributeError"),
     (lambda p: p["v"] ** 2, "TypeError"),
     (lambda p: p["v"]["x"], "indexes into a field"),
+    # (these traced to the constant repr of the expression: every row got "kp['k']")
+    (lambda p: f"k{p['k']}", "formats a field"),
+    (lambda p: str(p["k"]), "turns a field into a string"),
 ])
 def test_what_is_not_elementwise_runs_per_event_and_says_why(fn, why):
     assert trace(fn) is None

@@ -33,7 +33,8 @@ from tests.reference_windows import window as reference_window
 UDMS = {"count": Count, "sum": lambda: Sum("v"), "max": lambda: Max("v"),
         "min": lambda: Min("v"), "avg": lambda: Avg("v"),
         "several": lambda: Aggregates(n=Count(), total=Sum("v"), top=Max("v"))}
-KEYS = {"field": "k", "mod": lambda r: r["k"] % 3, "text": lambda r: f"k{r['k']}"}
+KEYS = {"field": "k", "mod": lambda r: r["k"] % 3, "text": lambda r: f"k{r['k']}",
+        "text field": "tag"}  # (a string column: coded to ints)
 
 
 @st.composite
@@ -43,7 +44,8 @@ def interval_sources(draw):
     t = np.arange(n, dtype=np.int64) // draw(st.sampled_from([1, 3, 10])) \
         - rng.integers(0, draw(st.integers(1, 40)), n)
     length = rng.integers(1, draw(st.integers(1, 60)) + 1, n)
-    cols = {"t": t, "u": t + length, "k": rng.integers(0, 6, n),
+    k = rng.integers(0, 6, n)
+    cols = {"t": t, "u": t + length, "k": k, "tag": np.array([f"k{i}" for i in k.tolist()]),
             "v": rng.random(n) * draw(st.sampled_from([1.0, 1e300, -3.0]))}
     cut = sorted(set(draw(st.lists(st.integers(1, max(1, n - 1)), max_size=3))))
     return [{k: c[a:b] for k, c in cols.items()} for a, b in zip([0, *cut], [*cut, n])]
