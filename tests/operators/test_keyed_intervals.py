@@ -140,6 +140,7 @@ N = 20_000
 _RNG = np.random.default_rng(5)
 COLS = {"t": np.arange(N, dtype=np.int64) * 5 + _RNG.integers(0, 40, N),
         "k": _RNG.integers(0, 30, N), "v": _RNG.random(N)}
+COLS["tag"] = np.array([f"m{k % 11}" for k in COLS["k"].tolist()], dtype=object)
 QUERIES = {
     "hopping per key": lambda s: s.alter_lifetime(duration=70).group_apply(
         lambda p: p["k"], lambda g: g.hopping_window(300, 100).aggregate(
@@ -147,6 +148,8 @@ QUERIES = {
     "tumbling, final": lambda s: s.where(lambda p: p["v"] > 0.2).alter_lifetime(
         start=lambda t: t - t % 7, duration=33).tumbling_window(50, emit="final").aggregate(
             Avg("v")),
+    "string keys": lambda s: s.to_points().group_apply(
+        lambda p: p["tag"], lambda g: g.hopping_window(400, 100).aggregate(Sum("v"))),
     "partitions": lambda s: s.clip_duration(1).alter_lifetime(duration=250).group_apply(
         lambda p: p["k"] % 7, lambda g: g.tumbling_window(200).aggregate(Count()),
         partitions=2),
