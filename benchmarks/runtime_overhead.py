@@ -7,6 +7,7 @@ actor pool, then is timed (configure, feed, drain and reset of the actors includ
 
     python benchmarks/runtime_overhead.py                 # 200k events, both queries
     python benchmarks/runtime_overhead.py --events 1000000 --batch-size 8192
+    python benchmarks/runtime_overhead.py --source arrow --query interval   # column batches
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from operators.aggregates import Count
 from operators.cht import check_equivalent
 from operators.events import Cti, Insert, Message
+from operators.ingress import AdvanceTime
 from topology import Stream
 
 
@@ -34,11 +38,20 @@ def readings(n: int, cti_every: int) -> list[Message]:
     return out
 
 
+def reading_columns(n: int) -> dict[str, np.ndarray]:
+    """The same readings as columns ``t``, ``k``, ``v`` (for ``Stream.from_arrow``)."""
+    i = np.arange(n, dtype=np.int64)
+    return {"t": i, "k": i % 10, "v": i % 7}
+
+
 QUERIES: dict[str, Callable[[Stream], Stream]] = {
     # three stateless span operators: the runtime's cost dominates
     "span": lambda s: s.where(lambda p: p["v"] != 3).select(lambda p: p["v"]).shift(5),
     # a filter and a stateful window
     "window": lambda s: s.where(lambda p: p["v"] != 3).tumbling_window(100).aggregate(Count()),
+    # a window over intervals: each event in one or two windows
+    "interval": lambda s: s.where(lambda p: p["v"] != 3).alter_lifetime(duration=50)
+    .tumbling_window(100).aggregate(Count()),
 }
 
 
@@ -60,10 +73,17 @@ def main() -> None:
     ap.add_argument("--max-in-flight", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; best counts")
     ap.add_argument("--query", choices=sorted(QUERIES), action="append")
+    ap.add_argument("--source", choices=("events", "arrow"), default="events",
+                    help="messages (from_events) or column batches (from_arrow)")
     args = ap.parse_args()
     names = args.query or sorted(QUERIES)
     msgs = readings(args.events, args.cti_every)
-    queries = {name: QUERIES[name](Stream.from_events(msgs)) for name in names}
+    if args.source == "arrow":
+        cols, adv = reading_columns(args.events), AdvanceTime(every=args.cti_every)
+        src = Stream.from_arrow(cols, start="t", advance=adv, batch_rows=args.batch_size)
+    else:
+        src = Stream.from_events(msgs)
+    queries = {name: QUERIES[name](src) for name in names}
 
     # inline first: Ray's start-up (its processes import for seconds) must not share the CPUs
     inline = {name: best_of(args.repeat, lambda q=q: q.collect(runtime="inline",

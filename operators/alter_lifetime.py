@@ -26,6 +26,11 @@ CTI). With a duration *function* a retraction may move an output end anywhere af
 the CTI is held at the earliest ``s'`` of those events; an edge event that is never closed
 holds it until the end of input.
 
+Column batches (:class:`~operators.columns.Columns`) keep travelling column-wise for an
+``int`` duration or ``None`` (see :meth:`AlterLifetime.on_columns`): the start function runs
+once on the start column when it traces (:mod:`operators.expr`), else once per start; a batch
+that comes near an end of the axis, or a duration function, goes event by event.
+
     >>> from operators.events import Insert, Retract, Cti, MAX_TIME
     >>> op = AlterLifetime(duration=lambda s, e: e - s - 2)
     >>> op.process([Insert("a", 0, MAX_TIME, "x"), Retract("a", 0, MAX_TIME, 1, "x")])
@@ -37,17 +42,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 
+import numpy as np
 from sortedcontainers import SortedList
 
 from .base import Processor
 from .columns import Columns
 from .errors import DeadLetter
 from .events import MAX_TIME, MIN_TIME, FreshId, Insert, Message, Retract
+from .expr import evaluate, trace
 
 #: Ends computed from an open end that land beyond this (year ~148,000) count as ∞.
 _FAR_FUTURE = MAX_TIME // 2
 #: The last finite instant of the time axis (MAX_TIME is ∞): finite ends are cut to it.
 LAST = MAX_TIME - 1
+#: Column batches whose times (and duration) lie within ±2**61 ticks go column-wise: sums of
+#: three such values stay inside int64 and far from both ends of the axis.
+SAFE = 2**61
 
 StartFn = Callable[[int], int]
 DurationFn = Callable[[int, int], int]
@@ -152,14 +162,54 @@ class AlterLifetime(Processor):
             )
         return [Insert(msg.id, s2, e2, msg.payload)]
 
+    def map_starts(self, starts: np.ndarray) -> np.ndarray | None:
+        """:meth:`map_start` of every start at once: an int64 array holding exactly what the
+        start function gives per start, or None when that cannot be had (the batch then goes
+        event by event, which raises or dead-letters where an event must). The function runs
+        once on the column when it traces (:mod:`operators.expr`), else once per start."""
+        fn = self.start_fn
+        if fn is None:
+            return starts
+        values = evaluate(trace(fn), starts, len(starts))
+        if values is not None:
+            return values if values.dtype.kind == "i" else None
+        out = [fn(s) for s in starts.tolist()]
+        # what the event-by-event path accepts as a time (no bools, no floats, no numpy ints)
+        if all(type(x) is int and -SAFE < x < SAFE for x in out):
+            return np.array(out, dtype=np.int64)
+        return None
+
     def on_columns(self, msg: Columns, port: int) -> list[Message]:
-        """A constant ``duration`` (and no ``start``) sets every end at once: ``[s, s + d)``,
-        with nothing to hold (what :meth:`on_insert` does event by event)."""
+        """The lifetimes of a batch of inserts at once, where that is what :meth:`on_insert`
+        gives event by event: an ``int`` duration or ``None`` (a duration function goes event
+        by event), every start and finite end within ±2**61 ticks before and after (so no
+        output comes near an end of the axis and the arithmetic stays in int64) and no start
+        moved behind the output CTI. Otherwise the batch goes event by event, which cuts
+        ends, dead-letters starts leaving the axis and raises for a decreasing start
+        function. Inserts hold the CTI as in :meth:`on_insert`: only ``duration=None`` with a
+        start function holds anything."""
         d = self.duration
-        if (self.start_fn is None and type(d) is int and len(msg)
-                and int(msg.starts.max()) < LAST - d):
-            return [Columns(msg.ids, msg.starts, msg.starts + d, msg.payload)]  # type: ignore[list-item]  # a Columns stands for its inserts
-        return super().on_columns(msg, port)
+        if not len(msg) or callable(d) or (d is not None and d >= SAFE):
+            return super().on_columns(msg, port)
+        starts = msg.starts
+        new = self.map_starts(starts) if _within(starts) else None
+        if new is None or not _within(new) or int(new.min()) < self.out_cti:
+            return super().on_columns(msg, port)
+        ends: np.ndarray | None
+        if d is not None:  # [s', s' + d)
+            ends = None if d == 1 else new + d
+        elif msg.points:  # [s', e + s' - s) = [s', s' + 1)
+            ends = None
+        else:
+            finite = msg.ends != MAX_TIME
+            if not _within(msg.ends[finite]):
+                return super().on_columns(msg, port)
+            ends = np.where(finite, msg.ends + (new - starts), MAX_TIME)
+        if self.holds_cti:
+            holds = (new - starts).tolist()
+            self.open_by_end.update(zip(msg.ends.tolist(), holds, msg.ids.tolist()))
+            self.open_by_hold.update(zip(holds, msg.ids.tolist()))
+        return [Columns(msg.ids, new, ends, msg.payload)]  # type: ignore[list-item]  # a Columns stands for its inserts
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
         s = msg.start
@@ -209,8 +259,8 @@ class AlterLifetime(Processor):
             if by_hold:
                 hold = by_hold[0][0]
                 out_time = min(out_time, time + hold if self.relative_hold else hold)
-        if time != MAX_TIME:  # cut to the axis, as ends are
-            out_time = min(max(out_time, MIN_TIME), LAST)
+        # cut to the axis, as ends are (a CTI at ∞, the end of everything, stays at ∞)
+        out_time = min(max(out_time, MIN_TIME), LAST if time != MAX_TIME else MAX_TIME)
         return self.emit_cti(out_time)
 
     def state_size(self) -> int:
@@ -220,3 +270,8 @@ class AlterLifetime(Processor):
         assert len(self.open_by_end) == len(self.open_by_hold)
         assert all(e >= self.in_cti for e, _, _ in self.open_by_end)
         assert all(g[0] >= 1 for g in self.generation.values())
+
+
+def _within(times: np.ndarray) -> bool:
+    """Whether every time lies strictly within ±2**61 (see ``SAFE``)."""
+    return not len(times) or (int(times.min()) > -SAFE and int(times.max()) < SAFE)

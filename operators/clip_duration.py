@@ -12,8 +12,11 @@ clipped end; CTIs pass unchanged (a clipped end never moves before the input's s
 
 from __future__ import annotations
 
+import numpy as np
+
 from .base import Processor
-from .events import Insert, Message, Retract, add_time
+from .columns import Columns
+from .events import MAX_TIME, Insert, Message, Retract, add_time
 
 
 class ClipDuration(Processor):
@@ -28,6 +31,16 @@ class ClipDuration(Processor):
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
         end = min(msg.end, add_time(msg.start, self.limit))
         return [Insert(msg.id, msg.start, end, msg.payload)]
+
+    def on_columns(self, msg: Columns, port: int) -> list[Message]:
+        """Every end at once, ``min(e, s + limit)``, when no ``s + limit`` passes ∞ (else
+        event by event, where it is clamped); points stay as they are."""
+        if msg.points or not len(msg):
+            return [msg] if len(msg) else []  # type: ignore[list-item]  # a Columns stands for its inserts
+        if int(msg.starts.max()) > MAX_TIME - self.limit:
+            return super().on_columns(msg, port)
+        ends = np.minimum(msg.ends, msg.starts + self.limit)
+        return [Columns(msg.ids, msg.starts, ends, msg.payload)]  # type: ignore[list-item]
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
         cap = add_time(msg.start, self.limit)

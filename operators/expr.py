@@ -12,7 +12,11 @@ field reads, constants (bool, int, float), arithmetic ``+ - * / // %``, unary ``
 comparisons ``< <= > >= == !=`` and ``& | ^``, it runs column-wise. Anything else makes the
 tracing fail and the function runs per event, always: ``and``/``or``/``not``/``if`` and
 chained comparisons (they ask ``bool()`` of a column), ``**``, calls (``math.sqrt``,
-``round``, ``len``, ``str`` methods), ``.get``, ``in``. ``col("v")`` builds the same
+``round``, ``len``, ``str`` and its methods, f-strings), ``.get``, ``in``, and any bool
+constant: ``p["v"] is None``, ``isinstance(p["v"], int)`` (and a literal ``True``) give one,
+decided once on the stand-in instead of per payload. (What operator overloading cannot see
+stays a leak where no bool shows: ``"a" if p["v"] is None else "b"`` traces to ``"b"``.)
+``col("v")`` builds the same
 expressions explicitly, and ``explain()`` says per step which way it runs and why.
 
 **Which batches.** An expression is evaluated on the columns only when every step is exact
@@ -41,6 +45,7 @@ for *these* values; otherwise that batch runs per event (and raises where a payl
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import operator
 from collections.abc import Callable
@@ -85,6 +90,13 @@ class Expr:
 
     def __getitem__(self, key: Any) -> Expr:
         raise NotElementwise("indexes into a field")
+
+    # (f-strings, format() and str() would otherwise see the expression's repr: a constant)
+    def __str__(self) -> str:
+        raise NotElementwise("turns a field into a string (str, an f-string)")
+
+    def __format__(self, spec: str) -> str:
+        raise NotElementwise("formats a field (an f-string, format)")
 
 
 class Field(Expr):
@@ -136,7 +148,9 @@ def col(name: Any) -> Expr:
 def _wrap(x: Any) -> Expr:
     if isinstance(x, Expr):
         return x
-    if isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating)):
+    if isinstance(x, (bool, np.bool_)) and _TRACING.get():
+        raise NotElementwise(_BOOL)
+    if isinstance(x, (int, float, np.integer, np.floating)):
         return Const(x)
     raise NotElementwise(f"combines a field with {type(x).__name__} {x!r}")
 
@@ -177,6 +191,7 @@ def _trace(fn: Callable[[Any], Any]) -> tuple[Any, str | None]:
     field = getattr(fn, "field", _NO_FIELD)  # operators.udm.field_getter of a name
     if field is not _NO_FIELD:
         return Field(field), None
+    token = _TRACING.set(True)
     try:
         out = fn(Field())
         return _result(out), None
@@ -184,9 +199,20 @@ def _trace(fn: Callable[[Any], Any]) -> tuple[Any, str | None]:
         return None, str(exc)
     except Exception as exc:  # noqa: BLE001 - anything else a stand-in payload cannot do
         return None, f"{type(exc).__name__}: {exc}"
+    finally:
+        _TRACING.reset(token)
 
 
 _NO_FIELD = object()
+
+
+#: Whether a user function is being traced (then a bool constant is refused: explicit
+#: ``col()`` expressions may hold literal bools).
+_TRACING: contextvars.ContextVar[bool] = contextvars.ContextVar("tracing", default=False)
+#: Why a bool constant runs per event: ``is``, ``isinstance`` and ``callable`` give one,
+#: decided once on the stand-in payload instead of per payload.
+_BOOL = ("uses a bool decided without the payload's value (an `is` or isinstance test, or a "
+         "literal True/False)")
 
 
 def _result(out: Any) -> Any:
@@ -200,6 +226,8 @@ def _result(out: Any) -> Any:
 
 
 def _part(x: Any) -> Expr:
+    if isinstance(x, (bool, np.bool_)):
+        raise NotElementwise(_BOOL)
     if isinstance(x, Expr):
         return x
     if isinstance(x, (tuple, list, dict, set)):
@@ -239,10 +267,13 @@ class _Side(Field):
 
 @functools.lru_cache(maxsize=1024)
 def _cached_pair(fn: Callable[[Any, Any], Any]) -> Any:
+    token = _TRACING.set(True)
     try:
         return _result(fn(_Side("l"), _Side("r")))
     except Exception:  # noqa: BLE001 - not element-wise, or more than a stand-in can do
         return None
+    finally:
+        _TRACING.reset(token)
 
 
 def trace_pair(fn: Callable[[Any, Any], Any]) -> Any:

@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .alter_lifetime import LAST, AlterLifetime
-from .columns import Columns
-from .events import MAX_TIME, MIN_TIME, Message
+from .alter_lifetime import SAFE, AlterLifetime
 
 
 class Shift(AlterLifetime):
@@ -43,23 +41,6 @@ class Shift(AlterLifetime):
     def map_start(self, s: int) -> int:
         return s + self.delta
 
-    def on_columns(self, msg: Columns, port: int) -> list[Message]:
-        """Every lifetime at once when all of them stay on the axis."""
-        d, n = self.delta, len(msg)
-        if not n:
-            return []
-        if not MIN_TIME <= d <= MAX_TIME:  # beyond int64: event by event
-            return super().on_columns(msg, port)
-        lo, hi = int(msg.starts.min()), int(msg.starts.max())
-        # (the ignores: a Columns stands for its inserts)
-        if msg.points:
-            fits = lo + d >= MIN_TIME and hi + d + 1 <= LAST
-            return [Columns(msg.ids, msg.starts + d, None,  # type: ignore[list-item]
-                            msg.payload)] if fits else super().on_columns(msg, port)
-        ends = msg.ends
-        finite = ends != MAX_TIME
-        top = int(ends[finite].max()) if finite.any() else MIN_TIME
-        if lo + d >= MIN_TIME and hi + d < LAST and top + d <= LAST:
-            return [Columns(msg.ids, msg.starts + d,  # type: ignore[list-item]
-                            np.where(finite, ends + d, MAX_TIME), msg.payload)]
-        return super().on_columns(msg, port)
+    def map_starts(self, starts: np.ndarray) -> np.ndarray | None:
+        d = self.delta
+        return starts + d if -SAFE < d < SAFE else None  # (starts lie within ±2**61)

@@ -11,12 +11,21 @@ full retraction passes (it deletes the point); CTIs pass unchanged.
 from __future__ import annotations
 
 from .base import Processor
+from .columns import Columns
 from .events import Insert, Message, Retract
 
 
 class ToPoints(Processor):
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
         return [Insert(msg.id, msg.start, msg.start + 1, msg.payload)]
+
+    def on_columns(self, msg: Columns, port: int) -> list[Message]:
+        """The batch's events as points: only the end column goes."""
+        if not len(msg):
+            return []
+        # (the ignore: a Columns stands for its inserts)
+        return [msg if msg.points else Columns(msg.ids, msg.starts, None,  # type: ignore[list-item]
+                                               msg.payload)]
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
         if msg.new_end == msg.start:

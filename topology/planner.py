@@ -35,6 +35,7 @@ from operators.anti_join import AntiJoin
 from operators.base import Processor
 from operators.chain import Chain
 from operators.clip_duration import ClipDuration
+from operators.events import MAX_TIME
 from operators.group_apply import GroupApply
 from operators.join import Join
 from operators.left_join import LeftJoin
@@ -130,11 +131,32 @@ def _one_group(payload: Any) -> int:
     return 0
 
 
+#: The keyed window aggregate takes intervals whose lifetime (plus a window) spans at most
+#: this many hops: it adds each event to every window it overlaps at once.
+KEYED_WINDOWS_PER_EVENT = 64
+
+
+def _keyed(window: n.Window, node: n.Node) -> dict[str, bool] | None:
+    """How :class:`KeyedWindowAggregate` runs ``window`` over ``node``'s stream — ``{}`` over
+    points, ``{"intervals": True}`` over inserts of bounded lifetimes — or None (the general
+    window operator)."""
+    w = window
+    if _points(node):
+        return {} if supports(w.spec, w.udm, w.kind, w.output, w.on_error) else None
+    length = insert_lengths(node)
+    if (length is None or not isinstance(w.spec, HoppingWindow)
+            or length + w.spec.size > KEYED_WINDOWS_PER_EVENT * w.spec.hop
+            or not supports(w.spec, w.udm, w.kind, w.output, w.on_error, intervals=True)):
+        return None
+    return {"intervals": True}
+
+
 def _b_window(node: n.Window, step: str) -> Factory:
-    if (node.kind == "aggregate" and points_only(node.inputs[0])
-            and supports(node.spec, node.udm, node.kind, node.output, node.on_error)):
+    keyed = _keyed(node, node.inputs[0])
+    if keyed is not None:
         return functools.partial(KeyedWindowAggregate, _one_group, node.spec, node.udm,
-                                 output=node.output, emit=node.emit, keyed=False, name=step)
+                                 output=node.output, emit=node.emit, keyed=False, name=step,
+                                 **keyed)
     build = functools.partial(make_window, node.spec, node.udm, kind=node.kind, clip=node.clip,
                               output=node.output, name=step, on_error=node.on_error)
     if node.emit == "final":
@@ -162,11 +184,11 @@ def _b_union(node: n.Union, step: str) -> Factory:
 
 def _b_group_apply(node: n.GroupApply, step: str) -> Factory:
     sub = node.sub
-    if (isinstance(sub, n.Window) and isinstance(sub.inputs[0], n.GroupInput)
-            and points_only(node.inputs[0])
-            and supports(sub.spec, sub.udm, sub.kind, sub.output, sub.on_error)):
+    keyed = (_keyed(sub, node.inputs[0]) if isinstance(sub, n.Window)
+             and isinstance(sub.inputs[0], n.GroupInput) else None)
+    if keyed is not None:
         return functools.partial(KeyedWindowAggregate, node.key, sub.spec, sub.udm,
-                                 output=sub.output, emit=sub.emit, name=step)
+                                 output=sub.output, emit=sub.emit, name=step, **keyed)
     return functools.partial(GroupApply, node.key, subquery_factory(node.sub, step), name=step)
 
 
@@ -174,7 +196,8 @@ def _describe(node: n.Node, factory: Factory) -> str:
     """The stage's line in ``explain()``: the node, and the fast path when one was chosen."""
     if getattr(factory, "func", None) is KeyedWindowAggregate:
         if not factory.keywords.get("keyed", True):  # type: ignore[attr-defined]
-            return f"{node.describe()} as a column-wise window aggregate (point input)"
+            what = "interval" if factory.keywords.get("intervals") else "point"  # type: ignore[attr-defined]
+            return f"{node.describe()} as a column-wise window aggregate ({what} input)"
         return f"{node.describe()} as one keyed window aggregate (all groups at once)"
     return node.describe()
 
@@ -186,6 +209,41 @@ def points_only(node: n.Node) -> bool:
     while isinstance(node, (n.Where, n.Select)):
         node = node.inputs[0]
     return isinstance(node, n.FromRows) and node.shape == "point"
+
+
+def insert_lengths(node: n.Node) -> int | None:
+    """The longest lifetime of ``node``'s stream when it holds only inserts (``MAX_TIME``:
+    any, edges included), or None when it may hold retractions. A rows source of points or
+    intervals never retracts; ``where``, ``select`` and ``shift`` keep lengths (or cut them at
+    the end of the axis); ``to_points``, ``clip_duration`` and ``alter_lifetime`` with an
+    ``int`` duration bound them and emit a retraction only for one they receive.
+
+    >>> from topology import Stream
+    >>> insert_lengths(Stream.from_rows([], start="t").alter_lifetime(duration=30)._node)
+    30
+    >>> insert_lengths(Stream.from_rows([], start="t", end="u", shape="edge", id="k")
+    ...                .to_points()._node) is None  # to_points passes full retractions
+    True
+    """
+    if isinstance(node, n.FromRows):
+        return {"point": 1, "interval": MAX_TIME}.get(node.shape)
+    if not isinstance(node, (n.Where, n.Select, n.Shift, n.ToPoints, n.ClipDuration,
+                             n.AlterLifetime)):
+        return None
+    inner = insert_lengths(node.inputs[0])
+    if inner is None or isinstance(node, (n.Where, n.Select, n.Shift)):
+        return inner
+    if isinstance(node, n.ToPoints):
+        return 1
+    if isinstance(node, n.ClipDuration):
+        return min(node.limit, inner)
+    d = node.duration
+    return inner if d is None else d if isinstance(d, int) else MAX_TIME
+
+
+def _points(node: n.Node) -> bool:
+    """Whether ``node``'s stream holds only point inserts (the keyed window's input)."""
+    return points_only(node) or insert_lengths(node) == 1
 
 
 def _b_from_events(node: n.FromEvents, step: str) -> Factory:

@@ -1,6 +1,6 @@
-"""``group_apply(key, hopping/tumbling window → aggregate)`` over point events, for all keys
-at once: the planner's fast path for the most common streaming query (a windowed aggregate
-per key), equal in CHT to the general :class:`~operators.group_apply.GroupApply` of a
+"""``group_apply(key, hopping/tumbling window → aggregate)`` over point (or interval) inserts,
+for all keys at once: the planner's fast path for the most common streaming query (a windowed
+aggregate per key), equal in CHT to the general :class:`~operators.group_apply.GroupApply` of a
 :class:`~operators.windows.hopping.HoppingWindowOperator`.
 
 A point event ``[s, s + 1)`` belongs to the windows ``n`` with ``W(n).start <= s < W(n).end``,
@@ -28,6 +28,16 @@ windows no CTI has closed, as they stand::
     [Insert(id=FreshId('keyed_window', 0), start=0, end=5, payload=('a', 2)),
      Insert(id=FreshId('keyed_window', 1), start=5, end=10, payload=('b', 1)),
      Insert(id=FreshId('keyed_window', 2), start=5, end=10, payload=('a', 1)), Cti(time=10)]
+
+**Intervals** (``intervals=True``: what the planner runs over a stream of bounded lifetimes
+that never retracts, e.g. ``alter_lifetime(duration=d)`` of points; incremental,
+time-insensitive aggregates only). An interval ``[s, e)`` belongs to every window it
+overlaps, ``W(n).start < e`` and ``W(n).end > s``, and is added to all of them at once; as
+on the general path (one window operator per group), a window of a key is *produced* (has
+output) only once it starts before that key's frontier ``max(input CTI, latest start of the
+key + 1)``, so a long event's later windows appear as time reaches them. Each event of a
+batch is copied once per window it overlaps (an event spans few windows: the planner bounds
+it). An edge event (end ∞) or a retraction is a planner bug and fails loudly.
 
 On a :class:`~operators.columns.Columns` batch the key function runs once on the columns when
 it can (see :func:`~operators.columns.apply_columns`) and the events are grouped by (window,
@@ -67,6 +77,8 @@ from .spec import HoppingWindow
 __all__ = ["KeyedWindowAggregate", "supports"]
 
 _new = tuple.__new__
+#: :meth:`KeyedWindowAggregate._reached` of every key
+_EVERY = object()
 
 
 def _by_time(value: tuple[int, int, Any]) -> tuple[int, int]:
@@ -75,18 +87,27 @@ def _by_time(value: tuple[int, int, Any]) -> tuple[int, int]:
 _SAFE = 2**61
 
 
-def supports(spec: Any, udm: Any, kind: str, output: str | None, on_error: str) -> bool:
+def supports(spec: Any, udm: Any, kind: str, output: str | None, on_error: str,
+             intervals: bool = False) -> bool:
     """Whether :class:`KeyedWindowAggregate` computes ``window(spec).aggregate(udm)`` (an
-    aggregate, on a hopping or tumbling window, failing loudly). Time-sensitive aggregates
-    qualify too: a point lies inside each of its windows, so every clipping policy gives it
-    the lifetime ``[s, s + 1)``."""
+    aggregate, on a hopping or tumbling window, failing loudly) over points, or with
+    ``intervals`` over interval inserts. Over points time-sensitive aggregates qualify too: a
+    point lies inside each of its windows, so every clipping policy gives it the lifetime
+    ``[s, s + 1)``. Over intervals only incremental, time-insensitive ones do (every built-in
+    but TimeWeightedAverage): what they see does not depend on clipping or on the order of
+    the members."""
     try:
         resolved = resolve(udm)
     except Exception:  # noqa: BLE001 (the general path reports a bad UDM)
         return False
+    kinds: tuple[type, ...] = (IncrementalAggregate, Aggregate, TimeSensitiveAggregate)
+    if intervals:
+        if getattr(resolved, "time_sensitive", False):
+            return False
+        kinds = (IncrementalAggregate,)
     return (isinstance(spec, HoppingWindow) and kind == "aggregate" and on_error == "raise"
             and (output or "window") in ("window", "point_end")
-            and isinstance(resolved, (IncrementalAggregate, Aggregate, TimeSensitiveAggregate))
+            and isinstance(resolved, kinds)
             and max(abs(spec.size), abs(spec.hop), abs(spec.alignment)) < _SAFE)
 
 
@@ -107,18 +128,44 @@ def _group_order(ns: np.ndarray, ks: np.ndarray) -> np.ndarray:
     return np.lexsort((np.arange(len(ks)), ks, ns))
 
 
+def _codes(keys: np.ndarray) -> tuple[list[Any], np.ndarray] | None:
+    """Keys that are not numbers (strings, objects) as int codes: the distinct keys, in order
+    of first appearance, and each row's code. Keys are told apart as a dict tells them (the
+    first of equal keys names the group, as on the per-event path); None for an unhashable
+    key (the per-event path then reports it).
+
+    >>> names, codes = _codes(np.array(["b", "a", "b"], dtype=object))
+    >>> names, codes.tolist()
+    (['b', 'a'], [0, 1, 0])
+    """
+    index: dict[Any, int] = {}
+    code = index.setdefault
+    try:
+        codes = [code(k, len(index)) for k in keys.tolist()]
+    except TypeError:
+        return None
+    return list(index), np.array(codes, dtype=np.int64)
+
+
 class KeyedWindowAggregate(Processor):
     """One hopping (or tumbling) window aggregate per value of ``key(payload)``, over point
     events; payloads become ``(key, result)``, as ``group_apply`` gives them (with
     ``keyed=False``, one group and the bare result: a window aggregate without group_apply)."""
 
-    _state_fields = ("open", "ids", "seq", "sent")
+    _state_fields = ("open", "ids", "seq", "sent", "cti", "latest")
 
     def __init__(self, key: Callable[[Any], Hashable] | str, spec: HoppingWindow, udm: Any,
                  output: str | None = None, emit: str = "speculative", keyed: bool = True,
-                 name: str | None = None) -> None:
+                 intervals: bool = False, name: str | None = None) -> None:
         super().__init__(name)
         self.keyed = keyed
+        if intervals and not supports(spec, udm, "aggregate", output, "raise", intervals=True):
+            raise ValueError(
+                f"KeyedWindowAggregate(intervals=True) takes an incremental, time-insensitive "
+                f"aggregate (a built-in but TimeWeightedAverage), got {udm!r}; use the general "
+                f"window operator")
+        #: whether finite interval inserts are taken (else points only)
+        self.intervals = intervals
         if emit not in ("speculative", "final"):
             raise ValueError(f"emit={emit!r}: use 'speculative' or 'final'")
         self.final = emit == "final"
@@ -140,6 +187,11 @@ class KeyedWindowAggregate(Processor):
         self.sent: dict[int, dict[Hashable, tuple[FreshId, Any]]] = {}
         #: speculative: the (window number, key) groups this batch changed
         self.touched: set[tuple[int, Hashable]] = set()
+        #: intervals: the last input CTI, and per key the latest start + 1 where it is later;
+        #: a key's windows are produced once they start before its frontier, the larger of
+        #: the two (what the general operator of each group does)
+        self.cti = MIN_TIME
+        self.latest: dict[Hashable, int] = {}
 
     # -- input ------------------------------------------------------------------------------
     def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
@@ -177,11 +229,13 @@ class KeyedWindowAggregate(Processor):
         return True
 
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
-        s = msg.start
-        self._check_point(s, msg.end, msg)
+        s, e = msg.start, msg.end
+        self._check_lifetime(s, e, msg)
         key = self.key(msg.payload)
         [value] = self._values([s], [msg.payload])
-        self._add({(n, key): [value] for n in self.grid.span(s, s + 1)})
+        self._add({(n, key): [value] for n in self.grid.span(s, e)})
+        if self.intervals:
+            self._advance(key, s + 1)
         return []
 
     def _values(self, starts: list[int], payloads: list[Any]) -> list[Any]:
@@ -196,29 +250,47 @@ class KeyedWindowAggregate(Processor):
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
         raise ValueError(
-            f"a retraction ({msg!r}) reached the keyed window aggregate, which takes only point "
-            f"inserts; the planner chose it for a point source, so this is a bug: report it")
+            f"a retraction ({msg!r}) reached the keyed window aggregate, which takes only "
+            f"inserts; the planner chose it for a source that never retracts, so this is a bug: "
+            f"report it")
 
     def on_columns(self, msg: Columns, port: int) -> list[Message]:
         starts = msg.starts
         if not len(starts):
             return []
-        if (int(starts.max()) >= _SAFE or int(starts.min()) <= -_SAFE
-                or not (msg.points or (msg.ends - starts == 1).all())):
+        ends = None if msg.points or (msg.ends - starts == 1).all() else msg.ends
+        if (int(starts.max()) >= _SAFE or int(starts.min()) <= -_SAFE or (ends is not None and (
+                not self.intervals or int(ends.max()) >= _SAFE))):
             return super().on_columns(msg, port)  # the per-event path names the culprit
         keys = apply_columns(self.key, msg)
+        named = _codes(keys) if isinstance(keys, np.ndarray) and keys.dtype.kind in "OUS" \
+            else None
+        if named is not None:  # strings and other objects: grouped by their int codes
+            names, keys = named
         if not (isinstance(keys, np.ndarray) and keys.dtype.kind in "biuf") or (
                 keys.dtype.kind == "f" and np.isnan(keys).any()):  # NaN keys: one group each
             self._add(self._groups_per_event(msg))
             return []
-        ranged = self._ranges(starts, keys)
-        if ranged is None:  # keys or panes too far apart to code: a copy of a row per window
-            windows, group_keys, rows, bounds = self._sorted(starts, keys)
+        if self.intervals:
+            distinct, which = np.unique(keys, return_inverse=True)
+            top = np.full(len(distinct), MIN_TIME, dtype=np.int64)
+            np.maximum.at(top, which.reshape(-1), starts)
+            distinct_keys = distinct.tolist()
+            if named is not None:
+                distinct_keys = [names[c] for c in distinct_keys]
+            for k, t in zip(distinct_keys, top.tolist()):
+                self._advance(k, t + 1)
+        ranged = None if ends is not None else self._ranges(starts, keys)
+        if ranged is None:  # intervals, or keys or panes too far apart to code: a copy of a
+            # row per window
+            windows, group_keys, rows, bounds = self._sorted(starts, keys, ends)
             lo, hi = bounds[:-1], bounds[1:]
         else:
             windows, group_keys, rows, lo, hi = ranged
         if not windows:
             return []
+        if named is not None:
+            group_keys = [names[c] for c in group_keys]
         if self.add_ranges is not None:  # a built-in: add column-wise, no payload objects
             by_group = [self.open.get(n, {}).get(k) for n, k in zip(windows, group_keys)]
             states = self.add_ranges(by_group, map_columns(msg.payload, lambda c: c[rows]),
@@ -311,35 +383,32 @@ class KeyedWindowAggregate(Processor):
         values = self._values(starts, payloads)
         key, span = self.key, self.grid.span
         groups: dict[tuple[int, Hashable], list[Any]] = {}
-        for s, p, v in zip(starts, payloads, values):
+        for s, e, p, v in zip(starts, msg.ends.tolist(), payloads, values):
             k = key(p)
-            for n in span(s, s + 1):
+            for n in span(s, e):
                 groups.setdefault((n, k), []).append(v)
+            if self.intervals:
+                self._advance(k, s + 1)
         return groups
 
-    def _sorted(self, starts: np.ndarray,
-                keys: np.ndarray) -> tuple[list[int], list[Any], np.ndarray, list[int]]:
-        """The (window number, key) groups of a batch: their window numbers and keys, the
-        batch rows sorted by group (arrival order within a group; an event of several
-        hopping windows appears once per window) and the group bounds in that order."""
+    def _sorted(self, starts: np.ndarray, keys: np.ndarray, ends: np.ndarray | None
+                ) -> tuple[list[int], list[Any], np.ndarray, list[int]]:
+        """The (window number, key) groups of a batch of points (``ends`` None) or intervals:
+        their window numbers and keys, the batch rows sorted by group (arrival order within a
+        group; an event of several windows appears once per window) and the group bounds in
+        that order."""
         g = self.grid
-        hi = (starts - g.alignment) // g.hop  # the last window starting at or before s
+        last = starts if ends is None else ends - 1
+        hi = (last - g.alignment) // g.hop  # the last window starting at or before e - 1
         lo = (starts - g.alignment - g.size) // g.hop + 1  # the first ending after s
-        width = int((hi - lo).max()) + 1
-        if width <= 0:
+        counts = np.maximum(hi - lo + 1, 0)  # none: in a gap between windows (size < hop)
+        total = int(counts.sum())
+        if not total:
             return [], [], np.empty(0, dtype=np.int64), [0]
-        rows = np.arange(len(starts))
-        if width == 1:
-            ns, ks, idx = hi, keys, rows
-            if (hi < lo).any():  # windows shorter than the hop leave gaps
-                keep = hi >= lo
-                ns, ks, idx = hi[keep], keys[keep], rows[keep]
-        else:  # each event in up to `width` windows: hi, hi - 1, ...
-            ns = (hi[:, None] - np.arange(width)[None, :]).ravel()
-            idx = np.repeat(rows, width)
-            keep = ns >= np.repeat(lo, width)
-            ns, idx = ns[keep], idx[keep]
-            ks = keys[idx]
+        # each event in counts[i] windows: hi, hi - 1, ..., lo
+        idx = np.repeat(np.arange(len(starts)), counts)
+        ns = hi[idx] - (np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts))
+        ks = keys[idx]
         order = _group_order(ns, ks)
         ns, ks, idx = ns[order], ks[order], idx[order]
         first = np.flatnonzero(np.r_[True, (ns[1:] != ns[:-1]) | (ks[1:] != ks[:-1])])
@@ -375,6 +444,42 @@ class KeyedWindowAggregate(Processor):
     def end_batch(self) -> list[Message]:
         return [] if self.final else self._correct()
 
+    def _advance(self, key: Hashable, frontier: int) -> None:
+        """Intervals: ``key``'s frontier moves to ``frontier`` (the start of one of its events
+        + 1): its windows starting before it are produced."""
+        old = max(self.cti, self.latest.get(key, MIN_TIME))
+        if frontier > old:
+            self.latest[key] = frontier
+            self._reached(old, frontier, key)
+
+    def _reached(self, lo: int, hi: int, key: Any) -> None:
+        """Speculative: the windows starting in ``[lo, hi)`` are produced now, for ``key`` (or
+        every key, ``_EVERY``): touched, so that the batch's end sends their rows (a row
+        already sent and unchanged is not sent again)."""
+        if self.final:
+            return
+        g = self.grid
+        na, nb = g.first_starting_at(lo), g.first_starting_at(hi)
+        open_ = self.open
+        reached = range(na, nb) if nb - na <= len(open_) else [n for n in open_ if na <= n < nb]
+        touched = self.touched
+        for n in reached:
+            by_key = open_.get(n)
+            if not by_key:
+                continue
+            if key is _EVERY:
+                touched.update((n, k) for k in by_key)
+            elif key in by_key:
+                touched.add((n, key))
+
+    def _produced(self, n: int, key: Hashable) -> bool:
+        """Whether window ``n`` of ``key`` is produced: over points always (a point's windows
+        start before it); over intervals once it starts before the key's frontier (a window
+        of an interval that starts later waits until the frontier reaches it, as the general
+        operator's windows do)."""
+        return not self.intervals or self.grid.start(n) < max(
+            self.cti, self.latest.get(key, MIN_TIME))
+
     def _correct(self) -> list[Message]:
         """Speculative: each touched group's current result replaces the row sent before."""
         if not self.touched:
@@ -382,7 +487,10 @@ class KeyedWindowAggregate(Processor):
         out: list[Message] = []
         sent = self.sent
         last = None
+        produced = self._produced if self.intervals else None
         for n, k in sorted(self.touched, key=lambda nk: nk[0]):
+            if produced is not None and not produced(n, k):  # touched again when its
+                continue  # frontier reaches it
             if n != last:  # the window, its states and its rows sent: once per window
                 s, e = self._row_lifetime(n)
                 window = self._window(n)
@@ -408,6 +516,10 @@ class KeyedWindowAggregate(Processor):
         return self.policy.row_start(ws, we), we
 
     def on_cti(self, time: int, port: int) -> list[Message]:
+        if self.intervals and time > self.cti:
+            self._reached(self.cti, time, _EVERY)
+            self.cti = time
+            self.latest = {k: t for k, t in self.latest.items() if t > time}
         g = self.grid
         limit = g.first_ending_after(time)  # windows numbered below it end at or before time
         out: list[Message] = []
@@ -432,7 +544,11 @@ class KeyedWindowAggregate(Processor):
             return out
         out = []
         for n in sorted(self.open):
-            out += self._emit(n, self.open.pop(n))
+            by_key = self.open.pop(n)
+            if self.intervals:  # (the others start after every input: they never appear)
+                by_key = {k: state for k, state in by_key.items() if self._produced(n, k)}
+            if by_key:
+                out += self._emit(n, by_key)
         return out
 
     def _emit(self, n: int, by_key: dict[Hashable, Any]) -> list[Message]:
@@ -480,12 +596,17 @@ class KeyedWindowAggregate(Processor):
     def _error(self, n: int, k: Hashable, what: str, exc: Exception) -> OperatorError:
         return self.call.error(self.name, what, self._window(n), f"of group {k!r}", exc)
 
-    def _check_point(self, s: int, e: int, msg: Message) -> None:
+    def _check_lifetime(self, s: int, e: int, msg: Message) -> None:
         """(An event behind the input CTI is rejected by ``Processor.process``.)"""
-        if e != s + 1:
+        if e != s + 1 and not self.intervals:
             raise ValueError(
                 f"{msg!r} is not a point event; the keyed window aggregate takes only points "
                 f"(the planner chose it for a point source, so this is a bug: report it)")
+        if e == MAX_TIME:
+            raise ValueError(
+                f"{msg!r} is an edge event (its end is ∞); the keyed window aggregate takes "
+                f"only finite intervals (the planner chose it for a stream of bounded "
+                f"lifetimes, so this is a bug: report it)")
 
     def state_size(self) -> int:
         return sum(len(by_key) for by_key in self.open.values())

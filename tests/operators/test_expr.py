@@ -196,6 +196,13 @@ def test_other_types_run_per_event_and_pass_through(column):
     (lambda p: p.get("v"), "AttributeError"),
     (lambda p: p["v"] ** 2, "TypeError"),
     (lambda p: p["v"]["x"], "indexes into a field"),
+    # (these traced to the constant repr of the expression: every row got "kp['k']")
+    (lambda p: f"k{p['k']}", "formats a field"),
+    (lambda p: str(p["k"]), "turns a field into a string"),
+    # (these traced to a constant bool decided on the stand-in: every row kept, or none)
+    (lambda p: p["v"] is not None, "an `is` or isinstance test"),
+    (lambda p: isinstance(p["v"], int) | (p["v"] > 1), "an `is` or isinstance test"),
+    (lambda p: (p["k"], p["v"] is None), "an `is` or isinstance test"),
 ])
 def test_what_is_not_elementwise_runs_per_event_and_says_why(fn, why):
     assert trace(fn) is None

@@ -3,9 +3,9 @@
 A hopping window's (window, key) groups are overlapping ranges of one batch sorted by (key,
 pane); the built-ins add a range from prefix sums. Checked here exactly (not to 9 digits, as
 CHT comparisons round): the states ``add_ranges`` builds are the states per-value ``add``
-builds, and the operator over large batches with float and bool keys gives exactly the rows
-of the general ``GroupApply`` of a window operator, itself checked against the reference
-evaluator.
+builds, and the operator over large batches with float, bool and string keys gives exactly
+the rows of the general ``GroupApply`` of a window operator, itself checked against the
+reference evaluator.
 """
 
 from __future__ import annotations
@@ -121,6 +121,10 @@ def _keys(kind, k):
         return np.array([-0.0, 0.0, 1.5, -2.5, 1e9])[k % 5]
     if kind == "bool":
         return k % 2 == 0
+    if kind == "str":  # coded to ints by first appearance
+        return np.array([f"m{i}" for i in k.tolist()], dtype=object)
+    if kind == "unicode":
+        return np.array([f"m{i % 3}" for i in k.tolist()])
     return k * 1_000_003 - 7  # wide integers
 
 
@@ -131,7 +135,8 @@ def sources(draw):
     t = np.arange(n, dtype=np.int64) // draw(st.sampled_from([1, 4, 20])) \
         - rng.integers(0, draw(st.integers(1, 60)), n)
     k = rng.integers(0, draw(st.integers(1, 12)), n)
-    cols = {"t": t, "k": _keys(draw(st.sampled_from(["float", "bool", "int"])), k),
+    kind = draw(st.sampled_from(["float", "bool", "int", "str", "unicode"]))
+    cols = {"t": t, "k": _keys(kind, k),
             "v": rng.random(n) * draw(st.sampled_from([1.0, -1e200, 3.0]))}
     cut = sorted(set(draw(st.lists(st.integers(1, max(1, n - 1)), max_size=3))))
     return [{c: col[a:b] for c, col in cols.items()} for a, b in zip([0, *cut], [*cut, n])]
