@@ -234,13 +234,16 @@ class OperatorShell:
         """Become the reader of source ``data`` (a portable iterable of source batches: row
         lists or column batches, e.g. one file of ``from_spark(..., sources=N)``): a thread of
         this actor iterates it and processes each batch as if it had been pushed on ``port``
-        (same counters, backpressure through this actor's own sends), then ends the input.
+        (same counters, backpressure through this actor's own sends), then ends the input;
+        ``stats()`` counts the batches it read in ``batches_pulled``.
         Returns once the thread has started. An error while reading fails the step, as a
         failed push does, and the input does not end. Batches travel nowhere on their way
         in: only the output goes to the object store."""
         proc = self.proc
         if proc is None:
             raise RuntimeError(f"{self!r}: configure() before pull()")
+        with self._lock:  # stats() shows that this source read its batches itself
+            self.counts.setdefault("batches_pulled", 0)
 
         over = object()
         wire = encode_rows if self.rows_input else encode
@@ -267,6 +270,7 @@ class OperatorShell:
                         if batch is over:
                             self._deliver(port, "end", None)
                             return
+                        self.counts["batches_pulled"] += 1
                         self._deliver(port, "push", wire(batch))
             finally:
                 close = getattr(batches, "close", None)

@@ -198,7 +198,9 @@ class Stream:
         parts = [Stream._batched(
             _Batches(StagedPart(table, i, start, end, COLUMN_BATCH_ROWS), portable=True),
             start, end, shape, id, advance, f"{base}[{i}]") for i in range(sources)]
-        return parts[0].union(*parts[1:], name=base)
+        from .parts import UnionOfParts
+
+        return parts[0]._then(UnionOfParts, *parts[1:], name=base)
 
     @staticmethod
     def from_arrow(data: Any, start: Any, end: Any = None, shape: str = "point", id: Any = None,
