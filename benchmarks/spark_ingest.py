@@ -1,0 +1,106 @@
+"""Ingestion throughput from Spark against the number of sources (issue 13, item 3).
+
+A parquet table of ``--rows`` point events (the suite's columns ``ts``, ``k``, ``v``; 8 files
+whose rows each span the whole time range, as Spark's tasks write them) is read with
+``Stream.from_spark(spark.read.parquet(path), start="ts", sources=N)`` for N = 1, 2, 4 into
+two cheap queries on Ray (``collect()``): W1 (:func:`benchmarks.workloads.w1`) and a tumbling
+1 s count of all events (the keyed window path with one group).
+
+* N = 1: Spark sorts the table (range partitioning) and the driver reads it range by range as
+  Arrow; the driver feeds the one source actor.
+* N >= 2: Spark writes the table as N time-sorted parquet files (one Spark job, executors in
+  parallel) and N source actors each read their own file (``OperatorShell.pull``); a union
+  merges them.
+
+Each figure is one run end to end (Spark's sort or write included, Spark's and Ray's start-up
+excluded, one warm-up run first); events/s = rows / seconds. The load average of the machine
+is printed before and after, since other work shares its cores.
+
+    python -m benchmarks.spark_ingest --rows 3000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from typing import Any
+
+from benchmarks import workloads as wl
+from operators.aggregates import Count
+from operators.events import TICKS_PER_SECOND
+from topology import Stream
+
+FILES = 8
+KEYS = 1_000
+SOURCES = (1, 2, 4)
+
+
+def session() -> Any:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("cedar-spark-ingest")
+             .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "2g")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def generate(spark: Any, n: int, path: str) -> None:
+    from pyspark.sql import functions as F
+
+    step = TICKS_PER_SECOND // wl.EVENT_RATE_EPS
+    i = F.col("id")
+    (spark.range(0, n, numPartitions=FILES)
+     .select(F.timestamp_micros(F.lit(wl.T0_TICKS) + (i * 7919 % n) * step).alias("ts"),
+             (i * 104_729 % KEYS).alias("k"),
+             ((i * 7_907 % 1_000) / 1_000.0).alias("v"))
+     .write.mode("overwrite").parquet(path))
+
+
+def count(src: Stream) -> Stream:
+    return src.tumbling_window(wl.TUMBLE_TICKS).aggregate(Count())
+
+
+QUERIES = {"w1": wl.w1, "count": count}
+
+
+def run(spark: Any, path: str, sources: int, query: str) -> float:
+    df = spark.read.parquet(path)
+    src = Stream.from_spark(df, start="ts", advance=wl.advance(), sources=sources)
+    t = time.perf_counter()
+    out = QUERIES[query](src).collect(columns=True)
+    elapsed = time.perf_counter() - t
+    assert out, "no output"
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=3_000_000)
+    args = parser.parse_args()
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    spark = session()
+    with tempfile.TemporaryDirectory(prefix="cedar-ingest-bench-") as tmp:
+        path = os.path.join(tmp, "table")
+        generate(spark, args.rows, path)
+        run(spark, path, 2, "count")  # warm-up: actors, Spark's code paths
+        print(f"load average before: {os.getloadavg()}")
+        print(f"{'query':6} {'sources':>7} {'seconds':>8} {'events/s':>12}")
+        for query in QUERIES:
+            for k in SOURCES:
+                s = run(spark, path, k, query)
+                print(f"{query:6} {k:7d} {s:8.2f} {args.rows / s:12,.0f}", flush=True)
+        print(f"load average after: {os.getloadavg()}")
+    spark.stop()
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
