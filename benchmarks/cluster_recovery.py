@@ -49,8 +49,9 @@ import numpy as np
 
 from actors.shell import OperatorShell
 from operators.columns import Columns
+from topology.names import actor_nodes
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from .cluster_scaling import start_cluster
 
 
 # -- the instrumented shell (c) ------------------------------------------------------------------
@@ -85,35 +86,6 @@ class CountingShell(OperatorShell):
     def wire_bytes(self) -> dict[str, tuple[int, int]]:
         """Destination step -> (bytes, batches) sent so far."""
         return dict(self.__dict__.get("_wire", {}))
-
-
-# -- the cluster -------------------------------------------------------------------------------
-def start_cluster() -> Any:
-    import ray
-    from ray.cluster_utils import Cluster
-
-    path = os.environ.get("PYTHONPATH", "")
-    if REPO not in path.split(os.pathsep):  # the workers import this checkout
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, path) if p)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    for _ in range(2):
-        cluster.add_node(num_cpus=2)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, namespace="cedar", logging_level="ERROR",
-             log_to_driver=False)
-    return cluster
-
-
-def nodes_of(query: str) -> dict[str, str]:
-    """step -> node id of the live actors of a deployed query (GCS records)."""
-    from ray._private import state
-
-    out = {}
-    for a in state.actors().values():
-        name = a.get("Name") or ""
-        if a.get("State") == "ALIVE" and name.startswith(f"{query}/"):
-            out[name.split("/", 1)[1]] = a["Address"]["NodeID"]
-    return out
 
 
 # -- (a) node loss -----------------------------------------------------------------------------
@@ -172,7 +144,7 @@ def node_loss(cluster: Any, n: int, moments: list[float], seeds: list[int],
                                              batch_size=batch)
                 sup = live.supervisor
                 try:
-                    placed = nodes_of(name)
+                    placed = actor_nodes(name)
                     workers = [w for w in cluster.worker_nodes
                                if w.node_id != head and w.node_id in placed.values()]
                     victim = rng.choice(workers)
@@ -201,7 +173,7 @@ def node_loss(cluster: Any, n: int, moments: list[float], seeds: list[int],
                         ok = "yes"
                     except AssertionError as exc:
                         ok = f"NO: {str(exc)[:80]}"
-                    gone = victim.node_id not in nodes_of(name).values()
+                    gone = victim.node_id not in actor_nodes(name).values()
                 finally:
                     live.stop()
                     cluster.add_node(num_cpus=2)

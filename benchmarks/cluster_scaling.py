@@ -16,13 +16,17 @@ goes, not how a real cluster of bigger nodes would scale.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from typing import Any
 
 from operators.aggregates import Aggregates, Count, Sum
 from topology import Stream
 
+from . import deps  # first: psutil before Ray's vendored copy
 from . import workloads as wl
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def w1(src: Stream, partitions: int) -> Stream:
@@ -35,7 +39,7 @@ def w1(src: Stream, partitions: int) -> Stream:
 
 def node_cpu(cluster: Any) -> dict[str, float]:
     """CPU seconds so far of each node's processes: its raylet and every process under it."""
-    import psutil
+    psutil = deps.psutil()
 
     out = {}
     for i, node in enumerate([cluster.head_node, *cluster.worker_nodes]):
@@ -52,20 +56,32 @@ def node_cpu(cluster: Any) -> dict[str, float]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--events", type=int, default=2_000_000)
-    ap.add_argument("--partitions", type=int, action="append")
-    args = ap.parse_args()
+def start_cluster() -> Any:
+    """A head (1 CPU) and two workers (2 CPUs each) on this machine, their workers importing
+    this checkout; this process connected to it."""
     import ray
     from ray.cluster_utils import Cluster
 
+    path = os.environ.get("PYTHONPATH", "")
+    if REPO not in path.split(os.pathsep):  # the workers import this checkout
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, path) if p)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     for _ in range(2):
         cluster.add_node(num_cpus=2)
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, namespace="cedar", logging_level="ERROR",
              log_to_driver=False)
+    return cluster
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=2_000_000)
+    ap.add_argument("--partitions", type=int, action="append")
+    args = ap.parse_args()
+    import ray
+
+    cluster = start_cluster()
     cols = wl.points(args.events, 1_000, seed=1)
     try:
         print(f"W1, {args.events:,} events, a head (1 CPU) and two workers (2 CPUs) on 2 cores")

@@ -7,21 +7,30 @@ On the same generated data (numpy, written once to parquet with pyarrow) and in 
   (a) ``collect(runtime="inline")``, (b) on Ray, one actor per operator (``collect()``),
   (c) cedar (inline) fed from parquet by Spark through ``Stream.from_spark`` and
   written back with ``topology.spark_sink.write``, (d) Spark Structured Streaming's own
-  ``groupBy(window, key)`` with a watermark, append mode, ``availableNow``, noop sink;
+  ``groupBy(window, key)`` with a watermark, append mode, ``availableNow``, a parquet sink
+  read back and compared with cedar's output (a sentinel row after the end of the input
+  raises the watermark past the last window);
 * **W2** -- the same with a hopping window (10 s, hop 1 s) and ``TimeWeightedAverage``;
 * **W3** -- a temporal join of two streams on 10,000 keys (50 ms lifetimes);
 * **latency** -- W1 deployed on Ray, fed by a paced generator at a fixed offered rate;
   per input CTI the wall time it was due at the source, per output CTI the wall time
-  ``Query.subscribe()`` saw it (p50/p99); Spark's micro-batch ``triggerExecution`` at the
-  same rate for comparison;
+  ``Query.subscribe()`` saw it (p50/p99); Spark SSS measured the same way at the same rate:
+  from an event's due time to the time its window's row is written;
 * **memory** -- peak memory (PSS, with RSS beside it) of the driver and every Ray worker
-  process, and its growth, over a long W1 run on Ray (sampled every 0.5 s).
+  process, and its growth, over a long W1 run on Ray (sampled every 0.5 s);
+* **Nexmark** -- :mod:`benchmarks.nexmark.run`'s queries inline, on Ray and in Spark SSS,
+  outputs compared (1M events; 100k in ``--quick``).
+
+Its dependencies are the ``bench`` extra: ``pip install -e ".[bench]"`` (psutil is never
+taken from the copy Ray vendors: :mod:`benchmarks.deps`).
 
 It writes ``benchmarks/RESULTS.md`` (keeping any text below the ``<!-- analysis -->`` marker)
 and prints as its last line ``RESULT inline_eps=... ray_eps=... from_spark_eps=...
-spark_sss_eps=... ratio_ray_inline=... ratio_cedar_spark=... p99_ms=... rss_growth_mb=...``.
+spark_sss_eps=... ratio_ray_inline=... ratio_cedar_spark=... p99_ms=... pss_growth_mb=...
+join_ray_eps=... join_ratio_spark=... w2_inline_eps=... nexmark_ratio_min=...``
+(:func:`result_line`).
 
-    python -m benchmarks.run --quick        # < 5 minutes on 2 cores
+    python -m benchmarks.run --quick        # ~10 minutes on a loaded 2-core machine
     python -m benchmarks.run                # full sizes (2M events, 10M for memory)
 """
 
@@ -41,9 +50,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from operators.cht import check_equivalent
+from operators.cht import check_equivalent, to_cht
 from operators.events import Cti
 
+from . import deps  # first: psutil before Ray's vendored copy (see benchmarks.deps)
 from . import workloads as wl
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,14 +74,21 @@ class Sizes:
     memory: int
     keys: int = 1_000
     join_keys: int = 10_000
+    nexmark: int = 1_000_000  # events (persons + auctions + bids)
+    nexmark_delay_us: int = 100  # between two events' times (Nexmark's default)
 
 
 FULL = Sizes(w1=2_000_000, w2=500_000, w3=1_000_000, latency_s=20.0, rate_eps=50_000,
              memory=10_000_000)
-#: --quick: the memory run is cut to 300k events (not 1M) so that the whole suite stays under
-#: 5 minutes at cedar's measured 5-15k events/s on a loaded 2-core machine.
-QUICK = Sizes(w1=100_000, w2=10_000, w3=25_000, latency_s=2.0, rate_eps=50_000,
-              memory=300_000)
+#: --quick: the memory run is cut to 300k events (not 1M) so that the whole suite stays short
+#: (~10 minutes with Nexmark on a loaded 2-core machine). W1 has 400k events (100k for its
+#: quarter size): at 100k, fixed per-query costs decided cedar-from-Spark ÷ Spark SSS (2.7x
+#: where the full run gave 0.93x). At 400k Spark SSS's ~3 s of fixed cost still weighs most
+#: of its time, so the report prints both sizes' ratios and the marginal one beside the ratio
+#: the RESULT line carries (at W1's size). W2 and W3 keep enough events that their runs last
+#: longer than a Spark micro-batch's fixed cost.
+QUICK = Sizes(w1=400_000, w2=100_000, w3=50_000, latency_s=2.0, rate_eps=50_000,
+              memory=300_000, nexmark=100_000, nexmark_delay_us=500)
 
 
 @dataclass
@@ -87,6 +104,9 @@ class Report:
     memory: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     load: list[tuple[str, tuple[float, float, float]]] = field(default_factory=list)
+    nexmark: Any = None  # benchmarks.nexmark.run.Suite
+    spark_checks: list[str] = field(default_factory=list)  # (d)'s output beside cedar's
+    by_size: dict[int, Any] = field(default_factory=dict)  # W1 events -> (c) s, (d) s
 
     def record(self, workload: str, variant: str, events: int, seconds: float) -> None:
         self.seconds.setdefault(workload, {})[variant] = seconds
@@ -144,10 +164,12 @@ class Data:
     def __init__(self, sizes: Sizes, workdir: str) -> None:
         self.w1_cols = wl.points(sizes.w1, sizes.keys, seed=1)
         self.w2_cols = wl.points(sizes.w2, sizes.keys, seed=2)
+        self.w1_quarter = wl.head(self.w1_cols, sizes.w1 // 4)
         self.left_cols = wl.points(sizes.w3, sizes.join_keys, seed=3)
         self.right_cols = wl.points(sizes.w3, sizes.join_keys, seed=4)
         self.paths = {name: wl.write_parquet(cols, os.path.join(workdir, name))
-                      for name, cols in (("w1", self.w1_cols), ("w2", self.w2_cols),
+                      for name, cols in (("w1", self.w1_cols), ("w1-quarter", self.w1_quarter),
+                                         ("w2", self.w2_cols),
                                          ("left", self.left_cols),
                                          ("right", self.right_cols))}
         self.small = wl.write_parquet(wl.points(20_000, sizes.keys, seed=9),
@@ -193,8 +215,14 @@ def run_spark(report: Report, data: Data, workdir: str, inline_outs: dict[str, l
                         f"(not counted); spark.sql.shuffle.partitions="
                         f"{spark.conf.get('spark.sql.shuffle.partitions')}")
     try:
-        # warm the JVM (code generation, the parquet reader) on a small file, not timed
-        sp.sss(spark, sp.w1_frame, data.small)
+        # Spark SSS reads each input with a sentinel row after its end (its watermark then
+        # closes the last windows, as cedar's final CTI does), written to parquet, read back
+        def sentinel(path: str) -> str:
+            return sp.with_sentinel(path, os.path.join(workdir, "sss-" + os.path.basename(path)))
+
+        out_sss = os.path.join(workdir, "out-sss")
+        # warm the JVM (code generation, the parquet reader and writer) on a small file
+        sp.sss(spark, sp.w1_frame, sentinel(data.small), out=out_sss)
         sp.cedar_from_spark(spark, wl.w1, [data.small], os.path.join(workdir, "out-warm"))
         say("cedar from Spark (c) and Spark Structured Streaming (d)")
         plans: list[tuple[str, Callable[..., Any], Callable[..., Any], list[str]]] = [
@@ -202,29 +230,56 @@ def run_spark(report: Report, data: Data, workdir: str, inline_outs: dict[str, l
             ("W2", wl.w2, sp.w2_frame, [data.paths["w2"]]),
             ("W3", wl.w3, sp.w3_frame, [data.paths["left"], data.paths["right"]]),
         ]
+        def pair(name: str, query: Callable[..., Any], frame: Callable[..., Any],
+                 paths: list[str], expected: list[Any], runs: int) -> tuple[float, float]:
+            """(c) and (d) over ``paths``, ``runs`` times alternating; the faster of each.
+            (c)'s output must be ``expected``'s CHT and (d)'s rows read back equal it."""
+            sss_paths = [sentinel(p) for p in paths]
+            cht = to_cht(expected)
+            cedar_s, sss_s = [], []
+            for _ in range(runs):
+                seconds, out = sp.cedar_from_spark(spark, query, paths,
+                                                   os.path.join(workdir, f"out-{name}"))
+                check_equivalent(out, expected)  # the rows read back: the same CHT
+                cedar_s.append(seconds)
+                sss_s.append(sp.sss(spark, frame, *sss_paths, out=out_sss))
+                verdict = sp.compare(name, cht, sp.read_back(out_sss))  # raises if unequal
+            report.spark_checks.append(f"{verdict} at {events(paths):,} events")
+            say(f"  Spark SSS output read back: {verdict}")
+            if runs > 1:
+                report.notes.append(
+                    f"{name} ({events(paths):,} events) from Spark (c) / Spark SSS (d), both "
+                    f"runs: {', '.join(f'{s:.2f}' for s in cedar_s)} s / "
+                    f"{', '.join(f'{s:.2f}' for s in sss_s)} s (the faster counts)")
+            return min(cedar_s), min(sss_s)
+
+        def events(paths: list[str]) -> int:
+            import pyarrow.parquet as pq
+
+            return sum(pq.ParquetFile(os.path.join(p, "part-0.parquet")).metadata.num_rows
+                       for p in paths)
+
         for name, query, frame, paths in plans:
             n = events_of(data)[name]
             # W1 and W2 run twice each, alternating, and keep the faster run: the first read
             # of a large file pays the JVM's warm-up (parquet reader, code generation); W3's
             # minute-long runs dwarf it and run once
-            runs = 1 if name == "W3" else 2
-            cedar_s, sss_s = [], []
-            for _ in range(runs):
-                seconds, out = sp.cedar_from_spark(spark, query, paths,
-                                                   os.path.join(workdir, f"out-{name}"))
-                check_equivalent(out, inline_outs[name])  # the rows read back: the same CHT
-                cedar_s.append(seconds)
-                sss_s.append(sp.sss(spark, frame, *paths))
-            if runs > 1:
-                report.notes.append(
-                    f"{name} from Spark (c) / Spark SSS (d), both runs: "
-                    f"{', '.join(f'{s:.2f}' for s in cedar_s)} s / "
-                    f"{', '.join(f'{s:.2f}' for s in sss_s)} s (the faster counts)")
-            report.record(name, "from_spark", n, min(cedar_s))
-            report.record(name, "spark_sss", n, min(sss_s))
-        say(f"spark micro-batch latency at {sizes.rate_eps:,} rows/s")
-        report.spark_latency = sp.microbatch_latency(spark, sizes.rate_eps,
-                                                     max(5.0, sizes.latency_s), workdir)
+            cedar_s, sss_s = pair(name, query, frame, paths, inline_outs[name],
+                                  1 if name == "W3" else 2)
+            report.record(name, "from_spark", n, cedar_s)
+            report.record(name, "spark_sss", n, sss_s)
+            if name == "W1":
+                report.by_size[n] = (cedar_s, sss_s)
+                # W1 at a quarter of its size too: Spark's fixed costs per query (jobs,
+                # micro-batch planning, commits) weigh 4x more there; both ratios are printed,
+                # and the marginal one (from the difference of the two sizes) has none
+                quarter = len(data.w1_quarter["ts"])
+                expected = wl.w1(wl.source(data.w1_quarter)).collect(runtime="inline")
+                report.by_size[quarter] = pair(name, query, frame, [data.paths["w1-quarter"]],
+                                               expected, 2)
+        say(f"spark event-to-output latency at {sizes.rate_eps:,} rows/s")
+        report.spark_latency = sp.event_to_output_latency(spark, sizes.rate_eps,
+                                                          max(5.0, sizes.latency_s), workdir)
     finally:
         spark.stop()
 
@@ -351,7 +406,7 @@ def run_latency(report: Report, sizes: Sizes, **deploy: Any) -> None:
 # -- memory ---------------------------------------------------------------------------------------
 def cedar_processes() -> list[Any]:
     """This driver and every Ray worker process it started (``ray::...``: the actors)."""
-    import psutil
+    psutil = deps.psutil()
 
     me = psutil.Process()
     procs = [me]
@@ -364,7 +419,7 @@ def cedar_processes() -> list[Any]:
     return procs
 
 
-def rss_mb() -> tuple[float, int, float]:
+def pss_mb() -> tuple[float, int, float]:
     """Total PSS (MB) of :func:`cedar_processes`, how many there are, and their total RSS.
 
     PSS (proportional set size) divides each shared page among the processes that map it, so
@@ -372,7 +427,7 @@ def rss_mb() -> tuple[float, int, float]:
     column batches crossing Ray's shared-memory object store are mapped by the sender and the
     receiver, and the pages of the store's arena that the run has touched stay resident, so
     summed RSS counts transport buffers several times over."""
-    import psutil
+    psutil = deps.psutil()
 
     total, count, rss = 0, 0, 0
     for p in cedar_processes():
@@ -389,7 +444,7 @@ def rss_mb() -> tuple[float, int, float]:
 def run_memory(report: Report, sizes: Sizes) -> None:
     """W1 deployed on Ray over ``sizes.memory`` generated events (chunk by chunk, never the
     whole table in memory); the output is consumed and dropped. Memory (PSS, and RSS beside
-    it: see :func:`rss_mb`) is sampled every 0.5 s; growth = the last sample − the first
+    it: see :func:`pss_mb`) is sampled every 0.5 s; growth = the last sample − the first
     sample once half the events were offered (actors warm, groups and windows populated,
     every edge's bounded window of batches in flight filled)."""
     from topology.deploy import release_pool
@@ -408,7 +463,7 @@ def run_memory(report: Report, sizes: Sizes) -> None:
 
     def sample() -> None:
         while not stop.is_set():
-            mb, count, rss = rss_mb()
+            mb, count, rss = pss_mb()
             samples.append((time.perf_counter() - t0, progress[0], out[0], mb, count, rss))
             stop.wait(0.5)
 
@@ -418,7 +473,7 @@ def run_memory(report: Report, sizes: Sizes) -> None:
         for _ in query.subscribe(snapshot=False):
             out[0] += 1
     finally:
-        mb, count, rss = rss_mb()
+        mb, count, rss = pss_mb()
         samples.append((time.perf_counter() - t0, progress[0], out[0], mb, count, rss))
         stop.set()
         sampler.join()
@@ -431,12 +486,24 @@ def run_memory(report: Report, sizes: Sizes) -> None:
     report.memory = {
         "events": n, "seconds": elapsed, "eps": n / elapsed, "outputs": out[0],
         "peak_mb": max(s[3] for s in samples), "base_mb": base[3], "last_mb": last[3],
-        "growth_mb": last[3] - base[3], "processes": last[4], "samples": samples,
+        "pss_growth_mb": last[3] - base[3], "processes": last[4], "samples": samples,
         "rss_growth_mb": last[5] - base[5], "rss_peak_mb": max(s[5] for s in samples),
     }
     say(f"  PSS {base[3]:.0f} MB at half the events → {last[3]:.0f} MB at the end (peak "
         f"{report.memory['peak_mb']:.0f} MB, {last[4]} processes), {n / elapsed:,.0f} "
         f"events/s")
+
+
+# -- Nexmark -------------------------------------------------------------------------------------
+def run_nexmark(report: Report, sizes: Sizes, ray: bool, spark: bool) -> None:
+    """The Nexmark suite (:mod:`benchmarks.nexmark.run`): every query inline, on Ray and in
+    Spark SSS, outputs compared. It starts its own Ray instance and Spark session."""
+    from .nexmark import queries as nq
+    from .nexmark.run import measure
+
+    say(f"nexmark: {sizes.nexmark:,} events, {sizes.nexmark_delay_us} µs apart")
+    report.nexmark = measure(sizes.nexmark, sizes.nexmark_delay_us, list(nq.QUERIES),
+                             ray=ray, spark=spark)
 
 
 # -- the report -----------------------------------------------------------------------------------
@@ -446,16 +513,37 @@ def fmt(x: float, digits: int = 0) -> str:
     return f"{x:,.{digits}f}"
 
 
+def nexmark_ratio_min(report: Report) -> float:
+    """The smallest cedar-on-Ray ÷ Spark SSS ratio (events/s) over the Nexmark queries."""
+    ratios = report.nexmark.ratios() if report.nexmark is not None else {}
+    return min(ratios.values(), default=float("nan"))
+
+
 def result_line(report: Report) -> str:
-    w1 = report.eps.get("W1", {})
+    """The run in one line: W1's figures (inline, Ray, cedar from Spark, Spark SSS), its
+    ratios, p99 latency and memory growth (PSS), then W3 on Ray and its ratio to Spark SSS, W2
+    inline and the smallest cedar-on-Ray ÷ Spark ratio over the Nexmark queries. A figure not
+    measured is ``nan``; ``--quick`` prints the same keys."""
     nan = float("nan")
+    w1, w2, w3 = (report.eps.get(w, {}) for w in ("W1", "W2", "W3"))
     inline, ray_ = w1.get("inline", nan), w1.get("ray", nan)
     spark_c, sss = w1.get("from_spark", nan), w1.get("spark_sss", nan)
+    join_ray = w3.get("ray", nan)
     return (f"RESULT inline_eps={inline:.0f} ray_eps={ray_:.0f} from_spark_eps={spark_c:.0f} "
             f"spark_sss_eps={sss:.0f} ratio_ray_inline={ray_ / inline:.3f} "
             f"ratio_cedar_spark={spark_c / sss:.3f} "
             f"p99_ms={report.latency.get('p99_ms', nan):.1f} "
-            f"rss_growth_mb={report.memory.get('growth_mb', nan):.1f}")
+            f"pss_growth_mb={report.memory.get('pss_growth_mb', nan):.1f} "
+            f"join_ray_eps={join_ray:.0f} "
+            f"join_ratio_spark={join_ray / w3.get('spark_sss', nan):.3f} "
+            f"w2_inline_eps={w2.get('inline', nan):.0f} "
+            f"nexmark_ratio_min={nexmark_ratio_min(report):.3f}")
+
+
+def marginal(n1: int, t1: float, n2: int, t2: float) -> float:
+    """Events per second between two runs of ``n1`` and ``n2`` events (``t1``, ``t2`` s): the
+    rate with the runs' common fixed cost taken out (nan when the larger run was not slower)."""
+    return (n2 - n1) / (t2 - t1) if t2 > t1 else float("nan")
 
 
 def render(report: Report, info: dict[str, str], command: str, total_s: float) -> str:
@@ -504,18 +592,44 @@ def render(report: Report, info: dict[str, str], command: str, total_s: float) -
         "start not timed); (c) `spark.read.parquet` → `Stream.from_spark` (Arrow column "
         "batches) → the same query inline → `topology.spark_sink.write` (parquet), timed end to "
         "end; (d) `readStream.parquet` → `withWatermark` → `groupBy(window, k)` (W3: a "
-        "time-bounded stream-stream join) → append mode, `trigger(availableNow=True)`, `noop` "
-        "sink. W1 computes both aggregates as `Aggregates(count=Count(), sum=Sum(1))` (one "
+        "time-bounded stream-stream join) → append mode, `trigger(availableNow=True)` → a "
+        "parquet sink, timed end to end like (c); its input ends with a sentinel row 60 s "
+        "after the last event (key −1, left out of the comparison) whose watermark closes "
+        "the last windows, as cedar's final CTI does. W1 computes both aggregates as "
+        "`Aggregates(count=Count(), sum=Sum(1))` (one "
         "window per key, one row with both fields). W1 and W2 run as one keyed window "
         "aggregate (`explain()` says so); W3's join matches column batches at once. Outputs "
-        "of (a), (b) and (c) are checked equivalent (same CHT)."),
+        "of (a), (b) and (c) are checked equivalent (same CHT); (d)'s rows are read back and "
+        "compared with (a)'s: W1 and W2 window by window (floats to 1e-9 relative: the "
+        "engines add in different orders), W3 as multisets of (lifetime, key, values), "
+        "Spark's lifetime being the overlap of the two events'. Spark SSS expresses all "
+        "three; W2's time-weighted average of points is `sum(v) / window length`."),
         "",
+        *(f"- (d) read back: {c}" for c in report.spark_checks),
+        *([""] if report.spark_checks else []),
     ]
+    if len(report.by_size) == 2:
+        (n1, (c1, d1)), (n2, (c2, d2)) = sorted(report.by_size.items())
+        lines += [
+            ("cedar from Spark (c) ÷ Spark SSS (d) on W1 at two sizes: each query pays fixed "
+            "costs (Spark jobs, micro-batch planning and commits, the session's warm JVM "
+            "aside), which decide the ratio of small runs. The marginal rates, (n₂ − n₁) / "
+            "(t₂ − t₁), leave them out."),
+            "",
+            "| W1 events | (c) events/s | (d) events/s | c/d |",
+            "|---:|---:|---:|---:|",
+            *(f"| {n:,} | {fmt(n / c)} | {fmt(n / d)} | {fmt(d / c, 3)} |"
+              for n, c, d in ((n1, c1, d1), (n2, c2, d2))),
+            (f"| marginal, {n1:,} → {n2:,} | {fmt(marginal(n1, c1, n2, c2))} | "
+            f"{fmt(marginal(n1, d1, n2, d2))} | "
+            f"{fmt(marginal(n1, c1, n2, c2) / marginal(n1, d1, n2, d2), 3)} |"),
+            "",
+        ]
     lat, sl = report.latency, report.spark_latency
+    if lat or sl:
+        lines += ["## Latency", ""]
     if lat:
         lines += [
-            "## Latency",
-            "",
             (f"cedar: W1 deployed on Ray, fed by `Stream.from_arrow` over a generator that "
             f"hands over, every 5 ms, the events due by then (a collector polling a queue) to "
             f"offer {lat['rate_eps']:,} events/s ({lat['events']:,} events). Event time "
@@ -528,33 +642,44 @@ def render(report: Report, info: dict[str, str], command: str, total_s: float) -
             f"CTI ≥ T. Latency from the due time includes any queueing caused by the query "
             f"falling behind the offered rate (backpressure holds the generator back)."),
             "",
-            "| | p50 ms | p99 ms | max ms | samples |",
-            "|---|---:|---:|---:|---:|",
+        ]
+    if sl:
+        lines += [
+            (f"Spark SSS, measured the same way: W1's aggregate over the `rate` source at "
+            f"{s.rate_eps:,} rows/s, each row stamped with the wall time it is due; event time "
+            f"advances one 1 s window per {wl.LATENCY_CTI_EVERY:,} rows over {sl['keys']} keys "
+            f"(as cedar's run); processing-time trigger {sl['trigger']}; a `foreachBatch` sink "
+            f"takes each micro-batch as Arrow, writes it to parquet and records the wall time. "
+            f"Per window: from the due time of the event that closes it (the first event past "
+            f"its end + the 2 ms watermark delay) to the time its rows are written "
+            f"({sl['rows']:,} rows in {sl['batches']} micro-batches; windows of the first one, "
+            f"query start-up, left out). A row waits for its micro-batch to start (up to one "
+            f"trigger interval), then for the watermark to pass its window."),
+            "",
+        ]
+    if lat or sl:
+        lines += ["| | p50 ms | p99 ms | max ms | samples |", "|---|---:|---:|---:|---:|"]
+    if lat:
+        lines += [
             (f"| cedar on Ray, CTI in → CTI out (from due time) | {fmt(lat['p50_ms'])} | "
             f"{fmt(lat['p99_ms'])} | {fmt(lat['max_ms'])} | {lat['samples']} |"),
             (f"| cedar on Ray, from hand-over time | {fmt(lat['p50_sent_ms'])} | "
             f"{fmt(lat['p99_sent_ms'])} | | |"),
         ]
-        if sl:
-            d = sl["durations_ms"]
-            lines.append(f"| Spark SSS micro-batch `triggerExecution`, trigger "
-                         f"{sl['trigger']} | {fmt(percentile(d, 50))} | "
-                         f"{fmt(percentile(d, 99))} | {fmt(max(d, default=nan))} | {len(d)} |")
+    if sl:
+        d = sl["latencies_ms"]
+        lines.append(f"| Spark SSS, event due → its window's row written | "
+                     f"{fmt(percentile(d, 50))} | {fmt(percentile(d, 99))} | "
+                     f"{fmt(max(d, default=nan))} | {len(d)} |")
+    if lat:
         lines += [
             "",
             (f"The whole cedar latency run took {lat['elapsed_s']:.1f} s for "
             f"{lat['events']:,} events (due over {lat['events'] / lat['rate_eps']:.1f} s; the "
             f"generator achieved {lat['achieved_eps']:,.0f} events/s under backpressure)."),
-            "",
         ]
-        if sl:
-            lines += [
-                (f"Spark: W1's aggregate over the `rate` source at {lat['rate_eps']:,} rows/s "
-                f"({sl['rows']:,} rows in the micro-batches measured, the first one -- query "
-                f"start-up -- left out); a row also waits for its micro-batch to start (up to "
-                f"one trigger interval) and for the watermark to pass its window."),
-                "",
-            ]
+    if lat or sl:
+        lines.append("")
     mem = report.memory
     if mem:
         lines += [
@@ -567,13 +692,13 @@ def render(report: Report, info: dict[str, str], command: str, total_s: float) -
             f"not counted), sampled every 0.5 s with psutil: PSS (shared pages divided among "
             f"their sharers; the sum is the physical memory used) and, beside it, summed RSS "
             f"(which counts every page of Ray's shared-memory object store once per process "
-            f"mapping it; see `rss_mb`)."),
+            f"mapping it; see `pss_mb`)."),
             "",
             "| peak PSS MB | PSS at half the events MB | PSS at the end MB | PSS growth MB | "
             "peak RSS MB | RSS growth MB |",
             "|---:|---:|---:|---:|---:|---:|",
             (f"| {mem['peak_mb']:.0f} | {mem['base_mb']:.0f} | {mem['last_mb']:.0f} | "
-            f"{mem['growth_mb']:.1f} | {mem['rss_peak_mb']:.0f} | "
+            f"{mem['pss_growth_mb']:.1f} | {mem['rss_peak_mb']:.0f} | "
             f"{mem['rss_growth_mb']:.1f} |"),
             "",
             "| s | events offered (read from the generator) | output messages | PSS MB | "
@@ -588,10 +713,24 @@ def render(report: Report, info: dict[str, str], command: str, total_s: float) -
         for t, done, outs, mb, _, rss in picked:
             lines.append(f"| {t:.1f} | {done:,} | {outs:,} | {mb:.0f} | {rss:.0f} |")
         lines.append("")
+    nx = report.nexmark
+    if nx is not None:
+        lines += [
+            "## Nexmark",
+            "",
+            (f"`benchmarks/nexmark/` over {nx.events:,} generated events ({nx.delay_us} µs of "
+            f"event time apart): each query inline, on Ray (CHT checked equal to inline) and "
+            f"in Spark SSS (`availableNow`, timed into `noop`, then run again into parquet, "
+            f"read back and compared with cedar's output). The ratio is cedar on Ray ÷ Spark "
+            f"SSS in events/s; the smallest is `nexmark_ratio_min`."),
+            "",
+            nx.table(),
+            "",
+        ]
     e1 = report.eps.get("W1", {})
     ray_eps, inline_eps = e1.get("ray", nan), e1.get("inline", nan)
     c_eps, d_eps = e1.get("from_spark", nan), e1.get("spark_sss", nan)
-    p99, growth = lat.get("p99_ms", nan) if lat else nan, mem.get("growth_mb", nan)
+    p99, growth = lat.get("p99_ms", nan) if lat else nan, mem.get("pss_growth_mb", nan)
 
     def verdict(ok: bool) -> str:
         return "met" if ok else "**missed**"
@@ -635,11 +774,12 @@ def write_results(text: str, path: str) -> None:
 def main(argv: list[str] | None = None) -> Report:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
-                    help=f"small sizes ({QUICK.w1:,} events for W1), under 5 minutes")
+                    help=f"small sizes ({QUICK.w1:,} events for W1), ~10 minutes")
     ap.add_argument("--w1", type=int, help="W1 events")
     ap.add_argument("--memory-events", type=int, help="events of the memory run")
     ap.add_argument("--skip", action="append", default=[],
-                    choices=["spark", "ray", "latency", "memory"], help="leave a part out")
+                    choices=["spark", "ray", "latency", "memory", "nexmark"],
+                    help="leave a part out")
     ap.add_argument("--out", default=RESULTS, help="where to write the results (markdown)")
     args = ap.parse_args(argv)
     sizes = Sizes(**vars(QUICK if args.quick else FULL))
@@ -675,6 +815,8 @@ def main(argv: list[str] | None = None) -> Report:
                     run_memory(report, sizes)
             finally:
                 ray.shutdown()
+        if "nexmark" not in args.skip:
+            run_nexmark(report, sizes, ray="ray" not in args.skip, spark="spark" not in args.skip)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     report.load.append(("end", os.getloadavg()))

@@ -20,6 +20,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -60,17 +61,53 @@ def _stream(spark: Any, path: str) -> Any:
     return spark.readStream.schema(_schema()).parquet(path)
 
 
-def _run_available_now(df: Any) -> float:
-    """Run a streaming aggregate to the end of its input into the noop sink; seconds."""
+def _run_available_now(df: Any, out: str | None = None) -> float:
+    """Run a streaming query to the end of its input (append mode, ``availableNow``) into
+    the ``noop`` sink or, with ``out``, into parquet files there; seconds."""
     ckpt = tempfile.mkdtemp(prefix="cedar-sss-")
     try:
+        w = (df.writeStream.format("noop" if out is None else "parquet").outputMode("append")
+             .option("checkpointLocation", ckpt).trigger(availableNow=True))
+        if out is not None:
+            shutil.rmtree(out, ignore_errors=True)  # a fresh sink: no rows of an earlier run
+            w = w.option("path", out)
         t0 = time.perf_counter()
-        q = (df.writeStream.format("noop").outputMode("append")
-             .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
-        q.awaitTermination()
+        w.start().awaitTermination()
         return time.perf_counter() - t0
     finally:
         shutil.rmtree(ckpt, ignore_errors=True)
+
+
+# -- the end of the input: a sentinel row ------------------------------------------------------
+#: The sentinel row's key: no generated event has it, and its rows are left out of the
+#: comparison.
+SENTINEL_KEY = -1
+#: The sentinel's event time lies this far past the latest event: beyond the end of every
+#: window holding an event (W2's windows last 10 s), so the watermark it raises closes them.
+SENTINEL_AFTER_TICKS = 60 * 1_000_000
+
+
+def with_sentinel(path: str, dest: str) -> str:
+    """The parquet directory ``path`` as Spark SSS reads it: its file (hard-linked, not
+    copied) plus one sentinel row ``(latest + 60 s, key -1, v 0.5)``. cedar's sources end with
+    a CTI at ∞ that closes every window; Spark's append mode outputs a window only once the
+    watermark passed its end, so without the sentinel its last windows are never output.
+    The sentinel passes W1's and W2's ``where`` (the watermark follows the rows after it)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    os.makedirs(dest, exist_ok=True)
+    files = sorted(f for f in os.listdir(path) if f.endswith(".parquet"))
+    for f in files:
+        os.link(os.path.join(path, f), os.path.join(dest, f))
+    table = pq.read_table(os.path.join(path, files[0]))
+    latest = pc.max(table["ts"]).cast(pa.int64()).as_py()
+    sentinel = pa.table({"ts": pa.array([latest + SENTINEL_AFTER_TICKS], table["ts"].type),
+                         "k": pa.array([SENTINEL_KEY], pa.int64()),
+                         "v": pa.array([0.5], pa.float64())})
+    pq.write_table(sentinel, os.path.join(dest, "sentinel.parquet"))
+    return dest
 
 
 def w1_frame(df: Any) -> Any:
@@ -79,7 +116,9 @@ def w1_frame(df: Any) -> Any:
 
     return (df.where(F.col("v") >= wl.WHERE_CUT).withWatermark("ts", WATERMARK)
             .groupBy(F.window("ts", "1 second"), "k")
-            .agg(F.count(F.lit(1)).alias("count"), F.sum("v").alias("sum")))
+            .agg(F.count(F.lit(1)).alias("count"), F.sum("v").alias("sum"))
+            .select(F.col("window.start").alias("start"), F.col("window.end").alias("end"),
+                    "k", "count", "sum"))
 
 
 def w2_frame(df: Any) -> Any:
@@ -89,7 +128,9 @@ def w2_frame(df: Any) -> Any:
 
     return (df.where(F.col("v") >= wl.WHERE_CUT).withWatermark("ts", WATERMARK)
             .groupBy(F.window("ts", "10 seconds", "1 second"), "k")
-            .agg((F.sum("v") / float(wl.HOP_SIZE_TICKS)).alias("twa")))
+            .agg((F.sum("v") / float(wl.HOP_SIZE_TICKS)).alias("twa"))
+            .select(F.col("window.start").alias("start"), F.col("window.end").alias("end"),
+                    "k", "twa"))
 
 
 def w3_frame(left: Any, right: Any) -> Any:
@@ -107,10 +148,60 @@ def w3_frame(left: Any, right: Any) -> Any:
     return lt.join(rt, cond, "inner")
 
 
-def sss(spark: Any, build: Callable[..., Any], *paths: str) -> float:
+def sss(spark: Any, build: Callable[..., Any], *paths: str, out: str | None = None) -> float:
     """Seconds Spark Structured Streaming takes to run ``build(*streams)`` over the parquet
-    directories ``paths`` (availableNow, append, noop sink)."""
-    return _run_available_now(build(*(_stream(spark, p) for p in paths)))
+    directories ``paths`` (availableNow, append) into the ``noop`` sink or, with ``out``, into
+    parquet files there (:func:`read_back` reads them)."""
+    return _run_available_now(build(*(_stream(spark, p) for p in paths)), out)
+
+
+# -- Spark's output beside cedar's ----------------------------------------------------------------
+def read_back(out: str) -> list[dict[str, Any]]:
+    """The rows Spark wrote to the parquet sink ``out``, as dicts (timestamps as ticks)."""
+    from .nexmark.run import read_rows
+
+    return read_rows(out)
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1e-300)
+
+
+def compare(workload: str, cht: list[tuple[int, int, Any]],
+            spark_rows: list[dict[str, Any]]) -> str:
+    """Compare cedar's CHT of ``workload`` with Spark's output rows (the sentinel's left
+    out): W1 and W2 row by row on (window start, end, key), floats to 1e-9 relative (the two
+    engines add in different orders); W3 as multisets of ``(start, end, key, left v, right
+    v)``, Spark's lifetime being the overlap of the two events' (cedar's join output
+    lifetime). Returns a one-line summary; raises AssertionError when they differ."""
+    rows = [r for r in spark_rows if r.get("k", r.get("lk")) != SENTINEL_KEY]
+    if workload == "W3":
+        life = wl.JOIN_LIFETIME_TICKS
+        a = Counter((s, e, p[0], p[1], p[2]) for s, e, p in cht)
+        b = Counter((max(r["lts"], r["rts"]), min(r["lts"], r["rts"]) + life, r["lk"],
+                     r["lv"], r["rv"]) for r in rows)
+        if a != b:
+            raise AssertionError(f"W3: {sum((a - b).values())} rows only in cedar (e.g. "
+                                 f"{list(a - b)[:2]}), {sum((b - a).values())} only in Spark "
+                                 f"(e.g. {list(b - a)[:2]})")
+        return f"W3: equal ({sum(a.values()):,} rows)"
+    if workload == "W1":
+        mine = {(s, e, p[0]): (p[1]["count"], p[1]["sum"]) for s, e, p in cht}
+        theirs = {(r["start"], r["end"], r["k"]): (r["count"], r["sum"]) for r in rows}
+        same = [mine[k][0] == v[0] and _close(mine[k][1], v[1])
+                for k, v in theirs.items() if k in mine]
+    else:
+        mine = {(s, e, p[0]): p[1] for s, e, p in cht}
+        theirs = {(r["start"], r["end"], r["k"]): r["twa"] for r in rows}
+        same = [_close(mine[k], v) for k, v in theirs.items() if k in mine]
+    if mine.keys() != theirs.keys() or not all(same):
+        only_c, only_s = mine.keys() - theirs.keys(), theirs.keys() - mine.keys()
+        raise AssertionError(
+            f"{workload}: {len(only_c)} windows only in cedar (e.g. {sorted(only_c)[:2]}), "
+            f"{len(only_s)} only in Spark (e.g. {sorted(only_s)[:2]}), "
+            f"{same.count(False)} with other values")
+    last = max(e for _, e, _ in mine)
+    return f"{workload}: equal ({len(mine):,} window rows, the last window ending at {last})"
 
 
 def cedar_from_spark(spark: Any, query: Callable[..., Any], paths: list[str],
@@ -132,37 +223,74 @@ def cedar_from_spark(spark: Any, query: Callable[..., Any], paths: list[str],
     return time.perf_counter() - t0, list(expand(out))
 
 
-def microbatch_latency(spark: Any, rate_eps: int, seconds: float, workdir: str,
-                       min_batches: int = 10, max_seconds: float = 60.0,
-                       trigger: str = "500 milliseconds") -> dict[str, Any]:
-    """W1 over Spark's ``rate`` source at ``rate_eps`` rows/s with the processing-time trigger
-    ``trigger``, for at least ``seconds`` and until ``min_batches`` micro-batches carried rows
-    (at most ``max_seconds``): the ``triggerExecution`` duration (ms) of each of them but the
-    first (query start-up). A row also waits for its micro-batch to start (up to one trigger
-    interval), so end-to-end latency is at least this duration. The checkpoint goes under
-    ``workdir``: remove it after the session stops (tasks of the stopped query may still be
-    closing their state stores)."""
+def event_to_output_latency(spark: Any, rate_eps: int, seconds: float, workdir: str,
+                            trigger: str = "500 milliseconds",
+                            every: int = wl.LATENCY_CTI_EVERY, keys: int = 100,
+                            max_seconds: float = 90.0) -> dict[str, Any]:
+    """W1 in Spark SSS over the ``rate`` source at ``rate_eps`` rows/s, measured as cedar's
+    latency run is: from the wall time an event is due to the wall time the window row it
+    closes is written. The rate source stamps each row with the wall time it is due
+    (``timestamp``, its offered schedule); event time is derived from the row number, one 1 s
+    window per ``every`` rows (as cedar's latency run: :data:`~benchmarks.workloads.
+    LATENCY_CTI_EVERY`), over ``keys`` keys. A ``foreachBatch`` sink takes each micro-batch's
+    rows as Arrow, writes them to parquet under ``workdir`` and records the wall time.
+
+    The window ``[s, e)`` is output once the watermark (latest event time − 2 ms) passes
+    ``e``: its closing event is the first at or after ``e + 2 ms``, i.e. (2 events later)
+    the first event of the next window, whose due time is that window's ``min(due)`` (the
+    aggregate carries it; off by the two events between, 40 µs at 50,000 rows/s). Latency
+    per window = written − that due time; windows output by the first micro-batch (query
+    start-up) are left out. Runs for at least ``seconds`` and until more than 10
+    micro-batches wrote rows, at most ``max_seconds``."""
+    import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
-    df = (spark.readStream.format("rate").option("rowsPerSecond", rate_eps).load()
-          .select(F.col("timestamp").alias("ts"), (F.col("value") % 1000).alias("k"),
-                  ((F.col("value") * 7919 % 1000) / 1000.0).alias("v")))
+    from operators.events import TICKS_PER_SECOND
+
+    step_us = TICKS_PER_SECOND // every
+    src = (spark.readStream.format("rate").option("rowsPerSecond", rate_eps).load()
+           .select(F.col("timestamp").alias("due"),
+                   F.timestamp_micros(F.lit(wl.T0_TICKS) + F.col("value") * step_us).alias("ts"),
+                   (F.col("value") % keys).alias("k"),
+                   ((F.col("value") * 7919 % 1000) / 1000.0).alias("v")))
+    agg = (src.where(F.col("v") >= wl.WHERE_CUT).withWatermark("ts", WATERMARK)
+           .groupBy(F.window("ts", "1 second"), "k")
+           .agg(F.count(F.lit(1)).alias("count"), F.sum("v").alias("sum"),
+                F.min("due").alias("due"))
+           .select(F.col("window.start").alias("start"), "k", "count", "sum", "due"))
+    out_dir = tempfile.mkdtemp(prefix="sss-latency-out-", dir=workdir)
+    written: list[tuple[int, float, Any]] = []  # (batch id, wall time written, Arrow table)
+
+    def sink(batch: Any, batch_id: int) -> None:
+        table = batch.toArrow()
+        if table.num_rows:
+            pq.write_table(table, os.path.join(out_dir, f"{batch_id}.parquet"))
+            written.append((batch_id, time.time(), table.select(["start", "due"])))
+
     ckpt = tempfile.mkdtemp(prefix="sss-latency-", dir=workdir)
-    progress: dict[int, Any] = {}
-    q = (w1_frame(df).writeStream.format("noop").outputMode("append")
+    q = (agg.writeStream.outputMode("append").foreachBatch(sink)
          .option("checkpointLocation", ckpt).trigger(processingTime=trigger).start())
     t0 = time.monotonic()
     try:
         while True:
             time.sleep(0.5)
-            for p in q.recentProgress:
-                if p["numInputRows"] > 0:
-                    progress[p["batchId"]] = p
             elapsed = time.monotonic() - t0
-            if elapsed >= max_seconds or (elapsed >= seconds and len(progress) > min_batches):
+            if elapsed >= max_seconds or (elapsed >= seconds and len(written) > 10):
                 break
     finally:
         q.stop()
-    batches = [progress[b] for b in sorted(progress)][1:]
-    return {"durations_ms": [p["durationMs"]["triggerExecution"] for p in batches],
-            "rows": sum(p["numInputRows"] for p in batches), "trigger": trigger}
+    # per window start: the wall time it was written, and the due time of its first event
+    wrote: dict[int, float] = {}
+    first_due: dict[int, float] = {}
+    first_batch = min((b for b, _, _ in written), default=None)
+    for b, wall, table in written:
+        starts = table["start"].cast("int64").to_pylist()  # µs
+        dues = table["due"].cast("int64").to_pylist()
+        for s, d in zip(starts, dues):
+            first_due[s] = min(first_due.get(s, float("inf")), d / 1e6)
+            if b != first_batch:
+                wrote[s] = wall
+    lat = [(wall - first_due[s + TICKS_PER_SECOND]) * 1000 for s, wall in wrote.items()
+           if s + TICKS_PER_SECOND in first_due]
+    return {"latencies_ms": lat, "rows": sum(t.num_rows for _, _, t in written),
+            "batches": len(written), "trigger": trigger, "keys": keys}

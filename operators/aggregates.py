@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from sortedcontainers import SortedList
 
+from .columns import map_columns
 from .events import MAX_TIME, MIN_TIME, fmt_time
 from .expr import evaluate, trace
 from .udm import IncrementalAggregate, Window, field_getter, register, resolve
@@ -71,6 +72,18 @@ class _Builtin(IncrementalAggregate):
         or None when the values cannot be added column-wise (the engine then calls
         :meth:`add`)."""
         return None
+
+    def add_ranges(self, states: list[Any], columns: Any, n: int, lo: Sequence[int],
+                   hi: Sequence[int]) -> list[Any] | None:
+        """:meth:`add_groups` for groups that are row ranges of the ``n`` rows of
+        ``columns``: group ``j`` is rows ``lo[j]:hi[j]`` (never empty). Ranges may overlap (a
+        point in several hopping windows is one row of each window's range), so a hopping
+        window's groups need no copy of a row per window. This default copies the rows into
+        consecutive groups and calls :meth:`add_groups`; the sums answer from prefix sums."""
+        if type(self).add_groups is _Builtin.add_groups:
+            return None  # no column-wise add at all: copying the rows would be wasted
+        rows, bounds = _range_rows(lo, hi)
+        return self.add_groups(states, map_columns(columns, lambda c: c[rows]), bounds)
 
     def compute(self, values: Iterable[Any]) -> Any:
         """The result from scratch: ``result(add(initial_state(), values))``."""
@@ -109,6 +122,10 @@ class Count(_Builtin):
     def add_groups(self, states: list[Any], columns: Any, bounds: Sequence[int]) -> list[Any]:
         return [(0 if s is None else s) + (b - a)
                 for s, a, b in zip(states, bounds, bounds[1:])]
+
+    def add_ranges(self, states: list[Any], columns: Any, n: int, lo: Sequence[int],
+                   hi: Sequence[int]) -> list[Any]:
+        return [(0 if s is None else s) + (b - a) for s, a, b in zip(states, lo, hi)]
 
     def remove(self, state: int, values: list[Any]) -> int:
         if len(values) > state:
@@ -268,6 +285,52 @@ def _exact_group_sums(states: list[Any], column: np.ndarray,
     return out
 
 
+def _range_rows(lo: Sequence[int], hi: Sequence[int]) -> tuple[np.ndarray, list[int]]:
+    """The rows of the ranges ``lo[j]:hi[j]`` one after the other, and the bounds of each
+    range in that sequence."""
+    lo_a, hi_a = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
+    sizes = hi_a - lo_a
+    bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=bounds[1:])
+    # row i of range j is lo[j] + (i - bounds[j])
+    rows = np.arange(int(bounds[-1]), dtype=np.int64) + np.repeat(lo_a - bounds[:-1], sizes)
+    return rows, bounds.tolist()
+
+
+def _exact_range_sums(states: list[Any], column: np.ndarray, lo: Sequence[int],
+                      hi: Sequence[int]) -> list[_ExactSum]:
+    """:func:`_exact_group_sums` for (possibly overlapping) row ranges: the mantissas of
+    every row, relative to the column's smallest exponent, are summed once as prefix sums in
+    int64 (two 26-bit halves; the shifts must leave room for the whole column's sum, else the
+    ranges are copied out and summed group by group), and each range's sum is the difference
+    of two prefix sums, shifted once."""
+    n = len(column)
+    mantissa, exponent = np.frexp(column)
+    m = (mantissa * 2.0**53).astype(np.int64)
+    shift = exponent.astype(np.int64) + 1021
+    nonzero = m != 0  # a zero adds nothing whatever its shift: leave it out of the range
+    base = int(shift[nonzero].min()) if nonzero.any() else 0
+    rel = np.where(nonzero, shift - base, 0)
+    # halves of < 2**27, shifted by up to `room` bits, summed over all n rows: below 2**62
+    room = 62 - 27 - n.bit_length()
+    if int(rel.max()) > room:
+        rows, bounds = _range_rows(lo, hi)
+        return _exact_group_sums(states, column[rows], bounds)
+    high = np.zeros(n + 1, dtype=np.int64)
+    low = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum((m >> 26) << rel, out=high[1:])
+    np.cumsum((m & ((1 << 26) - 1)) << rel, out=low[1:])
+    lo_a, hi_a = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
+    high_sums = (high[hi_a] - high[lo_a]).tolist()
+    low_sums = (low[hi_a] - low[lo_a]).tolist()
+    out = [_ExactSum() if s is None else s for s in states]
+    for s, h, lo_sum, size in zip(out, high_sums, low_sums, (hi_a - lo_a).tolist()):
+        s.scaled += (h << (base + 26)) + (lo_sum << base)
+        s.n += size
+        s.n_float += size
+    return out
+
+
 class Sum(_Builtin):
     """The sum of ``field`` over the window's events.
 
@@ -301,6 +364,11 @@ class Sum(_Builtin):
                    bounds: Sequence[int]) -> list[Any] | None:
         column = self._column(columns, bounds[-1])
         return None if column is None else _exact_group_sums(states, column, bounds)
+
+    def add_ranges(self, states: list[Any], columns: Any, n: int, lo: Sequence[int],
+                   hi: Sequence[int]) -> list[Any] | None:
+        column = self._column(columns, n)
+        return None if column is None else _exact_range_sums(states, column, lo, hi)
 
     def remove(self, state: _ExactSum, values: list[Any]) -> _ExactSum:
         if len(values) > state.n:
@@ -403,6 +471,15 @@ class Aggregates(_Builtin):
         # every part passed column_ready, so each has the column-wise protocol
         per_part = [p.add_groups([None if s is None else s[i] for s in states],  # type: ignore[attr-defined]
                                  columns, bounds)
+                    for i, p in enumerate(self.parts.values())]
+        return [list(group) for group in zip(*per_part)]
+
+    def add_ranges(self, states: list[Any], columns: Any, n: int, lo: Sequence[int],
+                   hi: Sequence[int]) -> list[Any] | None:
+        if not self.column_ready(columns, n):
+            return None  # checked first: no part may add when another cannot
+        per_part = [p.add_ranges([None if s is None else s[i] for s in states],  # type: ignore[attr-defined]
+                                 columns, n, lo, hi)
                     for i, p in enumerate(self.parts.values())]
         return [list(group) for group in zip(*per_part)]
 
@@ -702,6 +779,12 @@ class TimeWeightedAverage(_Builtin):
         sends): each lasts one tick inside its window, so it weighs its value by 1."""
         column = self._column(columns, bounds[-1])  # type: ignore[misc]  # see _column
         return None if column is None else _exact_group_sums(states, column, bounds)
+
+    def add_ranges(self, states: list[Any], columns: Any, n: int, lo: Sequence[int],
+                   hi: Sequence[int]) -> list[Any] | None:
+        """Column-wise :meth:`add` of point events, as :meth:`add_groups`."""
+        column = self._column(columns, n)  # type: ignore[misc]  # see _column
+        return None if column is None else _exact_range_sums(states, column, lo, hi)
 
     def window_result(self, state: _ExactSum, window: Window) -> Any:
         """``Σ value · duration / (window.end − window.start)``; ``None`` for an empty state."""

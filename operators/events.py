@@ -46,6 +46,13 @@ def _check_time(kind: str, eid: Any, name: str, value: Any) -> None:
         )
 
 
+def _rebuild(cls: type, fields: tuple[Any, ...]) -> Any:
+    """Unpickle a message as it was, without the constructor's checks: a message passes
+    through pickle unchanged (a source checks what it receives, and builds a dead letter of
+    a message that breaks a rule, which a check here would turn into an error elsewhere)."""
+    return tuple.__new__(cls, fields)
+
+
 class _InsertFields(NamedTuple):
     id: Hashable
     start: int
@@ -58,6 +65,9 @@ class Insert(_InsertFields):
     """Adds the event ``id`` with lifetime ``[start, end)``; ``end == MAX_TIME`` is an open edge."""
 
     __slots__ = ()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), tuple(self)))
 
     def __new__(cls, id: Hashable, start: int, end: int, payload: Any = None) -> Insert:
         _check_time("Insert", id, "start", start)
@@ -95,6 +105,9 @@ class Retract(_RetractFields):
     deletes it)."""
 
     __slots__ = ()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), tuple(self)))
 
     def __new__(
         cls, id: Hashable, start: int, end: int, new_end: int, payload: Any = None
@@ -144,6 +157,9 @@ class Cti(_CtiFields):
     """Current time increment: no later message changes the time axis before ``time``."""
 
     __slots__ = ()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), tuple(self)))
 
     def __new__(cls, time: int) -> Cti:
         _check_time("Cti", None, "time", time)

@@ -15,6 +15,8 @@ inputs' CTIs: an input whose CTI lags may still send events that far back::
     [Insert(id=(0, 'a'), start=1, end=4, payload='x')]
     >>> u.process([Insert("a", 2, 6, "y"), Cti(3)], 1)
     [Insert(id=(1, 'a'), start=2, end=6, payload='y'), Cti(time=3)]
+    >>> u.finish()  # at the end of every input: no input holds the CTI back any more
+    [Cti(time=5)]
 
 Union holds no events: its only state is the CTI of each input. It is also the step that merges
 the partitions of ``group_apply(..., partitions=N)`` into one stream again.
@@ -51,3 +53,10 @@ class Union(Processor):
 
     def on_cti(self, time: int, port: int) -> list[Message]:
         return self.emit_cti(self.in_cti)
+
+    def finish(self) -> list[Message]:
+        """Every input has ended, so none can send anything more: the output CTI moves up to
+        the furthest input's (as a finished source's watermark stops holding back a Flink
+        operator), and what that CTI makes final downstream is not held back by an input
+        that simply stopped earlier."""
+        return self.emit_cti(max(self.in_ctis or [self.out_cti]))

@@ -100,7 +100,7 @@ def test_the_report_ends_with_the_result_line(tmp_path):
     report = bench.Report(sizes)
     data = bench.Data(sizes, str(tmp_path / "data"))
     assert sorted(p.name for p in (tmp_path / "data").iterdir()) == \
-        ["left", "right", "w1", "w2", "warm"]
+        ["left", "right", "w1", "w1-quarter", "w2", "warm"]
     outs = bench.run_inline(report, data)
     assert set(outs) == {"W1", "W2", "W3"} and all(report.eps[w]["inline"] > 0 for w in outs)
     path = tmp_path / "RESULTS.md"
@@ -112,4 +112,37 @@ def test_the_report_ends_with_the_result_line(tmp_path):
     line = bench.result_line(report)
     assert re.fullmatch(
         r"RESULT inline_eps=\d+ ray_eps=nan from_spark_eps=nan spark_sss_eps=nan "
-        r"ratio_ray_inline=nan ratio_cedar_spark=nan p99_ms=nan rss_growth_mb=nan", line), line
+        r"ratio_ray_inline=nan ratio_cedar_spark=nan p99_ms=nan pss_growth_mb=nan "
+        r"join_ray_eps=nan join_ratio_spark=nan w2_inline_eps=\d+ nexmark_ratio_min=nan",
+        line), line
+
+
+def test_spark_rows_are_compared_with_cedars_sentinel_left_out():
+    from benchmarks import spark_sss as sp
+
+    cols = wl.points(3_000, keys=5, seed=1, rate_eps=1_000)
+    w1 = to_cht(wl.w1(wl.source(cols)).collect(runtime="inline"))
+    # Spark adds in another order: sums equal to 1e-9 relative
+    spark_w1 = [{"start": s, "end": e, "k": k, "count": agg["count"],
+                 "sum": agg["sum"] * (1 + 1e-12)} for s, e, (k, agg) in w1]
+    sentinel = {"start": 0, "end": 1, "k": sp.SENTINEL_KEY, "count": 1, "sum": 0.5}
+    assert sp.compare("W1", w1, [*spark_w1, sentinel]).startswith("W1: equal (16 window rows")
+    with pytest.raises(AssertionError, match="1 windows only in cedar"):
+        sp.compare("W1", w1, spark_w1[1:])
+    # W3: Spark's pair (lts, rts) has cedar's lifetime, the overlap of the two events'
+    life = wl.JOIN_LIFETIME_TICKS
+    w3 = [(120, 100 + life, (7, 0.25, 0.5))]
+    assert sp.compare("W3", w3, [{"lts": 100, "rts": 120, "lk": 7, "lv": 0.25, "rv": 0.5}])
+    with pytest.raises(AssertionError):
+        sp.compare("W3", w3, [{"lts": 100, "rts": 121, "lk": 7, "lv": 0.25, "rv": 0.5}])
+
+
+def test_marginal_rates_and_both_sizes_in_the_report():
+    assert bench.marginal(100, 1.5, 400, 2.0) == pytest.approx(600.0)
+    report = bench.Report(bench.QUICK)
+    report.by_size = {100_000: (1.0, 0.5), 400_000: (2.5, 1.0)}
+    report.spark_latency = {"latencies_ms": [100.0, 200.0], "rows": 10, "batches": 3,
+                            "trigger": "500 milliseconds", "keys": 100}
+    text = bench.render(report, {"nproc": "2"}, "test", 1.0)
+    assert "| marginal, 100,000 → 400,000 | 200,000 | 600,000 | 0.333 |" in text
+    assert "| Spark SSS, event due → its window's row written | 100 | 200 | 200 | 2 |" in text

@@ -17,7 +17,7 @@ HOST_STEP = "~host"
 HEAD_RESOURCE = "node:__internal_head__"
 
 __all__ = ["FETCH_WAIT_S", "HEAD_RESOURCE", "HOST_STEP", "NAMESPACE", "actor_name",
-           "ensure_ray", "list_queries", "unsubscribe"]
+           "actor_nodes", "ensure_ray", "list_queries", "unsubscribe"]
 
 
 def ensure_ray(address: str | None = None, quiet: bool = False) -> None:
@@ -40,6 +40,19 @@ def ensure_ray(address: str | None = None, quiet: bool = False) -> None:
 def actor_name(query: str, step: str) -> str:
     """The Ray actor name of ``step`` of the deployed query ``query``."""
     return f"{query}/{step}"
+
+
+def actor_nodes(query: str) -> dict[str, str]:
+    """Step (and ``~host``) -> the id of the node its live actor runs on, for the deployed
+    query ``query``: from Ray's own records (GCS), without the dashboard."""
+    from ray._private import state
+
+    out = {}
+    for a in state.actors().values():
+        name = a.get("Name") or ""
+        if a.get("State") == "ALIVE" and name.startswith(actor_name(query, "")):
+            out[name.split("/", 1)[1]] = a["Address"]["NodeID"]
+    return out
 
 
 def list_queries() -> list[str]:

@@ -494,9 +494,12 @@ _LOG_NAME = "_cedar_commits.json"
 _EPOCH_PREFIX = "epoch-"
 
 
-def _epoch_stem(cti: int) -> str:
-    """A file name stem that sorts like the CTI (negative CTIs included)."""
-    return f"{_EPOCH_PREFIX}{cti - MIN_TIME:020d}"
+def _epoch_stem(cti: int, run: int | None = None) -> str:
+    """A file name stem that sorts like ``(run, CTI)`` (negative CTIs included; the stems of
+    a sink without runs sort before every run's)."""
+    if run is None:
+        return f"{_EPOCH_PREFIX}{cti - MIN_TIME:020d}"
+    return f"{_EPOCH_PREFIX}r{run:010d}-{cti - MIN_TIME:020d}"
 
 
 class FinalRowsSink:
@@ -527,6 +530,17 @@ class FinalRowsSink:
     Call :meth:`end` when the result stream is over: it treats the end like ``Cti(MAX_TIME)``
     and writes every pending row.
 
+    **Runs of a resumed source** (``run``): a source that resumes where its last run stopped
+    (``Stream.from_spark(streaming_df, checkpoint=...)``) does not replay from the beginning;
+    each run is a new stretch of the stream, whose CTIs start again below the last run's end.
+    ``run`` is the source's count of committed runs (``SparkStreamFeeder.run``): the log
+    records it with the committed CTI, a sink with the logged run skips what that run
+    committed (the source replays an unfinished run whole), and a sink with a later run
+    starts a new stretch, in files named after the run and the CTI. A sink whose run is
+    behind the log is refused (the source's checkpoint is not the one this path was written
+    from). The source commits a run only after the sink's :meth:`end`, so the pair is
+    exactly once end to end (docs/spark.md).
+
     ``format="parquet"`` is written with pyarrow (no Spark job per epoch; ``spark`` may be
     None); any other format Spark can write (``"orc"``, ``"json"``, ...) needs ``spark``.
 
@@ -539,7 +553,7 @@ class FinalRowsSink:
     """
 
     def __init__(self, spark: SparkSession | None, path: str, format: str = "parquet",
-                 name: str = "sink") -> None:
+                 name: str = "sink", run: int | None = None) -> None:
         if format != "parquet" and spark is None:
             raise ValueError(f"FinalRowsSink(format={format!r}) writes through Spark: pass a "
                              f"SparkSession, or use format='parquet' (written with pyarrow)")
@@ -547,8 +561,10 @@ class FinalRowsSink:
         self.path = os.path.abspath(path)
         self.format = format
         self.name = name
+        #: The source's run this sink writes (None: the source replays from the beginning).
+        self.run = run
         os.makedirs(self.path, exist_ok=True)
-        #: The latest CTI whose final rows are on disk (MIN_TIME: nothing committed yet).
+        #: The latest CTI of this run whose final rows are on disk (MIN_TIME: none yet).
         self.committed = MIN_TIME
         #: Files and rows written by this object.
         self.epochs_written = 0
@@ -566,26 +582,38 @@ class FinalRowsSink:
 
     def _recover(self) -> None:
         log = self._log_path()
+        logged_run = None
         if os.path.exists(log):
             with open(log, encoding="utf-8") as f:
                 entry = json.load(f)
             self.committed = int(entry["committed_cti"])
+            logged_run = entry.get("run")
             if entry.get("format", self.format) != self.format:
                 raise ValueError(f"FinalRowsSink: {self.path} holds {entry['format']!r} files; "
                                  f"open it with format={entry['format']!r} or use a new path")
-        keep = _epoch_stem(self.committed)
+        if self.run is None:
+            self.run = logged_run  # no runs given: the logged run is replayed
+        elif logged_run is not None and self.run < logged_run:
+            raise ValueError(
+                f"FinalRowsSink: {self.path} holds the output of run {logged_run} of its "
+                f"source, which is at run {self.run}: the source's checkpoint is not the one "
+                f"this output was written from; use the same checkpoint or a new path")
+        nothing = os.path.exists(log) is False
+        keep = _epoch_stem(self.committed, logged_run)
         for entry_name in sorted(os.listdir(self.path)):
             full = os.path.join(self.path, entry_name)
             if entry_name.startswith(TMP_PREFIX):  # a write that never got renamed
                 _remove(full)
             elif entry_name.startswith(_EPOCH_PREFIX):
-                stem = entry_name[:len(keep)]
-                if self.committed == MIN_TIME or stem > keep:  # renamed, never committed
+                stem = entry_name.split(".", 1)[0][:len(keep)]
+                if nothing or stem > keep:  # renamed, never committed
                     _remove(full)
                 elif self._schema is None and self.format == "parquet":
                     import pyarrow.parquet as pq
 
                     self._schema = pq.read_schema(full)
+        if self.run != logged_run:  # a new run: a new stretch of the stream, nothing of it yet
+            self.committed = MIN_TIME
 
     # -- the message path ---------------------------------------------------------------------
     def on_messages(self, messages: Iterable[Message]) -> None:
@@ -637,7 +665,7 @@ class FinalRowsSink:
         from operators.cht import row_key
 
         rows.sort(key=row_key)
-        stem = _epoch_stem(cti)
+        stem = _epoch_stem(cti, self.run)
         if self.format == "parquet":
             import pyarrow.parquet as pq
 
@@ -648,8 +676,10 @@ class FinalRowsSink:
                 self._schema = table.schema
         else:
             self._commit_with_spark(stem, rows)
-        atomic_write(self._log_path(), json.dumps(
-            {"committed_cti": cti, "format": self.format}).encode())
+        entry: dict[str, Any] = {"committed_cti": cti, "format": self.format}
+        if self.run is not None:
+            entry["run"] = self.run
+        atomic_write(self._log_path(), json.dumps(entry).encode())
         self.committed = cti
         self.epochs_written += 1
         self.rows_written += len(rows)

@@ -58,6 +58,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from actors.checkpoint import load as load_checkpoint
 from actors.files import atomic_write
@@ -82,6 +83,7 @@ __all__ = [
     "staged_record_batches",
     "staging_directory",
     "stream_records",
+    "stream_run",
 ]
 
 #: Rows per range read by one Spark job: what the driver holds at a time is about two ranges
@@ -319,6 +321,18 @@ class SparkStreamFeeder:
 
     ``end()`` (after the query has stopped) emits the Ingress's final CTI; ``poll()`` the idle
     CTI of ``AdvanceTime(idle_timeout=...)``.
+
+    **A held run** (``stream(hold=True)``, what ``to_spark_stream`` asks for): the consumer's
+    output becomes durable only at the end of the run (a sink that commits per output CTI,
+    fed by operators that keep state), while Spark commits every micro-batch as it goes. So
+    each micro-batch of a held run is also written to a log beside the state
+    (``<checkpoint_location>/cedar_run/<batch_id>.pkl``) before Spark may commit it, and
+    until the consumer calls :meth:`commit_run` the run is not over: a run that dies is
+    replayed whole by the next one -- the Ingress from its state at the run's start, the
+    logged micro-batches, then the micro-batches Spark had not committed -- so the consumer
+    sees the same stream again, and a sink that skips what it committed (``run`` below)
+    writes every row once. :attr:`run` counts the committed runs: the token that tells a
+    sink whether it sees a replay of its last run or a new one.
     """
 
     def __init__(
@@ -354,8 +368,16 @@ class SparkStreamFeeder:
         #: Every message emitted, when no ``on_messages`` callback is given.
         self.messages: list[Message] = []
         self.query: StreamingQuery | None = None
+        #: Runs committed with :meth:`commit_run` (a held run's token; see the class doc).
+        self.run = 0
+        #: The held run not committed yet: the Ingress at its start and its logged batch ids.
+        self._held: dict[str, Any] | None = None
+        #: The Ingress as last saved (what :meth:`commit_run` commits: not the run's end CTI).
+        self._saved_ingress: dict[str, Any] | None = None
         if checkpoint_location is not None:
             self._load_state()
+        if self._saved_ingress is None:
+            self._saved_ingress = self.ingress.snapshot()
 
     # -- state --------------------------------------------------------------------------------
     def _state_path(self) -> str:
@@ -376,12 +398,43 @@ class SparkStreamFeeder:
                 f"them, or start a new stream with a new checkpoint location")
         self.ingress.restore(state["ingress"])
         self.last_batch_id = state["last_batch_id"]
+        self.run = state.get("run", 0)
+        self._held = state.get("held")
+        self._saved_ingress = state["ingress"]
 
     def _save_state(self) -> None:
         path = self._state_path()
-        state = {"ingress": self.ingress.snapshot(), "last_batch_id": self.last_batch_id,
-                 "schema": self.schema}
+        self._saved_ingress = self.ingress.snapshot()
+        state = {"ingress": self._saved_ingress, "last_batch_id": self.last_batch_id,
+                 "schema": self.schema, "run": self.run, "held": self._held}
         atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+
+    # -- a held run -----------------------------------------------------------------------------
+    def _log_batch(self, table: pa.Table, batch_id: int, start: dict[str, Any]) -> None:
+        """Log a held run's micro-batch before its id is saved (and so before Spark may
+        commit it); ``start`` is the Ingress's state at the run's start."""
+        if self._held is None:
+            self._held = {"ingress": start, "batches": []}
+        atomic_write(_join(self._run_dir(), f"{batch_id}.pkl"),
+                     pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL))
+        self._held["batches"].append(batch_id)
+
+    def _run_dir(self) -> str:
+        return _join(self.checkpoint_location or "", "cedar_run")
+
+    def commit_run(self) -> None:
+        """The consumer made the held run's output durable: the run is over. The Ingress's
+        state after the run's last micro-batch becomes the next run's start (not the run's
+        end CTI: the end of a run is not the end of the stream), the log is dropped and
+        :attr:`run` counts one more. Without a checkpoint location, nothing to do."""
+        if self.checkpoint_location is None:
+            return
+        if self._saved_ingress is not None:
+            self.ingress.restore(self._saved_ingress)
+        self._held = None
+        self.run += 1
+        self._save_state()
+        _delete_dir(self._run_dir())
 
     # -- one micro-batch ----------------------------------------------------------------------
     def ingest(self, table: pa.Table, now: float | None = None) -> list[Message]:
@@ -423,7 +476,8 @@ class SparkStreamFeeder:
             self.on_messages(out)
 
     # -- pulled by a consumer -------------------------------------------------------------------
-    def stream(self, trigger: dict[str, Any] | None = None) -> Iterator[list[Message]]:
+    def stream(self, trigger: dict[str, Any] | None = None,
+               hold: bool = False) -> Iterator[list[Message]]:
         """Run the Spark query and yield each micro-batch's messages (a non-empty list) as
         the consumer asks for them; ``trigger`` as in :meth:`start` (default
         ``{"availableNow": True}``: every input available now, then the run ends).
@@ -439,7 +493,20 @@ class SparkStreamFeeder:
         the next run continues the stream from the last micro-batch. All Ingress work
         happens in the consumer's thread (the idle CTI of ``AdvanceTime(idle_timeout=...)``
         included, checked while no micro-batch arrives).
+
+        With ``hold`` (and a checkpoint location) the run is held (see the class doc): its
+        micro-batches are logged, and it ends only with :meth:`commit_run`, which the
+        consumer calls once the run's output is durable; a run that died held is replayed
+        first, from its start, whatever ``hold`` is (without ``hold`` the replayed run is
+        committed when this one ends).
         """
+        held = self.checkpoint_location is not None and (hold or self._held is not None)
+        start = self.ingress.snapshot()
+        replay: list[int] = []
+        if self._held is not None:  # a held run died: the same stream again, from its start
+            start = self._held["ingress"]
+            self.ingress.restore(start)
+            replay = list(self._held["batches"])
         handoff: queue.Queue[Any] = queue.Queue()
         acks: queue.Queue[bool] = queue.Queue()
         closed = threading.Event()
@@ -483,6 +550,10 @@ class SparkStreamFeeder:
         idle = self.ingress.advance.idle_timeout
         every = None if idle is None else min(0.05, idle / 4)
         try:
+            for batch_id in replay:
+                out = self.ingest(load_checkpoint(_join(self._run_dir(), f"{batch_id}.pkl")))
+                if out:
+                    yield out
             while True:
                 try:
                     item = handoff.get(timeout=every)
@@ -501,11 +572,15 @@ class SparkStreamFeeder:
                 out = self.ingest(table)
                 if out:
                     yield out
+                if held:
+                    self._log_batch(table, batch_id, start)
                 self.commit(batch_id)
                 acks.put(True)
             final = self.ingress.end()  # this run's end: not committed
             if final:
                 yield final
+            if held and not hold:
+                self.commit_run()
         finally:
             closed.set()
             acks.put(False)
@@ -567,8 +642,42 @@ class SparkStreamFeeder:
         return self.query
 
 
+def _join(location: str, *parts: str) -> str:
+    """``location/part/...`` for a local path or a storage URI (its ``?options`` kept last).
+
+    >>> _join("s3://bucket/ckpt/?endpoint_override=localhost:9000", "cedar_feeder.pkl")
+    's3://bucket/ckpt/cedar_feeder.pkl?endpoint_override=localhost:9000'
+    """
+    base, sep, options = location.partition("?")
+    if "://" in base:
+        return "/".join([base.rstrip("/"), *parts]) + sep + options
+    return os.path.join(base, *parts) + sep + options
+
+
+def _delete_dir(location: str) -> None:
+    if "://" in location:
+        fs, where = pafs.FileSystem.from_uri(location)
+    else:
+        fs, where = pafs.LocalFileSystem(), os.path.abspath(location)
+    try:
+        fs.delete_dir(where)
+    except (FileNotFoundError, OSError):
+        pass  # nothing logged
+
+
 def _state_path(checkpoint: str) -> str:
-    return os.path.join(checkpoint, "cedar_feeder.pkl")
+    return _join(checkpoint, "cedar_feeder.pkl")
+
+
+def stream_run(checkpoint: str | None) -> int:
+    """The number of held runs committed on the stream checkpointed at ``checkpoint`` (0 when
+    nothing was, or without a checkpoint): the run token a sink keys its commits by."""
+    if checkpoint is None:
+        return 0
+    try:
+        return int(load_checkpoint(_state_path(checkpoint)).get("run", 0))
+    except FileNotFoundError:
+        return 0
 
 
 def stream_records(checkpoint: str) -> dict[str, Any]:

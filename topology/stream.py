@@ -416,18 +416,30 @@ class Stream:
         """Run the query and append, at each output CTI, the rows that CTI made final to
         ``path``, exactly once across restarts (:class:`topology.spark_sink.FinalRowsSink`: a
         restarted run on the same path skips what was committed). On Ray the rows are
-        appended while the query runs. Returns the sink (``committed``, ``dead_letters``)."""
+        appended while the query runs. Returns the sink (``committed``, ``dead_letters``).
+
+        Over a streaming ``from_spark`` with a checkpoint the source's run is held until the
+        sink has committed it, so that a run that dies is replayed whole and the pair is
+        exactly once end to end (docs/spark.md)."""
         from .spark_sink import FinalRowsSink
 
-        sink = FinalRowsSink(spark, path, format=format)
-        if runtime == "inline":
-            sink.on_messages(self.collect("inline", **options))
-        else:
-            from .deploy import collect_plan
+        resumed = [s for s in _spark_streams(self._node) if s.checkpoint is not None]
+        run = sum(s.hold() for s in resumed) if resumed else None
+        try:
+            sink = FinalRowsSink(spark, path, format=format, run=run)
+            if runtime == "inline":
+                sink.on_messages(self.collect("inline", **options))
+            else:
+                from .deploy import collect_plan
 
-            collect_plan(self.plan(options.pop("fuse", False)), on_messages=sink.on_messages,
-                         **options)
-        sink.end()
+                collect_plan(self.plan(options.pop("fuse", False)),
+                             on_messages=sink.on_messages, **options)
+            sink.end()
+            for s in resumed:
+                s.commit_run()
+        finally:  # a failed run stays held on disk, for the next run to replay
+            for s in resumed:
+                s.held, s.last = False, None
         return sink
 
     def deploy(self, name: str, *, fuse: bool = False, trace: Any = None,
@@ -477,6 +489,14 @@ class _Batches:
         return iter(self.make())
 
 
+def _spark_streams(node: n.Node) -> list[_SparkStream]:
+    """The streaming Spark sources of a query tree."""
+    found = [node.messages] if isinstance(getattr(node, "messages", None), _SparkStream) else []
+    for child in node.inputs:
+        found += [s for s in _spark_streams(child) if s not in found]
+    return found
+
+
 class _SparkStream:
     """The message batches of a streaming DataFrame: each iteration is one run, through a new
     :class:`topology.spark_source.SparkStreamFeeder` that resumes from the checkpoint."""
@@ -484,9 +504,25 @@ class _SparkStream:
     def __init__(self, feeder: Callable[[], Any], trigger: dict[str, Any] | None,
                  checkpoint: str | None) -> None:
         self.feeder, self.trigger, self.checkpoint = feeder, trigger, checkpoint
+        self.held = False
+        self.last: Any = None
+
+    def hold(self) -> int:
+        """Hold the next run until :meth:`commit_run` (a sink commits per output CTI); the
+        source's run token (``SparkStreamFeeder.run``)."""
+        from .spark_source import stream_run
+
+        self.held = True
+        return stream_run(self.checkpoint)
+
+    def commit_run(self) -> None:
+        if self.last is not None:
+            self.last.commit_run()
+        self.held, self.last = False, None
 
     def __iter__(self) -> Any:
-        return self.feeder().stream(self.trigger)
+        self.last = self.feeder()
+        return self.last.stream(self.trigger, hold=self.held)
 
     def __repr__(self) -> str:
         return f"spark stream, checkpoint={self.checkpoint!r}"

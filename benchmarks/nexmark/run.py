@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from operators.cht import check_equivalent, to_cht
@@ -134,10 +135,42 @@ def main(argv: list[str] | None = None) -> int:
     n = args.events or (QUICK_EVENTS if args.quick else 1_000_000)
     delay = args.delay or (QUICK_DELAY if args.quick else gen.INTER_EVENT_DELAY)
     names = [s.strip() for s in args.queries.split(",") if s.strip()]
+    result = measure(n, delay, names, seed=args.seed, ray=not args.no_ray,
+                     spark=not args.no_spark)
+    say("")
+    say(result.table())
+    return 0
+
+
+@dataclass
+class Suite:
+    """One run of the suite: per query its seconds (``inline``, ``ray``, ``spark`` or
+    ``spark_batch``) and whether the outputs are equal (``equal``), and the input tables."""
+
+    names: list[str]
+    rows: dict[str, dict[str, Any]]
+    tables: dict[str, Any]
+    events: int
+    delay_us: int
+
+    def table(self) -> str:
+        return table(self.names, self.rows, self.tables)
+
+    def ratios(self) -> dict[str, float]:
+        """cedar on Ray ÷ Spark SSS (events/s) of every query both ran."""
+        return {name: r["spark"] / r["ray"] for name, r in self.rows.items()
+                if r.get("ray") and r.get("spark")}
+
+
+def measure(n: int, delay: int, names: list[str], seed: int = 1, ray: bool = True,
+            spark: bool = True) -> Suite:
+    """Generate ``n`` events ``delay`` µs apart and run the queries ``names`` inline, on Ray
+    (unless not ``ray``; a Ray instance of its own, shut down at the end) and in Spark SSS
+    (unless not ``spark``; a session of its own, stopped at the end)."""
     workdir = tempfile.mkdtemp(prefix="nexmark-")
     try:
-        t, tables = timed(lambda: gen.generate(n, seed=args.seed, inter_event_delay=delay))
-        small = gen.generate(5_000, seed=args.seed + 1, inter_event_delay=delay)
+        t, tables = timed(lambda: gen.generate(n, seed=seed, inter_event_delay=delay))
+        small = gen.generate(5_000, seed=seed + 1, inter_event_delay=delay)
         paths = gen.write_parquet(tables, os.path.join(workdir, "data"))
         warm_paths = gen.write_parquet(small, os.path.join(workdir, "warm"))
         say(f"generated {n:,} events ({delay} µs apart) in {t:.2f} s: " +
@@ -153,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             rows[name]["inline"] = seconds
             say(f"  {name}: {events_of(q, tables):,} events in {seconds:.2f} s")
 
-        if not args.no_ray:
+        if ray:
             say("ray")
             start_ray()
             try:
@@ -165,45 +198,49 @@ def main(argv: list[str] | None = None) -> int:
                     rows[name]["ray"] = seconds
                     say(f"  {name}: {seconds:.2f} s (CHT equal to inline)")
             finally:
-                import ray
+                import ray as ray_
 
-                ray.shutdown()
+                ray_.shutdown()
 
-        if not args.no_spark:
-            from benchmarks.spark_sss import session
-
-            say("spark: starting local[2]")
-            spark = session()
-            try:
-                for name in names:
-                    q = nq.QUERIES[name]
-                    if q.spark is not None:  # the JVM warmed on this query's plan: not timed
-                        run_sss(q.spark(*spark_streams(spark, q, warm_paths)), "noop")
-                    latest = latest_of(q, tables)
-                    out_dir = os.path.join(workdir, f"spark-{name}")
-                    if q.spark is not None:
-                        rows[name]["spark"] = run_sss(
-                            q.spark(*spark_streams(spark, q, paths)), "noop")
-                        run_sss(q.spark(*spark_streams(spark, q, paths)), "parquet", out_dir)
-                        spark_rows = read_rows(out_dir)
-                    else:
-                        assert q.spark_batch is not None
-                        batch = [spark.read.parquet(paths[i]) for i in q.spark_inputs]
-                        seconds, result = timed(lambda q=q, b=batch: q.spark_batch(*b).collect())
-                        rows[name]["spark_batch"] = seconds
-                        spark_rows = [r.asDict() for r in result]
-                    rows[name]["equal"] = compare(q, to_cht(inline_out[name]), spark_rows,
-                                                  latest)
-                    say(f"  {name}: {rows[name].get('spark', rows[name].get('spark_batch')):.2f}"
-                        f" s; equal: {rows[name]['equal']}")
-            finally:
-                spark.stop()
-
-        say("")
-        say(table(names, rows, tables))
-        return 0
+        if spark:
+            run_spark(names, rows, tables, paths, warm_paths, inline_out, workdir)
+        return Suite(names, rows, tables, n, delay)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_spark(names: list[str], rows: dict[str, dict[str, Any]], tables: dict[str, Any],
+              paths: dict[str, str], warm_paths: dict[str, str],
+              inline_out: dict[str, list[Any]], workdir: str) -> None:
+    """Every query in Spark SSS (timed into ``noop``, then again into parquet, read back and
+    compared with cedar's inline output), or as a Spark batch query where SSS cannot."""
+    from benchmarks.spark_sss import session
+
+    say("spark: starting local[2]")
+    spark = session()
+    try:
+        for name in names:
+            q = nq.QUERIES[name]
+            if q.spark is not None:  # the JVM warmed on this query's plan: not timed
+                run_sss(q.spark(*spark_streams(spark, q, warm_paths)), "noop")
+            latest = latest_of(q, tables)
+            out_dir = os.path.join(workdir, f"spark-{name}")
+            if q.spark is not None:
+                rows[name]["spark"] = run_sss(
+                    q.spark(*spark_streams(spark, q, paths)), "noop")
+                run_sss(q.spark(*spark_streams(spark, q, paths)), "parquet", out_dir)
+                spark_rows = read_rows(out_dir)
+            else:
+                assert q.spark_batch is not None
+                batch = [spark.read.parquet(paths[i]) for i in q.spark_inputs]
+                seconds, result = timed(lambda q=q, b=batch: q.spark_batch(*b).collect())
+                rows[name]["spark_batch"] = seconds
+                spark_rows = [r.asDict() for r in result]
+            rows[name]["equal"] = compare(q, to_cht(inline_out[name]), spark_rows, latest)
+            say(f"  {name}: {rows[name].get('spark', rows[name].get('spark_batch')):.2f}"
+                f" s; equal: {rows[name]['equal']}")
+    finally:
+        spark.stop()
 
 
 def table(names: list[str], rows: dict[str, dict[str, Any]], tables: dict[str, Any]) -> str:

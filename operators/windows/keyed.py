@@ -31,13 +31,18 @@ windows no CTI has closed, as they stand::
 
 On a :class:`~operators.columns.Columns` batch the key function runs once on the columns when
 it can (see :func:`~operators.columns.apply_columns`) and the events are grouped by (window,
-key) with numpy; the UDM then gets one ``add`` per group and batch. Output CTI after input
+key) with numpy: sorted once by key and pane (``gcd(size, hop)`` ticks, so a window is a run
+of whole panes), each (window, key) group is a range of consecutive rows, and the ranges of
+a hopping window's groups overlap instead of each row being copied once per window. A
+built-in adds the ranges column-wise (``add_ranges``: prefix sums); any other UDM gets one
+``add`` per group and batch. Output CTI after input
 ``Cti(c)``: the start of the first window ending after ``c`` (``c`` itself for
 ``output="point_end"``): every later output row belongs to a window ending after ``c``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
@@ -125,7 +130,7 @@ class KeyedWindowAggregate(Processor):
         self.incremental = self.call.incremental
         self.time_sensitive = self.call.time_sensitive
         #: the UDM's column-wise add (built-in aggregates; see operators.aggregates)
-        self.add_groups = getattr(self.udm, "add_groups", None) if self.incremental else None
+        self.add_ranges = getattr(self.udm, "add_ranges", None) if self.incremental else None
         self.policy = self.call.policy
         #: window number -> key -> UDM state (incremental) or [(start, seq, payload)]
         self.open: dict[int, dict[Hashable, Any]] = {}
@@ -198,35 +203,106 @@ class KeyedWindowAggregate(Processor):
         starts = msg.starts
         if not len(starts):
             return []
-        lo, hi = int(starts.min()), int(starts.max())
-        if hi >= _SAFE or lo <= -_SAFE or not (msg.points or (msg.ends - starts == 1).all()):
+        if (int(starts.max()) >= _SAFE or int(starts.min()) <= -_SAFE
+                or not (msg.points or (msg.ends - starts == 1).all())):
             return super().on_columns(msg, port)  # the per-event path names the culprit
         keys = apply_columns(self.key, msg)
         if not (isinstance(keys, np.ndarray) and keys.dtype.kind in "biuf") or (
                 keys.dtype.kind == "f" and np.isnan(keys).any()):  # NaN keys: one group each
             self._add(self._groups_per_event(msg))
             return []
-        windows, group_keys, rows, bounds = self._sorted(starts, keys)
-        if not len(rows):
+        ranged = self._ranges(starts, keys)
+        if ranged is None:  # keys or panes too far apart to code: a copy of a row per window
+            windows, group_keys, rows, bounds = self._sorted(starts, keys)
+            lo, hi = bounds[:-1], bounds[1:]
+        else:
+            windows, group_keys, rows, lo, hi = ranged
+        if not windows:
             return []
-        if self.add_groups is not None:  # a built-in: add column-wise, no payload objects
+        if self.add_ranges is not None:  # a built-in: add column-wise, no payload objects
             by_group = [self.open.get(n, {}).get(k) for n, k in zip(windows, group_keys)]
-            states = self.add_groups(by_group, map_columns(msg.payload, lambda c: c[rows]),
-                                     bounds)
+            states = self.add_ranges(by_group, map_columns(msg.payload, lambda c: c[rows]),
+                                     len(rows), lo, hi)
             if states is not None:
+                open_ = self.open
+                by_key: dict[Hashable, Any] = {}
+                last = None
                 for n, k, state in zip(windows, group_keys, states):
-                    by_key = self.open.get(n)
-                    if by_key is None:
-                        by_key = self.open[n] = {}
+                    if n != last:
+                        by_key = open_.get(n)  # type: ignore[assignment]
+                        if by_key is None:
+                            by_key = open_[n] = {}
+                        last = n
                     by_key[k] = state
                 if not self.final:
                     self.touched.update(zip(windows, group_keys))
                 return []
         values = self._values(starts.tolist(), msg.payloads())
-        order = rows.tolist()
-        self._add({(n, k): [values[i] for i in order[a:b]]
-                   for n, k, a, b in zip(windows, group_keys, bounds, bounds[1:])})
+        ordered = [values[i] for i in rows.tolist()]
+        self._add({(n, k): ordered[a:b] for n, k, a, b in zip(windows, group_keys, lo, hi)})
         return []
+
+    def _ranges(self, starts: np.ndarray, keys: np.ndarray
+                ) -> tuple[list[int], list[Any], np.ndarray, list[int], list[int]] | None:
+        """The (window number, key) groups of a batch as ranges of one ordering of its rows.
+
+        The time axis is cut into panes of ``gcd(size, hop)`` ticks, so that every window is
+        a run of whole panes; rows sorted by (key, pane), arrival order within a pane, put
+        each (window, key) group in consecutive rows: group ``j`` is rows ``lo[j]:hi[j]`` of
+        ``rows`` (an event of several hopping windows lies in several ranges, never copied).
+        Returns the groups' window numbers and keys (sorted by window, then key), ``rows``,
+        ``lo`` and ``hi``; None when the keys or panes span too much to code in an int64."""
+        g = self.grid
+        pane = math.gcd(g.size, g.hop)
+        h, z = g.hop // pane, g.size // pane
+        if keys.dtype.kind in "iub":
+            as_int = keys.astype(np.int64, copy=False)
+            k0 = int(as_int.min())
+            if int(as_int.max()) - k0 >= 2**40:
+                return None
+            codes = as_int - k0
+        else:  # floats (no NaN here): code them by rank
+            _, codes = np.unique(keys, return_inverse=True)
+            codes = codes.reshape(-1).astype(np.int64, copy=False)
+        span_k = int(codes.max()) + 1
+        panes = (starts - g.alignment) // pane
+        j0 = int(panes.min())
+        span_j = int(panes.max()) - j0 + 1
+        if span_k * span_j >= 2**61:
+            return None
+        combined = codes * span_j + (panes - j0)
+        size = span_k * span_j
+        order = np.argsort(combined.astype(np.uint16) if size <= 2**16 else combined,
+                           kind="stable")  # a 16-bit stable sort is a radix sort: O(n)
+        combined = combined[order]
+        first = np.flatnonzero(np.r_[True, combined[1:] != combined[:-1]])
+        group_code, group_pane = np.divmod(combined[first], span_j)
+        group_pane += j0
+        # pane j lies in the windows n with n·h <= j < n·h + z
+        last_n = group_pane // h
+        first_n = (group_pane - z) // h + 1
+        width = int((last_n - first_n).max()) + 1
+        if width <= 0:  # every row in a gap between windows (size < hop)
+            return [], [], order, [], []
+        ns = (last_n[:, None] - np.arange(width)[None, :]).ravel()
+        cs = np.repeat(group_code, width)
+        keep = ns >= np.repeat(first_n, width)
+        ns, cs = ns[keep], cs[keep]
+        if not len(ns):
+            return [], [], order, [], []
+        n0 = int(ns.min())
+        span_n = int(ns.max()) - n0 + 1
+        if span_n * span_k >= 2**62:
+            return None
+        groups = np.unique((ns - n0) * span_k + cs)  # sorted by window, then key
+        ns, cs = np.divmod(groups, span_k)
+        ns += n0
+        # window n's panes n·h .. n·h + z - 1 of key c, clipped to the panes of the batch
+        base = cs * span_j
+        lo = np.searchsorted(combined, base + np.clip(ns * h - j0, 0, span_j), "left")
+        hi = np.searchsorted(combined, base + np.clip(ns * h + z - j0, 0, span_j), "left")
+        group_keys = keys[order[lo]].tolist()
+        return ns.tolist(), group_keys, order, lo.tolist(), hi.tolist()
 
     def _groups_per_event(self, msg: Columns) -> dict[tuple[int, Hashable], list[Any]]:
         """The events grouped by (window number, key) with the key function per event."""
@@ -305,11 +381,16 @@ class KeyedWindowAggregate(Processor):
             return []
         out: list[Message] = []
         sent = self.sent
+        last = None
         for n, k in sorted(self.touched, key=lambda nk: nk[0]):
-            s, e = self._row_lifetime(n)
-            result = self._result(n, k, self.open[n][k])
+            if n != last:  # the window, its states and its rows sent: once per window
+                s, e = self._row_lifetime(n)
+                window = self._window(n)
+                states = self.open[n]
+                by_key = sent.setdefault(n, {})
+                last = n
+            result = self._result(n, k, states[k], window)
             payload = (k, result) if self.keyed else result
-            by_key = sent.setdefault(n, {})
             before = by_key.get(k)
             if before is not None:
                 if before[1] == payload:
@@ -355,15 +436,32 @@ class KeyedWindowAggregate(Processor):
         return out
 
     def _emit(self, n: int, by_key: dict[Hashable, Any]) -> list[Message]:
+        """Window ``n``'s rows, one per key: the window is built once, an incremental
+        aggregate's results are taken in one pass (a failing key is found again by
+        :meth:`_result`, which names it)."""
         s, e = self._row_lifetime(n)
-        out: list[Message] = []
-        for k, state in by_key.items():
-            result = self._result(n, k, state)
-            out.append(_new(Insert, (self.ids.mint(), s, e, (k, result) if self.keyed else result)))
-        return out
-
-    def _result(self, n: int, k: Hashable, state: Any) -> Any:
         window = self._window(n)
+        if self.incremental:
+            window_result = self.udm.window_result  # type: ignore[attr-defined]
+            try:
+                results = [window_result(state, window) for state in by_key.values()]
+            except Exception:  # noqa: BLE001 (raised again below, naming the group)
+                results = [self._result(n, k, state) for k, state in by_key.items()]
+        else:
+            results = [self._result(n, k, state) for k, state in by_key.items()]
+        ids = self.ids
+        first = ids.next_id
+        ids.next_id = first + len(results)
+        name = ids.name
+        if self.keyed:
+            return [_new(Insert, (FreshId(name, first + j), s, e, (k, result)))
+                    for j, (k, result) in enumerate(zip(by_key, results))]
+        return [_new(Insert, (FreshId(name, first + j), s, e, result))
+                for j, result in enumerate(results)]
+
+    def _result(self, n: int, k: Hashable, state: Any, window: Window | None = None) -> Any:
+        if window is None:
+            window = self._window(n)
         call = self.call
         try:
             if self.incremental:

@@ -14,22 +14,30 @@ from operators.aggregates import Count
 from operators.cht import to_cht
 from tests.kit import assert_equivalent
 from topology import Stream
+from topology.names import actor_nodes
 
 # the same test functions, collected here so that they use this folder's ray_session
 globals().update({k: v for k, v in vars(differential).items() if k.startswith("test_ray")})
 globals().update({k: v for k, v in vars(runtimes).items() if k.startswith("test_")})
 
 
-def _nodes_of(query: str) -> dict[str, str]:
-    """step -> node id of the live actors of a deployed query, from Ray's own records (GCS)."""
-    from ray._private import state
+def lose_a_worker_node(cluster, live, at: int, expected) -> None:
+    """Once the query's source has taken ``at`` events and a checkpoint is complete, remove a
+    worker node running some of its actors; the query must end with the fault-free output,
+    exactly once, its actors restarted off that node."""
+    from tests.reliability.test_recovery import check_exactly_once, wait_events
 
-    out = {}
-    for a in state.actors().values():
-        name = a.get("Name") or ""
-        if a.get("State") == "ALIVE" and name.startswith(f"{query}/"):
-            out[name.split("/", 1)[1]] = a["Address"]["NodeID"]
-    return out
+    head = cluster.head_node.node_id
+    wait_events(live, next(s for s in live.steps if s.startswith("from_")), at, epoch=1)
+    nodes = actor_nodes(live.name)
+    victim = next(node for node in cluster.list_all_nodes()
+                  if node.node_id != head and node.node_id in nodes.values())
+    assert not live.wait(0), "the query ended before the node loss: make it longer"
+    cluster.remove_node(victim)
+    assert live.wait(300)
+    check_exactly_once(live.output(), expected)
+    assert len(live.recoveries()) >= 1
+    assert victim.node_id not in actor_nodes(live.name).values()
 
 
 def _query(partitions: int = 4) -> Stream:
@@ -45,7 +53,8 @@ def test_a_partitioned_query_spreads_over_the_nodes(ray_session, cluster):
     live = q.deploy("spread-check", history=True)
     try:
         live.wait()
-        nodes = _nodes_of("spread-check")
+        nodes = actor_nodes("spread-check")
+        assert nodes.pop("~host") == cluster[0].head_node.node_id  # it feeds the source
         assert len(nodes) == len(live.steps)
         assert len(set(nodes.values())) == 3, nodes
         # the query's own stats say the same
@@ -62,7 +71,9 @@ def test_steps_can_be_pinned_to_a_node(ray_session, cluster):
     live = q.deploy("pin-check", history=True, placement=dict.fromkeys(steps, worker))
     try:
         live.wait()
-        assert set(_nodes_of("pin-check").values()) == {worker}
+        nodes = actor_nodes("pin-check")
+        assert nodes.pop("~host") == cluster[0].head_node.node_id
+        assert set(nodes.values()) == {worker}
         assert_equivalent(live.snapshot(), to_cht(q.collect("inline")))
     finally:
         live.stop()
@@ -74,25 +85,14 @@ def test_a_lost_worker_node_recovers_from_the_newest_checkpoint(ray_session, clu
     """A worker node (its raylet, object store and actors) goes away mid-stream; the query,
     checkpointed, restarts on the surviving nodes and its output equals the fault-free run,
     with nothing emitted twice."""
-    from tests.reliability.test_recovery import check_exactly_once, wait_events, window_join
+    from tests.reliability.test_recovery import window_join
 
     expected = window_join(20_000).collect(runtime="inline")
     rng = random.Random(seed)
     live = window_join(20_000).deploy(f"node-loss-{seed}", checkpoint_dir=str(tmp_path),
                                       checkpoint_every=2, batch_size=500)
     try:
-        head = cluster[0].head_node.node_id
-        nodes = _nodes_of(f"node-loss-{seed}")
-        source = next(s for s in live.steps if s.startswith("from_"))
-        wait_events(live, source, rng.randrange(2_000, 12_000))
-        victim = next(node for node in cluster[0].list_all_nodes()
-                      if node.node_id != head and node.node_id in nodes.values())
-        assert not live.wait(0), "the query ended before the node loss: make it longer"
-        cluster[0].remove_node(victim)
-        assert live.wait(300)
-        check_exactly_once(live.output(), expected)
-        assert len(live.recoveries()) >= 1
-        assert victim.node_id not in _nodes_of(f"node-loss-{seed}").values()
+        lose_a_worker_node(cluster[0], live, rng.randrange(2_000, 12_000), expected)
     finally:
         live.stop()
         cluster[0].add_node(num_cpus=2)
@@ -152,13 +152,8 @@ def test_a_query_outlives_its_killed_script_and_a_lost_node(ray_session, cluster
     actors goes away. The query's host, on the head node, keeps feeding and recovers; a
     third process finds it with `cedar status`/`inspect` and reads its output; the output
     equals the fault-free run's, exactly once."""
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO
-    from tests.reliability.test_outlive_driver import deploy_from_a_script
-    from tests.reliability.test_recovery import check_exactly_once, wait_events, window_join
+    from tests.reliability.test_outlive_driver import deploy_from_a_script, run_elsewhere
+    from tests.reliability.test_recovery import window_join
     from topology import attach
 
     name, n = f"orphan-node-loss-{seed}", 60_000  # long enough to be running at the loss
@@ -167,31 +162,19 @@ def test_a_query_outlives_its_killed_script_and_a_lost_node(ray_session, cluster
     deploy_from_a_script(address, "kill", name, s3_root, n)
     live = attach(name)
     try:
-        head = cluster[0].head_node.node_id
-        source = next(s for s in live.steps if s.startswith("from_"))
-        wait_events(live, source, random.Random(seed).randrange(2_000, 12_000), epoch=1)
-        nodes = _nodes_of(name)
-        assert nodes.pop("~host") == head  # the host lives where the cluster does
-        victim = next(node for node in cluster[0].list_all_nodes()
-                      if node.node_id != head and node.node_id in nodes.values())
-        assert not live.wait(0), "the query ended before the node loss: make it longer"
-        cluster[0].remove_node(victim)
-        assert live.wait(300)
-        check_exactly_once(live.output(), expected)
-        assert len(live.recoveries()) >= 1
-        assert victim.node_id not in _nodes_of(name).values()
-        env = dict(os.environ, PYTHONPATH=REPO, PYTHONWARNINGS="ignore")
-        third = subprocess.run(
-            [sys.executable, "-c",
-             "import sys; from topology import attach, cli\n"
-             "q = attach(sys.argv[2], address=sys.argv[1])\n"
-             "print('output', len(q.output()), 'recoveries', len(q.recoveries()))\n"
-             "cli.main(['status', '--address', sys.argv[1]])\n"
-             "cli.main(['inspect', sys.argv[2], '--address', sys.argv[1]])\n",
-             address, name], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-        assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
-        assert f"output {len(live.output())} recoveries" in third.stdout
-        assert name in third.stdout.split() and "sink" in third.stdout
+        # the host lives where the cluster does
+        assert actor_nodes(name)["~host"] == cluster[0].head_node.node_id
+        lose_a_worker_node(cluster[0], live, random.Random(seed).randrange(2_000, 12_000),
+                           expected)
+        third = run_elsewhere("import sys; from topology import attach, cli\n"
+                              "q = attach(sys.argv[2], address=sys.argv[1])\n"
+                              "print('output', len(q.output()), 'recoveries', "
+                              "len(q.recoveries()))\n"
+                              "cli.main(['status', '--address', sys.argv[1]])\n"
+                              "cli.main(['inspect', sys.argv[2], '--address', sys.argv[1]])\n",
+                              address, name)
+        assert f"output {len(live.output())} recoveries" in third
+        assert name in third.split() and "sink" in third
     finally:
         live.stop()
         cluster[0].add_node(num_cpus=2)

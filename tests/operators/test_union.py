@@ -70,3 +70,16 @@ def test_a_port_out_of_range_is_an_error():
         Union(2).process([Cti(1)], 2)
     with pytest.raises(ValueError, match="positive int"):
         Union(0)
+
+
+def test_an_input_that_ends_early_does_not_hold_the_final_cti_back(runtime):
+    """At the end of every input the union's CTI is the furthest input's: windows past the
+    shorter input's last CTI become final too, as with that input alone."""
+    from operators.aggregates import Count
+    from topology import Stream
+
+    long = [Insert("a1", 1, 2, 1), Insert("a2", 25, 26, 1), Cti(26)]
+    short = Stream.from_events([Insert("b1", 2, 3, 1), Cti(3)])
+    out = (Stream.from_events(long).union(short).tumbling_window(10).aggregate(Count())
+           .collect(runtime=runtime))
+    assert [m for m in out if isinstance(m, Cti)][-1] == Cti(20)

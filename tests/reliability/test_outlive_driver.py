@@ -47,6 +47,16 @@ def expected():
     return window_join(N).collect(runtime="inline")
 
 
+def run_elsewhere(code: str, *args: str, timeout_s: float = 300) -> str:
+    """Run ``code`` (with ``args`` in ``sys.argv``) in a Python process of its own, as another
+    driver of the cluster would; return its output, failing with its errors."""
+    env = dict(os.environ, PYTHONPATH=REPO, PYTHONWARNINGS="ignore")
+    run = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=timeout_s)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return run.stdout
+
+
 def deploy_from_a_script(address: str, mode: str, name: str, ckpt: str, n: int = N) -> None:
     """Run SCRIPT (over ``window_join(n)``) in a process of its own; it is gone when this
     returns."""
@@ -132,3 +142,28 @@ def test_a_name_deployed_again_does_not_resume_the_earlier_run(ray_session, tmp_
         check_exactly_once(live.output(), expected)
     finally:
         live.stop()
+
+
+def test_a_third_process_composes_onto_an_orphaned_query(ray_session, tmp_path):
+    """A query whose script is gone is published to a query deployed by another script,
+    also gone: the composed query runs in the cluster and receives the publisher's events
+    alive at its CTI, then its end."""
+    address = ray_session.get_runtime_context().gcs_address
+    deploy_from_a_script(address, "exit", "orphan-pub", "-", 5_000)
+    publisher = attach("orphan-pub")
+    subscriber = None
+    try:
+        assert publisher.wait(120)
+        run_elsewhere("import sys, ray\nfrom topology import Stream\n"
+                      "ray.init(address=sys.argv[1], namespace='cedar', logging_level='ERROR')\n"
+                      "Stream.published('orphan-pub').select(lambda p: p).deploy("
+                      "'orphan-sub', history=True)\n", address)
+        subscriber = attach("orphan-sub")
+        assert subscriber.wait(120)
+        got, published = set(subscriber.snapshot()), set(publisher.snapshot())
+        cti = publisher.stats()["sink"]["cti"]
+        assert got and got == {r for r in published if r[1] >= cti}  # alive: end ≥ CTI
+    finally:
+        for q in (subscriber, publisher):
+            if q is not None:
+                q.stop()

@@ -1,0 +1,192 @@
+"""The child process of ``tests/spark/test_crash.py``: one run of a query that writes through
+the exactly-once sink, meant to be killed with ``SIGKILL`` and started again.
+
+``python -m tests.spark.crash_child CONFIG.json`` runs one of:
+
+* ``mode="sink"``: seeded rows -> a per-meter tumbling count and sum -> ``to_spark_stream``,
+  inline or on a local Ray instance this process starts (``runtime="ray"``, with
+  ``checkpoint_dir``);
+* ``mode="pair"``: a streaming Spark source over the parquet files of ``input``
+  (``Stream.from_spark(..., checkpoint=...)``, one file per micro-batch) -> the same query ->
+  ``to_spark_stream``, inline.
+
+``kill`` = ``{"point": NAME, "n": N}`` wraps one function of the engine, in this process only,
+so that its N-th call ends the process with ``SIGKILL`` at a chosen moment (the points are in
+:data:`POINTS`); without it the parent kills the process after a random delay. Exit status 0
+means the run finished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+MINUTE = 60_000_000  # ticks
+SCHEMA = "meter INT, ts TIMESTAMP, kwh BIGINT"
+
+
+def die() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def kill_on(owner: Any, attr: str, n: int, when: str) -> None:
+    """Replace ``owner.attr`` by a wrapper whose ``n``-th call dies ``before`` or ``after``
+    the real call."""
+    real = getattr(owner, attr)
+    calls = [0]
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == n and when == "before":
+            die()
+        result = real(*args, **kwargs)
+        if calls[0] == n and when == "after":
+            die()
+        return result
+
+    setattr(owner, attr, wrapper)
+
+
+def _sink_module() -> Any:
+    import topology.spark_sink as sink
+
+    return sink
+
+
+def _parquet() -> Any:
+    import pyarrow.parquet as pq
+
+    return pq
+
+
+def _feeder() -> Any:
+    from topology.spark_source import SparkStreamFeeder
+
+    return SparkStreamFeeder
+
+
+def _source_module() -> Any:
+    import topology.spark_source as source
+
+    return source
+
+
+#: name -> (what owns the function, its name, die before or after the call): the moments.
+POINTS: dict[str, tuple[Callable[[], Any], str, str]] = {
+    # an epoch's parquet file is written under its temporary name, not renamed yet
+    "sink.tmp": (_parquet, "write_table", "after"),
+    # an epoch's file is in place (renamed), its commit not logged yet
+    "sink.file": (_sink_module, "atomic_write", "before"),
+    # an epoch is committed (file and log), nothing after it yet
+    "sink.log": (_sink_module, "atomic_write", "after"),
+    # the feeder saved its state for a micro-batch; Spark has not committed the micro-batch
+    "feeder.saved": (_feeder, "_save_state", "after"),
+    # the consumer took a micro-batch's messages; neither the feeder nor Spark committed it
+    "feeder.before": (_feeder, "_save_state", "before"),
+    # Spark committed micro-batch n-1 and runs the next one, not handed over yet
+    "spark.next": (_source_module, "_frame_to_arrow", "before"),
+    # the sink committed the run's end; the feeder has not committed the run yet
+    "pair.end": (_feeder, "commit_run", "before"),
+}
+
+
+def rows(seed: int, count: int) -> list[dict[str, Any]]:
+    """Readings of 4 meters, every ~10 s, with a little disorder (some arrive late)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        ts = i * 10_000_000 + rng.randrange(-30_000_000, 1)
+        out.append({"meter": rng.randrange(4), "ts": max(ts, 0), "kwh": rng.randrange(100)})
+    return out
+
+
+def query(source: Any) -> Any:
+    """Per meter, the sum of the readings not divisible by 7 in each 5-minute window."""
+    from operators.aggregates import Sum
+
+    return (source.where(lambda r: r["kwh"] % 7 != 0)
+            .group_apply(lambda r: r["meter"],
+                         lambda g: g.tumbling_window(5 * MINUTE).aggregate(Sum("kwh")),
+                         partitions=2))
+
+
+def sink_source(cfg: dict[str, Any]) -> Any:
+    from operators.ingress import AdvanceTime
+    from topology import Stream
+
+    return Stream.from_rows(rows(cfg["seed"], cfg["events"]), start="ts",
+                            advance=AdvanceTime(every=50))
+
+
+def spark_session() -> Any:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("cedar-crash-child")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.default.parallelism", "2")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.session.timeZone", "UTC")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def announce_writing() -> None:
+    """Print ``writing`` when the sink gets its first messages: the parent times random
+    kills in the writing phase from this line."""
+    from topology.spark_sink import FinalRowsSink
+
+    real = FinalRowsSink.on_messages
+    said = [False]
+
+    def on_messages(self: Any, messages: Any) -> None:
+        if not said[0]:
+            said[0] = True
+            print("writing", flush=True)
+        real(self, messages)
+
+    FinalRowsSink.on_messages = on_messages  # type: ignore[method-assign]
+
+
+def main(config_path: str) -> None:
+    with open(config_path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    announce_writing()
+    kill = cfg.get("kill")
+    if kill:
+        owner, attr, when = POINTS[kill["point"]]
+        kill_on(owner(), attr, int(kill["n"]), when)
+    if cfg["mode"] == "sink":
+        q = query(sink_source(cfg))
+        if cfg["runtime"] == "ray":
+            import ray
+
+            ray.init(address="local", num_cpus=2, include_dashboard=False,
+                     logging_level="ERROR")
+            q.to_spark_stream(cfg["out"], runtime="ray", checkpoint_dir=cfg["work"])
+        else:
+            q.to_spark_stream(cfg["out"], runtime="inline")
+    else:
+        from operators.ingress import AdvanceTime
+        from topology import Stream
+
+        spark = spark_session()
+        df = (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
+              .parquet(cfg["input"]))
+        src = Stream.from_spark(df, start="ts", advance=AdvanceTime(every=50),
+                                checkpoint=cfg["work"])
+        query(src).to_spark_stream(cfg["out"], runtime="inline")
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
