@@ -203,13 +203,13 @@ class _Sender:
 
 
 def _pulls(plan: Plan, step: str) -> Any:
-    """The data of source ``step`` if its actor can read it itself (:meth:`OperatorShell.pull
-    <actors.shell.OperatorShell.pull>`): ready batches that any process can read (files,
-    tables: ``topology.stream._Batches(..., portable=True)``), else None (fed batch by
-    batch)."""
+    """The data of source ``step`` if its actor reads it itself (:meth:`OperatorShell.pull
+    <actors.shell.OperatorShell.pull>`): the files of ``from_spark(df, sources=N)``, marked
+    ``topology.stream._Batches(..., pulled=True)``; else None (fed batch by batch, as a
+    ``from_arrow`` table is)."""
     src = plan.stages[step].source
     data = getattr(src, "rows", None)
-    if not getattr(src, "batched", False) or not getattr(data, "portable", False):
+    if not getattr(src, "batched", False) or not getattr(data, "pulled", False):
         return None
     return data
 

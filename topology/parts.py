@@ -1,16 +1,15 @@
 """The logical node of the merge of a table's parts (``Stream.from_spark(df, sources=N)``).
 
-A :class:`topology.nodes.Union` whose processor is :class:`operators.merge_parts.MergeParts`
-(the final CTI is the maximum of the parts' final CTIs); registered with the planner here.
+A :class:`topology.nodes.Union` that ``explain()`` shows as the parts of one table; it runs
+as an :class:`operators.union.Union`: while the parts' sources run, the merged CTI is the
+minimum of theirs; at the end of every part, the maximum of their final CTIs -- what one
+source reading the whole table would have ended with. The planner sees through it as through
+any union (``points_only``: a union of point sources is a point source).
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
-from typing import Any
-
-from operators.merge_parts import MergeParts
 
 from . import nodes as n
 from . import planner
@@ -22,8 +21,4 @@ class UnionOfParts(n.Union):
         return f"union({len(self.inputs)} parts of one table)"
 
 
-def _b_union_of_parts(node: UnionOfParts, step: str) -> Any:
-    return functools.partial(MergeParts, len(node.inputs), name=step)
-
-
-planner.BUILDERS[UnionOfParts] = _b_union_of_parts
+planner.BUILDERS[UnionOfParts] = planner.BUILDERS[n.Union]

@@ -181,10 +181,14 @@ def _describe(node: n.Node, factory: Factory) -> str:
 
 def points_only(node: n.Node) -> bool:
     """Whether ``node``'s stream holds only point inserts: a point source (which never
-    retracts) through ``where``/``select``, which keep lifetimes. ``group_apply`` of a window
-    aggregate over such a stream runs as one keyed window aggregate for all keys."""
+    retracts) through ``where``/``select``, which keep lifetimes, and a ``union`` of such
+    streams (the parts of ``from_spark(df, sources=N)``), which passes inserts as they are.
+    ``group_apply`` of a window aggregate over such a stream runs as one keyed window
+    aggregate for all keys."""
     while isinstance(node, (n.Where, n.Select)):
         node = node.inputs[0]
+    if isinstance(node, n.Union):
+        return all(points_only(i) for i in node.inputs)
     return isinstance(node, n.FromRows) and node.shape == "point"
 
 

@@ -196,7 +196,7 @@ class Stream:
                                       None if staging is None else os.fspath(staging), what)
         table = StagedTable(df, start, end, shape, id, sources, directory, what)
         parts = [Stream._batched(
-            _Batches(StagedPart(table, i, start, end, COLUMN_BATCH_ROWS), portable=True),
+            _Batches(StagedPart(table, i, start, end, COLUMN_BATCH_ROWS), pulled=True),
             start, end, shape, id, advance, f"{base}[{i}]") for i in range(sources)]
         from .parts import UnionOfParts
 
@@ -480,10 +480,14 @@ class WindowedStream:
 class _Batches:
     """An iterable that makes a fresh iterator of batches each time it is read; ``portable``:
     any process of the cluster can read it (a table, files), so a deployed query's host
-    feeds it (:mod:`actors.host`), not the driver (a Spark DataFrame lives in its driver)."""
+    feeds it (:mod:`actors.host`), not the driver (a Spark DataFrame lives in its driver);
+    ``pulled``: its source actor reads it itself (``OperatorShell.pull``) on Ray -- only a
+    part of ``from_spark(df, sources=N)``, a file that the actor reads faster than anyone
+    could send it; a table in the driver's memory (``from_arrow``) is fed as any source."""
 
-    def __init__(self, make: Callable[[], Iterable[Any]], portable: bool = True) -> None:
-        self.make, self.portable = make, portable
+    def __init__(self, make: Callable[[], Iterable[Any]], portable: bool = True,
+                 pulled: bool = False) -> None:
+        self.make, self.portable, self.pulled = make, portable, pulled
 
     def __iter__(self) -> Any:
         return iter(self.make())
