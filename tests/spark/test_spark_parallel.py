@@ -117,7 +117,10 @@ def test_on_ray_each_source_actor_reads_its_own_file(spark, ray_session, tmp_pat
     df = spark.createDataFrame(pa.Table.from_pylist(rows)).repartition(3)
     s = Stream.from_spark(df, start="ts", advance=AdvanceTime(every=5_000), sources=2,
                           staging=tmp_path / "staging")
-    q = s.where(lambda r: r["v"] >= 0).deploy("parallel-ingest", history=True)
+    # a table in the driver's memory is fed by the driver, as it always was
+    table = Stream.from_arrow(pa.table({"ts": [n, n + 1], "k": [0, 1], "v": [1.0, 2.0]}),
+                              start="ts", name="table")
+    q = s.where(lambda r: r["v"] >= 0).union(table).deploy("parallel-ingest", history=True)
     try:
         assert q.wait(120)
         stats = q.stats()
@@ -126,8 +129,11 @@ def test_on_ray_each_source_actor_reads_its_own_file(spark, ray_session, tmp_pat
         assert all(st["batches_in"] == st["batches_pulled"] > 0 for st in sources), sources
         assert sum(st["events_in"] for st in sources) == n
         assert all(0 < st["events_in"] < n for st in sources)  # both did part of the work
+        assert stats["table"]["batches_in"] > 0 and "batches_pulled" not in stats["table"]
         assert_equivalent(q.snapshot(), to_cht(Stream.from_rows(
-            sorted(rows, key=lambda r: r["ts"]), start="ts").collect(runtime="inline")))
+            sorted(rows, key=lambda r: r["ts"]) + [{"ts": n, "k": 0, "v": 1.0},
+                                                    {"ts": n + 1, "k": 1, "v": 2.0}],
+            start="ts").collect(runtime="inline")))
     finally:
         q.stop()
     assert len(list((tmp_path / "staging").glob("table-*/part-*.parquet"))) == 2
@@ -153,3 +159,43 @@ def test_a_source_that_fails_while_reading_fails_the_query_naming_its_step(ray_s
     with pytest.raises(OperatorError, match=r"'reader'.*reading its source failed: OSError: "
                                             r"the disk went away"):
         s.collect(timeout_s=60)
+
+
+def test_bad_arguments_are_refused_naming_the_column(spark):
+    # the same contract as with one source: refused at once, before Spark writes anything
+    df = spark.createDataFrame([(1, 2, "2024-01-01", "a")],
+                               "ts long, until long, t string, k string")
+
+    def parts(**kw):
+        return Stream.from_spark(df, **{"start": "ts", "sources": 2, **kw})
+
+    with pytest.raises(ValueError, match=r"start='nope' is not a column.*'ts'"):
+        parts(start="nope")
+    with pytest.raises(ValueError, match=r"end='nope' is not a column"):
+        parts(end="nope", shape="interval")
+    with pytest.raises(ValueError, match=r"id='nope' is not a column"):
+        parts(id="nope")
+    with pytest.raises(TypeError, match=r"start column 't' is string.*to_timestamp"):
+        parts(start="t")
+    with pytest.raises(TypeError, match=r"end column 'k' is string"):
+        parts(end="k", shape="edge", id="k")
+    with pytest.raises(TypeError, match=r"start=.*must be a column name"):
+        parts(start=lambda r: r["ts"])
+    with pytest.raises(TypeError, match=r"id=.*must be a column name.*same source"):
+        parts(id=lambda r: r["k"])
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match=r"sources=.*int >= 1"):
+            parts(sources=bad)
+
+
+@pytest.mark.ray
+def test_a_row_without_a_time_is_a_dead_letter_naming_the_column(spark, ray_session):
+    df = spark.createDataFrame([(1, "a"), (None, "b"), (3, "c")], "ts long, k string")
+    q = Stream.from_spark(df, start="ts", sources=2).deploy("parallel-bad-row", history=True)
+    try:
+        assert q.wait(120)
+        [dead] = q.dead_letters()
+        assert "start time is missing (column 'ts')" in dead.reason and dead.item["k"] == "b"
+        assert sorted(p["k"] for _, _, p in q.snapshot()) == ["a", "c"]
+    finally:
+        q.stop()
