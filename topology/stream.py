@@ -113,9 +113,11 @@ class Stream:
         column when there is one, so that an edge's two rows share a file), under
         ``staging`` (a folder every node reaches; by default a temporary folder when Spark
         runs locally), and the stream is the ``union`` of N sources, each reading one file
-        batch by batch. The union's CTI is the minimum of theirs, so the result is still the
-        query over the whole table (the CHT; ids differ). On Ray each source actor reads its
-        own file, in parallel. The table is written once, when the stream is first read or
+        column batch by column batch. The union's CTI is the minimum of theirs, so the result
+        is still the query over the whole table (the CHT; ids differ); it passes column
+        batches on whole, and a window aggregate over point parts takes the keyed column-wise
+        path as over one source. On Ray each source actor reads its own file, in parallel.
+        The table is written once, when the stream is first read or
         sent to the cluster; later runs read the same files (build a new stream to read the
         DataFrame again).
 

@@ -103,6 +103,9 @@ def test_partition_order_loses_no_event_with_four_sources(spark, runtime):
     df = spark.createDataFrame(pa.Table.from_pylist(rows)).repartition(4)
     advance = AdvanceTime(every=1_000)
     got = Stream.from_spark(df, start="ts", advance=advance, sources=4)
+    # the merge of point parts is a point source: the keyed window path, as with one source
+    assert "union(4 parts of one table)" in _counts(got, 1_000_000).explain()
+    assert "as one keyed window aggregate" in _counts(got, 1_000_000).explain()
     cht = to_cht(_counts(got, 1_000_000).collect(runtime=runtime))
     assert sum(count for _, _, (_, count) in cht) == 40_000
     ordered = sorted(rows, key=lambda r: r["ts"])
