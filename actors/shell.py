@@ -59,7 +59,7 @@ from operators.publish import Publish
 
 from . import checkpoint as ck
 from .trace import Recorder
-from .wire import decode, decode_rows, encode
+from .wire import decode, decode_rows, encode, encode_rows
 
 #: How the deployer applies ``ray.remote`` to the shell: no CPU reservation (an operator actor
 #: mostly waits), no silent restarts (``__init__`` would run again with the state lost and the
@@ -229,6 +229,55 @@ class OperatorShell:
         """Checkpoint barrier ``epoch`` on input ``port`` (see the module docstring)."""
         with self._send_lock:
             self._deliver(port, "barrier", epoch)
+
+    def pull(self, data: Any, port: int = 0) -> None:
+        """Become the reader of source ``data`` (a portable iterable of source batches: row
+        lists or column batches, e.g. one file of ``from_spark(..., sources=N)``): a thread of
+        this actor iterates it and processes each batch as if it had been pushed on ``port``
+        (same counters, backpressure through this actor's own sends), then ends the input;
+        ``stats()`` counts the batches it read in ``batches_pulled``.
+        Returns once the thread has started. An error while reading fails the step, as a
+        failed push does, and the input does not end. Batches travel nowhere on their way
+        in: only the output goes to the object store."""
+        proc = self.proc
+        if proc is None:
+            raise RuntimeError(f"{self!r}: configure() before pull()")
+        with self._lock:  # stats() shows that this source read its batches itself
+            self.counts.setdefault("batches_pulled", 0)
+
+        over = object()
+        wire = encode_rows if self.rows_input else encode
+
+        def run() -> None:
+            batches = iter(data)
+            try:
+                while self.proc is proc and self.error is None and not self.finished:
+                    try:
+                        batch = next(batches, over)
+                    except Exception as exc:  # noqa: BLE001 - the source's data failed
+                        with self._send_lock:
+                            if self.proc is not proc or self.error is not None:
+                                return
+                            with self._lock:
+                                self._failed(OperatorError(
+                                    f"step {self.step!r} ({self.describe}): reading its "
+                                    f"source failed: {type(exc).__name__}: {exc}"))
+                            self._forward_failure()
+                        return
+                    with self._send_lock:
+                        if self.proc is not proc:
+                            return  # reset: the actor went back to its pool
+                        if batch is over:
+                            self._deliver(port, "end", None)
+                            return
+                        self.counts["batches_pulled"] += 1
+                        self._deliver(port, "push", wire(batch))
+            finally:
+                close = getattr(batches, "close", None)
+                if close is not None:
+                    close()
+
+        threading.Thread(target=run, name="cedar-source-pull", daemon=True).start()
 
     def _deliver(self, port: int, kind: str, arg: Any) -> None:
         if port in self.blocked:

@@ -19,14 +19,15 @@ matching right event is alive, the left event is output with payload ``select(l,
 It is the composition ``union(join(l, r), select(anti_join(l, r), lambda l: select(l,
 default)))``, run as one operator: both inputs feed a :class:`~operators.join.Join` and an
 :class:`~operators.anti_join.AntiJoin`; their outputs meet in a :class:`~operators.union.Union`,
-so output ids are ``(0, join id)`` for matched and ``(1, fragment id)`` for unmatched parts,
-and the output CTI is ``min(left CTI, right CTI)``.
+so output ids are the join's ids tagged with input 0 for matched and the fragments' ids tagged
+with input 1 for unmatched parts (:func:`~operators.union.tag_id`), and the output CTI is
+``min(left CTI, right CTI)``.
 
 **Column batches** go to both parts whole, so each runs its column-wise path while it can
 (and both leave it on the same message: a retraction, a single insert, or a batch whose keys
 or payload columns the arrays cannot hold). Their ``Columns`` output stays a ``Columns``
 batch: the unmatched payloads are ``select(l, default)`` on the columns where that traces
-(:mod:`operators.expr`), else one call per fragment, and the ids become the union's pairs.
+(:mod:`operators.expr`), else one call per fragment, and the union tags their ids.
 """
 
 from __future__ import annotations
@@ -71,17 +72,16 @@ class LeftJoin(Processor):
         msgs = list(batch)
         matched = self.join.process(msgs, port)
         unmatched = self._runs(self.anti.process(msgs, port), self._unmatched)
-        out = self._runs(matched, lambda run: self.union.process(run, 0), 0)
-        out.extend(self._runs(unmatched, lambda run: self.union.process(run, 1), 1))
+        out = self.union.process(matched, 0)  # (a Columns stays one: Union.on_columns)
+        out.extend(self.union.process(unmatched, 1))
         self.out_cti = max(self.out_cti, self.union.out_cti)
         return out
 
     @staticmethod
-    def _runs(msgs: list[Message], step: Callable[[list[Message]], list[Message]],
-              port: int | None = None) -> list[Message]:
-        """``step`` over the runs of messages between ``Columns`` batches, in order; each
-        ``Columns`` kept, its ids made the union's ``(port, id)`` when ``port`` is given, or
-        (``port`` None) its unmatched payloads computed."""
+    def _runs(msgs: list[Message], step: Callable[[list[Message]], list[Message]]
+              ) -> list[Message]:
+        """``step`` over the runs of messages between ``Columns`` batches and over each
+        ``Columns`` batch alone, in order."""
         if not any(type(m) is Columns for m in msgs):
             return step(msgs) if msgs else []
         out: list[Message] = []
@@ -93,12 +93,7 @@ class LeftJoin(Processor):
             if run:
                 out.extend(step(run))
                 run = []
-            if port is None:
-                out.extend(step([msg]))
-            else:
-                ids = zip([port] * len(msg), msg.ids.tolist())
-                out.append(Columns(np.fromiter(ids, dtype=object, count=len(msg)),
-                                   msg.starts, msg.ends, msg.payload))
+            out.extend(step([msg]))
         if run:
             out.extend(step(run))
         return out

@@ -1,37 +1,78 @@
 """``union(*others)``: merge N streams into one (an N-input operator).
 
 The output CHT is the concatenation of the input CHTs: every insert and retraction passes
-through unchanged except its id, which becomes the pair ``(port, id)`` so that ids stay unique
-across inputs (two inputs may both use id ``"a"``). The output CTI is the minimum of the
-inputs' CTIs: an input whose CTI lags may still send events that far back::
+through unchanged except its id, which is tagged with its input ``port`` so that ids stay
+unique across inputs (two inputs may both use id ``"a"``, or both count their events from 0):
+
+* an id equal to an integer ``i`` (``int``, ``bool``, numpy integers, ``2.0``) becomes the
+  integer ``i * n_inputs + port``: integer ids stay integers, so a column batch's ids stay one
+  int64 array (no Python object per event, nothing pickled per event on Ray);
+* any other id becomes the pair ``(port, id)``.
+
+The tag is a function of ``(port, id)`` alone, so a retraction that arrives as a message gets
+the id its insert got in a column batch. The output CTI is the minimum of the inputs' CTIs: an
+input whose CTI lags may still send events that far back::
 
     input 0   a: [1 ── 4)   Cti(5)
-    input 1   a: [2 ─── 6)            Cti(3)
-    output    (0, 'a'): [1 ── 4)  (1, 'a'): [2 ─── 6)  Cti(3)
+    input 1   a: [2 ─── 6)  7: [2 ─ 3)  Cti(3)
+    output    (0, 'a'): [1 ── 4)  (1, 'a'): [2 ─── 6)  15: [2 ─ 3)  Cti(3)
 
     >>> from operators.events import Insert, Cti
     >>> u = Union(2)
     >>> u.process([Insert("a", 1, 4, "x"), Cti(5)], 0)
     [Insert(id=(0, 'a'), start=1, end=4, payload='x')]
-    >>> u.process([Insert("a", 2, 6, "y"), Cti(3)], 1)
-    [Insert(id=(1, 'a'), start=2, end=6, payload='y'), Cti(time=3)]
+    >>> u.process([Insert("a", 2, 6, "y"), Insert(7, 2, 3, "z"), Cti(3)], 1)
+    [Insert(id=(1, 'a'), start=2, end=6, payload='y'),
+     Insert(id=15, start=2, end=3, payload='z'), Cti(time=3)]
     >>> u.finish()  # at the end of every input: no input holds the CTI back any more
     [Cti(time=5)]
 
-Union holds no events: its only state is the CTI of each input. It is also the step that merges
-the partitions of ``group_apply(..., partitions=N)`` into one stream again.
+A :class:`~operators.columns.Columns` batch passes as one: only its id column is rewritten
+(:meth:`Union.on_columns`). Union holds no events: its only state is the CTI of each input. It
+is also the step that merges the partitions of ``group_apply(..., partitions=N)`` and the
+parts of ``Stream.from_spark(df, sources=N)`` into one stream again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import numbers
+from collections.abc import Hashable, Iterable
+from typing import Any
+
+import numpy as np
 
 from .base import Processor
+from .columns import Columns
 from .events import Insert, Message, Retract
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def tag_id(id: Hashable, port: int, n_inputs: int) -> Hashable:
+    """The id in a union's output of the event ``id`` of input ``port``: an id equal to an
+    integer ``i`` becomes ``i * n_inputs + port``, any other the pair ``(port, id)``. Distinct
+    ``(port, id)`` give distinct tags, and ids equal as dict keys (``2``, ``2.0``,
+    ``numpy.int64(2)``) the same tag.
+
+    >>> tag_id(7, 1, 2), tag_id(7.0, 1, 2), tag_id("a", 1, 2)
+    (15, 15, (1, 'a'))
+    """
+    if type(id) is int:
+        return id * n_inputs + port
+    if isinstance(id, numbers.Number):
+        try:
+            i = int(id)  # type: ignore[call-overload]
+        except (TypeError, ValueError, OverflowError):  # complex, NaN, infinite
+            pass
+        else:
+            if i == id:
+                return i * n_inputs + port
+    return (port, id)
 
 
 class Union(Processor):
-    """Merges ``n_inputs`` streams; output ids are ``(port, input id)``."""
+    """Merges ``n_inputs`` streams; output ids are the input ids tagged with their input
+    (:func:`tag_id`)."""
 
     def __init__(self, n_inputs: int = 2, name: str | None = None) -> None:
         super().__init__(name)
@@ -46,10 +87,29 @@ class Union(Processor):
         return super().process(batch, port)
 
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
-        return [Insert((port, msg.id), msg.start, msg.end, msg.payload)]
+        return [Insert(tag_id(msg.id, port, self.n_inputs), msg.start, msg.end, msg.payload)]
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
-        return [Retract((port, msg.id), msg.start, msg.end, msg.new_end, msg.payload)]
+        return [Retract(tag_id(msg.id, port, self.n_inputs), msg.start, msg.end, msg.new_end,
+                        msg.payload)]
+
+    def on_columns(self, msg: Columns, port: int) -> list[Message]:
+        """The batch passes as one batch, with its ids tagged as :meth:`on_insert` tags
+        them: an integer id column in one numpy operation when no tag leaves int64, else one
+        :func:`tag_id` per event."""
+        return [Columns(self._tag_ids(msg.ids, port), msg.starts,  # type: ignore[list-item]
+                        None if msg.points else msg.ends, msg.payload)]  # (stands for inserts)
+
+    def _tag_ids(self, ids: np.ndarray, port: int) -> np.ndarray:
+        n = self.n_inputs
+        if not len(ids):
+            return ids
+        if ids.dtype.kind in "biu":
+            lo, hi = int(ids.min()), int(ids.max())
+            if lo * n >= _INT64_MIN and hi * n + port <= _INT64_MAX:
+                return ids.astype(np.int64) * n + port
+        tagged: Any = (tag_id(i, port, n) for i in ids.tolist())
+        return np.fromiter(tagged, dtype=object, count=len(ids))
 
     def on_cti(self, time: int, port: int) -> list[Message]:
         return self.emit_cti(self.in_cti)

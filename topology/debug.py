@@ -9,7 +9,7 @@ step had received before it emitted the event:
 
 * span operators (``where``, ``select``, ``shift``, ...) and the sink: the input event with
   the same id; ``alter_lifetime``: the id it was minted from; ``union`` and the merge of
-  partitions: id ``(port, id)`` on input ``port``;
+  partitions: the id tagged with its input (:func:`operators.union.tag_id`);
 * windows: the *members*, the input events alive then that belong to the output's window
   (overlap it; for count windows, start (end) in it), of the same key for a keyed window;
 * ``group_apply``: the events of the output's key (members of its window when the sub-query
@@ -35,14 +35,17 @@ readings that entered the query.
 
 from __future__ import annotations
 
+import ast
 import glob
 import json
+import numbers
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from operators.events import MAX_TIME
+from operators.union import tag_id
 
 Row = dict[str, Any]
 
@@ -220,8 +223,9 @@ class Recording:
             return [(0, ev) for i, ev in alive.get(0, {}).items()
                     if oid == i or oid.startswith(f"FreshId({i}, ")]
         if kind == "union":
+            n = len(info["inputs"])
             return [(p, ev) for p, evs in alive.items() for i, ev in evs.items()
-                    if oid == f"({p}, {i})"]
+                    if oid == _union_tag(i, p, n)]
         if kind == "window":
             evs = list(alive.get(0, {}).values())
             if info.get("keyed"):
@@ -308,6 +312,19 @@ def _window_of(sub: dict[str, Any]) -> dict[str, Any] | None:
         if m.get("kind") == "window":
             return m if all(x.get("kind") == "span" for x in members[:i]) else None
     return None
+
+
+def _union_tag(id_repr: str, port: int, n_inputs: int) -> str:
+    """The repr of a union's output id for the input id whose repr is ``id_repr`` (what a
+    trace holds): a number is tagged by :func:`~operators.union.tag_id`, any other id ``x``
+    becomes ``(port, x)``."""
+    try:
+        value = ast.literal_eval(id_repr)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        value = None  # not a literal: a FreshId, an object
+    if isinstance(value, numbers.Number):
+        return repr(tag_id(value, port, n_inputs))
+    return f"({port}, {id_repr})"
 
 
 def _window_members(info: dict[str, Any], evs: list[Row], s: int, e: int) -> list[Row]:

@@ -202,10 +202,43 @@ class _Sender:
         self.handle.end.remote(0)
 
 
+def _pulls(plan: Plan, step: str) -> Any:
+    """The data of source ``step`` if its actor reads it itself (:meth:`OperatorShell.pull
+    <actors.shell.OperatorShell.pull>`): the files of ``from_spark(df, sources=N)``, marked
+    ``topology.stream._Batches(..., pulled=True)``; else None (fed batch by batch, as a
+    ``from_arrow`` table is)."""
+    src = plan.stages[step].source
+    data = getattr(src, "rows", None)
+    if not getattr(src, "batched", False) or not getattr(data, "pulled", False):
+        return None
+    return data
+
+
+def _start_pulls(handles: list[Any], data: list[Any]) -> list[int]:
+    """Each source actor starts reading its own data, all in parallel; returns the indices
+    of the data that cannot travel to an actor (it holds something only this process has),
+    for the caller to feed instead."""
+    import ray
+
+    refs, kept = [], []
+    for i, (h, d) in enumerate(zip(handles, data)):
+        try:
+            refs.append(h.pull.remote(d))
+        except TypeError:  # Ray: "Could not serialize the argument ..."
+            kept.append(i)
+    ray.get(refs)
+    return kept
+
+
 def _feed_round_robin(plan: Plan, handles: dict[str, Any], batch_size: int,
                       max_in_flight: int) -> None:
-    """collect(): feed every driver source to its end, one batch of each in turn."""
+    """collect(): the sources that can read their own data start reading it (in parallel,
+    in their actors); the driver feeds the others to their end, one batch of each in turn."""
     steps = _driver_sources(plan)
+    pulled = {s: d for s in steps if (d := _pulls(plan, s)) is not None}
+    kept = _start_pulls([handles[s] for s in pulled], list(pulled.values()))
+    fed = {list(pulled)[i] for i in kept}
+    steps = [s for s in steps if s not in pulled or s in fed]
     senders = [_Sender(handles[s], isinstance(plan.stages[s].source, n.FromRows),
                        max_in_flight) for s in steps]
     feeds = [source_batches(plan, s, batch_size) for s in steps]
@@ -542,19 +575,24 @@ class _FeedJob:
     #: (the source's actor, whether it takes rows, its data, whether the data is batches)
     feeds: list[tuple[Any, bool, Any, bool]]
     opts: dict[str, Any]
+    #: whether each feed's actor reads its data itself (:func:`_pulls`), when it can travel
+    pull: list[bool] = dataclasses.field(default_factory=list)
 
     @classmethod
     def of(cls, plan: Plan, handles: dict[str, Any], steps: list[str],
            opts: dict[str, Any]) -> _FeedJob:
         feeds = [(handles[s], isinstance(plan.stages[s].source, n.FromRows), feed_of(plan, s),
                   getattr(plan.stages[s].source, "batched", False)) for s in steps]
-        return cls(feeds, opts)
+        return cls(feeds, opts, [_pulls(plan, s) is not None for s in steps])
 
     def start(self, resume: bool = False) -> _Feeders:
         stop = threading.Event()
         errors: list[str] = []
         threads = []
-        for handle, rows, data, batched in self.feeds:
+        pulled = [f for f, p in zip(self.feeds, self.pull) if p]
+        kept = _start_pulls([f[0] for f in pulled], [f[2] for f in pulled])
+        fed = [f for f, p in zip(self.feeds, self.pull) if not p] + [pulled[i] for i in kept]
+        for handle, rows, data, batched in fed:
             sender = _Sender(handle, rows, self.opts["max_in_flight"])
             threads.append(_feed_thread(sender, data, self.opts["batch_size"],
                                         self.opts["flush_s"], stop, errors, batched=batched))

@@ -202,19 +202,11 @@ def _describe(node: n.Node, factory: Factory) -> str:
     return node.describe()
 
 
-def points_only(node: n.Node) -> bool:
-    """Whether ``node``'s stream holds only point inserts: a point source (which never
-    retracts) through ``where``/``select``, which keep lifetimes. ``group_apply`` of a window
-    aggregate over such a stream runs as one keyed window aggregate for all keys."""
-    while isinstance(node, (n.Where, n.Select)):
-        node = node.inputs[0]
-    return isinstance(node, n.FromRows) and node.shape == "point"
-
-
 def insert_lengths(node: n.Node) -> int | None:
     """The longest lifetime of ``node``'s stream when it holds only inserts (``MAX_TIME``:
     any, edges included), or None when it may hold retractions. A rows source of points or
-    intervals never retracts; ``where``, ``select`` and ``shift`` keep lengths (or cut them at
+    intervals never retracts, nor does a ``union`` of such streams; ``where``, ``select`` and
+    ``shift`` keep lengths (or cut them at
     the end of the axis); ``to_points``, ``clip_duration`` and ``alter_lifetime`` with an
     ``int`` duration bound them and emit a retraction only for one they receive.
 
@@ -227,6 +219,9 @@ def insert_lengths(node: n.Node) -> int | None:
     """
     if isinstance(node, n.FromRows):
         return {"point": 1, "interval": MAX_TIME}.get(node.shape)
+    if isinstance(node, n.Union):  # passes inserts as they are (e.g. the parts of from_spark)
+        lengths = [insert_lengths(i) for i in node.inputs]
+        return max(x for x in lengths if x is not None) if None not in lengths else None
     if not isinstance(node, (n.Where, n.Select, n.Shift, n.ToPoints, n.ClipDuration,
                              n.AlterLifetime)):
         return None
@@ -243,7 +238,7 @@ def insert_lengths(node: n.Node) -> int | None:
 
 def _points(node: n.Node) -> bool:
     """Whether ``node``'s stream holds only point inserts (the keyed window's input)."""
-    return points_only(node) or insert_lengths(node) == 1
+    return insert_lengths(node) == 1
 
 
 def _b_from_events(node: n.FromEvents, step: str) -> Factory:

@@ -95,7 +95,8 @@ class Stream:
     def from_spark(df: Any, start: Any, end: Any = None, shape: str = "point", id: Any = None,
                    advance: Any = None, name: str | None = None, *,
                    checkpoint: Any = _UNSET, trigger: dict[str, Any] | None = None,
-                   partition_rows: int | None = None) -> Stream:
+                   partition_rows: int | None = None, sources: int = 1,
+                   staging: str | os.PathLike[str] | None = None) -> Stream:
         """Ingest a Spark DataFrame exactly as :meth:`from_rows` ingests rows (time columns
         of timestamp, date or integer type become ticks).
 
@@ -105,6 +106,20 @@ class Stream:
         (:mod:`topology.spark_source`), so its result is the query over the table sorted by
         time, and no row is late unless ``advance`` has a negative delay. Each run reads the
         DataFrame again.
+
+        ``sources=N`` (N >= 2) reads a batch DataFrame in parallel: Spark writes it as N
+        parquet files, each sorted by time
+        (``df.repartition(N[, id]).sortWithinPartitions(<time key>)``, by a hash of the ``id``
+        column when there is one, so that an edge's two rows share a file), under
+        ``staging`` (a folder every node reaches; by default a temporary folder when Spark
+        runs locally), and the stream is the ``union`` of N sources, each reading one file
+        column batch by column batch. The union's CTI is the minimum of theirs, so the result
+        is still the query over the whole table (the CHT; ids differ); it passes column
+        batches on whole, and a window aggregate over point parts takes the keyed column-wise
+        path as over one source. On Ray each source actor reads its own file, in parallel.
+        The table is written once, when the stream is first read or
+        sent to the cluster; later runs read the same files (build a new stream to read the
+        DataFrame again).
 
         A **streaming** DataFrame is read micro-batch by micro-batch in arrival order
         (``foreachBatch``, ``trigger`` default ``{"availableNow": True}``), where
@@ -144,6 +159,12 @@ class Stream:
         if checkpoint is not _UNSET and checkpoint is not None:
             raise ValueError("from_spark: checkpoint= is for streaming DataFrames; a batch "
                              "DataFrame is read whole, sorted by time, on every run")
+        if isinstance(sources, bool) or not isinstance(sources, int) or sources < 1:
+            raise ValueError(f"from_spark: sources={sources!r}: give an int >= 1 (the number of "
+                             f"sources that read the DataFrame in parallel)")
+        if sources > 1:
+            return Stream._from_spark_parts(df, start, end, shape, id, advance, name, sources,
+                                            staging)
         rows = PARTITION_ROWS if partition_rows is None else partition_rows
         spark_row_batches(df, start, end, COLUMN_BATCH_ROWS, shape=shape,
                           partition_rows=rows)  # check the arguments now
@@ -151,6 +172,37 @@ class Stream:
             df, start, end, COLUMN_BATCH_ROWS, columnar=True, shape=shape,
             partition_rows=rows), portable=False)
         return Stream._batched(batches, start, end, shape, id, advance, name or "spark")
+
+    @staticmethod
+    def _from_spark_parts(df: Any, start: Any, end: Any, shape: str, id: Any, advance: Any,
+                          name: str | None, sources: int, staging: Any) -> Stream:
+        """``from_spark(..., sources=N)``: the union of N portable sources, each reading one
+        time-sorted parquet file Spark writes (:class:`topology.spark_source.StagedTable`)."""
+        from .spark_source import (
+            StagedPart,
+            StagedTable,
+            _check_batch_frame,
+            _check_columns,
+            staging_directory,
+        )
+
+        what = "from_spark"
+        _check_batch_frame(df, what)
+        _check_columns(df, what, start=start, end=end, id=id)
+        if id is not None and not isinstance(id, str):
+            raise TypeError(f"{what}: id={id!r}: with sources={sources} the id must be a column "
+                            f"name, so that the rows of one id (an edge's start and end, a "
+                            f"duplicate) go to the same source")
+        base = name or "spark"
+        directory = staging_directory(df.sparkSession,
+                                      None if staging is None else os.fspath(staging), what)
+        table = StagedTable(df, start, end, shape, id, sources, directory, what)
+        parts = [Stream._batched(
+            _Batches(StagedPart(table, i, start, end, COLUMN_BATCH_ROWS), pulled=True),
+            start, end, shape, id, advance, f"{base}[{i}]") for i in range(sources)]
+        from .parts import UnionOfParts
+
+        return parts[0]._then(UnionOfParts, *parts[1:], name=base)
 
     @staticmethod
     def from_arrow(data: Any, start: Any, end: Any = None, shape: str = "point", id: Any = None,
@@ -421,10 +473,14 @@ class WindowedStream:
 class _Batches:
     """An iterable that makes a fresh iterator of batches each time it is read; ``portable``:
     any process of the cluster can read it (a table, files), so a deployed query's host
-    feeds it (:mod:`actors.host`), not the driver (a Spark DataFrame lives in its driver)."""
+    feeds it (:mod:`actors.host`), not the driver (a Spark DataFrame lives in its driver);
+    ``pulled``: its source actor reads it itself (``OperatorShell.pull``) on Ray -- only a
+    part of ``from_spark(df, sources=N)``, a file that the actor reads faster than anyone
+    could send it; a table in the driver's memory (``from_arrow``) is fed as any source."""
 
-    def __init__(self, make: Callable[[], Iterable[Any]], portable: bool = True) -> None:
-        self.make, self.portable = make, portable
+    def __init__(self, make: Callable[[], Iterable[Any]], portable: bool = True,
+                 pulled: bool = False) -> None:
+        self.make, self.portable, self.pulled = make, portable, pulled
 
     def __iter__(self) -> Any:
         return iter(self.make())

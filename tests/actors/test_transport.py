@@ -82,7 +82,9 @@ def test_history_keeps_the_final_rows():
 def test_partition_merge_keeps_ids_apart_and_holds_the_cti():
     m = Union(2)
     out = m.process([Insert(0, 1, 2, "a"), Cti(9)], 0) + m.process([Insert(0, 3, 4, "b")], 1)
-    assert [x.id for x in out] == [(0, 0), (1, 0)]  # the same id in two partitions
+    # the same id in two partitions: tagged apart (an int id i of input p: i * 2 + p)
+    assert [x.id for x in out] == [0, 1]
+    assert m.process([Insert("a", 5, 6, "c")], 1)[0].id == (1, "a")
     assert m.process([Cti(4)], 1) == [Cti(4)]
 
 
