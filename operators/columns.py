@@ -93,7 +93,7 @@ class Columns:
 
     def inserts_at(self, i: int) -> Insert:
         """Event ``i`` as an :class:`~operators.events.Insert`."""
-        return _new(Insert, (self.ids[i].item(), self.starts[i].item(), self.ends[i].item(),
+        return _new(Insert, (_item(self.ids, i), self.starts[i].item(), self.ends[i].item(),
                              self.payload_at(i)))
 
     def take(self, index: np.ndarray) -> Columns:
