@@ -1,0 +1,214 @@
+"""W1 inline and on Ray, best of N with the spread, and where a Ray run spends its time.
+
+The benchmark's W1 (``benchmarks.workloads.w1`` over generated columns, 2M events by default)
+runs ``--runs`` times inline, then ``--runs`` times on Ray after a warm-up run (the actors
+started and their imports done). Every Ray run is cut into phases, timed on the driver by
+wrapping :mod:`topology.deploy`'s steps (not by copying them):
+
+* ``plan``: the query planned, Ray connected;
+* ``take``: actors borrowed from the pool;
+* ``configure``: every stage configured (one call each, awaited together);
+* ``feed``: the driver's feeding of the source, to the last batch submitted and its end;
+* ``drain``: from there to the last output at the driver (the pipeline empties, the sink's
+  output is fetched and decoded);
+* ``give``: the actors reset and handed back to the pool.
+
+``first out`` is when the first non-empty output reached the driver, from the start of
+``feed``.
+
+    PYTHONPATH=. python -m benchmarks.ray_overhead                 # 2M events, 5 runs each
+    PYTHONPATH=. python -m benchmarks.ray_overhead --events 400000 --runs 3 --fuse
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from operators.cht import check_equivalent
+
+from . import workloads as wl
+
+PHASES = ("plan", "take", "configure", "feed", "drain", "give")
+
+
+def spread(times: list[float]) -> str:
+    """``best / median / worst`` of ``times`` (seconds)."""
+    return (f"best {min(times):.3f} s, median {statistics.median(times):.3f} s, "
+            f"worst {max(times):.3f} s")
+
+
+@contextmanager
+def phases(marks: dict[str, float]) -> Iterator[None]:
+    """Record into ``marks`` when each of collect_plan's steps ends (perf_counter)."""
+    from topology import deploy
+
+    def wrap(owner: Any, name: str, after: str,
+             before: str | None = None) -> Callable[[], None]:
+        orig = getattr(owner, name)
+
+        def timed(*args: Any, **kw: Any) -> Any:
+            if before is not None:
+                marks.setdefault(before, time.perf_counter())
+            try:
+                return orig(*args, **kw)
+            finally:
+                marks[after] = time.perf_counter()
+
+        setattr(owner, name, timed)
+        return lambda: setattr(owner, name, orig)
+
+    def first_out(blob: Any) -> Any:
+        msgs = decode(blob)
+        now = time.perf_counter()
+        if msgs:
+            marks.setdefault("first_out", now)
+            marks["last_out"] = now
+        return msgs
+
+    decode = deploy.decode
+    undo = [wrap(deploy.POOL, "take", "take", before="plan"),
+            wrap(deploy, "_configure", "configure"),
+            wrap(deploy, "_feed_round_robin", "feed"),
+            wrap(deploy.POOL, "give", "give")]
+    deploy.decode = first_out
+    try:
+        yield
+    finally:
+        deploy.decode = decode
+        for u in undo:
+            u()
+
+
+def ray_run(query: Any, **options: Any) -> tuple[float, dict[str, float], list[Any]]:
+    """One timed Ray collect(): its seconds, the seconds of each phase, its output."""
+    marks: dict[str, float] = {}
+    with phases(marks):
+        t0 = time.perf_counter()
+        out = query.collect(**options)
+        t1 = time.perf_counter()
+    at = {"plan": marks["plan"], "take": marks["take"], "configure": marks["configure"],
+          "feed": marks["feed"], "drain": marks.get("last_out", marks["feed"]),
+          "give": marks["give"]}
+    cuts, prev = {}, t0
+    for p in PHASES:
+        cuts[p] = max(0.0, at[p] - prev)
+        prev = max(prev, at[p])
+    cuts["first_out"] = marks.get("first_out", t1) - marks["configure"]
+    cuts["rest"] = t1 - prev
+    return t1 - t0, cuts, out
+
+
+def profile(out: str) -> list[subprocess.Popen[bytes]]:
+    """Start ``py-spy record`` on this driver and on every pooled actor (the warm-up left
+    them in the pool; a run configures them as its stages in pool order)."""
+    import ray
+
+    from topology import deploy
+
+    os.makedirs(out, exist_ok=True)
+    pids = {"driver": os.getpid()}
+    for i, h in enumerate(deploy.POOL.idle):
+        pids[f"actor{i}"] = ray.get(h.stats.remote())["pid"]
+    return [subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--rate", "200",
+                              "--idle", "--output", os.path.join(out, f"{name}.txt"),
+                              "--format", "raw"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+            for name, pid in pids.items()]
+
+
+def cpu_seconds(steps: list[str]) -> dict[str, float]:
+    """CPU seconds (user + system) so far of this driver and every process under it (Ray's
+    own processes and the actors), by name: the pooled actors by the step each runs
+    (``steps``, in plan order: the pool hands its actors out in order)."""
+    import psutil
+    import ray
+
+    from topology import deploy
+
+    pids = ray.get([h.stats.remote() for h in deploy.POOL.idle])
+    step_of = {s["pid"]: step for s, step in zip(pids, steps)}
+    me = psutil.Process()
+    out: dict[str, float] = {}
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            name = "driver" if p.pid == me.pid else step_of.get(p.pid) or p.name()
+        except psutil.Error:
+            continue
+        out[name] = out.get(name, 0.0) + t.user + t.system
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=2_000_000)
+    ap.add_argument("--keys", type=int, default=1_000)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--fuse", action="store_true", help="collect(fuse=True) on Ray")
+    ap.add_argument("--skip-inline", action="store_true")
+    ap.add_argument("--profile", metavar="DIR",
+                    help="py-spy record the driver and every actor during the timed Ray runs "
+                         "(flame graphs DIR/<step>.svg; py-spy must be on PATH)")
+    args = ap.parse_args(argv)
+
+    from benchmarks.run import start_ray
+
+    cols = wl.points(args.events, args.keys, seed=1)
+    query = wl.w1(wl.source(cols))
+    n = args.events
+    print(f"W1, {n:,} events over {args.keys:,} keys; load {os.getloadavg()[0]:.2f}", flush=True)
+    expected: list[Any] | None = None
+    inline: list[float] = []
+    if not args.skip_inline:
+        query.collect(runtime="inline")  # warm-up
+        for _ in range(args.runs):
+            t0 = time.perf_counter()
+            expected = query.collect(runtime="inline")
+            inline.append(time.perf_counter() - t0)
+        print(f"inline (a): {n / min(inline):,.0f} events/s; {spread(inline)}", flush=True)
+
+    start_ray()
+    options: dict[str, Any] = {"fuse": True} if args.fuse else {}
+    print(query.plan(args.fuse).explain().split("\n\n", 1)[1], flush=True)
+    ray_run(wl.w1(wl.source(wl.head(cols, 20_000))), **options)  # actors started, imports done
+    ray_run(query, **options)  # the first full-size run pays the object store's first use
+    ray_s: list[float] = []
+    rows: list[dict[str, float]] = []
+    spies = profile(args.profile) if args.profile else []
+    cpu: dict[str, float] = {}
+    steps = list(query.plan(args.fuse).stages)
+    for _ in range(args.runs):
+        before = cpu_seconds(steps)
+        seconds, cuts, out = ray_run(query, **options)
+        for name, t in cpu_seconds(steps).items():
+            cpu[name] = cpu.get(name, 0.0) + t - before.get(name, 0.0)
+        if expected is not None:
+            check_equivalent(out, expected)
+        ray_s.append(seconds)
+        rows.append(cuts)
+        print("  " + "  ".join(f"{p} {cuts[p] * 1000:5.0f}" for p in (*PHASES, "rest"))
+              + f"  | first out {cuts['first_out'] * 1000:4.0f} ms | total "
+              f"{seconds * 1000:5.0f} ms", flush=True)
+    for spy in spies:
+        spy.send_signal(signal.SIGINT)
+        spy.wait()
+    print(f"ray (b): {n / min(ray_s):,.0f} events/s; {spread(ray_s)}")
+    print("CPU per run: " + ", ".join(f"{name} {t / args.runs * 1000:.0f} ms"
+                                      for name, t in sorted(cpu.items(), key=lambda x: -x[1])
+                                      if t / args.runs >= 0.005))
+    if inline:
+        print(f"(b)/(a): best {min(inline) / min(ray_s):.2f}, median "
+              f"{statistics.median(inline) / statistics.median(ray_s):.2f}; "
+              f"load {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
