@@ -17,7 +17,7 @@ wrapping :mod:`topology.deploy`'s steps (not by copying them):
 ``feed``.
 
     PYTHONPATH=. python -m benchmarks.ray_overhead                 # 2M events, 5 runs each
-    PYTHONPATH=. python -m benchmarks.ray_overhead --events 400000 --runs 3 --fuse
+    PYTHONPATH=. python -m benchmarks.ray_overhead --events 400000 --runs 3 --fuse no
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def profile(out: str) -> list[subprocess.Popen[bytes]]:
     pids = {"driver": os.getpid()}
     for i, h in enumerate(deploy.POOL.idle):
         pids[f"actor{i}"] = ray.get(h.stats.remote())["pid"]
-    return [subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--rate", "200",
+    return [subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--rate", "100", "--nonblocking",
                               "--idle", "--output", os.path.join(out, f"{name}.txt"),
                               "--format", "raw"], stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--events", type=int, default=2_000_000)
     ap.add_argument("--keys", type=int, default=1_000)
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--fuse", action="store_true", help="collect(fuse=True) on Ray")
+    ap.add_argument("--fuse", choices=["auto", "yes", "no"], default="auto",
+                    help="collect(fuse=None/True/False) on Ray (auto: collect's default)")
     ap.add_argument("--skip-inline", action="store_true")
     ap.add_argument("--profile", metavar="DIR",
                     help="py-spy record the driver and every actor during the timed Ray runs "
@@ -160,6 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     from benchmarks.run import start_ray
+    from topology import deploy
 
     cols = wl.points(args.events, args.keys, seed=1)
     query = wl.w1(wl.source(cols))
@@ -176,15 +178,17 @@ def main(argv: list[str] | None = None) -> None:
         print(f"inline (a): {n / min(inline):,.0f} events/s; {spread(inline)}", flush=True)
 
     start_ray()
-    options: dict[str, Any] = {"fuse": True} if args.fuse else {}
-    print(query.plan(args.fuse).explain().split("\n\n", 1)[1], flush=True)
+    fuse = {"auto": None, "yes": True, "no": False}[args.fuse]
+    options: dict[str, Any] = {"fuse": fuse}
+    ran = deploy._without_sink(query._ray_plan(fuse))  # the stages collect() runs
+    print(ran.explain().split("\n\n", 1)[1], flush=True)
     ray_run(wl.w1(wl.source(wl.head(cols, 20_000))), **options)  # actors started, imports done
     ray_run(query, **options)  # the first full-size run pays the object store's first use
     ray_s: list[float] = []
     rows: list[dict[str, float]] = []
     spies = profile(args.profile) if args.profile else []
     cpu: dict[str, float] = {}
-    steps = list(query.plan(args.fuse).stages)
+    steps = list(ran.stages)
     for _ in range(args.runs):
         before = cpu_seconds(steps)
         seconds, cuts, out = ray_run(query, **options)

@@ -302,7 +302,7 @@ class Stream:
             return self.plan(fuse).explain()
         return explain_tree(self._node, assign_steps(self._node))
 
-    def collect(self, runtime: str = "ray", *, fuse: bool = False,
+    def collect(self, runtime: str = "ray", *, fuse: bool | None = None,
                 batch_size: int | None = None, trace: Any = None,
                 **options: Any) -> list[Message]:
         """Run the query to the end of its sources and return the output messages.
@@ -313,21 +313,30 @@ class Stream:
         (:func:`topology.deploy.deploy_plan`). ``trace`` (a directory, or an
         :class:`actors.trace.Trace` with bounds) records the messages entering and leaving
         every step as parquet; read it with ``Trace.open(path)`` or ``cedar debug PATH``.
+        ``fuse`` runs stateless steps in the stage before them (see :meth:`_ray_plan`).
         """
         if runtime not in RUNTIMES:
             raise ValueError(f"collect(runtime={runtime!r}): use one of {RUNTIMES}")
-        p = self.plan(fuse)
         if runtime == "inline":
             from actors.trace import Trace
 
             from .inline import DEFAULT_BATCH, run_inline
 
-            return run_inline(p, batch_size or DEFAULT_BATCH, trace=Trace.of(trace))
+            return run_inline(self.plan(bool(fuse)), batch_size or DEFAULT_BATCH,
+                              trace=Trace.of(trace))
         from .deploy import collect_plan
 
         if batch_size is not None:
             options["batch_size"] = batch_size
-        return collect_plan(p, trace=trace, **options)
+        return collect_plan(self._ray_plan(fuse, trace), trace=trace, **options)
+
+    def _ray_plan(self, fuse: bool | None, trace: Any = None) -> Plan:
+        """The plan a run to the end on Ray executes: by default (``fuse=None``) with its
+        stateless steps fused into their source's or their neighbour's stage, since a hop
+        between actors costs more than a filter or a projection (a batch serialised, copied
+        and decoded); one actor per step with ``fuse=False``, or when ``trace`` records each
+        step by its id."""
+        return self.plan(trace is None if fuse is None else fuse)
 
     # -- Spark sinks ------------------------------------------------------------------------
     def to_spark(self, spark: Any = None, runtime: str = "ray", staging: str | None = None,
@@ -382,7 +391,7 @@ class Stream:
             else:
                 from .deploy import collect_plan
 
-                collect_plan(self.plan(options.pop("fuse", False)),
+                collect_plan(self._ray_plan(options.pop("fuse", None), options.get("trace")),
                              on_messages=sink.on_messages, **options)
             sink.end()
             for s in resumed:
