@@ -117,10 +117,10 @@ def profile(out: str) -> list[subprocess.Popen[bytes]]:
     pids = {"driver": os.getpid()}
     for i, h in enumerate(deploy.POOL.idle):
         pids[f"actor{i}"] = ray.get(h.stats.remote())["pid"]
-    return [subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--rate", "100", "--nonblocking",
-                              "--idle", "--output", os.path.join(out, f"{name}.txt"),
-                              "--format", "raw"], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    return [subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--rate", "100",
+                              "--nonblocking", "--idle", "--format", "raw",
+                              "--output", os.path.join(out, f"{name}.txt")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for name, pid in pids.items()]
 
 

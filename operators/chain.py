@@ -90,7 +90,7 @@ class SourceChain(Chain):
     def poll(self, now: float) -> list[Message]:
         return self._through(self.stages[0].poll(now), 1)
 
-    @property  # type: ignore[override]
+    @property
     def clock(self) -> Callable[[], float] | None:
         return self.stages[0].clock
 
