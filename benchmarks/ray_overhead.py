@@ -1,18 +1,22 @@
 """W1 inline and on Ray, best of N with the spread, and where a Ray run spends its time.
 
 The benchmark's W1 (``benchmarks.workloads.w1`` over generated columns, 2M events by default)
-runs ``--runs`` times inline, then ``--runs`` times on Ray after a warm-up run (the actors
-started and their imports done). Every Ray run is cut into phases, timed on the driver by
-wrapping :mod:`topology.deploy`'s steps (not by copying them):
+runs once inline and twice on Ray to warm up (actors started, imports done, the object
+store's first use), then ``--runs`` times inline and on Ray in turn, so that each pair of
+runs shares the machine's load (others' test suites may share its cores). Ray's workers run
+at nice 0 like the inline run (:func:`benchmarks.run.start_ray`). Every Ray run is cut into
+phases, timed on the driver by wrapping :mod:`topology.deploy`'s steps (not by copying them):
 
 * ``plan``: the query planned, Ray connected;
 * ``take``: actors borrowed from the pool;
 * ``configure``: every stage configured (one call each, awaited together);
 * ``feed``: the driver's feeding of the source, to the last batch submitted and its end;
-* ``drain``: from there to the last output at the driver (the pipeline empties, the sink's
-  output is fetched and decoded);
+* ``drain``: from there to the last output at the driver (the pipeline empties, the last
+  operator's output is fetched and decoded);
 * ``give``: the actors reset and handed back to the pool.
 
+The CPU seconds of every process (the driver, each actor by its step, Ray's own) are summed
+over the timed Ray runs.
 ``first out`` is when the first non-empty output reached the driver, from the start of
 ``feed``.
 
@@ -156,8 +160,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="collect(fuse=None/True/False) on Ray (auto: collect's default)")
     ap.add_argument("--skip-inline", action="store_true")
     ap.add_argument("--profile", metavar="DIR",
-                    help="py-spy record the driver and every actor during the timed Ray runs "
-                         "(flame graphs DIR/<step>.svg; py-spy must be on PATH)")
+                    help="py-spy record the driver and every actor during the timed runs "
+                         "(raw stacks DIR/driver.txt, DIR/actor<i>.txt in plan order; "
+                         "py-spy must be on PATH)")
     args = ap.parse_args(argv)
 
     from benchmarks.run import start_ray
@@ -167,16 +172,8 @@ def main(argv: list[str] | None = None) -> None:
     query = wl.w1(wl.source(cols))
     n = args.events
     print(f"W1, {n:,} events over {args.keys:,} keys; load {os.getloadavg()[0]:.2f}", flush=True)
-    expected: list[Any] | None = None
-    inline: list[float] = []
     if not args.skip_inline:
         query.collect(runtime="inline")  # warm-up
-        for _ in range(args.runs):
-            t0 = time.perf_counter()
-            expected = query.collect(runtime="inline")
-            inline.append(time.perf_counter() - t0)
-        print(f"inline (a): {n / min(inline):,.0f} events/s; {spread(inline)}", flush=True)
-
     start_ray()
     fuse = {"auto": None, "yes": True, "no": False}[args.fuse]
     options: dict[str, Any] = {"fuse": fuse}
@@ -184,12 +181,19 @@ def main(argv: list[str] | None = None) -> None:
     print(ran.explain().split("\n\n", 1)[1], flush=True)
     ray_run(wl.w1(wl.source(wl.head(cols, 20_000))), **options)  # actors started, imports done
     ray_run(query, **options)  # the first full-size run pays the object store's first use
+    inline: list[float] = []
     ray_s: list[float] = []
-    rows: list[dict[str, float]] = []
     spies = profile(args.profile) if args.profile else []
     cpu: dict[str, float] = {}
     steps = list(ran.stages)
-    for _ in range(args.runs):
+    for _ in range(args.runs):  # inline and Ray in turn: each pair shares the machine's load
+        line = ""
+        expected = None
+        if not args.skip_inline:
+            t0 = time.perf_counter()
+            expected = query.collect(runtime="inline")
+            inline.append(time.perf_counter() - t0)
+            line = f"inline {inline[-1] * 1000:4.0f} ms | "
         before = cpu_seconds(steps)
         seconds, cuts, out = ray_run(query, **options)
         for name, t in cpu_seconds(steps).items():
@@ -197,21 +201,24 @@ def main(argv: list[str] | None = None) -> None:
         if expected is not None:
             check_equivalent(out, expected)
         ray_s.append(seconds)
-        rows.append(cuts)
-        print("  " + "  ".join(f"{p} {cuts[p] * 1000:5.0f}" for p in (*PHASES, "rest"))
-              + f"  | first out {cuts['first_out'] * 1000:4.0f} ms | total "
-              f"{seconds * 1000:5.0f} ms", flush=True)
+        print(f"  {line}ray " + "  ".join(f"{p} {cuts[p] * 1000:3.0f}" for p in PHASES)
+              + f"  | first out {cuts['first_out'] * 1000:3.0f} | total {seconds * 1000:4.0f} ms"
+              + (f" | b/a {inline[-1] / seconds:.2f}" if inline else "")
+              + f" | load {os.getloadavg()[0]:.1f}", flush=True)
     for spy in spies:
         spy.send_signal(signal.SIGINT)
         spy.wait()
-    print(f"ray (b): {n / min(ray_s):,.0f} events/s; {spread(ray_s)}")
-    print("CPU per run: " + ", ".join(f"{name} {t / args.runs * 1000:.0f} ms"
-                                      for name, t in sorted(cpu.items(), key=lambda x: -x[1])
-                                      if t / args.runs >= 0.005))
     if inline:
-        print(f"(b)/(a): best {min(inline) / min(ray_s):.2f}, median "
-              f"{statistics.median(inline) / statistics.median(ray_s):.2f}; "
-              f"load {os.getloadavg()[0]:.2f}")
+        print(f"inline (a): {n / min(inline):,.0f} events/s; {spread(inline)}")
+    print(f"ray (b): {n / min(ray_s):,.0f} events/s; {spread(ray_s)}")
+    print("CPU per Ray run: " + ", ".join(
+        f"{name} {t / args.runs * 1000:.0f} ms"
+        for name, t in sorted(cpu.items(), key=lambda x: -x[1]) if t / args.runs >= 0.005))
+    if inline:
+        pairs = [a / b for a, b in zip(inline, ray_s)]
+        print(f"(b)/(a): best/best {min(inline) / min(ray_s):.2f}; per pair: "
+              f"{', '.join(f'{r:.2f}' for r in pairs)} (median {statistics.median(pairs):.2f});"
+              f" load {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
