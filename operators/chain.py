@@ -1,7 +1,8 @@
 """``Chain``: several single-input operators run one after another as one operator.
 
 The planner fuses adjacent operators into a chain (one actor instead of several), and
-``group_apply`` runs a chain per key. The output of each stage is the next stage's input batch;
+``group_apply`` runs a chain per key. A :class:`SourceChain` is a source with the stateless
+operators after it fused in. The output of each stage is the next stage's input batch;
 each stage checks its own input, so an event behind the chain's input CTI fails naming the
 first stage.
 
@@ -14,9 +15,11 @@ first stage.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from .base import Processor
+from .errors import DeadLetter, LateEvent
 from .events import Message
 
 
@@ -30,8 +33,11 @@ class Chain(Processor):
         self.stages = list(stages)
 
     def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
-        msgs = list(batch)
-        for stage in self.stages:
+        return self._through(list(batch), 0)
+
+    def _through(self, msgs: list[Message], first: int) -> list[Message]:
+        """``msgs`` run through the stages from ``first`` on."""
+        for stage in self.stages[first:]:
             if not msgs:
                 break
             msgs = stage.process(msgs, 0)
@@ -58,3 +64,48 @@ class Chain(Processor):
     def _check(self) -> None:
         for stage in self.stages:
             stage._check()
+
+
+class SourceChain(Chain):
+    """A source (``stages[0]``) with the operators after it: the planner fuses stateless
+    steps into their source's actor, so their input never crosses actors. The source takes
+    its input as it comes (rows, a column batch, messages) and keeps its idle timer (the
+    runtime's polls and clock go to it); the chain's records (late events, dead letters, row
+    accounting) are the source's, as the operators fused after it keep none.
+
+    >>> from operators.sources import RowsSource
+    >>> from operators.where import Where
+    >>> c = SourceChain([RowsSource("rows", start="t"), Where(lambda r: r["v"] > 1)])
+    >>> c.process([{"t": 1, "v": 1}, {"t": 2, "v": 2}])
+    [Insert(id=1, start=2, end=3, payload={'t': 2, 'v': 2})]
+    """
+
+    def __init__(self, stages: Sequence[Processor], name: str | None = None) -> None:
+        super().__init__(stages, name)
+        self.poll_every_s = self.stages[0].poll_every_s
+
+    def process(self, batch: Iterable[Any], port: int = 0) -> list[Message]:
+        return self._through(self.stages[0].process(batch, port), 1)
+
+    def poll(self, now: float) -> list[Message]:
+        return self._through(self.stages[0].poll(now), 1)
+
+    @property
+    def clock(self) -> Callable[[], float] | None:
+        return self.stages[0].clock
+
+    @clock.setter
+    def clock(self, clock: Callable[[], float] | None) -> None:
+        self.stages[0].clock = clock
+
+    @property
+    def late(self) -> Sequence[LateEvent]:  # type: ignore[override]
+        return self.stages[0].late
+
+    @property
+    def dead_letters(self) -> Sequence[DeadLetter]:  # type: ignore[override]
+        return self.stages[0].dead_letters
+
+    @property
+    def stats(self) -> dict[str, int] | None:  # type: ignore[override]
+        return self.stages[0].stats

@@ -364,6 +364,8 @@ def collect_plan(plan: Plan, *, batch_size: int = DEFAULT_BATCH,
     if checkpoint_dir is not None:
         return _collect_checkpointed(plan, opts, checkpoint_dir, checkpoint_every, timeout_s,
                                      on_messages)
+    if trace is None:
+        plan = _without_sink(plan)
     steps = list(plan.stages)
     actors = POOL.take(len(steps)) if reuse else [shell_class().remote() for _ in steps]
     handles = dict(zip(steps, actors))
@@ -401,6 +403,18 @@ def collect_plan(plan: Plan, *, batch_size: int = DEFAULT_BATCH,
         else:
             for h in actors:
                 ray.kill(h)
+
+
+def _without_sink(plan: Plan) -> Plan:
+    """``plan`` for collect(): its last operator's output goes straight to the driver. The
+    sink (:class:`~operators.publish.Publish`) passes its input on unchanged and keeps the
+    alive rows for snapshots and composed queries, which a collect() has none of; as a stage
+    it cost a hop and an actor (decoding, keeping and re-encoding every output row)."""
+    (root,) = (src for src, es in plan.edges.items() if any(e.dst == plan.sink for e in es))
+    edges = {step: [e for e in es if e.dst != plan.sink] for step, es in plan.edges.items()
+             if step != plan.sink}
+    stages = {step: st for step, st in plan.stages.items() if step != plan.sink}
+    return Plan(stages, edges, plan.sources, root, plan.logical)
 
 
 def _collect_checkpointed(plan: Plan, opts: dict[str, Any], root: str, every: int,

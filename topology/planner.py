@@ -10,7 +10,9 @@ operator exists.
 A :class:`Plan` is what both runtimes execute: the inline runtime
 (:mod:`topology.inline`) in one process, the Ray runtime (:mod:`topology.deploy`) with each
 stage in its own actor. By default each operator is its own stage; ``fuse=True`` merges runs of
-adjacent stateless span operators into one :class:`~operators.chain.Chain` stage.
+adjacent stateless span operators into one :class:`~operators.chain.Chain` stage, and into
+their source's stage when they follow one (a :class:`~operators.chain.SourceChain`: the
+source's output then never crosses actors). ``collect()`` on Ray fuses unless told not to.
 ``group_apply(..., partitions=N)`` becomes N partition stages, fed by key hash, and a
 :class:`~operators.union.Union` stage whose CTI is the minimum of theirs.
 
@@ -20,7 +22,7 @@ adjacent stateless span operators into one :class:`~operators.chain.Chain` stage
     >>> list(p.stages)
     ['from_events#0', 'where#1', 'select#2', 'sink']
     >>> list(plan(Stream.from_events([]).where(bool).select(str)._node, fuse=True).stages)
-    ['from_events#0', 'where#1+select#2', 'sink']
+    ['from_events#0+where#1+select#2', 'sink']
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 from operators.alter_lifetime import AlterLifetime
 from operators.anti_join import AntiJoin
 from operators.base import Processor
-from operators.chain import Chain
+from operators.chain import Chain, SourceChain
 from operators.clip_duration import ClipDuration
 from operators.events import MAX_TIME
 from operators.group_apply import GroupApply
@@ -379,12 +381,13 @@ def _partitioned(node: n.GroupApply, step: str, src: str, stages: dict[str, Stag
     edges[step] = []
 
 
-def _chain(factories: list[Factory], name: str) -> Processor:
-    return Chain([f() for f in factories], name=name)
+def _chain(factories: list[Factory], name: str, source: bool = False) -> Processor:
+    return (SourceChain if source else Chain)([f() for f in factories], name=name)
 
 
 def _fuse(p: Plan) -> Plan:
-    """Merge runs of stateless single-input operator stages into Chain stages."""
+    """Merge runs of stateless single-input operator stages into Chain stages, and into the
+    source stage before them (a SourceChain, still the plan's source)."""
     feeders: dict[str, list[tuple[str, OutEdge]]] = {s: [] for s in p.stages}
     for src, es in p.edges.items():
         for e in es:
@@ -400,7 +403,8 @@ def _fuse(p: Plan) -> Plan:
         fed = feeders[step]
         if fusible(step) and len(fed) == 1:
             up, e = fed[0]
-            if fusible(up) and len(p.edges[up]) == 1 and e.partition is None:
+            if ((fusible(up) or p.stages[up].role == "source") and len(p.edges[up]) == 1
+                    and e.partition is None):
                 head = head_of[up]
                 groups[head].append(step)
                 head_of[step] = head
@@ -417,9 +421,10 @@ def _fuse(p: Plan) -> Plan:
             stages[sid] = first
         else:
             facs = [p.stages[m].factory for m in members]
-            stages[sid] = Stage(sid, functools.partial(_chain, facs, sid), 1,
+            source = first.role == "source"
+            stages[sid] = Stage(sid, functools.partial(_chain, facs, sid, source=source), 1,
                                 " → ".join(p.stages[m].describe for m in members),
-                                stateless=True)
+                                role=first.role, stateless=not source, source=first.source)
         edges[sid] = [OutEdge(new_id[e.dst], e.port, e.partition, e.index)
                       for e in p.edges[last]]
     return Plan(stages, edges, [new_id[s] for s in p.sources], new_id[p.sink], p.logical)

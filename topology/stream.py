@@ -354,13 +354,12 @@ class Stream:
             return self.plan(fuse).explain()
         return explain_tree(self._node, assign_steps(self._node))
 
-    def collect(self, runtime: str = "ray", *, fuse: bool = False,
+    def collect(self, runtime: str = "ray", *, fuse: bool | None = None,
                 batch_size: int | None = None, trace: Any = None, columns: bool = False,
                 **options: Any) -> list[Message]:
-        """Run the query to the end of its sources and return the output messages.
-        ``columns=True`` returns the output's column batches as
-        :class:`~operators.columns.Columns` (each stands for its inserts; ``expand()`` or
-        ``.inserts()`` gives the messages) instead of one ``Insert`` per event.
+        """Run the query to the end of its sources and return the output messages
+        (``columns=True``: the output's column batches as :class:`~operators.columns.Columns`,
+        each standing for its inserts, instead of one ``Insert`` per event).
 
         ``runtime="ray"`` connects to Ray (or starts a local instance), deploys one actor per
         stage, feeds the sources, drains and tears the actors down; ``runtime="inline"`` runs
@@ -368,22 +367,31 @@ class Stream:
         (:func:`topology.deploy.deploy_plan`). ``trace`` (a directory, or an
         :class:`actors.trace.Trace` with bounds) records the messages entering and leaving
         every step as parquet; read it with ``Trace.open(path)`` or ``cedar debug PATH``.
+        ``fuse`` runs stateless steps in the stage before them (see :meth:`_ray_plan`).
         """
         if runtime not in RUNTIMES:
             raise ValueError(f"collect(runtime={runtime!r}): use one of {RUNTIMES}")
-        p = self.plan(fuse)
         if runtime == "inline":
             from actors.trace import Trace
 
             from .inline import DEFAULT_BATCH, run_inline
 
-            return run_inline(p, batch_size or DEFAULT_BATCH, trace=Trace.of(trace),
-                              columns=columns)
+            return run_inline(self.plan(bool(fuse)), batch_size or DEFAULT_BATCH,
+                              trace=Trace.of(trace), columns=columns)
         from .deploy import collect_plan
 
         if batch_size is not None:
             options["batch_size"] = batch_size
-        return collect_plan(p, trace=trace, columns=columns, **options)
+        return collect_plan(self._ray_plan(fuse, trace), trace=trace, columns=columns,
+                            **options)
+
+    def _ray_plan(self, fuse: bool | None, trace: Any = None) -> Plan:
+        """The plan a run to the end on Ray executes: by default (``fuse=None``) with its
+        stateless steps fused into their source's or their neighbour's stage, since a hop
+        between actors costs more than a filter or a projection (a batch serialised, copied
+        and decoded); one actor per step with ``fuse=False``, or when ``trace`` records each
+        step by its id."""
+        return self.plan(trace is None if fuse is None else fuse)
 
     # -- Spark sinks ------------------------------------------------------------------------
     def to_spark(self, spark: Any = None, runtime: str = "ray", staging: str | None = None,
@@ -425,7 +433,7 @@ class Stream:
             else:
                 from .deploy import collect_plan
 
-                collect_plan(self.plan(options.pop("fuse", False)),
+                collect_plan(self._ray_plan(options.pop("fuse", None), options.get("trace")),
                              on_messages=sink.on_messages, **options)
             sink.end()
             for s in resumed:

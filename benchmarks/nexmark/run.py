@@ -4,8 +4,9 @@ One run generates the events once (:mod:`.generator`, written to parquet), then 
 query of :mod:`.queries`
 
 1. inline (``collect(runtime="inline", columns=True)``) on the Arrow tables,
-2. on Ray (``collect(columns=True)``, one actor per operator; after a warm-up run of the same
-   query on a small input), its CHT checked equal to the inline one,
+2. on Ray (``collect(columns=True)`` with its defaults: stateless steps in the actor of the step
+   before them; after a warm-up run of the same query on a small input), its CHT checked equal
+   to the inline one,
 3. in Spark Structured Streaming over the parquet directories (``readStream``,
    ``trigger(availableNow=True)``, append mode): timed into the ``noop`` sink, then run again
    into a parquet sink whose rows are read back and compared with cedar's as multisets of
