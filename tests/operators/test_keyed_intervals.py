@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from operators.aggregates import Aggregates, Avg, Count, Max, Min, Sum, TimeWeightedAverage
-from operators.cht import to_cht, validate
+from operators.cht import to_cht
 from operators.columns import Columns, expand
 from operators.errors import OperatorError
 from operators.events import MAX_TIME, Cti, Insert, Retract
@@ -27,7 +27,7 @@ from operators.ingress import AdvanceTime, Ingress
 from operators.windows import hopping_window, make_window, tumbling_window
 from operators.windows.keyed import KeyedWindowAggregate, supports
 from tests.kit import EXAMPLES, assert_equivalent
-from tests.operators.test_keyed_window import reference_per_key
+from tests.operators.test_keyed_window import reference_per_key, run_keyed
 from tests.reference_windows import window as reference_window
 
 UDMS = {"count": Count, "sum": lambda: Sum("v"), "max": lambda: Max("v"),
@@ -49,21 +49,6 @@ def interval_sources(draw):
             "v": rng.random(n) * draw(st.sampled_from([1.0, 1e300, -3.0]))}
     cut = sorted(set(draw(st.lists(st.integers(1, max(1, n - 1)), max_size=3))))
     return [{k: c[a:b] for k, c in cols.items()} for a, b in zip([0, *cut], [*cut, n])]
-
-
-def _run(factory, feed, size, restore):
-    op, out = factory(), []
-    for i in range(0, len(feed), size):
-        if restore and i // size == len(feed) // size // 2:
-            state = op.snapshot()
-            op = factory()
-            op.restore(state)
-        out += op.process(feed[i:i + size])
-        op._check()
-    out += op.finish()
-    validate(out, name="keyed window output")
-    assert op.state_size() == 0
-    return out
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
@@ -99,7 +84,7 @@ def test_keyed_intervals_equal_the_general_window(batches, size, hop, alignment,
                                         intervals=True, name="kw")
     # column batches, events one by one, and column batches several at a time (merged)
     for feed, size in ((stream, 1), (events, 1), (stream, 4)):
-        out = _run(fast, feed, size, restore)
+        out = run_keyed(fast, feed, size, restore)
         if emit == "final":
             assert not any(type(m) is Retract for m in out)
         assert_equivalent(out, expected)

@@ -66,6 +66,24 @@ def reference_per_key(events, key, spec, make_udm, output):
                 spec, make_udm(), output=output)]
 
 
+def run_keyed(factory, feed, size, restore):
+    """``feed`` through a fresh ``factory()`` operator ``size`` messages at a time (restored
+    from its own snapshot halfway when ``restore``), checked after each step; its output,
+    validated, with no state left at the end."""
+    op, out = factory(), []
+    for i in range(0, len(feed), size):
+        if restore and i // size == len(feed) // size // 2:
+            state = op.snapshot()
+            op = factory()
+            op.restore(state)
+        out += op.process(feed[i:i + size])
+        op._check()
+    out += op.finish()
+    validate(out, name="keyed window output")
+    assert op.state_size() == 0
+    return out
+
+
 @st.composite
 def point_sources(draw):
     n = draw(st.integers(1, 1500))
@@ -104,17 +122,7 @@ def test_keyed_window_equals_group_apply_of_the_window(batches, size, hop, align
                                                       output))
     # column batches, events one by one, and column batches several at a time (merged)
     for feed, size in ((stream, 1), (events, 1), (stream, 4)):
-        op, out = fast(), []
-        for i in range(0, len(feed), size):
-            if restore and i // size == len(feed) // size // 2:
-                state = op.snapshot()
-                op = fast()
-                op.restore(state)
-            out += op.process(feed[i:i + size])
-            op._check()
-        out += op.finish()
-        validate(out, name="keyed window output")
-        assert op.state_size() == 0
+        out = run_keyed(fast, feed, size, restore)
         if emit == "final":
             assert not any(type(m) is Retract for m in out)
         assert_equivalent(out, expected)
