@@ -12,12 +12,12 @@ windows (:func:`benchmarks.spark_sss.with_sentinel`). Then a fresh child process
 are its own) starts ``local[2]`` Spark, warms both engines on a small input and runs, ``runs``
 times alternating, the faster of each counting:
 
+* first, once, the source alone: ``Stream.from_spark`` → W1 inline, its output counted and
+  dropped as it comes (:func:`benchmarks.spark_memory.run_dropped`), so that only the
+  source and the query's state may hold memory ((c) holds the whole result for the sink);
 * (c) ``spark.read.parquet`` → ``Stream.from_spark`` → W1 inline → ``spark_sink.write``
   (:func:`benchmarks.spark_sss.cedar_from_spark`), timed end to end;
-* (d) ``readStream.parquet`` → W1 in Spark → parquet sink (``availableNow``, append);
-* then, once, the source alone: ``Stream.from_spark`` → W1 inline, its output counted and
-  dropped as it comes (:func:`benchmarks.spark_memory.run_dropped`), so that only the
-  source and the query's state may hold memory ((c) holds the whole result for the sink).
+* (d) ``readStream.parquet`` → W1 in Spark → parquet sink (``availableNow``, append).
 
 Their W1 final rows are compared row by row, the last window included
 (:func:`benchmarks.spark_sss.compare`; raises when they differ). During (c) a thread samples,
@@ -132,22 +132,10 @@ def measure(path: str, sss_path: str, warm: str, warm_sss: str, runs: int) -> di
         sp.sss(spark, sp.w1_frame, warm_sss, out=out_d)
         rows = spark.read.parquet(path).count()
         cedar_s, sss_s, memory = [], [], []
-        out: list[Any] = []
         jvm = _jvm_pid()
-        for _ in range(runs):
-            sampler = Sampler({"python": os.getpid(), "jvm": jvm})
-            seconds, out = sp.cedar_from_spark(spark, wl.w1, [path], out_c, expanded=False)
-            memory.append(sampler.stop())
-            cedar_s.append(seconds)
-            sss_s.append(sp.sss(spark, sp.w1_frame, sss_path, out=out_d))
-        hwm = {"python": round(_hwm_mb(), 1), "jvm": round(_hwm_mb(jvm), 1) if jvm else None}
-        cht = to_cht(expand(out))
-        del out
-        verdict = sp.compare("W1", cht, sp.read_back(out_d))  # raises if unequal
-        # the source alone: W1's output counted and dropped, so that only the source and
-        # the query's state may grow with the input (the sink above holds the whole result)
-        del cht
-        gc.collect()
+        # the source alone first (its base is the fresh driver's): W1's output counted and
+        # dropped, so that only the source and the query's state may grow with the input
+        # ((c) holds its whole result for the sink); it also warms the JVM on the large table
         sampler = Sampler({"python": os.getpid(), "jvm": jvm})
         t0 = time.perf_counter()
         source_rows, _ = run_dropped(wl.w1(Stream.from_spark(
@@ -155,6 +143,17 @@ def measure(path: str, sss_path: str, warm: str, warm_sss: str, runs: int) -> di
         dropped_s = time.perf_counter() - t0
         dropped = sampler.stop()
         assert source_rows == rows, (source_rows, rows)
+        gc.collect()
+        out: list[Any] = []
+        for _ in range(runs):
+            out = []  # the last run's output is not held during this one
+            sampler = Sampler({"python": os.getpid(), "jvm": jvm})
+            seconds, out = sp.cedar_from_spark(spark, wl.w1, [path], out_c, expanded=False)
+            memory.append(sampler.stop())
+            cedar_s.append(seconds)
+            sss_s.append(sp.sss(spark, sp.w1_frame, sss_path, out=out_d))
+        hwm = {"python": round(_hwm_mb(), 1), "jvm": round(_hwm_mb(jvm), 1) if jvm else None}
+        verdict = sp.compare("W1", to_cht(expand(out)), sp.read_back(out_d))  # raises if unequal
         c, d = min(cedar_s), min(sss_s)
         return {"rows": rows, "c_s": [round(s, 2) for s in cedar_s],
                 "d_s": [round(s, 2) for s in sss_s], "c_eps": round(rows / c),
