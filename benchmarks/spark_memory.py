@@ -102,10 +102,25 @@ def _jvm_pid() -> int | None:
     return None
 
 
+def run_dropped(query: Any) -> tuple[int, int]:
+    """Run ``query`` (one source) inline, its output counted and dropped as it comes, so that
+    only the source and the query's state hold memory: (input rows, output messages)."""
+    from topology.inline import DagProcessor, source_batches
+
+    plan = query.plan()
+    dag = DagProcessor(plan, inline_sink=True)
+    [step] = dag.inputs
+    rows = out = 0
+    for batch in source_batches(plan, step, 0):
+        rows += len(next(iter(batch.values()))) if isinstance(batch, dict) else len(batch)
+        out += len(dag.process(batch))
+    out += len(dag.finish())
+    return rows, out
+
+
 def measure(path: str, mode: str) -> dict[str, Any]:
     """Run the W1-like query over the table at ``path`` with the source ``mode``."""
     from topology import Stream
-    from topology.inline import DagProcessor, source_batches
 
     spark = session()
     df = spark.read.parquet(path)
@@ -115,14 +130,7 @@ def measure(path: str, mode: str) -> dict[str, Any]:
     else:
         table = df.toArrow().sort_by("ts")
         src = Stream.from_arrow(table, start="ts", advance=wl.advance())
-    plan = wl.w1(src).plan()
-    dag = DagProcessor(plan, inline_sink=True)
-    [step] = dag.inputs
-    rows = out = 0
-    for batch in source_batches(plan, step, 0):
-        rows += len(next(iter(batch.values()))) if isinstance(batch, dict) else len(batch)
-        out += len(dag.process(batch))
-    out += len(dag.finish())
+    rows, out = run_dropped(wl.w1(src))
     seconds = time.perf_counter() - t0
     jvm = _jvm_pid()
     result = {"mode": mode, "rows": rows, "seconds": round(seconds, 2),

@@ -32,7 +32,7 @@ SHUFFLE_PARTITIONS = 2
 WATERMARK = f"{wl.JITTER_TICKS // 1000} milliseconds"
 
 
-def session() -> Any:
+def session(driver_memory: str = "2g") -> Any:
     """A ``local[2]`` SparkSession for the suite (Spark's Python workers use this
     interpreter)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -44,7 +44,7 @@ def session() -> Any:
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.driver.memory", "2g")
+             .config("spark.driver.memory", driver_memory)
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -88,7 +88,7 @@ SENTINEL_AFTER_TICKS = 60 * 1_000_000
 
 
 def with_sentinel(path: str, dest: str) -> str:
-    """The parquet directory ``path`` as Spark SSS reads it: its file (hard-linked, not
+    """The parquet directory ``path`` as Spark SSS reads it: its files (hard-linked, not
     copied) plus one sentinel row ``(latest + 60 s, key -1, v 0.5)``. cedar's sources end with
     a CTI at ∞ that closes every window; Spark's append mode outputs a window only once the
     watermark passed its end, so without the sentinel its last windows are never output.
@@ -99,11 +99,13 @@ def with_sentinel(path: str, dest: str) -> str:
 
     os.makedirs(dest, exist_ok=True)
     files = sorted(f for f in os.listdir(path) if f.endswith(".parquet"))
-    for f in files:
+    latest, kind = None, None
+    for f in files:  # the latest event of every file (a table's files hold any times)
         os.link(os.path.join(path, f), os.path.join(dest, f))
-    table = pq.read_table(os.path.join(path, files[0]))
-    latest = pc.max(table["ts"]).cast(pa.int64()).as_py()
-    sentinel = pa.table({"ts": pa.array([latest + SENTINEL_AFTER_TICKS], table["ts"].type),
+        ts = pq.read_table(os.path.join(path, f), columns=["ts"])["ts"]
+        top = pc.max(ts).cast(pa.int64()).as_py()
+        latest, kind = (top if latest is None else max(latest, top)), ts.type
+    sentinel = pa.table({"ts": pa.array([latest + SENTINEL_AFTER_TICKS], kind),
                          "k": pa.array([SENTINEL_KEY], pa.int64()),
                          "v": pa.array([0.5], pa.float64())})
     pq.write_table(sentinel, os.path.join(dest, "sentinel.parquet"))
@@ -205,11 +207,12 @@ def compare(workload: str, cht: list[tuple[int, int, Any]],
 
 
 def cedar_from_spark(spark: Any, query: Callable[..., Any], paths: list[str],
-                     out_path: str) -> tuple[float, list[Any]]:
+                     out_path: str, expanded: bool = True) -> tuple[float, list[Any]]:
     """cedar fed by Spark: each parquet directory read by Spark (``spark.read.parquet``)
     through ``Stream.from_spark`` (Arrow column batches), the query run inline, its CHT
     written back with :func:`topology.spark_sink.write` (column batches kept whole, as
-    ``Stream.write`` does). Returns (seconds, output messages)."""
+    ``Stream.write`` does). Returns (seconds, output messages: column batches expanded into
+    inserts unless ``expanded`` is false)."""
     from operators.columns import expand
     from topology import Stream
     from topology.inline import run_inline
@@ -220,7 +223,7 @@ def cedar_from_spark(spark: Any, query: Callable[..., Any], paths: list[str],
                                  name=f"spark{i}") for i, p in enumerate(paths)]
     out = run_inline(query(*sources).plan(), columns=True)
     write(spark, out, out_path, mode="overwrite")
-    return time.perf_counter() - t0, list(expand(out))
+    return time.perf_counter() - t0, list(expand(out)) if expanded else out
 
 
 def event_to_output_latency(spark: Any, rate_eps: int, seconds: float, workdir: str,

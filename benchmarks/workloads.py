@@ -85,14 +85,20 @@ def rows(cols: dict[str, np.ndarray]) -> list[dict[str, Any]]:
 def write_parquet(cols: dict[str, np.ndarray], path: str) -> str:
     """Write the columns as one parquet file (``ts`` a UTC µs timestamp) and return its
     directory, which Spark reads as a table. One file keeps the row order of Spark's read."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     os.makedirs(path, exist_ok=True)
-    table = pa.table({"ts": pa.array(cols["ts"], pa.timestamp("us", tz="UTC")),
-                      "k": pa.array(cols["k"]), "v": pa.array(cols["v"])})
-    pq.write_table(table, os.path.join(path, "part-0.parquet"), row_group_size=256 * 1024)
+    pq.write_table(arrow_table(cols), os.path.join(path, "part-0.parquet"),
+                   row_group_size=256 * 1024)
     return path
+
+
+def arrow_table(cols: dict[str, np.ndarray]) -> Any:
+    """The columns as the Arrow table written to parquet (``ts`` a UTC µs timestamp)."""
+    import pyarrow as pa
+
+    return pa.table({"ts": pa.array(cols["ts"], pa.timestamp("us", tz="UTC")),
+                     "k": pa.array(cols["k"]), "v": pa.array(cols["v"])})
 
 
 # -- the queries ----------------------------------------------------------------------------------

@@ -146,3 +146,21 @@ def test_marginal_rates_and_both_sizes_in_the_report():
     text = bench.render(report, {"nproc": "2"}, "test", 1.0)
     assert "| marginal, 100,000 → 400,000 | 200,000 | 600,000 | 0.333 |" in text
     assert "| Spark SSS, event due → its window's row written | 100 | 200 | 200 | 2 |" in text
+
+
+def test_w1_scale_table_is_the_stream_dealt_to_files_in_no_order(tmp_path):
+    import pyarrow.parquet as pq
+
+    from benchmarks import spark_w1_scale as scale
+
+    path = scale.write_table(5_000, str(tmp_path / "t"), files=4, keys=7)
+    parts = [pq.read_table(f) for f in sorted((tmp_path / "t").iterdir())]
+    assert len(parts) == 4 and path == str(tmp_path / "t")
+    ts = np.concatenate([p["ts"].cast("int64").to_numpy() for p in parts])
+    # chunk by chunk: the same events (a chunk of the stream depends on its first event only)
+    chunk = 5_000 // 16 + 1
+    want = np.concatenate([wl.points(min(chunk, 5_000 - f), 7, scale.SEED, f)["ts"]
+                           for f in range(0, 5_000, chunk)])
+    assert sorted(ts.tolist()) == sorted(want.tolist())
+    # in no order: the files' chunks are not the stream's order
+    assert not (np.diff(ts) > -wl.JITTER_TICKS).all()
