@@ -28,43 +28,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from typing import Any
 
 from benchmarks import workloads as wl
+from benchmarks.spark_memory import session, write_table
 from operators.aggregates import Count
-from operators.events import TICKS_PER_SECOND
 from topology import Stream
 
-FILES = 8
-KEYS = 1_000
 SOURCES = (1, 2, 4)
-
-
-def session() -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").appName("cedar-spark-ingest")
-             .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
-             .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "2g")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
-def generate(spark: Any, n: int, path: str) -> None:
-    from pyspark.sql import functions as F
-
-    step = TICKS_PER_SECOND // wl.EVENT_RATE_EPS
-    i = F.col("id")
-    (spark.range(0, n, numPartitions=FILES)
-     .select(F.timestamp_micros(F.lit(wl.T0_TICKS) + (i * 7919 % n) * step).alias("ts"),
-             (i * 104_729 % KEYS).alias("k"),
-             ((i * 7_907 % 1_000) / 1_000.0).alias("v"))
-     .write.mode("overwrite").parquet(path))
 
 
 def count(src: Stream) -> Stream:
@@ -110,10 +83,10 @@ def main() -> None:
 
     if "ray" in runtimes:
         ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
-    spark = session()
+    spark = session("2g")
     with tempfile.TemporaryDirectory(prefix="cedar-ingest-bench-") as tmp:
         path = os.path.join(tmp, "table")
-        generate(spark, args.rows, path)
+        write_table(spark, args.rows, path)
         run(spark, path, 2, "count", runtimes[-1])  # warm-up: actors, Spark's code paths
         print(f"{'runtime':7} {'query':6} {'sources':>7} {'seconds':>8} {'events/s':>10} "
               f"{'again s':>8} {'again ev/s':>10} {'load':>5}")

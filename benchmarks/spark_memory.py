@@ -64,9 +64,16 @@ def session(memory: str = DRIVER_MEMORY) -> Any:
 
 def generate(n: int, path: str) -> None:
     """Write the ``n``-row table to ``path`` (see the module's docstring)."""
+    spark = session("2g")
+    write_table(spark, n, path)
+    spark.stop()
+
+
+def write_table(spark: Any, n: int, path: str) -> None:
+    """The ``n``-row table in :data:`FILES` parquet files at ``path``, each file spanning the
+    whole time range (rows in no time order)."""
     from pyspark.sql import functions as F
 
-    spark = session("2g")
     step = TICKS_PER_SECOND // wl.EVENT_RATE_EPS
     i = F.col("id")
     (spark.range(0, n, numPartitions=FILES)
@@ -74,7 +81,6 @@ def generate(n: int, path: str) -> None:
              (i * 104_729 % KEYS).alias("k"),
              ((i * 7_907 % 1_000) / 1_000.0).alias("v"))
      .write.mode("overwrite").parquet(path))
-    spark.stop()
 
 
 def _hwm_mb(pid: int | str = "self") -> float:
