@@ -602,7 +602,7 @@ class KeyedWindowAggregate(Processor):
             raise ValueError(
                 f"{msg!r} is not a point event; the keyed window aggregate takes only points "
                 f"(the planner chose it for a point source, so this is a bug: report it)")
-        if e == MAX_TIME:
+        if e == MAX_TIME and e != s + 1:  # (a point at the last instant ends at MAX_TIME)
             raise ValueError(
                 f"{msg!r} is an edge event (its end is ∞); the keyed window aggregate takes "
                 f"only finite intervals (the planner chose it for a stream of bounded "

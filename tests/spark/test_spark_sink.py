@@ -516,7 +516,7 @@ def test_stream_sinks_keep_the_column_batches(spark, tmp_path, runtime) -> None:
     table = pa.table({"ts": np.arange(n) * 3, "k": np.arange(n) % 7,
                       "v": np.linspace(0, 1, n)})
     q = Stream.from_arrow(table, start="ts").select(lambda r: (r["k"], r["v"] * 2))
-    assert any(type(m) is Columns for m in q._sink_output(runtime, {}))
+    assert any(type(m) is Columns for m in q.collect(runtime, columns=True))
     want = cht_to_arrow(to_cht(q.collect(runtime)))
     q.write(str(tmp_path / "out"), spark=spark, runtime=runtime)
     assert_same_table(spark.read.parquet(str(tmp_path / "out")).toArrow(), want)
