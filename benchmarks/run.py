@@ -664,7 +664,9 @@ def render(report: Report, info: dict[str, str], command: str, total_s: float) -
         lines += ["## Latency", ""]
     if lat:
         lines += [
-            (f"cedar: W1 deployed on Ray, fed by `Stream.from_arrow` over a generator that "
+            (f"cedar: W1 deployed on Ray (`deploy(fuse=True)`: `where` and `select` in the "
+            f"source's actor, as `collect()` runs them by default), fed by "
+            f"`Stream.from_arrow` over a generator that "
             f"hands over, every 5 ms, the events due by then (a collector polling a queue) to "
             f"offer {lat['rate_eps']:,} events/s ({lat['events']:,} events). Event time "
             f"advances one 1 s window per {wl.LATENCY_CTI_EVERY:,} events, a CTI each, so every "
@@ -844,7 +846,7 @@ def main(argv: list[str] | None = None) -> Report:
                 run_ray(report, data, inline_outs)
                 del inline_outs
                 if "latency" not in args.skip:
-                    run_latency(report, sizes)
+                    run_latency(report, sizes, fuse=True)
                 if "memory" not in args.skip:
                     run_memory(report, sizes)
             finally:
