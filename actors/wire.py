@@ -25,7 +25,7 @@ import pickle
 from collections.abc import Sequence
 from typing import Any
 
-from operators.columns import Columns, concat, map_columns, portable_column, restored_column
+from operators.columns import Columns, concat, portable_column, restored_column
 from operators.events import Cti, FreshId, Insert, Message, Retract
 
 _KIND = {Insert: 0, Retract: 1, Cti: 2}
@@ -51,7 +51,7 @@ def encode(messages: Sequence[Message | Columns]) -> bytes | tuple[bytes, list[C
     per call, the receiver reading the arrays in place).
 
     >>> import numpy as np
-    >>> from operators.columns import Columns, portable_column, restored_column
+    >>> from operators.columns import Columns
     >>> c = Columns(np.arange(2), np.arange(2), np.arange(1, 3), np.arange(2))
     >>> blob = encode([c, Cti(2)])
     >>> type(blob[0]).__name__, blob[1] == [c], decode(blob)[1]
@@ -107,13 +107,7 @@ def _pack(columns: list[Columns]) -> Any:
 
 def _unpack(packed: Columns, bounds: list[int]) -> list[Columns]:
     """The Columns :func:`_pack` put end to end, as views of its arrays."""
-    out = []
-    for a, b in itertools.pairwise(bounds):
-        part = slice(a, b)
-        out.append(Columns(packed.ids[part], packed.starts[part],
-                           None if packed.points else packed.ends[part],
-                           map_columns(packed.payload, lambda c, part=part: c[part])))
-    return out
+    return [packed.take(slice(a, b)) for a, b in itertools.pairwise(bounds)]
 
 
 def _add_run(run: list[Message], tagged: list[tuple[Any, ...]]) -> None:
