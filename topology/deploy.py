@@ -214,20 +214,23 @@ def _pulls(plan: Plan, step: str) -> Any:
     return data
 
 
-def _start_pulls(handles: list[Any], data: list[Any]) -> list[int]:
-    """Each source actor starts reading its own data, all in parallel; returns the indices
-    of the data that cannot travel to an actor (it holds something only this process has),
-    for the caller to feed instead."""
+def _start_pulls(handles: list[Any], data: list[Any]) -> list[bool]:
+    """Each source actor whose data is given (not None, see :func:`_pulls`) starts reading it
+    itself, all in parallel; returns, per source, whether the driver still feeds it: no data
+    to pull, or data that cannot travel to an actor (it holds something only this process
+    has)."""
     import ray
 
-    refs, kept = [], []
-    for i, (h, d) in enumerate(zip(handles, data)):
+    refs, fed = [], []
+    for h, d in zip(handles, data):
         try:
-            refs.append(h.pull.remote(d))
+            if d is not None:
+                refs.append(h.pull.remote(d))
         except TypeError:  # Ray: "Could not serialize the argument ..."
-            kept.append(i)
+            d = None
+        fed.append(d is None)
     ray.get(refs)
-    return kept
+    return fed
 
 
 def _feed_round_robin(plan: Plan, handles: dict[str, Any], batch_size: int,
@@ -235,10 +238,8 @@ def _feed_round_robin(plan: Plan, handles: dict[str, Any], batch_size: int,
     """collect(): the sources that can read their own data start reading it (in parallel,
     in their actors); the driver feeds the others to their end, one batch of each in turn."""
     steps = _driver_sources(plan)
-    pulled = {s: d for s in steps if (d := _pulls(plan, s)) is not None}
-    kept = _start_pulls([handles[s] for s in pulled], list(pulled.values()))
-    fed = {list(pulled)[i] for i in kept}
-    steps = [s for s in steps if s not in pulled or s in fed]
+    fed = _start_pulls([handles[s] for s in steps], [_pulls(plan, s) for s in steps])
+    steps = [s for s, f in zip(steps, fed) if f]
     senders = [_Sender(handles[s], isinstance(plan.stages[s].source, n.FromRows),
                        max_in_flight) for s in steps]
     feeds = [source_batches(plan, s, batch_size) for s in steps]
@@ -603,10 +604,10 @@ class _FeedJob:
         stop = threading.Event()
         errors: list[str] = []
         threads = []
-        pulled = [f for f, p in zip(self.feeds, self.pull) if p]
-        kept = _start_pulls([f[0] for f in pulled], [f[2] for f in pulled])
-        fed = [f for f, p in zip(self.feeds, self.pull) if not p] + [pulled[i] for i in kept]
-        for handle, rows, data, batched in fed:
+        fed = _start_pulls([f[0] for f in self.feeds],
+                           [f[2] if p else None for f, p in zip(self.feeds, self.pull)])
+        for handle, rows, data, batched in (f for f, by_driver in zip(self.feeds, fed)
+                                            if by_driver):
             sender = _Sender(handle, rows, self.opts["max_in_flight"])
             threads.append(_feed_thread(sender, data, self.opts["batch_size"],
                                         self.opts["flush_s"], stop, errors, batched=batched))
