@@ -135,6 +135,11 @@ QUERIES = {
             Avg("v")),
     "string keys": lambda s: s.to_points().group_apply(
         lambda p: p["tag"], lambda g: g.hopping_window(400, 100).aggregate(Sum("v"))),
+    "max of pairs, points": lambda s: s.to_points().group_apply(
+        lambda p: p["k"] % 3, lambda g: g.tumbling_window(150).aggregate(
+            Max(lambda p: (p["k"] % 2, p["v"])))),
+    "min, one group": lambda s: s.alter_lifetime(duration=40).hopping_window(200, 50)
+        .aggregate(Min("v")),
     "partitions": lambda s: s.clip_duration(1).alter_lifetime(duration=250).group_apply(
         lambda p: p["k"] % 7, lambda g: g.tumbling_window(200).aggregate(Count()),
         partitions=2),
