@@ -15,13 +15,13 @@ physical stream (docs/model.md) one message at a time.
 
 from __future__ import annotations
 
-import math
 from collections import Counter, deque
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, NoReturn
 
-from . import live  # (LiveEvents; live imports this module)
+from . import live
 from .events import Cti, Insert, Message, Retract, fmt_time
+from .payloads import freeze
 
 Row = tuple[int, int, Any]
 
@@ -48,39 +48,6 @@ def to_cht(messages: Iterable[Message]) -> list[Row]:
         if problem is not None:
             raise InvalidStream(f"message #{position} {msg!r}: {problem}")
     return sorted(events.rows(), key=row_key)
-
-
-def freeze(value: Any, digits: int | None = None) -> Hashable:
-    """A hashable, comparable stand-in for a payload: dicts, lists and sets become tuples;
-    with ``digits``, floats are rounded to that many significant digits (float sums differ
-    in their last bits between incremental and from-scratch evaluation)."""
-    if isinstance(value, dict):
-        return ("<dict>",) + tuple(
-            sorted(((repr(k), freeze(v, digits)) for k, v in value.items()), key=repr)
-        )
-    if isinstance(value, (list, tuple)):
-        return (f"<{type(value).__name__}>",) + tuple(freeze(v, digits) for v in value)
-    if isinstance(value, (set, frozenset)):
-        return ("<set>",) + tuple(sorted((freeze(v, digits) for v in value), key=repr))
-    if isinstance(value, float):
-        if math.isnan(value):
-            return ("<nan>",)
-        if digits is not None and value != 0 and math.isfinite(value):
-            return float(f"{value:.{digits}g}")
-        return value
-    if hasattr(value, "_asdict"):
-        return freeze(value._asdict(), digits)
-    try:
-        hash(value)
-    except TypeError:
-        return ("<unhashable>", repr(value))
-    return value
-
-
-def same_payload(a: Any, b: Any) -> bool:
-    """Whether a retraction's payload ``a`` is its insert's ``b``: equal, with NaN equal to
-    NaN (a payload that crossed a process boundary holds another NaN object)."""
-    return a is b or a == b or freeze(a) == freeze(b)
 
 
 def row_key(row: Row) -> tuple[int, int, str]:

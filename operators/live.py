@@ -35,9 +35,9 @@ import heapq
 from collections.abc import Hashable, Iterator
 from typing import Any
 
-from . import cht  # (same_payload; cht imports this module)
 from .columns import Columns
 from .events import MAX_TIME, MIN_TIME, Insert, Retract, fmt_time
+from .payloads import same_payload
 
 Row = tuple[Hashable, int, int, Any]  # (id, start, end, payload)
 
@@ -124,7 +124,7 @@ class LiveEvents:
         if start != msg.start or end != msg.end:
             return (f"retraction lifetime [{fmt_time(msg.start)}, {fmt_time(msg.end)}) does "
                     f"not match the live event [{fmt_time(start)}, {fmt_time(end)})")
-        if not cht.same_payload(msg.payload, payload):
+        if not same_payload(msg.payload, payload):
             return (f"retraction payload {msg.payload!r} is not the payload {payload!r} its "
                     f"insert carried; a retraction repeats its insert's payload (change a "
                     f"payload by retracting the event fully and inserting a new one)")
