@@ -58,3 +58,59 @@ def test_operators_know_no_runtime_clock_or_io_library():
 def test_actors_know_no_topology():
     """actors/ is the Ray runtime: it hosts what the planner's side built, never imports it."""
     assert {m: sorted(n) for m, n in imported("actors").items() if "topology" in n} == {}
+
+
+# -- module cycles ------------------------------------------------------------------------------
+def module_graph() -> dict[str, set[str]]:
+    """module -> the modules of the three packages it imports, anywhere in its body (function-
+    level imports too), relative imports resolved; ``from pkg import mod`` names the module."""
+    modules = {str(p.relative_to(ROOT).with_suffix("")).replace("/", ".").removesuffix(".__init__")
+               for pkg in ("operators", "actors", "topology") for p in (ROOT / pkg).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for mod in sorted(modules):
+        path = ROOT / (mod.replace(".", "/") + ".py")
+        if not path.exists():
+            path = ROOT / mod.replace(".", "/") / "__init__.py"
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = package.split(".")
+                if node.level:
+                    base = base[: len(base) - node.level + 1]
+                    target = ".".join([*base, *([node.module] if node.module else [])])
+                else:
+                    target = node.module or ""
+                targets = [target] + [f"{target}.{a.name}" for a in node.names]
+            else:
+                continue
+            deps.update(t for t in targets if t in modules and t != mod)
+        graph[mod] = deps
+    return graph
+
+
+def test_no_module_imports_one_that_imports_it():
+    """No import cycle between modules, however long: every module can be read (and changed)
+    knowing only the ones below it. A package's ``__init__`` re-exporting its modules is not a
+    cycle with them; everything else is."""
+    graph = module_graph()
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(mod: str, path: list[str]) -> None:
+        state[mod] = 1
+        for dep in sorted(graph[mod]):
+            if mod.startswith(dep + ".") or dep.startswith(mod + "."):
+                continue  # a package and its own modules
+            if state.get(dep) == 1:
+                cycles.append([*path[path.index(dep):], dep])
+            elif dep not in state:
+                visit(dep, [*path, dep])
+        state[mod] = 2
+
+    for mod in sorted(graph):
+        if mod not in state:
+            visit(mod, [mod])
+    assert cycles == []

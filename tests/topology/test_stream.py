@@ -13,7 +13,7 @@ from operators.events import Cti, Insert, Retract
 from operators.ingress import AdvanceTime
 from tests.kit import INF, assert_equivalent
 from topology import Stream
-from topology.inline import DagProcessor
+from topology.dag import DagProcessor
 from topology.query import Query
 
 EVENTS = [Insert(f"e{i}", i, i + 3, i) for i in range(12)] + [Cti(15)]

@@ -1,0 +1,59 @@
+"""The physical plan both runtimes execute: :class:`Stage` (one operator, what a runtime
+instantiates in an actor or inline) and :class:`Plan` (the stages in topological order and
+their edges). :mod:`topology.planner` builds plans from a logical tree; nothing here runs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from operators.base import Processor
+
+from . import nodes as n
+from .routing import OutEdge
+
+Factory = Callable[[], Processor]
+
+
+@dataclass
+class Stage:
+    """One operator of a plan: what the runtime instantiates (in an actor, or inline)."""
+    step: str
+    factory: Factory
+    n_inputs: int
+    describe: str
+    role: str = "operator"  # "source", "operator" or "sink"
+    stateless: bool = False
+    #: for sources: the logical source node (FromEvents, FromRows, Published, GroupInput)
+    source: n.Node | None = None
+
+
+@dataclass
+class Plan:
+    """Stages in topological order, their out-edges, the input stages and the output stage."""
+    stages: dict[str, Stage]
+    edges: dict[str, list[OutEdge]]
+    sources: list[str]
+    sink: str
+    logical: str = ""
+    _in: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def in_edges(self, step: str) -> int:
+        """How many edges feed ``step`` (a source: one, its feed)."""
+        if not self._in:
+            for edges in self.edges.values():
+                for e in edges:
+                    self._in[e.dst] = self._in.get(e.dst, 0) + 1
+        return self._in.get(step, 0) or (1 if step in self.sources else 0)
+
+    def explain(self) -> str:
+        """The logical tree and the stages (one actor each on Ray) with their edges."""
+        lines = [self.logical, "", f"stages ({len(self.stages)}):"]
+        for step, st in self.stages.items():
+            outs = ", ".join(
+                f"{e.dst}:{e.port}" + (f" [hash % {e.partition.n} == {e.index}]"
+                                       if e.partition is not None else "")
+                for e in self.edges.get(step, ()))
+            lines.append(f"  {step:<28} {st.describe}" + (f"  → {outs}" if outs else ""))
+        return "\n".join(lines)
