@@ -13,9 +13,7 @@ from __future__ import annotations
 import threading
 import time
 
-from operators.events import Insert
-from operators.ingress import AdvanceTime
-from topology import Stream, attach
+from topology import AdvanceTime, Insert, Stream, attach
 
 
 def readings(stop: threading.Event):

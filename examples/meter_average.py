@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import random
 
-from operators.aggregates import Avg
-from operators.cht import to_cht
-from operators.ingress import AdvanceTime
-from topology import Stream
+from topology import AdvanceTime, Avg, Stream, to_cht
 
 SECOND = 1_000_000  # ticks
 MINUTE = 60 * SECOND

@@ -1,7 +1,8 @@
-"""The topology layer: the fluent :class:`Stream` builder, the planner, and the runtimes.
+"""cedar's public names, in one place: ``from topology import Stream, AdvanceTime, Count,
+to_cht``. Every name a topology script needs is here; the modules they live in
+(``operators.*``, ``topology.*``) are the engine's own layout and may move.
 
-    >>> from topology import Stream
-    >>> from operators.events import Insert, Cti
+    >>> from topology import Stream, Insert, Cti
     >>> Stream.from_events([Insert("a", 0, 5, 1), Cti(5)]).shift(2).collect(runtime="inline")
     [Insert(id='a', start=2, end=7, payload=1), Cti(time=7)]
 
@@ -13,13 +14,68 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from operators.aggregates import (
+    Aggregates,
+    Avg,
+    Count,
+    Max,
+    Min,
+    Sum,
+    TimeWeightedAverage,
+    TopK,
+)
+from operators.cht import check_equivalent, equivalent, to_cht
+from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Retract
+from operators.expr import col
+from operators.ingress import AdvanceTime
+from operators.udm import (
+    Aggregate,
+    IncrementalAggregate,
+    Operator,
+    TimeSensitiveAggregate,
+    TimeSensitiveOperator,
+    Window,
+    register,
+)
+
 from .stream import Stream, WindowedStream
 from .trace import Trace
 
 if TYPE_CHECKING:
     from .query import Query
 
-__all__ = ["Query", "Stream", "Trace", "WindowedStream", "attach"]
+__all__ = [  # the messages, the builder, AdvanceTime, the aggregates, the UDM bases
+    "MAX_TIME",
+    "MIN_TIME",
+    "AdvanceTime",
+    "Aggregate",
+    "Aggregates",
+    "Avg",
+    "Count",
+    "Cti",
+    "IncrementalAggregate",
+    "Insert",
+    "Max",
+    "Min",
+    "Operator",
+    "Query",
+    "Retract",
+    "Stream",
+    "Sum",
+    "TimeSensitiveAggregate",
+    "TimeSensitiveOperator",
+    "TimeWeightedAverage",
+    "TopK",
+    "Trace",
+    "Window",
+    "WindowedStream",
+    "attach",
+    "check_equivalent",
+    "col",
+    "equivalent",
+    "register",
+    "to_cht",
+]
 
 
 def attach(name: str, address: str | None = None) -> Query:
