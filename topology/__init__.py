@@ -38,6 +38,7 @@ from operators.udm import (
     register,
 )
 
+from .checker import CheckFailed, check
 from .stream import Stream, WindowedStream
 from .trace import Trace
 
@@ -51,6 +52,7 @@ __all__ = [  # the messages, the builder, AdvanceTime, the aggregates, the UDM b
     "Aggregate",
     "Aggregates",
     "Avg",
+    "CheckFailed",
     "Count",
     "Cti",
     "IncrementalAggregate",
@@ -70,6 +72,7 @@ __all__ = [  # the messages, the builder, AdvanceTime, the aggregates, the UDM b
     "Window",
     "WindowedStream",
     "attach",
+    "check",
     "check_equivalent",
     "col",
     "equivalent",

@@ -6,6 +6,7 @@
     cedar inspect NAME [--address A]   stats and a snapshot of one running query
     cedar debug TRACE [--step S] ...   step through a recorded trace; --cause ID: root cause
     cedar timeline TRACE --step S -o F a picture of one step's input and output (svg, png)
+    cedar check SCRIPT.py [--no-ray]   run a query every way the engine may; same CHT each time?
 """
 
 from __future__ import annotations
@@ -117,6 +118,21 @@ def _parser() -> argparse.ArgumentParser:
                     help="only events overlapping [FROM, TO) (ticks)")
     tl.add_argument("--to", dest="end", type=int, default=None, help="see --from")
     tl.add_argument("--limit", type=int, default=40, help="events per panel (default 40)")
+
+    chk = sub.add_parser(
+        "check", help="check that a query gives the same result however it runs",
+        description="Load SCRIPT.py, which defines `query` (a function of a Stream) and `data` "
+                    "(rows, or Insert/Retract/Cti messages), and optionally CHECK = {...}: the "
+                    "keyword arguments of topology.check (start=, advance=, ...). Run the "
+                    "query inline, batch by batch, with shuffled arrival within the CTIs, "
+                    "other group_apply partitions, restored from a checkpoint half-way, with "
+                    "emit='final', column-wise and on Ray, and compare every CHT with the "
+                    "inline run's. On a difference, print a minimal input as a runnable test "
+                    "and exit 1.")
+    chk.add_argument("script", help="the Python file defining `query` and `data`")
+    chk.add_argument("--no-ray", dest="ray", action="store_false",
+                     help="leave out the run on Ray")
+    chk.add_argument("--seed", type=int, default=0, help="seed of the random runs (default 0)")
     return p
 
 
@@ -256,8 +272,45 @@ def _timeline(args: Any) -> int:
     return 0
 
 
+def _check(args: Any) -> int:
+    import importlib.util
+    import os
+
+    from .checker import CheckFailed, check
+
+    path = os.path.abspath(args.script)
+    name = os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        print(f"cedar check: cannot load {args.script}", file=sys.stderr)
+        return 2
+    # the script's folder on the path, the script under its own name: the reproduction
+    # imports its query from it, and Ray's workers unpickle its functions from it
+    sys.path.insert(0, os.path.dirname(path))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (os.path.dirname(path), os.environ.get("PYTHONPATH", "")) if p)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    missing = [v for v in ("query", "data") if not hasattr(module, v)]
+    if missing:
+        print(f"cedar check: {args.script} must define {' and '.join(missing)} (query: a "
+              f"function of a Stream; data: rows or messages)", file=sys.stderr)
+        return 2
+    options = dict(getattr(module, "CHECK", {}))
+    options.setdefault("seed", args.seed)
+    options["ray"] = args.ray and options.get("ray", True)
+    try:
+        report = check(module.query, module.data, **options)
+    except CheckFailed as failed:
+        print(failed)
+        return 1
+    print(report.describe())
+    return 0
+
+
 COMMANDS = {"demo": _demo, "run": _run, "status": _status, "inspect": _inspect, "ui": _ui,
-            "debug": _debug, "timeline": _timeline}
+            "debug": _debug, "timeline": _timeline, "check": _check}
 
 if __name__ == "__main__":
     sys.exit(main())

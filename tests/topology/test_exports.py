@@ -13,7 +13,7 @@ PUBLIC = {
     "to_cht", "AdvanceTime", "Query", "Stream", "Trace", "WindowedStream", "attach", "col",
     "Aggregates", "Avg", "Count", "Max", "Min", "Sum", "TimeWeightedAverage", "TopK",
     "Aggregate", "IncrementalAggregate", "Operator", "TimeSensitiveAggregate",
-    "TimeSensitiveOperator", "Window", "register",
+    "TimeSensitiveOperator", "Window", "register", "check", "CheckFailed",
 }
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
