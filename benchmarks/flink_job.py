@@ -55,7 +55,7 @@ def plain(value: Any) -> Any:
     """A value JSON can carry: a timestamp as µs since the epoch (UTC), a decimal as float."""
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:
-            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
         return calendar.timegm(value.timetuple()) * 1_000_000 + value.microsecond
     if isinstance(value, decimal.Decimal):
         return float(value)
