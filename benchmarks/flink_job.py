@@ -46,8 +46,7 @@ CREATE TEMPORARY TABLE `{t['name']}` (
 ) WITH (
   'connector' = 'filesystem',
   'path' = '{t['path']}',
-  'format' = 'csv',
-  'csv.null-literal' = ''
+  'format' = 'csv'
 )""")
 
 

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from operators.cht import check_equivalent, to_cht
@@ -136,14 +136,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--queries", default=",".join(nq.QUERIES))
     ap.add_argument("--no-ray", action="store_true")
     ap.add_argument("--no-spark", action="store_true")
+    ap.add_argument("--no-flink", action="store_true")
     args = ap.parse_args(argv)
     n = args.events or (QUICK_EVENTS if args.quick else 1_000_000)
     delay = args.delay or (QUICK_DELAY if args.quick else gen.INTER_EVENT_DELAY)
     names = [s.strip() for s in args.queries.split(",") if s.strip()]
     result = measure(n, delay, names, seed=args.seed, ray=not args.no_ray,
-                     spark=not args.no_spark)
+                     spark=not args.no_spark, flink=not args.no_flink)
     say("")
     say(result.table())
+    for note in result.notes:
+        say(note)
     return 0
 
 
@@ -157,18 +160,20 @@ class Suite:
     tables: dict[str, Any]
     events: int
     delay_us: int
+    notes: list[str] = field(default_factory=list)
 
     def table(self) -> str:
         return table(self.names, self.rows, self.tables)
 
-    def ratios(self) -> dict[str, float]:
-        """cedar on Ray ÷ Spark SSS (events/s) of every query both ran."""
-        return {name: r["spark"] / r["ray"] for name, r in self.rows.items()
-                if r.get("ray") and r.get("spark")}
+    def ratios(self, engine: str = "spark") -> dict[str, float]:
+        """cedar on Ray ÷ ``engine`` (``"spark"``: SSS, or ``"flink"``) in events/s, for every
+        query both ran."""
+        return {name: r[engine] / r["ray"] for name, r in self.rows.items()
+                if r.get("ray") and r.get(engine)}
 
 
 def measure(n: int, delay: int, names: list[str], seed: int = 1, ray: bool = True,
-            spark: bool = True) -> Suite:
+            spark: bool = True, flink: bool = True) -> Suite:
     """Generate ``n`` events ``delay`` µs apart and run the queries ``names`` inline, on Ray
     (unless not ``ray``; a Ray instance of its own, shut down at the end) and in Spark SSS
     (unless not ``spark``; a session of its own, stopped at the end)."""
@@ -211,7 +216,10 @@ def measure(n: int, delay: int, names: list[str], seed: int = 1, ray: bool = Tru
 
         if spark:
             run_spark(names, rows, tables, paths, warm_paths, inline_out, workdir)
-        return Suite(names, rows, tables, n, delay)
+        notes: list[str] = []
+        if flink:
+            notes.append(run_flink(names, rows, tables, inline_out, workdir))
+        return Suite(names, rows, tables, n, delay, notes)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -250,10 +258,59 @@ def run_spark(names: list[str], rows: dict[str, dict[str, Any]], tables: dict[st
         spark.stop()
 
 
+def run_flink(names: list[str], rows: dict[str, dict[str, Any]], tables: dict[str, Any],
+              inline_out: dict[str, list[Any]], workdir: str) -> str:
+    """Every query with a Flink SQL form (:mod:`.flink_sql`) in Flink, over the same tables as
+    CSV (:mod:`benchmarks.flink`): best of 3 runs into ``blackhole``, then its rows collected
+    and compared with cedar's inline output. Returns a note: the JVM's start, or why Flink
+    did not run (it never fails the suite)."""
+    from benchmarks import flink as fl
+
+    from . import flink_sql
+
+    todo = [name for name in names if name in flink_sql.SQL]
+    try:
+        python = fl.flink_python()
+    except fl.FlinkUnavailable as exc:
+        say(f"flink: not run: {exc}")
+        return f"Flink not run: {exc}"
+    say(f"flink: {python}")
+    csv = {name: (os.path.join(workdir, "csv", name),
+                  fl.write_csv(tables[name], os.path.join(workdir, "csv", name, "part.csv")))
+           for name in ("person", "auction", "bid")}
+    jobs = [fl.Job(name, flink_sql.SQL[name],
+                   [fl.table_spec(t, csv[t][0], csv[t][1], "date_time")
+                    for t in flink_sql.INPUTS[name]],
+                   repeat=3, rows_to=os.path.join(workdir, f"flink-{name}.json"))
+            for name in todo]
+    try:
+        result = fl.run_jobs(jobs, python)
+    except fl.FlinkUnavailable as exc:
+        say(f"flink: failed: {exc}")
+        return f"Flink failed: {exc}"
+    for name in todo:
+        if name in result.errors:
+            rows[name]["flink_equal"] = f"n/a (Flink: {result.errors[name]})"
+            say(f"  {name}: Flink failed: {result.errors[name]}")
+            continue
+        rows[name]["flink"] = result.seconds[name]
+        q = nq.QUERIES[name]
+        latest = latest_of(q, tables)
+        a = Counter(q.cedar_rows(to_cht(inline_out[name]), latest))
+        b = Counter(flink_sql.comparable(name, result.rows.get(name, []), latest))
+        rows[name]["flink_equal"] = (f"yes ({sum(a.values()):,} rows)" if a == b else
+                                     f"NO: {sum((a - b).values())} rows only in cedar, "
+                                     f"{sum((b - a).values())} only in Flink")
+        say(f"  {name}: Flink {result.seconds[name]:.2f} s (net {result.net_s[name]}); "
+            f"equal: {rows[name]['flink_equal']}")
+    return f"Flink: JVM start-up {result.startup_s:.1f} s (not timed), parallelism {fl.PARALLELISM}"
+
+
 def table(names: list[str], rows: dict[str, dict[str, Any]], tables: dict[str, Any]) -> str:
     out = ["| query | events | events/s inline | events/s Ray | events/s Spark SSS "
-           "| cedar Ray ÷ Spark | outputs equal |",
-           "|---|---:|---:|---:|---:|---:|---|"]
+           "| cedar Ray ÷ Spark | events/s Flink | cedar Ray ÷ Flink | outputs equal (Spark) "
+           "| outputs equal (Flink) |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for name in names:
         q, r = nq.QUERIES[name], rows[name]
         n = events_of(q, tables)
@@ -266,9 +323,12 @@ def table(names: list[str], rows: dict[str, dict[str, Any]], tables: dict[str, A
             spark_col = "n/a"
         ratio = (f"{spark_s / ray_s:.2f}" if ray_s is not None and spark_s is not None
                  else "n/a")
+        flink_s = r.get("flink")
+        flink_ratio = f"{flink_s / ray_s:.2f}" if ray_s and flink_s else "n/a"
         out.append(f"| {name} | {n:,} | {fmt_eps(n, r.get('inline'))} | "
-                   f"{fmt_eps(n, ray_s)} | {spark_col} | {ratio} | "
-                   f"{r.get('equal', 'n/a (not run)')} |")
+                   f"{fmt_eps(n, ray_s)} | {spark_col} | {ratio} | {fmt_eps(n, flink_s)} | "
+                   f"{flink_ratio} | {r.get('equal', 'n/a (not run)')} | "
+                   f"{r.get('flink_equal', 'n/a (not run)')} |")
     return "\n".join(out)
 
 
