@@ -82,6 +82,10 @@ def _parser() -> argparse.ArgumentParser:
     ui.add_argument("--address", default="auto", help="Ray cluster address (default auto)")
     ui.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     ui.add_argument("--port", type=int, default=8766, help="port (default 8766)")
+    ui.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                    help="answer requests for this host name too (by default only 127.0.0.1, "
+                         "localhost, [::1] and the bound address: other Host headers get 403, "
+                         "so that no web site can read the page through a browser)")
 
     debug = sub.add_parser(
         "debug", help="step through a recorded trace; find an output's root cause",
@@ -222,11 +226,14 @@ def _inspect(args: Any) -> int:
 
 
 def _ui(args: Any) -> int:
-    from .names import ensure_ray
-    from .ui import serve
+    from .ui import connect, serve
 
-    ensure_ray(args.address)
-    server = serve(args.host, args.port)
+    try:
+        connect(args.address)
+    except ConnectionError as exc:
+        print(f"cedar ui: {exc}", file=sys.stderr)
+        return 2
+    server = serve(args.host, args.port, allow_hosts=args.allow_host)
     host, port = server.server_address[:2]
     print(f"cedar ui: http://{host}:{port}/  (Ctrl-C stops it)")
     try:
