@@ -78,7 +78,9 @@ def _parser() -> argparse.ArgumentParser:
                     "topology as a graph, per step events in/out per second, CTI and its lag, "
                     "state size, messages in flight, dead letters, node and recoveries, and "
                     "the newest output rows. It binds to 127.0.0.1: on a cluster, run it on "
-                    "the head node and open an SSH tunnel (ssh -L 8766:127.0.0.1:8766 HEAD).")
+                    "the head node and open an SSH tunnel (ssh -L 8766:127.0.0.1:8766 HEAD). "
+                    "It answers only requests addressed to 127.0.0.1, localhost, [::1] or the "
+                    "bound address (see --allow-host).")
     ui.add_argument("--address", default="auto", help="Ray cluster address (default auto)")
     ui.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     ui.add_argument("--port", type=int, default=8766, help="port (default 8766)")
