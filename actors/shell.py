@@ -44,10 +44,12 @@ from __future__ import annotations
 import gc
 import os
 import pickle
+import reprlib
 import threading
 import time
 import traceback
 from collections import deque
+from itertools import islice
 from typing import Any
 
 import ray
@@ -106,6 +108,34 @@ def _safe_repr(obj: Any) -> str:
         return repr(obj)
     except Exception:  # noqa: BLE001 - only for an error message
         return f"<{type(obj).__name__} object>"
+
+
+class _ShortRepr(reprlib.Repr):
+    """:class:`reprlib.Repr` that keeps a dict's own key order, as ``repr`` does."""
+
+    def repr_dict(self, x: Any, level: int) -> str:
+        if not x:
+            return "{}"
+        if level <= 0:
+            return "{...}"
+        shown = [f"{self.repr1(k, level - 1)}: {self.repr1(v, level - 1)}"
+                 for k, v in islice(x.items(), self.maxdict)]
+        return "{" + ", ".join(shown + (["..."] if len(x) > self.maxdict else [])) + "}"
+
+
+def _short_repr(obj: Any, width: int) -> str:
+    """``repr(obj)`` cut to about ``width`` characters, without building the whole repr of a
+    large payload (strings, bytes and containers are cut before they are repr'd)."""
+    r = _ShortRepr()
+    r.maxstring = r.maxother = r.maxlong = width
+    r.maxlist = r.maxtuple = r.maxdict = r.maxset = r.maxfrozenset = r.maxdeque = 32
+    r.maxarray = 32
+    r.maxlevel = 4
+    try:
+        text = r.repr(obj)
+    except Exception:  # noqa: BLE001 - only for a display
+        text = _safe_repr(obj)
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 class _Target:
@@ -742,7 +772,7 @@ class OperatorShell:
         """Events in/out, the output CTI, the state size, late and dead-letter counts."""
         with self._lock:
             proc = self.proc
-            in_flight = sum(len(t.inflight) for t in self.targets)
+            sent = [ref for t in self.targets for ref in list(t.inflight)]
             s: dict[str, Any] = dict(
                 step=self.step, operator=self.describe, pid=os.getpid(), node=self.node,
                 **self.counts,
@@ -750,19 +780,33 @@ class OperatorShell:
                 state_size=proc.state_size() if proc is not None else 0,
                 late=len(proc.late) if proc is not None else 0,
                 dead_letters=len(proc.dead_letters) if proc is not None else 0,
-                buffered=sum(map(len, self.buffers)), in_flight=in_flight,
+                buffered=sum(map(len, self.buffers)), in_flight=0,
                 subscribers=len(self.subs), finished=self.finished, error=self.error,
                 epoch=self.epoch, restored_from=self.restored_from,
             )
             if proc is not None and proc.stats is not None:
                 s["source"] = dict(proc.stats)
-            return s
+        # the calls sent and not answered yet (a sent call stays in ``inflight`` until the
+        # edge is full, so its length alone would stay at max_in_flight once it was reached)
+        if sent:
+            _, waiting = ray.wait(sent, num_returns=len(sent), timeout=0, fetch_local=False)
+            s["in_flight"] = len(waiting)
+        return s
 
     @ray.method(concurrency_group="control")
     def rows(self) -> list[tuple[int, int, Any]]:
         """The output CHT this (sink) stage holds."""
         with self._lock:
             return self.proc.rows() if isinstance(self.proc, Publish) else []
+
+    @ray.method(concurrency_group="control")
+    def newest_rows(self, n: int, width: int) -> list[tuple[int, int, str]]:
+        """The ``n`` output rows this (sink) stage holds that start last (newest last), each
+        payload as its repr cut to ``width`` characters: what a monitor shows, without
+        moving the whole table."""
+        with self._lock:
+            rows = self.proc.newest(n) if isinstance(self.proc, Publish) else []
+        return [(s, e, _short_repr(p, width)) for s, e, p in rows]
 
     @ray.method(concurrency_group="control")
     def records(self, kind: str) -> list[Any]:

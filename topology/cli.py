@@ -78,10 +78,16 @@ def _parser() -> argparse.ArgumentParser:
                     "topology as a graph, per step events in/out per second, CTI and its lag, "
                     "state size, messages in flight, dead letters, node and recoveries, and "
                     "the newest output rows. It binds to 127.0.0.1: on a cluster, run it on "
-                    "the head node and open an SSH tunnel (ssh -L 8766:127.0.0.1:8766 HEAD).")
+                    "the head node and open an SSH tunnel (ssh -L 8766:127.0.0.1:8766 HEAD). "
+                    "It answers only requests addressed to 127.0.0.1, localhost, [::1] or the "
+                    "bound address (see --allow-host).")
     ui.add_argument("--address", default="auto", help="Ray cluster address (default auto)")
     ui.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     ui.add_argument("--port", type=int, default=8766, help="port (default 8766)")
+    ui.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                    help="answer requests for this host name too (by default only 127.0.0.1, "
+                         "localhost, [::1] and the bound address: other Host headers get 403, "
+                         "so that no web site can read the page through a browser)")
 
     debug = sub.add_parser(
         "debug", help="step through a recorded trace; find an output's root cause",
@@ -222,11 +228,14 @@ def _inspect(args: Any) -> int:
 
 
 def _ui(args: Any) -> int:
-    from .names import ensure_ray
-    from .ui import serve
+    from .ui import connect, serve
 
-    ensure_ray(args.address)
-    server = serve(args.host, args.port)
+    try:
+        connect(args.address)
+    except ConnectionError as exc:
+        print(f"cedar ui: {exc}", file=sys.stderr)
+        return 2
+    server = serve(args.host, args.port, allow_hosts=args.allow_host)
     host, port = server.server_address[:2]
     print(f"cedar ui: http://{host}:{port}/  (Ctrl-C stops it)")
     try:

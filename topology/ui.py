@@ -1,96 +1,325 @@
 """``cedar ui``: a live, read-only web page of the queries running on a Ray cluster.
 
-One page shows every deployed query: its topology as a graph, and per step the events in and
-out per second, the output CTI and its lag behind the step's input CTI, the state size, the
-batches in flight (backpressure), late events and dead letters, the node the actor runs on and
-the recoveries so far; and the query's newest output rows. It refreshes every second.
+One page shows every deployed query: its topology as a graph, and per step its status, the
+events in and out per second, the output CTI and its lag behind the step's input CTI, the state
+size, the batches sent and not yet taken (backpressure), late events and dead letters, the node
+the actor runs on and the recoveries so far; and the query's newest output rows. It refreshes
+every second.
 
 The server is the standard library's (nothing to install): :class:`Monitor` polls each query's
-actors (``Query.stats()``, the sink's manifest and snapshot) at most once per refresh, and the
-page reads it as JSON from ``/api/queries``. The page builds its DOM with ``textContent`` only,
-so a step name or payload holding HTML shows as text and never runs (and the page's content
-security policy runs no script but its own). It binds to 127.0.0.1
-unless told otherwise: on a cluster, run it on the head node and open an SSH tunnel
-(``ssh -L 8766:127.0.0.1:8766 head-node``), as for Ray's dashboard.
+actors (every step's ``stats()``, the sink's manifest and its newest rows) at most once per
+refresh, and the page reads it as JSON from ``/api/queries``.
+
+* **It stays up.** A refresh sends all its calls at once and waits for them together at most
+  :data:`ANSWER_S`; a step that has not answered (one long batch holds it) shows as "not
+  answering for N s" with its last known numbers, and the rest of the page keeps updating.
+* **It moves little.** The sink sends only the :data:`ROWS_SHOWN` rows shown, each payload's
+  repr cut to :data:`PAYLOAD_CHARS` characters in the sink's actor, whatever the table's size.
+* **It stays private.** It binds to 127.0.0.1 unless told otherwise: on a cluster, run it on
+  the head node and open an SSH tunnel (``ssh -L 8766:127.0.0.1:8766 head-node``), as for Ray's
+  dashboard. It answers only requests whose ``Host`` header names it (127.0.0.1, localhost,
+  [::1], the bound address at its port, or a name given with ``--allow-host``), as Jupyter and
+  Ray's dashboard do, so that a DNS-rebinding page cannot read the queries' rows: any other
+  ``Host`` gets 403 and a sentence saying why. The page builds its DOM with ``textContent``
+  only, so a step name or payload holding HTML shows as text and never runs (and the page's
+  content security policy runs no script but its own).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import os
 import secrets
+import socket
 import threading
 import time
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from .names import NAMESPACE, actor_name, list_queries
+from .names import NAMESPACE, actor_name, ensure_ray, list_queries
 
 #: Output rows shown per query.
 ROWS_SHOWN = 10
+#: A shown payload's repr is cut to this many characters (in the sink's actor, before it
+#: travels).
+PAYLOAD_CHARS = 200
+#: How long one refresh waits for the steps' answers before it shows a step as "not
+#: answering" (and again for the sinks' manifests: a refresh takes at most about twice this).
+ANSWER_S = 1.0
+#: How long ``cedar ui`` tries to reach the cluster's address before it gives up.
+CONNECT_S = 5.0
 #: Default port of ``cedar ui``.
 PORT = 8766
+#: The host names a browser on this machine uses for a loopback server.
+LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+#: (query, what, step): what is "stats" (of step), "manifest" or "rows" (of the sink)
+Key = tuple[str, str, str]
+
+
+def _short(text: str, width: int = PAYLOAD_CHARS) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _problem(exc: BaseException) -> str:
+    """A failed call to a step's actor, in a few words (Ray's messages run to pages)."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return _short(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)
 
 
 class Monitor:
-    """Samples the running queries: per step its stats, and the rates since the last sample."""
+    """Samples the running queries: per step its stats, and the rates since the last sample.
 
-    def __init__(self) -> None:
+    Each refresh sends its calls to every actor at once and waits for them together, at most
+    :data:`ANSWER_S`: a step that has not answered by then (busy in one long batch, say) shows
+    as "not answering" with its last known numbers while the other steps and queries update.
+    A call not answered yet is not sent again: the next refreshes look whether it came (at no
+    cost), so a stuck step slows no refresh after the first.
+    """
+
+    def __init__(self, answer_s: float = ANSWER_S) -> None:
+        self.answer_s = answer_s
         self._lock = threading.Lock()
-        self._last: dict[tuple[str, str], tuple[float, int, int]] = {}
+        self._last: dict[Key, tuple[float, int, int]] = {}
         self._cache: tuple[float, dict[str, Any]] | None = None
+        #: calls sent and not answered yet, with when they were sent
+        self._asked: dict[Key, tuple[Any, float]] = {}
+        #: the last answer of each call (stats of a step, rows of a sink)
+        self._known: dict[Key, Any] = {}
 
     def sample(self, max_age_s: float = 0.5) -> dict[str, Any]:
         with self._lock:
             if self._cache is not None and time.monotonic() - self._cache[0] < max_age_s:
                 return self._cache[1]
-            data = {"time": time.time(), "queries": {}}
-            for name in list_queries():
-                try:
-                    data["queries"][name] = self._query(name)
-                except Exception as exc:  # noqa: BLE001 - a query stopping while we look
-                    data["queries"][name] = {"error": f"{type(exc).__name__}: {exc}"}
+            data = {"time": time.time(), "queries": self._sample()}
             self._cache = (time.monotonic(), data)
             return data
 
-    def _query(self, name: str) -> dict[str, Any]:
+    def _ask(self, key: Key, call: Callable[[], Any], sent: set[Key]) -> None:
+        """Send ``call`` for ``key`` unless its previous call is still unanswered."""
+        if key not in self._asked:
+            self._asked[key] = (call(), time.monotonic())
+            sent.add(key)
+
+    def _answers(self, keys: list[Key], sent: set[Key]) -> dict[Key, tuple[str, Any]]:
+        """Key -> ``("ok", answer)``, ``("error", exception)`` or ``("waiting", seconds since
+        the call was sent)``, after one wait of at most ``answer_s`` for the calls ``sent`` by
+        this refresh (the older ones, late already, only get a look)."""
         import ray
 
-        sink = ray.get_actor(actor_name(name, "sink"), namespace=NAMESPACE)
-        info = ray.get(sink.manifest.remote())
-        handles = {step: ray.get_actor(actor, namespace=NAMESPACE)
-                   for step, actor in info["actors"].items()}
-        stats = dict(zip(handles, ray.get([h.stats.remote() for h in handles.values()])))
+        keys = [k for k in keys if k in self._asked]
+        if not keys:
+            return {}
+        refs = [self._asked[k][0] for k in keys]
+        fresh = [self._asked[k][0] for k in keys if k in sent]
+        if fresh:
+            ray.wait(fresh, num_returns=len(fresh), timeout=self.answer_s)
+        ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
+        now = time.monotonic()
+        out: dict[Key, tuple[str, Any]] = {}
+        for key, ref in zip(keys, refs):
+            if ref not in ready:
+                out[key] = ("waiting", now - self._asked[key][1])
+                continue
+            del self._asked[key]
+            try:
+                out[key] = ("ok", ray.get(ref))  # it is ready: this does not wait
+            except Exception as exc:  # noqa: BLE001 - e.g. the actor died
+                out[key] = ("error", exc)
+        return out
+
+    def _forget(self, names: list[str]) -> None:
+        """Drop what is kept of the queries that are no longer running."""
+        running = set(names)
+        for kept in (self._asked, self._known, self._last):
+            for key in [k for k in kept if k[0] not in running]:
+                del kept[key]
+
+    def _sample(self) -> dict[str, Any]:
+        import ray
+
+        queries: dict[str, Any] = {}
+        names = list_queries()
+        self._forget(names)
+        sinks: dict[str, Any] = {}
+        sent: set[Key] = set()
+        for name in names:
+            try:
+                sinks[name] = sink = ray.get_actor(actor_name(name, "sink"),
+                                                   namespace=NAMESPACE)
+                self._ask((name, "manifest", ""), sink.manifest.remote, sent)
+            except Exception as exc:  # noqa: BLE001 - a query stopping while we look
+                queries[name] = {"error": f"its sink cannot be reached: {_problem(exc)}"}
+        manifests = self._answers([(n, "manifest", "") for n in sinks], sent)
+        plans: dict[str, dict[str, Any]] = {}
+        for name, (kind, value) in manifests.items():
+            if kind == "ok":
+                plans[name[0]] = value
+            elif kind == "waiting":
+                queries[name[0]] = {"error": f"its sink is not answering (for {value:.0f} s)"}
+            else:
+                queries[name[0]] = {"error": f"its sink cannot be reached: {_problem(value)}"}
+        # every step's stats and every sink's newest rows, asked at once, waited for together
+        keys: list[Key] = []
+        gone: dict[Key, str] = {}
+        sent = set()
+        for name, info in plans.items():
+            for step, actor in info["actors"].items():
+                key = (name, "stats", step)
+                keys.append(key)
+                if key in self._asked:
+                    continue
+                try:
+                    handle = ray.get_actor(actor, namespace=NAMESPACE)
+                except Exception as exc:  # noqa: BLE001 - the step's actor is gone
+                    gone[key] = f"its actor is gone ({_problem(exc)})"
+                    continue
+                self._ask(key, handle.stats.remote, sent)
+            keys.append((name, "rows", ""))
+            self._ask((name, "rows", ""),
+                      lambda s=sinks[name]: s.newest_rows.remote(ROWS_SHOWN, PAYLOAD_CHARS),
+                      sent)
+        answers = self._answers(keys, sent)
+        for name, info in plans.items():
+            queries[name] = self._query(name, info, answers, gone)
+        return queries
+
+    def _query(self, name: str, info: dict[str, Any], answers: dict[Key, tuple[str, Any]],
+               gone: dict[Key, str]) -> dict[str, Any]:
         edges: dict[str, list[str]] = info.get("edges", {})
         inputs: dict[str, list[str]] = {}
         for src, dsts in edges.items():
             for dst in dsts:
                 inputs.setdefault(dst, []).append(src)
         now = time.monotonic()
-        steps = {}
-        for step, s in stats.items():
-            before = self._last.get((name, step))
-            self._last[(name, step)] = (now, s.get("events_in", 0), s.get("events_out", 0))
-            rate_in = rate_out = 0.0
-            if before is not None and now > before[0]:
-                dt = now - before[0]
-                rate_in = (s.get("events_in", 0) - before[1]) / dt
-                rate_out = (s.get("events_out", 0) - before[2]) / dt
-            ups = [stats[u]["cti"] for u in inputs.get(step, []) if u in stats]
-            in_cti = min(ups) if ups else None
+        stats: dict[str, dict[str, Any]] = {}
+        steps: dict[str, dict[str, Any]] = {}
+        for step in info["actors"]:
+            key = (name, "stats", step)
+            kind, value = answers.get(key, ("gone", gone.get(key, "no answer")))
+            rate_in = rate_out = None
+            late_s = None
+            if kind == "ok":
+                s = self._known[key] = value
+                before = self._last.get(key)
+                self._last[key] = (now, s.get("events_in", 0), s.get("events_out", 0))
+                rate_in = rate_out = 0.0
+                if before is not None and now > before[0]:
+                    dt = now - before[0]
+                    rate_in = round((s.get("events_in", 0) - before[1]) / dt, 1)
+                    rate_out = round((s.get("events_out", 0) - before[2]) / dt, 1)
+                status = ("failed: " + _short(str(s["error"])) if s.get("error")
+                          else "finished" if s.get("finished") else "running")
+            else:
+                s = self._known.get(key, {})
+                if kind == "waiting":
+                    late_s = round(value, 1)
+                    status = f"not answering for {value:.0f} s"
+                elif kind == "error":
+                    status = f"its actor is gone ({_problem(value)})"
+                else:
+                    status = str(value)
+            stats[step] = s
             steps[step] = {
                 "operator": s.get("operator", ""), "node": s.get("node", ""),
-                "events_in": s.get("events_in", 0), "events_out": s.get("events_out", 0),
-                "in_per_s": round(rate_in, 1), "out_per_s": round(rate_out, 1),
-                "cti": s.get("cti"), "in_cti": in_cti,
-                "cti_lag": None if in_cti is None else max(0, in_cti - s.get("cti", 0)),
-                "state_size": s.get("state_size", 0), "in_flight": s.get("in_flight", 0),
-                "late": s.get("late", 0), "dead_letters": s.get("dead_letters", 0),
-                "recoveries": s.get("recoveries", 0), "finished": s.get("finished", False),
-                "error": s.get("error"),
+                "status": status, "not_answering_s": late_s,
+                "events_in": s.get("events_in"), "events_out": s.get("events_out"),
+                "in_per_s": rate_in, "out_per_s": rate_out, "cti": s.get("cti"),
+                "state_size": s.get("state_size"), "in_flight": s.get("in_flight"),
+                "late": s.get("late"), "dead_letters": s.get("dead_letters"),
+                "recoveries": s.get("recoveries", 0 if s else None),
+                "finished": s.get("finished", False), "error": s.get("error"),
+                "answering": kind == "ok",
             }
-        rows = ray.get(sink.rows.remote())[-ROWS_SHOWN:]
+        for step, row in steps.items():
+            ups = [stats[u]["cti"] for u in inputs.get(step, []) if "cti" in stats.get(u, {})]
+            row["in_cti"] = in_cti = min(ups) if ups else None
+            row["cti_lag"] = (None if in_cti is None or row["cti"] is None
+                              else max(0, in_cti - row["cti"]))
+        key = (name, "rows", "")
+        kind, value = answers.get(key, ("waiting", 0.0))
+        if kind == "ok":
+            self._known[key] = value
+        rows = self._known.get(key, [])
         return {"steps": steps, "edges": edges,
-                "rows": [[start, end, repr(payload)] for start, end, payload in rows]}
+                "rows": [[start, end, payload] for start, end, payload in rows],
+                "rows_note": None if kind == "ok" else
+                "the sink has not answered: the rows shown are older" if rows else
+                "the sink has not answered yet"}
+
+
+def connect(address: str | None, timeout_s: float = CONNECT_S) -> None:
+    """Connect this process to the Ray cluster at ``address`` (``"auto"``: the one running
+    on this machine, or ``$RAY_ADDRESS``), or raise :class:`ConnectionError` with what to check
+    within about ``timeout_s`` when nothing answers there (Ray itself would retry for minutes
+    without a word)."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address is None:  # ensure_ray starts a local instance (unless $RAY_ADDRESS)
+        address = os.environ.get("RAY_ADDRESS") or None
+    target = address
+    if address and not address.startswith("ray://"):
+        try:
+            from ray._private.services import canonicalize_bootstrap_address
+        except ImportError:  # another Ray: check the address as given
+            pass
+        else:
+            try:
+                target = canonicalize_bootstrap_address(address)
+            except ConnectionError:
+                raise ConnectionError(
+                    f"no Ray cluster is running on this machine (address {address!r}): start "
+                    f"one (`ray start --head`), or give the head node's address with "
+                    f"--address HOST:6379 (or $RAY_ADDRESS)") from None
+            except ValueError:
+                target = address  # the check below says what is wrong with it
+    if target and target not in ("auto", "local"):
+        hostport = target.removeprefix("ray://")
+        host, _, port = hostport.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConnectionError(
+                f"{address!r} is not a Ray cluster's address: give its head node's HOST:PORT "
+                f"(port 6379 unless `ray start --port` chose another), ray://HOST:10001 for "
+                f"Ray Client, or auto for the cluster running on this machine")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        except OSError as exc:
+            why = "no answer" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+            raise ConnectionError(
+                f"cannot reach the Ray cluster at {address!r} ({hostport}: {why}, tried for "
+                f"{timeout_s:g} s). Check that the cluster is running (`ray status` on its "
+                f"head node), that the address is its head node's (HOST:6379 unless `ray "
+                f"start --port` chose another port), and that this machine may reach that "
+                f"port (firewall, security group; or run `cedar ui` on the head node)"
+            ) from None
+    try:
+        ensure_ray(address)
+    except Exception as exc:  # noqa: BLE001 - Ray's own words, after its retries
+        raise ConnectionError(
+            f"cannot connect to the Ray cluster at {address!r}: something answers at "
+            f"{target} but Ray could not join it ({_problem(exc)}). Check that the address is "
+            f"the head node's GCS address (HOST:6379 by default, as `ray status` on the head "
+            f"node shows) and that this machine runs the cluster's Ray version") from None
+
+
+def _host_name(header: str) -> tuple[str, int | None]:
+    """The name and port of a ``Host`` header (``[::1]:8766`` -> ``("::1", 8766)``)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        name, _, rest = header[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif header.count(":") == 1:
+        name, _, port = header.partition(":")
+    else:
+        name, port = header, ""
+    try:
+        return name.rstrip("."), int(port) if port else None
+    except ValueError:
+        return name, -1
 
 
 PAGE = """<!doctype html>
@@ -101,13 +330,14 @@ PAGE = """<!doctype html>
  td, th { border: 1px solid #ccc; padding: 2px 8px; text-align: right }
  td.step, th.step { text-align: left } .rows td { text-align: left; font-family: monospace }
  svg text { font: 12px monospace } .muted { color: #888 }
+ tr.stuck td { background: #fec } tr.failed td { background: #fdd }
 </style></head>
 <body><h1>cedar: running queries</h1>
 <p class="muted">read-only; refreshed every second — <span id="updated"></span></p>
 <div id="queries"></div>
 <script nonce="NONCE">
 "use strict";
-const FIELDS = ["events_in", "events_out", "in_per_s", "out_per_s", "cti", "cti_lag",
+const FIELDS = ["status", "events_in", "events_out", "in_per_s", "out_per_s", "cti", "cti_lag",
                 "state_size", "in_flight", "late", "dead_letters", "node", "recoveries"];
 function el(tag, text, attrs) {
   const e = document.createElement(tag);
@@ -144,8 +374,9 @@ function graph(steps, edges) {
   }
   for (const s of names) {
     const g = svgEl("g", {"data-step": s});
+    const fill = steps[s].error ? "#fdd" : !steps[s].answering ? "#fec" : "#eef";
     g.appendChild(svgEl("rect", {x: pos[s][0], y: pos[s][1], width: 160, height: 28, rx: 4,
-                                 fill: steps[s].error ? "#fdd" : "#eef", stroke: "#99a"}));
+                                 fill: fill, stroke: "#99a"}));
     const t = svgEl("text", {x: pos[s][0] + 6, y: pos[s][1] + 18});
     t.textContent = s.length > 22 ? s.slice(0, 21) + "…" : s;
     g.appendChild(t);
@@ -170,7 +401,8 @@ function render(data) {
     for (const f of FIELDS) head.appendChild(el("th", f.replaceAll("_", " ")));
     table.appendChild(head);
     for (const [step, s] of Object.entries(q.steps)) {
-      const tr = el("tr", null, {"data-step": step});
+      const tr = el("tr", null, {"data-step": step,
+                                 class: s.error ? "failed" : s.answering ? "" : "stuck"});
       tr.appendChild(el("td", step, {class: "step", title: s.operator}));
       for (const f of FIELDS) {
         const v = s[f] === null || s[f] === undefined ? ""
@@ -188,6 +420,7 @@ function render(data) {
       rows.appendChild(tr);
     }
     box.appendChild(el("h3", "newest output rows"));
+    if (q.rows_note) box.appendChild(el("p", q.rows_note, {class: "muted"}));
     box.appendChild(rows);
     root.appendChild(box);
   }
@@ -205,9 +438,17 @@ setInterval(refresh, 1000);
 
 class _Handler(BaseHTTPRequestHandler):
     monitor: Monitor
+    #: the address and port the server is bound to
+    bound: tuple[str, int] = ("127.0.0.1", PORT)
+    #: the names of that address (as given to ``serve`` and as bound)
+    bound_names: frozenset[str] = frozenset()
+    #: more host names to answer to (``--allow-host``)
+    allowed: frozenset[str] = frozenset()
 
     def do_GET(self) -> None:
-        if self.path == "/":
+        if not self._host_ok():
+            self._send(403, "text/plain; charset=utf-8", self._refusal().encode())
+        elif self.path == "/":
             nonce = secrets.token_urlsafe(16)
             self._send(200, "text/html; charset=utf-8", PAGE.replace("NONCE", nonce).encode(),
                        nonce)
@@ -216,6 +457,37 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, "application/json", body)
         else:
             self._send(404, "text/plain", b"not found")
+
+    def _host_ok(self) -> bool:
+        """Whether the request names this server in its ``Host`` header: a loopback name (at
+        any port: an SSH tunnel may forward another), a name given with ``--allow-host``, or
+        the bound address at its port. A page of another site that a DNS rebinding points at
+        this port names its own site, and is refused: it cannot read the queries' rows."""
+        header = self.headers.get("Host")
+        if not header:
+            return False
+        name, port = _host_name(header)
+        if name in LOCAL_NAMES or name in self.allowed:
+            return True
+        address, bound_port = self.bound
+        if port != bound_port and not (port is None and bound_port == 80):
+            return False
+        if name in self.bound_names:
+            return True
+        try:  # bound to every interface: any address of this machine, never a name
+            ipaddress.ip_address(name)
+        except ValueError:
+            return False
+        return address in ("0.0.0.0", "::", "")
+
+    def _refusal(self) -> str:
+        address, port = self.bound
+        return (f"cedar ui refuses this request: its Host header names "
+                f"{self.headers.get('Host')!r}, and this server answers only to 127.0.0.1, "
+                f"localhost, [::1] and {address}:{port} (so that no other web site can read "
+                f"the queries through your browser). Open http://127.0.0.1:{port}/ (through "
+                f"an SSH tunnel on a cluster), or start `cedar ui --allow-host NAME` to reach "
+                f"it by another name.\n")
 
     def _send(self, code: int, kind: str, body: bytes, nonce: str = "none") -> None:
         self.send_response(code)
@@ -232,11 +504,18 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-def serve(host: str = "127.0.0.1", port: int = PORT) -> ThreadingHTTPServer:
+def serve(host: str = "127.0.0.1", port: int = PORT, allow_hosts: Iterable[str] = (),
+          monitor: Monitor | None = None) -> ThreadingHTTPServer:
     """Start the page's server in a background thread (this process must be connected to
     Ray); ``server.shutdown()`` stops it. ``port=0`` picks a free port
-    (``server.server_address``)."""
-    handler = type("Handler", (_Handler,), {"monitor": Monitor()})
+    (``server.server_address``). It answers only requests whose ``Host`` names it (a
+    loopback name, ``host``, or one of ``allow_hosts``), and 403 to the others."""
+    handler = type("Handler", (_Handler,), {
+        "monitor": monitor or Monitor(),
+        "allowed": frozenset(_host_name(h)[0] for h in allow_hosts),
+    })
     server = ThreadingHTTPServer((host, port), handler)
+    handler.bound = (str(server.server_address[0]), int(server.server_address[1]))
+    handler.bound_names = frozenset({handler.bound[0].lower(), _host_name(host)[0]})
     threading.Thread(target=server.serve_forever, name="cedar-ui", daemon=True).start()
     return server

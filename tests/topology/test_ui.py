@@ -4,15 +4,23 @@ numbers move as events flow, and runs no script that a payload carries."""
 
 from __future__ import annotations
 
+import http.client
 import json
+import os
 import queue
+import subprocess
+import sys
+import time
+import urllib.parse
 import urllib.request
 
 import pytest
 from playwright.sync_api import sync_playwright
 
+from tests.conftest import REPO
 from topology import Stream
-from topology.ui import serve
+from topology.names import NAMESPACE, actor_name
+from topology.ui import PAYLOAD_CHARS, ROWS_SHOWN, Monitor, serve
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -93,3 +101,216 @@ def test_the_server_binds_to_localhost_by_default():
         assert server.server_address[0] == "127.0.0.1"
     finally:
         server.shutdown()
+
+
+# -- the page stays up: a step stuck in one long batch ---------------------------------------
+
+def _stall_at(t: int, marker: str, entered: str):
+    """A where() predicate that holds its batch while ``marker`` exists, from event ``t`` on
+    (it touches ``entered`` when it starts holding)."""
+    def predicate(row):
+        if row["t"] == t:
+            open(entered, "w").close()
+            while os.path.exists(marker):
+                time.sleep(0.05)
+        return True
+    return predicate
+
+
+def _wait_for(cond, timeout_s: float = 60.0, what: str = "the condition"):
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _get(url: str, host: str | None = None, timeout_s: float = 30.0) -> tuple[int, bytes]:
+    """A real HTTP GET of ``url``, with ``host`` as its Host header when given."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout_s)
+    try:
+        conn.putrequest("GET", parts.path or "/", skip_host=host is not None)
+        if host is not None:
+            conn.putheader("Host", host)
+        conn.endheaders()
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def test_a_step_stuck_in_a_batch_shows_as_not_answering_and_the_page_keeps_updating(
+        ray_session, page, tmp_path):
+    marker, entered = str(tmp_path / "hold"), str(tmp_path / "holding")
+    open(marker, "w").close()
+    feed: queue.Queue = queue.Queue()
+    q = (Stream.from_rows(_rows(feed), start="t").where(_stall_at(5, marker, entered))
+         .select(lambda r: {"t": r["t"]}).deploy("ui-stuck", flush_ms=20))
+    stuck = next(s for s in q.steps if s.startswith("where"))
+    server = serve(port=0)
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    try:
+        for t in range(5):
+            feed.put({"t": t})
+        _wait_for(lambda: json.loads(_get(url + "api/queries")[1])["queries"].get("ui-stuck", {})
+                  .get("steps", {}).get("sink", {}).get("events_in") == 5, what="5 events")
+        feed.put({"t": 5})
+        _wait_for(lambda: os.path.exists(entered), what="the step to hold its batch")
+        for _ in range(3):  # each refresh answers in about ANSWER_S, the stuck step named
+            time.sleep(0.6)  # past the monitor's cache
+            began = time.monotonic()
+            code, body = _get(url + "api/queries", timeout_s=30)
+            took = time.monotonic() - began
+            assert code == 200 and took < 10, f"the page took {took:.1f} s"
+            steps = json.loads(body)["queries"]["ui-stuck"]["steps"]
+            assert steps[stuck]["status"].startswith("not answering for ")
+            assert steps[stuck]["answering"] is False
+            assert steps[stuck]["events_in"] == 5  # its last known numbers stay
+            assert steps["sink"]["answering"] and steps["sink"]["status"] == "running"
+        # the page names the stuck step, and goes on refreshing
+        page.goto(url)
+        cell = (f'section[data-query="ui-stuck"] tr[data-step="{stuck}"] '
+                f'td[data-field="status"]')
+        page.wait_for_function(
+            f"""() => {{ const c = document.querySelector('{cell}');
+                       return c && c.textContent.startsWith("not answering"); }}""",
+            timeout=30_000)
+        assert page.locator(f'section[data-query="ui-stuck"] tr[data-step="{stuck}"]'
+                            ).get_attribute("class") == "stuck"
+        first = page.locator("#updated").inner_text()
+        page.wait_for_function(f"""() => document.getElementById("updated").textContent
+                                         !== {json.dumps(first)}""", timeout=30_000)
+        # once the batch is done, the step answers again
+        os.remove(marker)
+        _wait_for(lambda: json.loads(_get(url + "api/queries")[1])["queries"]["ui-stuck"]
+                  ["steps"][stuck]["status"] == "running", what="the step to answer again")
+    finally:
+        if os.path.exists(marker):
+            os.remove(marker)
+        feed.put(None)
+        server.shutdown()
+        q.stop()
+
+
+# -- in flight: the batches sent and not yet taken --------------------------------------------
+
+def test_in_flight_counts_only_the_batches_not_yet_taken(ray_session):
+    feed: queue.Queue = queue.Queue()
+    q = (Stream.from_rows(_rows(feed), start="t").select(lambda r: {"t": r["t"]})
+         .deploy("ui-in-flight", flush_ms=10))
+    monitor = Monitor()
+    try:
+        for t in range(20):  # slowly: one batch per event, more batches than max_in_flight
+            feed.put({"t": t})
+            time.sleep(0.05)
+        _wait_for(lambda: monitor.sample(0)["queries"]["ui-in-flight"]["steps"]["sink"]
+                  ["events_in"] == 20, what="the 20 events at the sink")
+        source = next(s for s in q.steps if s.startswith("from_rows"))
+        assert q.stats()[source]["batches_out"] > 8
+        # every batch was taken: nothing is in flight any more
+        _wait_for(lambda: all(s["in_flight"] == 0 for s in monitor.sample(0)["queries"]
+                              ["ui-in-flight"]["steps"].values()),
+                  timeout_s=20, what="in_flight to fall to 0")
+    finally:
+        feed.put(None)
+        q.stop()
+
+
+# -- a refresh moves only what it shows --------------------------------------------------------
+
+def test_a_refresh_moves_only_the_rows_shown_with_shortened_payloads(ray_session):
+    big = 5_000_000
+    q = (Stream.from_rows([{"t": t} for t in range(12)], start="t")
+         .select(lambda r: {"t": r["t"], "blob": "x" * big})
+         .deploy("ui-big", history=True))
+    try:
+        _wait_for(lambda: q.stats()["sink"]["finished"], what="the 12 rows at the sink")
+        data = Monitor().sample(0)["queries"]["ui-big"]
+        assert [r[0] for r in data["rows"]] == list(range(2, 12))  # the newest ROWS_SHOWN
+        assert all(len(r[2]) <= PAYLOAD_CHARS for r in data["rows"])
+        assert data["rows"][0][2].startswith("{'t': 2, 'blob': 'xxx")
+        assert len(json.dumps(data)) < 20_000  # not 10 payloads of 5 MB
+    finally:
+        q.stop()
+
+
+def test_the_sink_sends_its_newest_rows_only(ray_session):
+    import ray
+
+    rows = [{"t": t % 997, "k": t} for t in range(20_000)]
+    q = Stream.from_rows(rows, start="t").deploy("ui-many", history=True)
+    try:
+        _wait_for(lambda: q.stats()["sink"]["finished"], what="20,000 rows at the sink")
+        sink = ray.get_actor(actor_name("ui-many", "sink"), namespace=NAMESPACE)
+        newest = ray.get(sink.newest_rows.remote(ROWS_SHOWN, PAYLOAD_CHARS))
+        whole = sorted(q.snapshot(), key=lambda r: (r[0], r[1]))
+        assert len(newest) == ROWS_SHOWN
+        assert [(s, e) for s, e, _ in newest] == [(s, e) for s, e, _ in whole[-ROWS_SHOWN:]]
+        assert {p for _, _, p in newest} <= {repr(p) for s, _, p in whole if s == 996}
+    finally:
+        q.stop()
+
+
+# -- the page stays private: only its own host names -------------------------------------------
+
+def test_a_foreign_host_header_is_refused(ray_session):
+    server = serve(port=0)
+    port = server.server_address[1]
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        for path in ("", "api/queries"):
+            code, body = _get(url + path, host=f"attacker.example:{port}")
+            assert code == 403, (path, code)
+            text = body.decode()
+            assert "attacker.example" in text and "http://127.0.0.1:" in text
+            assert "--allow-host" in text
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}",
+                     "localhost:9999", "LOCALHOST", "127.0.0.1"):  # (a tunnel: other ports)
+            code, body = _get(url + "api/queries", host=host)
+            assert code == 200, host
+            assert "queries" in json.loads(body)
+        code, _ = _get(url, host="127.0.0.1.attacker.example")
+        assert code == 403
+    finally:
+        server.shutdown()
+
+
+def test_the_bound_address_is_accepted_at_its_port_and_allowed_names_anywhere():
+    server = serve("127.0.0.2", port=0, allow_hosts=["head.internal"])
+    port = server.server_address[1]
+    url = f"http://127.0.0.2:{port}/"
+    try:
+        assert _get(url, host=f"127.0.0.2:{port}")[0] == 200
+        assert _get(url, host="127.0.0.2:1")[0] == 403  # not its port
+        assert _get(url, host=f"head.internal:{port}")[0] == 200
+        assert _get(url, host=f"other.internal:{port}")[0] == 403
+        conn = http.client.HTTPConnection("127.0.0.2", port, timeout=10)  # no Host at all
+        try:
+            conn.putrequest("GET", "/", skip_host=True)
+            conn.endheaders()
+            assert conn.getresponse().status == 403
+        finally:
+            conn.close()
+    finally:
+        server.shutdown()
+
+
+# -- cedar ui fails fast, in its own words, when the cluster cannot be reached -----------------
+
+@pytest.mark.parametrize("address, says", [
+    ("127.0.0.1:1", "cannot reach the Ray cluster at '127.0.0.1:1'"),
+    ("no-port-here", "'no-port-here' is not a Ray cluster's address"),
+])
+def test_cedar_ui_fails_fast_when_the_cluster_cannot_be_reached(address, says):
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "topology.cli", "ui", "--address", address,
+                           "--port", "0"], capture_output=True, text=True, timeout=60, env=env,
+                          cwd=REPO)
+    took = time.monotonic() - began
+    assert done.returncode == 2, done.stderr
+    assert took < 30
+    err = done.stderr
+    assert err.startswith("cedar ui: ") and says in err
+    assert "6379" in err  # where the address is usually found
+    assert "Traceback" not in err
