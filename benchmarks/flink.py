@@ -195,12 +195,12 @@ def run_jobs(jobs: list[Job], python: str | None = None, timeout_s: float = 3600
 #: ``k``, ``v``, with the rowtime ``rt``.
 W_SQL = {
     "W1": f"""
-SELECT window_start, window_end, k, COUNT(*) AS `count`, SUM(v) AS `sum`
+SELECT window_start AS `start`, window_end AS `end`, k, COUNT(*) AS `count`, SUM(v) AS `sum`
 FROM TABLE(TUMBLE(TABLE w, DESCRIPTOR(rt), INTERVAL '1' SECOND))
 WHERE v >= {wl.WHERE_CUT}
 GROUP BY window_start, window_end, k""",
     "W2": f"""
-SELECT window_start, window_end, k, SUM(v) / {float(wl.HOP_SIZE_TICKS)} AS twa
+SELECT window_start AS `start`, window_end AS `end`, k, SUM(v) / {float(wl.HOP_SIZE_TICKS)} AS twa
 FROM TABLE(HOP(TABLE w, DESCRIPTOR(rt), INTERVAL '1' SECOND, INTERVAL '10' SECOND))
 WHERE v >= {wl.WHERE_CUT}
 GROUP BY window_start, window_end, k""",
@@ -216,18 +216,13 @@ WHERE l.k = r.k
 }
 
 
-def workload_jobs(csv: dict[str, tuple[str, list[list[str]]]], rows_dir: str | None,
+def workload_jobs(inputs: dict[str, list[tuple[str, list[list[str]]]]], rows_dir: str | None,
                   repeat: int = 3) -> list[Job]:
-    """W1-W3 as Flink jobs over the CSV files ``csv['left']`` (and ``csv['right']``)."""
+    """W1-W3 as Flink jobs: ``inputs[name]`` is the workload's CSV folders with their columns
+    (:func:`write_csv`), one for W1 and W2 (table ``w``), two for W3 (``w`` and ``w2``)."""
     delay = -(-wl.JITTER_TICKS // 1000) + 1  # the disorder in whole ms, and one more
-
-    def table(name: str, which: str) -> dict[str, Any]:
-        path, cols = csv[which]
-        return table_spec(name, path, cols, "ts", delay)
-
-    jobs = []
-    for name in ("W1", "W2", "W3"):
-        tables = [table("w", "left")] + ([table("w2", "right")] if name == "W3" else [])
-        rows_to = os.path.join(rows_dir, f"{name}.json") if rows_dir else None
-        jobs.append(Job(name, W_SQL[name], tables, repeat, rows_to))
-    return jobs
+    return [Job(name, W_SQL[name],
+                [table_spec(table, path, cols, "ts", delay)
+                 for table, (path, cols) in zip(("w", "w2"), inputs[name])],
+                repeat, os.path.join(rows_dir, f"{name}.json") if rows_dir else None)
+            for name in ("W1", "W2", "W3") if name in inputs]

@@ -28,7 +28,9 @@ taken from the copy Ray vendors: :mod:`benchmarks.deps`).
 It writes ``benchmarks/RESULTS.md`` (keeping any text below the ``<!-- analysis -->`` marker)
 and prints as its last line ``RESULT inline_eps=... ray_eps=... from_spark_eps=...
 spark_sss_eps=... ratio_ray_inline=... ratio_cedar_spark=... p99_ms=... pss_growth_mb=...
-join_ray_eps=... join_ratio_spark=... w2_inline_eps=... nexmark_ratio_min=...``
+join_ray_eps=... join_ratio_spark=... w2_inline_eps=... nexmark_ratio_min=...
+flink_ratio_min=... flink_ratio_geomean=... nexmark_queries=...`` (Flink: cedar on Ray ÷ Flink in
+events/s over W1-W3 and the Nexmark queries; :mod:`benchmarks.flink`)
 (:func:`result_line`).
 
     python -m benchmarks.run --quick        # ~10 minutes on a loaded 2-core machine
@@ -310,6 +312,49 @@ def run_spark(report: Report, data: Data, workdir: str, inline_outs: dict[str, l
         spark.stop()
 
 
+# -- Flink ----------------------------------------------------------------------------------------
+def run_flink(report: Report, data: Data, workdir: str, inline_outs: dict[str, list[Any]]) -> None:
+    """W1-W3 in Flink SQL (:mod:`benchmarks.flink`) over the same rows as CSV, best of 3 runs
+    each, the rows compared with cedar's. Flink missing or failing is a note, never a
+    failure of the run."""
+    from . import flink as fl
+    from . import spark_sss as sp
+
+    try:
+        python = fl.flink_python()
+    except fl.FlinkUnavailable as exc:
+        say(f"flink: not run: {exc}")
+        report.notes.append(f"Flink not run: {exc}")
+        return
+    say(f"flink: W1-W3 in Flink SQL ({python})")
+    def csv(name: str, cols: dict[str, Any]) -> tuple[str, list[list[str]]]:
+        folder = os.path.join(workdir, "flink-" + name)
+        return folder, fl.write_csv(wl.arrow_table(cols), os.path.join(folder, "part.csv"))
+
+    jobs = fl.workload_jobs({"W1": [csv("w1", data.w1_cols)], "W2": [csv("w2", data.w2_cols)],
+                             "W3": [csv("left", data.left_cols),
+                                    csv("right", data.right_cols)]}, workdir)
+    try:
+        result = fl.run_jobs(jobs, python)
+    except fl.FlinkUnavailable as exc:
+        say(f"flink: failed: {exc}")
+        report.notes.append(f"Flink failed: {exc}")
+        return
+    report.notes.append(f"Flink: JVM start-up {result.startup_s:.1f} s (not counted), "
+                        f"parallelism {fl.PARALLELISM}, best of 3 runs into blackhole")
+    for name in ("W1", "W2", "W3"):
+        if name in result.errors:
+            report.notes.append(f"Flink {name} failed: {result.errors[name]}")
+            continue
+        report.record(name, "flink", events_of(data)[name], result.seconds[name])
+        try:
+            verdict = sp.compare(name, to_cht(inline_outs[name]), result.rows.get(name, []))
+        except AssertionError as exc:
+            verdict = f"{name}: Flink's output DIFFERS: {exc}"
+        report.spark_checks.append(f"Flink {verdict}")
+        say(f"  Flink output: {verdict}")
+
+
 # -- (b) Ray --------------------------------------------------------------------------------------
 def start_ray() -> None:
     import ray
@@ -525,7 +570,7 @@ def run_memory(report: Report, sizes: Sizes) -> None:
 
 
 # -- Nexmark -------------------------------------------------------------------------------------
-def run_nexmark(report: Report, sizes: Sizes, ray: bool, spark: bool) -> None:
+def run_nexmark(report: Report, sizes: Sizes, ray: bool, spark: bool, flink: bool = True) -> None:
     """The Nexmark suite (:mod:`benchmarks.nexmark.run`): every query inline, on Ray and in
     Spark SSS, outputs compared. It starts its own Ray instance and Spark session."""
     from .nexmark import queries as nq
@@ -533,7 +578,8 @@ def run_nexmark(report: Report, sizes: Sizes, ray: bool, spark: bool) -> None:
 
     say(f"nexmark: {sizes.nexmark:,} events, {sizes.nexmark_delay_us} µs apart")
     report.nexmark = measure(sizes.nexmark, sizes.nexmark_delay_us, list(nq.QUERIES),
-                             ray=ray, spark=spark)
+                             ray=ray, spark=spark, flink=flink)
+    report.notes.extend(report.nexmark.notes)
 
 
 # -- the report -----------------------------------------------------------------------------------
@@ -549,6 +595,14 @@ def nexmark_ratio_min(report: Report) -> float:
     return min(ratios.values(), default=float("nan"))
 
 
+def flink_ratios(report: Report) -> list[float]:
+    """cedar on Ray ÷ Flink (events/s) of every workload and Nexmark query both ran."""
+    ratios = [r["ray"] / r["flink"] for r in report.eps.values() if r.get("ray") and r.get("flink")]
+    if report.nexmark is not None:
+        ratios += list(report.nexmark.ratios("flink").values())
+    return ratios
+
+
 def result_line(report: Report) -> str:
     """The run in one line: W1's figures (inline, Ray, cedar from Spark, Spark SSS), its
     ratios, p99 latency and memory growth (PSS), then W3 on Ray and its ratio to Spark SSS, W2
@@ -559,6 +613,10 @@ def result_line(report: Report) -> str:
     inline, ray_ = w1.get("inline", nan), w1.get("ray", nan)
     spark_c, sss = w1.get("from_spark", nan), w1.get("spark_sss", nan)
     join_ray = w3.get("ray", nan)
+    flink = flink_ratios(report)
+    geomean = math.exp(sum(map(math.log, flink)) / len(flink)) if flink else nan
+    nexmark_queries = (sum(1 for r in report.nexmark.rows.values() if r.get("ray") or
+                           r.get("inline")) if report.nexmark is not None else 0)
     return (f"RESULT inline_eps={inline:.0f} ray_eps={ray_:.0f} from_spark_eps={spark_c:.0f} "
             f"spark_sss_eps={sss:.0f} ratio_ray_inline={ray_ / inline:.3f} "
             f"ratio_cedar_spark={spark_c / sss:.3f} "
@@ -567,7 +625,10 @@ def result_line(report: Report) -> str:
             f"join_ray_eps={join_ray:.0f} "
             f"join_ratio_spark={join_ray / w3.get('spark_sss', nan):.3f} "
             f"w2_inline_eps={w2.get('inline', nan):.0f} "
-            f"nexmark_ratio_min={nexmark_ratio_min(report):.3f}")
+            f"nexmark_ratio_min={nexmark_ratio_min(report):.3f} "
+            f"flink_ratio_min={min(flink, default=nan):.3f} "
+            f"flink_ratio_geomean={geomean:.3f} "
+            f"nexmark_queries={nexmark_queries}")
 
 
 def marginal(n1: int, t1: float, n2: int, t2: float) -> float:
@@ -603,17 +664,19 @@ def render(report: Report, info: dict[str, str], command: str, total_s: float) -
         f"Spark watermark the same 2 ms, `spark.sql.shuffle.partitions=2`."),
         "",
         ("| workload | (a) inline | (b) Ray | (c) cedar from Spark | (d) Spark SSS | b/a | c/d |"
-        " cedar output messages |"),
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        " (f) Flink | b/f | cedar output messages |"),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     nan = float("nan")
     for name, desc in (("W1", "tumbling 1 s, count + sum"),
                        ("W2", "hopping 10 s / 1 s, time-weighted avg"),
                        ("W3", "join, 50 ms lifetimes")):
         e = report.eps.get(name, {})
-        a, b, c, d = (e.get(k, nan) for k in ("inline", "ray", "from_spark", "spark_sss"))
+        a, b, c, d, f = (e.get(k, nan)
+                         for k in ("inline", "ray", "from_spark", "spark_sss", "flink"))
         lines.append(f"| {name}: {desc} | {fmt(a)} | {fmt(b)} | {fmt(c)} | {fmt(d)} | "
-                     f"{fmt(b / a, 2)} | {fmt(c / d, 3)} | {report.outputs.get(name, 0):,} |")
+                     f"{fmt(b / a, 2)} | {fmt(c / d, 3)} | {fmt(f)} | {fmt(b / f, 2)} | "
+                     f"{report.outputs.get(name, 0):,} |")
     lines += [
         "",
         ("(a) `collect(runtime=\"inline\")`; (b) `collect()` on Ray with its defaults: the "
@@ -636,7 +699,11 @@ def render(report: Report, info: dict[str, str], command: str, total_s: float) -
         "of (a), (b) and (c) are checked equivalent (same CHT); (d)'s rows are read back and "
         "compared with (a)'s: W1 and W2 window by window (floats to 1e-9 relative: the "
         "engines add in different orders), W3 as multisets of (lifetime, key, values), "
-        "Spark's lifetime being the overlap of the two events'. Spark SSS expresses all "
+        "Spark's lifetime being the overlap of the two events'. (f) Flink SQL on a local "
+        "MiniCluster (PyFlink, parallelism 1, `benchmarks/flink.py`) over the same rows as "
+        "CSV, best of 3 runs into `blackhole` from submission to the end of the output, "
+        "the JVM's start apart; its rows are collected and compared with (a)'s the same "
+        "way. Spark SSS expresses all "
         "three; W2's time-weighted average of points is `sum(v) / window length`."),
         "",
         *(f"- (d) read back: {c}" for c in report.spark_checks),
@@ -814,7 +881,7 @@ def main(argv: list[str] | None = None) -> Report:
     ap.add_argument("--w1", type=int, help="W1 events")
     ap.add_argument("--memory-events", type=int, help="events of the memory run")
     ap.add_argument("--skip", action="append", default=[],
-                    choices=["spark", "ray", "latency", "memory", "nexmark"],
+                    choices=["spark", "flink", "ray", "latency", "memory", "nexmark"],
                     help="leave a part out")
     ap.add_argument("--out", default=RESULTS, help="where to write the results (markdown)")
     args = ap.parse_args(argv)
@@ -838,6 +905,8 @@ def main(argv: list[str] | None = None) -> Report:
         inline_outs = run_inline(report, data)
         if "spark" not in args.skip:
             run_spark(report, data, workdir, inline_outs, sizes)
+        if "flink" not in args.skip:
+            run_flink(report, data, workdir, inline_outs)
         if "ray" not in args.skip:
             import ray
 
@@ -852,7 +921,8 @@ def main(argv: list[str] | None = None) -> Report:
             finally:
                 ray.shutdown()
         if "nexmark" not in args.skip:
-            run_nexmark(report, sizes, ray="ray" not in args.skip, spark="spark" not in args.skip)
+            run_nexmark(report, sizes, ray="ray" not in args.skip, spark="spark" not in args.skip,
+                        flink="flink" not in args.skip)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     report.load.append(("end", os.getloadavg()))

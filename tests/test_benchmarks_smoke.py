@@ -113,8 +113,26 @@ def test_the_report_ends_with_the_result_line(tmp_path):
     assert re.fullmatch(
         r"RESULT inline_eps=\d+ ray_eps=nan from_spark_eps=nan spark_sss_eps=nan "
         r"ratio_ray_inline=nan ratio_cedar_spark=nan p99_ms=nan pss_growth_mb=nan "
-        r"join_ray_eps=nan join_ratio_spark=nan w2_inline_eps=\d+ nexmark_ratio_min=nan",
+        r"join_ray_eps=nan join_ratio_spark=nan w2_inline_eps=\d+ nexmark_ratio_min=nan "
+        r"flink_ratio_min=nan flink_ratio_geomean=nan nexmark_queries=0",
         line), line
+
+
+def test_flink_ties_are_picked_as_cedar_picks():
+    """Nexmark's Q5 and Q7 output every row tied for the maximum; cedar's form keeps the
+    largest by the tuple order, and Flink's rows are compared after the same pick."""
+    from benchmarks.nexmark import flink_sql
+    from benchmarks.nexmark import queries as nq
+
+    w = nq.WINDOW
+    q5 = [{"auction": a, "num": n, "window_start": 0, "window_end": w}
+          for a, n in ((7, 3), (9, 3), (8, 2))]
+    assert flink_sql.comparable("Q5", q5, latest=w) == [(0, w, 9, 3)]
+    q7 = [{"auction": a, "price": 50, "bidder": b, "date_time": t, "extra": ""}
+          for a, b, t in ((1, 4, 5), (2, 1, 7), (1, 9, w + 1))]
+    assert flink_sql.comparable("Q7", q7, latest=2 * w) == [(0, w, 50, 2, 1),
+                                                            (w, 2 * w, 50, 1, 9)]
+    assert set(flink_sql.SQL) == set(flink_sql.INPUTS) <= set(nq.QUERIES)
 
 
 def test_spark_rows_are_compared_with_cedars_sentinel_left_out():
