@@ -4,21 +4,34 @@ A trace (``collect(trace=PATH)``, see :mod:`actors.trace`) holds every message e
 leaving every step. :class:`Recording` reads it: :meth:`Recording.flow` walks the plan step by
 step (sources first) and each step's messages in the order the step saw them,
 :meth:`Recording.events` filters them, and :meth:`Recording.root_cause` answers *which input
-events produced this output event*, from each step's kind (``plan.json``) and the inputs the
-step had received before it emitted the event:
+events produced this output event*, from each step's kind (``plan.json``) and its inputs.
+
+**When.** A step's output answers all of its input only between batches (a trace numbers
+each step's batches). An output event is read with the step's inputs at one such point: at
+the end of the trace if it is still alive there, else just before the batch that deleted it.
+So an input shortened in the very batch that made the output is seen shortened, and a
+window whose members changed while its result did not is explained by its members now.
+
+**Which inputs**, by the kind of step:
 
 * span operators (``where``, ``select``, ``shift``, ...) and the sink: the input event with
   the same id; ``alter_lifetime``: the id it was minted from; ``union`` and the merge of
   partitions: the id tagged with its input (:func:`operators.union.tag_id`);
-* windows: the *members*, the input events alive then that belong to the output's window
-  (overlap it; for count windows, start (end) in it), of the same key for a keyed window;
-* ``group_apply``: the events of the output's key (members of its window when the sub-query
-  is a window); joins: the left and right events with equal keys whose intersection is the
-  output's lifetime (and, with the default ``select``, whose payloads it shows; with another
-  ``select`` every such pair); ``anti_join``: the left event that holds it.
+* windows: the *members*, the input events that belong to the output's window (overlap it;
+  for count windows, start (end) in it), of the same key for a keyed window;
+* ``group_apply``: the events of the output's key, and of those the one its sub-query kept
+  (span operators: the same id) or the members of its window;
+* joins: the left and right events with equal keys whose intersection is the output's
+  lifetime (and, with the default ``select``, whose payloads it shows; with another
+  ``select`` every such pair); ``anti_join`` and a left join's unmatched part: the left
+  event that holds it.
 
 Causes are followed upstream through the edges to the sources, whose output events are the
-readings that entered the query.
+readings that entered the query. A cause that may miss inputs says why in
+:attr:`Cause.incomplete` (and ``cedar debug --cause`` in ``incomplete:`` lines): a trace bounded
+by ``Trace(start=, end=)`` that cuts a window's range, by ``where=``, by a ``limit=`` a step
+reached, by ``steps=`` that left a step on the way out; a group_apply sub-query that filters
+or moves lifetimes before its window (it is not traced); a step with no rule above.
 
     >>> import tempfile
     >>> from topology import Stream
@@ -527,15 +540,24 @@ def _window_members(info: dict[str, Any], evs: list[Row], s: int, e: int
     """The events of ``evs`` in the window of an output ``[s, e)`` of a window step, and the
     time range they were looked for in."""
     spec = info.get("spec", {})
-    policy = info.get("output", "window")
-    kind = spec.get("kind")
-    if kind == "count":
+    if spec.get("kind") == "count":
         by = spec.get("by", "start")
         times = sorted({ev[by] if by == "start" else ev["end"] for ev in evs
                         if (ev["start"] if by == "start" else ev["end"]) <= s})
         chosen = set(times[-spec.get("n", 1):])
         found = [ev for ev in evs if (ev["start"] if by == "start" else ev["end"]) in chosen]
         return found, (min([s, *(ev["start"] for ev in found)]), s + 1)
+    lo, hi = window_range(info, s, e, evs)
+    return [ev for ev in evs if ev["start"] < hi and ev["end"] > lo], (lo, hi)
+
+
+def window_range(info: dict[str, Any], s: int, e: int, evs: list[Row]) -> tuple[int, int]:
+    """The window ``[lo, hi)`` that made output ``[s, e)`` of a hopping, tumbling or snapshot
+    window step (``info``: the step's kind in ``plan.json``), by its output policy; ``evs``
+    are its input events (a snapshot window with ``point_end`` output starts at the last
+    endpoint before its end). Shared with :mod:`topology.timeline`, which draws them."""
+    spec = info.get("spec", {})
+    policy = info.get("output", "window")
     lo, hi = s, e
     if "size" in spec:
         size, hop = spec["size"], spec.get("hop", spec["size"])
@@ -548,7 +570,7 @@ def _window_members(info: dict[str, Any], evs: list[Row], s: int, e: int
     elif policy == "point_end":  # a snapshot window: from the endpoint before its end
         points = {t for ev in evs for t in (ev["start"], ev["end"]) if t < e}
         lo, hi = (max(points) if points else s), e
-    return [ev for ev in evs if ev["start"] < hi and ev["end"] > lo], (lo, hi)
+    return lo, hi
 
 
 def _t(v: int | None) -> str:

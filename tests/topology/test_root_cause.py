@@ -140,3 +140,28 @@ def test_a_bounded_trace_says_its_causes_may_be_incomplete(tmp_path, capsys):
     for r in _final(part):
         cause = part.root_cause("sink", r["id"])
         assert any("from_events#0" in why and "not traced" in why for why in cause.incomplete)
+
+
+def test_the_timeline_brackets_a_snapshot_window_with_point_end_output(tmp_path):
+    #   a [0 ──── 4)  b [4 5)     brackets [0, 4) and [4, 5), not the output points [3, 4)
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    from tests.topology.test_timeline import _groups, _xs
+    from topology.timeline import timeline
+
+    path = str(tmp_path / "trace")
+    evs = [Insert("a", 0, 4, 1), Insert("b", 4, 5, 2), Cti(10)]
+    Stream.from_events(evs).snapshot_window(output="point_end").aggregate(Count()).collect(
+        runtime="inline", trace=path)
+    out = tmp_path / "w.svg"
+    timeline(path, "snapshot", out=str(out))
+    g = _groups(out.read_text())
+    x0, x4 = min(_xs(g["event-in-0"])), max(_xs(g["event-in-0"]))
+
+    def tick(x: float) -> float:
+        return (x - x0) * 4 / (x4 - x0)
+
+    spans = sorted((round(tick(min(_xs(g[w])))), round(tick(max(_xs(g[w])))))
+                   for w in g if w.startswith("window-"))
+    assert spans == [(0, 4), (4, 5)]
