@@ -56,6 +56,7 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from operators.events import MAX_TIME
@@ -74,6 +75,8 @@ class Cause:
     inputs: list[Cause] = field(default_factory=list)
     #: why the tree may miss inputs (a bounded trace, a step without a rule); set on the root
     incomplete: list[str] = field(default_factory=list)
+    #: ``"timestamps"`` when the sources' times came from timestamps: shown as UTC times
+    clock: str | None = None
 
     @property
     def complete(self) -> bool:
@@ -90,11 +93,13 @@ class Cause:
                 seen.setdefault((r["step"], r["id"]), r)
         return list(seen.values())
 
-    def render(self, indent: str = "") -> str:
-        """The tree as indented lines, the output first."""
-        lines = [f"{indent}{self.step}  {_event_text(self.row)}"]
+    def render(self, indent: str = "", clock: str | None = None) -> str:
+        """The tree as indented lines, the output first (times as UTC times when the sources'
+        times came from timestamps, else ticks)."""
+        clock = clock or self.clock
+        lines = [f"{indent}{self.step}  {_event_text(self.row, clock)}"]
         for c in self.inputs:
-            lines.append(c.render(indent + "    "))
+            lines.append(c.render(indent + "    ", clock))
         lines += [f"{indent}incomplete: {why}" for why in self.incomplete]
         return "\n".join(lines)
 
@@ -195,7 +200,13 @@ class Recording:
             gaps.append(f"the trace kept only the payloads its where={self.bounds['where']} "
                         f"chose: inputs it did not choose are missing")
         node.incomplete = list(dict.fromkeys(gaps))
+        node.clock = self.clock
         return node
+
+    @property
+    def clock(self) -> str | None:
+        """``"timestamps"`` when the sources' times came from timestamps (``plan.json``)."""
+        return self.meta.get("clock")
 
     @property
     def bounds(self) -> dict[str, Any]:
@@ -247,9 +258,10 @@ class Recording:
         b = self.bounds
         start, end = b.get("start"), b.get("end")
         if (start is not None and lo < start) or (end is not None and hi > end):
-            gaps.append(f"the trace kept only events overlapping [{_t(start)}, {_t(end)}) "
+            c = self.clock
+            gaps.append(f"the trace kept only events overlapping [{_t(start, c)}, {_t(end, c)}) "
                         f"(start={start}, end={end}): the inputs of {step!r} in "
-                        f"[{_t(lo)}, {_t(hi)}) outside it are missing")
+                        f"[{_t(lo, c)}, {_t(hi, c)}) outside it are missing")
 
     def _members(self, step: str, info: dict[str, Any], row: Row, at: float,
                  gaps: list[str]) -> list[tuple[int, Row]]:
@@ -326,9 +338,10 @@ class Recording:
         head = ("step", "dir", "port", "seq", "kind", "id", "start", "end", "new_end",
                 "payload")
         body = []
+        c = self.clock
         for r in rows[:limit] if limit is not None else rows:
             body.append((r["step"], r["direction"], str(r["port"]), str(r["seq"]), r["kind"],
-                         r["id"] or "", _t(r["start"]), _t(r["end"]), _t(r["new_end"]),
+                         r["id"] or "", _t(r["start"], c), _t(r["end"], c), _t(r["new_end"], c),
                          _short(r["note"] if r["kind"] == "dead_letter" else
                                 r["payload_repr"] or "")))
         widths = [max([len(h)] + [len(b[i]) for b in body]) for i, h in enumerate(head)]
@@ -573,18 +586,30 @@ def window_range(info: dict[str, Any], s: int, e: int, evs: list[Row]) -> tuple[
     return lo, hi
 
 
-def _t(v: int | None) -> str:
+def _t(v: int | None, clock: str | None = None) -> str:
+    """A time for people: ``∞``, a UTC time (ISO 8601) when the sources' times came from
+    timestamps (ticks are microseconds since 1970-01-01 UTC), else the tick."""
     if v is None:
         return ""
-    return "∞" if v == MAX_TIME else str(v)
+    if v == MAX_TIME:
+        return "∞"
+    if clock == "timestamps":
+        try:
+            return (_EPOCH + timedelta(microseconds=v)).isoformat().replace("+00:00", "Z")
+        except OverflowError:  # before year 1 or after 9999: the tick
+            pass
+    return str(v)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _short(text: str, width: int = 60) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def _event_text(r: Row) -> str:
+def _event_text(r: Row, clock: str | None = None) -> str:
     if r["kind"] == "cti":
-        return f"CTI {_t(r['start'])}"
-    return (f"{r['kind']} id={r['id']} [{_t(r['start'])}, {_t(r['end'])})"
+        return f"CTI {_t(r['start'], clock)}"
+    return (f"{r['kind']} id={r['id']} [{_t(r['start'], clock)}, {_t(r['end'], clock)})"
             f" {_short(r['payload_repr'] or '')}")

@@ -165,3 +165,23 @@ def test_the_timeline_brackets_a_snapshot_window_with_point_end_output(tmp_path)
     spans = sorted((round(tick(min(_xs(g[w])))), round(tick(max(_xs(g[w])))))
                    for w in g if w.startswith("window-"))
     assert spans == [(0, 4), (4, 5)]
+
+
+def test_times_from_timestamps_are_shown_as_times(tmp_path, capsys):
+    #   readings at 00:00:00, :01, :02 (UTC)     tumbling 2 s: [00:00:00, 00:00:02) holds two
+    import datetime
+
+    rows = [{"ts": datetime.datetime(2026, 1, 1, 0, 0, i), "v": i} for i in range(3)]
+    q = Stream.from_rows(rows, start="ts").tumbling_window(2_000_000).aggregate(Count())
+    rec = _record(q, str(tmp_path))
+    first = min(_final(rec), key=lambda r: r["start"])
+    assert main(["debug", str(tmp_path), "--cause", first["id"]]) == 0
+    text = capsys.readouterr().out
+    assert "[2026-01-01T00:00:00Z, 2026-01-01T00:00:02Z)" in text.splitlines()[0]
+    assert text.count("from_rows#0  insert") == 2
+    assert main(["debug", str(tmp_path), "--step", "sink", "--kind", "insert"]) == 0
+    assert "2026-01-01T00:00:02Z" in capsys.readouterr().out
+    # ticks stay ticks
+    ticks = _record(Stream.from_rows([{"ts": 5}], start="ts"), str(tmp_path / "ticks"))
+    out, = _final(ticks)
+    assert "[5, 6)" in ticks.root_cause("sink", out["id"]).render()
