@@ -9,7 +9,10 @@ the actor for tracing), and the plan (steps, their kinds and parameters, edges) 
 ``PATH/plan.json``. :mod:`topology.debug` reads them back.
 
 A row holds ``step, direction, port, seq`` (per step, one counter for both directions, so an
-output's ``seq`` tells which inputs came before it), ``wall`` (seconds since the epoch, one per
+output's ``seq`` tells which inputs came before it), ``batch`` (per step, the number of the
+call that recorded the row: the inputs of one ``process`` call, its dead letters and its
+output share one; the debugger reads a step's state between batches, where its output
+answers all of its input so far), ``wall`` (seconds since the epoch, one per
 batch), ``kind`` (``insert``/``retract``/``cti``/``dead_letter``), ``id`` (the id's repr),
 ``start, end, new_end`` (ticks; null where the kind has none), ``payload`` (JSON text; values
 JSON cannot hold are written as their repr), ``payload_repr``, ``key`` (the repr of the
@@ -44,7 +47,7 @@ from .files import atomic_path
 #: Rows a recorder keeps in memory before it writes a parquet part.
 PART_ROWS = 65_536
 
-COLUMNS = ("step", "direction", "port", "seq", "wall", "kind", "id", "start", "end",
+COLUMNS = ("step", "direction", "port", "seq", "batch", "wall", "kind", "id", "start", "end",
            "new_end", "payload", "payload_repr", "key", "note")
 
 
@@ -126,12 +129,18 @@ class Recorder:
         #: the rows kept, one tuple of :data:`COLUMNS` each
         self.rows: list[tuple[Any, ...]] = []
         self.seq = itertools.count()
+        #: the number of the current batch (see the module docstring)
+        self.batch = -1
         self.counts = {"in": 0, "out": 0}
         self.parts = 0
         self.tag = uuid.uuid4().hex[:8]
 
-    def record(self, direction: str, port: int, msgs: Iterable[Any]) -> None:
-        """Record a batch (a Columns batch event by event)."""
+    def record(self, direction: str, port: int, msgs: Iterable[Any],
+               new_batch: bool = True) -> None:
+        """Record a batch (a Columns batch event by event); ``new_batch=False`` records it
+        in the current batch (what :meth:`process` does with a call's output)."""
+        if new_batch:
+            self.batch += 1
         t = self.trace
         limit = t.limit
         wall = time.time()
@@ -168,15 +177,16 @@ class Recorder:
     def process(self, proc: Any, batch: Any, port: int, inputs: bool = True) -> list[Any]:
         """``proc.process(batch, port)``, recording the batch (unless ``inputs`` is False: a
         rows source's input is rows, not messages), the dead letters it made and its output."""
+        self.batch += 1
         if inputs:
-            self.record("in", port, batch)
+            self.record("in", port, batch, new_batch=False)
         seen = len(proc.dead_letters)
         out = proc.process(batch, port)
         dead = proc.dead_letters
         if len(dead) > seen:
             self.dead_letters(list(dead)[seen:])
         if out:
-            self.record("out", 0, out)
+            self.record("out", 0, out, new_batch=False)
         return out
 
     def dead_letters(self, letters: Iterable[Any]) -> None:
@@ -201,7 +211,7 @@ class Recorder:
             key = self._key(direction, port, payload)
         cti = kind == "cti"
         self.rows.append((
-            self.step, direction, port, next(self.seq), wall, kind,
+            self.step, direction, port, next(self.seq), self.batch, wall, kind,
             None if cti else _safe_repr(eid), start, end, new_end,
             None if cti else json_text(payload), None if cti else _safe_repr(payload), key,
             note))
@@ -252,7 +262,7 @@ def trace_schema() -> Any:
 
     return pa.schema([
         ("step", pa.string()), ("direction", pa.string()), ("port", pa.int32()),
-        ("seq", pa.int64()), ("wall", pa.float64()), ("kind", pa.string()),
+        ("seq", pa.int64()), ("batch", pa.int64()), ("wall", pa.float64()), ("kind", pa.string()),
         ("id", pa.string()), ("start", pa.int64()), ("end", pa.int64()),
         ("new_end", pa.int64()), ("payload", pa.string()), ("payload_repr", pa.string()),
         ("key", pa.string()), ("note", pa.string()),

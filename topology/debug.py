@@ -4,21 +4,34 @@ A trace (``collect(trace=PATH)``, see :mod:`actors.trace`) holds every message e
 leaving every step. :class:`Recording` reads it: :meth:`Recording.flow` walks the plan step by
 step (sources first) and each step's messages in the order the step saw them,
 :meth:`Recording.events` filters them, and :meth:`Recording.root_cause` answers *which input
-events produced this output event*, from each step's kind (``plan.json``) and the inputs the
-step had received before it emitted the event:
+events produced this output event*, from each step's kind (``plan.json``) and its inputs.
+
+**When.** A step's output answers all of its input only between batches (a trace numbers
+each step's batches). An output event is read with the step's inputs at one such point: at
+the end of the trace if it is still alive there, else just before the batch that deleted it.
+So an input shortened in the very batch that made the output is seen shortened, and a
+window whose members changed while its result did not is explained by its members now.
+
+**Which inputs**, by the kind of step:
 
 * span operators (``where``, ``select``, ``shift``, ...) and the sink: the input event with
   the same id; ``alter_lifetime``: the id it was minted from; ``union`` and the merge of
   partitions: the id tagged with its input (:func:`operators.union.tag_id`);
-* windows: the *members*, the input events alive then that belong to the output's window
-  (overlap it; for count windows, start (end) in it), of the same key for a keyed window;
-* ``group_apply``: the events of the output's key (members of its window when the sub-query
-  is a window); joins: the left and right events with equal keys whose intersection is the
-  output's lifetime (and, with the default ``select``, whose payloads it shows; with another
-  ``select`` every such pair); ``anti_join``: the left event that holds it.
+* windows: the *members*, the input events that belong to the output's window (overlap it;
+  for count windows, start (end) in it), of the same key for a keyed window;
+* ``group_apply``: the events of the output's key, and of those the one its sub-query kept
+  (span operators: the same id) or the members of its window;
+* joins: the left and right events with equal keys whose intersection is the output's
+  lifetime (and, with the default ``select``, whose payloads it shows; with another
+  ``select`` every such pair); ``anti_join`` and a left join's unmatched part: the left
+  event that holds it.
 
 Causes are followed upstream through the edges to the sources, whose output events are the
-readings that entered the query.
+readings that entered the query. A cause that may miss inputs says why in
+:attr:`Cause.incomplete` (and ``cedar debug --cause`` in ``incomplete:`` lines): a trace bounded
+by ``Trace(start=, end=)`` that cuts a window's range, by ``where=``, by a ``limit=`` a step
+reached, by ``steps=`` that left a step on the way out; a group_apply sub-query that filters
+or moves lifetimes before its window (it is not traced); a step with no rule above.
 
     >>> import tempfile
     >>> from topology import Stream
@@ -40,8 +53,10 @@ import glob
 import json
 import numbers
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from operators.events import MAX_TIME
@@ -58,6 +73,15 @@ class Cause:
     step: str
     row: Row
     inputs: list[Cause] = field(default_factory=list)
+    #: why the tree may miss inputs (a bounded trace, a step without a rule); set on the root
+    incomplete: list[str] = field(default_factory=list)
+    #: ``"timestamps"`` when the sources' times came from timestamps: shown as UTC times
+    clock: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        """True when the trace held everything this cause needs."""
+        return not self.incomplete
 
     def leaves(self) -> list[Row]:
         """The source events at the bottom of the tree (each once)."""
@@ -69,11 +93,14 @@ class Cause:
                 seen.setdefault((r["step"], r["id"]), r)
         return list(seen.values())
 
-    def render(self, indent: str = "") -> str:
-        """The tree as indented lines, the output first."""
-        lines = [f"{indent}{self.step}  {_event_text(self.row)}"]
+    def render(self, indent: str = "", clock: str | None = None) -> str:
+        """The tree as indented lines, the output first (times as UTC times when the sources'
+        times came from timestamps, else ticks)."""
+        clock = clock or self.clock
+        lines = [f"{indent}{self.step}  {_event_text(self.row, clock)}"]
         for c in self.inputs:
-            lines.append(c.render(indent + "    "))
+            lines.append(c.render(indent + "    ", clock))
+        lines += [f"{indent}incomplete: {why}" for why in self.incomplete]
         return "\n".join(lines)
 
 
@@ -88,6 +115,7 @@ class Recording:
         self.by_step: dict[str, list[Row]] = {}
         for r in self.rows:
             self.by_step.setdefault(r["step"], []).append(r)
+        self._indexes: dict[str, _StepIndex] = {}
 
     @staticmethod
     def open(path: str) -> Recording:
@@ -158,109 +186,151 @@ class Recording:
     # -- root cause ---------------------------------------------------------------------------
     def root_cause(self, step: str, id: Any) -> Cause:
         """The tree of input events that produced output event ``id`` of ``step``, down to
-        the sources (see the module docstring for the rule of each kind of step)."""
+        the sources (see the module docstring for the rule of each kind of step). Its
+        :attr:`Cause.incomplete` says why it may miss inputs (a bounded trace), if it may."""
         step = self.step_of(step)
         row = self._out_row(step, id if isinstance(id, str) else repr(id))
         if row is None:
             row = self._out_row(step, repr(id))
         if row is None:
             raise KeyError(f"step {step!r} sent no event with id {id!r} in the trace")
-        return self._cause(step, row, {})
+        gaps: list[str] = []
+        node = self._cause(step, row, {}, gaps)
+        if self.bounds.get("where") is not None:
+            gaps.append(f"the trace kept only the payloads its where={self.bounds['where']} "
+                        f"chose: inputs it did not choose are missing")
+        node.incomplete = list(dict.fromkeys(gaps))
+        node.clock = self.clock
+        return node
+
+    @property
+    def clock(self) -> str | None:
+        """``"timestamps"`` when the sources' times came from timestamps (``plan.json``)."""
+        return self.meta.get("clock")
+
+    @property
+    def bounds(self) -> dict[str, Any]:
+        """The trace's bounds (``Trace(steps=, start=, end=, where=, limit=)``)."""
+        return self.meta.get("bounds") or {}
+
+    def _index(self, step: str) -> _StepIndex:
+        got = self._indexes.get(step)
+        if got is None:
+            got = self._indexes[step] = _StepIndex(self.by_step.get(step, []))
+        return got
 
     def _out_row(self, step: str, rid: str) -> Row | None:
-        for r in self.by_step.get(step, ()):
-            if r["direction"] == "out" and r["kind"] == "insert" and r["id"] == rid:
-                return r
-        return None
+        hist = self._index(step).out.get(rid)
+        return hist[0] if hist else None
 
-    def _cause(self, step: str, row: Row, memo: dict[tuple[str, str], Cause]) -> Cause:
+    def _cause(self, step: str, row: Row, memo: dict[tuple[str, str], Cause],
+               gaps: list[str]) -> Cause:
         got = memo.get((step, row["id"]))
         if got is not None:
             return got
-        node = Cause(step, row)
+        idx = self._index(step)
+        at, life = idx.as_of(row)
+        node = Cause(step, life)
         memo[(step, row["id"])] = node
         info = self.steps.get(step, {})
+        limit = self.bounds.get("limit")
+        if limit is not None and max(idx.counts.values(), default=0) >= limit:
+            gaps.append(f"step {step!r} was traced up to limit={limit} rows only: later "
+                        f"inputs are missing")
         feeds = {port: src for src, port in info.get("inputs", ())}
-        for port, member in self._members(step, info, row):
+        for port, member in self._members(step, info, life, at, gaps):
             src = feeds.get(port)
             up = self._out_row(src, member["id"]) if src is not None else None
-            node.inputs.append(self._cause(src, up, memo) if up is not None
-                               else Cause(step, member))
+            if up is not None:
+                node.inputs.append(self._cause(src, up, memo, gaps))  # type: ignore[arg-type]
+                continue
+            if src is not None and src not in self.by_step:
+                gaps.append(f"step {src!r} was not traced (Trace(steps=...)): the cause stops "
+                            f"at the input of {step!r}")
+            elif src is not None:
+                gaps.append(f"step {src!r} sent no event {member['id']} in the trace")
+            node.inputs.append(Cause(step, member))
         return node
 
-    def _alive(self, step: str, before: int) -> dict[int, dict[str, Row]]:
-        """The input events of ``step`` alive before its message ``before`` (by port, id),
-        with their current end in ``"end"``."""
-        alive: dict[int, dict[str, Row]] = {}
-        for r in self.by_step.get(step, ()):
-            if r["seq"] >= before:
-                break
-            if r["direction"] != "in":
-                continue
-            port = alive.setdefault(r["port"], {})
-            if r["kind"] == "insert":
-                port[r["id"]] = dict(r)
-            elif r["kind"] == "retract":
-                ev = port.get(r["id"])
-                if ev is not None:
-                    if r["new_end"] == r["start"]:
-                        del port[r["id"]]
-                    else:
-                        ev["end"] = r["new_end"]
-        return alive
+    def _check_region(self, step: str, lo: int, hi: int, gaps: list[str]) -> None:
+        """Note a gap when the trace's time bounds cut ``[lo, hi)``, where ``step``'s members
+        of an output lie."""
+        b = self.bounds
+        start, end = b.get("start"), b.get("end")
+        if (start is not None and lo < start) or (end is not None and hi > end):
+            c = self.clock
+            gaps.append(f"the trace kept only events overlapping [{_t(start, c)}, {_t(end, c)}) "
+                        f"(start={start}, end={end}): the inputs of {step!r} in "
+                        f"[{_t(lo, c)}, {_t(hi, c)}) outside it are missing")
 
-    def _members(self, step: str, info: dict[str, Any], row: Row) -> list[tuple[int, Row]]:
+    def _members(self, step: str, info: dict[str, Any], row: Row, at: float,
+                 gaps: list[str]) -> list[tuple[int, Row]]:
+        """The input events (by port) that made ``row``, the output as it stood at ``at``,
+        from the inputs as they stood then."""
         kind = info.get("kind")
         if kind == "source" or not info.get("inputs"):
             return []
-        alive = self._alive(step, row["seq"])
+        idx = self._index(step)
         oid = row["id"]
+        if kind in ("span", "sink", "alter_lifetime", "union"):
+            found = []
+            for port, iid in idx.same_id(kind, oid, len(info["inputs"])):
+                ev = idx.input_at(port, iid, at)
+                if ev is not None:
+                    found.append((port, ev))
+            if not found:
+                gaps.append(f"step {step!r} has no input event for its output {oid} in the "
+                            f"trace")
+            return found
+        alive = idx.alive(at)
         s, e = row["start"], row["end"]
-        if kind in ("span", "sink"):
-            ev = alive.get(0, {}).get(oid)
-            return [(0, ev)] if ev is not None else []
-        if kind == "alter_lifetime":
-            return [(0, ev) for i, ev in alive.get(0, {}).items()
-                    if oid == i or oid.startswith(f"FreshId({i}, ")]
-        if kind == "union":
-            n = len(info["inputs"])
-            return [(p, ev) for p, evs in alive.items() for i, ev in evs.items()
-                    if oid == _union_tag(i, p, n)]
         if kind == "window":
             evs = list(alive.get(0, {}).values())
             if info.get("keyed"):
                 evs = [ev for ev in evs if ev["key"] == row["key"]]
-            return [(0, ev) for ev in _window_members(info, evs, s, e)]
+            members, (lo, hi) = _window_members(info, evs, s, e)
+            self._check_region(step, lo, hi, gaps)
+            return [(0, ev) for ev in members]
         if kind == "group_apply":
-            evs = [ev for ev in alive.get(0, {}).values() if ev["key"] == row["key"]]
-            sub = _window_of(info.get("sub", {}))
-            if sub is not None:
-                evs = _window_members(sub, evs, s, e)
-            return [(0, ev) for ev in evs]
+            return [(0, ev) for ev in self._group_members(step, info, alive, row, gaps)]
         if kind in ("join", "left_join", "anti_join"):
-            holds = {p: [ev for ev in evs.values() if ev["start"] <= s and ev["end"] >= e]
-                     for p, evs in alive.items()}
-            left, right = holds.get(0, []), holds.get(1, [])
-            if kind == "anti_join":
-                return [(0, ev) for ev in left]
-            pairs = [(lv, rv) for lv in left for rv in right if lv["key"] == rv["key"]]
-            # the pair whose intersection is exactly the output's lifetime
-            exact = [(lv, rv) for lv, rv in pairs if max(lv["start"], rv["start"]) == s
-                     and min(lv["end"], rv["end"]) == e]
-            pairs = exact or pairs
-            if len(pairs) > 1 and info.get("pairs"):  # payload (l, r): the one it shows
-                pairs = [(lv, rv) for lv, rv in pairs if row["payload_repr"]
-                         == f"({lv['payload_repr']}, {rv['payload_repr']})"] or pairs
-            if not pairs:  # a left_join's unmatched part
-                return [(0, ev) for ev in left]
-            seen: dict[tuple[int, str], Row] = {}
-            for lv, rv in pairs:
-                seen.setdefault((0, lv["id"]), lv)
-                seen.setdefault((1, rv["id"]), rv)
-            return list(seen.items())  # type: ignore[arg-type]
+            return _join_members(kind, info, alive, row)
         # other steps: every input event overlapping the output
+        gaps.append(f"step {step!r} ({info.get('class', kind)}) has no cause rule: every "
+                    f"input event overlapping its output is shown")
+        self._check_region(step, s, e, gaps)
         return [(p, ev) for p, evs in alive.items() for ev in evs.values()
                 if ev["start"] < e and ev["end"] > s]
+
+    def _group_members(self, step: str, info: dict[str, Any], alive: dict[int, dict[str, Row]],
+                       row: Row, gaps: list[str]) -> list[Row]:
+        """A group_apply's members of ``row``: its key's input events, and among them what
+        its sub-query makes of them: the same event (an output id is ``(instance, sub-query
+        id)``) or a window's members."""
+        evs = [ev for ev in alive.get(0, {}).values() if ev["key"] == row["key"]]
+        sub = info.get("sub", {})
+        members = sub.get("members", [sub]) if sub.get("kind") in ("span", "chain") else [sub]
+        inner = _inner_id(row["id"])
+        w = next((i for i, m in enumerate(members) if m.get("kind") == "window"), None)
+        if all(m.get("kind") == "span" for m in members) and inner is not None:
+            return [ev for ev in evs if ev["id"] == inner]
+        s, e = row["start"], row["end"]
+        if w is not None and all(m.get("kind") == "span" for i, m in enumerate(members)
+                                 if i != w):
+            before = {m.get("class") for m in members[:w]}
+            after = {m.get("class") for m in members[w + 1:]}
+            if not before <= _KEEPS_TIME or not after <= _KEEPS_TIME:
+                gaps.append(f"the sub-query of {step!r} moves lifetimes around its window "
+                            f"(not traced): its members are approximate")
+            elif before & _DROPS:
+                gaps.append(f"the sub-query of {step!r} filters before its window (not "
+                            f"traced): the members shown may include events it dropped")
+            found, (lo, hi) = _window_members(members[w], evs, s, e)
+            self._check_region(step, lo, hi, gaps)
+            return found
+        gaps.append(f"the sub-query of {step!r} is not traced and has no cause rule: every "
+                    f"event of its key overlapping the output is shown")
+        return [ev for ev in evs if ev["start"] < e and ev["end"] > s]
 
     # -- text ---------------------------------------------------------------------------------
     def table(self, rows: list[Row], limit: int | None = None) -> str:
@@ -268,9 +338,10 @@ class Recording:
         head = ("step", "dir", "port", "seq", "kind", "id", "start", "end", "new_end",
                 "payload")
         body = []
+        c = self.clock
         for r in rows[:limit] if limit is not None else rows:
             body.append((r["step"], r["direction"], str(r["port"]), str(r["seq"]), r["kind"],
-                         r["id"] or "", _t(r["start"]), _t(r["end"]), _t(r["new_end"]),
+                         r["id"] or "", _t(r["start"], c), _t(r["end"], c), _t(r["new_end"], c),
                          _short(r["note"] if r["kind"] == "dead_letter" else
                                 r["payload_repr"] or "")))
         widths = [max([len(h)] + [len(b[i]) for b in body]) for i, h in enumerate(head)]
@@ -303,15 +374,165 @@ def _span(r: Row) -> tuple[int | None, int]:
     return r["start"], e
 
 
-def _window_of(sub: dict[str, Any]) -> dict[str, Any] | None:
-    """The window of a group_apply sub-query that is a window after span operators only."""
-    if sub.get("kind") == "window":
-        return sub
-    members = sub.get("members", ())
-    for i, m in enumerate(members):
-        if m.get("kind") == "window":
-            return m if all(x.get("kind") == "span" for x in members[:i]) else None
-    return None
+#: Span processors that keep lifetimes as they are, and those that may drop events.
+_KEEPS_TIME = {"Where", "Select", "ColumnWhere", "ColumnSelect", "Passthrough"}
+_DROPS = {"Where", "ColumnWhere"}
+
+_FRESH = re.compile(r"^FreshId\((.*), \d+\)$")
+_INSTANCE = re.compile(r"^\(\d+, (.*)\)$")
+
+
+def _inner_id(oid: str) -> str | None:
+    """The sub-query's id in a group_apply output id ``(instance, id)`` (reprs)."""
+    m = _INSTANCE.match(oid)
+    return m.group(1) if m else None
+
+
+class _StepIndex:
+    """One step's rows indexed for root causes.
+
+    A step's output answers all of its input so far only *between* batches (the rows of one
+    ``process`` call share a ``batch``: its inputs, then its output). So an output event is
+    read, with the step's inputs, at one such point: at the end of the trace if it is still
+    alive there, else just before the batch that deleted it (an event inserted and deleted
+    in one batch is read as it was inserted). A point is a ``seq``: the rows before it."""
+
+    def __init__(self, rows: list[Row]) -> None:
+        self.rows = rows
+        self.out: dict[str, list[Row]] = {}
+        self.inp: dict[int, dict[str, list[Row]]] = {}
+        self.counts = {"in": 0, "out": 0}
+        self.batch_of: dict[int, int] = {}
+        self.first_seq: dict[int, int] = {}
+        batch, last_dir = -1, "out"
+        for r in rows:
+            self.counts[r["direction"]] = self.counts.get(r["direction"], 0) + 1
+            b = r.get("batch")
+            if b is None:  # a trace written before batches were recorded: runs of in, out
+                if r["direction"] == "in" and last_dir == "out":
+                    batch += 1
+                last_dir = r["direction"]
+                b = batch
+            self.batch_of[r["seq"]] = b
+            self.first_seq.setdefault(b, r["seq"])
+            if r["kind"] not in ("insert", "retract"):
+                continue
+            if r["direction"] == "out":
+                self.out.setdefault(r["id"], []).append(r)
+            else:
+                self.inp.setdefault(r["port"], {}).setdefault(r["id"], []).append(r)
+        self._alive: dict[float, dict[int, dict[str, Row]]] = {}
+        self._tags: dict[str, list[tuple[int, str]]] | None = None
+
+    def as_of(self, row: Row) -> tuple[float, Row]:
+        """The point at which to read output event ``row`` (its insert), and the event as
+        it stood then (its end after the retractions before that point)."""
+        life = [r for r in self.out.get(row["id"], ()) if r["seq"] >= row["seq"]]
+        at: float = INF_SEQ
+        for r in life[1:]:
+            if r["kind"] == "insert":  # the id was inserted again: a new life
+                break
+            if r["new_end"] == r["start"]:
+                b = self.batch_of[r["seq"]]
+                at = row["seq"] if b == self.batch_of[row["seq"]] else self.first_seq[b]
+                break
+        now = dict(row)
+        for r in life[1:]:
+            if r["kind"] != "retract" or r["seq"] >= at:
+                break
+            now["end"] = r["new_end"]
+        return at, now
+
+    def alive(self, at: float) -> dict[int, dict[str, Row]]:
+        """The input events alive at point ``at``, by port and id (their end as then)."""
+        got = self._alive.get(at)
+        if got is not None:
+            return got
+        alive: dict[int, dict[str, Row]] = {}
+        for r in self.rows:
+            if r["seq"] >= at:
+                break
+            if r["direction"] != "in":
+                continue
+            port = alive.setdefault(r["port"], {})
+            if r["kind"] == "insert":
+                port[r["id"]] = dict(r)
+            elif r["kind"] == "retract":
+                ev = port.get(r["id"])
+                if ev is not None:
+                    if r["new_end"] == r["start"]:
+                        del port[r["id"]]
+                    else:
+                        ev["end"] = r["new_end"]
+        self._alive[at] = alive
+        return alive
+
+    def input_at(self, port: int, iid: str, at: float) -> Row | None:
+        """Input event ``iid`` of ``port`` as it stood at point ``at`` (None: not alive)."""
+        ev: Row | None = None
+        for r in self.inp.get(port, {}).get(iid, ()):
+            if r["seq"] >= at:
+                break
+            if r["kind"] == "insert":
+                ev = dict(r)
+            elif ev is not None:
+                if r["new_end"] == r["start"]:
+                    ev = None
+                else:
+                    ev["end"] = r["new_end"]
+        return ev
+
+    def same_id(self, kind: str, oid: str, n_inputs: int) -> list[tuple[int, str]]:
+        """The input ids (by port) that output id ``oid`` of a step of ``kind`` keeps: the
+        same id, the id a FreshId was minted from, the id a union tagged."""
+        if kind == "union":
+            if self._tags is None:
+                self._tags = {}
+                for port, ids in self.inp.items():
+                    for iid in ids:
+                        self._tags.setdefault(_union_tag(iid, port, n_inputs), []).append(
+                            (port, iid))
+            return self._tags.get(oid, [])
+        ids = [oid]
+        if kind == "alter_lifetime":
+            m = _FRESH.match(oid)
+            if m:
+                ids.append(m.group(1))
+        return [(p, i) for p in range(n_inputs) for i in ids if i in self.inp.get(p, {})]
+
+
+#: The point after every row of a step (its end of trace).
+INF_SEQ = float("inf")
+
+
+def _join_members(kind: str, info: dict[str, Any], alive: dict[int, dict[str, Row]],
+                  row: Row) -> list[tuple[int, Row]]:
+    """A join's members of output ``row``: the left and right events with equal keys whose
+    intersection is its lifetime (and whose payloads it shows, with the default select); a
+    left join's unmatched part and an anti-join's output: the left event that holds it."""
+    s, e = row["start"], row["end"]
+    pay = row["payload_repr"] or ""
+    shows = bool(info.get("pairs"))
+    left = [ev for ev in alive.get(0, {}).values() if ev["start"] <= s and ev["end"] >= e]
+    if kind == "anti_join":
+        return [(0, ev) for ev in [lv for lv in left if lv["payload_repr"] == pay] or left]
+    right = [ev for ev in alive.get(1, {}).values() if ev["start"] <= s and ev["end"] >= e]
+    pairs = [(lv, rv) for lv in left for rv in right if lv["key"] == rv["key"]
+             and max(lv["start"], rv["start"]) == s and min(lv["end"], rv["end"]) == e]
+    if shows and len(pairs) > 1:  # payload (l, r): the one it shows
+        pairs = [(lv, rv) for lv, rv in pairs
+                 if pay == f"({lv['payload_repr']}, {rv['payload_repr']})"] or pairs
+    if kind == "left_join":
+        # its ids are a union's of the join (input 0: even) and the unmatched parts (odd)
+        matched = bool(pairs) if not row["id"].lstrip("-").isdigit() else int(row["id"]) % 2 == 0
+        if not matched:
+            own = [lv for lv in left if pay.startswith(f"({lv['payload_repr']}, ")]
+            return [(0, lv) for lv in (own if shows and own else left)]
+    seen: dict[tuple[int, str], Row] = {}
+    for lv, rv in pairs:
+        seen.setdefault((0, lv["id"]), lv)
+        seen.setdefault((1, rv["id"]), rv)
+    return [(port, ev) for (port, _), ev in seen.items()]
 
 
 def _union_tag(id_repr: str, port: int, n_inputs: int) -> str:
@@ -327,17 +548,29 @@ def _union_tag(id_repr: str, port: int, n_inputs: int) -> str:
     return f"({port}, {id_repr})"
 
 
-def _window_members(info: dict[str, Any], evs: list[Row], s: int, e: int) -> list[Row]:
-    """The events of ``evs`` in the window of an output ``[s, e)`` of a window step."""
+def _window_members(info: dict[str, Any], evs: list[Row], s: int, e: int
+                    ) -> tuple[list[Row], tuple[int, int]]:
+    """The events of ``evs`` in the window of an output ``[s, e)`` of a window step, and the
+    time range they were looked for in."""
     spec = info.get("spec", {})
-    policy = info.get("output", "window")
-    kind = spec.get("kind")
-    if kind == "count":
+    if spec.get("kind") == "count":
         by = spec.get("by", "start")
         times = sorted({ev[by] if by == "start" else ev["end"] for ev in evs
                         if (ev["start"] if by == "start" else ev["end"]) <= s})
         chosen = set(times[-spec.get("n", 1):])
-        return [ev for ev in evs if (ev["start"] if by == "start" else ev["end"]) in chosen]
+        found = [ev for ev in evs if (ev["start"] if by == "start" else ev["end"]) in chosen]
+        return found, (min([s, *(ev["start"] for ev in found)]), s + 1)
+    lo, hi = window_range(info, s, e, evs)
+    return [ev for ev in evs if ev["start"] < hi and ev["end"] > lo], (lo, hi)
+
+
+def window_range(info: dict[str, Any], s: int, e: int, evs: list[Row]) -> tuple[int, int]:
+    """The window ``[lo, hi)`` that made output ``[s, e)`` of a hopping, tumbling or snapshot
+    window step (``info``: the step's kind in ``plan.json``), by its output policy; ``evs``
+    are its input events (a snapshot window with ``point_end`` output starts at the last
+    endpoint before its end). Shared with :mod:`topology.timeline`, which draws them."""
+    spec = info.get("spec", {})
+    policy = info.get("output", "window")
     lo, hi = s, e
     if "size" in spec:
         size, hop = spec["size"], spec.get("hop", spec["size"])
@@ -348,23 +581,35 @@ def _window_members(info: dict[str, Any], evs: list[Row], s: int, e: int) -> lis
         elif policy in ("clip", "keep"):  # every window holding the output's start
             lo, hi = s - size + 1, s + size
     elif policy == "point_end":  # a snapshot window: from the endpoint before its end
-        points = {t for ev in evs for t in (ev["start"], ev["end"]) if t < e - 1}
+        points = {t for ev in evs for t in (ev["start"], ev["end"]) if t < e}
         lo, hi = (max(points) if points else s), e
-    return [ev for ev in evs if ev["start"] < hi and ev["end"] > lo]
+    return lo, hi
 
 
-def _t(v: int | None) -> str:
+def _t(v: int | None, clock: str | None = None) -> str:
+    """A time for people: ``∞``, a UTC time (ISO 8601) when the sources' times came from
+    timestamps (ticks are microseconds since 1970-01-01 UTC), else the tick."""
     if v is None:
         return ""
-    return "∞" if v == MAX_TIME else str(v)
+    if v == MAX_TIME:
+        return "∞"
+    if clock == "timestamps":
+        try:
+            return (_EPOCH + timedelta(microseconds=v)).isoformat().replace("+00:00", "Z")
+        except OverflowError:  # before year 1 or after 9999: the tick
+            pass
+    return str(v)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _short(text: str, width: int = 60) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def _event_text(r: Row) -> str:
+def _event_text(r: Row, clock: str | None = None) -> str:
     if r["kind"] == "cti":
-        return f"CTI {_t(r['start'])}"
-    return (f"{r['kind']} id={r['id']} [{_t(r['start'])}, {_t(r['end'])})"
+        return f"CTI {_t(r['start'], clock)}"
+    return (f"{r['kind']} id={r['id']} [{_t(r['start'], clock)}, {_t(r['end'], clock)})"
             f" {_short(r['payload_repr'] or '')}")

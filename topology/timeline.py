@@ -34,7 +34,7 @@ from typing import Any
 
 from operators.events import MAX_TIME
 
-from .debug import Recording, Row
+from .debug import Recording, Row, window_range
 
 #: Lanes drawn per panel at most (the first events the step saw).
 DEFAULT_LIMIT = 40
@@ -116,7 +116,7 @@ def timeline(trace: str | Recording, step: str, out: str | None = None,
                 line.set_gid(f"cti-{direction}-{k}")
         ax.grid(axis="x", alpha=0.2)
     if info.get("kind") in ("window", "group_apply"):
-        _draw_windows(axes[0], info, panels["out"][0])
+        _draw_windows(axes[0], info, panels["out"][0], panels["in"][0])
     axes[0].set_title(f"{step}  ({info.get('describe', info.get('kind', ''))})", fontsize=9)
     axes[-1].set_xlabel("time (ticks)")
     fig.tight_layout()
@@ -156,18 +156,18 @@ def _draw_event(ax: Any, rect: Any, direction: str, i: int, ev: _Event, right: i
     label.set_gid(f"label-{gid}")
 
 
-def _draw_windows(ax: Any, info: dict[str, Any], outs: list[_Event]) -> None:
-    """Brackets over the input panel: the window of each output event."""
-    spec = info.get("spec") or info.get("sub", {}).get("spec") or {}
-    policy = info.get("output") or info.get("sub", {}).get("output") or "window"
+def _draw_windows(ax: Any, info: dict[str, Any], outs: list[_Event], ins: list[_Event]
+                  ) -> None:
+    """Brackets over the input panel: the window of each output event
+    (:func:`topology.debug.window_range`; a group's snapshot windows from all its inputs)."""
+    window = info if info.get("kind") == "window" else info.get("sub", {})
+    if window.get("kind") != "window":
+        window = next((m for m in window.get("members", ()) if m.get("kind") == "window"), {})
+    count = window.get("spec", {}).get("kind") == "count"  # drawn as its output point
+    evs = [{"start": ev.start, "end": ev.ends[-1] if ev.ends else ev.end} for ev in ins]
     seen: set[tuple[int, int]] = set()
     for ev in outs:
-        s, e = ev.start, ev.end
-        if "size" in spec and policy == "point_end":
-            s = e - spec["size"]
-        elif "size" in spec and policy == "compressed":
-            hop = spec.get("hop", spec["size"])
-            s, e = s + hop - spec["size"], s + hop
+        s, e = (ev.start, ev.end) if count else window_range(window, ev.start, ev.end, evs)
         if e >= MAX_TIME or (s, e) in seen:
             continue
         seen.add((s, e))

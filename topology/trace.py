@@ -14,14 +14,19 @@ stages' factories, and from the plan's edges. Rows are recorded by :mod:`actors.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import os
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from actors import trace as _runtime
 from actors.files import atomic_write
 
 from .debug import Recording
+from .nodes import FromRows
 from .planner import Plan
 
 
@@ -104,6 +109,20 @@ def plan_metadata(plan: Plan) -> dict[str, Any]:
             "explain": plan.explain()}
 
 
+def clock_of(plan: Plan) -> str | None:
+    """``"timestamps"`` when a rows source of ``plan`` reads its time from timestamps or
+    dates (its first row tells), so the debugger shows times, not ticks; else None."""
+    for step in plan.sources:
+        src = getattr(plan.stages[step], "source", None)
+        rows = getattr(src, "rows", None)
+        if isinstance(src, FromRows) and not src.batched and isinstance(rows, Sequence) and rows:
+            first = rows[0]
+            value = first.get(src.start) if isinstance(first, dict) else None
+            if isinstance(value, (datetime.date, np.datetime64)):
+                return "timestamps"
+    return None
+
+
 def write_plan(trace: Trace, plan: Plan, **extra: Any) -> str:
     """Write ``plan.json`` of ``trace`` (the trace's bounds included); returns its path."""
     os.makedirs(os.path.join(trace.path, "parts"), exist_ok=True)
@@ -112,6 +131,7 @@ def write_plan(trace: Trace, plan: Plan, **extra: Any) -> str:
                       "start": trace.start, "end": trace.end,
                       "where": None if trace.where is None else repr(trace.where),
                       "limit": trace.limit}
+    meta["clock"] = clock_of(plan)
     meta.update(extra)
     path = os.path.join(trace.path, "plan.json")
     text = json.dumps(meta, indent=1, default=repr)
