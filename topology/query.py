@@ -23,7 +23,54 @@ from operators.columns import expand
 from operators.errors import OperatorError
 from operators.events import Message
 
-from .names import FETCH_WAIT_S, NAMESPACE, actor_name, ensure_ray, list_queries, unsubscribe
+from .names import (
+    FETCH_WAIT_S,
+    HOST_STEP,
+    NAMESPACE,
+    actor_name,
+    actor_states,
+    ensure_ray,
+    list_queries,
+    unsubscribe,
+)
+
+
+class NameTaken(ValueError):
+    """``deploy(name)`` of a name that a query holds: running, finished but not stopped, or
+    recovering (its host or an operator being restarted). The message says how to stop it."""
+
+
+class QueryFailed(OperatorError):
+    """A deployed query failed: ``step`` names the step (or ``~host``, the query's host),
+    ``reason`` says what happened, in cedar's words."""
+
+    def __init__(self, query: str, step: str, reason: str) -> None:
+        super().__init__(f"query {query!r} failed: step {step}: {reason}")
+        self.query, self.step, self.reason = query, step, reason
+
+
+def stop_by_name(name: str, timeout_s: float = 30.0) -> None:
+    """Kill every actor of the deployed query ``name`` — its host first, so that it starts
+    nothing again — with no restart, and return once Ray has confirmed each one dead (its
+    name released). An actor that appears meanwhile (a host's restart under way) is killed
+    too. Raises :class:`NameTaken` if some actor is still there after ``timeout_s``."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        states = actor_states(name)
+        if not states:
+            return
+        if time.monotonic() > deadline:
+            raise NameTaken(f"query {name!r} could not be stopped within {timeout_s:.0f} s: "
+                            f"still there: {states}")
+        for step in sorted(states, key=lambda s: s != HOST_STEP):  # the host first
+            try:
+                ray.kill(ray.get_actor(actor_name(name, step), namespace=NAMESPACE),
+                         no_restart=True)
+            except Exception:  # noqa: BLE001 - dead meanwhile
+                pass
+        time.sleep(0.05)
 
 
 class _Remote:
@@ -59,8 +106,11 @@ class Query:
 
     def __init__(self, name: str, handles: dict[str, Any], *, sink: str = "sink",
                  explain: str = "", subscriptions: list[tuple[str, str]] | None = None,
-                 supervisor: Any = None, host: Any = None, feeding: Any = None) -> None:
+                 supervisor: Any = None, host: Any = None, feeding: Any = None,
+                 claim: tuple[str, str] | None = None) -> None:
         self.name = name
+        #: (checkpoint root, token) of the query's claim on its name (checkpointed queries)
+        self._claim = claim
         #: the query's host actor in the cluster (:mod:`actors.host`), or None
         self.host = host
         #: the checkpointing supervisor (``deploy(..., checkpoint_dir=...)``): in this
@@ -260,43 +310,64 @@ class Query:
             pass
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop the query: detach it from the queries it reads, stop feeding, kill its actors,
-        and wait (up to ``timeout_s``) until their names are gone, so that the name can be
-        deployed again at once. Queries composed onto this one keep running (they just
-        receive nothing more)."""
+        """Stop the query: detach it from the queries it reads, stop feeding, kill its actors
+        (its host first), and wait (up to ``timeout_s``) until Ray confirms them dead and
+        their names are free, so that the name can be deployed again at once. Works in any
+        state of the query: running, recovering, finished or failed. A handle whose name was
+        taken over since (``deploy(..., replace=True)``) stops nothing of the new query.
+        Queries composed onto this one keep running (they just receive nothing more)."""
         import ray
 
-        self.flush_trace()
-        handles = list(self.handles.values())
-        for runner in [self.supervisor, *self._feeding]:
-            if runner is not None:
-                try:
-                    runner.stop(True)  # a supervisor kills the actors: no restart after
-                except Exception:  # noqa: BLE001 - its host is gone
-                    pass
-        if self.host is not None:
+        try:
+            handles = list(self.handles.values())
+        except Exception:  # noqa: BLE001 - its host is gone or restarting
+            handles = list(self._handles.values())
+        ours = self._name_is_ours(handles)
+        if ours:
+            self.flush_trace()
+        for runner in [self.supervisor, *self._feeding] if ours else self._feeding:
             try:
-                ray.kill(self.host, no_restart=True)
-            except Exception:  # noqa: BLE001
+                runner.stop(True)  # a supervisor kills the actors: no restart after
+            except Exception:  # noqa: BLE001 - its host is gone
                 pass
         unsubscribe(self._subscriptions)
-        try:
-            info = ray.get(self._sink.manifest.remote())
-            unsubscribe([tuple(s) for s in info.get("subscriptions", ())])  # type: ignore[misc]
-        except Exception:  # the sink is gone already  # noqa: BLE001
-            pass
-        for h in handles:
+        if ours:
             try:
-                ray.kill(h)
+                info = ray.get(self._sink.manifest.remote(), timeout=10)
+                unsubscribe([tuple(s) for s in info.get("subscriptions", ())])  # type: ignore
+            except Exception:  # the sink is gone already  # noqa: BLE001
+                pass
+        for h in ([self.host] if self.host is not None else []) + handles:
+            try:
+                ray.kill(h, no_restart=True)
             except Exception:  # noqa: BLE001
                 pass
         self.handles = {}
-        # ray.kill returns before the actor is dead and its name released
-        prefix, deadline = actor_name(self.name, ""), time.monotonic() + timeout_s
-        while time.monotonic() < deadline and any(
-                a.get("namespace") == NAMESPACE and a.get("name", "").startswith(prefix)
-                for a in ray.util.list_named_actors(all_namespaces=True)):
-            time.sleep(0.05)
+        if not ours:
+            return
+        # ray.kill returns before the actor is dead and its name released; a host that Ray
+        # was restarting may have started actors meanwhile
+        stop_by_name(self.name, timeout_s)
+        if self._claim is not None:
+            from actors import checkpoint as ck
+
+            ck.release_claim(self._claim[0], self.name, self._claim[1])
+
+    def _name_is_ours(self, handles: list[Any]) -> bool:
+        """Whether the actors now named after this query are this query's (not those of a
+        query deployed under the same name since, with ``replace=True``)."""
+        import ray
+
+        if self._claim is not None:
+            from actors import checkpoint as ck
+
+            held = ck.read_claim(self._claim[0], self.name)
+            return held is None or held.get("token") == self._claim[1]
+        try:
+            sink = ray.get_actor(actor_name(self.name, self.sink_step), namespace=NAMESPACE)
+        except ValueError:
+            return True
+        return sink._actor_id in {h._actor_id for h in handles}
 
 
 def attach(name: str, address: str | None = None) -> Query:
