@@ -404,8 +404,10 @@ class Query:
                 left = 5.0 if deadline is None else min(5.0, deadline - time.monotonic())
                 try:
                     done, error = self.supervisor.outcome(max(0.0, left))
-                except ray.exceptions.RayActorError:  # the host is gone for good
-                    done, error = False, _HOST_DEAD
+                except ray.exceptions.RayActorError:  # the host is gone, or still restarting
+                    done, error = False, None
+                    if self._diagnose()[0] == "failed":
+                        error = _HOST_DEAD
                 if error is not None:
                     kind, step, reason = self._diagnose()
                     if kind != "failed":
