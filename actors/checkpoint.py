@@ -152,3 +152,72 @@ def _delete(location: str) -> None:
         fs.delete_dir(where)
     except (FileNotFoundError, OSError):
         pass  # gone already
+
+
+# -- the claim on a query's name (topology/deploy.py) ----------------------------------------------
+def claim_path(root: str, query: str) -> str:
+    """The claim file of a deployed query's name: beside its folder, which a new run deletes."""
+    return _join(root, _safe(query) + ".claim")
+
+
+def claim(root: str, query: str, record: dict[str, Any]) -> dict[str, Any] | None:
+    """Create the claim file of ``query`` holding ``record``, only if there is none: returns
+    None when this call created it, else the record already there. On a local path (or a
+    shared mount) the file appears whole and exactly one of two racing claims wins (a hard
+    link of a finished file, which fails if the name exists). ``pyarrow.fs`` offers no
+    create-if-absent on other storage, so there the check and the write are two steps."""
+    import json
+
+    path = claim_path(root, query)
+    data = json.dumps(record).encode()
+    if "://" not in path:
+        from .files import temp_path
+
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = temp_path(path)
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return read_claim(root, query) or {}
+        finally:
+            os.remove(tmp)
+        return None
+    held = read_claim(root, query)
+    if held is not None:
+        return held
+    atomic_write(path, data)
+    return None
+
+
+def read_claim(root: str, query: str) -> dict[str, Any] | None:
+    """The record of ``query``'s claim file, or None when there is none."""
+    import json
+
+    fs, where = _open(claim_path(root, query))
+    try:
+        with fs.open_input_stream(where) as f:
+            out: dict[str, Any] = json.loads(f.read() or b"{}")
+            return out
+    except (FileNotFoundError, OSError):
+        return None
+
+
+def release_claim(root: str, query: str, token: str | None) -> None:
+    """Delete ``query``'s claim file if it holds ``token`` (any claim when ``token`` is None)."""
+    held = read_claim(root, query)
+    if held is None or (token is not None and held.get("token") != token):
+        return
+    fs, where = _open(claim_path(root, query))
+    try:
+        fs.delete_file(where)
+    except (FileNotFoundError, OSError):
+        pass
+
+
+def recoveries_path(root: str, query: str) -> str:
+    """The record of a checkpointed query's recoveries, kept across restarts of its host."""
+    return _join(root, _safe(query), "recoveries.pkl")

@@ -81,6 +81,8 @@ class Supervisor:
         self.pos = 0  # == len(self.output): the next output position to fetch
         self.recoveries: list[dict[str, Any]] = []
         self.error: str | None = None
+        #: (step, reason) of the failure, when the query failed
+        self.failure: tuple[str, str] | None = None
         self.done = threading.Event()
         self.stop_event = threading.Event()
         self.new_output = threading.Condition()
@@ -96,6 +98,8 @@ class Supervisor:
         epoch = 0
         with self.lock:
             if resume:
+                # the recoveries before the supervisor was lost count too
+                self.recoveries = self._load_recoveries()
                 for _, end, blob in ck.load_output(self.root, self.name):
                     self.output.extend(decode(blob))
                     self.pos = end
@@ -109,6 +113,7 @@ class Supervisor:
             self.recoveries.append({"recovery_s": time.monotonic() - t0, "epoch": epoch,
                                     "replayed": 0, "generation": self.generation,
                                     "output_position": self.pos, "resumed": True})
+            self._save_recoveries()
         threads = ((lambda: self._feed(feeds, epoch), "cedar-ckpt-feeder"),
                    (self._watch, "cedar-ckpt-sup"))
         for target, label in threads:
@@ -151,6 +156,25 @@ class Supervisor:
     def recovery_log(self) -> list[dict[str, Any]]:
         return list(self.recoveries)
 
+    def state(self) -> tuple[str, str | None, str | None]:
+        """(``"running"``, ``"recovering"``, ``"finished"`` or ``"failed"``, the failed step,
+        the reason): what ``Query.state()`` reports."""
+        if self.failure is not None:
+            return "failed", *self.failure
+        if self.done.is_set():
+            return "finished", None, None
+        return ("recovering" if self._suspect.is_set() else "running"), None, None
+
+    def _load_recoveries(self) -> list[dict[str, Any]]:
+        try:
+            return list(ck.load(ck.recoveries_path(self.root, self.name)))
+        except (FileNotFoundError, OSError):
+            return []
+
+    def _save_recoveries(self) -> None:
+        """Keep the recoveries beside the checkpoints: a restarted host counts on from them."""
+        ck.save(ck.recoveries_path(self.root, self.name), list(self.recoveries))
+
     def output_from(self, i: int, timeout_s: float = 0.0) -> tuple[list[Any], bool, str | None]:
         """The released output from index ``i`` on (waiting up to ``timeout_s`` for some),
         whether the query is done, and its error."""
@@ -182,7 +206,7 @@ class Supervisor:
             if not self.stop_event.is_set():
                 self._send(("end",))
         except Exception as exc:  # noqa: BLE001 - the source data failed: report it
-            self._fail(f"feeding the sources failed: {type(exc).__name__}: {exc}")
+            self._fail(f"feeding the sources failed: {type(exc).__name__}: {exc}", "sources")
 
     def _send(self, entry: tuple[Any, ...]) -> None:
         with self.lock:
@@ -241,37 +265,59 @@ class Supervisor:
                     self._finish()
                     return
                 dead = self._suspect.is_set() or error is not None
+                step = self.sink_step
                 if not dead and time.monotonic() - last_ping > PING_S:
                     last_ping = time.monotonic()
-                    error = self._step_error()
+                    step, error = self._step_error()
                     dead = error is not None
-                if dead and not self._alive():
-                    self._recover()
                 elif error is not None:
-                    self._fail(f"query {self.name!r} failed in {error}")
+                    step = self._step_error()[0]
+                if dead and not self._alive():
+                    if not self._recover_or_fail():
+                        return
+                elif error is not None:
+                    self._fail(f"query {self.name!r} failed in {error}", step, error)
                     return
             except ray.exceptions.RayActorError:
-                self._recover()
+                if not self._recover_or_fail():
+                    return
             except Exception as exc:  # noqa: BLE001 - never die silently
                 self._fail(f"the supervisor of {self.name!r} failed: {type(exc).__name__}: "
-                           f"{exc}\n{traceback.format_exc()}")
+                           f"{exc}\n{traceback.format_exc()}", "~supervisor")
                 return
 
-    def _step_error(self) -> str | None:
-        """The error of a step of the query (a failed checkpoint write, a UDM that raised),
-        or "a step is dead"; None when every step answers without one. An error that only
-        upstream steps see (their output is gone) comes with a death, which
+    def _recover_or_fail(self) -> bool:
+        """Recover; a recovery that fails (actors that cannot start, a run stopped or
+        replaced meanwhile) fails the query with its reason instead of ending the watch
+        silently. Returns whether the query goes on."""
+        try:
+            self._recover()
+            return True
+        except Exception as exc:  # noqa: BLE001 - reported as the query's failure
+            step, reason = getattr(exc, "step", "~supervisor"), getattr(exc, "reason", None)
+            self._fail(f"query {self.name!r}: recovering failed: "
+                       f"{reason or f'{type(exc).__name__}: {exc}'}", step,
+                       reason or f"recovering failed: {type(exc).__name__}: {exc}")
+            return False
+
+    def _step_error(self) -> tuple[str, str | None]:
+        """(step, error) of the first step of the query (in plan order, so the one where a
+        failure began) with an error (a failed checkpoint write, a UDM that raised), or
+        "a step is dead"; error None when every step answers without one. An error that
+        only upstream steps see (their output is gone) comes with a death, which
         :meth:`_alive` then finds."""
         import ray
 
-        refs = [h.error_info.remote() for h in self.handles.values()]
+        steps = list(self.handles)
+        refs = [self.handles[s].error_info.remote() for s in steps]
         try:
             infos = ray.get(refs, timeout=10)
         except ray.exceptions.RayActorError:
-            return "a step is dead"
+            return self.sink_step, "a step is dead"
         except ray.exceptions.GetTimeoutError:
-            return None  # busy, not dead
-        return next((error for error, _ in infos if error is not None), None)
+            return self.sink_step, None  # busy, not dead
+        return next(((s, error) for s, (error, _) in zip(steps, infos) if error is not None),
+                    (self.sink_step, None))
 
     def _alive(self) -> bool:
         import ray
@@ -290,9 +336,12 @@ class Supervisor:
         with self.new_output:
             self.new_output.notify_all()
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str, step: str, reason: str | None = None) -> None:
+        """Fail the query: ``message`` (what ``Query.wait()`` used to raise), ``step`` where it
+        failed and ``reason`` (default: the message)."""
         if self.error is None:
             self.error = message
+            self.failure = (step, reason or message)
         self._finish()
 
     def _recover(self) -> None:
@@ -331,3 +380,4 @@ class Supervisor:
         self.recoveries.append({"recovery_s": time.monotonic() - t0, "epoch": epoch,
                                 "replayed": len(replay), "generation": self.generation,
                                 "output_position": self.pos})
+        self._save_recoveries()

@@ -72,6 +72,14 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("--address", default="auto", help="Ray cluster address (default auto)")
     inspect.add_argument("--rows", type=int, default=20, help="snapshot rows to show")
 
+    stop = sub.add_parser(
+        "stop", help="stop a running query and free its name",
+        description="Stop the query NAME in any state (running, recovering, finished or "
+                    "failed): kill its host and every actor, wait until Ray confirms them "
+                    "dead, and release its name, so that it can be deployed again.")
+    stop.add_argument("name", help="the query's name, as given to deploy(name)")
+    stop.add_argument("--address", default="auto", help="Ray cluster address (default auto)")
+
     ui = sub.add_parser(
         "ui", help="serve a live web page of the running queries",
         description="Serve a read-only page of the queries running on the Ray cluster: each "
@@ -227,6 +235,21 @@ def _inspect(args: Any) -> int:
     return 0
 
 
+def _stop(args: Any) -> int:
+    from . import attach
+    from .query import QueryUnavailable, stop_by_name
+
+    try:
+        attach(args.name, args.address).stop()
+    except QueryUnavailable:  # its sink is gone: stop what is left by name
+        stop_by_name(args.name)
+    except ValueError as exc:
+        print(f"cedar stop: {exc}", file=sys.stderr)
+        return 1
+    print(f"stopped {args.name}")
+    return 0
+
+
 def _ui(args: Any) -> int:
     from .ui import connect, serve
 
@@ -318,8 +341,8 @@ def _check(args: Any) -> int:
     return 0
 
 
-COMMANDS = {"demo": _demo, "run": _run, "status": _status, "inspect": _inspect, "ui": _ui,
-            "debug": _debug, "timeline": _timeline, "check": _check}
+COMMANDS = {"demo": _demo, "run": _run, "status": _status, "inspect": _inspect, "stop": _stop,
+            "ui": _ui, "debug": _debug, "timeline": _timeline, "check": _check}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -48,12 +48,14 @@ from .names import (
     HOST_STEP,
     NAMESPACE,
     actor_name,
+    actor_states,
+    driver_alive,
     ensure_ray,
     list_queries,
     unsubscribe,
 )
 from .planner import Plan
-from .query import Query, _Remote
+from .query import NameTaken, Query, QueryFailed, _Remote, stop_by_name
 from .routing import Router
 
 #: Messages (or source rows) per batch.
@@ -518,6 +520,8 @@ class _SupervisedJob:
     named: bool = False
     detached: bool = False
     placement: str | dict[str, str] = "spread"
+    #: the token of the run's claim on its name (:func:`_claim`), for deployed queries
+    claim: str | None = None
 
     def start(self, resume: bool = False) -> Any:
         from actors.supervisor import Supervisor
@@ -534,12 +538,18 @@ class _SupervisedJob:
         return sup
 
     def start_actors(self, generation: int) -> dict[str, Any]:
-        """Fresh actors for every step, replacing any of the query's still alive."""
+        """Fresh actors for every step, replacing any of the query's still alive. A
+        deployed run first checks that it still holds its name: a run that was stopped or
+        replaced meanwhile starts nothing (:meth:`check_claim`)."""
         import ray
 
         place, cls = _placement(self.placement), shell_class()  # over the nodes alive now
         if not self.named:
             return {s: cls.options(**place(s)).remote() for s in self.plan.stages}
+        self.check_claim()
+        if generation == 0:  # a new run: the claim made sure no actor has these names
+            lifetime = "detached" if self.detached else None
+            return _named_shells(self.name, list(self.plan.stages), lifetime, place)
         handles = {}
         lifetime = "detached" if self.detached else None
         for s in self.plan.stages:
@@ -559,6 +569,17 @@ class _SupervisedJob:
                         raise
                     time.sleep(0.05)
         return handles
+
+    def check_claim(self) -> None:
+        """Raise :class:`~topology.query.QueryFailed` if this run no longer holds its name's
+        claim (:func:`_claim`): it was stopped, or replaced by ``deploy(..., replace=True)``."""
+        if self.claim is None:
+            return
+        held = ck.read_claim(self.root, self.name) or {}
+        if held.get("token") != self.claim:
+            raise QueryFailed(self.name, HOST_STEP, "the query was stopped or replaced by "
+                              "another deploy of its name while it was recovering; this run "
+                              "starts no actor again")
 
     def configure(self, handles: dict[str, Any], restore: int) -> None:
         _configure(self.plan, handles, self.opts, self.info, (self.root, self.name), restore)
@@ -649,12 +670,97 @@ def _start_host(name: str, job: Any, *, detached: bool, restartable: bool) -> An
     return host
 
 
+#: How :func:`_taken` names a supervisor that runs in the deploying process.
+_SUPERVISOR = "~supervisor"
+
+
+def _taken(name: str, states: dict[str, str]) -> NameTaken:
+    """The refusal of ``deploy(name)`` while the query ``name`` holds its name."""
+    recovering = sorted(s for s, st in states.items() if st != "ALIVE")
+    what = "is running"
+    if HOST_STEP in recovering:
+        what += " and recovering (Ray is restarting its host, which then resumes it)"
+    elif _SUPERVISOR in recovering:
+        what += (" and recovering (its supervisor, in the process that deployed it, is "
+                 "starting its actors again)")
+    elif recovering:
+        what += f" and recovering (Ray is starting {', '.join(recovering)})"
+    return NameTaken(
+        f"deploy({name!r}): a query with this name {what}; a new deploy would destroy it. "
+        f"Stop it first with topology.attach({name!r}).stop() (or `cedar stop {name}`), "
+        f"deploy under another name, or deploy(..., replace=True) to stop it and start this "
+        f"one")
+
+
+def _claim(name: str, root: str | None, local: bool) -> str:
+    """Claim ``name`` for a new run and return the claim's token. The named-actor registry
+    says whether a query holds the name: any actor ``<name>/...`` in any state but dead
+    (alive, restarting, being created) holds it. A checkpointed query also holds a claim file
+    in its checkpoint storage (:func:`actors.checkpoint.claim`, created exclusively), so that
+    of two deploys racing past the registry only one goes on to touch the files, and so that
+    a recovery checks the run is still the owner before it starts actors again. A claim file
+    whose owner is gone (no actor of the name, and its driver gone when the supervisor ran
+    there) is taken over."""
+    import ray
+
+    states = actor_states(name)
+    if states:
+        raise _taken(name, states)
+    token = uuid.uuid4().hex
+    if root is None:
+        return token
+    record = {"token": token, "job": ray.get_runtime_context().get_job_id(), "local": local,
+              "created": time.time()}
+    for _ in range(2):
+        held = ck.claim(root, name, record)
+        if held is None:
+            return token
+        if held.get("local") and driver_alive(str(held.get("job"))):
+            # its supervisor runs in that driver, between two generations of actors
+            raise _taken(name, {_SUPERVISOR: "RESTARTING"})
+        states = actor_states(name)
+        if states:
+            raise _taken(name, states)
+        ck.release_claim(root, name, held.get("token"))  # stale: its owner is gone
+    raise _taken(name, actor_states(name) or {"claim": "PENDING_CREATION"})
+
+
+def _replace(name: str, root: str | None) -> None:
+    """``deploy(..., replace=True)``: stop the query holding ``name`` completely — its claim
+    revoked first (so that a recovery under way does not start actors again), its host and
+    every actor killed with no restart, each confirmed dead — before anything of the new run
+    touches a file."""
+    import ray
+
+    roots = {root} if root is not None else set()
+    subs: list[tuple[str, str]] = []
+    try:
+        sink = ray.get_actor(actor_name(name, "sink"), namespace=NAMESPACE)
+        info = ray.get(sink.manifest.remote(), timeout=10)
+        if info.get("checkpoint_dir"):
+            roots.add(info["checkpoint_dir"])
+        subs = [tuple(s) for s in info.get("subscriptions", ())]  # type: ignore[misc]
+    except Exception:  # noqa: BLE001 - no sink now (a restart under way, or none)
+        pass
+    for r in roots:
+        ck.release_claim(r, name, None)
+    stop_by_name(name, timeout_s=60)
+    unsubscribe(subs)
+
+
 def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool = False,
                 batch_size: int = DEFAULT_BATCH, max_in_flight: int = DEFAULT_IN_FLIGHT,
                 flush_ms: float = DEFAULT_FLUSH_MS, checkpoint_dir: str | None = None,
                 checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
-                placement: str | dict[str, str] = "spread", trace: Any = None) -> Any:
+                placement: str | dict[str, str] = "spread", trace: Any = None,
+                replace: bool = False) -> Any:
     """Start ``plan`` as the live query ``name`` and return its :class:`~topology.query.Query`.
+
+    A name belongs to one query until that query is stopped: a deploy of a name that a query
+    holds — running, finished but not stopped, or recovering (Ray restarting its host) — is
+    refused with :class:`~topology.query.NameTaken`, and touches nothing of it. With
+    ``replace`` the query holding the name is stopped first, completely (its host and every
+    actor confirmed dead), and only then are its files replaced.
 
     ``placement`` puts the actors on the cluster's nodes: ``"spread"`` (default), ``"pack"``
     or ``{step: node_id}`` pins (see :func:`_placement`); ``Query.stats()`` and
@@ -680,57 +786,64 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     messages it sees; each actor writes its parquet parts when it has many rows, at the end
     of its input, and on ``Query.flush_trace()`` / ``Query.stop()``.
     """
-    import functools
-
-    import ray
-
     if not name or "/" in name:
         raise ValueError(f"deploy({name!r}): a query name must be non-empty and without '/'")
     ensure_ray()
     opts = _options(batch_size, max_in_flight, flush_ms)
+    root = None if checkpoint_dir is None else ck.normalize(checkpoint_dir)
+    fed = _driver_sources(plan)
+    local = [s for s in fed if not _fed_by_cluster(plan, s)]
+    if replace:
+        _replace(name, root)
+    token = _claim(name, root, bool(local))
     try:
-        ray.get_actor(actor_name(name, "sink"), namespace=NAMESPACE)
-    except ValueError:
-        pass
-    else:
-        raise ValueError(f"deploy({name!r}): a query with this name is running; stop it "
-                         f"(topology.attach({name!r}).stop()) or choose another name")
+        return _deploy(plan, name, opts, root, fed, local, token, detached=detached,
+                       history=history, checkpoint_every=checkpoint_every,
+                       placement=placement, trace=trace)
+    except BaseException:
+        if root is not None:
+            ck.release_claim(root, name, token)
+        raise
+
+
+def _deploy(plan: Plan, name: str, opts: dict[str, Any], root: str | None, fed: list[str],
+            local: list[str], token: str, *, detached: bool, history: bool,
+            checkpoint_every: int, placement: str | dict[str, str], trace: Any) -> Any:
+    """:func:`deploy_plan` once the name is claimed."""
+    import functools
+
+    import ray
+
     _trace_options(opts, plan, trace)
     if history:
         plan.stages[plan.sink].factory = functools.partial(Publish, "sink", history=True)
-    fed = _driver_sources(plan)
-    local = [s for s in fed if not _fed_by_cluster(plan, s)]
     info = {"query": name, "actors": {s: actor_name(name, s) for s in plan.stages},
             "edges": _edges(plan), "explain": plan.explain(), "created": time.time(),
             "sink": plan.sink, "host": actor_name(name, HOST_STEP),
-            "fed_by_driver": local,
+            "fed_by_driver": local, "claim": token,
             "subscriptions": [(plan.stages[s].source.query, f"{name}/{s}")  # type: ignore
                               for s in plan.sources
                               if isinstance(plan.stages[s].source, n.Published)]}
     if local:
         info["explain"] += "\n" + _DRIVER_FED.format(steps=", ".join(local))
-    if checkpoint_dir is not None:
-        info["checkpoint_dir"] = ck.normalize(checkpoint_dir)
-        job = _supervise(plan, name, opts, checkpoint_dir, checkpoint_every, info=info,
-                         named=True, detached=detached, placement=placement)
+    if root is not None:
+        info["checkpoint_dir"] = root
+        job = _supervise(plan, name, opts, root, checkpoint_every, info=info,
+                         named=True, detached=detached, placement=placement, claim=token)
         # a new run: the files of an earlier run under this name (epochs, saved output)
-        # must not be taken for this one's on a restart
+        # must not be taken for this one's on a restart (the claim says no query holds them)
         ck.forget(job.root, name)
         if local:  # the supervisor must read those sources: it runs here
             sup = job.start()
             return Query(name, sup.handles, sink=plan.sink, explain=info["explain"],
-                         supervisor=sup)
+                         supervisor=sup, claim=(root, token))
         location = ck.job_path(job.root, name)
         save_job(location, job)
         host = _start_host(name, location, detached=detached, restartable=True)
         return Query(name, ray.get(host.call.remote("current_handles")), sink=plan.sink,
-                     explain=info["explain"], host=host)
-    cls = shell_class()
+                     explain=info["explain"], host=host, claim=(root, token))
     lifetime = "detached" if detached else None
-    place = _placement(placement)
-    handles = {step: cls.options(name=actor_name(name, step), namespace=NAMESPACE,
-                                 lifetime=lifetime, **place(step)).remote()
-               for step in plan.stages}
+    handles = _named_shells(name, list(plan.stages), lifetime, _placement(placement))
     host = None
     try:
         _configure(plan, handles, opts, info)
@@ -746,6 +859,24 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
                None if host is None else _Remote(host)]
     return Query(name, handles, sink=plan.sink, explain=info["explain"], host=host,
                  feeding=feeding, subscriptions=subs)
+
+
+def _named_shells(name: str, steps: list[str], lifetime: str | None,
+                  place: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+    """A new shell actor named ``<name>/<step>`` per step. Creating a named actor is atomic
+    in Ray's registry: if another deploy took one of the names meanwhile, the ones made are
+    killed and the deploy refused."""
+    import ray
+
+    cls, handles = shell_class(), {}
+    try:
+        for step in steps:
+            handles[step] = cls.options(name=actor_name(name, step), namespace=NAMESPACE,
+                                        lifetime=lifetime, **place(step)).remote()
+    except ray.exceptions.ActorAlreadyExistsError:
+        _kill(handles.values())
+        raise _taken(name, actor_states(name)) from None
+    return handles
 
 
 #: What ``explain()`` of a deployed query says of the sources the deploying process feeds.

@@ -17,7 +17,8 @@ HOST_STEP = "~host"
 HEAD_RESOURCE = "node:__internal_head__"
 
 __all__ = ["FETCH_WAIT_S", "HEAD_RESOURCE", "HOST_STEP", "NAMESPACE", "actor_name",
-           "actor_nodes", "ensure_ray", "list_queries", "unsubscribe"]
+           "actor_nodes", "actor_states", "driver_alive", "ensure_ray", "list_queries",
+           "unsubscribe"]
 
 
 def ensure_ray(address: str | None = None, quiet: bool = False) -> None:
@@ -53,6 +54,33 @@ def actor_nodes(query: str) -> dict[str, str]:
         if a.get("State") == "ALIVE" and name.startswith(actor_name(query, "")):
             out[name.split("/", 1)[1]] = a["Address"]["NodeID"]
     return out
+
+
+def actor_states(query: str) -> dict[str, str]:
+    """Step (and ``~host``) -> Ray's state of every actor of the deployed query ``query`` that
+    is not dead: ``ALIVE``, ``RESTARTING`` (Ray is starting a lost actor again),
+    ``PENDING_CREATION`` or ``DEPENDENCIES_UNREADY``. A name is taken in every one of these
+    states, so an empty answer means that nothing of the query is left (names from the
+    named-actor registry, states from Ray's own records, GCS)."""
+    import ray
+    from ray._private import state
+
+    prefix = actor_name(query, "")
+    names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+             if a.get("namespace") == NAMESPACE and a.get("name", "").startswith(prefix)}
+    if not names:
+        return {}
+    states = {a["Name"]: a["State"] for a in state.actors().values()
+              if a.get("Name") in names and a.get("State") != "DEAD"}
+    # a name with no live record yet is being created
+    return {n[len(prefix):]: states.get(n, "PENDING_CREATION") for n in sorted(names)}
+
+
+def driver_alive(job_id: str) -> bool:
+    """Whether the Ray driver (job) ``job_id`` (hex) is still connected to the cluster."""
+    from ray._private import state
+
+    return any(j.get("JobID") == job_id and not j.get("IsDead") for j in state.jobs())
 
 
 def list_queries() -> list[str]:

@@ -23,7 +23,80 @@ from operators.columns import expand
 from operators.errors import OperatorError
 from operators.events import Message
 
-from .names import FETCH_WAIT_S, NAMESPACE, actor_name, ensure_ray, list_queries, unsubscribe
+from .names import (
+    FETCH_WAIT_S,
+    HOST_STEP,
+    NAMESPACE,
+    actor_name,
+    actor_states,
+    ensure_ray,
+    list_queries,
+    unsubscribe,
+)
+
+#: Seconds a diagnosis waits for one step's stats (a busy step is not a dead one).
+STATS_WAIT_S = 10.0
+#: Seconds between two full checks of every step while ``Query.wait()`` waits.
+CHECK_S = 0.5
+#: Seconds a dead host's last calls may take to reach the sources it fed.
+HOST_DRAIN_S = 3.0
+#: Why a step whose actor is gone failed (a query without checkpoints).
+_DIED = ("its actor died (its process was killed or lost); a query deployed without "
+         "checkpoint_dir cannot recover it: stop it, and deploy it with checkpoint_dir=... "
+         "to survive the loss of an actor")
+#: Why a checkpointed query whose host is gone for good failed.
+_HOST_DEAD = ("the query's host is gone for good (killed with no restart, or its restart "
+              "failed), so nothing supervises the query; the output released so far is "
+              "saved under its checkpoint_dir")
+
+
+#: Seconds ``attach()`` waits for a recovering query to be whole again.
+ATTACH_WAIT_S = 60.0
+#: Seconds ``attach()`` retries a query that is not recovering but not reachable either.
+ATTACH_GRACE_S = 5.0
+
+
+class QueryUnavailable(RuntimeError):
+    """``attach(name)``: the query's actors are there, but it cannot be reached (still
+    recovering after the wait, or its sink is gone)."""
+
+
+class NameTaken(ValueError):
+    """``deploy(name)`` of a name that a query holds: running, finished but not stopped, or
+    recovering (its host or an operator being restarted). The message says how to stop it."""
+
+
+class QueryFailed(OperatorError):
+    """A deployed query failed: ``step`` names the step (or ``~host``, the query's host),
+    ``reason`` says what happened, in cedar's words."""
+
+    def __init__(self, query: str, step: str, reason: str) -> None:
+        super().__init__(f"query {query!r} failed: step {step}: {reason}")
+        self.query, self.step, self.reason = query, step, reason
+
+
+def stop_by_name(name: str, timeout_s: float = 30.0) -> None:
+    """Kill every actor of the deployed query ``name`` — its host first, so that it starts
+    nothing again — with no restart, and return once Ray has confirmed each one dead (its
+    name released). An actor that appears meanwhile (a host's restart under way) is killed
+    too. Raises :class:`NameTaken` if some actor is still there after ``timeout_s``."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        states = actor_states(name)
+        if not states:
+            return
+        if time.monotonic() > deadline:
+            raise NameTaken(f"query {name!r} could not be stopped within {timeout_s:.0f} s: "
+                            f"still there: {states}")
+        for step in sorted(states, key=lambda s: s != HOST_STEP):  # the host first
+            try:
+                ray.kill(ray.get_actor(actor_name(name, step), namespace=NAMESPACE),
+                         no_restart=True)
+            except Exception:  # noqa: BLE001 - dead meanwhile
+                pass
+        time.sleep(0.05)
 
 
 class _Remote:
@@ -59,8 +132,11 @@ class Query:
 
     def __init__(self, name: str, handles: dict[str, Any], *, sink: str = "sink",
                  explain: str = "", subscriptions: list[tuple[str, str]] | None = None,
-                 supervisor: Any = None, host: Any = None, feeding: Any = None) -> None:
+                 supervisor: Any = None, host: Any = None, feeding: Any = None,
+                 claim: tuple[str, str] | None = None) -> None:
         self.name = name
+        #: (checkpoint root, token) of the query's claim on its name (checkpointed queries)
+        self._claim = claim
         #: the query's host actor in the cluster (:mod:`actors.host`), or None
         self.host = host
         #: the checkpointing supervisor (``deploy(..., checkpoint_dir=...)``): in this
@@ -74,6 +150,9 @@ class Query:
         self.sink_step = sink
         self._explain = explain
         self._subscriptions = subscriptions or []
+        #: the sources the host feeds (:meth:`_host_fed`), and since when they took nothing
+        self._fed: list[str] | None = None
+        self._drain: tuple[float, dict[str, int]] | None = None
 
     def __reduce__(self) -> Any:
         raise TypeError(
@@ -162,12 +241,103 @@ class Query:
         return [r for rs in ray.get(refs) for r in rs]
 
     def error(self) -> str | None:
-        """The first failure in the query, naming its step, or None."""
-        for s in self.stats().values():
-            if s["error"]:
-                return str(s["error"])
-        errors = self._feed_errors()
-        return errors[0] if errors else None
+        """The query's failure in cedar's words — ``query 'q' failed: step S: reason`` — or
+        None while it runs, recovers or after it finished (see :meth:`state`)."""
+        kind, step, reason = self._diagnose()
+        return str(QueryFailed(self.name, step, reason)) if kind == "failed" else None  # type: ignore[arg-type]
+
+    def state(self) -> str:
+        """Where the query is: ``"running"``, ``"recovering"`` (a checkpointed query whose
+        host or operators Ray or its supervisor is starting again), ``"finished"`` (its input
+        ended and its output is complete) or ``"failed: step S: reason"``. Never raises a Ray
+        error: a dead actor is a state too."""
+        kind, step, reason = self._diagnose()
+        return f"failed: step {step}: {reason}" if kind == "failed" else kind
+
+    def _diagnose(self) -> tuple[str, str | None, str | None]:
+        """(state, failed step, reason): see :meth:`state`."""
+        if self.supervisor is not None:
+            return self._diagnose_supervised()
+        import ray
+
+        handles = dict(self._handles)
+        refs = {step: h.stats.remote() for step, h in handles.items()}
+        stats: dict[str, dict[str, Any] | None] = {}
+        dead = []
+        for step, ref in refs.items():
+            try:
+                stats[step] = ray.get(ref, timeout=STATS_WAIT_S)
+            except ray.exceptions.RayActorError:
+                dead.append(step)
+            except ray.exceptions.GetTimeoutError:
+                stats[step] = None  # busy, not dead
+        sink = stats.get(self.sink_step)
+        if sink is not None and sink["finished"] and not sink["error"]:
+            return "finished", None, None
+        if dead:
+            return "failed", dead[0], _DIED
+        for step, s in stats.items():
+            if s is not None and s["error"]:
+                return "failed", step, str(s["error"])
+        for f in self._feeding:
+            try:
+                errors = f.feed_errors()
+            except ray.exceptions.RayActorError:  # the host is gone
+                return self._host_gone(stats)
+            if errors:
+                return "failed", HOST_STEP if isinstance(f, _Remote) else "sources", errors[0]
+        return "running", None, None
+
+    def _host_gone(self, stats: dict[str, dict[str, Any] | None]) -> tuple[str, str | None,
+                                                                         str | None]:
+        """The host that fed some sources (without checkpoints) is dead: harmless if it had
+        sent their whole input — they then finish — else the query can never finish. Its
+        last calls may still be on their way: only sources that stay unfinished and take
+        nothing for ``HOST_DRAIN_S`` count as cut off."""
+        fed = self._host_fed()
+        open_ = {s: stats[s]["events_in"] for s in fed  # type: ignore[index]
+                 if stats.get(s) is not None and not stats[s]["finished"]}  # type: ignore[index]
+        if not open_:
+            return "running", None, None
+        now = time.monotonic()
+        if self._drain is None or self._drain[1] != open_:
+            self._drain = (now, open_)
+        if now - self._drain[0] < HOST_DRAIN_S:
+            return "running", None, None
+        return "failed", HOST_STEP, (
+            f"the query's host, which fed {', '.join(open_)}, died before their input ended; "
+            f"a query deployed without checkpoint_dir cannot feed them again: deploy it with "
+            f"checkpoint_dir=... to survive the loss of its host")
+
+    def _host_fed(self) -> list[str]:
+        """The sources the query's host feeds: no input edge, not fed by the deploying
+        process, not a ``published()`` subscription (from the sink's manifest)."""
+        import ray
+
+        if self._fed is None:
+            info = ray.get(self._handles[self.sink_step].manifest.remote(),
+                           timeout=STATS_WAIT_S)
+            inner = {d for ds in info.get("edges", {}).values() for d in ds}
+            local = set(info.get("fed_by_driver", ()))
+            subs = {tok.split("/", 1)[1] for _, tok in info.get("subscriptions", ())}
+            self._fed = [s for s in self._handles if s not in inner | local | subs]
+        return self._fed
+
+    def _diagnose_supervised(self) -> tuple[str, str | None, str | None]:
+        """A checkpointed query: its supervisor knows, if its host is there to ask."""
+        import ray
+
+        if self.host is not None:
+            state = actor_states(self.name).get(HOST_STEP)
+            if state is None:
+                return "failed", HOST_STEP, _HOST_DEAD
+            if state != "ALIVE":
+                return "recovering", None, None
+        try:
+            kind, step, reason = self.supervisor.state()
+        except ray.exceptions.RayActorError:
+            return "failed", HOST_STEP, _HOST_DEAD
+        return str(kind), step, reason
 
     # -- output -------------------------------------------------------------------------------
     def subscribe(self, snapshot: bool = True,
@@ -223,28 +393,44 @@ class Query:
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Wait until the query's input has ended and its output is complete (True), or
-        ``timeout_s`` passed (False). Raises the query's error, naming the step."""
+        ``timeout_s`` passed (False). A failure — a step that raised, an actor that died in
+        a query without checkpoints, a host lost before it fed the whole input — raises
+        :class:`QueryFailed` naming the step, as soon as it is seen."""
         import ray
 
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         if self.supervisor is not None:
             while True:  # in steps, so that a host restarted meanwhile is reached again
                 left = 5.0 if deadline is None else min(5.0, deadline - time.monotonic())
-                done, error = self.supervisor.outcome(max(0.0, left))
+                try:
+                    done, error = self.supervisor.outcome(max(0.0, left))
+                except ray.exceptions.RayActorError:  # the host is gone, or still restarting
+                    done, error = False, None
+                    if self._diagnose()[0] == "failed":
+                        error = _HOST_DEAD
                 if error is not None:
-                    raise OperatorError(error)
+                    kind, step, reason = self._diagnose()
+                    if kind != "failed":
+                        step, reason = HOST_STEP, error
+                    raise QueryFailed(self.name, step or HOST_STEP, reason or error)
                 if done or (deadline is not None and time.monotonic() >= deadline):
                     return bool(done)
 
+        checked = 0.0
         while True:
-            s = ray.get(self._sink.stats.remote())
-            if s["error"]:
-                raise OperatorError(f"query {self.name!r} failed in {s['error']}")
-            errors = self._feed_errors()
-            if errors:
-                raise OperatorError(f"query {self.name!r}: {errors[0]}")
-            if s["finished"]:
-                return True
+            try:
+                s = ray.get(self._sink.stats.remote(), timeout=STATS_WAIT_S)
+                if s["finished"] and not s["error"]:
+                    return True
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                s = None
+            if s is None or s["error"] or time.monotonic() - checked > CHECK_S:
+                checked = time.monotonic()
+                kind, step, reason = self._diagnose()
+                if kind == "finished":
+                    return True
+                if kind == "failed":
+                    raise QueryFailed(self.name, step, reason)  # type: ignore[arg-type]
             if deadline is not None and time.monotonic() > deadline:
                 return False
             time.sleep(0.02)
@@ -260,57 +446,102 @@ class Query:
             pass
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop the query: detach it from the queries it reads, stop feeding, kill its actors,
-        and wait (up to ``timeout_s``) until their names are gone, so that the name can be
-        deployed again at once. Queries composed onto this one keep running (they just
-        receive nothing more)."""
+        """Stop the query: detach it from the queries it reads, stop feeding, kill its actors
+        (its host first), and wait (up to ``timeout_s``) until Ray confirms them dead and
+        their names are free, so that the name can be deployed again at once. Works in any
+        state of the query: running, recovering, finished or failed. A handle whose name was
+        taken over since (``deploy(..., replace=True)``) stops nothing of the new query.
+        Queries composed onto this one keep running (they just receive nothing more)."""
         import ray
 
-        self.flush_trace()
-        handles = list(self.handles.values())
-        for runner in [self.supervisor, *self._feeding]:
-            if runner is not None:
-                try:
-                    runner.stop(True)  # a supervisor kills the actors: no restart after
-                except Exception:  # noqa: BLE001 - its host is gone
-                    pass
-        if self.host is not None:
+        try:
+            handles = list(self.handles.values())
+        except Exception:  # noqa: BLE001 - its host is gone or restarting
+            handles = list(self._handles.values())
+        ours = self._name_is_ours(handles)
+        if ours:
+            self.flush_trace()
+        for runner in [self.supervisor, *self._feeding] if ours else self._feeding:
             try:
-                ray.kill(self.host, no_restart=True)
-            except Exception:  # noqa: BLE001
+                runner.stop(True)  # a supervisor kills the actors: no restart after
+            except Exception:  # noqa: BLE001 - its host is gone
                 pass
         unsubscribe(self._subscriptions)
-        try:
-            info = ray.get(self._sink.manifest.remote())
-            unsubscribe([tuple(s) for s in info.get("subscriptions", ())])  # type: ignore[misc]
-        except Exception:  # the sink is gone already  # noqa: BLE001
-            pass
-        for h in handles:
+        if ours:
             try:
-                ray.kill(h)
+                info = ray.get(self._sink.manifest.remote(), timeout=10)
+                unsubscribe([tuple(s) for s in info.get("subscriptions", ())])  # type: ignore
+            except Exception:  # the sink is gone already  # noqa: BLE001
+                pass
+        for h in ([self.host] if self.host is not None else []) + handles:
+            try:
+                ray.kill(h, no_restart=True)
             except Exception:  # noqa: BLE001
                 pass
         self.handles = {}
-        # ray.kill returns before the actor is dead and its name released
-        prefix, deadline = actor_name(self.name, ""), time.monotonic() + timeout_s
-        while time.monotonic() < deadline and any(
-                a.get("namespace") == NAMESPACE and a.get("name", "").startswith(prefix)
-                for a in ray.util.list_named_actors(all_namespaces=True)):
-            time.sleep(0.05)
+        if not ours:
+            return
+        # ray.kill returns before the actor is dead and its name released; a host that Ray
+        # was restarting may have started actors meanwhile
+        stop_by_name(self.name, timeout_s)
+        if self._claim is not None:
+            from actors import checkpoint as ck
+
+            ck.release_claim(self._claim[0], self.name, self._claim[1])
+
+    def _name_is_ours(self, handles: list[Any]) -> bool:
+        """Whether the actors now named after this query are this query's (not those of a
+        query deployed under the same name since, with ``replace=True``)."""
+        import ray
+
+        if self._claim is not None:
+            from actors import checkpoint as ck
+
+            held = ck.read_claim(self._claim[0], self.name)
+            return held is None or held.get("token") == self._claim[1]
+        try:
+            sink = ray.get_actor(actor_name(self.name, self.sink_step), namespace=NAMESPACE)
+        except ValueError:
+            return True
+        return sink._actor_id in {h._actor_id for h in handles}
 
 
-def attach(name: str, address: str | None = None) -> Query:
-    """The handle of the running query ``name``, from any driver connected to the cluster."""
+def attach(name: str, address: str | None = None, wait_s: float = ATTACH_WAIT_S) -> Query:
+    """The handle of the running query ``name``, from any driver connected to the cluster.
+    While the query recovers (Ray restarting its host, which replaces every actor), it waits
+    up to ``wait_s`` for the query to be whole again; a query that cannot be reached then
+    raises :class:`QueryUnavailable`, one with no actor left ``ValueError``."""
     import ray
 
     ensure_ray(address or "auto")
-    try:
-        sink = ray.get_actor(actor_name(name, "sink"), namespace=NAMESPACE)
-    except ValueError:
+    began = time.monotonic()
+    while True:
+        states = actor_states(name)
+        if not states:
+            raise ValueError(f"attach({name!r}): no running query has this name (running: "
+                             f"{', '.join(list_queries()) or 'none'})")
+        try:
+            return _attach_now(name)
+        except (ValueError, ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            recovering = any(st != "ALIVE" for st in states.values())
+            waited = time.monotonic() - began
+            if waited > wait_s or (not recovering and waited > ATTACH_GRACE_S):
+                raise QueryUnavailable(
+                    f"attach({name!r}): the query cannot be reached (its actors: "
+                    f"{', '.join(f'{s} {st.lower()}' for s, st in states.items())}): "
+                    f"{'it is still recovering; try again' if recovering else 'its sink is gone'}"
+                    f"; stop what is left with `cedar stop {name}` or "
+                    f"topology.query.stop_by_name({name!r})") from None
+            time.sleep(0.2)
 
-        raise ValueError(f"attach({name!r}): no running query has this name (running: "
-                         f"{', '.join(list_queries()) or 'none'})") from None
-    info = ray.get(sink.manifest.remote())
+
+def _attach_now(name: str) -> Query:
+    import ray
+
+    sink = ray.get_actor(actor_name(name, "sink"), namespace=NAMESPACE)
+    info = ray.get(sink.manifest.remote(), timeout=STATS_WAIT_S)
+    if "actors" not in info:
+        raise ValueError("its sink is being configured")  # a recovery under way
     handles = {step: ray.get_actor(actor, namespace=NAMESPACE)
                for step, actor in info["actors"].items()}
     try:
@@ -318,6 +549,8 @@ def attach(name: str, address: str | None = None) -> Query:
     except ValueError:
         host = None  # its sources were all fed by the driver, or it has no sources to feed
     feeding = None if host is None or "checkpoint_dir" in info else [_Remote(host)]
+    claim = (info["checkpoint_dir"], info["claim"]) if "checkpoint_dir" in info and \
+        "claim" in info else None
     return Query(name, handles, sink=info.get("sink", "sink"), explain=info.get("explain", ""),
                  subscriptions=[tuple(s) for s in info.get("subscriptions", ())],  # type: ignore
-                 host=host, feeding=feeding)
+                 host=host, feeding=feeding, claim=claim)

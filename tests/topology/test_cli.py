@@ -96,3 +96,19 @@ def test_the_demo_progress_ends_on_the_final_count(capsys):
     lines = capsys.readouterr().err.strip().split("\n")
     assert "100%" in lines[-1] and "5/5 queries done" in lines[-1]
     assert sum("4/5" in line for line in lines) == 1
+
+
+@pytest.mark.ray
+def test_stop_frees_the_name_of_a_running_query(ray_session, capsys):
+    """What a refused redeploy tells the user to run (issue 28)."""
+    from topology.query import NameTaken
+
+    q = Stream.from_events([Insert("a", 0, 50, 7), Cti(10)]).deploy("cli-stop")
+    with pytest.raises(NameTaken, match="cedar stop cli-stop"):
+        Stream.from_events([Cti(1)]).deploy("cli-stop")
+    assert main(["stop", "cli-stop"]) == 0
+    assert "stopped cli-stop" in capsys.readouterr().out
+    Stream.from_events([Cti(1)]).deploy("cli-stop").stop()
+    assert main(["stop", "cli-stop"]) == 1
+    assert "no running query" in capsys.readouterr().err
+    del q
