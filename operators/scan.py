@@ -134,7 +134,7 @@ class Scan(Processor):
     def _is_initial(self) -> bool:
         try:
             return bool(self.state == self.udso.initial())
-        except Exception:  # a state that cannot be compared is taken as changed
+        except Exception:  # noqa: BLE001 - a state that cannot be compared counts as changed
             return False
 
     def state_size(self) -> int:
@@ -157,7 +157,7 @@ class _FunctionScan(StreamOperator):
                  tie: Callable[[Any], Any] | None) -> None:
         self.fn, self.initial_value = step, initial
         if tie is not None:
-            self.tie = tie  # type: ignore[method-assign]
+            self.tie = tie  # type: ignore[method-assign, assignment]
 
     def initial(self) -> Any:
         return copy.deepcopy(self.initial_value)
@@ -190,7 +190,7 @@ def as_stream_operator(step: Any, initial: Any = None,
                              f"{step.udm_name}, which makes its own state with initial()")
         if tie is not None:
             udso = copy.copy(step)
-            udso.tie = tie  # type: ignore[method-assign]
+            udso.tie = tie  # type: ignore[method-assign, assignment]
             return udso
         return step
     if isinstance(step, type) or not callable(step):

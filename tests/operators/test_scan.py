@@ -6,6 +6,7 @@ and on Ray; scenarios that read like timelines; errors named where they were wri
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -174,6 +175,17 @@ def test_state_survives_a_snapshot_through_pickle():
     again = Scan(echo_list, [])
     again.restore(pickle.loads(pickle.dumps(op.snapshot())))
     assert again.state == [5] and again.process([Cti(4)])[0].payload == (5, 6)
+
+
+def test_the_pattern_examples_in_the_docs_run():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "patterns.md").read_text()
+    blocks = [b.split("```")[0] for b in page.split("```python")[1:]]
+    assert len(blocks) == 2
+    scope: dict = {}
+    exec(compile("\n".join(blocks), "docs/patterns.md", "exec"), scope)
+    out = scope["alerts"].collect(runtime="inline")
+    assert to_cht(out) == [(s, s + 1, (sym, (s - 4, s - 2, s))) for s, sym in
+                           ((4, "B"), (5, "A"), (6, "B"), (7, "A"), (8, "B"), (9, "A"))]
 
 
 # -- on both runtimes ---------------------------------------------------------------------------
