@@ -97,6 +97,27 @@ def test_behind_a_cti_intervals_are_final_and_freed():
     assert out == [Retract(out[0].id, 2, MAX_TIME, 7, "y"), Cti(8)]
 
 
+def test_an_interval_ending_at_the_cti_can_still_grow():
+    #   x [0 ──── 5)   Cti(5)   x [5 ── 8)     the new event starts at the CTI and touches
+    #   the interval: one event [0, 8), not [0, 5) and [5, 8)
+    op = Distinct()
+    out = op.process([Insert("a", 0, 5, "x"), Cti(5), Insert("b", 5, 8, "x"), Cti(9)])
+    validate(out)
+    assert to_cht(out) == [(0, 8, "x")]
+
+
+def test_a_representative_deleted_at_the_same_start_is_replaced():
+    #   {"user": 1, "page": "a"} [2 ── 6)     same start, least repr ("a") represents
+    #   {"user": 1, "page": "b"} [2 ───── 8)  [2, 8); delete "a" and "b" represents it
+    a, b = {"user": 1, "page": "a"}, {"user": 1, "page": "b"}
+    op = Distinct(key="user")
+    out = op.process([Insert("b", 2, 8, b), Insert("a", 2, 6, a)])
+    assert to_cht(out) == [(2, 8, a)]
+    out += op.process([Retract("a", 2, 6, 2, a), Cti(9)])
+    validate(out)
+    assert to_cht(out) == [(2, 8, b)]
+
+
 def test_with_a_key_the_earliest_event_represents_the_interval():
     #   {"user": 1, "page": "b"} [2 ──── 6)
     #   {"user": 1, "page": "a"}    [3 ──── 8)      key user: one interval [2, 8),
