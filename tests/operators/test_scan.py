@@ -234,3 +234,23 @@ def test_a_step_that_returns_no_pair_fails_naming_the_step():
 def test_explain_names_the_step():
     q = Stream.from_events([]).scan(echo, (0, 0), tie=abs)
     assert "scan(echo, tie=abs)" in q.explain(stages=False)
+
+
+# -- checkpointed on Ray: the scan actor dies mid-stream --------------------------------------------
+def running_total(total, p):
+    """Any lost or repeated step shows: every output is the total so far."""
+    return total + p["v"], [total + p["v"]]
+
+
+@pytest.mark.ray
+def test_a_killed_scan_actor_recovers_its_state_from_the_checkpoint(ray_session, tmp_path):
+    from tests.reliability.test_recovery import check_exactly_once, readings, run_with_kill
+
+    def query():
+        return Stream.from_events(readings(8_000)).group_apply(
+            lambda p: p["k"], lambda g: g.scan(running_total, 0))
+
+    expected = query().collect(runtime="inline")
+    out, _, recs = run_with_kill("rec-scan", query(), tmp_path, "ray", "group_apply", 3_000)
+    check_exactly_once(out, expected)
+    assert len(recs) == 1
