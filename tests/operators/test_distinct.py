@@ -27,6 +27,14 @@ def parity(p):
     return p % 2 if isinstance(p, int) else repr(p)
 
 
+#: ``(factory, reference, query)`` for tests/topology/test_differential.py
+CASES = {
+    "payload": (Distinct, ref.distinct, lambda s: s.distinct()),
+    "key": (lambda: Distinct(parity), lambda rows: ref.distinct(rows, parity),
+            lambda s: s.distinct(key=parity)),
+}
+
+
 def _check(stream, cut, key):
     expected = ref.distinct(to_cht(stream), key)
     out = run_operator(lambda: Distinct(key), stream, seed=cut, restore_at=cut)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from operators.aggregates import Count
 from operators.cht import to_cht, validate
 from operators.errors import OperatorError
-from operators.events import Cti, Insert, Retract
+from operators.events import MAX_TIME, Cti, Insert, Retract
 from operators.scan import Scan
 from operators.udm import StreamOperator, register
 from tests import reference_scan as ref
@@ -40,6 +40,21 @@ def echo_list(state, p):
 
 def _reference(stream, step=echo, initial=(0, 0), tie=None):
     return ref.scan(to_cht(stream), final_time(stream), step, initial, tie)
+
+
+def _case(step, initial, tie=None):
+    """``(factory, reference over CHT rows, query)`` for tests/topology/test_differential.py,
+    whose streams end with a CTI past every start: every row is stepped."""
+    return (lambda: Scan(step, initial, tie),
+            lambda rows: ref.scan(rows, MAX_TIME, step, initial, tie),
+            lambda s: s.scan(step, initial, tie))
+
+
+CASES = {
+    "echo": _case(echo, (0, 0)),
+    "in_place": _case(echo_list, []),
+    "tie": _case(echo, (0, 0), lambda p: -p),
+}
 
 
 # -- against the reference ----------------------------------------------------------------------
@@ -236,7 +251,7 @@ def test_explain_names_the_step():
     assert "scan(echo, tie=abs)" in q.explain(stages=False)
 
 
-# -- checkpointed on Ray: the scan actor dies mid-stream --------------------------------------------
+# -- checkpointed on Ray: the scan actor dies mid-stream ---------------------------------------
 def running_total(total, p):
     """Any lost or repeated step shows: every output is the total so far."""
     return total + p["v"], [total + p["v"]]
