@@ -38,8 +38,10 @@ longer grow or shrink (a new event starts at the CTI or later, and cannot touch 
 final, and it and its input events are freed.
 
 **State.** Per key, the live input events in a list sorted by start, and the current output
-intervals (disjoint and not touching) in a list sorted by start. A change recomputes the union
-only over the intervals it touches; a heap of interval ends frees the final ones on a CTI.
+intervals (disjoint and not touching) in a list sorted by start. An insert apart from every
+interval of its key, inside one or lengthening one costs a bisection; any other change
+recomputes the union over the intervals it touches. A heap of interval ends frees the final
+ones on a CTI.
 """
 
 from __future__ import annotations
@@ -99,6 +101,25 @@ class Distinct(Processor):
         ks[K_RECS][seq] = [eid, start, end, payload]
         insort(ks[K_BY_START], (start, seq))
         self.ids[eid] = (key, seq)
+        # the common cases in O(log n): an event apart from every interval of its key, inside
+        # one, or lengthening one; anything else goes through _recompute
+        outs, out_starts = ks[K_OUTS], ks[K_OUT_STARTS]
+        hi = bisect_right(out_starts, end)
+        if hi == 0 or outs[hi - 1][1] < start:
+            oid = FreshId(self.next_out, 0)
+            self.next_out += 1
+            outs.insert(hi, [start, end, oid, payload])
+            out_starts.insert(hi, start)
+            self._expire_at(end, key)
+            return [Insert(oid, start, end, payload)]
+        o = outs[hi - 1]
+        if o[0] < start and (hi < 2 or outs[hi - 2][1] < start):
+            if end <= o[1]:
+                return []
+            msg = Retract(o[2], o[0], o[1], end, o[3])
+            o[1] = end
+            self._expire_at(end, key)
+            return [msg]
         return self._recompute(key, ks, start, end)
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
