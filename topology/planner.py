@@ -150,9 +150,11 @@ def _b_group_apply(node: n.GroupApply, step: str) -> Factory:
 
 
 def _b_scan(node: n.Scan, step: str) -> Factory:
-    from operators.scan import Scan
+    from operators.scan import Scan, as_stream_operator
 
-    return functools.partial(Scan, node.step, node.initial, node.tie, name=step)
+    # resolved here, in the driver: a name registered in the driver means nothing to an actor
+    return functools.partial(Scan, as_stream_operator(node.step, node.initial, node.tie),
+                             name=step)
 
 
 def _b_distinct(node: n.Distinct, step: str) -> Factory:

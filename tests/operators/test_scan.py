@@ -219,6 +219,13 @@ def test_scan_on_each_runtime(runtime):
         [r for r in rows if r[2] % 2 == k], 60, echo, (0, 0))])
 
 
+def test_a_registered_stream_operator_runs_by_name_on_each_runtime(runtime):
+    register("rising3-anywhere", Rising)  # in the driver only: the plan carries the instance
+    stream = [Insert(t, t, t + 1, p) for t, p in enumerate([3, 4, 5, 1, 2])] + [Cti(9)]
+    out = Stream.from_events(stream).scan("rising3-anywhere").collect(runtime=runtime)
+    assert to_cht(out) == [(2, 3, (3, 4, 5))]
+
+
 # -- errors ---------------------------------------------------------------------------------------
 def test_a_non_callable_step_is_refused_when_the_query_is_built():
     s = Stream.from_events([])
