@@ -113,13 +113,13 @@ class Distinct(Processor):
             self._expire_at(end, key)
             return [Insert(oid, start, end, payload)]
         o = outs[hi - 1]
-        if o[0] < start and (hi < 2 or outs[hi - 2][1] < start):
+        if o[0] < start:  # o is the only interval it touches, and it keeps o's start
             if end <= o[1]:
                 return []
-            msg = Retract(o[2], o[0], o[1], end, o[3])
+            moved = Retract(o[2], o[0], o[1], end, o[3])
             o[1] = end
             self._expire_at(end, key)
-            return [msg]
+            return [moved]
         return self._recompute(key, ks, start, end)
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
