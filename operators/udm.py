@@ -16,6 +16,9 @@ base class                      the writer implements
                                 when ``time_sensitive = True``)
 :class:`Operator`               ``compute(values) -> iterable of payloads``
 :class:`TimeSensitiveOperator`  ``compute(events, window) -> iterable of (start, end, payload)``
+:class:`StreamOperator`         ``initial() -> state``, ``step(state, payload) -> (state,
+                                outputs)``: a stream operator for ``Stream.scan`` (no
+                                window: every event once, in start order, when final)
 ==============================  ==========================================================
 
 UDMs must be deterministic: the engine calls them again on the same input to retract earlier
@@ -127,6 +130,38 @@ class TimeSensitiveOperator(UDM):
     def compute(self, events: list[tuple[int, int, Any]], window: Window) -> Iterable[
             tuple[int, int, Any]]:
         raise NotImplementedError
+
+
+class StreamOperator(UDM):
+    """A user-defined stream operator (StreamInsight's UDSO), run by ``Stream.scan``: the
+    engine calls :meth:`step` once per event, in start order (equal starts ordered by
+    :meth:`tie`), when a CTI has made the event final, threading the state :meth:`initial`
+    made through the calls. Keep every bit of state in that value, not on ``self``: it is
+    what a checkpoint stores and what ``group_apply`` keeps per key (operators/scan.py).
+
+        >>> class Rising(StreamOperator):  # output a price higher than the one before
+        ...     def initial(self): return None
+        ...     def step(self, last, price):
+        ...         return price, [price] if last is not None and price > last else []
+        >>> Rising().step(3, 5)
+        (5, [5])
+    """
+
+    is_operator = True
+
+    def initial(self) -> Any:
+        """A fresh state (called once per scan, and per key under ``group_apply``)."""
+        raise NotImplementedError
+
+    def step(self, state: Any, payload: Any) -> tuple[Any, Iterable[Any]]:
+        """``(new state, output payloads)`` after the event ``payload``; each output becomes
+        a point at the event's start. May update ``state`` in place and return it."""
+        raise NotImplementedError
+
+    def tie(self, payload: Any) -> Any:
+        """The order of events with equal starts (default ``repr``): a total order makes the
+        output the same on every plan and runtime."""
+        return repr(payload)
 
 
 class FunctionAggregate(Aggregate):

@@ -256,10 +256,52 @@ class GroupApply(Node):
         return f"group_apply({_fn(self.key)}{parts}) key {_how(self.key)}"
 
 
+# -- scan and distinct ---------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Scan(Node):
+    """A user-defined stream operator: ``step`` threads a state through the final events in
+    start order (:mod:`operators.scan`)."""
+
+    step: Any
+    initial: Any = None
+    tie: Callable[[Any], Any] | None = None
+    verb: ClassVar[str] = "scan"
+
+    def __post_init__(self) -> None:
+        from operators.scan import as_stream_operator
+
+        as_stream_operator(self.step, self.initial, self.tie)  # refuse a bad argument here
+
+    def describe(self) -> str:
+        from operators.scan import as_stream_operator
+
+        tie = "" if self.tie is None else f", tie={_fn(self.tie)}"
+        return f"scan({as_stream_operator(self.step, self.initial).udm_name}{tie})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Distinct(Node):
+    """The maximal intervals covered by each distinct payload (or ``key(payload)``)
+    (:mod:`operators.distinct`)."""
+
+    key: Any = None
+    verb: ClassVar[str] = "distinct"
+
+    def __post_init__(self) -> None:
+        if self.key is not None and not callable(self.key) and not isinstance(self.key,
+                                                                              (str, int)):
+            raise TypeError(f"distinct: key={self.key!r}: give a function of the payload, a "
+                            f"field name or an index (or None: the whole payload)")
+
+    def describe(self) -> str:
+        return "distinct()" if self.key is None else f"distinct(key={_fn(self.key)})"
+
+
 #: Every node type a plan may hold (the planner has one function for each).
 NODE_TYPES: tuple[type[Node], ...] = (
     FromEvents, FromRows, Published, GroupInput, Where, Select, AlterLifetime, Shift, ToPoints,
     ClipDuration, Window, Join, AntiJoin, LeftJoin, Union, GroupApply,
+    Scan, Distinct,
 )
 
 __all__ = [t.__name__ for t in NODE_TYPES] + ["Node", "NODE_TYPES"]

@@ -149,6 +149,20 @@ def _b_group_apply(node: n.GroupApply, step: str) -> Factory:
     return functools.partial(GroupApply, node.key, subquery_factory(node.sub, step), name=step)
 
 
+def _b_scan(node: n.Scan, step: str) -> Factory:
+    from operators.scan import Scan, as_stream_operator
+
+    # resolved here, in the driver: a name registered in the driver means nothing to an actor
+    return functools.partial(Scan, as_stream_operator(node.step, node.initial, node.tie),
+                             name=step)
+
+
+def _b_distinct(node: n.Distinct, step: str) -> Factory:
+    from operators.distinct import Distinct
+
+    return functools.partial(Distinct, node.key, name=step)
+
+
 def _describe(node: n.Node, factory: Factory) -> str:
     """The stage's line in ``explain()``: the node, and the fast path when one was chosen."""
     if getattr(factory, "func", None) is KeyedWindowAggregate:
@@ -221,6 +235,7 @@ BUILDERS: dict[type[n.Node], Callable[[Any, str], Factory]] = {
     n.AlterLifetime: _b_alter, n.Shift: _b_shift, n.ToPoints: _b_to_points,
     n.ClipDuration: _b_clip, n.Window: _b_window, n.Join: _b_join, n.AntiJoin: _b_anti_join,
     n.LeftJoin: _b_left_join, n.Union: _b_union, n.GroupApply: _b_group_apply,
+    n.Scan: _b_scan, n.Distinct: _b_distinct,
 }
 
 

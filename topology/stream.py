@@ -270,6 +270,25 @@ class Stream:
         """Lifetimes longer than ``limit`` ticks are cut to ``[start, start + limit)``."""
         return self._then(n.ClipDuration, limit=limit, name=name)
 
+    # -- scan and distinct ---------------------------------------------------------------
+    def scan(self, step: Any, initial: Any = None, tie: Callable[[Any], Any] | None = None,
+             name: str | None = None) -> Stream:
+        """A user-defined stream operator: ``step(state, payload) -> (state, outputs)`` is
+        called once per event, in start order (equal starts ordered by ``tie(payload)``,
+        default ``repr``), once a CTI has made the event final; each output payload becomes
+        a point at the event's start, never retracted. ``initial`` is the first state
+        (deep-copied; per key under ``group_apply``). ``step`` may instead be a
+        :class:`operators.udm.StreamOperator` (class, instance or registered name) with its
+        own ``initial()`` (:mod:`operators.scan`)."""
+        return self._then(n.Scan, step=step, initial=initial, tie=tie, name=name)
+
+    def distinct(self, key: Any = None, name: str | None = None) -> Stream:
+        """For each distinct payload (or ``key(payload)``), the maximal intervals its
+        lifetimes cover: overlapping or touching lifetimes of equal payloads become one
+        event. With ``key``, each interval carries the payload of its earliest-starting
+        event (equal starts: the least by ``repr``) (:mod:`operators.distinct`)."""
+        return self._then(n.Distinct, key=key, name=name)
+
     # -- windows ----------------------------------------------------------------------------
     def window(self, spec: w.WindowSpec, clip: str | None = None, output: str | None = None,
                emit: str = "speculative") -> WindowedStream:

@@ -14,6 +14,7 @@ PUBLIC = {
     "Aggregates", "Avg", "Count", "Max", "Min", "Sum", "TimeWeightedAverage", "TopK",
     "Aggregate", "IncrementalAggregate", "Operator", "TimeSensitiveAggregate",
     "TimeSensitiveOperator", "Window", "register", "check", "CheckFailed",
+    "StreamOperator",
 }
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
