@@ -41,7 +41,7 @@ from operators.feeds import END, round_robin
 from operators.publish import Publish
 
 from . import nodes as n
-from .inline import close_feeds, feed_of, source_batches
+from .inline import Collected, close_feeds, feed_of, report_of, source_batches
 from .names import (
     FETCH_WAIT_S,
     HEAD_RESOURCE,
@@ -349,9 +349,11 @@ def collect_plan(plan: Plan, *, batch_size: int = DEFAULT_BATCH,
                  on_messages: Callable[[list[Message]], Any] | None = None,
                  checkpoint_dir: str | None = None,
                  checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
-                 trace: Any = None, columns: bool = False) -> list[Message]:
+                 trace: Any = None, columns: bool = False) -> Collected:
     """Run ``plan`` on Ray to the end of its sources; return the output messages (or, with
-    ``on_messages``, hand each fetched batch to it as it arrives and return nothing). With
+    ``on_messages``, hand each fetched batch to it as it arrives and return none), as a
+    :class:`~topology.inline.Collected` that also holds the run's dead letters, late events
+    and source accounting, read from the actors before they are handed back. With
     ``columns`` the sink's column batches come as they are, else expanded into inserts.
 
     An error in any actor is raised here as :class:`~operators.errors.OperatorError` naming
@@ -397,8 +399,9 @@ def collect_plan(plan: Plan, *, batch_size: int = DEFAULT_BATCH,
                 break
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"collect(): the query did not finish within {timeout_s} s")
+        report = report_of(plan, _actor_records(handles))
         clean = True
-        return out
+        return Collected(out, report)
     finally:
         unsubscribe(subs)
         if reuse and clean:
@@ -406,6 +409,21 @@ def collect_plan(plan: Plan, *, batch_size: int = DEFAULT_BATCH,
         else:
             for h in actors:
                 ray.kill(h)
+
+
+def _actor_records(handles: dict[str, Any]) -> dict[str, tuple[Any, list[Any], list[Any]]]:
+    """Every step's ``(source counters or None, dead letters, late events)``, from its actor
+    (:meth:`~actors.shell.OperatorShell.stats`, then ``records`` of the steps that have any):
+    what ``Query.dead_letters()``/``late()``/``stats()`` give a deployed query."""
+    import ray
+
+    steps = list(handles)
+    stats = ray.get([handles[s].stats.remote() for s in steps])
+    asks = [(s, kind) for s, st in zip(steps, stats) for kind in ("dead_letters", "late")
+            if st[kind]]
+    got = dict(zip(asks, ray.get([handles[s].records.remote(k) for s, k in asks])))
+    return {s: (st.get("source"), list(got.get((s, "dead_letters"), ())),
+                list(got.get((s, "late"), ()))) for s, st in zip(steps, stats)}
 
 
 def _without_sink(plan: Plan) -> Plan:
@@ -422,7 +440,7 @@ def _without_sink(plan: Plan) -> Plan:
 
 def _collect_checkpointed(plan: Plan, opts: dict[str, Any], root: str, every: int,
                           timeout_s: float | None,
-                          on_messages: Callable[[list[Message]], Any] | None) -> list[Message]:
+                          on_messages: Callable[[list[Message]], Any] | None) -> Collected:
 
     name = f"collect-{uuid.uuid4().hex[:8]}"
     sup = _supervise(plan, name, opts, root, every, info={"query": name}).start()
@@ -431,11 +449,12 @@ def _collect_checkpointed(plan: Plan, opts: dict[str, Any], root: str, every: in
             raise TimeoutError(f"collect(): the query did not finish within {timeout_s} s")
         if sup.error is not None:
             raise OperatorError(sup.error)
+        report = report_of(plan, _actor_records(sup.current_handles()))
         if on_messages is not None:
             if sup.output:
                 on_messages(list(sup.output))
-            return []
-        return list(sup.output)
+            return Collected((), report)
+        return Collected(sup.output, report)
     finally:
         sup.stop(kill=True)
         ck.forget(ck.normalize(root), name)

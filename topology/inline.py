@@ -14,7 +14,9 @@ do).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from actors.trace import Trace
@@ -30,6 +32,125 @@ if TYPE_CHECKING:
 
 #: Messages (or rows) per batch fed to a source.
 DEFAULT_BATCH = 4096
+
+
+class DeadLetterWarning(UserWarning):
+    """A run to the end (``collect()``, ``to_spark()``, ``write()``) sent inputs to the dead
+    letters instead of the output. Turn it into an error with
+    ``warnings.simplefilter("error", DeadLetterWarning)``."""
+
+
+#: The accounting equation's terms: a rows source (an Ingress) counts rows in all four, a
+#: messages source (``from_events``) has no late-event policy, so no dropped or adjusted.
+ROW_TERMS = ("processed", "dropped", "adjusted", "dead_lettered")
+
+
+@dataclass
+class RunReport:
+    """What a run to the end did with its input, beside its output: ``dead_letters`` (every
+    input no step could process, each with its reason, :class:`~operators.errors.DeadLetter`),
+    ``late`` (the events sources dropped or adjusted by their late-event policy,
+    :class:`~operators.errors.LateEvent`) and ``accounting``: per source step, its counters,
+    which obey ``received == processed + dropped + adjusted + dead_lettered`` (docs/errors.md).
+    A streaming ``from_spark`` counts the rows of this run (its Ingress runs in the driver)."""
+
+    dead_letters: list[Any] = field(default_factory=list)
+    late: list[Any] = field(default_factory=list)
+    accounting: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def equation(self) -> str:
+        """The accounting equation of every source, with this run's numbers."""
+        parts = []
+        for step, c in self.accounting.items():
+            terms = [t for t in ROW_TERMS if t in c]
+            rhs = " + ".join(f"{t.replace('_', '-')} {c[t]}" for t in terms)
+            parts.append(f"{step}: received {c.get('received', 0)} = {rhs}")
+        return "; ".join(parts)
+
+    def warning(self, what: str, where: str) -> str | None:
+        """The warning of a run with dead letters (None without): how many, the first reason,
+        where to read them (``where`` + ``dead_letters``, e.g. ``"collect(...)."``) and the
+        accounting."""
+        if not self.dead_letters:
+            return None
+        n = len(self.dead_letters)
+        first = self.dead_letters[0]
+        reason = str(first.reason)
+        if len(reason) > 300:
+            reason = reason[:300] + "..."
+        return (f"{what}: {n} input{'s' if n != 1 else ''} went to the dead letters, not to "
+                f"the output (the first, in {first.where}: {reason}); read them, each with "
+                f"its reason, as {where}dead_letters (late events: {where}late). "
+                f"Accounting: {self.equation()}")
+
+    def warn(self, what: str, where: str, stacklevel: int = 2) -> None:
+        """Warn (:class:`DeadLetterWarning`) if the run has dead letters."""
+        text = self.warning(what, where)
+        if text is not None:
+            warnings.warn(text, DeadLetterWarning, stacklevel=stacklevel + 1)
+
+
+class Collected(list[Any]):
+    """What ``collect()`` returns: the output messages (a list: compare, slice and iterate it
+    as one), plus what the run did not output, as attributes: ``dead_letters``, ``late`` and
+    ``accounting`` (see :class:`RunReport`; ``report`` gives the three as one).
+
+    >>> import warnings
+    >>> from topology import Stream
+    >>> with warnings.catch_warnings(record=True) as said:
+    ...     warnings.simplefilter("always")
+    ...     out = Stream.from_rows([{"t": 1}, {"t": None}], start="t").collect(runtime="inline")
+    >>> out
+    [Insert(id=0, start=1, end=2, payload={'t': 1}), Cti(time=2)]
+    >>> [(d.where, d.item) for d in out.dead_letters]
+    [('from_rows#0', {'t': None})]
+    >>> out.report.equation()
+    'from_rows#0: received 2 = processed 1 + dropped 0 + adjusted 0 + dead-lettered 1'
+    >>> print(said[0].message)  # doctest: +ELLIPSIS
+    collect(): 1 input went to the dead letters, not to the output (the first, in ...
+    ... as collect(...).dead_letters (late events: collect(...).late). Accounting: ...
+    """
+
+    dead_letters: list[Any]
+    late: list[Any]
+    accounting: dict[str, dict[str, int]]
+
+    def __init__(self, messages: Iterable[Any] = (), report: RunReport | None = None) -> None:
+        super().__init__(messages)
+        r = report if report is not None else RunReport()
+        self.dead_letters, self.late, self.accounting = r.dead_letters, r.late, r.accounting
+
+    @property
+    def report(self) -> RunReport:
+        return RunReport(self.dead_letters, self.late, self.accounting)
+
+
+def report_of(plan: Plan, records: dict[str, tuple[Any, list[Any], list[Any]]]) -> RunReport:
+    """The :class:`RunReport` of a run of ``plan`` from each step's ``(stats, dead_letters,
+    late)`` (stats: a source's counters, else None). A source fed by a streaming Spark
+    DataFrame counts rows in the driver's Ingress (``run_records()`` of its data): its rows'
+    counters and records replace the messages source's counters."""
+    report = RunReport()
+    for step, (stats, dead, late) in records.items():
+        report.dead_letters.extend(dead)
+        report.late.extend(late)
+        if step in plan.sources and stats is not None:
+            report.accounting[step] = dict(stats)
+    for step in plan.sources:
+        src = plan.stages[step].source
+        data = getattr(src, "messages", None)
+        run_records = getattr(data, "run_records", None)
+        got = run_records() if callable(run_records) else None
+        if got is not None:
+            report.dead_letters.extend(got["dead_letters"])
+            report.late.extend(got["late"])
+            report.accounting[step] = dict(got["stats"])
+    return report
+
+
+def procs_records(dag: DagProcessor) -> dict[str, tuple[Any, list[Any], list[Any]]]:
+    """Every step's ``(stats, dead_letters, late)`` in an inline run."""
+    return {step: (p.stats, list(p.dead_letters), list(p.late)) for step, p in dag.procs.items()}
 
 
 def feed_of(plan: Plan, step: str) -> Iterable[Any]:
@@ -57,23 +178,26 @@ def source_batches(plan: Plan, step: str, batch_size: int) -> Iterator[Any]:
 
 
 def run_inline(plan: Plan, batch_size: int = DEFAULT_BATCH,
-               trace: Trace | None = None, columns: bool = False) -> list[Message]:
-    """Run ``plan`` to the end of its sources in this process; return the output messages.
+               trace: Trace | None = None, columns: bool = False) -> Collected:
+    """Run ``plan`` to the end of its sources in this process; return the output messages
+    (a :class:`Collected`: with the run's dead letters, late events and accounting).
     With ``trace`` every step's messages are recorded there (:mod:`actors.trace`). With
     ``columns`` the sink's column batches are returned as they are (a Spark sink converts them
     column-wise), else expanded into inserts."""
     dag = DagProcessor(plan, inline_sink=True, trace=trace)
     dag.expand_output = not columns
     if trace is None:
-        return drive(dag, plan, batch_size)[0]
-    from .trace import write_plan
+        out = drive(dag, plan, batch_size)[0]
+    else:
+        from .trace import write_plan
 
-    write_plan(trace, plan, runtime="inline")
-    try:
-        return drive(dag, plan, batch_size)[0]
-    finally:
-        for rec in (dag.trace or {}).values():
-            rec.flush()
+        write_plan(trace, plan, runtime="inline")
+        try:
+            out = drive(dag, plan, batch_size)[0]
+        finally:
+            for rec in (dag.trace or {}).values():
+                rec.flush()
+    return Collected(out, report_of(plan, procs_records(dag)))
 
 
 def drive(dag: DagProcessor, plan: Plan, batch_size: int) -> tuple[list[Message], list[int]]:

@@ -458,9 +458,20 @@ def to_spark(spark: SparkSession | None, rows_or_messages: Iterable[Any],
     default, in local mode, under this process's temp directory (removed when it exits: the
     DataFrame reads them lazily). Without ``staging`` on a cluster the table goes through the
     driver (``createDataFrame`` of one Arrow table).
+
+    Given what ``collect()`` returns (:class:`topology.inline.Collected`), the DataFrame gets
+    its run's report as ``run_report`` (dead letters, late events, accounting), as
+    ``Stream.to_spark`` returns it.
     """
     session = _session(spark, "to_spark")
-    return _dataframe(session, rows_or_messages, staging, "to_spark")[0]
+    df = _dataframe(session, rows_or_messages, staging, "to_spark")[0]
+    report = getattr(rows_or_messages, "report", None)
+    if report is not None:
+        try:
+            df.run_report = report
+        except AttributeError:  # a DataFrame class that takes no attributes: the run warned
+            pass
+    return df
 
 
 def write(

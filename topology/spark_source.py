@@ -457,6 +457,9 @@ class SparkStreamFeeder:
         self._held: dict[str, Any] | None = None
         #: The Ingress as last saved (what :meth:`commit_run` commits: not the run's end CTI).
         self._saved_ingress: dict[str, Any] | None = None
+        #: What the Ingress recorded during the last run of :meth:`stream` (see
+        #: :meth:`run_records`), taken at the run's end; None until a run ended.
+        self._run_records: dict[str, Any] | None = None
         if checkpoint_location is not None:
             self._load_state()
         if self._saved_ingress is None:
@@ -590,6 +593,8 @@ class SparkStreamFeeder:
             start = self._held["ingress"]
             self.ingress.restore(start)
             replay = list(self._held["batches"])
+        self._run_records = None
+        before = self._counts()
         handoff: queue.Queue[Any] = queue.Queue()
         acks: queue.Queue[bool] = queue.Queue()
         closed = threading.Event()
@@ -660,6 +665,7 @@ class SparkStreamFeeder:
                 self.commit(batch_id)
                 acks.put(True)
             final = self.ingress.end()  # this run's end: not committed
+            self._run_records = self._records_since(before)
             if final:
                 yield final
             if held and not hold:
@@ -669,6 +675,24 @@ class SparkStreamFeeder:
             acks.put(False)
             if query.isActive:
                 query.stop()
+
+    def _counts(self) -> tuple[int, int, dict[str, int]]:
+        ing = self.ingress
+        return len(ing.dead_letters), len(ing.late), dict(ing.stats)
+
+    def _records_since(self, before: tuple[int, int, dict[str, int]]) -> dict[str, Any]:
+        dead, late, stats = before
+        ing = self.ingress
+        return {"dead_letters": list(ing.dead_letters[dead:]), "late": list(ing.late[late:]),
+                "stats": {k: v - stats.get(k, 0) for k, v in ing.stats.items()}}
+
+    def run_records(self) -> dict[str, Any] | None:
+        """What the Ingress did with the rows of the last run of :meth:`stream` (a held run
+        that died and was replayed included, from its start): ``dead_letters``, ``late`` and
+        ``stats`` (its counters, ``received == processed + dropped + adjusted +
+        dead_lettered``), counted over that run only; None until a run ended. The records of
+        the whole stream are :func:`stream_records`."""
+        return self._run_records
 
     # -- driving the query --------------------------------------------------------------------
     def start(self, trigger: dict[str, Any] | None = None,

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ from . import nodes as n
 COLUMN_BATCH_ROWS = 262_144
 
 if TYPE_CHECKING:
+    from .inline import Collected, RunReport
     from .planner import Plan
     from .query import Query
 
@@ -375,10 +377,17 @@ class Stream:
 
     def collect(self, runtime: str = "ray", *, fuse: bool | None = None,
                 batch_size: int | None = None, trace: Any = None, columns: bool = False,
-                **options: Any) -> list[Message]:
+                **options: Any) -> Collected:
         """Run the query to the end of its sources and return the output messages
         (``columns=True``: the output's column batches as :class:`~operators.columns.Columns`,
         each standing for its inserts, instead of one ``Insert`` per event).
+
+        The result is a list with what the run did not output as attributes
+        (:class:`topology.inline.Collected`): ``dead_letters`` (the inputs no step could
+        process, each with its reason), ``late`` (the events sources dropped or adjusted by
+        their late-event policy) and ``accounting`` (per source, ``received == processed +
+        dropped + adjusted + dead_lettered``). A run with dead letters warns once
+        (:class:`topology.inline.DeadLetterWarning`) with their count and where to read them.
 
         ``runtime="ray"`` connects to Ray (or starts a local instance), deploys one actor per
         stage, feeds the sources, drains and tears the actors down; ``runtime="inline"`` runs
@@ -387,7 +396,21 @@ class Stream:
         :class:`actors.trace.Trace` with bounds) records the messages entering and leaving
         every step as parquet; read it with ``Trace.open(path)`` or ``cedar debug PATH``.
         ``fuse`` runs stateless steps in the stage before them (see :meth:`_ray_plan`).
+
+        Over a streaming ``from_spark(..., checkpoint=PATH)`` the run is committed only when
+        ``collect()`` returns its output: a run that fails or is killed before commits
+        nothing, and the next ``collect()`` delivers its events again (docs/spark.md).
         """
+        with _held_runs(self._node) as commit:
+            out = self._run(runtime, fuse=fuse, batch_size=batch_size, trace=trace,
+                            columns=columns, **options)
+            commit()
+        out.report.warn("collect()", "collect(...).", stacklevel=2)
+        return out
+
+    def _run(self, runtime: str, *, fuse: bool | None = None, batch_size: int | None = None,
+             trace: Any = None, columns: bool = False, **options: Any) -> Collected:
+        """:meth:`collect`'s run, with no commit of a streaming source and no warning."""
         if runtime not in RUNTIMES:
             raise ValueError(f"collect(runtime={runtime!r}): use one of {RUNTIMES}")
         if runtime == "inline":
@@ -418,18 +441,34 @@ class Stream:
         """Run the query and return its output CHT as a Spark DataFrame: ``start`` and ``end``
         timestamps (∞ as null) plus the payload's fields (a scalar payload is ``value``).
         Column batches of the output stay columns on the way to Spark, staged as parquet parts
-        under ``staging`` (:func:`topology.spark_sink.to_spark`)."""
+        under ``staging`` (:func:`topology.spark_sink.to_spark`). The DataFrame's
+        ``run_report`` (:class:`topology.inline.RunReport`) holds the run's dead letters, late
+        events and accounting; dead letters also warn, as in :meth:`collect`. A streaming
+        ``from_spark`` with a checkpoint is committed once the DataFrame is made."""
         from .spark_sink import to_spark
 
-        return to_spark(spark, self.collect(runtime, columns=True, **options), staging=staging)
+        with _held_runs(self._node) as commit:
+            out = self._run(runtime, columns=True, **options)
+            df = to_spark(spark, out, staging=staging)
+            commit()
+        out.report.warn("to_spark()", "to_spark(...).run_report.", stacklevel=2)
+        return df
 
     def write(self, path: str, format: str = "parquet", mode: str = "error", spark: Any = None,
-              runtime: str = "ray", staging: str | None = None, **options: Any) -> None:
-        """Run the query and write its output CHT through Spark (see :meth:`to_spark`)."""
+              runtime: str = "ray", staging: str | None = None, **options: Any) -> RunReport:
+        """Run the query and write its output CHT through Spark (see :meth:`to_spark`);
+        returns the run's :class:`topology.inline.RunReport` (dead letters, late events,
+        accounting), and warns on dead letters. A streaming ``from_spark`` with a checkpoint
+        is committed once the files are written."""
         from .spark_sink import write
 
-        write(spark, self.collect(runtime, columns=True, **options), path, format=format, mode=mode,
-              staging=staging)
+        with _held_runs(self._node) as commit:
+            out = self._run(runtime, columns=True, **options)
+            write(spark, out, path, format=format, mode=mode, staging=staging)
+            commit()
+        report = out.report
+        report.warn("write()", "write(...).", stacklevel=2)
+        return report
 
     def to_spark_stream(self, path: str, format: str = "parquet", spark: Any = None,
                         runtime: str = "ray", **options: Any) -> Any:
@@ -448,7 +487,7 @@ class Stream:
         try:
             sink = FinalRowsSink(spark, path, format=format, run=run)
             if runtime == "inline":
-                sink.on_messages(self.collect("inline", **options))
+                sink.on_messages(self._run("inline", **options))
             else:
                 from .deploy import collect_plan
 
@@ -513,6 +552,27 @@ class _Batches:
         return iter(self.make())
 
 
+@contextmanager
+def _held_runs(node: n.Node) -> Iterator[Callable[[], None]]:
+    """Hold the runs of the query's streaming Spark sources with a checkpoint (those not
+    held already, by ``to_spark_stream``) until the caller has delivered the output: the
+    callable yielded commits them. A run not committed (an error, a kill) is replayed whole
+    by the next run over the checkpoint (:class:`topology.spark_source.SparkStreamFeeder`)."""
+    held = [s for s in _spark_streams(node) if s.checkpoint is not None and not s.held]
+    for s in held:
+        s.hold()
+
+    def commit() -> None:
+        for s in held:
+            s.commit_run()
+
+    try:
+        yield commit
+    finally:  # a run not committed stays held on disk, for the next run to replay
+        for s in held:
+            s.held, s.last = False, None
+
+
 def _spark_streams(node: n.Node) -> list[_SparkStream]:
     """The streaming Spark sources of a query tree."""
     found = [node.messages] if isinstance(getattr(node, "messages", None), _SparkStream) else []
@@ -543,6 +603,11 @@ class _SparkStream:
         if self.last is not None:
             self.last.commit_run()
         self.held, self.last = False, None
+
+    def run_records(self) -> dict[str, Any] | None:
+        """What the source's Ingress did with this run's rows
+        (``SparkStreamFeeder.run_records``)."""
+        return self.last.run_records() if self.last is not None else None
 
     def __iter__(self) -> Any:
         self.last = self.feeder()

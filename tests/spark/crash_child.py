@@ -8,7 +8,10 @@ the exactly-once sink, meant to be killed with ``SIGKILL`` and started again.
   ``checkpoint_dir``);
 * ``mode="pair"``: a streaming Spark source over the parquet files of ``input``
   (``Stream.from_spark(..., checkpoint=...)``, one file per micro-batch) -> the same query ->
-  ``to_spark_stream``, inline.
+  ``to_spark_stream``, inline;
+* ``mode="collect"``: the same streaming source -> a filter -> ``collect()`` (inline, or on a
+  local Ray instance), whose rows the child then delivers as a JSON file of its own in
+  ``out`` (written atomically): what a caller of ``collect()`` does with its output.
 
 ``kill`` = ``{"point": NAME, "n": N}`` wraps one function of the engine, in this process only,
 so that its N-th call ends the process with ``SIGKILL`` at a chosen moment (the points are in
@@ -157,6 +160,37 @@ def announce_writing() -> None:
     FinalRowsSink.on_messages = on_messages  # type: ignore[method-assign]
 
 
+def collect_query(source: Any) -> Any:
+    """The readings not divisible by 7 (stateless: the runs' outputs add up)."""
+    return source.where(lambda r: r["kwh"] % 7 != 0)
+
+
+def collect_run(cfg: dict[str, Any]) -> None:
+    """One ``collect()`` over the streaming source; its rows, ``[start, meter, kwh]``, go to
+    ``out/run-<ns>.json`` once it returned (a temporary name, then a rename)."""
+    import time
+
+    from operators.events import Insert
+    from operators.ingress import AdvanceTime
+    from topology import Stream
+
+    spark = spark_session()
+    if cfg["runtime"] == "ray":
+        import ray
+
+        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(cfg["input"])
+    src = Stream.from_spark(df, start="ts", advance=AdvanceTime(every=50),
+                            checkpoint=cfg["work"])
+    out = collect_query(src).collect(runtime=cfg["runtime"])
+    got = [[m.start, m.payload["meter"], m.payload["kwh"]] for m in out if type(m) is Insert]
+    os.makedirs(cfg["out"], exist_ok=True)
+    path = os.path.join(cfg["out"], f"run-{time.time_ns()}.json")
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(got, f)
+    os.replace(path + ".tmp", path)
+
+
 def main(config_path: str) -> None:
     with open(config_path, encoding="utf-8") as f:
         cfg = json.load(f)
@@ -165,7 +199,9 @@ def main(config_path: str) -> None:
     if kill:
         owner, attr, when = POINTS[kill["point"]]
         kill_on(owner(), attr, int(kill["n"]), when)
-    if cfg["mode"] == "sink":
+    if cfg["mode"] == "collect":
+        collect_run(cfg)
+    elif cfg["mode"] == "sink":
         q = query(sink_source(cfg))
         if cfg["runtime"] == "ray":
             import ray

@@ -69,7 +69,11 @@ def test_runs_over_one_checkpoint_continue_the_stream(spark, tmp_path) -> None:
         Stream.from_spark(_stream(spark, source, drifted), start="ts", checkpoint=checkpoint)
 
 
-def test_a_failed_run_resumes_with_no_duplicate_and_no_gap(spark, tmp_path) -> None:
+def test_a_failed_run_is_delivered_again_whole_with_no_duplicate_and_no_gap(spark,
+                                                                             tmp_path) -> None:
+    """A run that fails delivers nothing to its caller (``collect()`` raises), so none of
+    its micro-batches may count as delivered: Spark committed micro-batch 0 before the query
+    failed in micro-batch 1, and the next run still delivers file a (issue #28, item 2)."""
     source, checkpoint = str(tmp_path / "in"), str(tmp_path / "checkpoint")
     os.makedirs(source)
     rows = write_file(source, "a.parquet", [0, 1, 2], 0)
@@ -91,14 +95,19 @@ def test_a_failed_run_resumes_with_no_duplicate_and_no_gap(spark, tmp_path) -> N
     with pytest.raises(RuntimeError, match="on purpose"):
         query(fail_at=3.0).collect(runtime="inline")  # fails in micro-batch 1 (file b)
     assert seen == [0.0, 1.0, 2.0]
-    assert stream_records(checkpoint)["last_batch_id"] == 0  # micro-batch 1 not committed
+    # Spark and the feeder went past micro-batch 0; the run is not committed
+    assert stream_records(checkpoint)["last_batch_id"] == 0
+    assert os.listdir(os.path.join(checkpoint, "cedar_run")) == ["0.pkl"]
 
     seen.clear()
     out = query(fail_at=None).collect(runtime="inline")
-    assert seen == [3.0, 4.0, 5.0, 6.0, 7.0]  # file b again, then c: nothing twice, no gap
+    assert seen == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]  # file a again, then b and c
     whole = ingest(rows, start="ts", advance=ADVANCE)
-    assert [m.id for m in _inserts(out)] == [m.id for m in _inserts(whole)][3:]
+    assert _inserts(out) == [m._replace(payload=m.payload["kwh"]) for m in _inserts(whole)]
     assert stream_records(checkpoint)["last_batch_id"] == 2
+    assert not os.path.exists(os.path.join(checkpoint, "cedar_run"))  # committed: log gone
+    seen.clear()
+    assert _inserts(query(fail_at=None).collect(runtime="inline")) == [] and seen == []
 
 
 def test_a_streaming_dataframe_needs_a_checkpoint(spark, tmp_path) -> None:
