@@ -40,6 +40,7 @@ from operators.udm import (
 )
 
 from .checker import CheckFailed, check
+from .inline import Collected, DeadLetterWarning, RunReport
 from .stream import Stream, WindowedStream
 from .trace import Trace
 
@@ -54,8 +55,10 @@ __all__ = [  # the messages, the builder, AdvanceTime, the aggregates, the UDM b
     "Aggregates",
     "Avg",
     "CheckFailed",
+    "Collected",
     "Count",
     "Cti",
+    "DeadLetterWarning",
     "IncrementalAggregate",
     "Insert",
     "Max",
@@ -63,6 +66,7 @@ __all__ = [  # the messages, the builder, AdvanceTime, the aggregates, the UDM b
     "Operator",
     "Query",
     "Retract",
+    "RunReport",
     "Stream",
     "StreamOperator",
     "Sum",

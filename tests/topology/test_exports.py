@@ -15,6 +15,7 @@ PUBLIC = {
     "Aggregate", "IncrementalAggregate", "Operator", "TimeSensitiveAggregate",
     "TimeSensitiveOperator", "Window", "register", "check", "CheckFailed",
     "StreamOperator",
+    "Collected", "DeadLetterWarning", "RunReport",
 }
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
