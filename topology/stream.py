@@ -136,6 +136,7 @@ class Stream:
         stream from its beginning again, as Spark does with a temporary checkpoint."""
         from .spark_source import PARTITION_ROWS, SparkStreamFeeder, spark_row_batches
 
+        n.check_step_name(name, "from_spark")
         if getattr(df, "isStreaming", False):
             if checkpoint is _UNSET:
                 raise ValueError(
@@ -221,6 +222,7 @@ class Stream:
 
         from .arrow_reader import arrow_batches, check_times
 
+        n.check_step_name(name, "from_arrow")
         if isinstance(data, dict):
             data = pa.table(data)
         if isinstance(data, (pa.Table, pa.RecordBatch)):
