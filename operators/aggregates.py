@@ -25,13 +25,13 @@ a multiple of 2**-1074), and a float result is the exact value correctly rounded
 Floating-point NaN follows Spark: it ranks above every other number (Max and descending TopK
 put it first) and makes a Sum or Avg NaN.
 
-Result types follow one rule, whatever the order of the events (SQL's and numpy's): a Sum of
-ints is an exact int, and a Sum with any float among its terms is a float (``Sum`` of
-``[2, -0.0]`` is ``2.0`` either way; a zero float sum is ``0.0``). Min and Max return one of the
-window's values; among values that compare equal they pick by a fixed rank, ``-0.0`` below
-a bool below an int below a float (``Max`` of ``[0, -0.0]`` is ``0``, ``Min`` is ``-0.0``;
-``Max`` of ``[2, 2.0]`` is ``2.0``, ``Min`` is ``2``), as Java's ``Math.max`` ranks ``-0.0``
-below ``0.0``.
+Result types follow one rule, whatever the order of the events (SQL's and numpy's; see
+docs/operators.md#aggregate-result-types): a Sum of ints is an exact int, and a Sum with any
+float among its terms is a float (``Sum`` of ``[2, -0.0]`` is ``2.0`` either way; a zero float
+sum is ``0.0``). Min and Max return one of the window's values; among values that compare
+equal they pick by a fixed rank, ``-0.0`` below a bool below an int below a float (``Max`` of
+``[0, -0.0]`` is ``0``, ``Min`` is ``-0.0``; ``Max`` of ``[2, 2.0]`` is ``2.0``, ``Min`` is
+``2``), as Java's ``Math.max`` ranks ``-0.0`` below ``0.0``.
 
 ``field`` (and ``by``) is a callable of the payload or a dict key / attribute name; ``None``
 means the payload itself. States are plain picklable objects: the runtime checkpoints them.
