@@ -81,12 +81,17 @@ def group_key(key: Any) -> Any:
     True
     """
     kind = type(key)
+    if kind is float:
+        return NAN_KEY if key != key else key
+    if kind is int or kind is str:
+        return key
     if kind is tuple:
         for k in key:
-            if group_key(k) is not k:
+            t = type(k)
+            if t is not int and t is not str and group_key(k) is not k:
                 return tuple(group_key(k) for k in key)
         return key
-    if (kind is float or isinstance(key, np.floating)) and key != key:
+    if isinstance(key, np.floating) and key != key:
         return NAN_KEY
     return key
 

@@ -139,17 +139,24 @@ def _codes(keys: np.ndarray) -> tuple[list[Any], np.ndarray] | None:
     >>> names, codes = _codes(np.array(["b", "a", "b"], dtype=object))
     >>> names, codes.tolist()
     (['b', 'a'], [0, 1, 0])
+    >>> names, codes = _codes(np.array([float("nan"), "a", float("nan")], dtype=object))
+    >>> names, codes.tolist()
+    ([nan, 'a'], [0, 1, 0])
     """
     index: dict[Any, int] = {}
     code = index.setdefault
-    values = keys.tolist()
-    if keys.dtype.kind == "O":  # NaN keys (and NaN items of tuple keys) are one group
-        values = [group_key(k) for k in values]
     try:
-        codes = [code(k, len(index)) for k in values]
+        codes = np.array([code(k, len(index)) for k in keys.tolist()], dtype=np.int64)
     except TypeError:
         return None
-    return list(index), np.array(codes, dtype=np.int64)
+    names = list(index)
+    canonical = [group_key(k) for k in names]  # once per distinct key, not per row
+    if any(c is not k for c, k in zip(canonical, names)):  # NaN keys: one group
+        merged: dict[Any, int] = {}
+        remap = np.array([merged.setdefault(c, len(merged)) for c in canonical],
+                         dtype=np.int64)
+        return list(merged), remap[codes]
+    return names, codes
 
 
 def _float_codes(keys: np.ndarray) -> tuple[list[Any], np.ndarray]:

@@ -129,6 +129,12 @@ def test_nan_keys_are_one_group_column_wise_and_in_tuples(runtime):
                        ["((1.0, 'x'), 2)", "((2.0, 'x'), 1)", "((nan, 'x'), 3)"])):
         q = src.group_apply(key, lambda g: g.tumbling_window(100).aggregate(Count()))
         assert sorted(repr(p) for _, _, p in to_cht(q.collect(runtime))) == want
+    # a null among the keys makes the key column an object column: coded key by key
+    table = pa.table({"t": list(range(4)), "k": [math.nan, None, math.nan, 1.0]})
+    q = Stream.from_arrow(table, start="t").group_apply(
+        lambda r: r["k"], lambda g: g.tumbling_window(100).aggregate(Count()))
+    assert sorted(repr(p) for _, _, p in to_cht(q.collect(runtime))) == [
+        "(1.0, 1)", "(None, 1)", "(nan, 2)"]
 
 
 def _identity(p):
