@@ -25,6 +25,14 @@ a multiple of 2**-1074), and a float result is the exact value correctly rounded
 Floating-point NaN follows Spark: it ranks above every other number (Max and descending TopK
 put it first) and makes a Sum or Avg NaN.
 
+Result types follow one rule, whatever the order of the events (SQL's and numpy's; see
+docs/operators.md#aggregate-result-types): a Sum of ints is an exact int, and a Sum with any
+float among its terms is a float (``Sum`` of ``[2, -0.0]`` is ``2.0`` either way; a zero float
+sum is ``0.0``). Min and Max return one of the window's values; among values that compare
+equal they pick by a fixed rank, ``-0.0`` below a bool below an int below a float (``Max`` of
+``[0, -0.0]`` is ``0``, ``Min`` is ``-0.0``; ``Max`` of ``[2, 2.0]`` is ``2.0``, ``Min`` is
+``2``), as Java's ``Math.max`` ranks ``-0.0`` below ``0.0``.
+
 ``field`` (and ``by``) is a callable of the payload or a dict key / attribute name; ``None``
 means the payload itself. States are plain picklable objects: the runtime checkpoints them.
 """
@@ -497,6 +505,36 @@ def _order_key(value: Any) -> tuple[int, Any]:
     return (0, value)
 
 
+def _tie(value: Any) -> Any:
+    """Where ``value`` ranks among the values equal to it, so that Min and Max pick the same
+    one whatever the order of the events: ``-0.0`` (-2) below bools (-1) below ints (0) below
+    other exact numbers such as Fraction and Decimal (1) below floats (2); a tuple ranks by its
+    items; anything else 0. Numbers of numpy and Python types rank alike (a column-wise add
+    and a per-event remove must make the same key)."""
+    kind = type(value)
+    if kind is int:
+        return 0
+    if kind is float or isinstance(value, (float, np.floating)):
+        return -2 if value == 0 and math.copysign(1.0, value) < 0 else 2
+    if kind is bool or isinstance(value, np.bool_):
+        return -1
+    if kind is tuple:
+        return tuple(_tie(v) for v in value)
+    if isinstance(value, numbers.Integral):
+        return 0
+    if isinstance(value, numbers.Number):
+        return 1
+    return 0
+
+
+def _extreme_key(value: Any) -> tuple[int, Any, Any]:
+    """The sort key of a Min/Max state: NaN above every other value (:func:`_order_key`), then
+    the value, then its rank among equal values (:func:`_tie`)."""
+    if isinstance(value, numbers.Real) and value != value:
+        return (1, 0, 0)
+    return (0, value, _tie(value))
+
+
 def _sorted_add(sl: SortedList, key: Any, who: str, value: Any) -> None:
     try:
         sl.add(key)
@@ -551,8 +589,9 @@ def _sorted_remove(sl: SortedList, key: Any, who: str, value: Any) -> None:
 
 
 class _Extreme(_Builtin):
-    """Min and Max: the window's values in a sorted multiset (a SortedList), so removing the
-    current extreme reveals the next one in O(log n)."""
+    """Min and Max: the window's values in a sorted multiset (a SortedList of
+    :func:`_extreme_key`), so removing the current extreme reveals the next one in O(log n),
+    and the extreme among equal values is the same whatever the order of the events."""
 
     def __init__(self, field: Any = None) -> None:
         self.field = field
@@ -575,7 +614,7 @@ class _Extreme(_Builtin):
                                 f"window's values; drop missing values first (where(...)) or "
                                 f"pass a field (a key, attribute or function) that reads "
                                 f"comparable values")
-            keys.append(_order_key(v))
+            keys.append(_extreme_key(v))
         _sorted_update(state, keys, who)
         return state
 
@@ -599,67 +638,77 @@ class _Extreme(_Builtin):
         return out
 
     @staticmethod
-    def _keys(got: Any, n: int) -> list[tuple[int, Any]] | None:
-        """The order keys of the field's ``n`` values ``got``, evaluated column-wise (no
-        payload objects; a field returning a tuple of columns gives tuples), or None where
-        :meth:`add` must see the payloads: the field does not run column-wise, or a value is
-        None (``add`` says so)."""
+    def _keys(got: Any, n: int) -> list[tuple[int, Any, Any]] | None:
+        """The order keys (:func:`_extreme_key`) of the field's ``n`` values ``got``,
+        evaluated column-wise (no payload objects; a field returning a tuple of columns gives
+        tuples), or None where :meth:`add` must see the payloads: the field does not run
+        column-wise, or a value is None (``add`` says so)."""
         if type(got) is tuple:
             if not all(isinstance(c, np.ndarray) and c.shape == (n,) for c in got):
                 return None
-            return [(0, v) for v in zip(*(c.tolist() for c in got))]
+            return [_extreme_key(v) for v in zip(*(c.tolist() for c in got))]
         if not (isinstance(got, np.ndarray) and got.shape == (n,) and n):
             return None
         kind = got.dtype.kind
-        if kind in "biu":
-            return [(0, v) for v in got.tolist()]
+        if kind in "iu":
+            return [(0, v, 0) for v in got.tolist()]
+        if kind == "b":
+            return [(0, v, -1) for v in got.tolist()]
         if kind == "f":
-            keys = [(0, v) for v in got.tolist()]
+            keys = [(0, v, 2) for v in got.tolist()]
+            for i in np.flatnonzero((got == 0) & np.signbit(got)).tolist():
+                keys[i] = (0, keys[i][1], -2)
             for i in np.flatnonzero(np.isnan(got)).tolist():
-                keys[i] = (1, 0)
+                keys[i] = (1, 0, 0)
             return keys
         if kind == "O":
             values = got.tolist()
             if any(v is None for v in values):
                 return None
-            return [_order_key(v) for v in values]
+            return [_extreme_key(v) for v in values]
         return None
 
     def remove(self, state: SortedList, values: list[Any]) -> SortedList:
         get, who = self._get, self.udm_name
         for p in values:
             v = get(p)
-            _sorted_remove(state, _order_key(v), who, v)
+            _sorted_remove(state, _extreme_key(v), who, v)
         return state
 
 
 class Min(_Extreme):
     """The smallest ``field`` value in the window (``None`` for an empty state); NaN is the
-    minimum only when every value is NaN.
+    minimum only when every value is NaN; of equal values, the lowest ranked (``-0.0``, then
+    an int, then a float: see the module's type rule).
 
     >>> Min("t").compute([{"t": 4}, {"t": -2}, {"t": 9}])
     -2
+    >>> Min().compute([0.0, -0.0]), Min().compute([2.0, 2])
+    (-0.0, 2)
     """
 
     def result(self, state: SortedList) -> Any:
         if not state:
             return None
-        flag, value = state[0]
+        flag, value, _ = state[0]
         return math.nan if flag else value
 
 
 class Max(_Extreme):
     """The largest ``field`` value in the window (``None`` for an empty state); NaN ranks
-    above every number.
+    above every number; of equal values, the highest ranked (a float, then an int, then
+    ``-0.0``: see the module's type rule).
 
     >>> Max().compute([3.5, 1.0, 2.25])
     3.5
+    >>> Max().compute([-0.0, 0]), Max().compute([2, 2.0])
+    (0, 2.0)
     """
 
     def result(self, state: SortedList) -> Any:
         if not state:
             return None
-        flag, value = state[-1]
+        flag, value, _ = state[-1]
         return math.nan if flag else value
 
 

@@ -39,6 +39,11 @@ whose* ``state_size()`` *is 0 behaves like a fresh one that has seen the current
 
 A CTI therefore costs O(busy groups), and idle keys cost nothing.
 
+**NaN keys.** Keys that compare equal are one group; NaN equals nothing, not even itself, yet
+all NaN keys are one group, as in SQL's ``GROUP BY`` (and Spark's): :func:`group_key` turns
+every NaN key, and every NaN item of a tuple key, into the one object :data:`NAN_KEY`. Its
+output payloads are ``(nan, payload)``.
+
 Because keys are independent, a ``GroupApply`` is correct on any subset of the keys: the Ray
 runtime spreads keys over ``partitions=N`` actors, each running one, and merges them with a
 :class:`~operators.union.Union`.
@@ -50,6 +55,8 @@ import copy
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
+import numpy as np
+
 from .base import Processor, behind_error
 from .cht import InvalidStream
 from .columns import expand
@@ -59,6 +66,36 @@ from .live import ExpiryHeap
 from .temporal import END, ID, KEY, find_live
 from .udm import field_getter
 
+#: The one NaN every NaN group key becomes (:func:`group_key`): a dict finds it by identity.
+NAN_KEY = float("nan")
+
+
+def group_key(key: Any) -> Any:
+    """``key`` as a group's key: a float NaN, or a tuple holding one, with each NaN replaced
+    by :data:`NAN_KEY`, so that NaN keys are one group (as SQL's ``GROUP BY`` has them);
+    any other key as it is.
+
+    >>> group_key(float("nan")) is group_key(float("nan")) is NAN_KEY
+    True
+    >>> group_key(("a", float("nan"))) == group_key(("a", float("nan")))
+    True
+    """
+    kind = type(key)
+    if kind is float:
+        return NAN_KEY if key != key else key
+    if kind is int or kind is str:
+        return key
+    if kind is tuple:
+        for k in key:
+            t = type(k)
+            if t is not int and t is not str and group_key(k) is not k:
+                return tuple(group_key(k) for k in key)
+        return key
+    if isinstance(key, np.floating) and key != key:
+        return NAN_KEY
+    return key
+
+
 # a group: [sub-query, instance number, input events that can still be retracted, output CTI,
 # the last input CTI it was fed]
 G_SUB, G_INST, G_OPEN, G_CTI, G_FED = range(5)
@@ -66,7 +103,8 @@ G_SUB, G_INST, G_OPEN, G_CTI, G_FED = range(5)
 
 class GroupApply(Processor):
     """One ``factory()`` sub-query per value of ``key(payload)``; payloads become
-    ``(key, payload)``. ``key`` is a function of the payload or a field name."""
+    ``(key, payload)``. ``key`` is a function of the payload or a field name; NaN keys are
+    one group (:func:`group_key`)."""
 
     _state_fields = ("recs", "ids", "expiry", "busy", "next_seq", "next_inst", "template_cti",
                      "dead_letters")
@@ -210,7 +248,7 @@ class GroupApply(Processor):
         if msg.id in self.ids:
             raise ValueError(f"duplicate id {msg.id!r}: it is still live; ids must be unique "
                              f"within a stream")
-        key = self.key(msg.payload)
+        key = group_key(self.key(msg.payload))
         group = self._group(key, out)
         seq = self.next_seq
         self.next_seq = seq + 1
@@ -280,7 +318,11 @@ class GroupApply(Processor):
         for k, (sub_state, *rest) in state["groups"].items():
             sub = self._build()
             sub.restore(sub_state)
-            self.groups[k] = [sub, *rest]
+            self.groups[group_key(k)] = [sub, *rest]
+        # a NaN key read back from a checkpoint is another NaN object: make it NAN_KEY again
+        for rec in self.recs.values():
+            rec[KEY] = group_key(rec[KEY])
+        self.busy = {group_key(k) for k in self.busy}
 
     def _check(self) -> None:
         counts: dict[Hashable, int] = {}

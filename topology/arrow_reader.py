@@ -24,13 +24,15 @@ import pyarrow as pa
 
 from operators.ticks import UNITS, from_units, from_units_array
 
-__all__ = ["DEFAULT_BATCH_ROWS", "arrow_batches", "arrow_row_batches"]
+__all__ = ["DEFAULT_BATCH_ROWS", "arrow_batches", "arrow_row_batches", "check_times",
+           "sub_microsecond_error"]
 
 #: Rows per list handed to the Ingress (and per Arrow record batch read from Spark).
 DEFAULT_BATCH_ROWS = 10_000
 
 
-def _ticks(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, list[Any]] | None:
+def _ticks(column: pa.Array | pa.ChunkedArray,
+           name: str = "time") -> tuple[np.ndarray, np.ndarray, list[Any]] | None:
     """A timestamp, date or integer column as int64 ticks: ``(ticks, good, bad)`` where
     ``good`` marks the values that are present and fit int64 ticks, and ``bad`` holds, for the
     others in order, the value the ingress should judge: ``None`` for a null, the exact ticks
@@ -39,11 +41,17 @@ def _ticks(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, 
 
     Timestamps with a time zone hold UTC instants; timestamps without one (Spark's
     ``TIMESTAMP_NTZ``) are read as UTC wall times, as :func:`operators.ticks.to_ticks` reads
-    naive datetimes.
+    naive datetimes. An unsigned column (uint64) is read like a signed one: a value beyond
+    int64 is a time too far out. A nanosecond timestamp column is read when every value is a
+    whole microsecond; a finer value raises :func:`sub_microsecond_error` (``name`` names the
+    column), never is cut silently.
 
     >>> t, good, bad = _ticks(pa.array([1, None, 10**13], pa.timestamp("s")))
     >>> t.tolist(), good.tolist(), bad
     ([1000000, 0, 0], [True, False, False], [None, 10000000000000000000])
+    >>> t, good, bad = _ticks(pa.array([7, 2**64 - 1], pa.uint64()))
+    >>> t.tolist(), good.tolist(), bad
+    ([7, 0], [True, False], [18446744073709551615])
     """
     kind = column.type
     if pa.types.is_timestamp(kind):
@@ -58,13 +66,52 @@ def _ticks(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, 
         return None
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
-    raw = column.cast(pa.int32() if pa.types.is_date32(kind) else pa.int64())
-    values = raw.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
     nulls = column.is_null().to_numpy(zero_copy_only=False)
+    huge = np.zeros(len(column), dtype=bool)
+    if pa.types.is_unsigned_integer(kind):
+        unsigned = column.fill_null(0).to_numpy(zero_copy_only=False).astype(np.uint64)
+        huge = unsigned > np.uint64(2**63 - 1)  # beyond int64: a cast would fail
+        values = np.where(huge, np.uint64(0), unsigned).astype(np.int64)
+    else:
+        raw = column.cast(pa.int32() if pa.types.is_date32(kind) else pa.int64())
+        values = raw.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    if factor < 0:
+        finer = (values % -factor != 0) & ~nulls
+        if finer.any():
+            raise sub_microsecond_error(name, kind, values[finer], len(values))
     ticks, fits = from_units_array(values, factor)
-    good = fits & ~nulls
-    bad = [None if nulls[i] else from_units(int(values[i]), factor) for i in np.flatnonzero(~good)]
+    good = fits & ~nulls & ~huge
+    bad = [None if nulls[i] else int(unsigned[i]) if huge[i] else from_units(int(values[i]), factor)
+           for i in np.flatnonzero(~good)]
     return ticks, good, bad
+
+
+def sub_microsecond_error(name: str, kind: pa.DataType, finer: np.ndarray,
+                          n: int) -> ValueError:
+    """The error for a nanosecond timestamp column ``name`` whose values ``finer`` (counts of
+    nanoseconds, of ``n``) are not whole microseconds: cedar's ticks are microseconds, and a
+    time is never cut without the user's say, so the message says how to cut it."""
+    first = np.datetime64(int(finer[0]), "ns")
+    tz = getattr(kind, "tz", None)
+    target = f"pyarrow.timestamp('us', tz={tz!r})" if tz else "pyarrow.timestamp('us')"
+    return ValueError(
+        f"time column {name!r} holds nanosecond timestamps finer than a microsecond "
+        f"({len(finer)} of {n} values, the first {first}); cedar's ticks are microseconds and "
+        f"it does not cut time silently: cast the column to microseconds first, e.g. "
+        f"table.set_column(table.schema.get_field_index({name!r}), {name!r}, "
+        f"pyarrow.compute.cast(table[{name!r}], {target}, safe=False)), which truncates as "
+        f"Spark does")
+
+
+def check_times(data: pa.Table | pa.RecordBatch, start: Any, end: Any = None) -> None:
+    """Check the time columns of a whole table now, where the stream is built, as reading
+    it would (:func:`_ticks`): a nanosecond column finer than microseconds is refused here,
+    not in the middle of a run."""
+    for name in _time_columns(start, end):
+        i = data.schema.get_field_index(name)
+        if i >= 0 and pa.types.is_timestamp(data.schema.field(i).type) \
+                and UNITS[data.schema.field(i).type.unit] < 0:
+            _ticks(data.column(i), name)
 
 
 def _time_columns(*specs: Any) -> list[str]:
@@ -89,7 +136,7 @@ def _piece(piece: pa.RecordBatch, names: list[str], columnar: bool) -> Any:
     times = {}
     for name in names:
         i = piece.schema.get_field_index(name)
-        converted = _ticks(piece.column(i)) if i >= 0 else None
+        converted = _ticks(piece.column(i), name) if i >= 0 else None
         if converted is not None:
             times[name] = converted
     if columnar and all(good.all() for _, good, _ in times.values()):

@@ -15,12 +15,71 @@ Nodes hold configuration only (user functions, window specs, UDMs); the planner
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from operators.expr import why_per_event
 from operators.udm import field_getter
+
+#: A step name names the step's Ray actor ``<query>/<step>``, its trace files and its line in
+#: stats and errors: no ``/`` (a phantom query ``<query>/a`` would appear), no ``~`` (the
+#: query's own ``~host``), no spaces. Letters and digits of any script are fine.
+_STEP_CHARS = "-_.#[]"
+#: A query name is also the folder of its checkpoints (a path or a URI): no ``#``, ``[``, ``]``.
+_QUERY_CHARS = "-_."
+#: The step the planner adds for the query's output.
+SINK_STEP = "sink"
+_WORD = re.compile(r"[^\W_]")  # a letter or a digit, of any script
+
+
+def _check_name(name: Any, what: str, chars: str, why: str, arg: str = "name") -> None:
+    """Raise unless ``name`` is letters, digits and ``chars``, starting with a letter, a digit
+    or ``_``; ``what`` names the call, ``arg`` the argument, ``why`` says what it names."""
+    if not isinstance(name, str):
+        raise TypeError(f"{what}({arg}={name!r}): give a str ({why})")
+    bad = "".join(dict.fromkeys(ch for ch in name if not (_WORD.match(ch) or ch in chars)))
+    if name and not bad and (_WORD.match(name[0]) or name[0] == "_"):
+        return
+    listed = f" ({', '.join(repr(ch) for ch in bad)} not allowed)" if bad else ""
+    raise ValueError(f"{what}({arg}={name!r}): not a valid name{listed}; use letters, digits and "
+                     f"{' '.join(chars)}, starting with a letter, a digit or _ ({why})")
+
+
+def check_step_name(name: str | None, what: str) -> None:
+    """Refuse a step name (``name=`` of a builder method) that cannot name the step's actor
+    and files; ``what`` names the call, e.g. ``"where"``. ``None`` (the planner's id) passes.
+
+    >>> check_step_name("per-meter[0]", "where")
+    >>> check_step_name("a/sink", "where")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: where(name='a/sink'): not a valid name ('/' not allowed); use letters, ...
+    """
+    if name is None:
+        return
+    _check_name(name, what, _STEP_CHARS,
+                "a step name names the step's Ray actor '<query>/<step>', its trace files and "
+                "its line in stats and errors")
+    if name == SINK_STEP:
+        raise ValueError(f"{what}(name={name!r}): 'sink' is the query's output step; choose "
+                         f"another name")
+
+
+def check_query_name(name: str, what: str, arg: str = "name") -> None:
+    """Refuse a query name (``deploy(name)``, ``Stream.published(name)``) that cannot name the
+    query's actors ``<name>/<step>`` and its checkpoint folder.
+
+    >>> check_query_name("meter-avg", "deploy")
+    >>> check_query_name("..", "deploy")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: deploy(name='..'): not a valid name; use letters, digits and - _ ., ...
+    """
+    _check_name(name, what, _QUERY_CHARS,
+                "a query name names its Ray actors '<query>/<step>' and its checkpoint folder",
+                arg)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -36,6 +95,15 @@ class Node:
     stateless: ClassVar[bool] = False
     #: True for nodes that take their input from outside the plan.
     is_source: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        # validate where it was written: a step name names an actor, files and stats lines
+        check_step_name(self.name, self.label)
+
+    @property
+    def label(self) -> str:
+        """The readable part of the step id: the verb (a window's kind and verb)."""
+        return self.verb
 
     def describe(self) -> str:
         """One line for :meth:`Stream.explain`: the verb and its arguments."""
@@ -304,4 +372,5 @@ NODE_TYPES: tuple[type[Node], ...] = (
     Scan, Distinct,
 )
 
-__all__ = [t.__name__ for t in NODE_TYPES] + ["Node", "NODE_TYPES"]
+__all__ = [t.__name__ for t in NODE_TYPES] + ["NODE_TYPES", "SINK_STEP", "Node",
+                                              "check_query_name", "check_step_name"]

@@ -138,6 +138,7 @@ class Stream:
         stream from its beginning again, as Spark does with a temporary checkpoint."""
         from .spark_source import PARTITION_ROWS, SparkStreamFeeder, spark_row_batches
 
+        n.check_step_name(name, "from_spark")
         if getattr(df, "isStreaming", False):
             if checkpoint is _UNSET:
                 raise ValueError(
@@ -213,17 +214,21 @@ class Stream:
         """Ingest columns exactly as :meth:`from_rows` ingests the rows they hold: ``data`` is
         a ``pyarrow.Table`` or ``RecordBatch``, an iterable of them (read lazily, e.g. a
         generator of record batches as they arrive), or a mapping of column name to array
-        (numpy arrays, lists). Time columns may be timestamps, dates or int64 ticks. Events
+        (numpy arrays, lists). Time columns may be timestamps, dates or integer ticks
+        (a nanosecond timestamp only when every value is a whole microsecond: a finer one is
+        refused, with how to cast the column, never cut silently). Events
         travel column-wise (``operators.columns.Columns``): the fast path for
         ``where``/``select`` functions that work on whole columns and for windowed
         aggregates per group."""
         import pyarrow as pa
 
-        from .arrow_reader import arrow_batches
+        from .arrow_reader import arrow_batches, check_times
 
+        n.check_step_name(name, "from_arrow")
         if isinstance(data, dict):
             data = pa.table(data)
         if isinstance(data, (pa.Table, pa.RecordBatch)):
+            check_times(data, start, end)  # now, not half-way through a run
             table = data  # a table can be read again: each collect() reads it from the start
             batches: Iterable[Any] = _Batches(lambda: arrow_batches((table,), start, end,
                                                                     batch_rows))
@@ -243,6 +248,7 @@ class Stream:
     def published(query: str, name: str | None = None) -> Stream:
         """The output of the running query ``query`` (deployed with :meth:`deploy`): first
         every event still alive at its current CTI, then its live stream."""
+        n.check_query_name(query, "published", "query")
         return Stream(n.Published(inputs=(), query=query, name=name))
 
     # -- span operators ---------------------------------------------------------------------
@@ -505,9 +511,11 @@ class Stream:
                **options: Any) -> Query:
         """Start the query on Ray under ``name`` and return its live :class:`Query` handle;
         the sources are fed in the background. ``trace`` records every step's messages, as
-        in :meth:`collect`."""
+        in :meth:`collect`. ``name`` is letters, digits and ``- _ .``, starting with a letter,
+        a digit or ``_`` (it names the query's actors and its checkpoint folder)."""
         from .deploy import deploy_plan
 
+        n.check_query_name(name, "deploy")
         return deploy_plan(self.plan(fuse), name, trace=trace, **options)
 
 

@@ -21,9 +21,9 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, TypeVar
 
-from ..cht import freeze
 from ..errors import DeadLetter, OperatorError
 from ..events import FreshId, Insert, Message, Retract, fmt_time
+from ..payloads import freeze
 from ..udm import UDM, FunctionAggregate, Operator, Window, resolve
 from .spec import OUTPUT_POLICIES
 
@@ -236,18 +236,21 @@ def diff(pool: list[tuple[Any, int, int, Any, _W]], new: list[tuple[_W, Rec]],
     """Correct earlier output ``pool`` (``(id, start, end, payload, window)`` rows sent before)
     to the ``new`` rows (``(window, (start, end, payload))``) by the smallest difference: a row
     that stays is not touched, a row that only changes its end is shortened or lengthened by
-    one retraction, the rest are retracted fully and inserted anew under fresh ids.
+    one retraction, the rest are retracted fully and inserted anew under fresh ids. Payloads
+    match exactly (``freeze(exact=True)``): a result that became ``2.0`` from ``2``, or
+    ``0`` from ``-0.0``, is corrected, so the output is the result from scratch whatever the
+    order of the events.
     ``sent(window, row)`` is told every row that stands for the window afterwards. Returns the
     messages with the window each is about (retractions first, then inserts)."""
     if not pool:  # new windows only: nothing to compare with
         return [(_insert(ids, w, row, sent), w) for w, row in new]
     exact: dict[Any, list[int]] = defaultdict(list)
     for i, (_, s, e, p, _w) in enumerate(pool):
-        exact[(s, e, freeze(p))].append(i)
+        exact[(s, e, freeze(p, exact=True))].append(i)
     used = [False] * len(pool)
     rest: list[tuple[_W, Rec, Any]] = []
     for w, (s, e, p) in new:
-        fp = freeze(p)
+        fp = freeze(p, exact=True)
         hits = exact.get((s, e, fp))
         if hits:
             i = hits.pop()
@@ -258,7 +261,7 @@ def diff(pool: list[tuple[Any, int, int, Any, _W]], new: list[tuple[_W, Rec]],
     by_start: dict[Any, list[int]] = defaultdict(list)
     for i, (_, s, _e, p, _w) in enumerate(pool):
         if not used[i]:
-            by_start[(s, freeze(p))].append(i)
+            by_start[(s, freeze(p, exact=True))].append(i)
     partial: list[tuple[Message, _W]] = []
     inserts: list[tuple[_W, Rec]] = []
     for w, (s, e, p), fp in rest:

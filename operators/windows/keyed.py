@@ -62,6 +62,8 @@ from ..base import Processor
 from ..columns import Columns, apply_columns, concat, map_columns
 from ..errors import OperatorError
 from ..events import MAX_TIME, MIN_TIME, Cti, FreshId, Insert, Message, Retract
+from ..group_apply import group_key
+from ..payloads import identical
 from ..udm import (
     Aggregate,
     IncrementalAggregate,
@@ -137,14 +139,42 @@ def _codes(keys: np.ndarray) -> tuple[list[Any], np.ndarray] | None:
     >>> names, codes = _codes(np.array(["b", "a", "b"], dtype=object))
     >>> names, codes.tolist()
     (['b', 'a'], [0, 1, 0])
+    >>> names, codes = _codes(np.array([float("nan"), "a", float("nan")], dtype=object))
+    >>> names, codes.tolist()
+    ([nan, 'a'], [0, 1, 0])
     """
     index: dict[Any, int] = {}
     code = index.setdefault
     try:
-        codes = [code(k, len(index)) for k in keys.tolist()]
+        codes = np.array([code(k, len(index)) for k in keys.tolist()], dtype=np.int64)
     except TypeError:
         return None
-    return list(index), np.array(codes, dtype=np.int64)
+    names = list(index)
+    canonical = [group_key(k) for k in names]  # once per distinct key, not per row
+    if any(c is not k for c, k in zip(canonical, names)):  # NaN keys: one group
+        merged: dict[Any, int] = {}
+        remap = np.array([merged.setdefault(c, len(merged)) for c in canonical],
+                         dtype=np.int64)
+        return list(merged), remap[codes]
+    return names, codes
+
+
+def _float_codes(keys: np.ndarray) -> tuple[list[Any], np.ndarray]:
+    """Float keys holding NaN as int codes, as :func:`_codes` gives them: every NaN is one
+    group (:func:`~operators.group_apply.group_key`), and the first of equal keys names the
+    group.
+
+    >>> names, codes = _float_codes(np.array([np.nan, 1.5, np.nan]))
+    >>> names, codes.tolist()
+    ([nan, 1.5], [0, 1, 0])
+    """
+    # np.unique puts every NaN in one group (equal_nan); ``first`` is each group's first row
+    _, first, which = np.unique(keys, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")  # groups in order of first appearance
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    names = [group_key(k) for k in keys[first[order]].tolist()]
+    return names, rank[which.reshape(-1)].astype(np.int64, copy=False)
 
 
 class KeyedWindowAggregate(Processor):
@@ -231,7 +261,7 @@ class KeyedWindowAggregate(Processor):
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
         s, e = msg.start, msg.end
         self._check_lifetime(s, e, msg)
-        key = self.key(msg.payload)
+        key = group_key(self.key(msg.payload))
         [value] = self._values([s], [msg.payload])
         self._add({(n, key): [value] for n in self.grid.span(s, e)})
         if self.intervals:
@@ -263,12 +293,15 @@ class KeyedWindowAggregate(Processor):
                 not self.intervals or int(ends.max()) >= _SAFE))):
             return super().on_columns(msg, port)  # the per-event path names the culprit
         keys = apply_columns(self.key, msg)
-        named = _codes(keys) if isinstance(keys, np.ndarray) and keys.dtype.kind in "OUS" \
-            else None
-        if named is not None:  # strings and other objects: grouped by their int codes
+        named = None
+        if isinstance(keys, np.ndarray):
+            if keys.dtype.kind in "OUS":
+                named = _codes(keys)
+            elif keys.dtype.kind == "f" and np.isnan(keys).any():
+                named = _float_codes(keys)  # NaN keys: one group, as on the per-event path
+        if named is not None:  # strings, other objects, NaN: grouped by their int codes
             names, keys = named
-        if not (isinstance(keys, np.ndarray) and keys.dtype.kind in "biuf") or (
-                keys.dtype.kind == "f" and np.isnan(keys).any()):  # NaN keys: one group each
+        if not (isinstance(keys, np.ndarray) and keys.dtype.kind in "biuf"):
             self._add(self._groups_per_event(msg))
             return []
         if self.intervals:
@@ -384,7 +417,7 @@ class KeyedWindowAggregate(Processor):
         key, span = self.key, self.grid.span
         groups: dict[tuple[int, Hashable], list[Any]] = {}
         for s, e, p, v in zip(starts, msg.ends.tolist(), payloads, values):
-            k = key(p)
+            k = group_key(key(p))
             for n in span(s, e):
                 groups.setdefault((n, k), []).append(v)
             if self.intervals:
@@ -501,7 +534,7 @@ class KeyedWindowAggregate(Processor):
             payload = (k, result) if self.keyed else result
             before = by_key.get(k)
             if before is not None:
-                if before[1] == payload:
+                if identical(before[1], payload):  # 2 -> 2.0 is a change: correct it
                     continue
                 out.append(_new(Retract, (before[0], s, e, s, before[1])))
             oid = self.ids.mint()
@@ -610,6 +643,15 @@ class KeyedWindowAggregate(Processor):
 
     def state_size(self) -> int:
         return sum(len(by_key) for by_key in self.open.values())
+
+    def restore(self, state: dict[str, Any]) -> None:
+        super().restore(state)
+        # a NaN key read back from a checkpoint is another NaN object: make it NAN_KEY again
+        self.open = {n: {group_key(k): v for k, v in by_key.items()}
+                     for n, by_key in self.open.items()}
+        self.sent = {n: {group_key(k): v for k, v in by_key.items()}
+                     for n, by_key in self.sent.items()}
+        self.latest = {group_key(k): v for k, v in self.latest.items()}
 
     def _check(self) -> None:
         limit = self.grid.first_ending_after(self.in_cti)
