@@ -300,9 +300,8 @@ class SessionWindowOperator(Processor):
                 while ki < nk and keys[ki] < s:
                     ki += 1
                 if started and s in sessions:
-                    if ki == nk or firsts[sessions.bisect_right(keys[ki]) - 1] > s:
-                        stop = s  # as before from here to the next change's session
-                        break
+                    stop = s  # as before from here (the next change, if any, starts anew)
+                    break
                 started = True
                 run = self._run(i)
                 first, last = run[0], run[-1]
