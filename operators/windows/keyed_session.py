@@ -102,6 +102,10 @@ def _by_last(s: _Session) -> int:
     return s.last
 
 
+def _by_first(s: _Session) -> int:
+    return s.first
+
+
 class KeyedSessionAggregate(Processor):
     """One session-window aggregate per value of ``key(payload)`` over point events; payloads
     become ``(key, result)`` as ``group_apply`` gives them (``keyed=False``: one group and the
@@ -129,6 +133,7 @@ class KeyedSessionAggregate(Processor):
         self.udm: Any = self.call.udm
         self.add_ranges = getattr(self.udm, "add_ranges", None)
         self.policy = self.call.policy
+        self.point = self.policy.point
         #: key -> its sessions not final yet, sorted by first start (disjoint, and at least
         #: ``gap`` apart: last + gap <= next first)
         self.sessions: dict[Hashable, list[_Session]] = {}
@@ -234,9 +239,31 @@ class KeyedSessionAggregate(Processor):
         states = self._add_ranges([None if b is None else b.state for b in bases], cols, n,
                                   lo, hi, group_keys, firsts, lasts)
         merge = self._merge
-        for k, f, last, state, base, a, b in zip(group_keys, firsts, lasts, states, bases,
-                                                 lo, hi):
-            merge(k, f, last, state, base, (cols, n, a, b))
+        touched = None if self.final else self._touched
+        for k, f, last, state, base, a, b, reached in zip(group_keys, firsts, lasts, states,
+                                                          bases, lo, hi, reaches):
+            if base is not None and len(reached) == 1:  # it extends one session: in order
+                base.chunks.append((cols, n, a, b))
+                if f < base.first:
+                    base.first = f
+                if last > base.last:
+                    base.last = last
+                base.state = state
+                if touched is not None:
+                    touched[id(base)] = (k, base)
+            elif not reached:  # a new session (no merge can reach it: see _merge)
+                ses = _Session(f, last, state, [(cols, n, a, b)])
+                sessions = get(k)
+                if sessions is None:
+                    self.sessions[k] = [ses]
+                elif sessions[-1].first < f:
+                    sessions.append(ses)
+                else:
+                    insort(sessions, ses, key=_by_first)
+                if touched is not None:
+                    touched[id(ses)] = (k, ses)
+            else:
+                merge(k, f, last, state, base, (cols, n, a, b))
         return []
 
     def _add_ranges(self, states: list[Any], cols: Any, n: int, lo: list[int], hi: list[int],
@@ -293,7 +320,7 @@ class KeyedSessionAggregate(Processor):
         reached = self._reached(sessions, f, last) if sessions else []
         if not reached:
             ses = _Session(f, last, state, [chunk])
-            insort(sessions, ses, key=lambda s: s.first)
+            insort(sessions, ses, key=_by_first)
         else:
             if base is None:  # a bridge, or a session another batch session extended too
                 ses = reached[0]
@@ -330,13 +357,12 @@ class KeyedSessionAggregate(Processor):
         return [] if self.final else self._correct()
 
     def _row(self, k: Hashable, ses: _Session) -> tuple[int, int, Any]:
-        end = add_time(ses.last, self.gap)
+        first, end = ses.first, ses.last + self.gap  # (starts and gap below 2**61)
         try:
-            result = self.udm.window_result(ses.state, Window(ses.first, end))
+            result = self.udm.window_result(ses.state, _new(Window, (first, end)))
         except Exception as exc:
-            raise self._error(k, ses.first, ses.last, "result", exc) from exc
-        return (self.policy.row_start(ses.first, end), end,
-                (k, result) if self.keyed else result)
+            raise self._error(k, first, ses.last, "result", exc) from exc
+        return (end - 1 if self.point else first, end, (k, result) if self.keyed else result)
 
     def _correct(self) -> list[Message]:
         """Speculative: each touched session's current row replaces the one sent before."""
@@ -360,17 +386,22 @@ class KeyedSessionAggregate(Processor):
 
     def on_cti(self, time: int, port: int) -> list[Message]:
         out = [] if self.final else self._correct()
-        gap, earliest = self.gap, time
+        earliest = time
+        closed = time - self.gap  # sessions whose last start is at or before it are final
         empty = []
         for k, sessions in self.sessions.items():
+            first = sessions[0]
+            if first.last > closed:
+                if first.first < earliest:
+                    earliest = first.first
+                continue
             i = 0
-            while i < len(sessions) and add_time(sessions[i].last, gap) <= time:
+            while i < len(sessions) and sessions[i].last <= closed:
                 if self.final:
                     s, e, p = self._row(k, sessions[i])
                     out.append(_new(Insert, (self.ids.mint(), s, e, p)))
                 i += 1
-            if i:
-                del sessions[:i]
+            del sessions[:i]
             if sessions:
                 earliest = min(earliest, sessions[0].first)
             else:
