@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 from ..base import Processor
 from .count import CountWindowOperator
-from .session import SessionWindowOperator
 from .hopping import HoppingWindowOperator
+from .session import SessionWindowOperator
 from .snapshot import SnapshotWindowOperator
 from .spec import (
     CLIP_POLICIES,

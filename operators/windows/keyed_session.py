@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 from collections.abc import Callable, Hashable, Iterable
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -439,7 +440,7 @@ class KeyedSessionAggregate(Processor):
         assert not self._touched and not self._retired, "changes left after a batch"
         for k, sessions in self.sessions.items():
             assert sessions, f"key {k!r} holds no session"
-            for a, b in zip(sessions, sessions[1:]):
+            for a, b in pairwise(sessions):
                 assert add_time(a.last, self.gap) <= b.first, f"key {k!r}: {a} reaches {b}"
             for s in sessions:
                 assert s.first <= s.last and not s.dead

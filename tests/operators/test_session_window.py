@@ -26,13 +26,13 @@ from tests import reference_session as ref
 from tests.kit import EXAMPLES, assert_equivalent, final_time, physical_streams, run_operator
 from tests.operators.test_count_window import (
     ClippedEvents,
-    _long_stream,
     ClippedMultiset,
     ClippedSpans,
     EvenValues,
     Fragile,
     Multiset,
     SortedValues,
+    _long_stream,
     distinct,
     total,
 )
