@@ -303,6 +303,11 @@ class KeyedSessionAggregate(Processor):
     def _reached(self, sessions: list[_Session], f: int, last: int) -> list[_Session]:
         """The sessions of a key that a batch session ``[f .. last]`` joins."""
         gap = self.gap
+        tail = sessions[-1]
+        if tail.last + gap <= f:  # in order: after every session of the key
+            return []
+        if len(sessions) == 1 or sessions[-2].last + gap <= f:  # only the last can be reached
+            return [tail] if tail.first < last + gap else []
         i = bisect_right(sessions, f - gap, key=_by_last)  # the first with last + gap > f
         out = []
         for s in sessions[i:]:
