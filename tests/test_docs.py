@@ -53,6 +53,8 @@ ELEMENTS = {
     "hopping.svg": {"event-in-2", "event-out-4", "window-4", "cti-in-0"},
     "snapshot.svg": {"event-in-2", "event-out-3", "window-3"},
     "speculative.svg": {"retracted-out-0", "strike-out-0", "retracted-in-1", "cti-in-3"},
+    # the two sessions' rows struck through when the late d bridges them, the merged row
+    "session.svg": {"event-in-3", "retracted-out-1", "strike-out-1", "event-out-2", "window-2"},
 }
 
 

@@ -236,6 +236,27 @@ def test_generated_q8(small: dict[str, Any]) -> None:
     assert len(run("Q8", small)) == len(expected)
 
 
+def test_generated_q11(small: dict[str, Any]) -> None:
+    gap = nq.SESSION_GAP
+    times: dict[int, list[int]] = defaultdict(list)
+    for b in rows_of(small["bid"]):
+        times[b["bidder"]].append(b["date_time"])
+    expected = []
+    for bidder, ts in times.items():  # plain Python: cut each bidder's bids at pauses >= gap
+        ts.sort()
+        first = count = 0
+        for i, t in enumerate(ts):
+            if i and t - ts[i - 1] < gap:
+                count += 1
+                continue
+            if i:
+                expected.append((first, ts[i - 1] + gap, bidder, count))
+            first, count = t, 1
+        expected.append((first, ts[-1] + gap, bidder, count))
+    got = sorted((s, e, p[0], p[1]) for s, e, p in run("Q11", small))
+    assert got == sorted(expected) and len(got) > 100 and any(c > 1 for *_, c in got)
+
+
 def test_closed_by() -> None:
     rows = [(0, 10, "a"), (10, 20, "b")]
     assert nq.closed_by(rows, 10) == [(0, 10, "a")]

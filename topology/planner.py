@@ -51,6 +51,8 @@ from operators.where import Where
 from operators.windows import HoppingWindow, make_window
 from operators.windows.final_output import FinalOutput
 from operators.windows.keyed import KeyedWindowAggregate, supports
+from operators.windows.keyed_session import KeyedSessionAggregate, supports_sessions
+from operators.windows.spec import SessionWindow
 
 from . import nodes as n
 from .dag import DagProcessor
@@ -108,7 +110,19 @@ def _keyed(window: n.Window, node: n.Node) -> dict[str, bool] | None:
     return {"intervals": True}
 
 
+# -- session windows: the keyed column-wise path over points (KeyedSessionAggregate) -------------
+def _keyed_sessions(window: n.Window, node: n.Node) -> bool:
+    """Whether :class:`KeyedSessionAggregate` runs the session ``window`` over ``node``'s
+    stream: points, and an aggregate it takes (:func:`supports_sessions`)."""
+    w = window
+    return (isinstance(w.spec, SessionWindow) and _points(node)
+            and supports_sessions(w.spec, w.udm, w.kind, w.output, w.on_error))
+
+
 def _b_window(node: n.Window, step: str) -> Factory:
+    if _keyed_sessions(node, node.inputs[0]):
+        return functools.partial(KeyedSessionAggregate, _one_group, node.spec, node.udm,
+                                 output=node.output, emit=node.emit, keyed=False, name=step)
     keyed = _keyed(node, node.inputs[0])
     if keyed is not None:
         return functools.partial(KeyedWindowAggregate, _one_group, node.spec, node.udm,
@@ -118,6 +132,7 @@ def _b_window(node: n.Window, step: str) -> Factory:
                               output=node.output, name=step, on_error=node.on_error)
     if node.emit == "final":
         at_end = isinstance(node.spec, HoppingWindow) and node.output != "compressed"
+        at_end = at_end or isinstance(node.spec, SessionWindow)  # (never lengthened at a CTI)
         return lambda: FinalOutput(build(), final_at_end=at_end)
     return build
 
@@ -141,6 +156,10 @@ def _b_union(node: n.Union, step: str) -> Factory:
 
 def _b_group_apply(node: n.GroupApply, step: str) -> Factory:
     sub = node.sub
+    if (isinstance(sub, n.Window) and isinstance(sub.inputs[0], n.GroupInput)
+            and _keyed_sessions(sub, node.inputs[0])):
+        return functools.partial(KeyedSessionAggregate, node.key, sub.spec, sub.udm,
+                                 output=sub.output, emit=sub.emit, name=step)
     keyed = (_keyed(sub, node.inputs[0]) if isinstance(sub, n.Window)
              and isinstance(sub.inputs[0], n.GroupInput) else None)
     if keyed is not None:
@@ -165,6 +184,10 @@ def _b_distinct(node: n.Distinct, step: str) -> Factory:
 
 def _describe(node: n.Node, factory: Factory) -> str:
     """The stage's line in ``explain()``: the node, and the fast path when one was chosen."""
+    if getattr(factory, "func", None) is KeyedSessionAggregate:
+        if not factory.keywords.get("keyed", True):  # type: ignore[attr-defined]
+            return f"{node.describe()} as a column-wise session aggregate (point input)"
+        return f"{node.describe()} as one keyed session aggregate (all groups at once)"
     if getattr(factory, "func", None) is KeyedWindowAggregate:
         if not factory.keywords.get("keyed", True):  # type: ignore[attr-defined]
             what = "interval" if factory.keywords.get("intervals") else "point"  # type: ignore[attr-defined]

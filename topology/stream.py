@@ -330,6 +330,33 @@ class Stream:
         return self.window(w.count_window(n_starts, by), clip, output,  # type: ignore[arg-type]
                            emit)
 
+    def session_window(self, gap: int, max_duration: int | None = None,
+                       clip: str | None = None, output: str | None = None,
+                       emit: str = "speculative") -> WindowedStream:
+        """Sessions (:mod:`operators.windows.session`): over the distinct start times, a
+        maximal run in which each next start is less than the previous start + ``gap``
+        ticks; the window is ``[first start, last start + gap)``, cut at ``first start +
+        max_duration`` when given (an event starting there or later opens a new session).
+        An event belongs to the session holding its start. A session that grows, or two
+        that a late event bridges, are corrected by retractions; ``emit="final"`` outputs a
+        session once a CTI passes its end. Bad arguments fail here, naming the argument.
+
+        >>> from operators.aggregates import Count
+        >>> from operators.events import Insert, Cti
+        >>> s = Stream.from_events([Insert(i, t, t + 1, i) for i, t in enumerate((0, 2, 10))]
+        ...                        + [Cti(20)])
+        >>> to_cht = __import__("operators.cht", fromlist=["to_cht"]).to_cht
+        >>> to_cht(s.session_window(5).aggregate(Count()).collect(runtime="inline"))
+        [(0, 7, 2), (10, 15, 1)]
+        >>> s.session_window(0)
+        Traceback (most recent call last):
+        ...
+        ValueError: session_window: gap must be a positive int number of ticks, got 0
+        """
+        spec = w.session_window(gap, max_duration)
+        w.check_policies(spec, clip or "full", output or "window")
+        return self.window(spec, clip, output, emit)
+
     # -- multi-input ------------------------------------------------------------------------
     def join(self, other: Stream, on: tuple[Any, Any] | None = None,
              select: Callable[[Any, Any], Any] | None = None,

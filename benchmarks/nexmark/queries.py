@@ -41,6 +41,8 @@ HOP = 2 * TICKS_PER_SECOND
 FOREVER = 100 * 365 * 24 * 3600 * TICKS_PER_SECOND
 #: Q1's dollar-to-euro rate.
 EURO = 0.908
+#: Q11's session gap: 10 s.
+SESSION_GAP = 10 * TICKS_PER_SECOND
 #: Q2's selection: ``auction % Q2_MOD == 0``.
 Q2_MOD = 123
 #: Q3's states and category.
@@ -266,6 +268,23 @@ def q8(person: Stream, auction: Stream) -> Stream:
     return people.join(sellers, on=(person_id, first), select=q8_pair)
 
 
+def bid_bidder(b: dict[str, Any]) -> Any:
+    return b["bidder"]
+
+
+def q11(bid: Stream) -> Stream:
+    """Q11, user sessions: per bidder, the number of bids in each session of activity, a
+    session ending when the bidder places no bid for :data:`SESSION_GAP` (10 s); the row
+    lives over the session ``[first bid, last bid + 10 s)``, payload ``(bidder, count)``.
+    cedar: ``group_apply(bidder, session_window → Count)`` (the keyed column-wise session
+    path). Spark: ``groupBy(session_window(date_time, "10 seconds"), bidder)`` in append
+    mode, which outputs a session once the watermark passes its end: compared are the
+    sessions closed by the last bid.
+    """
+    return bid.group_apply(bid_bidder, lambda g: g.session_window(SESSION_GAP)
+                           .aggregate(Count()))
+
+
 # -- Spark -----------------------------------------------------------------------------------------
 def spark_q0(bid: Any) -> Any:
     return bid
@@ -340,6 +359,16 @@ def spark_q8(person: Any, auction: Any) -> Any:
     cond = (F.col("id") == F.col("seller")) & (F.col("pw") == F.col("aw"))
     return p.join(a, cond).select(F.col("pw.start").alias("window_start"),
                                   F.col("pw.end").alias("window_end"), "id", "name")
+
+
+def spark_q11(bid: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return (_windowed(bid).groupBy(F.session_window("date_time", "10 seconds").alias("s"),
+                                   "bidder")
+            .agg(F.count(F.lit(1)).alias("count"))
+            .select(F.col("s.start").alias("window_start"), F.col("s.end").alias("window_end"),
+                    "bidder", "count"))
 
 
 # -- comparable rows -------------------------------------------------------------------------------
@@ -420,4 +449,9 @@ QUERIES: dict[str, Query] = {q.name: q for q in (
           lambda rows, _: sorted({(r["window_start"], r["window_end"], r["id"], r["name"])
                                   for r in rows}),
           note="Spark's distinct rows (a join outputs every pair eagerly)"),
+    Query("Q11", q11, ("bid",), spark_q11, ("bid",),
+          lambda cht, latest: closed_by([(s, e, p[0], p[1]) for s, e, p in cht], latest),
+          lambda rows, latest: closed_by([(r["window_start"], r["window_end"], r["bidder"],
+                                           r["count"]) for r in rows], latest),
+          note="sessions closed by the last bid"),
 )}

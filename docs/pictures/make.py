@@ -31,7 +31,12 @@ EVENTS = [Insert("a", 1, 5, "a"), Insert("b", 4, 12, "b"), Insert("c", 14, 16, "
 CORRECTED = [Insert("a", 1, 5, "a"), Cti(1), Insert("b", 4, 12, "b"), Cti(3),
              Retract("b", 4, 12, 8, "b"), Cti(10), Insert("c", 14, 16, "c"), Cti(30)]
 
+#: sessions with a gap of 5: a·1 b·3 and c·11 are two sessions until the late d·7 bridges them
+SESSIONS = [Insert("a", 1, 2, "a"), Insert("b", 3, 4, "b"), Insert("c", 11, 12, "c"), Cti(2),
+            Insert("d", 7, 8, "d"), Cti(30)]
+
 PICTURES: dict[str, tuple[Callable[[Stream], Stream], list, str]] = {
+    "session.svg": (lambda s: s.session_window(5).aggregate(Count()), SESSIONS, "session"),
     "hopping.svg": (lambda s: s.hopping_window(10, 5).aggregate(Count()), EVENTS, "hopping"),
     "snapshot.svg": (lambda s: s.snapshot_window().aggregate(Count()), EVENTS, "snapshot"),
     "speculative.svg": (lambda s: s.tumbling_window(5).aggregate(Count()), CORRECTED,

@@ -10,6 +10,7 @@ module              holds
 ``hopping``         hopping and tumbling windows (the semantics, described once)
 ``snapshot``        snapshot windows, and hopping windows with ``output="compressed"``
 ``count``           count windows
+``session``         session windows
 ``keyed``           the keyed fast path: a hopping aggregate per key over points, column-wise
 ``final_output``    ``emit="final"``: a window's rows held back until a CTI makes them final
 ==================  ===========================================================================
@@ -24,17 +25,20 @@ from typing import Any, Literal
 from ..base import Processor
 from .count import CountWindowOperator
 from .hopping import HoppingWindowOperator
+from .session import SessionWindowOperator
 from .snapshot import SnapshotWindowOperator
 from .spec import (
     CLIP_POLICIES,
     OUTPUT_POLICIES,
     CountWindow,
     HoppingWindow,
+    SessionWindow,
     SnapshotWindow,
     WindowSpec,
     check_policies,
     count_window,
     hopping_window,
+    session_window,
     snapshot_window,
     tumbling_window,
 )
@@ -46,6 +50,8 @@ __all__ = [
     "CountWindowOperator",
     "HoppingWindow",
     "HoppingWindowOperator",
+    "SessionWindow",
+    "SessionWindowOperator",
     "SnapshotWindow",
     "SnapshotWindowOperator",
     "WindowSpec",
@@ -53,6 +59,7 @@ __all__ = [
     "count_window",
     "hopping_window",
     "make_window",
+    "session_window",
     "snapshot_window",
     "tumbling_window",
 ]
@@ -75,6 +82,9 @@ def make_window(spec: WindowSpec, udm: Any, *, kind: Literal["aggregate", "apply
     if isinstance(spec, CountWindow):
         check_policies(spec, clip or "full", output or "point_end")
         return CountWindowOperator(spec, udm, kind=kind, name=name, on_error=on_error)
+    if isinstance(spec, SessionWindow):
+        return SessionWindowOperator(spec, udm, kind=kind, clip=clip or "full",
+                                     output=output or "window", name=name, on_error=on_error)
     clip = clip or "full"
     output = output or "window"
     check_policies(spec, clip, output)
@@ -84,5 +94,5 @@ def make_window(spec: WindowSpec, udm: Any, *, kind: Literal["aggregate", "apply
     if isinstance(spec, (HoppingWindow, SnapshotWindow)):
         return SnapshotWindowOperator(spec, udm, kind=kind, clip=clip, output=output, name=name,
                                       on_error=on_error)
-    raise TypeError(f"make_window: expected a HoppingWindow, SnapshotWindow or CountWindow from "
-                    f"operators.windows, got {spec!r}")
+    raise TypeError(f"make_window: expected a HoppingWindow, SnapshotWindow, CountWindow or "
+                    f"SessionWindow from operators.windows, got {spec!r}")

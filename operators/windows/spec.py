@@ -10,6 +10,9 @@ window                                windows W of the time axis                
 ``count_window(n, by="start")``       ``[t_i, t_{i+n-1} + 1)`` over distinct     its start is in W
                                       start times ``t_0 < t_1 < ...``
 ``count_window(n, by="end")``         the same over distinct end times           its end is in W
+``session_window(gap, max_duration)`` maximal runs of distinct starts, each next   its start is in W
+                                      one ``< previous + gap``: ``[first start,
+                                      min(last start + gap, first + max))``
 ====================================  =========================================  ===================
 
 These are plain, immutable config objects; :func:`operators.windows.make_window` builds the
@@ -77,7 +80,32 @@ class CountWindow:
         return "count"
 
 
-WindowSpec = HoppingWindow | SnapshotWindow | CountWindow
+@dataclass(frozen=True)
+class SessionWindow:
+    """Sessions over the distinct start times: a maximal run in which each next start is less
+    than the previous start + ``gap``, cut at ``first start + max_duration`` when given (an
+    event starting there or later opens a new session). The window is ``[first start,
+    min(last start + gap, first start + max_duration))`` (:mod:`operators.windows.session`)."""
+
+    gap: int
+    max_duration: int | None = None
+
+    def __post_init__(self) -> None:
+        _positive("session_window: gap", self.gap)
+        if self.max_duration is not None:
+            _positive("session_window: max_duration", self.max_duration)
+            if self.max_duration < self.gap:
+                raise ValueError(
+                    f"session_window: max_duration ({self.max_duration!r}) must be at least "
+                    f"the gap ({self.gap!r}): a session lasts at least one gap after its "
+                    f"first event; pass a larger max_duration, or none")
+
+    @property
+    def kind(self) -> str:
+        return "session"
+
+
+WindowSpec = HoppingWindow | SnapshotWindow | CountWindow | SessionWindow
 
 
 def hopping_window(size: int, hop: int, alignment: int = 0) -> HoppingWindow:
@@ -94,6 +122,10 @@ def snapshot_window() -> SnapshotWindow:
 
 def count_window(n: int, by: Literal["start", "end"] = "start") -> CountWindow:
     return CountWindow(n, by)
+
+
+def session_window(gap: int, max_duration: int | None = None) -> SessionWindow:
+    return SessionWindow(gap, max_duration)
 
 
 def check_policies(spec: WindowSpec, clip: str, output: str) -> None:
