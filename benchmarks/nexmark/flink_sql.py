@@ -93,6 +93,13 @@ JOIN (
   GROUP BY seller, window_start, window_end
 ) A
 ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime""",
+    # Nexmark's session statement; the session's bounds from the bids' µs times (the rowtime
+    # has milliseconds): its first bid, and its last bid plus the gap
+    "Q11": """
+SELECT B.bidder, count(*) AS `count`, MIN(B.date_time) AS window_start,
+       MAX(B.date_time) + 10000000 AS window_end
+FROM bid B
+GROUP BY B.bidder, SESSION(B.rt, INTERVAL '10' SECOND)""",
 }
 
 #: The tables each query reads (Flink reads auctions as rows; cedar's ``auction_iv`` is the
@@ -100,6 +107,7 @@ ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime""",
 INPUTS: dict[str, tuple[str, ...]] = {
     "Q0": ("bid",), "Q1": ("bid",), "Q2": ("bid",), "Q3": ("person", "auction"),
     "Q4": ("auction", "bid"), "Q5": ("bid",), "Q7": ("bid",), "Q8": ("person", "auction"),
+    "Q11": ("bid",),
 }
 
 
