@@ -235,6 +235,17 @@ class LeftJoin(Node):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class FullOuterJoin(Node):
+    on: tuple[Any, Any] | None = None
+    select: Callable[[Any, Any], Any] | None = None
+    verb: ClassVar[str] = "full_outer_join"
+
+    def describe(self) -> str:
+        on = "cross" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
+        return f"full_outer_join({on})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Union(Node):
     verb: ClassVar[str] = "union"
 

@@ -39,6 +39,7 @@ from operators.clip_duration import ClipDuration
 from operators.events import MAX_TIME
 from operators.group_apply import GroupApply
 from operators.join import Join
+from operators.full_outer_join import FullOuterJoin
 from operators.left_join import LeftJoin
 from operators.publish import Publish
 from operators.select import Select
@@ -135,6 +136,10 @@ def _b_left_join(node: n.LeftJoin, step: str) -> Factory:
                              name=step)
 
 
+def _b_full_outer_join(node: n.FullOuterJoin, step: str) -> Factory:
+    return functools.partial(FullOuterJoin, on=node.on, select=node.select, name=step)
+
+
 def _b_union(node: n.Union, step: str) -> Factory:
     return functools.partial(Union, len(node.inputs), name=step)
 
@@ -222,6 +227,7 @@ BUILDERS: dict[type[n.Node], Callable[[Any, str], Factory]] = {
     n.ClipDuration: _b_clip, n.Window: _b_window, n.Join: _b_join, n.AntiJoin: _b_anti_join,
     n.LeftJoin: _b_left_join, n.Union: _b_union, n.GroupApply: _b_group_apply,
 }
+BUILDERS[n.FullOuterJoin] = _b_full_outer_join
 
 
 # -- the tree walk ------------------------------------------------------------------------------

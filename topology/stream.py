@@ -322,6 +322,21 @@ class Stream:
         """The join, plus the unmatched parts of left lifetimes paired with ``default``."""
         return self._then(n.LeftJoin, other, on=on, select=select, default=default, name=name)
 
+    def full_outer_join(self, other: Stream, on: tuple[Any, Any] | None = None,
+                        select: Callable[[Any, Any], Any] | None = None,
+                        name: str | None = None) -> Stream:
+        """The join, plus each side's unmatched parts as ``select(l, None)`` and
+        ``select(None, r)`` (cut as ``anti_join`` cuts them)."""
+        if select is not None and not callable(select):
+            raise TypeError(f"full_outer_join(select={select!r}): select must be a function "
+                            f"(left, right) -> payload; one of the two is None where a side "
+                            f"has no partner")
+        if on is not None and (not isinstance(on, (tuple, list)) or len(on) != 2):
+            raise ValueError(f"full_outer_join(on={on!r}): on must be a pair (left_key, "
+                             f"right_key) of field names or functions of the payload, or None "
+                             f"for a cross join")
+        return self._then(n.FullOuterJoin, other, on=on, select=select, name=name)
+
     def union(self, *others: Stream, name: str | None = None) -> Stream:
         """All events of every input; the CTI is the minimum of the inputs' CTIs."""
         return self._then(n.Union, *others, name=name)
