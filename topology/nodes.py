@@ -246,6 +246,25 @@ class FullOuterJoin(Node):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class ImportCti(Node):
+    """Input 0's events with CTIs imported from input 1 (``Stream.import_ctis``)."""
+
+    policy: str = "drop"
+    verb: ClassVar[str] = "import_ctis"
+
+    def describe(self) -> str:
+        return f"import_ctis(policy={self.policy!r})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Late(Node):
+    """The late events of its input, a rows source or an ``import_ctis`` (``Stream.late()``):
+    the planner gives its in-edge the flag that carries only them."""
+
+    verb: ClassVar[str] = "late"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Union(Node):
     verb: ClassVar[str] = "union"
 
