@@ -712,7 +712,7 @@ def ingest(
 
 
 # -- the late stream and CTI import ---------------------------------------------------------------
-class LateOut(tuple):  # type: ignore[type-arg]
+class LateOut(tuple):
     """A late event on its way to the late stream (``Stream.late()``): a marker in a producer's
     output that :class:`topology.routing.Router` sends, as the ``Insert`` it holds, only on the
     out-edges of the late stream (and never on the others). Only a producer whose step has a
@@ -725,7 +725,7 @@ class LateOut(tuple):  # type: ignore[type-arg]
 
     @property
     def event(self) -> Insert:
-        return self[0]  # type: ignore[no-any-return]
+        return self[0]
 
 
 def late_markers(records: list[LateEvent], first: int,
@@ -823,7 +823,7 @@ class ImportCti(Processor):
         self.live: dict[Hashable, list[int]] = {}
         #: ids of input-0 events dropped as late (their retractions are dropped too)
         self.dropped: set[Hashable] = set()
-        self.late: list[LateEvent] = []  # type: ignore[assignment]
+        self.late: list[LateEvent] = []
         #: the planner sets this when the step has a late stream (``.late()``)
         self.late_stream = False
         self._swept = 0

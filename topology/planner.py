@@ -37,10 +37,10 @@ from operators.base import Processor
 from operators.chain import Chain, SourceChain
 from operators.clip_duration import ClipDuration
 from operators.events import MAX_TIME
-from operators.group_apply import GroupApply
-from operators.join import Join
 from operators.full_outer_join import FullOuterJoin
+from operators.group_apply import GroupApply
 from operators.ingress import ImportCti, LateStream
+from operators.join import Join
 from operators.left_join import LeftJoin
 from operators.publish import Publish
 from operators.select import Select

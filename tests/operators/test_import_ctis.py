@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from operators.cht import to_cht, validate
-from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Retract
+from operators.events import MIN_TIME, Cti, Insert, Retract
 from operators.ingress import ImportCti
 from tests.kit import EXAMPLES, assert_equivalent, run_operator
 from tests.reference_joins import final_cti, two_inputs
@@ -45,7 +45,7 @@ def reference(pairs, policy):
             if m.new_end == m.start:
                 dropped.discard(m.id)
             continue
-        s, e, p = events[m.id]
+        s, e, _ = events[m.id]
         if min(m.end, m.new_end) >= cti:  # on time
             events[m.id][1] = max(m.new_end, s)
         else:
