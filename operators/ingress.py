@@ -31,13 +31,14 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Stateful
+from .base import Processor, Stateful
 from .columns import payload_list, row_at
 from .errors import DeadLetter, LateEvent
-from .events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract
+from .events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract, fmt_time
 from .ticks import TIME_HELP, to_ticks
 
-__all__ = ["POLICIES", "SHAPES", "AdvanceTime", "Ingress", "ingest", "to_ticks"]
+__all__ = ["POLICIES", "SHAPES", "AdvanceTime", "ImportCti", "Ingress", "LateOut", "LateStream",
+           "ingest", "late_markers", "to_ticks"]
 
 #: The event shapes a source can produce.
 SHAPES = ("point", "interval", "edge")
@@ -629,6 +630,25 @@ class Ingress(Stateful):
             out.append(Cti(time))
         return out
 
+    def late_lifetime(self, record: LateEvent) -> tuple[int, int]:
+        """The lifetime a late row stated (for the late stream, :meth:`Stream.late`): a point
+        ``[s, s + 1)``, an interval ``[s, e)``, a start edge ``[s, ∞)``; an end edge is the
+        point at its end time (the edge's start is on its start edge's row)."""
+        row = record.item
+        if self.shape == "edge":
+            try:
+                raw_end = self._get_end(row) if self._get_end is not None else None
+            except Exception:  # noqa: BLE001 - read once already, when it was found late
+                raw_end = None
+            if not _missing(raw_end):
+                end = self._time(row, self._get_end, "end")  # type: ignore[arg-type]
+                return end, end + 1
+            return self._time(row, self._get_start, "start"), MAX_TIME
+        start = self._time(row, self._get_start, "start")
+        if self.shape == "point":
+            return start, start + 1
+        return start, self._time(row, self._get_end, "end")  # type: ignore[arg-type]
+
     # -- checkpoints and checks -----------------------------------------------------------------
     # (snapshot() and restore() by the convention of operators.base.Stateful: restore() on an
     # Ingress with the same configuration resumes exactly where the snapshot's stood)
@@ -689,3 +709,224 @@ def ingest(
     """
     source = Ingress(start, end=end, shape=shape, id=id, advance=advance, name=name)
     return source.push(rows) + source.end()
+
+
+# -- the late stream and CTI import ---------------------------------------------------------------
+class LateOut(tuple):
+    """A late event on its way to the late stream (``Stream.late()``): a marker in a producer's
+    output that :class:`topology.routing.Router` sends, as the ``Insert`` it holds, only on the
+    out-edges of the late stream (and never on the others). Only a producer whose step has a
+    late stream (``late_stream = True``, set by the planner) emits them."""
+
+    __slots__ = ()
+
+    def __new__(cls, event: Insert) -> LateOut:
+        return tuple.__new__(cls, (event,))
+
+    @property
+    def event(self) -> Insert:
+        return self[0]
+
+
+def late_markers(records: list[LateEvent], first: int,
+                 lifetime: Callable[[LateEvent], tuple[int, int]]) -> list[Message]:
+    """The late stream's events for ``records[first:]``: ``Insert(n, start, end, payload)``
+    where ``n`` is the record's position among its producer's late records (so ids are
+    unique, and the same after a restore), ``[start, end)`` the original lifetime and the
+    payload ``{"source", "policy", "reason", "payload"}`` (``policy``: ``"dropped"`` or
+    ``"adjusted"``; ``payload``: the row, or the event's payload)."""
+    out: list[Message] = []
+    for n in range(first, len(records)):
+        rec = records[n]
+        start, end = lifetime(rec)
+        item = rec.item
+        payload = item.payload if isinstance(item, (Insert, Retract)) else item
+        out.append(LateOut(Insert(n, start, end, {  # type: ignore[arg-type]
+            "source": rec.where, "policy": rec.action, "reason": rec.reason,
+            "payload": payload})))
+    return out
+
+
+class LateStream(Processor):
+    """The step of ``Stream.late()``: the late events its producer sends on this edge alone,
+    passed on unchanged. Late events lie behind their producer's CTI, anywhere in time, so
+    the late stream promises nothing until its producer ends: its only CTI is at the end of
+    input, past every late event's end (its start + 1 for one that ends at ∞)::
+
+        source    a: [5 ─ 6)   Cti(8)   b: [2 ─ 3) (late: dropped)   c: [9 ─ 10)   end
+        late()                          0: [2 ─ 3) {policy: dropped, ...}          Cti(3)
+    """
+
+    _state_fields = ("horizon",)
+
+    def __init__(self, name: str | None = None) -> None:
+        super().__init__(name)
+        self.horizon = MIN_TIME
+
+    def on_insert(self, msg: Insert, port: int) -> list[Message]:
+        end = msg.end if msg.end < MAX_TIME else msg.start + 1
+        self.horizon = max(self.horizon, end)
+        return [msg]
+
+    def on_retract(self, msg: Retract, port: int) -> list[Message]:
+        raise ValueError("a late stream holds inserts only")
+
+    def on_cti(self, time: int, port: int) -> list[Message]:
+        return []  # (none come: the router sends only late events on this edge)
+
+    def finish(self) -> list[Message]:
+        return self.emit_cti(self.horizon) if self.horizon > MIN_TIME else []
+
+
+class ImportCti(Processor):
+    """``stream.import_ctis(leader, policy=)``: input 0's events with CTIs imported from input
+    1 (StreamInsight's ``AdvanceTimeImportSettings``). The output CTI is the larger of the
+    two inputs' CTIs; input 1's events are not output (only its CTIs are read).
+
+    A stream that rarely changes (a reference table) sends CTIs rarely, and holds back every
+    operator that waits for both inputs' CTIs (a join's output CTI is their minimum).
+    Importing the CTIs of a fast stream lets it advance with that stream::
+
+        leader   x x x Cti(10)  x x Cti(20)   x x x Cti(30)
+        ref      r: [0 ──────────────────────────── ∞)
+        import   r: [0 ── ∞)  Cti(10)       Cti(20)        Cti(30)
+
+    An event of input 0 that arrives behind the imported CTI is *late* and goes through the
+    late policy, as at a source: ``"drop"`` drops it, ``"adjust"`` moves its start up to the
+    CTI when its end is after it (else drops it). A retraction whose sync time (the smaller
+    of its two ends) is behind the CTI is dropped, or under ``"adjust"`` clipped to end no
+    earlier than the CTI when the event still ends after it; one of a dropped event is
+    dropped too. Lateness is a property of the message alone, so freeing the events whose
+    end is behind the CTI changes nothing. Each
+    is recorded in :attr:`late` (counted in the step's ``late`` stat, sent on ``.late()``).
+
+    >>> imp = ImportCti()
+    >>> imp.process([Insert("r", 0, 100, "ref")], 0)
+    [Insert(id='r', start=0, end=100, payload='ref')]
+    >>> imp.process([Insert(1, 10, 11, "x"), Cti(10)], 1)
+    [Cti(time=10)]
+    >>> imp.process([Insert("s", 4, 50, "late")], 0), [x.action for x in imp.late]
+    ([], ['dropped'])
+    """
+
+    n_inputs = 2
+    _state_fields = ("live", "dropped", "late")
+
+    def __init__(self, policy: str = "drop", name: str | None = None) -> None:
+        super().__init__(name)
+        if policy not in POLICIES:
+            raise ValueError(f"import_ctis(policy={policy!r}): policy must be 'drop' (late "
+                             f"events are dropped) or 'adjust' (late intervals start at the "
+                             f"imported CTI)")
+        self.policy = policy
+        #: id -> [start sent, end sent] of the input-0 events whose end may still change
+        self.live: dict[Hashable, list[int]] = {}
+        #: ids of input-0 events dropped as late (their retractions are dropped too)
+        self.dropped: set[Hashable] = set()
+        self.late: list[LateEvent] = []
+        #: the planner sets this when the step has a late stream (``.late()``)
+        self.late_stream = False
+        self._swept = 0
+
+    def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
+        first = len(self.late)
+        out = super().process(batch, port)
+        if self.late_stream and len(self.late) > first:
+            out.extend(late_markers(self.late, first, _message_lifetime))
+        return out
+
+    def _record(self, action: str, msg: Message, why: str, sent: Any = None) -> None:
+        self.late.append(LateEvent(self.name, action, why, msg, sent))
+
+    def on_insert(self, msg: Insert, port: int) -> list[Message]:
+        if port == 1:
+            return []
+        id, start, end, payload = msg
+        cti = self.out_cti
+        if start >= cti:
+            self.live[id] = [start, end]
+            return [msg]
+        if self.policy == "adjust" and end > cti:
+            sent = Insert(id, cti, end, payload)
+            self.live[id] = [cti, end]
+            self._record("adjusted", msg, f"start {fmt_time(start)} is behind the imported "
+                         f"CTI {fmt_time(cti)}; moved to start at the CTI (policy 'adjust')",
+                         sent)
+            return [sent]
+        self.dropped.add(id)
+        why = (f"its end {fmt_time(end)} is not after the CTI either"
+               if self.policy == "adjust" else "policy 'drop'")
+        self._record("dropped", msg, f"start {fmt_time(start)} is behind the imported CTI "
+                     f"{fmt_time(cti)}; {why}")
+        return []
+
+    def on_retract(self, msg: Retract, port: int) -> list[Message]:
+        if port == 1:
+            return []
+        id = msg.id
+        cti = self.out_cti
+        if id in self.dropped:
+            if msg.new_end == msg.start:
+                self.dropped.discard(id)
+            self._record("dropped", msg, f"a retraction of {id!r}, whose insert was dropped "
+                         f"as late (or which a late retraction emptied)")
+            return []
+        live = self.live.get(id)
+        if min(msg.end, msg.new_end) >= cti and live is not None:
+            # (not late: its event's end here is the one it names, which is past the CTI;
+            # an end that differs, moved by a late retraction, is behind the CTI)
+            return self._move(id, live[0], live[1], max(msg.new_end, live[0]), msg)
+        if live is None:  # (freed: its end was behind the CTI, so is this change's)
+            self._record("dropped", msg, f"a retraction of {id!r} behind the imported CTI "
+                         f"{fmt_time(cti)}: the event's end is final (policy '{self.policy}')")
+            return []
+        s, e = live
+        if self.policy == "adjust" and e > cti:
+            sent = self._move(id, s, e, max(msg.new_end, s, cti), msg)
+            if sent:
+                self._record("adjusted", msg, f"a retraction of {id!r} to "
+                             f"{fmt_time(msg.new_end)} is behind the imported CTI "
+                             f"{fmt_time(cti)}; the event now ends at the CTI (policy "
+                             f"'adjust')", sent[0])
+                return sent
+        self._record("dropped", msg, f"a retraction of {id!r} to {fmt_time(msg.new_end)} is "
+                     f"behind the imported CTI {fmt_time(cti)}; the event keeps its end "
+                     f"{fmt_time(e)} (policy '{self.policy}')")
+        return []
+
+    def on_columns(self, msg: Any, port: int) -> list[Message]:
+        return [] if port == 1 else super().on_columns(msg, port)
+
+    def _move(self, id: Hashable, s: int, e: int, target: int, msg: Retract) -> list[Message]:
+        payload = msg.payload
+        if target == e:
+            return []
+        if target == s:
+            del self.live[id]
+            if msg.new_end != msg.start:  # emptied by its moved start: over for good
+                self.dropped.add(id)
+        else:
+            self.live[id][1] = target
+        return [Retract(id, s, e, target, payload)]
+
+    def on_cti(self, time: int, port: int) -> list[Message]:
+        ctis = self.in_ctis or [MIN_TIME, MIN_TIME]
+        out = self.emit_cti(max(ctis))
+        if len(self.live) > 2 * self._swept + 64:  # free the events whose end is final
+            cti = self.out_cti
+            self.live = {k: v for k, v in self.live.items() if v[1] >= cti}
+            self._swept = len(self.live)
+        return out
+
+    def state_size(self) -> int:
+        return len(self.live) + len(self.dropped)
+
+    def _check(self) -> None:
+        for s, e in self.live.values():
+            assert s < e
+        assert not (set(self.live) & self.dropped)
+
+
+def _message_lifetime(rec: LateEvent) -> tuple[int, int]:
+    msg = rec.item
+    return msg.start, msg.end

@@ -30,7 +30,7 @@ from .cht import InvalidStream, StreamValidator
 from .columns import Columns, expand
 from .errors import DeadLetter, LateEvent
 from .events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract
-from .ingress import Ingress
+from .ingress import Ingress, late_markers
 
 #: How many ended events' ids a ``from_events`` source remembers to refuse their reuse: its
 #: state (and every checkpoint of it) stays bounded however long the stream runs.
@@ -158,8 +158,16 @@ class RowsSource(Processor):
         #: how often the hosting shell calls :meth:`poll` (None: never, no idle timeout)
         self.poll_every_s = None if idle is None else min(0.05, idle / 4)
 
+    #: the planner sets this when the source has a late stream (``Stream.late()``): the late
+    #: rows then also go out as :class:`~operators.ingress.LateOut` markers
+    late_stream = False
+
     def process(self, batch: Iterable[Any], port: int = 0) -> list[Message]:
-        return self.ingress.push(batch, now=None if self.clock is None else self.clock())
+        first = len(self.ingress.late)
+        out = self.ingress.push(batch, now=None if self.clock is None else self.clock())
+        if self.late_stream and len(self.ingress.late) > first:
+            out.extend(late_markers(self.ingress.late, first, self.ingress.late_lifetime))
+        return out
 
     def poll(self, now: float) -> list[Message]:
         """The idle timer (``AdvanceTime(idle_timeout=...)``): a CTI when the source is quiet."""

@@ -87,6 +87,17 @@ def left_join(left: Rows, right: Rows, on: Any = None,
     return join(left, right, on, fn) + unmatched
 
 
+def full_outer_join(left: Rows, right: Rows, on: Any = None,
+                    select: Callable[[Any, Any], Any] | None = None) -> Rows:
+    """The join, plus ``select(l, None)`` where a left row has no match and ``select(None,
+    r)`` where a right row has none (the tuples ``(l, None)`` / ``(None, r)`` by default)."""
+    fn = select or (lambda a, b: (a, b))
+    swapped = None if on is None else (on[1], on[0])
+    return (join(left, right, on, fn)
+            + [(s, e, fn(p, None)) for s, e, p in anti_join(left, right, on)]
+            + [(s, e, fn(None, p)) for s, e, p in anti_join(right, left, swapped)])
+
+
 def union(*inputs: Rows) -> Rows:
     """All rows of all inputs."""
     return [row for rows in inputs for row in rows]

@@ -303,6 +303,36 @@ class LeftJoin(Node):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class FullOuterJoin(Node):
+    on: tuple[Any, Any] | None = None
+    select: Callable[[Any, Any], Any] | None = None
+    verb: ClassVar[str] = "full_outer_join"
+
+    def describe(self) -> str:
+        on = "cross" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
+        return f"full_outer_join({on})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class ImportCti(Node):
+    """Input 0's events with CTIs imported from input 1 (``Stream.import_ctis``)."""
+
+    policy: str = "drop"
+    verb: ClassVar[str] = "import_ctis"
+
+    def describe(self) -> str:
+        return f"import_ctis(policy={self.policy!r})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Late(Node):
+    """The late events of its input, a rows source or an ``import_ctis`` (``Stream.late()``):
+    the planner gives its in-edge the flag that carries only them."""
+
+    verb: ClassVar[str] = "late"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Union(Node):
     verb: ClassVar[str] = "union"
 

@@ -37,7 +37,9 @@ from operators.base import Processor
 from operators.chain import Chain, SourceChain
 from operators.clip_duration import ClipDuration
 from operators.events import MAX_TIME
+from operators.full_outer_join import FullOuterJoin
 from operators.group_apply import GroupApply
+from operators.ingress import ImportCti, LateStream
 from operators.join import Join
 from operators.left_join import LeftJoin
 from operators.publish import Publish
@@ -150,6 +152,25 @@ def _b_left_join(node: n.LeftJoin, step: str) -> Factory:
                              name=step)
 
 
+def _b_full_outer_join(node: n.FullOuterJoin, step: str) -> Factory:
+    return functools.partial(FullOuterJoin, on=node.on, select=node.select, name=step)
+
+
+def _b_import_ctis(node: n.ImportCti, step: str) -> Factory:
+    return functools.partial(ImportCti, policy=node.policy, name=step)
+
+
+def _b_late(node: n.Late, step: str) -> Factory:
+    return functools.partial(LateStream, name=step)
+
+
+def _with_late_stream(factory: Factory) -> Processor:
+    """The producer of a late stream, told to send its late events (as LateOut markers)."""
+    proc = factory()
+    proc.late_stream = True  # type: ignore[attr-defined]
+    return proc
+
+
 def _b_union(node: n.Union, step: str) -> Factory:
     return functools.partial(Union, len(node.inputs), name=step)
 
@@ -260,6 +281,9 @@ BUILDERS: dict[type[n.Node], Callable[[Any, str], Factory]] = {
     n.LeftJoin: _b_left_join, n.Union: _b_union, n.GroupApply: _b_group_apply,
     n.Scan: _b_scan, n.Distinct: _b_distinct,
 }
+BUILDERS[n.FullOuterJoin] = _b_full_outer_join
+BUILDERS[n.ImportCti] = _b_import_ctis
+BUILDERS[n.Late] = _b_late
 
 
 # -- the tree walk ------------------------------------------------------------------------------
@@ -325,6 +349,7 @@ def plan(root: n.Node, *, fuse: bool = False, sink: bool = True) -> Plan:
     stages: dict[str, Stage] = {}
     edges: dict[str, list[OutEdge]] = {}
     sources: list[str] = []
+    late_producers = {id(node.inputs[0]) for node, _ in steps.values() if isinstance(node, n.Late)}
     for node, step in steps.values():
         builder = BUILDERS.get(type(node))
         if builder is None:
@@ -335,6 +360,8 @@ def plan(root: n.Node, *, fuse: bool = False, sink: bool = True) -> Plan:
             _partitioned(node, step, ins[0], stages, edges)
             continue
         factory = builder(node, step)
+        if id(node) in late_producers:
+            factory = functools.partial(_with_late_stream, factory)
         stages[step] = Stage(step, factory, max(1, len(ins)), _describe(node, factory),
                              role=role, stateless=node.stateless,
                              source=node if node.is_source else None)
@@ -342,7 +369,7 @@ def plan(root: n.Node, *, fuse: bool = False, sink: bool = True) -> Plan:
         if node.is_source:
             sources.append(step)
         for port, src in enumerate(ins):
-            edges[src].append(OutEdge(step, port))
+            edges[src].append(OutEdge(step, port, late=isinstance(node, n.Late)))
     root_step = steps[id(root)][1]
     out = root_step
     if sink:
@@ -418,7 +445,7 @@ def _fuse(p: Plan) -> Plan:
             stages[sid] = Stage(sid, functools.partial(_chain, facs, sid, source=source), 1,
                                 " → ".join(p.stages[m].describe for m in members),
                                 role=first.role, stateless=not source, source=first.source)
-        edges[sid] = [OutEdge(new_id[e.dst], e.port, e.partition, e.index)
+        edges[sid] = [OutEdge(new_id[e.dst], e.port, e.partition, e.index, e.late)
                       for e in p.edges[last]]
     return Plan(stages, edges, [new_id[s] for s in p.sources], new_id[p.sink], p.logical)
 

@@ -28,6 +28,7 @@ import numpy as np
 from operators.columns import Columns, apply_columns
 from operators.errors import OperatorError
 from operators.events import Cti, Message
+from operators.ingress import LateOut
 
 
 def stable_hash(key: Any) -> int:
@@ -121,6 +122,9 @@ class OutEdge:
     port: int
     partition: Partitioner | None = None
     index: int = 0
+    #: the edge of a late stream (``Stream.late()``): it carries only the producer's late
+    #: events (the :class:`~operators.ingress.LateOut` markers' inserts), the others none
+    late: bool = False
 
 
 class Router:
@@ -133,9 +137,13 @@ class Router:
             if e.partition is not None and all(p is not e.partition
                                                for p in self._partitioners):
                 self._partitioners.append(e.partition)
+        if any(e.late for e in self.edges):
+            self._late = Router([e for e in self.edges if not e.late])
 
     def route(self, msgs: list[Message]) -> list[list[Message]]:
         """One list per edge (in edge order); unpartitioned edges share ``msgs`` itself."""
+        if self._late is not None:
+            return self._route_late(msgs)
         if not self._partitioners:
             return [msgs] * len(self.edges)
         split: dict[int, list[list[Message]]] = {}
@@ -153,6 +161,18 @@ class Router:
             split[id(p)] = buckets
         return [msgs if e.partition is None else split[id(e.partition)][e.index]
                 for e in self.edges]
+
+    # -- late streams (Stream.late()) ---------------------------------------------------
+    _late: Router | None = None
+
+    def _route_late(self, msgs: list[Message]) -> list[list[Message]]:
+        """The late events to the late edges, the rest to the others (by their own router)."""
+        assert self._late is not None
+        late = [m.event for m in msgs if type(m) is LateOut]  # type: ignore[attr-defined]
+        if late:
+            msgs = [m for m in msgs if type(m) is not LateOut]
+        rest = iter(self._late.route(msgs))
+        return [late if e.late else next(rest) for e in self.edges]
 
     @staticmethod
     def _split_columns(p: Partitioner, cols: Columns, buckets: list[list[Message]]) -> None:

@@ -376,6 +376,57 @@ class Stream:
         """The join, plus the unmatched parts of left lifetimes paired with ``default``."""
         return self._then(n.LeftJoin, other, on=on, select=select, default=default, name=name)
 
+    def full_outer_join(self, other: Stream, on: tuple[Any, Any] | None = None,
+                        select: Callable[[Any, Any], Any] | None = None,
+                        name: str | None = None) -> Stream:
+        """The join, plus each side's unmatched parts as ``select(l, None)`` and
+        ``select(None, r)`` (cut as ``anti_join`` cuts them)."""
+        if select is not None and not callable(select):
+            raise TypeError(f"full_outer_join(select={select!r}): select must be a function "
+                            f"(left, right) -> payload; one of the two is None where a side "
+                            f"has no partner")
+        if on is not None and (not isinstance(on, (tuple, list)) or len(on) != 2):
+            raise ValueError(f"full_outer_join(on={on!r}): on must be a pair (left_key, "
+                             f"right_key) of field names or functions of the payload, or None "
+                             f"for a cross join")
+        return self._then(n.FullOuterJoin, other, on=on, select=select, name=name)
+
+    def import_ctis(self, leader: Stream, policy: str = "drop",
+                    name: str | None = None) -> Stream:
+        """This stream's events with ``leader``'s CTIs imported (StreamInsight's
+        AdvanceTimeImportSettings): the output CTI is the larger of the two, so a rarely
+        changing stream (a reference table) no longer holds back a join with a fast one.
+        Events that arrive behind the imported CTI go through ``policy`` ('drop' or
+        'adjust'), are counted in the step's ``late`` and sent on ``.late()``."""
+        if not isinstance(leader, Stream):
+            raise TypeError(f"import_ctis(leader={leader!r}): leader must be a Stream of the "
+                            f"same query, whose CTIs this stream takes")
+        if policy not in ("drop", "adjust"):
+            raise ValueError(f"import_ctis(policy={policy!r}): policy must be 'drop' (late "
+                             f"events are dropped) or 'adjust' (late intervals start at the "
+                             f"imported CTI)")
+        return self._then(n.ImportCti, leader, policy=policy, name=name)
+
+    def late(self, name: str | None = None) -> Stream:
+        """The late events of this stream's source (a rows, Arrow or Spark source) or of its
+        ``import_ctis``: each dropped or adjusted event as an insert with its original times
+        and the payload ``{"source", "policy", "reason", "payload"}``. Its only CTI comes at
+        the end of input. Route it to a sink or into another query like any stream."""
+        from .parts import UnionOfParts
+
+        node = self._node
+        if isinstance(node, (n.FromRows, n.ImportCti)):
+            return self._then(n.Late, name=name)
+        if isinstance(node, UnionOfParts) and all(isinstance(i, n.FromRows)
+                                                  for i in node.inputs):
+            parts = [Stream(i)._then(n.Late, name=None if name is None else f"{name}[{k}]")
+                     for k, i in enumerate(node.inputs)]
+            return parts[0]._then(n.Union, *parts[1:], name=name)
+        raise ValueError(
+            f"late(): {node.verb} has no late events; call .late() on a source that ingests "
+            f"rows (from_rows, from_arrow, from_spark) or on an import_ctis, whose "
+            f"AdvanceTime policy drops or adjusts them")
+
     def union(self, *others: Stream, name: str | None = None) -> Stream:
         """All events of every input; the CTI is the minimum of the inputs' CTIs."""
         return self._then(n.Union, *others, name=name)
