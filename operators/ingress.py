@@ -872,9 +872,9 @@ class ImportCti(Processor):
                          f"as late (or which a late retraction emptied)")
             return []
         live = self.live.get(id)
-        if min(msg.end, msg.new_end) >= cti and live is not None:
-            # (not late: its event's end here is the one it names, which is past the CTI;
-            # an end that differs, moved by a late retraction, is behind the CTI)
+        if live is not None and min(live[1], msg.new_end) >= cti:
+            # (not late: the end this step sent, which a late retraction may have kept
+            # short of the one the message names, and the new end are both past the CTI)
             return self._move(id, live[0], live[1], max(msg.new_end, live[0]), msg)
         if live is None:  # (freed: its end was behind the CTI, so is this change's)
             self._record("dropped", msg, f"a retraction of {id!r} behind the imported CTI "
