@@ -66,6 +66,7 @@ from ..group_apply import group_key
 from ..payloads import identical
 from ..udm import (
     Aggregate,
+    ColumnAggregate,
     IncrementalAggregate,
     TimeSensitiveAggregate,
     Window,
@@ -207,7 +208,9 @@ class KeyedWindowAggregate(Processor):
         self.incremental = self.call.incremental
         self.time_sensitive = self.call.time_sensitive
         #: the UDM's column-wise add (built-in aggregates; see operators.aggregates)
-        self.add_ranges = getattr(self.udm, "add_ranges", None) if self.incremental else None
+        self.add_ranges = (self.udm.add_ranges
+                           if self.incremental and isinstance(self.udm, ColumnAggregate)
+                           else None)
         self.policy = self.call.policy
         #: window number -> key -> UDM state (incremental) or [(start, seq, payload)]
         self.open: dict[int, dict[Hashable, Any]] = {}
