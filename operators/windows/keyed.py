@@ -644,6 +644,12 @@ class KeyedWindowAggregate(Processor):
                 f"only finite intervals (the planner chose it for a stream of bounded "
                 f"lifetimes, so this is a bug: report it)")
 
+    def key_functions(self) -> tuple[Callable[[Any], Any], ...]:
+        return (self.key,)
+
+    def keyed_output(self) -> bool:
+        return self.keyed
+
     def state_size(self) -> int:
         return sum(len(by_key) for by_key in self.open.values())
 
