@@ -61,6 +61,7 @@ from operators.events import MIN_TIME, Cti, Message
 from operators.publish import Publish
 
 from . import checkpoint as ck
+from .config import ShellConfig
 from .trace import Recorder
 from .wire import decode, decode_rows, encode, encode_rows
 
@@ -195,9 +196,8 @@ class OperatorShell:
         self.pulls: dict[int, _Pull] = {}
         self._next_pull = 0
         self.rows_input = False
-        self.batch_size = 4096
-        self.max_in_flight = 8
-        self.flush_s = 0.02
+        #: batch size, in-flight window, flush timer, trace (:mod:`actors.config`)
+        self.settings = ShellConfig()
         self.info: dict[str, Any] = {}
         self.ends = 0
         self.finished = False
@@ -224,7 +224,8 @@ class OperatorShell:
     def configure(self, config: dict[str, Any]) -> str:
         """Host a new processor: ``step``, ``factory``, ``n_in`` (input edges), ``router``
         (a Router over the out-edges) with ``handles`` (downstream actors by step), ``rows``
-        (the input is source rows), ``batch_size``, ``max_in_flight``, ``flush_s``, ``info``."""
+        (the input is source rows), ``settings`` (a :class:`~actors.config.ShellConfig`:
+        batch size, in-flight window, flush timer, trace; its defaults if absent), ``info``."""
         with self._send_lock, self._lock:
             self._reset()
             self.step = config["step"]
@@ -243,15 +244,13 @@ class OperatorShell:
             self.targets = [_Target(e.dst, handles[e.dst], e.port) for e in edges]
             self.buffers = [[] for _ in edges]
             self.rows_input = bool(config.get("rows", False))
-            self.batch_size = int(config.get("batch_size", 4096))
-            self.max_in_flight = int(config.get("max_in_flight", 8))
-            self.flush_s = float(config.get("flush_s", 0.02))
+            self.settings = config.get("settings") or ShellConfig()
             self.info = dict(config.get("info", {}))
             self.ckpt = config.get("checkpoint")
             self.is_sink = bool(self.ckpt and self.ckpt.get("sink"))
             if self.ckpt and config.get("restore"):
                 self._restore(ck.load(config["restore"]))
-            trace = config.get("trace")
+            trace = self.settings.trace
             if trace is not None and trace.traces(self.step):
                 self.trace = Recorder(trace, self.step, self.proc)
             self._poll_every = self.proc.poll_every_s
@@ -514,7 +513,7 @@ class OperatorShell:
 
     def _due(self, flush: bool) -> list[tuple[_Target, list[Message]]]:
         ready: list[tuple[_Target, list[Message]]] = []
-        size = self.batch_size
+        size = self.settings.batch_size
         pending = False
         for i, buf in enumerate(self.buffers):
             if buf and (flush or len(buf) >= size):
@@ -538,7 +537,7 @@ class OperatorShell:
         for target, msgs in ready:
             if target.dead is not None:
                 continue
-            size = self.batch_size
+            size = self.settings.batch_size
             for i in range(0, len(msgs), size):
                 part = msgs[i:i + size]
                 try:
@@ -557,7 +556,7 @@ class OperatorShell:
         cannot be serialised: Ray pickles the column batches that travel beside the bytes)."""
         inflight = target.inflight
         try:
-            while len(inflight) >= self.max_in_flight:
+            while len(inflight) >= self.settings.max_in_flight:
                 ray.get(inflight.popleft())
         except Exception as exc:  # the downstream actor died (or was stopped)  # noqa: BLE001
             self._lost(target, exc)
@@ -612,7 +611,7 @@ class OperatorShell:
             self._armed.wait(self._poll_every)
             oldest = self._oldest
             if oldest is not None:
-                delay = oldest + self.flush_s - time.monotonic()
+                delay = oldest + self.settings.flush_s - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
             elif self._poll is None:
@@ -633,7 +632,7 @@ class OperatorShell:
     def _tick(self) -> None:
         now = time.monotonic()
         oldest, poll = self._oldest, self._poll
-        stale = oldest is not None and now - oldest >= self.flush_s
+        stale = oldest is not None and now - oldest >= self.settings.flush_s
         if not stale and poll is None:
             return
         if not self._send_lock.acquire(timeout=TICK_S):

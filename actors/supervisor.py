@@ -45,6 +45,7 @@ from typing import Any
 from operators.feeds import END, round_robin
 
 from . import checkpoint as ck
+from .config import ShellConfig
 from .wire import decode
 
 #: Seconds between liveness pings of the query's actors.
@@ -58,20 +59,18 @@ class Supervisor:
     by step (replacing any actor of the query still alive); ``configure(handles, restore)``
     configures them (``restore``: epoch or 0); ``feeds_from(rounds)`` returns (step, iterator
     of encoded batches) per fed source, each read from its beginning and the first ``rounds``
-    rounds skipped."""
+    rounds skipped. ``settings`` gives ``checkpoint_every`` and the in-flight window of the
+    feeding (:class:`~actors.config.ShellConfig`)."""
 
     def __init__(self, *, name: str, steps: list[str], sink: str, root: str,
                  start_actors: Callable[[int], dict[str, Any]],
                  configure: Callable[[dict[str, Any], int], None],
                  feeds_from: Callable[[int], list[tuple[str, Iterator[bytes]]]],
-                 checkpoint_every: int, max_in_flight: int) -> None:
-        if checkpoint_every < 1:
-            raise ValueError(f"checkpoint_every ({checkpoint_every}) must be >= 1 (batches "
-                             f"per source between checkpoints)")
+                 settings: ShellConfig) -> None:
         self.name, self.steps, self.sink_step, self.root = name, steps, sink, root
         self._start_actors, self._configure = start_actors, configure
-        self._feeds_from, self.every = feeds_from, checkpoint_every
-        self.max_in_flight = max_in_flight
+        self._feeds_from, self.every = feeds_from, settings.checkpoint_every
+        self.max_in_flight = settings.max_in_flight
         self.lock = threading.RLock()  # held while sending to the actors (feeder, recovery)
         self.generation = 0
         self.handles: dict[str, Any] = {}

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from operators.base import Processor
 from operators.columns import expand
 from operators.events import Cti, Insert, Retract
 
@@ -105,27 +106,16 @@ def _safe_repr(obj: Any) -> str:
 _JSON = json.JSONEncoder(default=_safe_repr, sort_keys=True)
 
 
-def key_functions(proc: Any) -> tuple[Callable[[Any], Any], ...] | None:
-    """The key function of each input port of a keyed step (group_apply, keyed window, the
-    joins), or None for other steps."""
-    keys = getattr(proc, "keys", None)
-    if keys is None and hasattr(proc, "join"):
-        keys = getattr(proc.join, "keys", None)
-    if isinstance(keys, tuple) and all(callable(k) for k in keys):
-        return keys
-    key = getattr(proc, "key", None)
-    return (key,) if callable(key) else None
-
-
 class Recorder:
     """The rows of one step; :meth:`flush` writes them as one parquet part."""
 
-    def __init__(self, trace: Trace, step: str, proc: Any = None) -> None:
+    def __init__(self, trace: Trace, step: str, proc: Processor | None = None) -> None:
         self.trace = trace
         self.step = step
-        self.keys = key_functions(proc)
-        #: group_apply outputs (key, payload): their key is the payload's first item
-        self.keyed_out = callable(getattr(proc, "key", None)) and getattr(proc, "keyed", True)
+        #: the key function of each input port (:meth:`Processor.key_functions`), or None
+        self.keys = None if proc is None else proc.key_functions()
+        #: outputs (key, payload) (group_apply, keyed window): the key is the first item
+        self.keyed_out = proc is not None and proc.keyed_output()
         #: the rows kept, one tuple of :data:`COLUMNS` each
         self.rows: list[tuple[Any, ...]] = []
         self.seq = itertools.count()

@@ -51,7 +51,7 @@ from sortedcontainers import SortedList
 from .columns import map_columns
 from .events import MAX_TIME, MIN_TIME, fmt_time
 from .expr import evaluate, trace
-from .udm import IncrementalAggregate, Window, field_getter, register, resolve
+from .udm import ColumnAggregate, IncrementalAggregate, Window, field_getter, register, resolve
 
 __all__ = ["Aggregates", "Avg", "Count", "Max", "Min", "Sum", "TimeWeightedAverage", "TopK",
            "canonical"]
@@ -443,6 +443,10 @@ class Aggregates(_Builtin):
                                 f"Avg, Min, Max, TopK or your own IncrementalAggregate)")
             resolved[name] = udm
         self.parts = resolved
+        #: the parts, when every one has the column-wise protocol (else None: never
+        #: column-wise, since no part may add when another cannot)
+        columnar = [p for p in resolved.values() if isinstance(p, ColumnAggregate)]
+        self._columnar = columnar if len(columnar) == len(resolved) else None
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_aggregates, (self.parts,))
@@ -469,26 +473,24 @@ class Aggregates(_Builtin):
         return {k: p.window_result(s, window) for (k, p), s in zip(self.parts.items(), state)}
 
     def column_ready(self, columns: Any, n: int) -> bool:
-        return all((ready := getattr(p, "column_ready", None)) is not None and ready(columns, n)
-                   for p in self.parts.values())
+        return self._columnar is not None and all(p.column_ready(columns, n)
+                                                  for p in self._columnar)
 
     def add_groups(self, states: list[Any], columns: Any,
                    bounds: Sequence[int]) -> list[Any] | None:
-        if not self.column_ready(columns, bounds[-1]):
+        if self._columnar is None or not self.column_ready(columns, bounds[-1]):
             return None  # checked first: no part may add when another cannot
-        # every part passed column_ready, so each has the column-wise protocol
-        per_part = [p.add_groups([None if s is None else s[i] for s in states],  # type: ignore[attr-defined]
-                                 columns, bounds)
-                    for i, p in enumerate(self.parts.values())]
+        per_part = [p.add_groups([None if s is None else s[i] for s in states], columns, bounds)
+                    for i, p in enumerate(self._columnar)]
         return [list(group) for group in zip(*per_part)]
 
     def add_ranges(self, states: list[Any], columns: Any, n: int, lo: Sequence[int],
                    hi: Sequence[int]) -> list[Any] | None:
-        if not self.column_ready(columns, n):
+        if self._columnar is None or not self.column_ready(columns, n):
             return None  # checked first: no part may add when another cannot
-        per_part = [p.add_ranges([None if s is None else s[i] for s in states],  # type: ignore[attr-defined]
+        per_part = [p.add_ranges([None if s is None else s[i] for s in states],
                                  columns, n, lo, hi)
-                    for i, p in enumerate(self.parts.values())]
+                    for i, p in enumerate(self._columnar)]
         return [list(group) for group in zip(*per_part)]
 
 

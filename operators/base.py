@@ -216,6 +216,17 @@ class Processor(Stateful):
             return [Cti(time)]
         return []
 
+    def key_functions(self) -> tuple[Callable[[Any], Any], ...] | None:
+        """The key function of each input port of an operator that keys its input (group
+        apply, the keyed window, distinct with a key, the joins), or None (the default: not
+        keyed). The trace recorder (:mod:`actors.trace`) records each input's key with it."""
+        return None
+
+    def keyed_output(self) -> bool:
+        """Whether every output payload is a ``(key, payload)`` pair (group apply, the keyed
+        window aggregate unless ``keyed=False``); False by default."""
+        return False
+
     def state_size(self) -> int:
         """Number of events (or windows) held in state; 0 for stateless operators."""
         return 0

@@ -239,6 +239,9 @@ class Distinct(Processor):
         heapq.heapify(self.expiry)
 
     # -- introspection ------------------------------------------------------------------------
+    def key_functions(self) -> tuple[Callable[[Any], Any], ...] | None:
+        return None if self.key is None else (self.key,)
+
     def state_size(self) -> int:
         """Input events and output intervals held."""
         return len(self.ids) + sum(len(ks[K_OUTS]) for ks in self.keys.values())

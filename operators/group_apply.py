@@ -184,6 +184,12 @@ class GroupApply(Processor):
             else:
                 group[G_CTI] = m.time
 
+    def key_functions(self) -> tuple[Callable[[Any], Any], ...]:
+        return (self.key,)
+
+    def keyed_output(self) -> bool:
+        return True
+
     def finish(self) -> list[Message]:
         """End of input: every group's sub-query flushes (a window records the failures of the
         windows it still holds in the dead letters)."""

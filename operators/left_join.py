@@ -113,6 +113,9 @@ class LeftJoin(Processor):
                 return self.unmatched.process(msgs)
         return [cols.with_payload(payload)]  # (stands for its inserts)
 
+    def key_functions(self) -> tuple[Callable[[Any], Any], ...] | None:
+        return self.join.key_functions()
+
     def state_size(self) -> int:
         """The join's and the anti-join's state."""
         return self.join.state_size() + self.anti.state_size()

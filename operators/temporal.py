@@ -244,6 +244,9 @@ class BinaryTemporal(Processor):
         self.next_out = oid + 1
         return oid
 
+    def key_functions(self) -> tuple[KeyFn, KeyFn]:
+        return self.keys
+
     # -- CTIs and freeing -----------------------------------------------------------------
     def on_cti(self, time: int, port: int) -> list[Message]:
         self._free()

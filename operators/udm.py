@@ -36,8 +36,8 @@ output. ``add``/``remove`` may update the state in place and must return the (ne
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, NamedTuple
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 
 class Window(NamedTuple):
@@ -110,6 +110,34 @@ class IncrementalAggregate(UDM):
         ``copy.deepcopy``; override it when that is slow or wrong for the state (if it
         raises, the engine rebuilds the state from the window's events)."""
         return copy.deepcopy(state)
+
+
+@runtime_checkable
+class ColumnAggregate(Protocol):
+    """The column-wise path of an :class:`IncrementalAggregate` (every built-in of
+    :mod:`operators.aggregates` has it): whole groups of a batch's payload *columns* (see
+    :mod:`operators.columns`) are added at once, without a payload object per event. The keyed
+    window aggregate (:mod:`operators.windows.keyed`) takes it when the UDM is an instance of
+    this protocol; any method may decline (``False`` / ``None``) and the engine then calls
+    ``add`` with the payloads."""
+
+    def column_ready(self, columns: Any, n: int) -> bool:
+        """Whether :meth:`add_groups` / :meth:`add_ranges` take these ``n`` rows of payload
+        columns."""
+        ...
+
+    def add_groups(self, states: list[Any], columns: Any,
+                   bounds: Sequence[int]) -> list[Any] | None:
+        """The new states of groups of consecutive rows: group ``j`` is rows
+        ``bounds[j]:bounds[j + 1]`` (never empty), ``states[j]`` its state (None: a new
+        group); exactly what ``add`` of each group's payloads gives, or None to decline."""
+        ...
+
+    def add_ranges(self, states: list[Any], columns: Any, n: int, lo: Sequence[int],
+                   hi: Sequence[int]) -> list[Any] | None:
+        """:meth:`add_groups` for groups that are row ranges ``lo[j]:hi[j]`` of the ``n``
+        rows of ``columns`` (they may overlap: a point in several hopping windows)."""
+        ...
 
 
 class Operator(UDM):

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from actors import checkpoint as ck
+from actors.config import ShellConfig
 from actors.host import save_job
 from actors.wire import decode, encode, encode_rows
 from operators.columns import expand
@@ -58,14 +59,9 @@ from .planner import Plan
 from .query import NameTaken, Query, QueryFailed, _Remote, stop_by_name
 from .routing import Router
 
-#: Messages (or source rows) per batch.
-DEFAULT_BATCH = 4096
-#: Unanswered batches per edge (docs/runtime.md: 4–8 give ~97 % of peak throughput).
-DEFAULT_IN_FLIGHT = 8
-#: A partly filled batch waits at most this long before it is sent.
-DEFAULT_FLUSH_MS = 20
-#: Batches per source between two checkpoints (with ``checkpoint_dir``).
-DEFAULT_CHECKPOINT_EVERY = 4
+#: Messages (or source rows) per batch (the default of :class:`actors.config.ShellConfig`,
+#: which holds every actor setting's default).
+DEFAULT_BATCH = ShellConfig.batch_size
 #: Idle actors kept warm for collect().
 POOL_LIMIT = 24
 
@@ -136,7 +132,7 @@ def release_pool() -> None:
 
 
 # -- configuring and feeding ---------------------------------------------------------------------
-def _configure(plan: Plan, handles: dict[str, Any], opts: dict[str, Any],
+def _configure(plan: Plan, handles: dict[str, Any], settings: ShellConfig,
                sink_info: dict[str, Any], ckpt: tuple[str, str] | None = None,
                restore: int = 0) -> None:
     """Configure every stage; with ``ckpt`` = (directory, query) the stages checkpoint, and
@@ -147,12 +143,13 @@ def _configure(plan: Plan, handles: dict[str, Any], opts: dict[str, Any],
     refs = []
     for step, st in plan.stages.items():
         edges = plan.edges[step]
-        config = dict(
-            step=step, describe=st.describe, factory=st.factory, n_in=plan.in_edges(step),
-            router=Router(edges), handles={e.dst: handles[e.dst] for e in edges},
-            rows=isinstance(st.source, n.FromRows), info=sink_info if step == plan.sink else {},
-            **opts,
-        )
+        config: dict[str, Any] = {
+            "step": step, "describe": st.describe, "factory": st.factory,
+            "n_in": plan.in_edges(step), "router": Router(edges),
+            "handles": {e.dst: handles[e.dst] for e in edges},
+            "rows": isinstance(st.source, n.FromRows),
+            "info": sink_info if step == plan.sink else {}, "settings": settings,
+        }
         if ckpt is not None:
             config["checkpoint"] = {"dir": ckpt[0], "query": ckpt[1], "sink": step == plan.sink}
             if restore:
@@ -161,24 +158,18 @@ def _configure(plan: Plan, handles: dict[str, Any], opts: dict[str, Any],
     ray.get(refs)
 
 
-def _options(batch_size: int, max_in_flight: int, flush_ms: float) -> dict[str, Any]:
-    if batch_size < 1 or max_in_flight < 1 or flush_ms <= 0:
-        raise ValueError(f"batch_size ({batch_size}) and max_in_flight ({max_in_flight}) must "
-                         f"be >= 1 and flush_ms ({flush_ms}) > 0")
-    return {"batch_size": batch_size, "max_in_flight": max_in_flight, "flush_s": flush_ms / 1000}
-
-
-def _trace_options(opts: dict[str, Any], plan: Plan, trace: Any) -> None:
+def _traced(settings: ShellConfig, plan: Plan, trace: Any) -> ShellConfig:
     """``trace=`` (a :class:`actors.trace.Trace` or a directory): every actor records its
     step into its own parquet parts; the plan goes to ``plan.json`` now."""
     from actors.trace import Trace
 
     t = Trace.of(trace)
-    if t is not None:
-        from .trace import write_plan
+    if t is None:
+        return settings
+    from .trace import write_plan
 
-        write_plan(t, plan, runtime="ray")
-        opts["trace"] = t
+    write_plan(t, plan, runtime="ray")
+    return settings.with_trace(t)
 
 
 def _driver_sources(plan: Plan) -> list[str]:
@@ -235,16 +226,15 @@ def _start_pulls(handles: list[Any], data: list[Any]) -> list[bool]:
     return fed
 
 
-def _feed_round_robin(plan: Plan, handles: dict[str, Any], batch_size: int,
-                      max_in_flight: int) -> None:
+def _feed_round_robin(plan: Plan, handles: dict[str, Any], settings: ShellConfig) -> None:
     """collect(): the sources that can read their own data start reading it (in parallel,
     in their actors); the driver feeds the others to their end, one batch of each in turn."""
     steps = _driver_sources(plan)
     fed = _start_pulls([handles[s] for s in steps], [_pulls(plan, s) for s in steps])
     steps = [s for s, f in zip(steps, fed) if f]
     senders = [_Sender(handles[s], isinstance(plan.stages[s].source, n.FromRows),
-                       max_in_flight) for s in steps]
-    feeds = [source_batches(plan, s, batch_size) for s in steps]
+                       settings.max_in_flight) for s in steps]
+    feeds = [source_batches(plan, s, settings.batch_size) for s in steps]
     try:
         for round_ in round_robin(feeds):
             for i, batch in round_:
@@ -343,12 +333,12 @@ def _subscribe_published(plan: Plan, handles: dict[str, Any],
 
 
 # -- the two entry points ----------------------------------------------------------------------
-def collect_plan(plan: Plan, *, batch_size: int = DEFAULT_BATCH,
-                 max_in_flight: int = DEFAULT_IN_FLIGHT, flush_ms: float = DEFAULT_FLUSH_MS,
+def collect_plan(plan: Plan, *, batch_size: int | None = None,
+                 max_in_flight: int | None = None, flush_ms: float | None = None,
                  timeout_s: float | None = None, reuse: bool = True,
                  on_messages: Callable[[list[Message]], Any] | None = None,
                  checkpoint_dir: str | None = None,
-                 checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+                 checkpoint_every: int | None = None,
                  trace: Any = None, columns: bool = False) -> Collected:
     """Run ``plan`` on Ray to the end of its sources; return the output messages (or, with
     ``on_messages``, hand each fetched batch to it as it arrives and return none), as a
@@ -360,15 +350,19 @@ def collect_plan(plan: Plan, *, batch_size: int = DEFAULT_BATCH,
     the step. ``reuse`` borrows warm actors from the session's pool. With ``checkpoint_dir``
     the run survives the death of its actors (fresh actors, not pooled; see
     :func:`deploy_plan`).
+
+    ``batch_size``, ``max_in_flight``, ``flush_ms`` and ``checkpoint_every`` (None: the
+    default) make the :class:`~actors.config.ShellConfig` of the actors; a bad one is
+    refused here, naming it, before anything starts.
     """
     import ray
 
+    settings = ShellConfig.of(batch_size=batch_size, max_in_flight=max_in_flight,
+                              flush_ms=flush_ms, checkpoint_every=checkpoint_every)
     ensure_ray()
-    opts = _options(batch_size, max_in_flight, flush_ms)
-    _trace_options(opts, plan, trace)
+    settings = _traced(settings, plan, trace)
     if checkpoint_dir is not None:
-        return _collect_checkpointed(plan, opts, checkpoint_dir, checkpoint_every, timeout_s,
-                                     on_messages)
+        return _collect_checkpointed(plan, settings, checkpoint_dir, timeout_s, on_messages)
     if trace is None:
         plan = _without_sink(plan)
     steps = list(plan.stages)
@@ -378,11 +372,11 @@ def collect_plan(plan: Plan, *, batch_size: int = DEFAULT_BATCH,
     subs: list[tuple[str, str]] = []
     clean = False
     try:
-        _configure(plan, handles, opts, {"query": name})
+        _configure(plan, handles, settings, {"query": name})
         sink = handles[plan.sink]
         pull = ray.get(sink.open_pull.remote())
         subs = _subscribe_published(plan, handles, name)
-        _feed_round_robin(plan, handles, batch_size, max_in_flight)
+        _feed_round_robin(plan, handles, settings)
         out: list[Message] = []
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
@@ -438,12 +432,12 @@ def _without_sink(plan: Plan) -> Plan:
     return Plan(stages, edges, plan.sources, root, plan.logical)
 
 
-def _collect_checkpointed(plan: Plan, opts: dict[str, Any], root: str, every: int,
+def _collect_checkpointed(plan: Plan, settings: ShellConfig, root: str,
                           timeout_s: float | None,
                           on_messages: Callable[[list[Message]], Any] | None) -> Collected:
 
     name = f"collect-{uuid.uuid4().hex[:8]}"
-    sup = _supervise(plan, name, opts, root, every, info={"query": name}).start()
+    sup = _supervise(plan, name, settings, root, info={"query": name}).start()
     try:
         if not sup.wait(timeout_s):
             raise TimeoutError(f"collect(): the query did not finish within {timeout_s} s")
@@ -532,9 +526,8 @@ class _SupervisedJob:
 
     plan: Plan
     name: str
-    opts: dict[str, Any]
+    settings: ShellConfig
     root: str
-    every: int
     info: dict[str, Any]
     named: bool = False
     detached: bool = False
@@ -548,7 +541,7 @@ class _SupervisedJob:
         sup = Supervisor(name=self.name, steps=list(self.plan.stages), sink=self.plan.sink,
                          root=self.root, start_actors=self.start_actors,
                          configure=self.configure, feeds_from=self.feeds_from,
-                         checkpoint_every=self.every, max_in_flight=self.opts["max_in_flight"])
+                         settings=self.settings)
         try:
             sup.start(resume)
         except BaseException:
@@ -601,25 +594,25 @@ class _SupervisedJob:
                               "starts no actor again")
 
     def configure(self, handles: dict[str, Any], restore: int) -> None:
-        _configure(self.plan, handles, self.opts, self.info, (self.root, self.name), restore)
+        _configure(self.plan, handles, self.settings, self.info, (self.root, self.name), restore)
 
     def feeds_from(self, rounds: int) -> list[tuple[str, Iterator[Any]]]:
         """Every fed source read from its beginning, its first ``rounds`` rounds skipped."""
         steps = _driver_sources(self.plan)
-        feeds = [source_batches(self.plan, s, self.opts["batch_size"]) for s in steps]
+        feeds = [source_batches(self.plan, s, self.settings.batch_size) for s in steps]
         for _ in itertools.islice(round_robin(feeds), rounds):
             pass
         return [(s, map(_encoder(self.plan, s), feed)) for s, feed in zip(steps, feeds)]
 
 
-def _supervise(plan: Plan, name: str, opts: dict[str, Any], root: str, every: int,
+def _supervise(plan: Plan, name: str, settings: ShellConfig, root: str,
                **options: Any) -> _SupervisedJob:
     """The job of ``plan`` under a checkpointing supervisor (not started)."""
     if any(isinstance(plan.stages[s].source, n.Published) for s in plan.sources):
         raise ValueError("checkpoint_dir: a query that reads a published() query cannot be "
                          "checkpointed (the publisher's stream cannot be replayed); run it "
                          "without checkpoint_dir")
-    return _SupervisedJob(plan, name, opts, ck.normalize(root), every, **options)
+    return _SupervisedJob(plan, name, settings, ck.normalize(root), **options)
 
 
 @dataclasses.dataclass
@@ -629,16 +622,16 @@ class _FeedJob:
 
     #: (the source's actor, whether it takes rows, its data, whether the data is batches)
     feeds: list[tuple[Any, bool, Any, bool]]
-    opts: dict[str, Any]
+    settings: ShellConfig
     #: whether each feed's actor reads its data itself (:func:`_pulls`), when it can travel
     pull: list[bool] = dataclasses.field(default_factory=list)
 
     @classmethod
     def of(cls, plan: Plan, handles: dict[str, Any], steps: list[str],
-           opts: dict[str, Any]) -> _FeedJob:
+           settings: ShellConfig) -> _FeedJob:
         feeds = [(handles[s], isinstance(plan.stages[s].source, n.FromRows), feed_of(plan, s),
                   getattr(plan.stages[s].source, "batched", False)) for s in steps]
-        return cls(feeds, opts, [_pulls(plan, s) is not None for s in steps])
+        return cls(feeds, settings, [_pulls(plan, s) is not None for s in steps])
 
     def start(self, resume: bool = False) -> _Feeders:
         stop = threading.Event()
@@ -648,9 +641,9 @@ class _FeedJob:
                            [f[2] if p else None for f, p in zip(self.feeds, self.pull)])
         for handle, rows, data, batched in (f for f, by_driver in zip(self.feeds, fed)
                                             if by_driver):
-            sender = _Sender(handle, rows, self.opts["max_in_flight"])
-            threads.append(_feed_thread(sender, data, self.opts["batch_size"],
-                                        self.opts["flush_s"], stop, errors, batched=batched))
+            sender = _Sender(handle, rows, self.settings.max_in_flight)
+            threads.append(_feed_thread(sender, data, self.settings.batch_size,
+                                        self.settings.flush_s, stop, errors, batched=batched))
         return _Feeders(threads, stop, errors)
 
 
@@ -768,9 +761,9 @@ def _replace(name: str, root: str | None) -> None:
 
 
 def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool = False,
-                batch_size: int = DEFAULT_BATCH, max_in_flight: int = DEFAULT_IN_FLIGHT,
-                flush_ms: float = DEFAULT_FLUSH_MS, checkpoint_dir: str | None = None,
-                checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+                batch_size: int | None = None, max_in_flight: int | None = None,
+                flush_ms: float | None = None, checkpoint_dir: str | None = None,
+                checkpoint_every: int | None = None,
                 placement: str | dict[str, str] = "spread", trace: Any = None,
                 replace: bool = False) -> Any:
     """Start ``plan`` as the live query ``name`` and return its :class:`~topology.query.Query`.
@@ -804,11 +797,16 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     With ``trace`` (a :class:`actors.trace.Trace` or a directory) every step records the
     messages it sees; each actor writes its parquet parts when it has many rows, at the end
     of its input, and on ``Query.flush_trace()`` / ``Query.stop()``.
+
+    ``batch_size``, ``max_in_flight``, ``flush_ms`` and ``checkpoint_every`` (None: the
+    default) make the :class:`~actors.config.ShellConfig` of the actors; a bad one is
+    refused here, naming it, before anything starts.
     """
     if not name or "/" in name:
         raise ValueError(f"deploy({name!r}): a query name must be non-empty and without '/'")
+    settings = ShellConfig.of(batch_size=batch_size, max_in_flight=max_in_flight,
+                              flush_ms=flush_ms, checkpoint_every=checkpoint_every)
     ensure_ray()
-    opts = _options(batch_size, max_in_flight, flush_ms)
     root = None if checkpoint_dir is None else ck.normalize(checkpoint_dir)
     fed = _driver_sources(plan)
     local = [s for s in fed if not _fed_by_cluster(plan, s)]
@@ -816,24 +814,23 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
         _replace(name, root)
     token = _claim(name, root, bool(local))
     try:
-        return _deploy(plan, name, opts, root, fed, local, token, detached=detached,
-                       history=history, checkpoint_every=checkpoint_every,
-                       placement=placement, trace=trace)
+        return _deploy(plan, name, settings, root, fed, local, token, detached=detached,
+                       history=history, placement=placement, trace=trace)
     except BaseException:
         if root is not None:
             ck.release_claim(root, name, token)
         raise
 
 
-def _deploy(plan: Plan, name: str, opts: dict[str, Any], root: str | None, fed: list[str],
+def _deploy(plan: Plan, name: str, settings: ShellConfig, root: str | None, fed: list[str],
             local: list[str], token: str, *, detached: bool, history: bool,
-            checkpoint_every: int, placement: str | dict[str, str], trace: Any) -> Any:
+            placement: str | dict[str, str], trace: Any) -> Any:
     """:func:`deploy_plan` once the name is claimed."""
     import functools
 
     import ray
 
-    _trace_options(opts, plan, trace)
+    settings = _traced(settings, plan, trace)
     if history:
         plan.stages[plan.sink].factory = functools.partial(Publish, "sink", history=True)
     info = {"query": name, "actors": {s: actor_name(name, s) for s in plan.stages},
@@ -847,7 +844,7 @@ def _deploy(plan: Plan, name: str, opts: dict[str, Any], root: str | None, fed: 
         info["explain"] += "\n" + _DRIVER_FED.format(steps=", ".join(local))
     if root is not None:
         info["checkpoint_dir"] = root
-        job = _supervise(plan, name, opts, root, checkpoint_every, info=info,
+        job = _supervise(plan, name, settings, root, info=info,
                          named=True, detached=detached, placement=placement, claim=token)
         # a new run: the files of an earlier run under this name (epochs, saved output)
         # must not be taken for this one's on a restart (the claim says no query holds them)
@@ -865,16 +862,16 @@ def _deploy(plan: Plan, name: str, opts: dict[str, Any], root: str | None, fed: 
     handles = _named_shells(name, list(plan.stages), lifetime, _placement(placement))
     host = None
     try:
-        _configure(plan, handles, opts, info)
+        _configure(plan, handles, settings, info)
         subs = _subscribe_published(plan, handles, name)
         remote = [s for s in fed if s not in local]
         if remote:
-            host = _start_host(name, _FeedJob.of(plan, handles, remote, opts),
+            host = _start_host(name, _FeedJob.of(plan, handles, remote, settings),
                                detached=detached, restartable=False)
     except BaseException:
         _kill(handles.values())
         raise
-    feeding = [_FeedJob.of(plan, handles, local, opts).start(),
+    feeding = [_FeedJob.of(plan, handles, local, settings).start(),
                None if host is None else _Remote(host)]
     return Query(name, handles, sink=plan.sink, explain=info["explain"], host=host,
                  feeding=feeding, subscriptions=subs)

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from actors.config import ShellConfig
 from actors.trace import Trace
 from operators.columns import count_events
 from operators.events import Message
@@ -30,8 +31,8 @@ from .dag import DagProcessor
 if TYPE_CHECKING:
     from .planner import Plan
 
-#: Messages (or rows) per batch fed to a source.
-DEFAULT_BATCH = 4096
+#: Messages (or rows) per batch fed to a source (the actors' default, :mod:`actors.config`).
+DEFAULT_BATCH = ShellConfig.batch_size
 
 
 class DeadLetterWarning(UserWarning):

@@ -498,11 +498,13 @@ class Stream:
         if runtime not in RUNTIMES:
             raise ValueError(f"collect(runtime={runtime!r}): use one of {RUNTIMES}")
         if runtime == "inline":
+            from actors.config import ShellConfig
             from actors.trace import Trace
 
-            from .inline import DEFAULT_BATCH, run_inline
+            from .inline import run_inline
 
-            return run_inline(self.plan(bool(fuse)), batch_size or DEFAULT_BATCH,
+            size = ShellConfig.of(batch_size=batch_size).batch_size  # a bad one fails here
+            return run_inline(self.plan(bool(fuse)), size,
                               trace=Trace.of(trace), columns=columns)
         from .deploy import collect_plan
 

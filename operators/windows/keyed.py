@@ -66,6 +66,7 @@ from ..group_apply import group_key
 from ..payloads import identical
 from ..udm import (
     Aggregate,
+    ColumnAggregate,
     IncrementalAggregate,
     TimeSensitiveAggregate,
     Window,
@@ -207,7 +208,9 @@ class KeyedWindowAggregate(Processor):
         self.incremental = self.call.incremental
         self.time_sensitive = self.call.time_sensitive
         #: the UDM's column-wise add (built-in aggregates; see operators.aggregates)
-        self.add_ranges = getattr(self.udm, "add_ranges", None) if self.incremental else None
+        self.add_ranges = (self.udm.add_ranges
+                           if self.incremental and isinstance(self.udm, ColumnAggregate)
+                           else None)
         self.policy = self.call.policy
         #: window number -> key -> UDM state (incremental) or [(start, seq, payload)]
         self.open: dict[int, dict[Hashable, Any]] = {}
@@ -640,6 +643,12 @@ class KeyedWindowAggregate(Processor):
                 f"{msg!r} is an edge event (its end is ∞); the keyed window aggregate takes "
                 f"only finite intervals (the planner chose it for a stream of bounded "
                 f"lifetimes, so this is a bug: report it)")
+
+    def key_functions(self) -> tuple[Callable[[Any], Any], ...]:
+        return (self.key,)
+
+    def keyed_output(self) -> bool:
+        return self.keyed
 
     def state_size(self) -> int:
         return sum(len(by_key) for by_key in self.open.values())
