@@ -141,6 +141,12 @@ def _parser() -> argparse.ArgumentParser:
                     help="only events overlapping [FROM, TO) (ticks)")
     tl.add_argument("--to", dest="end", type=int, default=None, help="see --from")
     tl.add_argument("--limit", type=int, default=40, help="events per panel (default 40)")
+    tl.add_argument("--label", default=None, metavar="FIELD",
+                    help="label each event by this field of its payload (default: the payload, "
+                         "shortened)")
+    tl.add_argument("--tz", default=None, metavar="ZONE",
+                    help="the time axis in this time zone (default UTC) where the trace's "
+                         "times came from timestamps")
 
     chk = sub.add_parser(
         "check", help="check that a query gives the same result however it runs",
@@ -340,8 +346,8 @@ def _timeline(args: Any) -> int:
 
     try:
         timeline(args.trace, args.step, out=args.out, start=args.start, end=args.end,
-                 limit=args.limit)
-    except (FileNotFoundError, KeyError, ImportError) as exc:
+                 limit=args.limit, label=args.label, tz=args.tz)
+    except (FileNotFoundError, KeyError, ImportError, ValueError) as exc:
         print(f"cedar timeline: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
     print(f"wrote {args.out}")
