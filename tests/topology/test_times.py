@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import datetime
+import re
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -46,3 +48,18 @@ def test_times_and_durations_read_as_people_read_them():
     assert show_duration(2_400_000, "ticks") == "2400000"
     with pytest.raises(ValueError, match="unknown time zone 'Mars/Base'"):
         parse_tz("Mars/Base")
+
+
+def test_the_demo_report_and_its_traces_read_as_times(tmp_path):
+    pytest.importorskip("matplotlib")
+    from topology.demo import explain, generate
+
+    written = explain(generate(4, 12), str(tmp_path))
+    label = next(k for k in written if k.startswith("anomaly at "))
+    assert re.match(r"anomaly at 202[56]-\d\d-\d\dT\d\d:\d\d:\d\dZ ", label), label
+    cause = Path(written[label]).read_text(encoding="utf-8")
+    assert re.search(r"\[20\d\d-\d\d-\d\dT\d\d:\d\d:\d\dZ, ", cause), cause
+    assert "[17672" not in cause
+    svg = Path(next(p for k, p in written.items() if k.endswith("5-minute windows"))
+               ).read_text(encoding="utf-8")
+    assert "time (UTC, 2026-01-01)" in svg and "<!-- kwh=" in svg
