@@ -233,6 +233,13 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
     return summary
 
 
+def _reading_time(row: dict[str, Any]) -> datetime.datetime:
+    """A reading's time (ticks) as the timestamp it is: a source whose times are timestamps
+    shows them as times in traces and pictures (:mod:`topology.times`)."""
+    return datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(
+        microseconds=row["ts"])
+
+
 def explain(data: DemoData, out: str) -> dict[str, str]:
     """Trace the first meter with an anomaly through ``meter_averages`` and ``anomalies``
     (inline, its readings only) and write what a reader needs to see why: a timeline picture
@@ -256,10 +263,9 @@ def explain(data: DemoData, out: str) -> dict[str, str]:
         if r["ts"] is not None:
             by_meter.setdefault(r["meter"], []).append(r)
     for meter, rows in sorted(by_meter.items()):  # noqa: B007 - the found meter is used below
-        # its readings' times as timestamps, so that the traces read as times, not ticks
-        timed = [{**r, "ts": datetime.datetime.fromtimestamp(r["ts"] / TICKS_PER_S,
-                                                             datetime.UTC)} for r in rows]
-        readings = Stream.from_rows(timed, start="ts", advance=advance, name="readings")
+        # its readings' times read as timestamps, so that the traces show times, not ticks
+        readings = Stream.from_rows(rows, start=_reading_time, advance=advance,
+                                    name="readings")
         anomalies = readings.group_apply(
             lambda r: r["meter"],
             lambda g: g.hopping_window(5 * minute, minute).apply(SpikeDetector()),
@@ -275,13 +281,13 @@ def explain(data: DemoData, out: str) -> dict[str, str]:
     first = found[0]
     cause = rec.root_cause("sink", first["id"])
     at = show_time(first["start"], rec.clock)
-    written = {f"anomaly at {at} (root cause, text)": os.path.join(out, "anomaly-root-cause.txt"),
-               "anomaly window (picture)": os.path.join(out, "anomaly-window.svg"),
+    written = {"anomaly root cause (text)": os.path.join(out, "anomaly-root-cause.txt"),
+               f"anomaly at {at} (picture)": os.path.join(out, "anomaly-window.svg"),
                f"{meter} 5-minute windows": os.path.join(out, "meter-windows.svg"),
                "traces": os.path.join(out, "trace-*")}
-    with open(written[f"anomaly at {at} (root cause, text)"], "w", encoding="utf-8") as f:
+    with open(written["anomaly root cause (text)"], "w", encoding="utf-8") as f:
         f.write(cause.render() + "\n")
-    timeline(rec, "anomalies", out=written["anomaly window (picture)"],
+    timeline(rec, "anomalies", out=written[f"anomaly at {at} (picture)"],
              start=first["start"], end=first["end"])
     averages = readings.group_apply(
         lambda r: r["meter"], lambda g: g.tumbling_window(5 * minute).aggregate(Avg("kwh")),
