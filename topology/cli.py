@@ -62,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
         description="List the cedar queries deployed (with deploy(name)) on the Ray cluster: "
                     "their names and actors.")
     status.add_argument("--address", default="auto", help="Ray cluster address (default auto)")
+    status.add_argument("--tz", default=None, metavar="ZONE",
+                    help="show times in this time zone (an IANA name such as Europe/Paris, or "
+                         "+02:00; default UTC) where the query's times came from timestamps")
 
     inspect = sub.add_parser(
         "inspect", help="stats and a snapshot of one running query",
@@ -71,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("name", help="the query's name, as given to deploy(name)")
     inspect.add_argument("--address", default="auto", help="Ray cluster address (default auto)")
     inspect.add_argument("--rows", type=int, default=20, help="snapshot rows to show")
+    inspect.add_argument("--tz", default=None, metavar="ZONE",
+                    help="show times in this time zone (an IANA name such as Europe/Paris, or "
+                         "+02:00; default UTC) where the query's times came from timestamps")
 
     stop = sub.add_parser(
         "stop", help="stop a running query and free its name",
@@ -96,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="answer requests for this host name too (by default only 127.0.0.1, "
                          "localhost, [::1] and the bound address: other Host headers get 403, "
                          "so that no web site can read the page through a browser)")
+    ui.add_argument("--tz", default=None, metavar="ZONE",
+                    help="show times in this time zone (an IANA name such as Europe/Paris, or "
+                         "+02:00; default UTC) where the query's times came from timestamps")
 
     debug = sub.add_parser(
         "debug", help="step through a recorded trace; find an output's root cause",
@@ -132,6 +141,12 @@ def _parser() -> argparse.ArgumentParser:
                     help="only events overlapping [FROM, TO) (ticks)")
     tl.add_argument("--to", dest="end", type=int, default=None, help="see --from")
     tl.add_argument("--limit", type=int, default=40, help="events per panel (default 40)")
+    tl.add_argument("--label", default=None, metavar="FIELD",
+                    help="label each event by this field of its payload (default: the payload, "
+                         "shortened)")
+    tl.add_argument("--tz", default=None, metavar="ZONE",
+                    help="the time axis in this time zone (default UTC) where the trace's "
+                         "times came from timestamps")
 
     chk = sub.add_parser(
         "check", help="check that a query gives the same result however it runs",
@@ -194,37 +209,68 @@ def _run(args: Any) -> int:
 
 
 def _status(args: Any) -> int:
-    from .names import ensure_ray, list_queries
+    import ray
 
+    from .names import NAMESPACE, actor_name, ensure_ray, list_queries
+    from .times import parse_tz, show_time
+
+    try:
+        tz = parse_tz(args.tz)
+    except ValueError as exc:
+        print(f"cedar status: {exc}", file=sys.stderr)
+        return 2
     ensure_ray(args.address)
     names = list_queries()
     if not names:
         print("no cedar queries are running")
     for name in names:
-        print(name)
+        try:  # its output CTI, in the query's time: a few words, never a failure
+            sink = ray.get_actor(actor_name(name, "sink"), namespace=NAMESPACE)
+            info, stats = ray.get([sink.manifest.remote(), sink.stats.remote()], timeout=5)
+        except Exception:  # noqa: BLE001 - a query stopping while we look: its name alone
+            print(name)
+            continue
+        print(f"{name}  output CTI {show_time(stats.get('cti'), info.get('clock'), tz) or '-'}")
     return 0
 
 
 def _inspect(args: Any) -> int:
     import ray
 
-    from operators.events import fmt_time
-
     from . import attach
+    from .times import parse_tz, show_duration, show_time
 
+    try:
+        tz = parse_tz(args.tz)
+    except ValueError as exc:
+        print(f"cedar inspect: {exc}", file=sys.stderr)
+        return 2
     q = attach(args.name, args.address)
+    manifest = ray.get(q.handles[q.sink_step].manifest.remote())
+    clock = manifest.get("clock")
+
+    def fmt_time(t: int) -> str:
+        return show_time(t, clock, tz)
+
     stats = q.stats()
     print(f"query {args.name!r}: {len(stats)} steps")
-    print(f"  {'step':<28}{'in':>10}{'out':>10}{'cti':>22}{'state':>8}{'late':>6}{'dead':>6}"
+    print(f"  {'step':<28}{'in':>10}{'out':>10}{'cti':>28}{'state':>8}{'late':>6}{'dead':>6}"
           f"  node")
     for step, s in stats.items():
         print(f"  {step:<28}{s.get('events_in', 0):>10,}{s.get('events_out', 0):>10,}"
-              f"{fmt_time(s.get('cti', 0)):>22}{s.get('state_size', 0):>8,}"
+              f"{fmt_time(s.get('cti', 0)):>28}{s.get('state_size', 0):>8,}"
               f"{s.get('late', 0):>6,}{s.get('dead_letters', 0):>6,}  {s.get('node', '?')[:12]}")
     if q.host is not None:
         role = "feeds and supervises" if q.supervisor is not None else "feeds"
         print(f"  the query's host ({role} it): node {ray.get(q.host.node.remote())[:12]}")
-    fed_here = ray.get(q.handles[q.sink_step].manifest.remote()).get("fed_by_driver")
+    from operators.events import MAX_TIME, MIN_TIME
+
+    ctis = [s["cti"] for s in stats.values() if MIN_TIME < (s.get("cti") or MIN_TIME) < MAX_TIME]
+    if ctis and clock == "timestamps":
+        lag = max(ctis) - min(ctis)
+        print(f"  times in {tz}; the slowest step's CTI is {show_duration(lag, clock)} behind "
+              f"the fastest's")
+    fed_here = manifest.get("fed_by_driver")
     if fed_here:
         print(f"  fed by the deploying process: {', '.join(fed_here)}")
     rows = q.snapshot()
@@ -258,7 +304,11 @@ def _ui(args: Any) -> int:
     except ConnectionError as exc:
         print(f"cedar ui: {exc}", file=sys.stderr)
         return 2
-    server = serve(args.host, args.port, allow_hosts=args.allow_host)
+    try:
+        server = serve(args.host, args.port, allow_hosts=args.allow_host, tz=args.tz)
+    except ValueError as exc:
+        print(f"cedar ui: {exc}", file=sys.stderr)
+        return 2
     host, port = server.server_address[:2]
     print(f"cedar ui: http://{host}:{port}/  (Ctrl-C stops it)")
     try:
@@ -296,8 +346,8 @@ def _timeline(args: Any) -> int:
 
     try:
         timeline(args.trace, args.step, out=args.out, start=args.start, end=args.end,
-                 limit=args.limit)
-    except (FileNotFoundError, KeyError, ImportError) as exc:
+                 limit=args.limit, label=args.label, tz=args.tz)
+    except (FileNotFoundError, KeyError, ImportError, ValueError) as exc:
         print(f"cedar timeline: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
     print(f"wrote {args.out}")

@@ -56,11 +56,12 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from operators.events import MAX_TIME
 from operators.union import tag_id
+
+from .times import show_time
 
 Row = dict[str, Any]
 
@@ -587,21 +588,9 @@ def window_range(info: dict[str, Any], s: int, e: int, evs: list[Row]) -> tuple[
 
 
 def _t(v: int | None, clock: str | None = None) -> str:
-    """A time for people: ``∞``, a UTC time (ISO 8601) when the sources' times came from
-    timestamps (ticks are microseconds since 1970-01-01 UTC), else the tick."""
-    if v is None:
-        return ""
-    if v == MAX_TIME:
-        return "∞"
-    if clock == "timestamps":
-        try:
-            return (_EPOCH + timedelta(microseconds=v)).isoformat().replace("+00:00", "Z")
-        except OverflowError:  # before year 1 or after 9999: the tick
-            pass
-    return str(v)
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+    """A time for people (:func:`topology.times.show_time`): ``∞``, a UTC time (ISO 8601)
+    when the sources' times came from timestamps, else the tick."""
+    return show_time(v, clock)
 
 
 def _short(text: str, width: int = 60) -> str:

@@ -18,6 +18,7 @@ The results go back through Spark to parquet; the run ends with a summary table.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import importlib.util
 import math
 import os
@@ -225,11 +226,18 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
     if pictures:
         print("\n  one meter, traced (cedar debug / cedar timeline read the traces):")
         for label, path in pictures.items():
-            print(f"  {label:<30}{path}")
+            print(f"  {label:<30} {path}")
     elif importlib.util.find_spec("matplotlib") is None:
         print("\n  (the timeline pictures and the anomaly's root cause need matplotlib: "
               "pip install -e '.[viz]')")
     return summary
+
+
+def _reading_time(row: dict[str, Any]) -> datetime.datetime:
+    """A reading's time (ticks) as the timestamp it is: a source whose times are timestamps
+    shows them as times in traces and pictures (:mod:`topology.times`)."""
+    return datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(
+        microseconds=row["ts"])
 
 
 def explain(data: DemoData, out: str) -> dict[str, str]:
@@ -246,6 +254,7 @@ def explain(data: DemoData, out: str) -> dict[str, str]:
 
     from .debug import Recording
     from .timeline import timeline
+    from .times import show_time
 
     minute = 60 * TICKS_PER_S
     advance = AdvanceTime(every=2_000, delay=60 * TICKS_PER_S, policy="drop")
@@ -254,7 +263,9 @@ def explain(data: DemoData, out: str) -> dict[str, str]:
         if r["ts"] is not None:
             by_meter.setdefault(r["meter"], []).append(r)
     for meter, rows in sorted(by_meter.items()):  # noqa: B007 - the found meter is used below
-        readings = Stream.from_rows(rows, start="ts", advance=advance, name="readings")
+        # its readings' times read as timestamps, so that the traces show times, not ticks
+        readings = Stream.from_rows(rows, start=_reading_time, advance=advance,
+                                    name="readings")
         anomalies = readings.group_apply(
             lambda r: r["meter"],
             lambda g: g.hopping_window(5 * minute, minute).apply(SpikeDetector()),
@@ -269,13 +280,14 @@ def explain(data: DemoData, out: str) -> dict[str, str]:
         return {}
     first = found[0]
     cause = rec.root_cause("sink", first["id"])
+    at = show_time(first["start"], rec.clock)
     written = {"anomaly root cause (text)": os.path.join(out, "anomaly-root-cause.txt"),
-               "anomaly window (picture)": os.path.join(out, "anomaly-window.svg"),
+               f"anomaly at {at} (picture)": os.path.join(out, "anomaly-window.svg"),
                f"{meter} 5-minute windows": os.path.join(out, "meter-windows.svg"),
                "traces": os.path.join(out, "trace-*")}
     with open(written["anomaly root cause (text)"], "w", encoding="utf-8") as f:
         f.write(cause.render() + "\n")
-    timeline(rec, "anomalies", out=written["anomaly window (picture)"],
+    timeline(rec, "anomalies", out=written[f"anomaly at {at} (picture)"],
              start=first["start"], end=first["end"])
     averages = readings.group_apply(
         lambda r: r["meter"], lambda g: g.tumbling_window(5 * minute).aggregate(Avg("kwh")),
@@ -284,7 +296,7 @@ def explain(data: DemoData, out: str) -> dict[str, str]:
     averages.collect(runtime="inline", trace=trace)
     first_ts = min(r["ts"] for r in rows)  # ten minutes: 60 readings, two windows
     timeline(trace, "meter_averages", out=written[f"{meter} 5-minute windows"],
-             start=first_ts, end=first_ts + 10 * minute, limit=60)
+             start=first_ts, end=first_ts + 10 * minute, limit=60, label="kwh")
     return written
 
 

@@ -836,7 +836,7 @@ def _deploy(plan: Plan, name: str, settings: ShellConfig, root: str | None, fed:
     info = {"query": name, "actors": {s: actor_name(name, s) for s in plan.stages},
             "edges": _edges(plan), "explain": plan.explain(), "created": time.time(),
             "sink": plan.sink, "host": actor_name(name, HOST_STEP),
-            "fed_by_driver": local, "claim": token,
+            "fed_by_driver": local, "claim": token, "clock": plan.clock,
             "subscriptions": [(plan.stages[s].source.query, f"{name}/{s}")  # type: ignore
                               for s in plan.sources
                               if isinstance(plan.stages[s].source, n.Published)]}

@@ -130,6 +130,8 @@ class FromEvents(Node):
     #: ``messages`` is an iterable of message batches, read afresh by each run (a streaming
     #: source, e.g. ``Stream.from_spark`` over a streaming DataFrame)
     batched: bool = False
+    #: the kind of time it carries when its builder knew (:mod:`topology.times`)
+    clock: str | None = None
     verb: ClassVar[str] = "from_events"
     is_source: ClassVar[bool] = True
 
@@ -151,6 +153,9 @@ class FromRows(Node):
     advance: Any = None
     #: ``rows`` is an iterable of batches (row lists, or ``{name: array}`` column batches)
     batched: bool = False
+    #: the kind of time it carries when its builder knew from a schema (``"timestamps"`` or
+    #: ``"ticks"``; None: the first row tells, :func:`topology.times.source_clock`)
+    clock: str | None = None
     verb: ClassVar[str] = "from_rows"
     is_source: ClassVar[bool] = True
 

@@ -47,6 +47,16 @@ class Plan:
                     self._in[e.dst] = self._in.get(e.dst, 0) + 1
         return self._in.get(step, 0) or (1 if step in self.sources else 0)
 
+    @property
+    def clock(self) -> str:
+        """The kind of time the plan carries: ``"timestamps"`` when a source's times came from
+        timestamps (ticks are µs since the epoch, shown as times), else ``"ticks"``
+        (:func:`topology.times.source_clock`)."""
+        from .times import TICKS, TIMESTAMPS, source_clock
+
+        clocks = {source_clock(self.stages[s].source) for s in self.sources}
+        return TIMESTAMPS if TIMESTAMPS in clocks else TICKS
+
     def explain(self) -> str:
         """The logical tree and the stages (one actor each on Ray) with their edges."""
         lines = [self.logical, "", f"stages ({len(self.stages)}):"]

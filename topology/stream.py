@@ -137,6 +137,7 @@ class Stream:
         ``checkpoint=None`` is the explicit choice of no restart state: every run reads the
         stream from its beginning again, as Spark does with a temporary checkpoint."""
         from .spark_source import PARTITION_ROWS, SparkStreamFeeder, spark_row_batches
+        from .times import spark_clock
 
         n.check_step_name(name, "from_spark")
         if getattr(df, "isStreaming", False):
@@ -158,7 +159,7 @@ class Stream:
             SparkStreamFeeder(df, **opts)  # check now: columns, types, the checkpoint's schema
             source = _SparkStream(lambda: SparkStreamFeeder(df, **opts), trigger, location)
             return Stream(n.FromEvents(inputs=(), messages=source, batched=True,
-                                       name=name or "spark"))
+                                       name=name or "spark", clock=spark_clock(df, start)))
         if checkpoint is not _UNSET and checkpoint is not None:
             raise ValueError("from_spark: checkpoint= is for streaming DataFrames; a batch "
                              "DataFrame is read whole, sorted by time, on every run")
@@ -174,7 +175,8 @@ class Stream:
         batches = _Batches(lambda: spark_row_batches(
             df, start, end, COLUMN_BATCH_ROWS, columnar=True, shape=shape,
             partition_rows=rows), portable=False)
-        return Stream._batched(batches, start, end, shape, id, advance, name or "spark")
+        return Stream._batched(batches, start, end, shape, id, advance, name or "spark",
+                               spark_clock(df, start))
 
     @staticmethod
     def _from_spark_parts(df: Any, start: Any, end: Any, shape: str, id: Any, advance: Any,
@@ -188,6 +190,7 @@ class Stream:
             _check_columns,
             staging_directory,
         )
+        from .times import spark_clock
 
         what = "from_spark"
         _check_batch_frame(df, what)
@@ -202,7 +205,8 @@ class Stream:
         table = StagedTable(df, start, end, shape, id, sources, directory, what)
         parts = [Stream._batched(
             _Batches(StagedPart(table, i, start, end, COLUMN_BATCH_ROWS), pulled=True),
-            start, end, shape, id, advance, f"{base}[{i}]") for i in range(sources)]
+            start, end, shape, id, advance, f"{base}[{i}]", spark_clock(df, start))
+            for i in range(sources)]
         from .parts import UnionOfParts
 
         return parts[0]._then(UnionOfParts, *parts[1:], name=base)
@@ -223,6 +227,7 @@ class Stream:
         import pyarrow as pa
 
         from .arrow_reader import arrow_batches, check_times
+        from .times import arrow_clock
 
         n.check_step_name(name, "from_arrow")
         if isinstance(data, dict):
@@ -234,15 +239,19 @@ class Stream:
                                                                     batch_rows))
         else:
             batches = arrow_batches(data, start, end, batch_rows)
-        return Stream._batched(batches, start, end, shape, id, advance, name)
+        clock = arrow_clock(data.schema, start) if isinstance(data, (pa.Table, pa.RecordBatch)) \
+            else None
+        return Stream._batched(batches, start, end, shape, id, advance, name, clock)
 
     @staticmethod
     def _batched(batches: Iterable[Any], start: Any, end: Any, shape: str, id: Any,
-                 advance: Any, name: str | None) -> Stream:
-        """A source of ready batches (row lists or column batches), ingested like rows."""
+                 advance: Any, name: str | None, clock: str | None = None) -> Stream:
+        """A source of ready batches (row lists or column batches), ingested like rows;
+        ``clock`` is the kind of time its schema says it carries (:mod:`topology.times`)."""
         stream = Stream.from_rows((), start=start, end=end, shape=shape, id=id,
                                   advance=advance, name=name)
-        return Stream(dataclasses.replace(stream._node, rows=batches, batched=True))
+        return Stream(dataclasses.replace(stream._node, rows=batches, batched=True,
+                                          clock=clock))
 
     @staticmethod
     def published(query: str, name: str | None = None) -> Stream:

@@ -29,12 +29,15 @@ for point ticks, ``open-...`` for the arrow of an open event, ``retracted-...`` 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any
 
 from operators.events import MAX_TIME
 
 from .debug import Recording, Row, window_range
+from .times import TIMESTAMPS, parse_tz, show_time
 
 #: Lanes drawn per panel at most (the first events the step saw).
 DEFAULT_LIMIT = 40
@@ -74,11 +77,15 @@ def _events(rows: list[Row], direction: str, limit: int) -> tuple[list[_Event], 
 
 def timeline(trace: str | Recording, step: str, out: str | None = None,
              start: int | None = None, end: int | None = None,
-             limit: int = DEFAULT_LIMIT) -> Any:
+             limit: int = DEFAULT_LIMIT, label: str | None = None,
+             tz: str | None = None) -> Any:
     """Draw the messages that entered and left ``step`` of ``trace`` (a path or a
     :class:`~topology.debug.Recording`), events overlapping ``[start, end)`` (default: all),
     at most ``limit`` per panel; save to ``out`` (``.svg``, ``.png``, ``.pdf``) when given.
-    Returns the matplotlib ``Figure``."""
+    Each event is labelled by its payload's field ``label`` (``label="kwh"``), or by its
+    payload shortened readably (``meter=m000 kwh=0.42``). The time axis reads as times
+    (UTC, or ``tz``) when the trace's sources carried timestamps, else as integer ticks; never
+    in offset notation. Returns the matplotlib ``Figure``."""
     try:
         from matplotlib.figure import Figure
         from matplotlib.patches import Rectangle
@@ -109,7 +116,7 @@ def timeline(trace: str | Recording, step: str, out: str | None = None,
                                         for ev in evs], fontsize=7)
         ax.set_ylabel(f"{direction}put" if direction == "out" else "input")
         for i, ev in enumerate(evs):
-            _draw_event(ax, Rectangle, direction, i, ev, right)
+            _draw_event(ax, Rectangle, direction, i, ev, right, label)
         for k, t in enumerate(ctis):
             if left <= t <= right:
                 line = ax.axvline(t, color="tab:red", linestyle="--", linewidth=0.8)
@@ -118,14 +125,15 @@ def timeline(trace: str | Recording, step: str, out: str | None = None,
     if info.get("kind") in ("window", "group_apply"):
         _draw_windows(axes[0], info, panels["out"][0], panels["in"][0])
     axes[0].set_title(f"{step}  ({info.get('describe', info.get('kind', ''))})", fontsize=9)
-    axes[-1].set_xlabel("time (ticks)")
+    axes[-1].set_xlabel(_time_axis(axes[-1], rec.clock, lo, left, right, tz))
     fig.tight_layout()
     if out is not None:
         fig.savefig(out)
     return fig
 
 
-def _draw_event(ax: Any, rect: Any, direction: str, i: int, ev: _Event, right: int) -> None:
+def _draw_event(ax: Any, rect: Any, direction: str, i: int, ev: _Event, right: int,
+                field: str | None = None) -> None:
     gid = f"{direction}-{i}"
     final = ev.ends[-1] if ev.ends else ev.end
     reach = max([ev.end, *ev.ends])  # the furthest end it ever had
@@ -152,7 +160,8 @@ def _draw_event(ax: Any, rect: Any, direction: str, i: int, ev: _Event, right: i
         ax.add_patch(part)
         strike = ax.plot([final, e], [i, i], color="tab:red", linewidth=1.2)[0]
         strike.set_gid(f"strike-{gid}")
-    label = ax.text(ev.start, i - 0.38, _short(ev.payload), fontsize=6, va="bottom")
+    label = ax.text(ev.start, i - 0.38, payload_label(ev.payload, field), fontsize=6,
+                    va="bottom")
     label.set_gid(f"label-{gid}")
 
 
@@ -179,4 +188,72 @@ def _draw_windows(ax: Any, info: dict[str, Any], outs: list[_Event], ins: list[_
 
 
 def _short(text: str, width: int = 28) -> str:
-    return text if len(text) <= width else text[:width - 3] + "..."
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+#: ``'name': value`` of a dict's repr: a quoted string, a call such as ``datetime.datetime(...)``
+#: or anything up to the next comma
+_FIELD = re.compile(r"""['"](\w+)['"]:\s*('[^']*'|"[^"]*"|[\w.]+\([^()]*\)|[^,{}]+)""")
+
+
+def payload_label(payload: str, field: str | None = None, width: int = 28) -> str:
+    """A payload's label in a picture: its field ``field`` when given (``kwh=0.42``), else
+    its fields as ``name=value`` without braces and quotes, cut at a field's end when it is
+    longer than ``width`` characters; a payload that is not a dict, shortened.
+
+    >>> payload_label("{'meter': 'm000', 'kwh': 0.42, 'ts': 1767225600}", "kwh")
+    'kwh=0.42'
+    >>> payload_label("{'meter': 'm000', 'kwh': 0.42, 'ts': 1767225600}")
+    'meter=m000 kwh=0.42 …'
+    """
+    fields = [(k, v.strip().strip("'\"")) for k, v in _FIELD.findall(payload)]
+    if field is not None:
+        chosen = [f"{k}={v}" for k, v in fields if k == field]
+        return _short(chosen[0] if chosen else payload, width)
+    if not fields:
+        return _short(payload, width)
+    text = ""
+    for k, v in fields:
+        part = f"{k}={v}"
+        if len(text) + len(part) + 2 > width:
+            return (text + " …").strip() if text else _short(part, width)
+        text = f"{text} {part}".strip()
+    return text
+
+
+_S = 1_000_000
+#: The steps of a time axis (µs): round seconds, minutes, hours and days, and below a second
+#: 1, 2 and 5 times a power of ten.
+_STEPS = [m * 10**e for e in range(6) for m in (1, 2, 5)] + [
+    s * _S for s in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800,
+                     21600, 43200, 86400, 2 * 86400, 7 * 86400, 14 * 86400, 28 * 86400,
+                     91 * 86400, 365 * 86400)] + [10**e * 365 * 86400 * _S for e in range(1, 5)]
+
+
+def _time_axis(ax: Any, clock: str | None, lo: int, left: int, right: int,
+               tz: str | None) -> str:
+    """Put readable labels on ``ax``'s time axis, never in offset notation: times (the
+    time of day when the picture spans less than a day, with the date of its first time
+    ``lo`` in the axis' title; in UTC or ``tz``) when the trace's sources carried
+    timestamps, else integer ticks; returns the axis' title."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator
+
+    if clock != TIMESTAMPS:
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{round(x)}"))
+        return "time (ticks)"
+    step = next((s for s in _STEPS if (right - left) / s <= 7), _STEPS[-1])
+    ax.xaxis.set_major_locator(FixedLocator(range(-(-left // step) * step, right + 1, step)))
+    zone = parse_tz(tz)
+    first = show_time(lo, clock, zone)
+    one_day = right - left < 86_400_000_000
+
+    def fmt(x: float, _: Any) -> str:
+        text = show_time(round(x), clock, zone)
+        if one_day:  # the time of day, to the millisecond at most, without its zone
+            return re.sub(r"(Z|[+-]\d\d:\d\d)$", "", text[11:])[:12]
+        return text[:16].replace("T", " ")
+
+    ax.xaxis.set_major_formatter(FuncFormatter(fmt))
+    name = "UTC" if zone is UTC else str(zone)
+    return f"time ({name}, {first[:10]})" if one_day else f"time ({name})"

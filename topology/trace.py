@@ -14,19 +14,14 @@ stages' factories, and from the plan's edges. Rows are recorded by :mod:`actors.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import os
-from collections.abc import Sequence
 from typing import Any
-
-import numpy as np
 
 from actors import trace as _runtime
 from actors.files import atomic_write
 
 from .debug import Recording
-from .nodes import FromRows
 from .planner import Plan
 
 
@@ -109,18 +104,10 @@ def plan_metadata(plan: Plan) -> dict[str, Any]:
             "explain": plan.explain()}
 
 
-def clock_of(plan: Plan) -> str | None:
-    """``"timestamps"`` when a rows source of ``plan`` reads its time from timestamps or
-    dates (its first row tells), so the debugger shows times, not ticks; else None."""
-    for step in plan.sources:
-        src = getattr(plan.stages[step], "source", None)
-        rows = getattr(src, "rows", None)
-        if isinstance(src, FromRows) and not src.batched and isinstance(rows, Sequence) and rows:
-            first = rows[0]
-            value = first.get(src.start) if isinstance(first, dict) else None
-            if isinstance(value, (datetime.date, np.datetime64)):
-                return "timestamps"
-    return None
+def clock_of(plan: Plan) -> str:
+    """``"timestamps"`` when a source of ``plan`` reads its time from timestamps or dates, so
+    the debugger shows times, not ticks; else ``"ticks"`` (:attr:`Plan.clock`)."""
+    return plan.clock
 
 
 def write_plan(trace: Trace, plan: Plan, **extra: Any) -> str:

@@ -4,7 +4,9 @@ One page shows every deployed query: its topology as a graph, and per step its s
 events in and out per second, the output CTI and its lag behind the step's input CTI, the state
 size, the batches sent and not yet taken (backpressure), late events and dead letters, the node
 the actor runs on and the recoveries so far; and the query's newest output rows. It refreshes
-every second.
+every second. Times read as people read them: where the query's sources carried timestamps
+(its manifest's ``clock``, :mod:`topology.times`) CTIs and rows show ISO-8601 times (UTC, or
+``cedar ui --tz``) and the CTI lag a duration (``2.4 s``); plain integer time stays integers.
 
 The server is the standard library's (nothing to install): :class:`Monitor` polls each query's
 actors (every step's ``stats()``, the sink's manifest and its newest rows) at most once per
@@ -39,6 +41,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from .names import NAMESPACE, actor_name, ensure_ray, list_queries
+from .times import parse_tz, show_duration, show_time
 
 #: Output rows shown per query.
 ROWS_SHOWN = 10
@@ -79,8 +82,10 @@ class Monitor:
     cost), so a stuck step slows no refresh after the first.
     """
 
-    def __init__(self, answer_s: float = ANSWER_S) -> None:
+    def __init__(self, answer_s: float = ANSWER_S, tz: str | None = None) -> None:
         self.answer_s = answer_s
+        #: the time zone times are shown in (UTC unless given, :func:`topology.times.parse_tz`)
+        self.tz = parse_tz(tz)
         self._lock = threading.Lock()
         self._last: dict[Key, tuple[float, int, int]] = {}
         self._cache: tuple[float, dict[str, Any]] | None = None
@@ -189,6 +194,7 @@ class Monitor:
     def _query(self, name: str, info: dict[str, Any], answers: dict[Key, tuple[str, Any]],
                gone: dict[Key, str]) -> dict[str, Any]:
         edges: dict[str, list[str]] = info.get("edges", {})
+        clock = info.get("clock")
         inputs: dict[str, list[str]] = {}
         for src, dsts in edges.items():
             for dst in dsts:
@@ -238,13 +244,18 @@ class Monitor:
             row["in_cti"] = in_cti = min(ups) if ups else None
             row["cti_lag"] = (None if in_cti is None or row["cti"] is None
                               else max(0, in_cti - row["cti"]))
+            row["shown"] = {"cti": show_time(row["cti"], clock, self.tz),
+                            "in_cti": show_time(in_cti, clock, self.tz),
+                            "cti_lag": show_duration(row["cti_lag"], clock)}
         key = (name, "rows", "")
         kind, value = answers.get(key, ("waiting", 0.0))
         if kind == "ok":
             self._known[key] = value
         rows = self._known.get(key, [])
-        return {"steps": steps, "edges": edges,
-                "rows": [[start, end, payload] for start, end, payload in rows],
+        return {"steps": steps, "edges": edges, "clock": clock or "ticks",
+                "rows": [[start, end, payload, f"[{show_time(start, clock, self.tz)}, "
+                          f"{show_time(end, clock, self.tz)})"]
+                         for start, end, payload in rows],
                 "rows_note": None if kind == "ok" else
                 "the sink has not answered: the rows shown are older" if rows else
                 "the sink has not answered yet"}
@@ -406,16 +417,17 @@ function render(data) {
       tr.appendChild(el("td", step, {class: "step", title: s.operator}));
       for (const f of FIELDS) {
         const v = s[f] === null || s[f] === undefined ? ""
-          : f === "node" ? String(s[f]).slice(0, 8) : s[f];
+          : f === "node" ? String(s[f]).slice(0, 8)
+          : s.shown && f in s.shown ? s.shown[f] : s[f];
         tr.appendChild(el("td", v, {"data-field": f}));
       }
       table.appendChild(tr);
     }
     box.appendChild(table);
     const rows = el("table", null, {class: "rows"});
-    for (const [start, end, payload] of q.rows) {
+    for (const [start, end, payload, span] of q.rows) {
       const tr = el("tr");
-      tr.appendChild(el("td", "[" + start + ", " + end + ")"));
+      tr.appendChild(el("td", span || "[" + start + ", " + end + ")", {"data-role": "span"}));
       tr.appendChild(el("td", payload, {"data-role": "payload"}));
       rows.appendChild(tr);
     }
@@ -505,13 +517,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def serve(host: str = "127.0.0.1", port: int = PORT, allow_hosts: Iterable[str] = (),
-          monitor: Monitor | None = None) -> ThreadingHTTPServer:
+          monitor: Monitor | None = None, tz: str | None = None) -> ThreadingHTTPServer:
     """Start the page's server in a background thread (this process must be connected to
     Ray); ``server.shutdown()`` stops it. ``port=0`` picks a free port
     (``server.server_address``). It answers only requests whose ``Host`` names it (a
     loopback name, ``host``, or one of ``allow_hosts``), and 403 to the others."""
     handler = type("Handler", (_Handler,), {
-        "monitor": monitor or Monitor(),
+        "monitor": monitor or Monitor(tz=tz),
         "allowed": frozenset(_host_name(h)[0] for h in allow_hosts),
     })
     server = ThreadingHTTPServer((host, port), handler)

@@ -112,3 +112,36 @@ def test_stop_frees_the_name_of_a_running_query(ray_session, capsys):
     assert main(["stop", "cli-stop"]) == 1
     assert "no running query" in capsys.readouterr().err
     del q
+
+
+@pytest.mark.ray
+def test_inspect_and_status_show_times_where_the_source_had_timestamps(ray_session, capsys):
+    import datetime
+
+    t0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    rows = [{"ts": t0 + datetime.timedelta(seconds=i), "v": i} for i in range(3)]
+    q = Stream.from_rows(rows, start="ts").deploy("cli-times", history=True, detached=False)
+    try:
+        assert q.wait(timeout_s=30)
+        assert main(["inspect", "cli-times"]) == 0
+        text = capsys.readouterr().out
+        assert "[2026-01-01T00:00:01Z, 2026-01-01T00:00:01.000001Z)  {'ts'" in text
+        assert main(["inspect", "cli-times", "--tz", "Europe/Paris"]) == 0
+        assert "[2026-01-01T01:00:02+01:00, " in capsys.readouterr().out
+        assert main(["inspect", "cli-times", "--tz", "Mars/Base"]) == 2
+        assert "unknown time zone 'Mars/Base'" in capsys.readouterr().err
+        assert main(["status"]) == 0
+        assert "cli-times  output CTI 2026-01-01T00:00:02.000001Z" in capsys.readouterr().out
+    finally:
+        q.stop()
+    # plain integer time stays integers
+    q = Stream.from_events([Insert("a", 0, 50, 7), Cti(10)]).deploy(
+        "cli-ticks", history=True, detached=False)
+    try:
+        assert q.wait(timeout_s=30)
+        assert main(["inspect", "cli-ticks"]) == 0
+        assert "[0, 50)  7" in capsys.readouterr().out
+        assert main(["status"]) == 0
+        assert "cli-ticks  output CTI 10" in capsys.readouterr().out
+    finally:
+        q.stop()

@@ -105,3 +105,41 @@ def test_windows_are_brackets_over_the_input(tmp_path):
 
     spans = sorted((round(tick(min(_xs(g[w])))), round(tick(max(_xs(g[w]))))) for w in windows)
     assert spans == [(0, 5), (5, 10), (10, 15)]
+
+
+def _axis_labels(svg: str) -> list[str]:
+    """The texts of the bottom panel's x tick labels, as the SVG draws them (matplotlib
+    writes each text's string as a comment before its glyphs)."""
+    bottom = svg.split('id="axes_2"', 1)[1]
+    return re.findall(r'<g id="xtick_\d+">.*?<!-- (.*?) -->', bottom, re.S)
+
+
+def test_the_time_axis_reads_as_times_and_payloads_by_a_chosen_field(tmp_path):
+    import datetime
+
+    t0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    rows = [{"meter": "m000", "kwh": i, "ts": t0 + datetime.timedelta(seconds=10 * i)}
+            for i in range(12)]
+    path = str(tmp_path / "trace")
+    Stream.from_rows(rows, start="ts").tumbling_window(30_000_000).aggregate(Count()).collect(
+        runtime="inline", trace=path)
+    out = tmp_path / "t.svg"
+    timeline(path, "tumbling", out=str(out), label="kwh")
+    svg = out.read_text()
+    labels = _axis_labels(svg)
+    assert len(labels) >= 3
+    assert all(re.fullmatch(r"\d\d:\d\d:\d\d", t) for t in labels), labels
+    assert {"00:00:30", "00:01:00"} <= set(labels)
+    assert "time (UTC, 2026-01-01)" in svg and "1e" not in "".join(labels)
+    assert re.search(r"<!-- kwh=3 -->", svg)
+    # shortened readably without a field: name=value, no braces or quotes
+    timeline(path, "tumbling", out=str(out))
+    assert re.search(r"<!-- meter=m000 kwh=3 … -->", out.read_text())
+    # ticks stay integer ticks, without offset notation
+    ticks = str(tmp_path / "ticks")
+    Stream.from_rows([{"ts": 1_767_225_600_000_000 + i, "v": i} for i in range(5)],
+                     start="ts").collect(runtime="inline", trace=ticks)
+    timeline(ticks, "from_rows", out=str(out))
+    plain = _axis_labels(out.read_text())
+    assert plain and all(re.fullmatch(r"\d{16}", t) for t in plain), plain
+    assert "time (ticks)" in out.read_text()

@@ -314,3 +314,54 @@ def test_cedar_ui_fails_fast_when_the_cluster_cannot_be_reached(address, says):
     assert err.startswith("cedar ui: ") and says in err
     assert "6379" in err  # where the address is usually found
     assert "Traceback" not in err
+
+
+# -- time as people read it ------------------------------------------------------------------
+
+def test_times_from_timestamps_show_as_times_and_ticks_stay_ticks(ray_session, page):
+    import datetime
+    import re
+
+    from operators.events import Cti, Insert
+    from operators.ingress import AdvanceTime
+
+    t0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    feed: queue.Queue = queue.Queue()
+    live = Stream.from_rows(_rows(feed), start="ts", advance=AdvanceTime(every=1))
+    times = live.union(Stream.from_rows([{"ts": t0, "v": -1}], start="ts")).deploy(
+        "ui-times", history=True, flush_ms=10)
+    ticks = Stream.from_events([Insert("a", 0, 50, 7), Cti(10)]).deploy("ui-ticks",
+                                                                      history=True)
+    server = serve(port=0)
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    monitor = Monitor()
+    try:
+        for i in range(5):
+            feed.put({"ts": t0 + datetime.timedelta(seconds=i), "v": i})
+        _wait_for(lambda: (monitor.sample(0)["queries"].get("ui-times", {}).get("steps", {})
+                           .get("sink", {}).get("cti") or 0) > 0, what="a CTI at the sink")
+        data = monitor.sample(0)["queries"]
+        shown = data["ui-times"]["steps"]["sink"]["shown"]
+        assert data["ui-times"]["clock"] == "timestamps"
+        assert re.fullmatch(r"2026-01-01T00:00:0\d(\.\d+)?Z", shown["cti"]), shown
+        assert re.fullmatch(r"[\d.]+ (µs|ms|s|min|h|d)", shown["cti_lag"]), shown
+        assert data["ui-times"]["rows"][0][3].startswith("[2026-01-01T00:00:0")
+        _wait_for(lambda: monitor.sample(0)["queries"]["ui-ticks"]["rows"], what="ticks rows")
+        plain = monitor.sample(0)["queries"]["ui-ticks"]
+        assert plain["clock"] == "ticks"
+        assert plain["rows"][0][3] == "[0, 50)"
+        assert plain["steps"]["sink"]["shown"]["cti_lag"].isdigit()
+        # and the page shows them so
+        page.goto(url)
+        cell = 'section[data-query="ui-times"] tr[data-step="sink"] td[data-field="cti"]'
+        page.wait_for_function(f"""() => {{ const c = document.querySelector('{cell}');
+            return c && c.textContent.startsWith("2026-01-01T"); }}""", timeout=60_000)
+        span = page.locator('section[data-query="ui-times"] td[data-role="span"]').first
+        assert span.inner_text().startswith("[2026-01-01T00:00:0")
+        tick_span = page.locator('section[data-query="ui-ticks"] td[data-role="span"]').first
+        assert tick_span.inner_text() == "[0, 50)"
+    finally:
+        feed.put(None)
+        server.shutdown()
+        times.stop()
+        ticks.stop()

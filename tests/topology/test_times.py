@@ -1,0 +1,65 @@
+"""Which kind of time a plan carries (``Plan.clock``) and how a person reads it
+(:mod:`topology.times`)."""
+
+from __future__ import annotations
+
+import datetime
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from topology import Stream
+from topology.planner import plan
+from topology.times import parse_tz, show_duration, show_time
+
+
+def _clock(stream: Stream) -> str:
+    return plan(stream._node).clock
+
+
+def test_the_plan_remembers_its_clock():
+    when = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    assert _clock(Stream.from_rows([{"ts": when}], start="ts")) == "timestamps"
+    assert _clock(Stream.from_rows([{"ts": "2026-01-01T00:00:00Z"}], start="ts")) == "timestamps"
+    assert _clock(Stream.from_rows([{"ts": 5}], start="ts")) == "ticks"
+    assert _clock(Stream.from_rows([{"ts": 5}], start=lambda r: when)) == "timestamps"
+    table = pa.table({"ts": pa.array([when], pa.timestamp("us", "UTC")), "v": [1]})
+    assert _clock(Stream.from_arrow(table, start="ts").where(lambda r: True)) == "timestamps"
+    assert _clock(Stream.from_arrow({"ts": [1, 2], "v": [1, 2]}, start="ts")) == "ticks"
+    # a join of a timestamp source with one that does not tell carries timestamps
+    gen = Stream.from_rows((r for r in [{"ts": 1}]), start="ts")
+    ts = Stream.from_rows([{"ts": when}], start="ts")
+    assert _clock(gen.union(ts)) == "timestamps"
+    assert _clock(gen) == "ticks"
+
+
+def test_times_and_durations_read_as_people_read_them():
+    t = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
+    assert show_time(t, "timestamps") == "2026-01-01T00:00:00Z"
+    assert show_time(t + 2_400_000, "timestamps") == "2026-01-01T00:00:02.400Z"
+    assert show_time(t, "timestamps", "Europe/Paris") == "2026-01-01T01:00:00+01:00"
+    assert show_time(t, "ticks") == str(t)
+    assert show_time(2**63 - 1, "timestamps") == "∞"
+    assert [show_duration(d, "timestamps") for d in
+            (0, 7, 2_400_000, 300_000_000, 5_400_000_000, 250_000)] == \
+        ["0 s", "7 µs", "2.4 s", "5 min", "1.5 h", "250 ms"]
+    assert show_duration(2_400_000, "ticks") == "2400000"
+    with pytest.raises(ValueError, match="unknown time zone 'Mars/Base'"):
+        parse_tz("Mars/Base")
+
+
+def test_the_demo_report_and_its_traces_read_as_times(tmp_path):
+    pytest.importorskip("matplotlib")
+    from topology.demo import explain, generate
+
+    written = explain(generate(4, 12), str(tmp_path))
+    label = next(k for k in written if k.startswith("anomaly at "))
+    assert re.match(r"anomaly at 202[56]-\d\d-\d\dT\d\d:\d\d:\d\dZ ", label), label
+    cause = Path(written["anomaly root cause (text)"]).read_text(encoding="utf-8")
+    assert re.search(r"\[20\d\d-\d\d-\d\dT\d\d:\d\d:\d\dZ, ", cause), cause
+    assert "[17672" not in cause
+    svg = Path(next(p for k, p in written.items() if k.endswith("5-minute windows"))
+               ).read_text(encoding="utf-8")
+    assert "time (UTC, 2026-01-01)" in svg and "<!-- kwh=" in svg

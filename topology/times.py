@@ -1,0 +1,171 @@
+"""Time as people read it: which kind of time a query carries, and one way to show it.
+
+A query's **clock** is ``"timestamps"`` when its sources' times came from timestamps (a
+datetime, date, ``numpy.datetime64`` or ISO-8601 string in a row given to ``from_rows``; a
+timestamp or date column of ``from_arrow`` / ``from_spark``): its ticks are microseconds since
+1970-01-01 UTC, and everything a person reads (the web view, ``cedar inspect``, ``cedar
+debug``, the demo's report, the timeline pictures) shows them as ISO-8601 times (UTC, or a
+time zone given with ``--tz``) and their differences as durations (``2.4 s``, ``5 min``). It
+is ``"ticks"`` otherwise: plain integer time, shown as the integer it is.
+
+:func:`source_clock` reads a source node's clock (the node records it when its builder knew,
+e.g. from an Arrow or Spark schema; else the first row of a rows source tells), the plan's
+:attr:`~topology.plan.Plan.clock` is ``"timestamps"`` when any source's is; :func:`show_time`
+and :func:`show_duration` are the one formatting of times and durations.
+
+    >>> show_time(1_767_225_600_000_000, "timestamps")
+    '2026-01-01T00:00:00Z'
+    >>> show_time(1_767_225_600_250_000, "timestamps", "+01:00")
+    '2026-01-01T01:00:00.250+01:00'
+    >>> show_time(42, "ticks"), show_duration(42, "ticks")
+    ('42', '42')
+    >>> show_duration(2_400_000, "timestamps"), show_duration(300_000_000, "timestamps")
+    ('2.4 s', '5 min')
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Sequence
+from typing import Any
+
+from operators.events import MAX_TIME, MIN_TIME
+
+__all__ = ["TICKS", "TIMESTAMPS", "parse_tz", "show_duration", "show_time", "source_clock"]
+
+#: The clock of a query whose times came from timestamps (ticks are µs since the epoch).
+TIMESTAMPS = "timestamps"
+#: The clock of a query with plain integer time.
+TICKS = "ticks"
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+
+
+def parse_tz(tz: str | _dt.tzinfo | None) -> _dt.tzinfo:
+    """A time zone from ``--tz``: ``None``/``"UTC"``/``"Z"``, an IANA name
+    (``"Europe/Paris"``) or an offset (``"+02:00"``); a clear ``ValueError`` otherwise."""
+    if tz is None or isinstance(tz, _dt.tzinfo):
+        return tz or _dt.UTC
+    text = tz.strip()
+    if text.upper() in ("UTC", "Z", ""):
+        return _dt.UTC
+    if text[:1] in "+-":
+        try:
+            offset = _dt.datetime.strptime(text.replace(":", ""), "%z").utcoffset()
+        except ValueError:
+            offset = None
+        if offset is not None:
+            return _dt.timezone(offset)
+    else:
+        from zoneinfo import ZoneInfo
+
+        try:
+            return ZoneInfo(text)
+        except (ValueError, KeyError, OSError):
+            pass
+    raise ValueError(f"unknown time zone {tz!r}: give UTC, an IANA name such as "
+                     f"'Europe/Paris', or an offset such as '+02:00'")
+
+
+def show_time(t: int | None, clock: str | None, tz: str | _dt.tzinfo | None = None) -> str:
+    """A time for people: ``""`` for None, ``∞``/``-∞`` for ``MAX_TIME``/``MIN_TIME``, an
+    ISO-8601 time (``Z`` for UTC, else ``tz``'s offset; fractions of a second only when
+    there are some, in ms or µs) when ``clock`` is ``"timestamps"``, else the tick."""
+    if t is None:
+        return ""
+    if t >= MAX_TIME:
+        return "∞"
+    if t <= MIN_TIME:
+        return "-∞"
+    if clock == TIMESTAMPS:
+        try:
+            when = (_EPOCH + _dt.timedelta(microseconds=int(t))).astimezone(parse_tz(tz))
+        except OverflowError:  # before year 1 or after 9999: the tick
+            return str(t)
+        spec = "seconds" if not when.microsecond else \
+            "milliseconds" if when.microsecond % 1000 == 0 else "microseconds"
+        return when.isoformat(timespec=spec).replace("+00:00", "Z")
+    return str(t)
+
+
+_UNITS = ((86_400_000_000, "d"), (3_600_000_000, "h"), (60_000_000, "min"), (1_000_000, "s"),
+          (1_000, "ms"), (1, "µs"))
+
+
+def show_duration(ticks: int | float | None, clock: str | None) -> str:
+    """A span of time for people: ``2.4 s``, ``5 min``, ``1.5 h``, ``300 ms`` (three
+    significant digits at most) when ``clock`` is ``"timestamps"``, else the ticks."""
+    if ticks is None:
+        return ""
+    if ticks >= MAX_TIME:
+        return "∞"
+    if clock != TIMESTAMPS:
+        return str(int(ticks)) if float(ticks).is_integer() else f"{ticks:g}"
+    if ticks == 0:
+        return "0 s"
+    size = abs(ticks)
+    for per, unit in _UNITS:
+        if size >= per or per == 1:
+            return f"{ticks / per:.3g} {unit}"
+    raise AssertionError("unreachable")
+
+
+def _is_timestamp(value: Any) -> bool:
+    import numpy as np
+
+    if isinstance(value, (_dt.date, np.datetime64)):
+        return True
+    if isinstance(value, str):
+        try:
+            _dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            return False
+        return True
+    return False
+
+
+def source_clock(node: Any) -> str | None:
+    """The clock of a source node: the one it records (``clock``, set by ``from_arrow`` and
+    ``from_spark`` from the schema), else, for rows given as a list, what the first row's time
+    is (a timestamp: ``"timestamps"``; anything else: ``"ticks"``); None when nothing tells
+    (a generator of rows, a published query, messages)."""
+    from .nodes import FromRows
+
+    recorded = getattr(node, "clock", None)
+    if recorded is not None:
+        return str(recorded)
+    if not isinstance(node, FromRows) or node.batched:
+        return None
+    rows = node.rows
+    if not isinstance(rows, Sequence) or not rows:
+        return None
+    first = rows[0]
+    try:
+        value = node.start(first) if callable(node.start) else \
+            first.get(node.start) if isinstance(first, dict) else None
+    except Exception:  # noqa: BLE001 - the ingress says what is wrong with the row
+        return None
+    return TIMESTAMPS if _is_timestamp(value) else TICKS
+
+
+def arrow_clock(schema: Any, start: Any) -> str | None:
+    """``"timestamps"`` when the column ``start`` of an Arrow ``schema`` is a timestamp or a
+    date, ``"ticks"`` when it is another type, None when it is not a column name."""
+    import pyarrow as pa
+
+    if not isinstance(start, str) or schema.get_field_index(start) < 0:
+        return None
+    kind = schema.field(start).type
+    return TIMESTAMPS if pa.types.is_timestamp(kind) or pa.types.is_date(kind) else TICKS
+
+
+def spark_clock(df: Any, start: Any) -> str | None:
+    """``"timestamps"`` when the column ``start`` of a Spark DataFrame is a timestamp or a
+    date, ``"ticks"`` when it is another type, None when it is not a column name."""
+    if not isinstance(start, str):
+        return None
+    try:
+        kind = df.schema[start].dataType.typeName()
+    except Exception:  # noqa: BLE001 - not a column: the source's own check says so
+        return None
+    return TIMESTAMPS if kind in ("timestamp", "timestamp_ntz", "date") else TICKS
