@@ -240,3 +240,90 @@ def test_closed_by() -> None:
     rows = [(0, 10, "a"), (10, 20, "b")]
     assert nq.closed_by(rows, 10) == [(0, 10, "a")]
     assert pc.max(pa.array([1, 2])).as_py() == 2
+
+
+# -- Q14, Q21, Q22: per-bid calculations ----------------------------------------------------------
+H = 3600 * S
+
+
+def bid_rows(rows: list[dict[str, Any]]) -> pa.Table:
+    """Bids from dicts with ``t`` (ticks from T0) and any bid column (defaults elsewhere)."""
+    base = {"auction": 1000, "bidder": 1001, "price": 100, "channel": "Google", "url": "u",
+            "extra": ""}
+    full = [{**base, **r} for r in rows]
+    return pa.table({
+        **{c: [r[c] for r in full] for c in base},
+        "date_time": pa.array([T0 + r["t"] for r in full], pa.timestamp("us", tz="UTC"))})
+
+
+def q14_python(b: dict[str, Any]) -> tuple[Any, ...] | None:
+    euros = b["price"] * 0.908
+    if not 1_000_000 < euros < 50_000_000:
+        return None
+    hour = (b["date_time"] // 1_000_000) // 3600 % 24
+    kind = ("dayTime" if 8 <= hour <= 18 else
+            "nightTime" if hour <= 6 or hour >= 20 else "otherTime")
+    return (b["date_time"], b["auction"], euros, kind, sum(ch == "c" for ch in b["extra"]))
+
+
+def test_q14_tiny() -> None:
+    # T0 is midnight UTC; prices around the bounds 1,000,000 / 0.908 and 50,000,000 / 0.908
+    table = bid_rows([
+        {"t": 0, "price": 1_101_321, "extra": "cac"},        # 999,999.5 € : out
+        {"t": 1, "price": 1_101_322, "extra": "cac"},        # 1,000,000.4 €, 0 h: night, 2 c
+        {"t": 7 * H, "price": 2_000_000, "extra": "abc"},    # 7 h: other
+        {"t": 8 * H, "price": 2_000_000, "extra": "CcC"},    # 8 h: day, 1 c
+        {"t": 18 * H + 59 * 60 * S, "price": 2_000_000},     # 18:59: day
+        {"t": 19 * H, "price": 2_000_000, "extra": "ccc"},   # 19 h: other
+        {"t": 20 * H, "price": 55_066_079},                  # 50,000,000 € - : night
+        {"t": 21 * H, "price": 55_066_080}])                 # 50,000,000.6 € : out
+    got = [(s - T0, p["price"], p["bidTimeType"], p["c_counts"])
+           for s, _, p in cedar_bids(nq.q14, table)]
+    assert got == [(1, 1_101_322 * 0.908, "nightTime", 2), (7 * H, 2_000_000 * 0.908,
+                    "otherTime", 1), (8 * H, 2_000_000 * 0.908, "dayTime", 1),
+                   (18 * H + 59 * 60 * S, 2_000_000 * 0.908, "dayTime", 0),
+                   (19 * H, 2_000_000 * 0.908, "otherTime", 3),
+                   (20 * H, 55_066_079 * 0.908, "nightTime", 0)]
+
+
+def test_q21_tiny() -> None:
+    table = bid_rows([
+        {"t": 0, "channel": "Apple", "url": "https://x/y?channel_id=9"},    # named: 0
+        {"t": 1, "channel": "BAIDU"},                                         # lower(): 3
+        {"t": 2, "channel": "channel-7", "url": "https://x/a/i.htm?query=1&channel_id=7"},
+        {"t": 3, "channel": "channel-8", "url": "channel_id=8&x=1"},          # ^ anchored
+        {"t": 4, "channel": "channel-9", "url": "https://x/?xchannel_id=9"},  # no & nor ^
+        {"t": 5, "channel": "channel-5", "url": "https://x/?a=1&channel_id=&b=2"},  # empty id
+        {"t": 6, "channel": "other", "url": "https://x/?query=1"}])           # none: out
+    got = [(s - T0, p["channel_id"]) for s, _, p in cedar_bids(nq.q21, table)]
+    assert got == [(0, "0"), (1, "3"), (2, "7"), (3, "8"), (5, "")]
+
+
+def test_q22_tiny() -> None:
+    table = bid_rows([{"t": 0, "url": "https://www.nexmark.com/googl/item.htm?query=1"},
+                      {"t": 1, "url": "https://www.nexmark.com/a/b/c/d"},
+                      {"t": 2, "url": "a//b"}])
+    got = [(p["dir1"], p["dir2"], p["dir3"]) for _, _, p in cedar_bids(nq.q22, table)]
+    assert got == [("googl", "item.htm?query=1", None), ("a", "b", "c"), (None, None, None)]
+
+
+def test_generated_q14_q21_q22(small: dict[str, Any]) -> None:
+    b = rows_of(small["bid"])
+    expected14 = [e for e in map(q14_python, b) if e is not None]
+    got14 = [(s, p["auction"], p["price"], p["bidTimeType"], p["c_counts"])
+             for s, _, p in run("Q14", small)]
+    assert got14 == expected14 and expected14
+    named = {"apple": "0", "google": "1", "facebook": "2", "baidu": "3"}
+    expected21 = []
+    for r in b:
+        cid = named.get(r["channel"].lower())
+        if cid is None and "&channel_id=" in r["url"]:
+            cid = r["url"].split("&channel_id=", 1)[1].split("&", 1)[0]
+        if cid is not None:
+            expected21.append((r["date_time"], r["auction"], r["channel"], cid))
+    got21 = [(s, p["auction"], p["channel"], p["channel_id"]) for s, _, p in run("Q21", small)]
+    assert got21 == expected21 and any(c.startswith("channel-") for _, _, c, _ in got21)
+    expected22 = [(r["date_time"], r["auction"], r["url"].split("/")[3],
+                   r["url"].split("/")[4], None) for r in b]
+    got22 = [(s, p["auction"], p["dir1"], p["dir2"], p["dir3"]) for s, _, p in run("Q22", small)]
+    assert got22 == expected22

@@ -13,7 +13,10 @@
   ``0.908 * price``, a ``DECIMAL``; cedar and Spark multiply doubles). Q4 averages in
   ``DOUBLE`` and also counts (Nexmark's ``AVG`` of a ``BIGINT`` truncates to a ``BIGINT``) and
   takes a bid while the auction is open as ``date_time <= bid < expires``, on the µs columns
-  (Nexmark: ``BETWEEN``, both ends included, on millisecond rowtimes).
+  (Nexmark: ``BETWEEN``, both ends included, on millisecond rowtimes). Q14 computes in
+  ``DOUBLE`` as Q1 does and counts the ``'c'`` in ``extra`` with ``CHAR_LENGTH`` and
+  ``REPLACE`` (Nexmark: its ``count_char`` UDF); ``HOUR`` is of the rowtime in UTC. Q14, Q21
+  and Q22 also output ``date_time`` (to compare each row with cedar's event).
 
 Q5 and Q7 output every row tied for the maximum, as Nexmark defines them; cedar's and
 Spark's forms pick one (the largest by the tuple order): :func:`comparable` picks the same one
@@ -93,6 +96,35 @@ JOIN (
   GROUP BY seller, window_start, window_end
 ) A
 ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime""",
+    "Q14": f"""
+SELECT auction, bidder, CAST(price AS DOUBLE) * {nq.EURO}E0 AS price,
+  CASE
+    WHEN HOUR(rt) >= 8 AND HOUR(rt) <= 18 THEN 'dayTime'
+    WHEN HOUR(rt) <= 6 OR HOUR(rt) >= 20 THEN 'nightTime'
+    ELSE 'otherTime'
+  END AS bidTimeType,
+  date_time, extra,
+  CAST(CHAR_LENGTH(extra) - CHAR_LENGTH(REPLACE(extra, 'c', '')) AS BIGINT) AS c_counts
+FROM bid
+WHERE CAST(price AS DOUBLE) * {nq.EURO}E0 > {nq.Q14_LOW}
+  AND CAST(price AS DOUBLE) * {nq.EURO}E0 < {nq.Q14_HIGH}""",
+    "Q21": """
+SELECT auction, bidder, price, channel, date_time,
+  CASE
+    WHEN LOWER(channel) = 'apple' THEN '0'
+    WHEN LOWER(channel) = 'google' THEN '1'
+    WHEN LOWER(channel) = 'facebook' THEN '2'
+    WHEN LOWER(channel) = 'baidu' THEN '3'
+    ELSE REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2)
+  END AS channel_id
+FROM bid
+WHERE REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2) IS NOT NULL
+   OR LOWER(channel) IN ('apple', 'google', 'facebook', 'baidu')""",
+    "Q22": """
+SELECT auction, bidder, price, channel, date_time,
+  SPLIT_INDEX(url, '/', 3) AS dir1, SPLIT_INDEX(url, '/', 4) AS dir2,
+  SPLIT_INDEX(url, '/', 5) AS dir3
+FROM bid""",
 }
 
 #: The tables each query reads (Flink reads auctions as rows; cedar's ``auction_iv`` is the
@@ -101,6 +133,7 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "Q0": ("bid",), "Q1": ("bid",), "Q2": ("bid",), "Q3": ("person", "auction"),
     "Q4": ("auction", "bid"), "Q5": ("bid",), "Q7": ("bid",), "Q8": ("person", "auction"),
 }
+INPUTS.update({"Q14": ("bid",), "Q21": ("bid",), "Q22": ("bid",)})
 
 
 def _q5(rows: list[dict[str, Any]], latest: int) -> list[Row]:

@@ -23,6 +23,7 @@ their input (:func:`closed_by`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -266,6 +267,94 @@ def q8(person: Stream, auction: Stream) -> Stream:
     return people.join(sellers, on=(person_id, first), select=q8_pair)
 
 
+# Q14's price range (after the euro rate) and its hours (UTC).
+Q14_LOW, Q14_HIGH = 1_000_000, 50_000_000
+HOUR = 3600 * TICKS_PER_SECOND
+DAY = 24 * HOUR
+
+
+def q14_keep(b: dict[str, Any]) -> bool:
+    return Q14_LOW < b["price"] * EURO < Q14_HIGH
+
+
+def bid_time_type(t: int) -> str:
+    """Q14's case expression on the hour (UTC) of a time in ticks."""
+    hour = t % DAY // HOUR
+    if 8 <= hour <= 18:
+        return "dayTime"
+    if hour <= 6 or hour >= 20:
+        return "nightTime"
+    return "otherTime"
+
+
+def q14_row(b: dict[str, Any]) -> dict[str, Any]:
+    return {"auction": b["auction"], "bidder": b["bidder"], "price": b["price"] * EURO,
+            "bidTimeType": bid_time_type(b["date_time"]), "date_time": b["date_time"],
+            "extra": b["extra"], "c_counts": b["extra"].count("c")}
+
+
+def q14(bid: Stream) -> Stream:
+    """Q14, a calculation: the bids whose price in euros lies strictly between 1,000,000 and
+    50,000,000, with the price in euros, ``bidTimeType`` (``dayTime`` for hours 8-18,
+    ``nightTime`` for 20-6, else ``otherTime``; hours of UTC) and ``c_counts``, the number of
+    ``'c'`` in ``extra`` (Nexmark's ``count_char`` UDF). (The generator's bids have an empty
+    ``extra``: ``c_counts`` is 0 on generated input; the tests check it on hand-made bids.)"""
+    return bid.where(q14_keep).select(q14_row)
+
+
+#: Q21's channels with a fixed id (Nexmark compares ``lower(channel)``).
+Q21_CHANNELS = {"apple": "0", "google": "1", "facebook": "2", "baidu": "3"}
+#: Q21's pattern; group 2 is the id (Java's ``Matcher.find`` and Python's ``re.search`` agree
+#: on this pattern: no lookaround, no possessive quantifiers).
+CHANNEL_ID = re.compile(r"(&|^)channel_id=([^&]*)")
+
+
+def channel_id(b: dict[str, Any]) -> str | None:
+    """Q21's ``channel_id``: the fixed id of a named channel, else the url's ``channel_id``
+    parameter (``REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2)``), else None."""
+    fixed = Q21_CHANNELS.get(b["channel"].lower())
+    if fixed is not None:
+        return fixed
+    m = CHANNEL_ID.search(b["url"])
+    return None if m is None else m.group(2)
+
+
+def q21_row(b: dict[str, Any]) -> dict[str, Any]:
+    return {"auction": b["auction"], "bidder": b["bidder"], "price": b["price"],
+            "channel": b["channel"], "channel_id": channel_id(b)}
+
+
+def has_channel_id(b: dict[str, Any]) -> bool:
+    return b["channel_id"] is not None
+
+
+def q21(bid: Stream) -> Stream:
+    """Q21, add a column from a regular expression: each bid with its channel's id (see
+    :func:`channel_id`), kept when it has one (Nexmark's ``WHERE``: the url's parameter is
+    not null or the channel is one of the four named ones: the same as a non-null id)."""
+    return bid.select(q21_row).where(has_channel_id)
+
+
+def split_index(s: str, sep: str, i: int) -> str | None:
+    """Flink's ``SPLIT_INDEX``: the ``i``-th field of ``s`` split at ``sep`` (empty fields
+    kept), None past the last."""
+    parts = s.split(sep)
+    return parts[i] if 0 <= i < len(parts) else None
+
+
+def q22_row(b: dict[str, Any]) -> dict[str, Any]:
+    url = b["url"]
+    return {"auction": b["auction"], "bidder": b["bidder"], "price": b["price"],
+            "channel": b["channel"], "dir1": split_index(url, "/", 3),
+            "dir2": split_index(url, "/", 4), "dir3": split_index(url, "/", 5)}
+
+
+def q22(bid: Stream) -> Stream:
+    """Q22, split a string: each bid with the url's fields 3, 4 and 5 split at ``/``
+    (``https://www.nexmark.com/<dir1>/<dir2>/...``; None past the last field)."""
+    return bid.select(q22_row)
+
+
 # -- Spark -----------------------------------------------------------------------------------------
 def spark_q0(bid: Any) -> Any:
     return bid
@@ -342,6 +431,42 @@ def spark_q8(person: Any, auction: Any) -> Any:
                                   F.col("pw.end").alias("window_end"), "id", "name")
 
 
+def spark_q14(bid: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    euros = F.col("price") * F.lit(EURO)
+    hour = F.hour(F.col("date_time"))  # the session is in UTC (spark_sss.session)
+    kind = (F.when((hour >= 8) & (hour <= 18), "dayTime")
+            .when((hour <= 6) | (hour >= 20), "nightTime").otherwise("otherTime"))
+    return bid.where((euros > Q14_LOW) & (euros < Q14_HIGH)).select(
+        "auction", "bidder", euros.alias("price"), kind.alias("bidTimeType"), "date_time",
+        "extra", (F.length("extra") - F.length(F.regexp_replace("extra", "c", "")))
+        .cast("long").alias("c_counts"))
+
+
+def spark_q21(bid: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    pattern = CHANNEL_ID.pattern
+    # Spark's regexp_extract gives "" where Flink's REGEXP_EXTRACT gives NULL: guard it
+    from_url = F.when(F.col("url").rlike(pattern), F.regexp_extract("url", pattern, 2))
+    ch = F.lower(F.col("channel"))
+    cid = F.coalesce(*(F.when(ch == name, F.lit(i)) for name, i in Q21_CHANNELS.items()),
+                     from_url)
+    return (bid.select("auction", "bidder", "price", "channel", "date_time",
+                       cid.alias("channel_id"))
+            .where(F.col("channel_id").isNotNull()))
+
+
+def spark_q22(bid: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    parts = F.split(F.col("url"), "/", -1)
+    # get(): NULL past the end, as Flink's SPLIT_INDEX (getItem would fail under ANSI mode)
+    return bid.select("auction", "bidder", "price", "channel", "date_time",
+                      *(F.get(parts, F.lit(i)).alias(f"dir{i - 2}") for i in (3, 4, 5)))
+
+
 # -- comparable rows -------------------------------------------------------------------------------
 Row = tuple[Any, ...]
 
@@ -357,6 +482,9 @@ def _dicts(payload: dict[str, Any], fields: tuple[str, ...]) -> Row:
 
 
 BID_FIELDS = ("auction", "bidder", "price", "channel", "url", "extra")
+Q14_FIELDS = ("auction", "bidder", "price", "bidTimeType", "extra", "c_counts")
+Q21_FIELDS = ("auction", "bidder", "price", "channel", "channel_id")
+Q22_FIELDS = ("auction", "bidder", "price", "channel", "dir1", "dir2", "dir3")
 
 
 @dataclass(frozen=True)
@@ -420,4 +548,13 @@ QUERIES: dict[str, Query] = {q.name: q for q in (
           lambda rows, _: sorted({(r["window_start"], r["window_end"], r["id"], r["name"])
                                   for r in rows}),
           note="Spark's distinct rows (a join outputs every pair eagerly)"),
+    Query("Q14", q14, ("bid",), spark_q14, ("bid",),
+          lambda cht, _: [(s,) + _dicts(p, Q14_FIELDS) for s, _, p in cht],
+          lambda rows, _: [(r["date_time"],) + _dicts(r, Q14_FIELDS) for r in rows]),
+    Query("Q21", q21, ("bid",), spark_q21, ("bid",),
+          lambda cht, _: [(s,) + _dicts(p, Q21_FIELDS) for s, _, p in cht],
+          lambda rows, _: [(r["date_time"],) + _dicts(r, Q21_FIELDS) for r in rows]),
+    Query("Q22", q22, ("bid",), spark_q22, ("bid",),
+          lambda cht, _: [(s,) + _dicts(p, Q22_FIELDS) for s, _, p in cht],
+          lambda rows, _: [(r["date_time"],) + _dicts(r, Q22_FIELDS) for r in rows]),
 )}
