@@ -16,7 +16,10 @@
   (Nexmark: ``BETWEEN``, both ends included, on millisecond rowtimes). Q14 computes in
   ``DOUBLE`` as Q1 does and counts the ``'c'`` in ``extra`` with ``CHAR_LENGTH`` and
   ``REPLACE`` (Nexmark: its ``count_char`` UDF); ``HOUR`` is of the rowtime in UTC. Q14, Q21
-  and Q22 also output ``date_time`` (to compare each row with cedar's event).
+  and Q22 also output ``date_time`` (to compare each row with cedar's event). Q9 takes a bid
+  while the auction is open as Q4 does and names its columns explicitly (``A.*`` would carry
+  the rowtime into a regular join); Q9 and Q20 name the bid's and the auction's time and
+  extra columns ``bid_date_time``/``auction_date_time``, ``bid_extra``/``auction_extra``.
 
 Q5 and Q7 output every row tied for the maximum, as Nexmark defines them; cedar's and
 Spark's forms pick one (the largest by the tuple order): :func:`comparable` picks the same one
@@ -125,6 +128,39 @@ SELECT auction, bidder, price, channel, date_time,
   SPLIT_INDEX(url, '/', 3) AS dir1, SPLIT_INDEX(url, '/', 4) AS dir2,
   SPLIT_INDEX(url, '/', 5) AS dir3
 FROM bid""",
+    "Q9": """
+SELECT id, item_name, description, initial_bid, reserve, date_time, expires, seller, category,
+       extra, auction, bidder, price, bid_date_time, bid_extra
+FROM (
+  SELECT A.id, A.item_name, A.description, A.initial_bid, A.reserve, A.date_time, A.expires,
+         A.seller, A.category, A.extra, B.auction, B.bidder, B.price,
+         B.date_time AS bid_date_time, B.extra AS bid_extra,
+         ROW_NUMBER() OVER (PARTITION BY A.id ORDER BY B.price DESC, B.date_time ASC) AS rownum
+  FROM auction A, bid B
+  WHERE A.id = B.auction AND B.date_time >= A.date_time AND B.date_time < A.expires
+)
+WHERE rownum <= 1""",
+    "Q18": """
+SELECT auction, bidder, price, channel, url, date_time, extra
+FROM (
+  SELECT *, ROW_NUMBER() OVER (PARTITION BY bidder, auction ORDER BY rt DESC) AS rank_number
+  FROM bid
+)
+WHERE rank_number <= 1""",
+    "Q19": f"""
+SELECT auction, bidder, price, channel, url, date_time, extra, rank_number
+FROM (
+  SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rank_number
+  FROM bid
+)
+WHERE rank_number <= {nq.Q19_TOP}""",
+    "Q20": f"""
+SELECT B.auction, B.bidder, B.price, B.channel, B.url, B.date_time AS bid_date_time,
+       B.extra AS bid_extra, A.item_name, A.description, A.initial_bid, A.reserve,
+       A.date_time AS auction_date_time, A.expires, A.seller, A.category,
+       A.extra AS auction_extra
+FROM bid AS B INNER JOIN auction AS A ON B.auction = A.id
+WHERE A.category = {nq.Q3_CATEGORY}""",
 }
 
 #: The tables each query reads (Flink reads auctions as rows; cedar's ``auction_iv`` is the
@@ -134,6 +170,8 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "Q4": ("auction", "bid"), "Q5": ("bid",), "Q7": ("bid",), "Q8": ("person", "auction"),
 }
 INPUTS.update({"Q14": ("bid",), "Q21": ("bid",), "Q22": ("bid",)})
+INPUTS.update({"Q9": ("auction", "bid"), "Q18": ("bid",), "Q19": ("bid",),
+               "Q20": ("auction", "bid")})
 
 
 def _q5(rows: list[dict[str, Any]], latest: int) -> list[Row]:

@@ -28,8 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from operators.aggregates import Aggregates, Avg, Count, Max
-from operators.events import TICKS_PER_SECOND
+from operators.aggregates import Aggregates, Avg, Count, Max, TopK
+from operators.events import MAX_TIME, TICKS_PER_SECOND
 from operators.ingress import AdvanceTime
 from topology import Stream
 
@@ -355,6 +355,116 @@ def q22(bid: Stream) -> Stream:
     return bid.select(q22_row)
 
 
+#: The auction's columns in Q9's and Q20's output (``date_time`` and ``extra`` are the
+#: auction's; the bid's are ``bid_date_time`` and ``bid_extra``).
+AUCTION_FIELDS = ("id", "item_name", "description", "initial_bid", "reserve", "date_time",
+                  "expires", "seller", "category", "extra")
+Q9_FIELDS = AUCTION_FIELDS + ("auction", "bidder", "price", "bid_date_time", "bid_extra")
+
+
+def q9_pair(a: dict[str, Any], b: dict[str, Any]) -> tuple[Any, ...]:
+    """An open auction's bid as a tuple whose order is Q9's: highest price, then earliest."""
+    return (b["price"], -b["date_time"], a["id"]) + tuple(a[f] for f in AUCTION_FIELDS[1:]) + (
+        b["bidder"], b["extra"])
+
+
+def third(p: tuple[Any, ...]) -> Any:
+    return p[2]
+
+
+def q9_row(p: tuple[Any, tuple[Any, ...]]) -> dict[str, Any]:
+    price, neg_time, *auction, bidder, extra = p[1]
+    return {**dict(zip(AUCTION_FIELDS, auction)), "auction": auction[0], "bidder": bidder,
+            "price": price, "bid_date_time": -neg_time, "bid_extra": extra}
+
+
+def q9(auction_iv: Stream, bid: Stream) -> Stream:
+    """Q9, winning bids: per auction the highest bid placed while it is open
+    (``date_time <= bid time < expires``, as :func:`q4`; Nexmark: ``BETWEEN``, both ends),
+    ties to the earliest bid, with the auction's columns and the bid's (:data:`Q9_FIELDS`); a
+    point at the auction's close. cedar: Q4's first steps (bids joined with the open auction,
+    stretched to its close, one count window per close) with the maximum of
+    ``(price, -bid time, ...)``.
+
+    Spark: SSS cannot (see :func:`q4`): compared with :func:`spark_q9_batch` (a
+    ``row_number`` per auction, as Nexmark's SQL)."""
+    open_bids = auction_iv.join(bid, on=(auction_key, bid_auction), select=q9_pair)
+    to_close = open_bids.alter_lifetime(duration=FOREVER).join(
+        auction_iv, on=(third, auction_key), select=keep_left)
+    return to_close.group_apply(third, lambda g: g.count_window(1, by="end").aggregate(
+        Max())).select(q9_row)
+
+
+def bidder_auction(b: dict[str, Any]) -> tuple[Any, Any]:
+    return (b["bidder"], b["auction"])
+
+
+def ranked(p: tuple[Any, tuple[Any, ...]]) -> tuple[Any, ...]:
+    return p[1]
+
+
+def only(p: tuple[Any, tuple[Any, ...]]) -> Any:
+    return p[1][0]
+
+
+def to_end_of_time(s: int, e: int) -> int:
+    """A duration that ends every lifetime at ∞ (one common end, so that a snapshot window
+    over them splits at their starts only; a :data:`FOREVER` duration would end each at its
+    own time and split once more per event after the input)."""
+    return MAX_TIME - s
+
+
+def q18(bid: Stream) -> Stream:
+    """Q18, the last bid per ``(bidder, auction)`` (Nexmark's dedup by ``ROW_NUMBER`` over
+    ``date_time DESC``): per key the bids last to ∞ (:func:`to_end_of_time`) and a snapshot window
+    keeps the latest (``TopK(1, by="date_time")``): each bid is the answer from its time to
+    the next bid of its key, the last one to the end of time. Compared: the rows valid at the
+    end of the input (Flink's final rows; Spark batch: ``row_number``)."""
+    return bid.group_apply(bidder_auction, lambda g: g.alter_lifetime(duration=to_end_of_time)
+                           .snapshot_window().aggregate(TopK(1, by="date_time"))).select(only)
+
+
+#: Q19's ranks: the 10 highest bids per auction.
+Q19_TOP = 10
+
+
+def q19(bid: Stream) -> Stream:
+    """Q19, the :data:`Q19_TOP` highest bids per auction so far (Nexmark: ``ROW_NUMBER`` over
+    ``price DESC``, ``<= 10``): per auction the bids last to ∞ (:func:`to_end_of_time`); a snapshot
+    window ranks them (``TopK(10, by="price")``; ties by :func:`operators.aggregates.canonical`,
+    where Flink's ``ROW_NUMBER`` picks any). The payload is the ranked tuple of bids.
+    Compared: the rankings valid at the end of the input as ``(auction, rank, price)`` (the
+    bids themselves may differ on ties)."""
+    return bid.group_apply(bid_auction, lambda g: g.alter_lifetime(duration=to_end_of_time)
+                           .snapshot_window().aggregate(TopK(Q19_TOP, by="price"))).select(ranked)
+
+
+Q20_FIELDS = ("auction", "bidder", "price", "channel", "url", "bid_date_time", "bid_extra",
+              "item_name", "description", "initial_bid", "reserve", "auction_date_time",
+              "expires", "seller", "category", "auction_extra")
+
+
+def q20_pair(b: dict[str, Any], a: dict[str, Any]) -> dict[str, Any]:
+    return {"auction": b["auction"], "bidder": b["bidder"], "price": b["price"],
+            "channel": b["channel"], "url": b["url"], "bid_date_time": b["date_time"],
+            "bid_extra": b["extra"], "item_name": a["item_name"],
+            "description": a["description"], "initial_bid": a["initial_bid"],
+            "reserve": a["reserve"], "auction_date_time": a["date_time"],
+            "expires": a["expires"], "seller": a["seller"], "category": a["category"],
+            "auction_extra": a["extra"]}
+
+
+def q20(auction_iv: Stream, bid: Stream) -> Stream:
+    """Q20, expand bids with their auction: every bid joined with its auction when the
+    auction's category is 10, whichever comes first (Nexmark's unbounded join: bids and
+    auctions both become :data:`FOREVER`-long, as in :func:`q3`); ``auction_iv`` for its
+    ``expires`` in ticks. Spark: an unbounded stream-stream inner join. Compared: the
+    payloads (:data:`Q20_FIELDS`)."""
+    items = auction_iv.where(q3_auction).alter_lifetime(duration=FOREVER)
+    return bid.alter_lifetime(duration=FOREVER).join(items, on=(bid_auction, auction_key),
+                                                     select=q20_pair)
+
+
 # -- Spark -----------------------------------------------------------------------------------------
 def spark_q0(bid: Any) -> Any:
     return bid
@@ -467,6 +577,57 @@ def spark_q22(bid: Any) -> Any:
                       *(F.get(parts, F.lit(i)).alias(f"dir{i - 2}") for i in (3, 4, 5)))
 
 
+def _q9_open_bids(auction: Any, bid: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    b = bid.select("auction", "bidder", "price", F.col("date_time").alias("bid_date_time"),
+                   F.col("extra").alias("bid_extra"))
+    return auction.join(b, (F.col("auction") == F.col("id"))
+                        & (F.col("bid_date_time") >= F.col("date_time"))
+                        & (F.col("bid_date_time") < F.col("expires")))
+
+
+def spark_q9_batch(auction: Any, bid: Any) -> Any:
+    """Q9 as a Spark batch query (SSS cannot; see :func:`q9`)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    w = Window.partitionBy("id").orderBy(F.col("price").desc(), F.col("bid_date_time").asc())
+    return (_q9_open_bids(auction, bid).withColumn("rownum", F.row_number().over(w))
+            .where(F.col("rownum") == 1).select(*Q9_FIELDS))
+
+
+def spark_q18_batch(bid: Any) -> Any:
+    """Q18 as a Spark batch query (SSS has no ``row_number``)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    w = Window.partitionBy("bidder", "auction").orderBy(F.col("date_time").desc())
+    return bid.withColumn("rn", F.row_number().over(w)).where(F.col("rn") == 1).drop("rn")
+
+
+def spark_q19_batch(bid: Any) -> Any:
+    """Q19 as a Spark batch query (SSS has no ``row_number``)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    w = Window.partitionBy("auction").orderBy(F.col("price").desc())
+    return (bid.withColumn("rank_number", F.row_number().over(w))
+            .where(F.col("rank_number") <= Q19_TOP))
+
+
+def spark_q20(auction: Any, bid: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    a = auction.where(F.col("category") == Q3_CATEGORY).select(
+        "id", "item_name", "description", "initial_bid", "reserve",
+        F.col("date_time").alias("auction_date_time"), "expires", "seller", "category",
+        F.col("extra").alias("auction_extra"))
+    b = bid.select("auction", "bidder", "price", "channel", "url",
+                   F.col("date_time").alias("bid_date_time"), F.col("extra").alias("bid_extra"))
+    return b.join(a, F.col("auction") == F.col("id")).select(*Q20_FIELDS)
+
+
 # -- comparable rows -------------------------------------------------------------------------------
 Row = tuple[Any, ...]
 
@@ -510,6 +671,17 @@ class Query:
 
 def _q4_final(cht: list[Row], latest: int) -> list[Row]:
     return [(c, agg["count"], float(f"{agg['avg']:.9g}")) for _, _, (c, agg) in cht]
+
+
+def _final(cht: list[Row], latest: int) -> list[Any]:
+    """The payloads valid at the end of the input (after ``latest``): an updating query's
+    final rows."""
+    return [p for _, e, p in cht if e > latest]
+
+
+def _q19_ranks(cht: list[Row], latest: int) -> list[Row]:
+    return [(b["auction"], i, b["price"]) for bids in _final(cht, latest)
+            for i, b in enumerate(bids, 1)]
 
 
 QUERIES: dict[str, Query] = {q.name: q for q in (
@@ -557,4 +729,22 @@ QUERIES: dict[str, Query] = {q.name: q for q in (
     Query("Q22", q22, ("bid",), spark_q22, ("bid",),
           lambda cht, _: [(s,) + _dicts(p, Q22_FIELDS) for s, _, p in cht],
           lambda rows, _: [(r["date_time"],) + _dicts(r, Q22_FIELDS) for r in rows]),
+    Query("Q9", q9, ("auction_iv", "bid"), None, ("auction", "bid"),
+          lambda cht, _: [_dicts(p, Q9_FIELDS) for _, _, p in cht],
+          lambda rows, _: [_dicts(r, Q9_FIELDS) for r in rows],
+          spark_batch=spark_q9_batch, note="SSS cannot rank: compared with Spark batch"),
+    Query("Q18", q18, ("bid",), None, ("bid",),
+          lambda cht, latest: [(p["date_time"],) + _dicts(p, BID_FIELDS)
+                               for p in _final(cht, latest)],
+          lambda rows, _: [(r["date_time"],) + _dicts(r, BID_FIELDS) for r in rows],
+          spark_batch=spark_q18_batch,
+          note="the final rows; SSS cannot rank: compared with Spark batch"),
+    Query("Q19", q19, ("bid",), None, ("bid",), _q19_ranks,
+          lambda rows, _: [(r["auction"], r["rank_number"], r["price"]) for r in rows],
+          spark_batch=spark_q19_batch,
+          note="the final (auction, rank, price); SSS cannot rank: compared with Spark batch"),
+    Query("Q20", q20, ("auction_iv", "bid"), spark_q20, ("auction", "bid"),
+          lambda cht, _: [_dicts(p, Q20_FIELDS) for _, _, p in cht],
+          lambda rows, _: [_dicts(r, Q20_FIELDS) for r in rows],
+          note="payloads only (Spark rows have no lifetime)"),
 )}
