@@ -394,3 +394,11 @@ def test_generated_q20(small: dict[str, Any]) -> None:
     got = Counter((p["auction"], p["bidder"], p["bid_date_time"], p["seller"], p["expires"])
                   for _, _, p in run("Q20", small))
     assert got == expected and len(expected) > 100
+
+
+def test_generated_q12(small: dict[str, Any]) -> None:
+    per = Counter(((r["date_time"] - T0) // nq.WINDOW * nq.WINDOW, r["bidder"])
+                  for r in rows_of(small["bid"]))
+    expected = sorted((w, w + nq.WINDOW, b, n) for (w, b), n in per.items())
+    got = sorted((s - T0, e - T0, p[0], p[1]) for s, e, p in run("Q12", small))
+    assert got == expected and sum(n for *_, n in got) == small["bid"].num_rows

@@ -20,6 +20,8 @@
   while the auction is open as Q4 does and names its columns explicitly (``A.*`` would carry
   the rowtime into a regular join); Q9 and Q20 name the bid's and the auction's time and
   extra columns ``bid_date_time``/``auction_date_time``, ``bid_extra``/``auction_extra``.
+* **Time.** Q12 windows on the rowtime ``rt``, where Nexmark windows on ``PROCTIME()``: a
+  processing-time window's output depends on when the rows are read (see ``queries.q12``).
 
 Q5 and Q7 output every row tied for the maximum, as Nexmark defines them; cedar's and
 Spark's forms pick one (the largest by the tuple order): :func:`comparable` picks the same one
@@ -161,6 +163,10 @@ SELECT B.auction, B.bidder, B.price, B.channel, B.url, B.date_time AS bid_date_t
        A.extra AS auction_extra
 FROM bid AS B INNER JOIN auction AS A ON B.auction = A.id
 WHERE A.category = {nq.Q3_CATEGORY}""",
+    "Q12": """
+SELECT bidder, COUNT(*) AS bid_count, window_start, window_end
+FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(rt), INTERVAL '10' SECOND))
+GROUP BY bidder, window_start, window_end""",
 }
 
 #: The tables each query reads (Flink reads auctions as rows; cedar's ``auction_iv`` is the
@@ -172,6 +178,7 @@ INPUTS: dict[str, tuple[str, ...]] = {
 INPUTS.update({"Q14": ("bid",), "Q21": ("bid",), "Q22": ("bid",)})
 INPUTS.update({"Q9": ("auction", "bid"), "Q18": ("bid",), "Q19": ("bid",),
                "Q20": ("auction", "bid")})
+INPUTS.update({"Q12": ("bid",)})
 
 
 def _q5(rows: list[dict[str, Any]], latest: int) -> list[Row]:
