@@ -402,3 +402,31 @@ def test_generated_q12(small: dict[str, Any]) -> None:
     expected = sorted((w, w + nq.WINDOW, b, n) for (w, b), n in per.items())
     got = sorted((s - T0, e - T0, p[0], p[1]) for s, e, p in run("Q12", small))
     assert got == expected and sum(n for *_, n in got) == small["bid"].num_rows
+
+
+def test_q17_tiny() -> None:
+    day = 24 * H
+    table = bids([(0, 7, 1, 100), (5, 7, 2, 10_000), (6, 7, 3, 999_999), (7, 7, 1, 1_000_000),
+                  (8, 9, 1, 50), (day + 1, 7, 1, 300)])
+    got = [(s - T0, a, agg) for s, _, (a, agg) in cedar_bids(nq.q17, table)]
+    assert sorted(got, key=lambda g: (g[0], g[1])) == [
+        (0, 7, {"total_bids": 4, "rank1_bids": 1, "rank2_bids": 2, "rank3_bids": 1,
+                "min_price": 100, "max_price": 1_000_000, "avg_price": 2_010_099 / 4,
+                "sum_price": 2_010_099}),
+        (0, 9, {"total_bids": 1, "rank1_bids": 1, "rank2_bids": 0, "rank3_bids": 0,
+                "min_price": 50, "max_price": 50, "avg_price": 50.0, "sum_price": 50}),
+        (day, 7, {"total_bids": 1, "rank1_bids": 1, "rank2_bids": 0, "rank3_bids": 0,
+                  "min_price": 300, "max_price": 300, "avg_price": 300.0, "sum_price": 300})]
+    assert nq.day_of(T0 + day) == "2024-01-02"
+
+
+def test_generated_q17(small: dict[str, Any]) -> None:
+    per: dict[int, list[int]] = defaultdict(list)
+    for b in rows_of(small["bid"]):
+        per[b["auction"]].append(b["price"])  # one day: 20,000 events 1 ms apart
+    expected = sorted((a, "2024-01-01", len(ps), sum(p < 10_000 for p in ps),
+                       sum(10_000 <= p < 1_000_000 for p in ps), sum(p >= 1_000_000 for p in ps),
+                       min(ps), max(ps), float(f"{sum(ps) / len(ps):.12g}"), sum(ps))
+                      for a, ps in per.items())
+    got = sorted(nq.QUERIES["Q17"].cedar_rows(run("Q17", small), 0))
+    assert got == expected

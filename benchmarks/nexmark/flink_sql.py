@@ -22,6 +22,7 @@
   extra columns ``bid_date_time``/``auction_date_time``, ``bid_extra``/``auction_extra``.
 * **Time.** Q12 windows on the rowtime ``rt``, where Nexmark windows on ``PROCTIME()``: a
   processing-time window's output depends on when the rows are read (see ``queries.q12``).
+  Q17's day is ``DATE_FORMAT`` of the rowtime (UTC); its average is in ``DOUBLE`` as Q4's.
 
 Q5 and Q7 output every row tied for the maximum, as Nexmark defines them; cedar's and
 Spark's forms pick one (the largest by the tuple order): :func:`comparable` picks the same one
@@ -167,6 +168,16 @@ WHERE A.category = {nq.Q3_CATEGORY}""",
 SELECT bidder, COUNT(*) AS bid_count, window_start, window_end
 FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(rt), INTERVAL '10' SECOND))
 GROUP BY bidder, window_start, window_end""",
+    "Q17": f"""
+SELECT auction, DATE_FORMAT(rt, 'yyyy-MM-dd') AS `day`,
+  COUNT(*) AS total_bids,
+  COUNT(*) FILTER (WHERE price < {nq.Q17_RANKS[0]}) AS rank1_bids,
+  COUNT(*) FILTER (WHERE price >= {nq.Q17_RANKS[0]} AND price < {nq.Q17_RANKS[1]}) AS rank2_bids,
+  COUNT(*) FILTER (WHERE price >= {nq.Q17_RANKS[1]}) AS rank3_bids,
+  MIN(price) AS min_price, MAX(price) AS max_price,
+  AVG(CAST(price AS DOUBLE)) AS avg_price, SUM(price) AS sum_price
+FROM bid
+GROUP BY auction, DATE_FORMAT(rt, 'yyyy-MM-dd')""",
 }
 
 #: The tables each query reads (Flink reads auctions as rows; cedar's ``auction_iv`` is the
@@ -179,6 +190,7 @@ INPUTS.update({"Q14": ("bid",), "Q21": ("bid",), "Q22": ("bid",)})
 INPUTS.update({"Q9": ("auction", "bid"), "Q18": ("bid",), "Q19": ("bid",),
                "Q20": ("auction", "bid")})
 INPUTS.update({"Q12": ("bid",)})
+INPUTS.update({"Q17": ("bid",)})
 
 
 def _q5(rows: list[dict[str, Any]], latest: int) -> list[Row]:

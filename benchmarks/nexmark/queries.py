@@ -23,12 +23,13 @@ their input (:func:`closed_by`).
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from operators.aggregates import Aggregates, Avg, Count, Max, TopK
+from operators.aggregates import Aggregates, Avg, Count, Max, Min, Sum, TopK
 from operators.events import MAX_TIME, TICKS_PER_SECOND
 from operators.ingress import AdvanceTime
 from topology import Stream
@@ -479,6 +480,35 @@ def q12(bid: Stream) -> Stream:
     return bid.group_apply(bid_bidder, lambda g: g.tumbling_window(WINDOW).aggregate(Count()))
 
 
+#: Q17's price ranks: below 10,000; 10,000 to 1,000,000; from 1,000,000.
+Q17_RANKS = (10_000, 1_000_000)
+
+
+def rank1(b: dict[str, Any]) -> int:
+    return int(b["price"] < Q17_RANKS[0])
+
+
+def rank2(b: dict[str, Any]) -> int:
+    return int(Q17_RANKS[0] <= b["price"] < Q17_RANKS[1])
+
+
+def rank3(b: dict[str, Any]) -> int:
+    return int(b["price"] >= Q17_RANKS[1])
+
+
+def q17(bid: Stream) -> Stream:
+    """Q17, auction statistics per day: per auction and UTC day (a tumbling window of
+    :data:`DAY`), the number of bids, the number in each price rank (Nexmark's
+    ``count(*) filter``: here the sum of a 0/1 indicator), and the minimum, maximum, average
+    and sum of the prices; ``(auction, {...})`` over the day. Compared: the final rows with
+    the day as ``yyyy-MM-dd`` (Spark batch: a ``GROUP BY`` is not a time window in SSS's
+    append mode, which would output a day only once the next one is reached)."""
+    return bid.group_apply(bid_auction, lambda g: g.tumbling_window(DAY).aggregate(Aggregates(
+        total_bids=Count(), rank1_bids=Sum(rank1), rank2_bids=Sum(rank2),
+        rank3_bids=Sum(rank3), min_price=Min("price"), max_price=Max("price"),
+        avg_price=Avg("price"), sum_price=Sum("price"))))
+
+
 # -- Spark -----------------------------------------------------------------------------------------
 def spark_q0(bid: Any) -> Any:
     return bid
@@ -651,6 +681,21 @@ def spark_q12(bid: Any) -> Any:
                     F.col("window.end").alias("window_end"), "bidder", "bid_count"))
 
 
+def spark_q17_batch(bid: Any) -> Any:
+    """Q17 as a Spark batch query (see :func:`q17`)."""
+    from pyspark.sql import functions as F
+
+    price = F.col("price")
+    return bid.groupBy("auction", F.date_format("date_time", "yyyy-MM-dd").alias("day")).agg(
+        F.count(F.lit(1)).alias("total_bids"),
+        F.count(F.when(price < Q17_RANKS[0], 1)).alias("rank1_bids"),
+        F.count(F.when((price >= Q17_RANKS[0]) & (price < Q17_RANKS[1]), 1))
+        .alias("rank2_bids"),
+        F.count(F.when(price >= Q17_RANKS[1], 1)).alias("rank3_bids"),
+        F.min(price).alias("min_price"), F.max(price).alias("max_price"),
+        F.avg(price).alias("avg_price"), F.sum(price).alias("sum_price"))
+
+
 # -- comparable rows -------------------------------------------------------------------------------
 Row = tuple[Any, ...]
 
@@ -705,6 +750,25 @@ def _final(cht: list[Row], latest: int) -> list[Any]:
 def _q19_ranks(cht: list[Row], latest: int) -> list[Row]:
     return [(b["auction"], i, b["price"]) for bids in _final(cht, latest)
             for i, b in enumerate(bids, 1)]
+
+
+Q17_FIELDS = ("total_bids", "rank1_bids", "rank2_bids", "rank3_bids", "min_price",
+              "max_price", "avg_price", "sum_price")
+
+
+def day_of(t: int) -> str:
+    """A time in ticks as its UTC day, ``yyyy-MM-dd``."""
+    return dt.datetime.fromtimestamp(t / TICKS_PER_SECOND, dt.UTC).strftime("%Y-%m-%d")
+
+
+def _q17_rows(cht: list[Row], latest: int) -> list[Row]:
+    return [(a, day_of(s)) + _q17_values(agg) for s, _, (a, agg) in cht]
+
+
+def _q17_values(r: dict[str, Any]) -> Row:
+    """Q17's statistics, the average to 12 significant digits (exact sum ÷ count in cedar,
+    a sum of doubles in Spark and Flink)."""
+    return tuple(float(f"{r[f]:.12g}") if f == "avg_price" else r[f] for f in Q17_FIELDS)
 
 
 QUERIES: dict[str, Query] = {q.name: q for q in (
@@ -775,4 +839,8 @@ QUERIES: dict[str, Query] = {q.name: q for q in (
           lambda rows, latest: closed_by([(r["window_start"], r["window_end"], r["bidder"],
                                            r["bid_count"]) for r in rows], latest),
           note="windows closed by the last bid; event time, not Nexmark's processing time"),
+    Query("Q17", q17, ("bid",), None, ("bid",), _q17_rows,
+          lambda rows, _: [(r["auction"], r["day"]) + _q17_values(r) for r in rows],
+          spark_batch=spark_q17_batch,
+          note="final rows, the average to 12 digits; compared with Spark batch"),
 )}
