@@ -430,3 +430,10 @@ def test_generated_q17(small: dict[str, Any]) -> None:
                       for a, ps in per.items())
     got = sorted(nq.QUERIES["Q17"].cedar_rows(run("Q17", small), 0))
     assert got == expected
+
+
+def test_q10_tiny() -> None:
+    table = bids([(0, 7, 1, 100), (13 * H + 5 * 60 * S + 59 * S, 7, 2, 10), (24 * H, 9, 3, 5)])
+    got = [(p["dt"], p["hm"], p["price"]) for _, _, p in cedar_bids(nq.q10, table)]
+    assert got == [("2024-01-01", "00:00", 100), ("2024-01-01", "13:05", 10),
+                   ("2024-01-02", "00:00", 5)]

@@ -509,6 +509,21 @@ def q17(bid: Stream) -> Stream:
         avg_price=Avg("price"), sum_price=Sum("price"))))
 
 
+def q10_row(b: dict[str, Any]) -> dict[str, Any]:
+    t = dt.datetime.fromtimestamp(b["date_time"] / TICKS_PER_SECOND, dt.UTC)
+    return {"auction": b["auction"], "bidder": b["bidder"], "price": b["price"],
+            "date_time": b["date_time"], "extra": b["extra"], "dt": t.strftime("%Y-%m-%d"),
+            "hm": t.strftime("%H:%M")}
+
+
+def q10(bid: Stream) -> Stream:
+    """Q10, log to a file system: each bid with its UTC day ``dt`` (``yyyy-MM-dd``) and minute
+    ``hm`` (``HH:mm``), the columns Nexmark partitions its file sink by. Here the query's
+    rows only (the benchmark's sinks are its own; a partitioned parquet sink is
+    ``Stream.write``'s business, not the query's)."""
+    return bid.select(q10_row)
+
+
 # -- Spark -----------------------------------------------------------------------------------------
 def spark_q0(bid: Any) -> Any:
     return bid
@@ -696,6 +711,14 @@ def spark_q17_batch(bid: Any) -> Any:
         F.avg(price).alias("avg_price"), F.sum(price).alias("sum_price"))
 
 
+def spark_q10(bid: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return bid.select("auction", "bidder", "price", "date_time", "extra",
+                      F.date_format("date_time", "yyyy-MM-dd").alias("dt"),
+                      F.date_format("date_time", "HH:mm").alias("hm"))
+
+
 # -- comparable rows -------------------------------------------------------------------------------
 Row = tuple[Any, ...]
 
@@ -711,6 +734,7 @@ def _dicts(payload: dict[str, Any], fields: tuple[str, ...]) -> Row:
 
 
 BID_FIELDS = ("auction", "bidder", "price", "channel", "url", "extra")
+Q10_FIELDS = ("auction", "bidder", "price", "extra", "dt", "hm")
 Q14_FIELDS = ("auction", "bidder", "price", "bidTimeType", "extra", "c_counts")
 Q21_FIELDS = ("auction", "bidder", "price", "channel", "channel_id")
 Q22_FIELDS = ("auction", "bidder", "price", "channel", "dir1", "dir2", "dir3")
@@ -843,4 +867,7 @@ QUERIES: dict[str, Query] = {q.name: q for q in (
           lambda rows, _: [(r["auction"], r["day"]) + _q17_values(r) for r in rows],
           spark_batch=spark_q17_batch,
           note="final rows, the average to 12 digits; compared with Spark batch"),
+    Query("Q10", q10, ("bid",), spark_q10, ("bid",),
+          lambda cht, _: [(s,) + _dicts(p, Q10_FIELDS) for s, _, p in cht],
+          lambda rows, _: [(r["date_time"],) + _dicts(r, Q10_FIELDS) for r in rows]),
 )}
