@@ -420,7 +420,11 @@ def q18(bid: Stream) -> Stream:
     ``date_time DESC``): per key the bids last to ∞ (:func:`to_end_of_time`) and a snapshot window
     keeps the latest (``TopK(1, by="date_time")``): each bid is the answer from its time to
     the next bid of its key, the last one to the end of time. Compared: the rows valid at the
-    end of the input (Flink's final rows; Spark batch: ``row_number``)."""
+    end of the input (Flink's final rows; Spark batch: ``row_number``).
+
+    Cost: quadratic in the bids per key (measured: 27,600 bids of 30,000 events take ~100 s
+    inline on a loaded 2-core machine): every bid stays in the window to ∞ and the snapshot
+    window copies the aggregate's state at every split (``TopK.copy_state``). Q19 the same."""
     return bid.group_apply(bidder_auction, lambda g: g.alter_lifetime(duration=to_end_of_time)
                            .snapshot_window().aggregate(TopK(1, by="date_time"))).select(only)
 
