@@ -650,14 +650,23 @@ def _q9_open_bids(auction: Any, bid: Any) -> Any:
                         & (F.col("bid_date_time") < F.col("expires")))
 
 
+def _micros(df: Any, *columns: str) -> Any:
+    """A batch query's timestamp columns as µs since the epoch (ticks): ``collect()`` would
+    give them as datetimes in the Python process's time zone."""
+    from pyspark.sql import functions as F
+
+    return df.withColumns({c: F.unix_micros(c) for c in columns})
+
+
 def spark_q9_batch(auction: Any, bid: Any) -> Any:
     """Q9 as a Spark batch query (SSS cannot; see :func:`q9`)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     w = Window.partitionBy("id").orderBy(F.col("price").desc(), F.col("bid_date_time").asc())
-    return (_q9_open_bids(auction, bid).withColumn("rownum", F.row_number().over(w))
+    rows = (_q9_open_bids(auction, bid).withColumn("rownum", F.row_number().over(w))
             .where(F.col("rownum") == 1).select(*Q9_FIELDS))
+    return _micros(rows, "date_time", "expires", "bid_date_time")
 
 
 def spark_q18_batch(bid: Any) -> Any:
@@ -666,7 +675,8 @@ def spark_q18_batch(bid: Any) -> Any:
     from pyspark.sql import functions as F
 
     w = Window.partitionBy("bidder", "auction").orderBy(F.col("date_time").desc())
-    return bid.withColumn("rn", F.row_number().over(w)).where(F.col("rn") == 1).drop("rn")
+    return _micros(bid.withColumn("rn", F.row_number().over(w)).where(F.col("rn") == 1)
+                   .drop("rn"), "date_time")
 
 
 def spark_q19_batch(bid: Any) -> Any:
