@@ -219,9 +219,18 @@ def _q7(rows: list[dict[str, Any]], latest: int) -> list[Row]:
     return nq.closed_by([(s, s + nq.WINDOW, *m) for s, m in best.items()], latest)
 
 
+def _q9(rows: list[dict[str, Any]], latest: int) -> list[Row]:
+    """Q9's Top-N reaches ``collect()`` as an upsert stream keyed by the auction id (each new
+    winner an ``UPDATE_AFTER``, no ``UPDATE_BEFORE`` for the one it replaces): the final row
+    per id is the last one (the collected rows keep their order of arrival)."""
+    last = {r["id"]: r for r in rows}
+    return nq.QUERIES["Q9"].spark_rows(list(last.values()), latest)
+
+
 #: Flink's rows as the comparable rows of :class:`.queries.Query`: the Spark mapping where the
 #: columns are the same, the tie-breaking pick for Q5 and Q7.
 _OWN: dict[str, Callable[[list[dict[str, Any]], int], list[Row]]] = {"Q5": _q5, "Q7": _q7}
+_OWN["Q9"] = _q9
 
 
 def comparable(name: str, rows: list[dict[str, Any]], latest: int) -> list[Row]:
