@@ -577,7 +577,7 @@ def run_nexmark(report: Report, sizes: Sizes, ray: bool, spark: bool, flink: boo
     from .nexmark.run import measure
 
     say(f"nexmark: {sizes.nexmark:,} events, {sizes.nexmark_delay_us} µs apart")
-    report.nexmark = measure(sizes.nexmark, sizes.nexmark_delay_us, list(nq.QUERIES),
+    report.nexmark = measure(sizes.nexmark, sizes.nexmark_delay_us, nq.DEFAULT,
                              ray=ray, spark=spark, flink=flink)
     report.notes.extend(report.nexmark.notes)
 

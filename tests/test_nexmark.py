@@ -261,3 +261,200 @@ def test_closed_by() -> None:
     rows = [(0, 10, "a"), (10, 20, "b")]
     assert nq.closed_by(rows, 10) == [(0, 10, "a")]
     assert pc.max(pa.array([1, 2])).as_py() == 2
+
+
+# -- Q14, Q21, Q22: per-bid calculations ----------------------------------------------------------
+H = 3600 * S
+
+
+def bid_rows(rows: list[dict[str, Any]]) -> pa.Table:
+    """Bids from dicts with ``t`` (ticks from T0) and any bid column (defaults elsewhere)."""
+    base = {"auction": 1000, "bidder": 1001, "price": 100, "channel": "Google", "url": "u",
+            "extra": ""}
+    full = [{**base, **r} for r in rows]
+    return pa.table({
+        **{c: [r[c] for r in full] for c in base},
+        "date_time": pa.array([T0 + r["t"] for r in full], pa.timestamp("us", tz="UTC"))})
+
+
+def q14_python(b: dict[str, Any]) -> tuple[Any, ...] | None:
+    euros = b["price"] * 0.908
+    if not 1_000_000 < euros < 50_000_000:
+        return None
+    hour = (b["date_time"] // 1_000_000) // 3600 % 24
+    kind = ("dayTime" if 8 <= hour <= 18 else
+            "nightTime" if hour <= 6 or hour >= 20 else "otherTime")
+    return (b["date_time"], b["auction"], euros, kind, sum(ch == "c" for ch in b["extra"]))
+
+
+def test_q14_tiny() -> None:
+    # T0 is midnight UTC; prices around the bounds 1,000,000 / 0.908 and 50,000,000 / 0.908
+    table = bid_rows([
+        {"t": 0, "price": 1_101_321, "extra": "cac"},        # 999,999.5 € : out
+        {"t": 1, "price": 1_101_322, "extra": "cac"},        # 1,000,000.4 €, 0 h: night, 2 c
+        {"t": 7 * H, "price": 2_000_000, "extra": "abc"},    # 7 h: other
+        {"t": 8 * H, "price": 2_000_000, "extra": "CcC"},    # 8 h: day, 1 c
+        {"t": 18 * H + 59 * 60 * S, "price": 2_000_000},     # 18:59: day
+        {"t": 19 * H, "price": 2_000_000, "extra": "ccc"},   # 19 h: other
+        {"t": 20 * H, "price": 55_066_079},                  # 50,000,000 € - : night
+        {"t": 21 * H, "price": 55_066_080}])                 # 50,000,000.6 € : out
+    got = [(s - T0, p["price"], p["bidTimeType"], p["c_counts"])
+           for s, _, p in cedar_bids(nq.q14, table)]
+    assert got == [(1, 1_101_322 * 0.908, "nightTime", 2), (7 * H, 2_000_000 * 0.908,
+                    "otherTime", 1), (8 * H, 2_000_000 * 0.908, "dayTime", 1),
+                   (18 * H + 59 * 60 * S, 2_000_000 * 0.908, "dayTime", 0),
+                   (19 * H, 2_000_000 * 0.908, "otherTime", 3),
+                   (20 * H, 55_066_079 * 0.908, "nightTime", 0)]
+
+
+def test_q21_tiny() -> None:
+    table = bid_rows([
+        {"t": 0, "channel": "Apple", "url": "https://x/y?channel_id=9"},    # named: 0
+        {"t": 1, "channel": "BAIDU"},                                         # lower(): 3
+        {"t": 2, "channel": "channel-7", "url": "https://x/a/i.htm?query=1&channel_id=7"},
+        {"t": 3, "channel": "channel-8", "url": "channel_id=8&x=1"},          # ^ anchored
+        {"t": 4, "channel": "channel-9", "url": "https://x/?xchannel_id=9"},  # no & nor ^
+        {"t": 5, "channel": "channel-5", "url": "https://x/?a=1&channel_id=&b=2"},  # empty id
+        {"t": 6, "channel": "other", "url": "https://x/?query=1"}])           # none: out
+    got = [(s - T0, p["channel_id"]) for s, _, p in cedar_bids(nq.q21, table)]
+    assert got == [(0, "0"), (1, "3"), (2, "7"), (3, "8"), (5, "")]
+
+
+def test_q22_tiny() -> None:
+    table = bid_rows([{"t": 0, "url": "https://www.nexmark.com/googl/item.htm?query=1"},
+                      {"t": 1, "url": "https://www.nexmark.com/a/b/c/d"},
+                      {"t": 2, "url": "a//b"}])
+    got = [(p["dir1"], p["dir2"], p["dir3"]) for _, _, p in cedar_bids(nq.q22, table)]
+    assert got == [("googl", "item.htm?query=1", None), ("a", "b", "c"), (None, None, None)]
+
+
+def test_generated_q14_q21_q22(small: dict[str, Any]) -> None:
+    b = rows_of(small["bid"])
+    expected14 = [e for e in map(q14_python, b) if e is not None]
+    got14 = [(s, p["auction"], p["price"], p["bidTimeType"], p["c_counts"])
+             for s, _, p in run("Q14", small)]
+    assert got14 == expected14 and expected14
+    named = {"apple": "0", "google": "1", "facebook": "2", "baidu": "3"}
+    expected21 = []
+    for r in b:
+        cid = named.get(r["channel"].lower())
+        if cid is None and "&channel_id=" in r["url"]:
+            cid = r["url"].split("&channel_id=", 1)[1].split("&", 1)[0]
+        if cid is not None:
+            expected21.append((r["date_time"], r["auction"], r["channel"], cid))
+    got21 = [(s, p["auction"], p["channel"], p["channel_id"]) for s, _, p in run("Q21", small)]
+    assert got21 == expected21 and any(c.startswith("channel-") for _, _, c, _ in got21)
+    expected22 = [(r["date_time"], r["auction"], r["url"].split("/")[3],
+                   r["url"].split("/")[4], None) for r in b]
+    got22 = [(s, p["auction"], p["dir1"], p["dir2"], p["dir3"]) for s, _, p in run("Q22", small)]
+    assert got22 == expected22
+
+
+# -- Q9, Q18, Q19, Q20: rankings and a join --------------------------------------------------------
+def latest_bid(small: dict[str, Any]) -> int:
+    return max(r["date_time"] for r in rows_of(small["bid"]))
+
+
+def test_generated_q9(small: dict[str, Any]) -> None:
+    bs = rows_of(small["bid"])
+    expected = []
+    for a in rows_of(small["auction"]):
+        open_bids = [b for b in bs if b["auction"] == a["id"]
+                     and a["date_time"] <= b["date_time"] < a["expires"]]
+        if open_bids:
+            top = max(b["price"] for b in open_bids)
+            win = min((b for b in open_bids if b["price"] == top), key=lambda b: b["date_time"])
+            expected.append((a["expires"], a["id"], a["reserve"], a["category"], win["bidder"],
+                             win["price"], win["date_time"]))
+    got = [(s, p["id"], p["reserve"], p["category"], p["bidder"], p["price"],
+            p["bid_date_time"]) for s, _, p in run("Q9", small)]
+    assert sorted(got) == sorted(expected) and len(expected) > 100
+    # the winner is a bid on the auction itself
+    assert all(p["auction"] == p["id"] for _, _, p in run("Q9", small))
+
+
+def test_q9_tie_goes_to_the_earliest_bid() -> None:
+    auction = gen.generate(50, seed=1)["auction"].slice(0, 1)
+    a = rows_of(auction)[0]
+    t = a["date_time"] - T0
+    table = bids([(t + 1, a["id"], 1, 500), (t + 2, a["id"], 2, 900), (t + 3, a["id"], 3, 900),
+                  (a["expires"] - T0, a["id"], 4, 5_000)])  # at the close: not open
+    src = nq.sources({"bid": table, "auction": auction, "person": gen.generate(50)["person"]})
+    got = to_cht(nq.q9(src["auction_iv"], src["bid"]).collect(runtime="inline"))
+    assert [(s, p["bidder"], p["price"], p["bid_date_time"]) for s, _, p in got] == [
+        (a["expires"], 2, 900, T0 + t + 2)]
+
+
+def test_generated_q18(small: dict[str, Any]) -> None:
+    last: dict[tuple[int, int], dict[str, Any]] = {}
+    for b in rows_of(small["bid"]):
+        last[(b["bidder"], b["auction"])] = b  # in time order: the last one stays
+    cht = run("Q18", small)
+    final = nq.QUERIES["Q18"].cedar_rows(cht, latest_bid(small))
+    expected = [(b["date_time"],) + tuple(b[f] for f in nq.BID_FIELDS) for b in last.values()]
+    assert sorted(final) == sorted(expected) and len(cht) > len(expected) > 100
+    # each bid answers from its time until the next bid of its key
+    assert sorted(s for s, _, _ in cht) == sorted(r["date_time"] for r in rows_of(small["bid"]))
+
+
+def test_generated_q19(small: dict[str, Any]) -> None:
+    prices: dict[int, list[int]] = defaultdict(list)
+    for b in rows_of(small["bid"]):
+        prices[b["auction"]].append(b["price"])
+    expected = [(a, i, p) for a, ps in prices.items()
+                for i, p in enumerate(sorted(ps, reverse=True)[:10], 1)]
+    got = nq.QUERIES["Q19"].cedar_rows(run("Q19", small), latest_bid(small))
+    assert sorted(got) == sorted(expected) and any(len(ps) > 10 for ps in prices.values())
+
+
+def test_generated_q20(small: dict[str, Any]) -> None:
+    items = {a["id"]: a for a in rows_of(small["auction"]) if a["category"] == 10}
+    expected = Counter((b["auction"], b["bidder"], b["date_time"], items[b["auction"]]["seller"],
+                        items[b["auction"]]["expires"])
+                       for b in rows_of(small["bid"]) if b["auction"] in items)
+    got = Counter((p["auction"], p["bidder"], p["bid_date_time"], p["seller"], p["expires"])
+                  for _, _, p in run("Q20", small))
+    assert got == expected and len(expected) > 100
+
+
+def test_generated_q12(small: dict[str, Any]) -> None:
+    per = Counter(((r["date_time"] - T0) // nq.WINDOW * nq.WINDOW, r["bidder"])
+                  for r in rows_of(small["bid"]))
+    expected = sorted((w, w + nq.WINDOW, b, n) for (w, b), n in per.items())
+    got = sorted((s - T0, e - T0, p[0], p[1]) for s, e, p in run("Q12", small))
+    assert got == expected and sum(n for *_, n in got) == small["bid"].num_rows
+
+
+def test_q17_tiny() -> None:
+    day = 24 * H
+    table = bids([(0, 7, 1, 100), (5, 7, 2, 10_000), (6, 7, 3, 999_999), (7, 7, 1, 1_000_000),
+                  (8, 9, 1, 50), (day + 1, 7, 1, 300)])
+    got = [(s - T0, a, agg) for s, _, (a, agg) in cedar_bids(nq.q17, table)]
+    assert sorted(got, key=lambda g: (g[0], g[1])) == [
+        (0, 7, {"total_bids": 4, "rank1_bids": 1, "rank2_bids": 2, "rank3_bids": 1,
+                "min_price": 100, "max_price": 1_000_000, "avg_price": 2_010_099 / 4,
+                "sum_price": 2_010_099}),
+        (0, 9, {"total_bids": 1, "rank1_bids": 1, "rank2_bids": 0, "rank3_bids": 0,
+                "min_price": 50, "max_price": 50, "avg_price": 50.0, "sum_price": 50}),
+        (day, 7, {"total_bids": 1, "rank1_bids": 1, "rank2_bids": 0, "rank3_bids": 0,
+                  "min_price": 300, "max_price": 300, "avg_price": 300.0, "sum_price": 300})]
+    assert nq.day_of(T0 + day) == "2024-01-02"
+
+
+def test_generated_q17(small: dict[str, Any]) -> None:
+    per: dict[int, list[int]] = defaultdict(list)
+    for b in rows_of(small["bid"]):
+        per[b["auction"]].append(b["price"])  # one day: 20,000 events 1 ms apart
+    expected = sorted((a, "2024-01-01", len(ps), sum(p < 10_000 for p in ps),
+                       sum(10_000 <= p < 1_000_000 for p in ps), sum(p >= 1_000_000 for p in ps),
+                       min(ps), max(ps), float(f"{sum(ps) / len(ps):.12g}"), sum(ps))
+                      for a, ps in per.items())
+    got = sorted(nq.QUERIES["Q17"].cedar_rows(run("Q17", small), 0))
+    assert got == expected
+
+
+def test_q10_tiny() -> None:
+    table = bids([(0, 7, 1, 100), (13 * H + 5 * 60 * S + 59 * S, 7, 2, 10), (24 * H, 9, 3, 5)])
+    got = [(p["dt"], p["hm"], p["price"]) for _, _, p in cedar_bids(nq.q10, table)]
+    assert got == [("2024-01-01", "00:00", 100), ("2024-01-01", "13:05", 10),
+                   ("2024-01-02", "00:00", 5)]

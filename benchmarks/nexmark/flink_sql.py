@@ -13,7 +13,18 @@
   ``0.908 * price``, a ``DECIMAL``; cedar and Spark multiply doubles). Q4 averages in
   ``DOUBLE`` and also counts (Nexmark's ``AVG`` of a ``BIGINT`` truncates to a ``BIGINT``) and
   takes a bid while the auction is open as ``date_time <= bid < expires``, on the µs columns
-  (Nexmark: ``BETWEEN``, both ends included, on millisecond rowtimes).
+  (Nexmark: ``BETWEEN``, both ends included, on millisecond rowtimes). Q14 computes in
+  ``DOUBLE`` as Q1 does and counts the ``'c'`` in ``extra`` with ``CHAR_LENGTH`` and
+  ``REPLACE`` (Nexmark: its ``count_char`` UDF); ``HOUR`` is of the rowtime in UTC. Q14, Q21
+  and Q22 also output ``date_time`` (to compare each row with cedar's event). Q9 takes a bid
+  while the auction is open as Q4 does and names its columns explicitly (``A.*`` would carry
+  the rowtime into a regular join); Q9 and Q20 name the bid's and the auction's time and
+  extra columns ``bid_date_time``/``auction_date_time``, ``bid_extra``/``auction_extra``.
+* **Time.** Q12 windows on the rowtime ``rt``, where Nexmark windows on ``PROCTIME()``: a
+  processing-time window's output depends on when the rows are read (see ``queries.q12``).
+  Q17's day is ``DATE_FORMAT`` of the rowtime (UTC); its average is in ``DOUBLE`` as Q4's.
+* **Q10** writes to ``blackhole`` and ``collect()`` like the others, not to Nexmark's file
+  system sink partitioned by ``dt`` and ``hm`` (the columns are there).
 
 Q5 and Q7 output every row tied for the maximum, as Nexmark defines them; cedar's and
 Spark's forms pick one (the largest by the tuple order): :func:`comparable` picks the same one
@@ -100,6 +111,86 @@ SELECT B.bidder, count(*) AS `count`, MIN(B.date_time) AS window_start,
        MAX(B.date_time) + 10000000 AS window_end
 FROM bid B
 GROUP BY B.bidder, SESSION(B.rt, INTERVAL '10' SECOND)""",
+    "Q14": f"""
+SELECT auction, bidder, CAST(price AS DOUBLE) * {nq.EURO}E0 AS price,
+  CASE
+    WHEN HOUR(rt) >= 8 AND HOUR(rt) <= 18 THEN 'dayTime'
+    WHEN HOUR(rt) <= 6 OR HOUR(rt) >= 20 THEN 'nightTime'
+    ELSE 'otherTime'
+  END AS bidTimeType,
+  date_time, extra,
+  CAST(CHAR_LENGTH(extra) - CHAR_LENGTH(REPLACE(extra, 'c', '')) AS BIGINT) AS c_counts
+FROM bid
+WHERE CAST(price AS DOUBLE) * {nq.EURO}E0 > {nq.Q14_LOW}
+  AND CAST(price AS DOUBLE) * {nq.EURO}E0 < {nq.Q14_HIGH}""",
+    "Q21": """
+SELECT auction, bidder, price, channel, date_time,
+  CASE
+    WHEN LOWER(channel) = 'apple' THEN '0'
+    WHEN LOWER(channel) = 'google' THEN '1'
+    WHEN LOWER(channel) = 'facebook' THEN '2'
+    WHEN LOWER(channel) = 'baidu' THEN '3'
+    ELSE REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2)
+  END AS channel_id
+FROM bid
+WHERE REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2) IS NOT NULL
+   OR LOWER(channel) IN ('apple', 'google', 'facebook', 'baidu')""",
+    "Q22": """
+SELECT auction, bidder, price, channel, date_time,
+  SPLIT_INDEX(url, '/', 3) AS dir1, SPLIT_INDEX(url, '/', 4) AS dir2,
+  SPLIT_INDEX(url, '/', 5) AS dir3
+FROM bid""",
+    "Q9": """
+SELECT id, item_name, description, initial_bid, reserve, date_time, expires, seller, category,
+       extra, auction, bidder, price, bid_date_time, bid_extra
+FROM (
+  SELECT A.id, A.item_name, A.description, A.initial_bid, A.reserve, A.date_time, A.expires,
+         A.seller, A.category, A.extra, B.auction, B.bidder, B.price,
+         B.date_time AS bid_date_time, B.extra AS bid_extra,
+         ROW_NUMBER() OVER (PARTITION BY A.id ORDER BY B.price DESC, B.date_time ASC) AS rownum
+  FROM auction A, bid B
+  WHERE A.id = B.auction AND B.date_time >= A.date_time AND B.date_time < A.expires
+)
+WHERE rownum <= 1""",
+    "Q18": """
+SELECT auction, bidder, price, channel, url, date_time, extra
+FROM (
+  SELECT *, ROW_NUMBER() OVER (PARTITION BY bidder, auction ORDER BY rt DESC) AS rank_number
+  FROM bid
+)
+WHERE rank_number <= 1""",
+    "Q19": f"""
+SELECT auction, bidder, price, channel, url, date_time, extra, rank_number
+FROM (
+  SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rank_number
+  FROM bid
+)
+WHERE rank_number <= {nq.Q19_TOP}""",
+    "Q20": f"""
+SELECT B.auction, B.bidder, B.price, B.channel, B.url, B.date_time AS bid_date_time,
+       B.extra AS bid_extra, A.item_name, A.description, A.initial_bid, A.reserve,
+       A.date_time AS auction_date_time, A.expires, A.seller, A.category,
+       A.extra AS auction_extra
+FROM bid AS B INNER JOIN auction AS A ON B.auction = A.id
+WHERE A.category = {nq.Q3_CATEGORY}""",
+    "Q12": """
+SELECT bidder, COUNT(*) AS bid_count, window_start, window_end
+FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(rt), INTERVAL '10' SECOND))
+GROUP BY bidder, window_start, window_end""",
+    "Q17": f"""
+SELECT auction, DATE_FORMAT(rt, 'yyyy-MM-dd') AS `day`,
+  COUNT(*) AS total_bids,
+  COUNT(*) FILTER (WHERE price < {nq.Q17_RANKS[0]}) AS rank1_bids,
+  COUNT(*) FILTER (WHERE price >= {nq.Q17_RANKS[0]} AND price < {nq.Q17_RANKS[1]}) AS rank2_bids,
+  COUNT(*) FILTER (WHERE price >= {nq.Q17_RANKS[1]}) AS rank3_bids,
+  MIN(price) AS min_price, MAX(price) AS max_price,
+  AVG(CAST(price AS DOUBLE)) AS avg_price, SUM(price) AS sum_price
+FROM bid
+GROUP BY auction, DATE_FORMAT(rt, 'yyyy-MM-dd')""",
+    "Q10": """
+SELECT auction, bidder, price, date_time, extra, DATE_FORMAT(rt, 'yyyy-MM-dd') AS dt,
+       DATE_FORMAT(rt, 'HH:mm') AS hm
+FROM bid""",
 }
 
 #: The tables each query reads (Flink reads auctions as rows; cedar's ``auction_iv`` is the
@@ -109,6 +200,12 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "Q4": ("auction", "bid"), "Q5": ("bid",), "Q7": ("bid",), "Q8": ("person", "auction"),
     "Q11": ("bid",),
 }
+INPUTS.update({"Q14": ("bid",), "Q21": ("bid",), "Q22": ("bid",)})
+INPUTS.update({"Q9": ("auction", "bid"), "Q18": ("bid",), "Q19": ("bid",),
+               "Q20": ("auction", "bid")})
+INPUTS.update({"Q12": ("bid",)})
+INPUTS.update({"Q17": ("bid",)})
+INPUTS.update({"Q10": ("bid",)})
 
 
 def _q5(rows: list[dict[str, Any]], latest: int) -> list[Row]:
@@ -130,9 +227,18 @@ def _q7(rows: list[dict[str, Any]], latest: int) -> list[Row]:
     return nq.closed_by([(s, s + nq.WINDOW, *m) for s, m in best.items()], latest)
 
 
+def _q9(rows: list[dict[str, Any]], latest: int) -> list[Row]:
+    """Q9's Top-N reaches ``collect()`` as an upsert stream keyed by the auction id (each new
+    winner an ``UPDATE_AFTER``, no ``UPDATE_BEFORE`` for the one it replaces): the final row
+    per id is the last one (the collected rows keep their order of arrival)."""
+    last = {r["id"]: r for r in rows}
+    return nq.QUERIES["Q9"].spark_rows(list(last.values()), latest)
+
+
 #: Flink's rows as the comparable rows of :class:`.queries.Query`: the Spark mapping where the
 #: columns are the same, the tie-breaking pick for Q5 and Q7.
 _OWN: dict[str, Callable[[list[dict[str, Any]], int], list[Row]]] = {"Q5": _q5, "Q7": _q7}
+_OWN["Q9"] = _q9
 
 
 def comparable(name: str, rows: list[dict[str, Any]], latest: int) -> list[Row]:

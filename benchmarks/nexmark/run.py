@@ -133,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"inter-event delay in µs (default {gen.INTER_EVENT_DELAY}; "
                          f"--quick {QUICK_DELAY})")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--queries", default=",".join(nq.QUERIES))
+    ap.add_argument("--queries", default=",".join(nq.DEFAULT),
+                    help="the queries to run (default: all but the slow ones, "
+                         f"{', '.join(sorted(set(nq.QUERIES) - set(nq.DEFAULT)))})")
     ap.add_argument("--no-ray", action="store_true")
     ap.add_argument("--no-spark", action="store_true")
     ap.add_argument("--no-flink", action="store_true")
