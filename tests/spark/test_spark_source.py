@@ -41,13 +41,16 @@ def test_time_columns_become_ticks_and_nulls_stay() -> None:
     assert rows[0]["other"] == T0  # columns that are not times of the event stay datetimes
 
 
-def test_other_units_floor_to_microseconds() -> None:
-    # -1 ns is 1969-12-31T23:59:59.999999999, i.e. tick -1 when floored (Spark floors too)
-    ns = pa.array([-1, 1_999, None], pa.timestamp("ns"))
+def test_other_units_become_microseconds_and_finer_ones_are_refused() -> None:
+    # whole microseconds in nanoseconds are read exactly; a finer one is refused, never cut
+    ns = pa.array([-1_000, 1_000, None], pa.timestamp("ns"))
     s = pa.array([1, 2, 3], pa.timestamp("s", tz="Europe/Paris"))
     [rows] = list(arrow_row_batches([pa.table({"a": ns, "b": s})], start="a", end="b"))
     assert [r["a"] for r in rows] == [-1, 1, None]
     assert [r["b"] for r in rows] == [S, 2 * S, 3 * S]  # zoned timestamps are UTC instants
+    finer = pa.table({"a": pa.array([-1, 1_999], pa.timestamp("ns")), "b": s[:2]})
+    with pytest.raises(ValueError, match="finer than a microsecond"):
+        list(arrow_row_batches([finer], start="a", end="b"))
 
 
 def test_batches_hold_at_most_batch_rows() -> None:
