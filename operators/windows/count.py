@@ -61,9 +61,9 @@ from sortedcontainers import SortedList
 
 from ..base import Processor
 from ..errors import DeadLetter
-from ..events import MAX_TIME, MIN_TIME, FreshId, Insert, Message, Retract, add_time, fmt_time
+from ..events import MAX_TIME, MIN_TIME, FreshId, Insert, Message, Retract, add_time
 from ..udm import Window
-from .evaluate import Ids, WindowUdm
+from .evaluate import Ids, WindowUdm, stored_event
 from .spec import CountWindow
 
 Record = tuple[int, int, Any]  # (start, end, payload) of a live event
@@ -177,7 +177,7 @@ class CountWindowOperator(Processor):
             key = msg.start
             if key < self.floor:
                 return []  # freed: only its end can change, and no open window sees it
-            old = self._stored(key, msg)
+            old = stored_event(self.events, key, msg)
             if full:
                 return self._update({key: ({msg.id: old}, {})}, msg)
             new = (old[0], msg.new_end, old[2])
@@ -188,7 +188,7 @@ class CountWindowOperator(Processor):
         delta: Delta = {}
         payload = msg.payload
         if msg.end != MAX_TIME:
-            old = self._stored(msg.end, msg)
+            old = stored_event(self.events, msg.end, msg)
             payload = old[2]
             delta[msg.end] = ({msg.id: old}, {})
         if not full and msg.new_end != MAX_TIME:
@@ -230,15 +230,6 @@ class CountWindowOperator(Processor):
         return []
 
     # -- the EventIndex and WindowIndex ------------------------------------------------------
-    def _stored(self, key: int, msg: Retract) -> Record:
-        rec = self.events.get(key, {}).get(msg.id)
-        if rec is None or rec[0] != msg.start or rec[1] != msg.end:
-            found = "no such live event" if rec is None else \
-                f"the live event is [{fmt_time(rec[0])}, {fmt_time(rec[1])})"
-            raise ValueError(f"retraction {msg!r} does not match an event held by the operator "
-                             f"({found}); retract a live event with its current lifetime")
-        return rec
-
     def _starts_around(self, key: int) -> Iterable[int]:
         """The starts of the complete windows that could hold ``key``: those among the
         ``n - 1`` distinct times before it, and ``key`` itself when it is a distinct time

@@ -287,3 +287,17 @@ def _insert(ids: Ids, w: _W, row: Rec,
     s, e, p = row
     sent(w, (oid, s, e, p))
     return Insert(oid, s, e, p)
+
+
+def stored_event(events: dict[int, dict[Hashable, tuple[int, int, Any]]], key: int,
+                 msg: Retract) -> tuple[int, int, Any]:
+    """The live event ``(start, end, payload)`` that retraction ``msg`` names in an event index
+    keyed by ``key`` then id (count and session windows); a retraction whose lifetime is not
+    the held event's is an error that says which event is held."""
+    rec = events.get(key, {}).get(msg.id)
+    if rec is None or rec[0] != msg.start or rec[1] != msg.end:
+        found = "no such live event" if rec is None else \
+            f"the live event is [{fmt_time(rec[0])}, {fmt_time(rec[1])})"
+        raise ValueError(f"retraction {msg!r} does not match an event held by the operator "
+                         f"({found}); retract a live event with its current lifetime")
+    return rec

@@ -72,7 +72,7 @@ from ..base import Processor
 from ..errors import DeadLetter, OperatorError
 from ..events import MIN_TIME, Insert, Message, Retract, add_time, fmt_time
 from ..udm import Window
-from .evaluate import Ids, WindowUdm, diff
+from .evaluate import Ids, WindowUdm, diff, stored_event
 from .spec import SessionWindow, check_policies
 
 Record = tuple[int, int, Any]  # (start, end, payload) of a live event
@@ -206,7 +206,7 @@ class SessionWindowOperator(Processor):
         key = msg.start
         if key < self.floor:
             return []  # its session is final and freed: only its end changes, unseen
-        old = self._stored(key, msg)
+        old = stored_event(self.events, key, msg)
         if msg.new_end == msg.start:
             self._change(key, {msg.id: old}, {}, msg)
             return []
@@ -240,15 +240,6 @@ class SessionWindowOperator(Processor):
         return []
 
     # -- the EventIndex ----------------------------------------------------------------------
-    def _stored(self, key: int, msg: Retract) -> Record:
-        rec = self.events.get(key, {}).get(msg.id)
-        if rec is None or rec[0] != msg.start or rec[1] != msg.end:
-            found = "no such live event" if rec is None else \
-                f"the live event is [{fmt_time(rec[0])}, {fmt_time(rec[1])})"
-            raise ValueError(f"retraction {msg!r} does not match an event held by the operator "
-                             f"({found}); retract a live event with its current lifetime")
-        return rec
-
     def _change(self, key: int, removed: dict[Hashable, Record], added: dict[Hashable, Record],
                 trigger: Message) -> None:
         """Apply a change at start time ``key`` to the EventIndex and add it to the batch's
