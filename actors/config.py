@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .trace import Trace
+    from .recorder import TraceSettings
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class ShellConfig:
     #: Batches per source between two checkpoints (with ``checkpoint_dir``).
     checkpoint_every: int = 4
     #: Every actor records the messages of its step here (None: no trace).
-    trace: Trace | None = None
+    trace: TraceSettings | None = None
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_in_flight", "checkpoint_every"):
@@ -61,7 +61,7 @@ class ShellConfig:
                             f"{', '.join(sorted(known))}")
         return cls(**{k: v for k, v in options.items() if v is not None})
 
-    def with_trace(self, trace: Trace | None) -> ShellConfig:
+    def with_trace(self, trace: TraceSettings | None) -> ShellConfig:
         """These settings with ``trace``."""
         return dataclasses.replace(self, trace=trace)
 

@@ -1,8 +1,8 @@
 """``OperatorShell``: the one generic actor that hosts any pure operator of a plan.
 
 The shell is a plain class; the deployer applies ``ray.remote`` to it with explicit options
-(:data:`ACTOR_OPTIONS`). It owns one :class:`~operators.base.Processor` (built in the actor from
-a cloudpickled factory) and moves batches:
+(:data:`ACTOR_OPTIONS`). It owns one :class:`~operators.processor.Processor` (built in the
+actor from a cloudpickled factory) and moves batches:
 
 * **data path** (the default concurrency group, one thread, so the calls of one caller run in
   submission order — docs/runtime.md: async or threaded actors reorder): :meth:`push` decodes
@@ -54,15 +54,15 @@ from typing import Any
 
 import ray
 
-from operators.base import Processor
 from operators.columns import Columns, count_events, expand
 from operators.errors import OperatorError
 from operators.events import MIN_TIME, Cti, Message
+from operators.processor import Processor
 from operators.publish import Publish
 
 from . import checkpoint as ck
 from .config import ShellConfig
-from .trace import Recorder
+from .recorder import Recorder
 from .wire import decode, decode_rows, encode, encode_rows
 
 #: How the deployer applies ``ray.remote`` to the shell: no CPU reservation (an operator actor
@@ -218,7 +218,7 @@ class OperatorShell:
         self.released: list[Message] = []  # sink: released output the driver has not acked
         self.released_base = 0  # sink: the output position of released[0]
         self.restored_from = 0
-        #: the step's trace recorder (None: tracing off, see :mod:`actors.trace`)
+        #: the step's trace recorder (None: tracing off, see :mod:`actors.recorder`)
         self.trace: Recorder | None = None
 
     def configure(self, config: dict[str, Any]) -> str:

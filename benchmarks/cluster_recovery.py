@@ -49,7 +49,7 @@ import numpy as np
 
 from actors.shell import OperatorShell
 from operators.columns import Columns
-from topology.names import actor_nodes
+from topology.registry import actor_nodes
 
 from .cluster_scaling import start_cluster
 

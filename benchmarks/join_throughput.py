@@ -29,11 +29,11 @@ from importlib.metadata import version
 import numpy as np
 
 from operators.anti_join import AntiJoin
-from operators.base import Processor
 from operators.columns import Columns
 from operators.events import Cti, Insert, Message
 from operators.join import Join
 from operators.left_join import LeftJoin
+from operators.processor import Processor
 
 
 def _key(p: tuple[int, int]) -> int:

@@ -112,7 +112,7 @@ def run_dropped(query: Any) -> tuple[int, int]:
     """Run ``query`` (one source) inline, its output counted and dropped as it comes, so that
     only the source and the query's state hold memory: (input rows, output messages)."""
     from topology.dag import DagProcessor
-    from topology.inline import source_batches
+    from topology.inline_runtime import source_batches
 
     plan = query.plan()
     dag = DagProcessor(plan, inline_sink=True)

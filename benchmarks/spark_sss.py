@@ -215,7 +215,7 @@ def cedar_from_spark(spark: Any, query: Callable[..., Any], paths: list[str],
     inserts unless ``expanded`` is false)."""
     from operators.columns import expand
     from topology import Stream
-    from topology.inline import run_inline
+    from topology.inline_runtime import run_inline
     from topology.spark_sink import write
 
     t0 = time.perf_counter()

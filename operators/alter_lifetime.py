@@ -45,11 +45,11 @@ from collections.abc import Callable, Hashable
 import numpy as np
 from sortedcontainers import SortedList
 
-from .base import Processor
 from .columns import Columns
 from .errors import DeadLetter
 from .events import MAX_TIME, MIN_TIME, FreshId, Insert, Message, Retract
 from .expr import evaluate, trace
+from .processor import Processor
 
 #: Ends computed from an open end that land beyond this (year ~148,000) count as ∞.
 _FAR_FUTURE = MAX_TIME // 2

@@ -30,9 +30,9 @@ input's CTI, and the output CTI is ``min(left CTI, right CTI)``.
 
 **Column batches.** While only :class:`~operators.columns.Columns` batches have arrived, both
 inputs' live events and the fragments that may still change are arrays (as the join's, in
-:mod:`operators.temporal_columns`) and a batch is handled all at once. A left batch: its
+:mod:`operators.two_input_columns`) and a batch is handled all at once. A left batch: its
 events' overlaps with the live right events of their key (one vectorised search), and their
-fragments by :func:`~operators.temporal_columns.uncovered`, emitted as one ``Columns``
+fragments by :func:`~operators.two_input_columns.uncovered`, emitted as one ``Columns``
 batch. A right batch: the fragments it overlaps (the same search over the fragments), each
 cut by the new right events (``uncovered`` again); a cut fragment keeps its id where it keeps
 its start (a retraction of its end), else is retracted, and the new pieces are one ``Columns``
@@ -57,8 +57,14 @@ import numpy as np
 from .columns import Columns, map_columns, payload_list
 from .events import Insert, Message, Retract
 from .expr import evaluate, trace
-from .temporal import END, KEY, LINKS, PAYLOAD, START, BinaryTemporal
-from .temporal_columns import ColumnEvents, KeyCodes, by_key_and_start, overlapping_pairs, uncovered
+from .two_input import END, KEY, LINKS, PAYLOAD, START, BinaryTemporal
+from .two_input_columns import (
+    ColumnEvents,
+    KeyCodes,
+    by_key_and_start,
+    overlapping_pairs,
+    uncovered,
+)
 
 # a fragment (one output event): [start, end, out_id]; a left record keeps its fragments,
 # sorted by start, in rec[LINKS]; a right record has None there
@@ -70,7 +76,7 @@ _new = tuple.__new__
 
 class ColumnFragments:
     """An anti-join's state while only column batches have arrived: each input's live events
-    (:class:`~operators.temporal_columns.ColumnEvents`) and the fragments that may still
+    (:class:`~operators.two_input_columns.ColumnEvents`) and the fragments that may still
     change, as arrays (output id, left seq, key code, start, end) sorted by left seq and
     start."""
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from .base import Processor
 from .errors import DeadLetter, LateEvent
 from .events import Message
+from .processor import Processor
 
 
 class Chain(Processor):

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Processor
 from .columns import Columns
 from .events import MAX_TIME, Insert, Message, Retract, add_time
+from .processor import Processor
 
 
 class ClipDuration(Processor):

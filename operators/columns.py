@@ -4,7 +4,7 @@ A columnar source (``Stream.from_arrow``, ``Stream.from_spark``) emits runs of a
 events as one ``Columns`` message instead of one :class:`~operators.events.Insert` per event:
 numpy arrays of ids, starts and ends, and the payloads as columns. Its meaning is exactly the
 list of inserts :meth:`Columns.inserts` returns, in order, so every operator can take it: the
-base :class:`~operators.base.Processor` expands it and calls ``on_insert`` per event, and an
+base :class:`~operators.processor.Processor` expands it and calls ``on_insert`` per event, and an
 operator with a vectorised path (``where``, ``select``, the keyed window aggregate) overrides
 ``on_columns``. Payload columns come in three forms, chosen by what produced them:
 

@@ -51,9 +51,9 @@ from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from .base import Processor
 from .events import MAX_TIME, FreshId, Insert, Message, Retract
 from .payloads import freeze, same_payload
+from .processor import Processor
 from .udm import field_getter
 
 # a key's state: [inputs sorted by (start, seq), seq -> [id, start, end, payload],

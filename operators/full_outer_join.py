@@ -30,7 +30,7 @@ Output is speculative: a right event arriving after its left partner has been ou
 ``(l, None)`` shortens or retracts that fragment and inserts the pair (and vice versa).
 
 **Column batches** go whole to the three parts (see :mod:`operators.left_join`), so each runs
-its column-wise path (:mod:`operators.temporal_columns`) while it can; the uncovered payloads
+its column-wise path (:mod:`operators.two_input_columns`) while it can; the uncovered payloads
 are ``select(l, None)`` / ``select(None, r)`` on the columns where that traces, else one call
 per fragment.
 """
@@ -43,11 +43,11 @@ from typing import Any
 import numpy as np
 
 from .anti_join import AntiJoin
-from .base import Processor
 from .columns import Columns, apply_columns, payload_list
 from .events import Message
 from .join import Join
 from .left_join import LeftJoin
+from .processor import Processor
 from .select import Select
 from .union import Union
 

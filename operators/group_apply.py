@@ -1,7 +1,7 @@
 """``group_apply(key, fn)``: run a sub-query once per key value (a partitioned operator).
 
 The input is split by ``key(payload)``; each key value gets its own instance of the sub-query
-(a single-input :class:`~operators.base.Processor` from ``factory()``), created when the key is
+(a single-input :class:`~operators.processor.Processor` from ``factory()``), created when the key is
 first seen. Every output payload becomes ``(key, payload)``. The output CHT is the union over
 keys of the sub-query applied to that key's part of the input CHT::
 
@@ -57,13 +57,13 @@ from typing import Any
 
 import numpy as np
 
-from .base import Processor, behind_error
 from .cht import InvalidStream
 from .columns import expand
 from .errors import DeadLetter, OperatorError
 from .events import MIN_TIME, Cti, Insert, Message, Retract
 from .live import ExpiryHeap
-from .temporal import END, ID, KEY, find_live
+from .processor import Processor, behind_error
+from .two_input import END, ID, KEY, find_live
 from .udm import field_getter
 
 #: The one NaN every NaN group key becomes (:func:`group_key`): a dict finds it by identity.

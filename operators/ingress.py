@@ -31,10 +31,10 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Processor, Stateful
 from .columns import payload_list, row_at
 from .errors import DeadLetter, LateEvent
 from .events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract, fmt_time
+from .processor import Processor, Stateful
 from .ticks import TIME_HELP, to_ticks
 
 __all__ = ["POLICIES", "SHAPES", "AdvanceTime", "ImportCti", "Ingress", "LateOut", "LateStream",
@@ -650,7 +650,7 @@ class Ingress(Stateful):
         return start, self._time(row, self._get_end, "end")  # type: ignore[arg-type]
 
     # -- checkpoints and checks -----------------------------------------------------------------
-    # (snapshot() and restore() by the convention of operators.base.Stateful: restore() on an
+    # (snapshot() and restore() by the convention of operators.processor.Stateful: restore() on an
     # Ingress with the same configuration resumes exactly where the snapshot's stood)
     _state_fields = ("cti", "late", "dead_letters", "stats", "_latest", "_top", "_horizon",
                      "_count", "_mark", "_next_id", "_open", "_used", "_dropped_edges",

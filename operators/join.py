@@ -30,7 +30,7 @@ where an input end changes, at or after that input's CTI.
 
 **Column batches.** While only :class:`~operators.columns.Columns` batches have arrived, both
 inputs' live events and the pairs that may still change are held as arrays
-(:mod:`operators.temporal_columns`), and a batch is matched all at once: its key column
+(:mod:`operators.two_input_columns`), and a batch is matched all at once: its key column
 (``on`` traced as in :mod:`operators.expr`), a vectorised overlap search, the output as one
 ``Columns`` batch whose payload is ``select`` evaluated on the columns when it traces
 (:func:`operators.expr.trace_pair`), else called per pair. The first message that is not such
@@ -56,7 +56,7 @@ import numpy as np
 from .columns import Columns, map_columns, payload_list
 from .events import Insert, Message, Retract
 from .expr import evaluate, pair_columns, trace, trace_pair
-from .temporal import (
+from .two_input import (
     END,
     KEY,
     LINKS,
@@ -68,14 +68,14 @@ from .temporal import (
     START,
     BinaryTemporal,
 )
-from .temporal_columns import ColumnEvents, KeyCodes, concat_payload, overlapping_pairs
+from .two_input_columns import ColumnEvents, KeyCodes, concat_payload, overlapping_pairs
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
 class ColumnState:
     """A join's state while only column batches have arrived: each input's live events
-    (:class:`~operators.temporal_columns.ColumnEvents`) and the pairs that may still change,
+    (:class:`~operators.two_input_columns.ColumnEvents`) and the pairs that may still change,
     as arrays: output id, left and right seq, start, end and payload columns."""
 
     def __init__(self) -> None:

@@ -38,10 +38,10 @@ from typing import Any
 import numpy as np
 
 from .anti_join import AntiJoin
-from .base import Processor
 from .columns import Columns, apply_columns, payload_list
 from .events import Message
 from .join import Join
+from .processor import Processor
 from .select import Select
 from .union import Union
 

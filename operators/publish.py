@@ -25,11 +25,11 @@ from collections.abc import Iterable
 from itertools import chain
 from typing import Any
 
-from .base import Processor
 from .cht import row_key
 from .columns import Columns
 from .events import MIN_TIME, Cti, Insert, Message, Retract
 from .live import LiveEvents
+from .processor import Processor
 
 
 class Publish(Processor):

@@ -41,8 +41,8 @@ import heapq
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from .base import Processor
 from .events import FreshId, Insert, Message, Retract
+from .processor import Processor
 from .udm import UDM, StreamOperator, resolve
 
 

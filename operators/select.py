@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .base import Processor
 from .columns import Columns, apply_columns
 from .events import Insert, Message, Retract
+from .processor import Processor
 
 
 class Select(Processor):

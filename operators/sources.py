@@ -25,12 +25,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .base import Processor
 from .cht import InvalidStream, StreamValidator
 from .columns import Columns, expand
 from .errors import DeadLetter, LateEvent
 from .events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract
 from .ingress import Ingress, late_markers
+from .processor import Processor
 
 #: How many ended events' ids a ``from_events`` source remembers to refuse their reuse: its
 #: state (and every checkpoint of it) stays bounded however long the stream runs.

@@ -10,9 +10,9 @@ full retraction passes (it deletes the point); CTIs pass unchanged.
 
 from __future__ import annotations
 
-from .base import Processor
 from .columns import Columns
 from .events import Insert, Message, Retract
+from .processor import Processor
 
 
 class ToPoints(Processor):

@@ -41,9 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from .base import Processor
 from .columns import Columns
 from .events import Insert, Message, Retract
+from .processor import Processor
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 

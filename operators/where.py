@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from .base import Processor
 from .columns import Columns, apply_columns
 from .events import Insert, Message, Retract
 from .expr import truthy
+from .processor import Processor
 
 
 class Where(Processor):

@@ -15,9 +15,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from operators.base import Processor
 from operators.cht import check_equivalent, to_cht, validate
 from operators.events import MAX_TIME, Cti, Insert, Message, Retract
+from operators.processor import Processor
 
 #: Hypothesis examples per property test: hundreds in CI, more with CEDAR_EXAMPLES=5000.
 EXAMPLES = int(os.environ.get("CEDAR_EXAMPLES", "200"))

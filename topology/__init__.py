@@ -40,9 +40,9 @@ from operators.udm import (
 )
 
 from .checker import CheckFailed, check
-from .inline import Collected, DeadLetterWarning, RunReport
+from .inline_runtime import Collected, DeadLetterWarning, RunReport
 from .stream import Stream, WindowedStream
-from .trace import Trace
+from .tracing import Trace
 
 if TYPE_CHECKING:
     from .query import Query

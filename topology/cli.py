@@ -200,7 +200,7 @@ def _own_address(args: Any) -> None:
 def _run(args: Any) -> int:
     _own_address(args)
     if args.address:
-        from .names import ensure_ray
+        from .registry import ensure_ray
 
         ensure_ray(args.address)
     sys.argv = [args.script, *args.args]
@@ -211,7 +211,7 @@ def _run(args: Any) -> int:
 def _status(args: Any) -> int:
     import ray
 
-    from .names import NAMESPACE, actor_name, ensure_ray, list_queries
+    from .registry import NAMESPACE, actor_name, ensure_ray, list_queries
     from .times import parse_tz, show_time
 
     try:

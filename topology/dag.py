@@ -1,8 +1,8 @@
 """A whole plan as one processor: :class:`DagProcessor` hosts every stage of a
 :class:`~topology.planner.Plan` in one process and pushes each output batch straight into the
 stages it feeds (depth first, so every input port sees its messages in order). It is itself a
-:class:`~operators.base.Processor` with one input port per source, which makes it the inline
-runtime (:mod:`topology.inline`) and the sub-query of a ``group_apply`` on every runtime.
+:class:`~operators.processor.Processor` with one input port per source, which makes it the inline
+runtime (:mod:`topology.inline_runtime`) and the sub-query of a ``group_apply`` on every runtime.
 
     >>> from topology import Stream
     >>> from operators.events import Insert, Cti
@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from actors.trace import Recorder, Trace
-from operators.base import Processor
+from actors.recorder import Recorder, TraceSettings
 from operators.columns import expand
 from operators.events import Message
+from operators.processor import Processor
 from operators.sources import Passthrough
 
 from . import nodes as n
@@ -35,7 +35,7 @@ class DagProcessor(Processor):
     _parts = ("procs",)  # step -> processor
 
     def __init__(self, plan: Plan, name: str | None = None, inline_sink: bool = False,
-                 trace: Trace | None = None) -> None:
+                 trace: TraceSettings | None = None) -> None:
         super().__init__(name or "plan")
         self.plan = plan
         self.procs: dict[str, Processor] = {}
@@ -49,7 +49,7 @@ class DagProcessor(Processor):
         self.sink = plan.sink
         #: whether column batches leaving the sink are expanded into inserts
         self.expand_output = True
-        #: step -> its trace recorder (None: tracing off; see :mod:`actors.trace`)
+        #: step -> its trace recorder (None: tracing off; see :mod:`actors.recorder`)
         self.trace: dict[str, Recorder] | None = None
         if trace is not None:
             self.trace = {step: Recorder(trace, step, proc) for step, proc in self.procs.items()

@@ -1,6 +1,6 @@
 """The event-flow debugger: read a trace back, step through it, find root causes.
 
-A trace (``collect(trace=PATH)``, see :mod:`actors.trace`) holds every message entering and
+A trace (``collect(trace=PATH)``, see :mod:`actors.recorder`) holds every message entering and
 leaving every step. :class:`Recording` reads it: :meth:`Recording.flow` walks the plan step by
 step (sources first) and each step's messages in the order the step saw them,
 :meth:`Recording.events` filters them, and :meth:`Recording.root_cause` answers *which input

@@ -42,8 +42,10 @@ from operators.feeds import END, round_robin
 from operators.publish import Publish
 
 from . import nodes as n
-from .inline import Collected, close_feeds, feed_of, report_of, source_batches
-from .names import (
+from .inline_runtime import Collected, close_feeds, feed_of, report_of, source_batches
+from .planner import Plan
+from .query import NameTaken, Query, QueryFailed, _Remote, stop_by_name
+from .registry import (
     FETCH_WAIT_S,
     HEAD_RESOURCE,
     HOST_STEP,
@@ -55,8 +57,6 @@ from .names import (
     list_queries,
     unsubscribe,
 )
-from .planner import Plan
-from .query import NameTaken, Query, QueryFailed, _Remote, stop_by_name
 from .routing import Router
 
 #: Messages (or source rows) per batch (the default of :class:`actors.config.ShellConfig`,
@@ -159,14 +159,14 @@ def _configure(plan: Plan, handles: dict[str, Any], settings: ShellConfig,
 
 
 def _traced(settings: ShellConfig, plan: Plan, trace: Any) -> ShellConfig:
-    """``trace=`` (a :class:`actors.trace.Trace` or a directory): every actor records its
+    """``trace=`` (a :class:`topology.Trace` or a directory): every actor records its
     step into its own parquet parts; the plan goes to ``plan.json`` now."""
-    from actors.trace import Trace
+    from actors.recorder import TraceSettings
 
-    t = Trace.of(trace)
+    t = TraceSettings.of(trace)
     if t is None:
         return settings
-    from .trace import write_plan
+    from .tracing import write_plan
 
     write_plan(t, plan, runtime="ray")
     return settings.with_trace(t)
@@ -342,7 +342,7 @@ def collect_plan(plan: Plan, *, batch_size: int | None = None,
                  trace: Any = None, columns: bool = False) -> Collected:
     """Run ``plan`` on Ray to the end of its sources; return the output messages (or, with
     ``on_messages``, hand each fetched batch to it as it arrives and return none), as a
-    :class:`~topology.inline.Collected` that also holds the run's dead letters, late events
+    :class:`~topology.inline_runtime.Collected` that also holds the run's dead letters, late events
     and source accounting, read from the actors before they are handed back. With
     ``columns`` the sink's column batches come as they are, else expanded into inserts.
 
@@ -794,7 +794,7 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     Its supervisor runs in the host, which Ray restarts if it is lost (it resumes from the
     checkpoints), and keeps the output, which ``Query.output()`` returns in any process.
 
-    With ``trace`` (a :class:`actors.trace.Trace` or a directory) every step records the
+    With ``trace`` (a :class:`topology.Trace` or a directory) every step records the
     messages it sees; each actor writes its parquet parts when it has many rows, at the end
     of its input, and on ``Query.flush_trace()`` / ``Query.stop()``.
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from operators.base import Processor
+from operators.processor import Processor
 
 from . import nodes as n
 from .routing import OutEdge

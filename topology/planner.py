@@ -3,12 +3,12 @@
 Every node gets a stable, readable step id — its verb (a window's kind and method) and its
 position in a post-order walk of the tree, e.g. ``where#1`` or ``tumbling.aggregate#2``, unless
 the query writer named it (``name=``). The planner looks up one function per node type
-(:data:`BUILDERS`) that returns a factory of the node's :class:`~operators.base.Processor`;
+(:data:`BUILDERS`) that returns a factory of the node's :class:`~operators.processor.Processor`;
 operator modules are imported only then, so a tree can be built (and explained) before every
 operator exists.
 
 A :class:`Plan` is what both runtimes execute: the inline runtime
-(:mod:`topology.inline`) in one process, the Ray runtime (:mod:`topology.deploy`) with each
+(:mod:`topology.inline_runtime`) in one process, the Ray runtime (:mod:`topology.deploy`) with each
 stage in its own actor. By default each operator is its own stage; ``fuse=True`` merges runs of
 adjacent stateless span operators into one :class:`~operators.chain.Chain` stage, and into
 their source's stage when they follow one (a :class:`~operators.chain.SourceChain`: the
@@ -33,7 +33,6 @@ from typing import Any
 
 from operators.alter_lifetime import AlterLifetime
 from operators.anti_join import AntiJoin
-from operators.base import Processor
 from operators.chain import Chain, SourceChain
 from operators.clip_duration import ClipDuration
 from operators.events import MAX_TIME
@@ -42,6 +41,7 @@ from operators.group_apply import GroupApply
 from operators.ingress import ImportCti, LateStream
 from operators.join import Join
 from operators.left_join import LeftJoin
+from operators.processor import Processor
 from operators.publish import Publish
 from operators.select import Select
 from operators.shift import Shift

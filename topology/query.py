@@ -23,7 +23,7 @@ from operators.columns import expand
 from operators.errors import OperatorError
 from operators.events import Message
 
-from .names import (
+from .registry import (
     FETCH_WAIT_S,
     HOST_STEP,
     NAMESPACE,

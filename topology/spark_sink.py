@@ -459,8 +459,8 @@ def to_spark(spark: SparkSession | None, rows_or_messages: Iterable[Any],
     DataFrame reads them lazily). Without ``staging`` on a cluster the table goes through the
     driver (``createDataFrame`` of one Arrow table).
 
-    Given what ``collect()`` returns (:class:`topology.inline.Collected`), the DataFrame gets
-    its run's report as ``run_report`` (dead letters, late events, accounting), as
+    Given what ``collect()`` returns (:class:`topology.inline_runtime.Collected`), the DataFrame
+    gets its run's report as ``run_report`` (dead letters, late events, accounting), as
     ``Stream.to_spark`` returns it.
     """
     session = _session(spark, "to_spark")

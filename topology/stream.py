@@ -37,7 +37,7 @@ from . import nodes as n
 COLUMN_BATCH_ROWS = 262_144
 
 if TYPE_CHECKING:
-    from .inline import Collected, RunReport
+    from .inline_runtime import Collected, RunReport
     from .planner import Plan
     from .query import Query
 
@@ -207,7 +207,7 @@ class Stream:
             _Batches(StagedPart(table, i, start, end, COLUMN_BATCH_ROWS), pulled=True),
             start, end, shape, id, advance, f"{base}[{i}]", spark_clock(df, start))
             for i in range(sources)]
-        from .parts import UnionOfParts
+        from .table_parts import UnionOfParts
 
         return parts[0]._then(UnionOfParts, *parts[1:], name=base)
 
@@ -421,7 +421,7 @@ class Stream:
         ``import_ctis``: each dropped or adjusted event as an insert with its original times
         and the payload ``{"source", "policy", "reason", "payload"}``. Its only CTI comes at
         the end of input. Route it to a sink or into another query like any stream."""
-        from .parts import UnionOfParts
+        from .table_parts import UnionOfParts
 
         node = self._node
         if isinstance(node, (n.FromRows, n.ImportCti)):
@@ -476,17 +476,18 @@ class Stream:
         each standing for its inserts, instead of one ``Insert`` per event).
 
         The result is a list with what the run did not output as attributes
-        (:class:`topology.inline.Collected`): ``dead_letters`` (the inputs no step could
+        (:class:`topology.inline_runtime.Collected`): ``dead_letters`` (the inputs no step could
         process, each with its reason), ``late`` (the events sources dropped or adjusted by
         their late-event policy) and ``accounting`` (per source, ``received == processed +
         dropped + adjusted + dead_lettered``). A run with dead letters warns once
-        (:class:`topology.inline.DeadLetterWarning`) with their count and where to read them.
+        (:class:`topology.inline_runtime.DeadLetterWarning`) with their count and where to read
+        them.
 
         ``runtime="ray"`` connects to Ray (or starts a local instance), deploys one actor per
         stage, feeds the sources, drains and tears the actors down; ``runtime="inline"`` runs
         the same plan in this process. ``options`` go to the Ray runtime
         (:func:`topology.deploy.deploy_plan`). ``trace`` (a directory, or an
-        :class:`actors.trace.Trace` with bounds) records the messages entering and leaving
+        :class:`topology.Trace` with bounds) records the messages entering and leaving
         every step as parquet; read it with ``Trace.open(path)`` or ``cedar debug PATH``.
         ``fuse`` runs stateless steps in the stage before them (see :meth:`_ray_plan`).
 
@@ -508,13 +509,13 @@ class Stream:
             raise ValueError(f"collect(runtime={runtime!r}): use one of {RUNTIMES}")
         if runtime == "inline":
             from actors.config import ShellConfig
-            from actors.trace import Trace
+            from actors.recorder import TraceSettings
 
-            from .inline import run_inline
+            from .inline_runtime import run_inline
 
             size = ShellConfig.of(batch_size=batch_size).batch_size  # a bad one fails here
             return run_inline(self.plan(bool(fuse)), size,
-                              trace=Trace.of(trace), columns=columns)
+                              trace=TraceSettings.of(trace), columns=columns)
         from .deploy import collect_plan
 
         if batch_size is not None:
@@ -537,9 +538,9 @@ class Stream:
         timestamps (∞ as null) plus the payload's fields (a scalar payload is ``value``).
         Column batches of the output stay columns on the way to Spark, staged as parquet parts
         under ``staging`` (:func:`topology.spark_sink.to_spark`). The DataFrame's
-        ``run_report`` (:class:`topology.inline.RunReport`) holds the run's dead letters, late
-        events and accounting; dead letters also warn, as in :meth:`collect`. A streaming
-        ``from_spark`` with a checkpoint is committed once the DataFrame is made."""
+        ``run_report`` (:class:`topology.inline_runtime.RunReport`) holds the run's dead
+        letters, late events and accounting; dead letters also warn, as in :meth:`collect`. A
+        streaming ``from_spark`` with a checkpoint is committed once the DataFrame is made."""
         from .spark_sink import to_spark
 
         with _held_runs(self._node) as commit:
@@ -552,7 +553,7 @@ class Stream:
     def write(self, path: str, format: str = "parquet", mode: str = "error", spark: Any = None,
               runtime: str = "ray", staging: str | None = None, **options: Any) -> RunReport:
         """Run the query and write its output CHT through Spark (see :meth:`to_spark`);
-        returns the run's :class:`topology.inline.RunReport` (dead letters, late events,
+        returns the run's :class:`topology.inline_runtime.RunReport` (dead letters, late events,
         accounting), and warns on dead letters. A streaming ``from_spark`` with a checkpoint
         is committed once the files are written."""
         from .spark_sink import write

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from .names import NAMESPACE, actor_name, ensure_ray, list_queries
+from .registry import NAMESPACE, actor_name, ensure_ray, list_queries
 from .times import parse_tz, show_duration, show_time
 
 #: Output rows shown per query.

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from ..base import Processor
+from ..processor import Processor
 from .count import CountWindowOperator
 from .hopping import HoppingWindowOperator
 from .session import SessionWindowOperator

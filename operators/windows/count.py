@@ -59,9 +59,9 @@ from typing import Any, Literal
 
 from sortedcontainers import SortedList
 
-from ..base import Processor
 from ..errors import DeadLetter
 from ..events import MAX_TIME, MIN_TIME, FreshId, Insert, Message, Retract, add_time
+from ..processor import Processor
 from ..udm import Window
 from .evaluate import Ids, WindowUdm, stored_event
 from .spec import CountWindow

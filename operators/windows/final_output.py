@@ -31,10 +31,10 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
-from ..base import Processor
 from ..columns import Columns
 from ..errors import DeadLetter
 from ..events import MAX_TIME, Cti, Insert, Message, Retract
+from ..processor import Processor
 
 
 class FinalOutput(Processor):

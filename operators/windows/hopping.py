@@ -88,10 +88,10 @@ from sortedcontainers import SortedKeyList
 
 from ..errors import OperatorError
 from ..events import MAX_TIME, MIN_TIME, Insert, Message, Retract
-from .base import WindowBase
 from .evaluate import Rec
 from .index import Grid, Win
 from .spec import HoppingWindow, check_policies
+from .window_operator import WindowBase
 
 __all__ = ["HoppingWindowOperator"]
 

@@ -58,12 +58,12 @@ from typing import Any
 
 import numpy as np
 
-from ..base import Processor
 from ..columns import Columns, apply_columns, concat, map_columns
 from ..errors import OperatorError
 from ..events import MAX_TIME, MIN_TIME, Cti, FreshId, Insert, Message, Retract
 from ..group_apply import group_key
 from ..payloads import identical
+from ..processor import Processor
 from ..udm import (
     Aggregate,
     ColumnAggregate,

@@ -44,10 +44,10 @@ from typing import Any
 
 import numpy as np
 
-from ..base import Processor
 from ..columns import Columns, apply_columns, concat, map_columns, payload_list
 from ..errors import OperatorError
 from ..events import Cti, FreshId, Insert, Message, Retract, add_time
+from ..processor import Processor
 from ..udm import IncrementalAggregate, Window, field_getter, resolve
 from .evaluate import Ids, WindowUdm
 from .keyed import _codes

@@ -68,9 +68,9 @@ from typing import Any, Literal
 
 from sortedcontainers import SortedDict, SortedList
 
-from ..base import Processor
 from ..errors import DeadLetter, OperatorError
 from ..events import MIN_TIME, Insert, Message, Retract, add_time, fmt_time
+from ..processor import Processor
 from ..udm import Window
 from .evaluate import Ids, WindowUdm, diff, stored_event
 from .spec import SessionWindow, check_policies

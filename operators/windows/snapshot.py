@@ -10,10 +10,10 @@ from typing import Any, Literal
 from sortedcontainers import SortedDict
 
 from ..events import MAX_TIME, MIN_TIME, Insert, Message, Retract
-from .base import WindowBase
 from .evaluate import Rec
 from .index import REBUILD, Grid, Win
 from .spec import HoppingWindow, SnapshotWindow, check_policies
+from .window_operator import WindowBase
 
 __all__ = ["SnapshotWindowOperator"]
 

@@ -14,7 +14,7 @@ from operators.aggregates import Count
 from operators.cht import to_cht
 from tests.kit import assert_equivalent
 from topology import Stream
-from topology.names import actor_nodes
+from topology.registry import actor_nodes
 
 # the same test functions, collected here so that they use this folder's ray_session
 globals().update({k: v for k, v in vars(differential).items() if k.startswith("test_ray")})

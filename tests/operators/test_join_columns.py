@@ -151,7 +151,7 @@ def test_keys_that_do_not_code_exactly_go_event_by_event():
                                    st.floats(allow_nan=False), st.sampled_from([1, 1.0, -0.0])),
                          min_size=1, max_size=8), min_size=1, max_size=4))
 def test_key_codes_follow_python_equality(batches):
-    from operators.temporal_columns import KeyCodes
+    from operators.two_input_columns import KeyCodes
 
     kc, seen = KeyCodes(), {}
     for values in batches:

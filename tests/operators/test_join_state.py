@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from operators.anti_join import AntiJoin
-from operators.base import Processor
 from operators.events import MAX_TIME, Cti, Insert, Message, Retract
 from operators.join import Join
 from operators.left_join import LeftJoin
+from operators.processor import Processor
 
 BATCH = 1_000
 #: events on both inputs between two CTIs, the few that straddle a CTI, and the outputs that

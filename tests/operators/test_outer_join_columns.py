@@ -20,7 +20,7 @@ from operators.columns import Columns, expand
 from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Retract
 from operators.ingress import AdvanceTime, Ingress
 from operators.left_join import LeftJoin
-from operators.temporal_columns import ColumnEvents, overlapping_pairs, uncovered
+from operators.two_input_columns import ColumnEvents, overlapping_pairs, uncovered
 from tests import reference_joins as ref
 from tests.kit import EXAMPLES, assert_equivalent
 from tests.operators.test_join_columns import batches, streams

@@ -12,7 +12,7 @@ from typing import Any
 from operators.cht import validate
 from operators.events import Message
 from topology.dag import DagProcessor
-from topology.inline import drive
+from topology.inline_runtime import drive
 
 #: The accounting equation's terms, as an Ingress (a rows source) counts them.
 TERMS = ("processed", "dropped", "adjusted", "dead_lettered")

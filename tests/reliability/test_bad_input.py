@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from operators.aggregates import Count, Sum
 from operators.alter_lifetime import AlterLifetime
 from operators.anti_join import AntiJoin
-from operators.base import Processor
 from operators.cht import to_cht
 from operators.clip_duration import ClipDuration
 from operators.errors import OperatorError
@@ -23,6 +22,7 @@ from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Retract
 from operators.group_apply import GroupApply
 from operators.ingress import AdvanceTime
 from operators.join import Join
+from operators.processor import Processor
 from operators.select import Select
 from operators.shift import Shift
 from operators.sources import EventsSource

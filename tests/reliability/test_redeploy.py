@@ -62,7 +62,7 @@ def kill_just_after_commit(live, name: str, epoch: int, how: str) -> None:
 
 def host_state(name: str) -> str | None:
     """Ray's state of the query's host, without waiting for it."""
-    from topology.names import actor_states
+    from topology.registry import actor_states
 
     return actor_states(name).get("~host")
 

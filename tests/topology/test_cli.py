@@ -71,10 +71,10 @@ def test_inspect_names_the_sources_the_deploying_process_feeds(ray_session, caps
 def test_run_takes_its_address_wherever_it_stands(monkeypatch, tmp_path, capsys):
     # `cedar run SCRIPT.py --address auto` (the README's form): the address is cedar's, the
     # other arguments the script's
-    import topology.names
+    import topology.registry
 
     seen = []
-    monkeypatch.setattr(topology.names, "ensure_ray", seen.append)
+    monkeypatch.setattr(topology.registry, "ensure_ray", seen.append)
     script = tmp_path / "script.py"
     script.write_text("import sys\nprint('argv', sys.argv[1:])\n")
     assert main(["run", str(script), "x", "--address", "10.0.0.1:6379", "y"]) == 0

@@ -19,7 +19,7 @@ from playwright.sync_api import sync_playwright
 
 from tests.conftest import REPO
 from topology import Stream
-from topology.names import NAMESPACE, actor_name
+from topology.registry import NAMESPACE, actor_name
 from topology.ui import PAYLOAD_CHARS, ROWS_SHOWN, Monitor, serve
 
 CHROMIUM = "/usr/bin/chromium"

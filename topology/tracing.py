@@ -2,7 +2,7 @@
 
 The debugger (:mod:`topology.debug`) derives root causes from each step's *kind* and its
 parameters (a window's spec and output policy, a group_apply's sub-query), read here from the
-stages' factories, and from the plan's edges. Rows are recorded by :mod:`actors.trace`.
+stages' factories, and from the plan's edges. Rows are recorded by :mod:`actors.recorder`.
 
     >>> from topology import Stream
     >>> from operators.events import Insert, Cti
@@ -18,16 +18,16 @@ import json
 import os
 from typing import Any
 
-from actors import trace as _runtime
+from actors import recorder as _runtime
 from actors.files import atomic_write
 
 from .debug import Recording
 from .planner import Plan
 
 
-class Trace(_runtime.Trace):
+class Trace(_runtime.TraceSettings):
     """Where and what to trace: ``Trace(path, steps=, start=, end=, where=, limit=)`` (see
-    :mod:`actors.trace`); ``Trace.open(path)`` reads a recorded trace back."""
+    :mod:`actors.recorder`); ``Trace.open(path)`` reads a recorded trace back."""
 
     @staticmethod
     def open(path: str) -> Recording:

@@ -1,12 +1,12 @@
 """Tracing: the messages entering and leaving every step of a query, written as parquet.
 
-``collect(trace=...)`` and ``deploy(name, trace=...)`` take a :class:`Trace` (or just a
-directory path). Each step then owns a :class:`Recorder` (in its actor on Ray, in the process
-inline) that keeps one row per message it sees: inserts, retractions and CTIs on each input
-port (direction ``"in"``) and in the output (``"out"``), and the dead letters the step made.
-Rows are written as parquet parts under ``PATH/parts/`` (one or more per step: no call leaves
-the actor for tracing), and the plan (steps, their kinds and parameters, edges) as
-``PATH/plan.json``. :mod:`topology.debug` reads them back.
+``collect(trace=...)`` and ``deploy(name, trace=...)`` take a ``topology.Trace`` (a
+:class:`TraceSettings`) or just a directory path. Each step then owns a :class:`Recorder` (in
+its actor on Ray, in the process inline) that keeps one row per message it sees: inserts,
+retractions and CTIs on each input port (direction ``"in"``) and in the output (``"out"``), and
+the dead letters the step made. Rows are written as parquet parts under ``PATH/parts/`` (one or
+more per step: no call leaves the actor for tracing), and the plan (steps, their kinds and
+parameters, edges) as ``PATH/plan.json``. :mod:`topology.debug` reads them back.
 
 A row holds ``step, direction, port, seq`` (per step, one counter for both directions, so an
 output's ``seq`` tells which inputs came before it), ``batch`` (per step, the number of the
@@ -39,9 +39,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from operators.base import Processor
 from operators.columns import expand
 from operators.events import Cti, Insert, Retract
+from operators.processor import Processor
 
 from .files import atomic_path
 
@@ -53,7 +53,7 @@ COLUMNS = ("step", "direction", "port", "seq", "batch", "wall", "kind", "id", "s
 
 
 @dataclass(frozen=True)
-class Trace:
+class TraceSettings:
     """Where and what to trace (see the module docstring); ``topology.Trace`` adds
     ``open(path)``, which reads one back."""
 
@@ -78,11 +78,11 @@ class Trace:
                             f"got {self.where!r}")
 
     @staticmethod
-    def of(trace: Trace | str | os.PathLike[str] | None) -> Trace | None:
+    def of(trace: TraceSettings | str | os.PathLike[str] | None) -> TraceSettings | None:
         """``trace=`` as the runtimes take it: a Trace, a directory path, or None (off)."""
-        if trace is None or isinstance(trace, Trace):
+        if trace is None or isinstance(trace, TraceSettings):
             return trace
-        return Trace(os.fspath(trace))
+        return TraceSettings(os.fspath(trace))
 
     def traces(self, step: str) -> bool:
         return self.steps is None or step in self.steps or step.split("[")[0] in self.steps
@@ -109,7 +109,7 @@ _JSON = json.JSONEncoder(default=_safe_repr, sort_keys=True)
 class Recorder:
     """The rows of one step; :meth:`flush` writes them as one parquet part."""
 
-    def __init__(self, trace: Trace, step: str, proc: Processor | None = None) -> None:
+    def __init__(self, trace: TraceSettings, step: str, proc: Processor | None = None) -> None:
         self.trace = trace
         self.step = step
         #: the key function of each input port (:meth:`Processor.key_functions`), or None
@@ -258,4 +258,4 @@ def trace_schema() -> Any:
         ("key", pa.string()), ("note", pa.string()),
     ])
 
-__all__ = ["COLUMNS", "Recorder", "Trace", "json_text", "trace_schema"]
+__all__ = ["COLUMNS", "Recorder", "TraceSettings", "json_text", "trace_schema"]

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from actors.trace import COLUMNS, Recorder, Trace
+from actors.recorder import COLUMNS, Recorder
+from actors.recorder import TraceSettings as Trace
 from operators.aggregates import Count
-from operators.base import Processor
 from operators.distinct import Distinct
 from operators.events import Cti, Insert
 from operators.group_apply import GroupApply
 from operators.join import Join
 from operators.left_join import LeftJoin
+from operators.processor import Processor
 from operators.select import Select
 from operators.windows import tumbling_window
 from operators.windows.keyed import KeyedWindowAggregate

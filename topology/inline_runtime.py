@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from actors.config import ShellConfig
-from actors.trace import Trace
+from actors.recorder import TraceSettings
 from operators.columns import count_events
 from operators.events import Message
 from operators.feeds import END, chunks, round_robin
@@ -179,10 +179,10 @@ def source_batches(plan: Plan, step: str, batch_size: int) -> Iterator[Any]:
 
 
 def run_inline(plan: Plan, batch_size: int = DEFAULT_BATCH,
-               trace: Trace | None = None, columns: bool = False) -> Collected:
+               trace: TraceSettings | None = None, columns: bool = False) -> Collected:
     """Run ``plan`` to the end of its sources in this process; return the output messages
     (a :class:`Collected`: with the run's dead letters, late events and accounting).
-    With ``trace`` every step's messages are recorded there (:mod:`actors.trace`). With
+    With ``trace`` every step's messages are recorded there (:mod:`actors.recorder`). With
     ``columns`` the sink's column batches are returned as they are (a Spark sink converts them
     column-wise), else expanded into inserts."""
     dag = DagProcessor(plan, inline_sink=True, trace=trace)
@@ -190,7 +190,7 @@ def run_inline(plan: Plan, batch_size: int = DEFAULT_BATCH,
     if trace is None:
         out = drive(dag, plan, batch_size)[0]
     else:
-        from .trace import write_plan
+        from .tracing import write_plan
 
         write_plan(trace, plan, runtime="inline")
         try:

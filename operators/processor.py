@@ -219,7 +219,7 @@ class Processor(Stateful):
     def key_functions(self) -> tuple[Callable[[Any], Any], ...] | None:
         """The key function of each input port of an operator that keys its input (group
         apply, the keyed window, distinct with a key, the joins), or None (the default: not
-        keyed). The trace recorder (:mod:`actors.trace`) records each input's key with it."""
+        keyed). The trace recorder (:mod:`actors.recorder`) records each input's key with it."""
         return None
 
     def keyed_output(self) -> bool:

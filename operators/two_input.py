@@ -13,10 +13,10 @@ from typing import Any, ClassVar
 
 from sortedcontainers import SortedList
 
-from .base import Processor
 from .columns import payload_list
 from .events import MIN_TIME, Insert, Message, Retract, fmt_time
 from .live import ExpiryHeap
+from .processor import Processor
 from .udm import field_getter
 
 KeyFn = Callable[[Any], Hashable]
@@ -205,7 +205,7 @@ class BinaryTemporal(Processor):
 
     def _adopt(self, sides: Any, keys: list[Hashable], fragments: bool = False) -> None:
         """Make the live events a column-wise state held as arrays (one
-        :class:`~operators.temporal_columns.ColumnEvents` per input, key codes into ``keys``)
+        :class:`~operators.two_input_columns.ColumnEvents` per input, key codes into ``keys``)
         records, index entries and expiry entries, as if every event had arrived alone; with
         ``fragments`` the left records start with an empty list of fragments (the
         anti-join's), else without links."""

@@ -10,9 +10,9 @@ from typing import Any, ClassVar
 
 from sortedcontainers import SortedDict, SortedList
 
-from ..base import Processor
 from ..errors import DeadLetter, OperatorError
 from ..events import Message, fmt_time
+from ..processor import Processor
 from ..udm import Window
 from .evaluate import Ids, OutputPolicy, Rec, WindowUdm, diff
 from .index import REBUILD, Win
