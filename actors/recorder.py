@@ -136,6 +136,7 @@ class Recorder:
         wall = time.time()
         lo = t.start
         hi = t.end
+        m: Any  # one of Insert, Retract, Cti, told apart by type() on this hot path
         for m in expand(msgs):
             if limit is not None and self.counts[direction] >= limit:
                 return

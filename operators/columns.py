@@ -96,7 +96,7 @@ class Columns:
         return _new(Insert, (_item(self.ids, i), self.starts[i].item(), self.ends[i].item(),
                              self.payload_at(i)))
 
-    def take(self, index: np.ndarray) -> Columns:
+    def take(self, index: np.ndarray | slice) -> Columns:
         """The events selected by a boolean mask or an index array, in order."""
         return Columns(self.ids[index], self.starts[index],
                        None if self._ends is None else self._ends[index],

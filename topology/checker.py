@@ -220,8 +220,11 @@ def _variants(query: Callable[[Stream], Stream], inp: _Input, seed: int, shuffle
     for k in range(shuffles):
         rng = random.Random(seed * 1000 + k)
         shuffled = _shuffle(msgs, rng)
-        runs[f"shuffled (seed {seed * 1000 + k})"] = (
-            lambda s=shuffled: query(Stream.from_events(s)).collect(runtime="inline"))
+
+        def inline_run(s: list[Message] = shuffled) -> list[Message]:
+            return query(Stream.from_events(s)).collect(runtime="inline")
+
+        runs[f"shuffled (seed {seed * 1000 + k})"] = inline_run
     if _has(root, n.GroupApply):
         rng = random.Random(seed)
 

@@ -16,7 +16,7 @@ import runpy
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -226,7 +226,8 @@ def _status(args: Any) -> int:
     for name in names:
         try:  # its output CTI, in the query's time: a few words, never a failure
             sink = ray.get_actor(actor_name(name, "sink"), namespace=NAMESPACE)
-            info, stats = ray.get([sink.manifest.remote(), sink.stats.remote()], timeout=5)
+            info, stats = cast(Any, ray.get([sink.manifest.remote(), sink.stats.remote()],
+                                            timeout=5))
         except Exception:  # noqa: BLE001 - a query stopping while we look: its name alone
             print(name)
             continue
@@ -309,7 +310,7 @@ def _ui(args: Any) -> int:
     except ValueError as exc:
         print(f"cedar ui: {exc}", file=sys.stderr)
         return 2
-    host, port = server.server_address[:2]
+    host, port = str(server.server_address[0]), server.server_address[1]
     print(f"cedar ui: http://{host}:{port}/  (Ctrl-C stops it)")
     try:
         threading.Event().wait()

@@ -57,7 +57,7 @@ class DagProcessor(Processor):
 
     def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
         out: list[Message] = []
-        msgs = batch if isinstance(batch, (list, dict)) else list(batch)
+        msgs: Any = batch if isinstance(batch, (list, dict)) else list(batch)
         self._push(self.inputs[port], 0, msgs, out)
         return out
 

@@ -29,7 +29,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from actors import checkpoint as ck
 from actors.config import ShellConfig
@@ -315,7 +315,7 @@ def _subscribe_published(plan: Plan, handles: dict[str, Any],
     """Attach every ``published(name)`` source to its publisher; returns (publisher, token)."""
     import ray
 
-    subs = []
+    subs: list[tuple[str, str]] = []
     for step in plan.sources:
         src = plan.stages[step].source
         if isinstance(src, n.Published):
@@ -382,7 +382,7 @@ def collect_plan(plan: Plan, *, batch_size: int | None = None,
         while True:
             blob, finished, error = ray.get(sink.fetch.remote(pull, FETCH_WAIT_S))
             # the sink passes column batches on as they are
-            msgs = decode(blob) if columns else list(expand(decode(blob)))
+            msgs: list[Any] = decode(blob) if columns else list(expand(decode(blob)))
             if on_messages is None:
                 out.extend(msgs)
             elif msgs:
@@ -669,7 +669,7 @@ def _start_host(name: str, job: Any, *, detached: bool, restartable: bool) -> An
 
     from actors.host import HOST_OPTIONS, QueryHost
 
-    cls = ray.remote(**HOST_OPTIONS)(QueryHost)
+    cls: Any = ray.remote(**HOST_OPTIONS)(QueryHost)
     host = cls.options(name=actor_name(name, HOST_STEP), namespace=NAMESPACE,
                        lifetime="detached" if detached else None,
                        max_restarts=-1 if restartable else 0,
@@ -748,10 +748,10 @@ def _replace(name: str, root: str | None) -> None:
     subs: list[tuple[str, str]] = []
     try:
         sink = ray.get_actor(actor_name(name, "sink"), namespace=NAMESPACE)
-        info = ray.get(sink.manifest.remote(), timeout=10)
+        info = cast(dict[str, Any], ray.get(sink.manifest.remote(), timeout=10))
         if info.get("checkpoint_dir"):
             roots.add(info["checkpoint_dir"])
-        subs = [tuple(s) for s in info.get("subscriptions", ())]  # type: ignore[misc]
+        subs = [(s[0], s[1]) for s in info.get("subscriptions", ())]
     except Exception:  # noqa: BLE001 - no sink now (a restart under way, or none)
         pass
     for r in roots:
@@ -833,11 +833,12 @@ def _deploy(plan: Plan, name: str, settings: ShellConfig, root: str | None, fed:
     settings = _traced(settings, plan, trace)
     if history:
         plan.stages[plan.sink].factory = functools.partial(Publish, "sink", history=True)
-    info = {"query": name, "actors": {s: actor_name(name, s) for s in plan.stages},
+    info: dict[str, Any] = {"query": name,
+                            "actors": {s: actor_name(name, s) for s in plan.stages},
             "edges": _edges(plan), "explain": plan.explain(), "created": time.time(),
             "sink": plan.sink, "host": actor_name(name, HOST_STEP),
             "fed_by_driver": local, "claim": token, "clock": plan.clock,
-            "subscriptions": [(plan.stages[s].source.query, f"{name}/{s}")  # type: ignore
+            "subscriptions": [(plan.stages[s].source.query, f"{name}/{s}")  # type: ignore[union-attr]
                               for s in plan.sources
                               if isinstance(plan.stages[s].source, n.Published)]}
     if local:

@@ -160,7 +160,7 @@ def feed_of(plan: Plan, step: str) -> Iterable[Any]:
     if isinstance(src, n.FromEvents):
         return src.messages
     if isinstance(src, n.FromRows):
-        return src.rows  # type: ignore[no-any-return]
+        return src.rows
     if isinstance(src, n.Published):
         raise ValueError(
             f"{step}: published({src.query!r}) reads a query running on Ray; it cannot run "

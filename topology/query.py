@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from actors.wire import decode
 from operators.columns import expand
@@ -224,7 +224,8 @@ class Query:
         output CTI (end ≥ CTI), plus the final rows when deployed with ``history=True``."""
         import ray
 
-        return ray.get(self._sink.rows.remote())  # type: ignore[no-any-return]
+        rows: list[tuple[int, int, Any]] = ray.get(self._sink.rows.remote())
+        return rows
 
     def late(self) -> list[Any]:
         """The late events of every source (dropped or adjusted by its AdvanceTime policy)."""
@@ -470,7 +471,7 @@ class Query:
         if ours:
             try:
                 info = ray.get(self._sink.manifest.remote(), timeout=10)
-                unsubscribe([tuple(s) for s in info.get("subscriptions", ())])  # type: ignore
+                unsubscribe([(s[0], s[1]) for s in info.get("subscriptions", ())])
             except Exception:  # the sink is gone already  # noqa: BLE001
                 pass
         for h in ([self.host] if self.host is not None else []) + handles:
@@ -539,7 +540,7 @@ def _attach_now(name: str) -> Query:
     import ray
 
     sink = ray.get_actor(actor_name(name, "sink"), namespace=NAMESPACE)
-    info = ray.get(sink.manifest.remote(), timeout=STATS_WAIT_S)
+    info = cast(dict[str, Any], ray.get(sink.manifest.remote(), timeout=STATS_WAIT_S))
     if "actors" not in info:
         raise ValueError("its sink is being configured")  # a recovery under way
     handles = {step: ray.get_actor(actor, namespace=NAMESPACE)
@@ -552,5 +553,5 @@ def _attach_now(name: str) -> Query:
     claim = (info["checkpoint_dir"], info["claim"]) if "checkpoint_dir" in info and \
         "claim" in info else None
     return Query(name, handles, sink=info.get("sink", "sink"), explain=info.get("explain", ""),
-                 subscriptions=[tuple(s) for s in info.get("subscriptions", ())],  # type: ignore
+                 subscriptions=[(s[0], s[1]) for s in info.get("subscriptions", ())],
                  host=host, feeding=feeding, claim=claim)

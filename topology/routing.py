@@ -21,7 +21,7 @@ import pickle
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -150,6 +150,7 @@ class Router:
         for p in self._partitioners:
             buckets: list[list[Message]] = [[] for _ in range(p.n)]
             index = p.index
+            m: Any  # told apart by type() on this hot path
             for m in msgs:
                 if type(m) is Cti:
                     for b in buckets:
@@ -157,7 +158,7 @@ class Router:
                 elif type(m) is Columns:
                     self._split_columns(p, m, buckets)
                 else:
-                    buckets[index(m.payload)].append(m)  # type: ignore[union-attr]
+                    buckets[index(m.payload)].append(m)
             split[id(p)] = buckets
         return [msgs if e.partition is None else split[id(e.partition)][e.index]
                 for e in self.edges]
@@ -168,7 +169,7 @@ class Router:
     def _route_late(self, msgs: list[Message]) -> list[list[Message]]:
         """The late events to the late edges, the rest to the others (by their own router)."""
         assert self._late is not None
-        late = [m.event for m in msgs if type(m) is LateOut]  # type: ignore[attr-defined]
+        late: list[Message] = [m.event for m in cast(list[Any], msgs) if type(m) is LateOut]
         if late:
             msgs = [m for m in msgs if type(m) is not LateOut]
         rest = iter(self._late.route(msgs))

@@ -188,7 +188,7 @@ def _columns_fields(payload: Any) -> dict[str, pa.Array] | None:
         fields["value"] = _scalar_column(payload)
     if any(a is None for a in fields.values()):
         return None
-    return {f"payload_{k}" if k in ("start", "end") else k: a  # type: ignore[misc]
+    return {f"payload_{k}" if k in ("start", "end") else k: a
             for k, a in fields.items()}
 
 
@@ -400,7 +400,7 @@ def _local(session: SparkSession) -> bool:
         master = session.sparkContext.master
     except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext: not local
         return False
-    return master.startswith("local")
+    return master is not None and master.startswith("local")
 
 
 def _staging_dir(session: SparkSession, staging: str | None, what: str) -> str | None:
@@ -468,7 +468,7 @@ def to_spark(spark: SparkSession | None, rows_or_messages: Iterable[Any],
     report = getattr(rows_or_messages, "report", None)
     if report is not None:
         try:
-            df.run_report = report
+            df.run_report = report  # type: ignore[attr-defined]
         except AttributeError:  # a DataFrame class that takes no attributes: the run warned
             pass
     return df
@@ -629,6 +629,7 @@ class FinalRowsSink:
     # -- the message path ---------------------------------------------------------------------
     def on_messages(self, messages: Iterable[Message]) -> None:
         """Apply a batch of result messages; write the rows each CTI makes final."""
+        msg: Any  # told apart by type() on this hot path
         for msg in messages:
             kind = type(msg)
             if kind is Insert:

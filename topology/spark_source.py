@@ -161,7 +161,7 @@ def ordered_record_batches(
                                  prefers_large_types=large == "true")
         sc = session.sparkContext
         with SCCallSiteSync(sc):
-            sock_info = sc._jvm.PythonRDD.toLocalIteratorAndServe(
+            sock_info = sc._jvm.PythonRDD.toLocalIteratorAndServe(  # type: ignore[union-attr]
                 ordered._jdf.toArrowBatchRdd(), True)
         column = start if split is not None else None
         latest = None
@@ -291,7 +291,8 @@ def _frame_to_arrow(df: DataFrame) -> pa.Table:
     """A micro-batch of a streaming source, whole (a micro-batch is bounded by its trigger)."""
     if hasattr(df, "toArrow"):  # PySpark >= 4
         return df.toArrow()
-    return pa.Table.from_batches(df._collect_as_arrow())  # PySpark 3.x
+    # PySpark 3.x (where a DataFrame's unknown attribute reads as a Column)
+    return pa.Table.from_batches(df._collect_as_arrow())  # type: ignore[operator]
 
 
 def spark_row_batches(
@@ -720,7 +721,9 @@ class SparkStreamFeeder:
     def await_termination(self, timeout_s: float | None = None) -> bool | None:
         """Block until the query stops (e.g. a ``availableNow`` trigger ran out of input)."""
         q = self._running()
-        return q.awaitTermination(timeout_s) if timeout_s is not None else q.awaitTermination()
+        if timeout_s is None:
+            return q.awaitTermination()
+        return q.awaitTermination(timeout_s)  # type: ignore[arg-type]  # (Spark takes a float)
 
     def stop(self) -> None:
         """Stop the Spark query (the Ingress keeps its state; :meth:`start` resumes)."""

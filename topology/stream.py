@@ -24,7 +24,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from operators import windows as w
 from operators.events import Message
@@ -52,6 +52,7 @@ class Stream:
     """An immutable handle on a logical query; every method returns a new Stream."""
 
     __slots__ = ("_node",)
+    _node: n.Node
 
     def __init__(self, node: n.Node) -> None:
         object.__setattr__(self, "_node", node)
@@ -250,8 +251,8 @@ class Stream:
         ``clock`` is the kind of time its schema says it carries (:mod:`topology.times`)."""
         stream = Stream.from_rows((), start=start, end=end, shape=shape, id=id,
                                   advance=advance, name=name)
-        return Stream(dataclasses.replace(stream._node, rows=batches, batched=True,
-                                          clock=clock))
+        node = cast(n.FromRows, stream._node)
+        return Stream(dataclasses.replace(node, rows=batches, batched=True, clock=clock))
 
     @staticmethod
     def published(query: str, name: str | None = None) -> Stream:
@@ -673,7 +674,8 @@ def _held_runs(node: n.Node) -> Iterator[Callable[[], None]]:
 
 def _spark_streams(node: n.Node) -> list[_SparkStream]:
     """The streaming Spark sources of a query tree."""
-    found = [node.messages] if isinstance(getattr(node, "messages", None), _SparkStream) else []
+    messages = getattr(node, "messages", None)
+    found = [messages] if isinstance(messages, _SparkStream) else []
     for child in node.inputs:
         found += [s for s in _spark_streams(child) if s not in found]
     return found

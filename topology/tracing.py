@@ -110,7 +110,7 @@ def clock_of(plan: Plan) -> str:
     return plan.clock
 
 
-def write_plan(trace: Trace, plan: Plan, **extra: Any) -> str:
+def write_plan(trace: _runtime.TraceSettings, plan: Plan, **extra: Any) -> str:
     """Write ``plan.json`` of ``trace`` (the trace's bounds included); returns its path."""
     os.makedirs(os.path.join(trace.path, "parts"), exist_ok=True)
     meta = plan_metadata(plan)
