@@ -1,0 +1,105 @@
+"""Where the memory of a long run goes, process by process: ``python -m benchmarks.memory_growth
+[--events N] [--chunk ROWS]``.
+
+``benchmarks.run`` reports one figure, the PSS growth of the driver plus every ``ray::`` worker
+over the second half of W1 deployed over 10M events. This run repeats it and splits the PSS by
+process (the driver, each operator actor by its step, other workers), samples how many column
+batches each edge holds in flight (the actors' ``stats()``), and prints the growth of each. A
+growth that follows the in-flight batches is backpressure holding data, bounded by
+``max_in_flight``; a growth that goes on with nothing in flight is a leak.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+from typing import Any
+
+from benchmarks import deps
+from benchmarks import workloads as wl
+from benchmarks.run import MB, cedar_processes, start_ray
+
+
+def _labels(query: Any) -> dict[int, str]:
+    """pid -> the step of each of the query's operator actors."""
+    import ray
+
+    refs = {step: h.__ray_call__.remote(lambda _self: os.getpid())
+            for step, h in query.handles.items()}
+    return {ray.get(ref): step for step, ref in refs.items()}
+
+
+def _pss_by_process(labels: dict[int, str]) -> dict[str, float]:
+    psutil = deps.psutil()
+    out: dict[str, float] = {}
+    for p in cedar_processes():
+        try:
+            info = p.memory_full_info()
+        except psutil.Error:
+            continue
+        name = "driver" if p.pid == os.getpid() else labels.get(p.pid, "other ray:: workers")
+        out[name] = out.get(name, 0.0) + getattr(info, "pss", info.rss) / MB
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--events", type=int, default=10_000_000)
+    ap.add_argument("--keys", type=int, default=1_000)
+    args = ap.parse_args()
+    import ray
+
+    start_ray()
+    n = args.events
+    progress, outs = [0], [0]
+    query = wl.w1(wl.source(wl.table_stream(n, args.keys, seed=6, progress=progress))).deploy(
+        f"bench-memgrowth-{os.getpid()}", detached=False)
+    labels = _labels(query)
+    samples: list[tuple[float, int, dict[str, float], int]] = []
+    stop = threading.Event()
+    t0 = time.perf_counter()
+
+    def in_flight() -> int:
+        try:
+            stats = query.stats()
+        except Exception:  # noqa: BLE001 - a step finishing while we look
+            return -1
+        return sum(int(s.get("in_flight", 0) or 0) for s in stats.values()
+                   if isinstance(s, dict))
+
+    def sample() -> None:
+        while not stop.is_set():
+            samples.append((time.perf_counter() - t0, progress[0], _pss_by_process(labels),
+                            in_flight()))
+            stop.wait(0.5)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        for _ in query.subscribe(snapshot=False):
+            outs[0] += 1
+    finally:
+        samples.append((time.perf_counter() - t0, progress[0], _pss_by_process(labels), 0))
+        stop.set()
+        sampler.join()
+        query.stop()
+        ray.shutdown()
+    base = next((s for s in samples if s[1] >= n / 2), samples[0])
+    last = samples[-1]
+    print(f"{n:,} events in {last[0]:.1f} s, load {os.getloadavg()[0]:.1f}; PSS MB by process "
+          f"(at half the events → at the end):")
+    for name in sorted(set(base[2]) | set(last[2])):
+        a, b = base[2].get(name, 0.0), last[2].get(name, 0.0)
+        print(f"  {name:40s} {a:8.0f} → {b:8.0f}  ({b - a:+.1f})")
+    total = sum(last[2].values()) - sum(base[2].values())
+    print(f"  {'total':40s} {sum(base[2].values()):8.0f} → {sum(last[2].values()):8.0f}  "
+          f"({total:+.1f})")
+    print("s, events offered, PSS total MB, batches in flight:")
+    for s, offered, by, flying in samples[:: max(1, len(samples) // 20)]:
+        print(f"  {s:6.1f} {offered:>12,} {sum(by.values()):8.0f} {flying:>4}")
+    print(f"RESULT pss_growth_mb={total:.1f} events={n} load={os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
