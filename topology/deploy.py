@@ -197,14 +197,11 @@ class _Sender:
 
 def _pulls(plan: Plan, step: str) -> Any:
     """The data of source ``step`` if its actor reads it itself (:meth:`OperatorShell.pull
-    <actors.shell.OperatorShell.pull>`): the files of ``from_spark(df, sources=N)``, marked
-    ``topology.stream._Batches(..., pulled=True)``; else None (fed batch by batch, as a
-    ``from_arrow`` table is)."""
+    <actors.shell.OperatorShell.pull>`), its feed being ``"actor"`` (the files of
+    ``from_spark(df, sources=N)``); else None (fed batch by batch, as a ``from_arrow`` table
+    is)."""
     src = plan.stages[step].source
-    data = getattr(src, "rows", None)
-    if not getattr(src, "batched", False) or not getattr(data, "pulled", False):
-        return None
-    return data
+    return src.rows if isinstance(src, n.FromRows) and src.feed == "actor" else None
 
 
 def _start_pulls(handles: list[Any], data: list[Any]) -> list[bool]:
@@ -497,22 +494,10 @@ def _placement(placement: str | dict[str, str]) -> Callable[[str], dict[str, Any
 
 
 def _fed_by_cluster(plan: Plan, step: str) -> bool:
-    """Whether any process can read source ``step`` again from its beginning: messages or
-    rows in a list, a table, files — not a generator or a Spark DataFrame (see
-    :class:`topology.stream._Batches`)."""
+    """Whether source ``step`` is fed by the cluster (its host or its own actor), not by this
+    driver: what its node declares (:data:`topology.nodes.Feed`)."""
     src = plan.stages[step].source
-    data = src.messages if isinstance(src, n.FromEvents) else getattr(src, "rows", None)
-    if isinstance(data, (list, tuple)):
-        return True
-    if not getattr(data, "portable", False):
-        return False
-    from ray import cloudpickle
-
-    try:
-        cloudpickle.dumps(data)
-    except Exception:  # noqa: BLE001 - it holds something only this process has
-        return False
-    return True
+    return isinstance(src, (n.FromEvents, n.FromRows)) and src.feed != "driver"
 
 
 def _encoder(plan: Plan, step: str) -> Callable[[Any], Any]:

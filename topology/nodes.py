@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from operators.expr import why_per_event
 from operators.udm import field_getter
@@ -122,6 +122,29 @@ def _how(f: Any) -> str:
 
 
 # -- sources --------------------------------------------------------------------------------------
+#: Who feeds a source's data to its actor when its query is deployed (:mod:`topology.deploy`):
+#: ``"driver"``, the process that deployed it (a generator, a Spark DataFrame: data only it
+#: holds); ``"host"``, the query's host actor (data any process can read again from its
+#: beginning: a list, an Arrow table; a restarted host feeds it anew); ``"actor"``, the source
+#: actor itself (files it reads faster than anyone could send them: the parts of
+#: ``from_spark(df, sources=N)``).
+Feed = Literal["driver", "host", "actor"]
+
+
+def who_feeds(data: Any) -> Feed:
+    """Who feeds ``data`` (see :data:`Feed`): what it declares as its ``feed`` (cedar's
+    re-readable batch sources, :class:`topology.stream._Batches`), ``"host"`` for a list or a
+    tuple, else ``"driver"`` (an iterator can be read once, by the process that holds it).
+
+    >>> who_feeds([1, 2]), who_feeds(iter([1, 2]))
+    ('host', 'driver')
+    """
+    if isinstance(data, (list, tuple)):
+        return "host"
+    declared = getattr(data, "feed", "driver")
+    return declared if declared in ("host", "actor") else "driver"
+
+
 @dataclass(frozen=True, eq=False, kw_only=True)
 class FromEvents(Node):
     """Replays a physical stream (validated: a malformed message goes to the dead letters)."""
@@ -134,6 +157,10 @@ class FromEvents(Node):
     clock: str | None = None
     verb: ClassVar[str] = "from_events"
     is_source: ClassVar[bool] = True
+
+    @property
+    def feed(self) -> Feed:
+        return who_feeds(self.messages)
 
     def describe(self) -> str:
         if self.batched:
@@ -157,6 +184,10 @@ class FromRows(Node):
     #: ``"ticks"``; None: the first row tells, :func:`topology.times.source_clock`)
     clock: str | None = None
     verb: ClassVar[str] = "from_rows"
+
+    @property
+    def feed(self) -> Feed:
+        return who_feeds(self.rows)
     is_source: ClassVar[bool] = True
 
     def describe(self) -> str:

@@ -175,7 +175,7 @@ class Stream:
                           partition_rows=rows)  # check the arguments now
         batches = _Batches(lambda: spark_row_batches(
             df, start, end, COLUMN_BATCH_ROWS, columnar=True, shape=shape,
-            partition_rows=rows), portable=False)
+            partition_rows=rows), feed="driver")
         return Stream._batched(batches, start, end, shape, id, advance, name or "spark",
                                spark_clock(df, start))
 
@@ -205,7 +205,7 @@ class Stream:
                                       None if staging is None else os.fspath(staging), what)
         table = StagedTable(df, start, end, shape, id, sources, directory, what)
         parts = [Stream._batched(
-            _Batches(StagedPart(table, i, start, end, COLUMN_BATCH_ROWS), pulled=True),
+            _Batches(StagedPart(table, i, start, end, COLUMN_BATCH_ROWS), feed="actor"),
             start, end, shape, id, advance, f"{base}[{i}]", spark_clock(df, start))
             for i in range(sources)]
         from .table_parts import UnionOfParts
@@ -636,16 +636,15 @@ class WindowedStream:
 
 
 class _Batches:
-    """An iterable that makes a fresh iterator of batches each time it is read; ``portable``:
-    any process of the cluster can read it (a table, files), so a deployed query's host
-    feeds it (:mod:`actors.host`), not the driver (a Spark DataFrame lives in its driver);
-    ``pulled``: its source actor reads it itself (``OperatorShell.pull``) on Ray -- only a
-    part of ``from_spark(df, sources=N)``, a file that the actor reads faster than anyone
-    could send it; a table in the driver's memory (``from_arrow``) is fed as any source."""
+    """An iterable that makes a fresh iterator of batches each time it is read, and declares
+    who feeds it on a cluster (:data:`topology.nodes.Feed`): ``"host"`` (the default) when any
+    process can read it (a table), so a deployed query's host feeds it (:mod:`actors.host`);
+    ``"driver"`` when it lives in the driver (a Spark DataFrame); ``"actor"`` when its source
+    actor reads it itself (``OperatorShell.pull``): only a part of ``from_spark(df,
+    sources=N)``, a file that the actor reads faster than anyone could send it."""
 
-    def __init__(self, make: Callable[[], Iterable[Any]], portable: bool = True,
-                 pulled: bool = False) -> None:
-        self.make, self.portable, self.pulled = make, portable, pulled
+    def __init__(self, make: Callable[[], Iterable[Any]], feed: n.Feed = "host") -> None:
+        self.make, self.feed = make, feed
 
     def __iter__(self) -> Any:
         return iter(self.make())

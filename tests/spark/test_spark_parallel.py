@@ -157,7 +157,7 @@ def test_a_source_that_fails_while_reading_fails_the_query_naming_its_step(ray_s
         for batch in _failing_batches():
             yield {k: np.asarray(v) for k, v in batch.items()}
 
-    s = Stream._batched(_Batches(make, pulled=True), "ts", None, "point", None, None,
+    s = Stream._batched(_Batches(make, feed="actor"), "ts", None, "point", None, None,
                         "reader")
     with pytest.raises(OperatorError, match=r"'reader'.*reading its source failed: OSError: "
                                             r"the disk went away"):
