@@ -54,6 +54,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any
@@ -282,8 +283,6 @@ def timeline(trace: str | Recording, step: str, out: str | None = None,
             times.append(ev.start)
             times.extend(t for t in [ev.end, *ev.ends] if t < MAX_TIME)
     lo, hi = (min(times), max(times)) if times else (0, 1)
-    if start is not None and end is not None and start < end < MAX_TIME:
-        lo, hi = start, end  # the range asked for, not what its events reach out to
     pad = max(1, (hi - lo) // 20)
     left, right = lo - pad, hi + 2 * pad
     heights = [p.rows + 1.5 for p in panels.values()]
@@ -298,7 +297,8 @@ def timeline(trace: str | Recording, step: str, out: str | None = None,
             _draw_density(ax, p, left, right, clock)
         else:
             ax.set_ylim(p.rows - 0.5, -1.0)
-            _draw_rows(ax, Rectangle, p, left, right, label, lanes, clock)
+            _draw_rows(ax, Rectangle, p, left, right, label, clock,
+                       _tick_time(clock, left, right, tz))
             if p.mode == "lanes":
                 name += f"\nby {lanes if isinstance(lanes, str) else 'key'}"
         ax.set_ylabel(name)
@@ -333,7 +333,7 @@ def _id_text(id_repr: str) -> str:
 
 
 def _draw_rows(ax: Any, rect: Any, p: _Panel, left: int, right: int, label: str | None,
-               lanes: str | bool | None, clock: str | None) -> None:
+               clock: str | None, time: TimeText | None) -> None:
     """A panel of events one per row, or of lanes (their events, or density strips)."""
     if p.mode == "events":
         ax.set_yticks(range(len(p.shown)), [_id_text(ev.id) for _, ev in p.shown],
@@ -347,13 +347,13 @@ def _draw_rows(ax: Any, rect: Any, p: _Panel, left: int, right: int, label: str 
                        alpha=0.07 if k % 2 else 0.0, linewidth=0, zorder=0
                        ).set_gid(f"lane-{p.direction}-{k}")
     if p.dense:
-        _draw_strips(ax, p, left, right)
+        _draw_strips(ax, p, left, right, clock)
         return
     # a label is left out where it would overlap the one before it on its row
     per_char = 6 * 0.62 / 72 / 8.6 * (right - left)  # a character's width, in ticks
     label_end: dict[int, float] = {}
     for n, ev in p.shown:
-        text = payload_label(ev.payload, label, key=ev.lane)
+        text = payload_label(ev.payload, label, key=ev.lane, time=time)
         room = p.mode == "events" or ev.start >= label_end.get(ev.row, -math.inf)
         if room:
             label_end[ev.row] = ev.start + (len(text) + 2) * per_char
@@ -435,11 +435,11 @@ def _draw_density(ax: Any, p: _Panel, left: int, right: int, clock: str | None) 
             bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
 
 
-def _draw_strips(ax: Any, p: _Panel, left: int, right: int) -> None:
+def _draw_strips(ax: Any, p: _Panel, left: int, right: int, clock: str | None) -> None:
     """Each lane as a strip whose shade is how many of its events start in each slot."""
     import numpy as np
 
-    _, edges = _slots(left, right, None)
+    _, edges = _slots(left, right, clock)
     row = {name: first for name, first, _ in p.lanes}
     grid = np.zeros((max(1, len(p.lanes)), len(edges) - 1))
     for ev in p.events:
@@ -576,7 +576,34 @@ def _number(text: str) -> str:
     return f"{v:.1f}" if abs(v) >= 1000 else f"{v:.4g}"
 
 
-def _items(payload: str, key: str | None) -> str | None:
+#: a ``datetime.datetime(...)`` in a payload's repr: its numbers and whether it is in UTC
+_DATETIME = re.compile(r"datetime\.datetime\(([\d, ]+)(, tzinfo=datetime\.timezone\.utc)?\)")
+
+#: a tick as a time for a label (None: not a time of the picture), see :func:`_tick_time`
+TimeText = Callable[[int], "str | None"]
+
+
+def _value(text: str, time: TimeText | None) -> str:
+    """A payload field's value for a label: a float cut (:func:`_number`), an integer that
+    is a time of the picture or a ``datetime`` in UTC as that time (``time``)."""
+    if time is not None:
+        if re.fullmatch(r"-?\d{10,}", text):
+            return time(int(text)) or text
+        got = _DATETIME.fullmatch(text)
+        if got:
+            import datetime as dt
+
+            n = [int(v) for v in got.group(1).split(",")] + [0] * 7
+            when = dt.datetime(n[0], n[1], n[2], n[3], n[4], n[5], n[6], tzinfo=dt.UTC)
+            if got.group(2):
+                tick = (when - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(
+                    microseconds=1)
+                return time(tick) or text
+            return when.isoformat(sep=" ").removesuffix("+00:00")
+    return _number(text)
+
+
+def _items(payload: str, key: str | None, time: TimeText | None = None) -> str | None:
     """A payload that is a tuple or list (a keyed output ``('m000', 0.451)``), a number or a
     string, as its items without brackets and quotes, the leading ``key`` left out; None
     when it is none of these."""
@@ -589,16 +616,18 @@ def _items(payload: str, key: str | None) -> str | None:
         items = items[1:]
     if not all(isinstance(v, (str, int, float, bool)) or v is None for v in items):
         return None
-    return ", ".join(v if isinstance(v, str) else _number(repr(v)) for v in items)
+    return ", ".join(v if isinstance(v, str) else _value(repr(v), time) for v in items)
 
 
 def payload_label(payload: str, field: str | None = None, width: int = 28,
-                  key: str | None = None) -> str:
+                  key: str | None = None, time: TimeText | None = None) -> str:
     """A payload's label in a picture: its field ``field`` when given (``kwh=0.42``), else
     its fields as ``name=value`` without braces and quotes, cut at a field's end when it is
     longer than ``width`` characters; a tuple as its items (``m000, 0.451``); in the lane of
     its ``key`` (``m000``), without the key (``0.451``, ``kwh=0.42``); anything else
-    shortened. Floats show four significant digits.
+    shortened. Floats show four significant digits; with ``time`` (a picture's
+    :func:`_tick_time`), an integer or a datetime that is a time of the picture shows as that
+    time.
 
     >>> payload_label("{'meter': 'm000', 'kwh': 0.42, 'ts': 1767225600}", "kwh")
     'kwh=0.42'
@@ -607,7 +636,7 @@ def payload_label(payload: str, field: str | None = None, width: int = 28,
     >>> payload_label("('m000', 0.4513333333333333)"), payload_label("('m000', 0.451)", key="m000")
     ('m000, 0.4513', '0.451')
     """
-    fields = [(k, _number(v.strip().strip("'\""))) for k, v in _FIELD.findall(payload)]
+    fields = [(k, _value(v.strip().strip("'\""), time)) for k, v in _FIELD.findall(payload)]
     if field is not None:
         chosen = [f"{k}={v}" for k, v in fields if k == field]
         if chosen:
@@ -615,7 +644,7 @@ def payload_label(payload: str, field: str | None = None, width: int = 28,
     if key is not None and len(fields) > 1:  # in its key's lane, the key goes without saying
         fields = [(k, v) for k, v in fields if v != key] or fields
     if not fields:
-        items = _items(payload, key)
+        items = _items(payload, key, time)
         return _short(payload if items is None else items, width)
     text = ""
     for k, v in fields:
@@ -635,6 +664,28 @@ _STEPS = [m * 10**e for e in range(6) for m in (1, 2, 5)] + [
                      91 * 86400, 365 * 86400)] + [10**e * 365 * 86400 * _S for e in range(1, 5)]
 
 
+def _tick_time(clock: str | None, left: int, right: int, tz: str | None) -> TimeText | None:
+    """How a picture spanning ``[left, right)`` shows a time: the time of day (to the
+    millisecond at most, without its zone) when it spans less than a day, else the date and
+    the minute; a tick more than the picture's span away from it is no time of it (None).
+    None when the trace's times are plain ticks."""
+    if clock != TIMESTAMPS:
+        return None
+    zone = parse_tz(tz)
+    span = right - left
+    one_day = span < 86_400_000_000
+
+    def text(t: int) -> str | None:
+        if not left - span <= t <= right + span:
+            return None
+        shown = show_time(t, clock, zone)
+        if one_day:
+            return re.sub(r"(Z|[+-]\d\d:\d\d)$", "", shown[11:])[:12]
+        return shown[:16].replace("T", " ")
+
+    return text
+
+
 def _time_axis(ax: Any, clock: str | None, lo: int, left: int, right: int,
                tz: str | None) -> str:
     """Put readable labels on ``ax``'s time axis, never in offset notation: times (the
@@ -652,13 +703,8 @@ def _time_axis(ax: Any, clock: str | None, lo: int, left: int, right: int,
     zone = parse_tz(tz)
     first = show_time(lo, clock, zone)
     one_day = right - left < 86_400_000_000
-
-    def fmt(x: float, _: Any) -> str:
-        text = show_time(round(x), clock, zone)
-        if one_day:  # the time of day, to the millisecond at most, without its zone
-            return re.sub(r"(Z|[+-]\d\d:\d\d)$", "", text[11:])[:12]
-        return text[:16].replace("T", " ")
-
-    ax.xaxis.set_major_formatter(FuncFormatter(fmt))
+    text = _tick_time(clock, left, right, tz)
+    assert text is not None
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: text(round(x)) or ""))
     name = "UTC" if zone is UTC else str(zone)
     return f"time ({name}, {first[:10]})" if one_day else f"time ({name})"

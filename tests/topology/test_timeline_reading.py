@@ -284,3 +284,38 @@ def test_payload_labels_read_readably():
     assert payload_label("{'n': 1767225600, 'x': 12345.678}") == "n=1767225600 x=12345.7"
     assert payload_label("('m000', 0.5)", "kwh") == "m000, 0.5"  # no such field: the payload
     assert payload_label("'" + "x" * 40 + "'") == "x" * 27 + "…"
+
+
+def test_payload_fields_that_are_times_of_the_picture_read_as_times(tmp_path):
+    # a reading's own "at" field (µs since the epoch, as the demo's meters carry it) and a
+    # datetime field read as the times on the axis; a large integer that is no time stays
+    rows = [{"meter": "m000", "at": int(T0.timestamp()) * US + i * 10 * US + 603_172,
+             "when": T0 + datetime.timedelta(seconds=10 * i), "n": 12_345_678_901}
+            for i in range(4)]
+    path = str(tmp_path / "trace")
+    Stream.from_rows(rows, start="when").where(lambda r: True).collect(
+        runtime="inline", trace=path)
+    out = tmp_path / "t.svg"
+    timeline(path, "where", out=str(out), label="at")
+    assert _texts(out.read_text(), "label-in-")[:2] == ["at=00:00:00.603", "at=00:00:10.603"]
+    timeline(path, "where", out=str(out), label="when")
+    assert _texts(out.read_text(), "label-in-")[1] == "when=00:00:10"
+    timeline(path, "where", out=str(out), label="n")
+    assert _texts(out.read_text(), "label-in-")[0] == "n=12345678901"
+
+
+def test_the_timeline_command_draws_lanes_or_rows(tmp_path, capsys):
+    from topology.cli import main
+
+    path = str(tmp_path / "trace")
+    Stream.from_rows(_readings(), start="ts").where(lambda r: True).collect(
+        runtime="inline", trace=path)
+    out = tmp_path / "c.svg"
+    assert main(["timeline", path, "--step", "where", "-o", str(out), "--lanes", "meter"]) == 0
+    assert len(_lanes(_groups(out.read_text()), "in")) == METERS
+    assert main(["timeline", path, "--step", "where", "-o", str(out), "--rows"]) == 0
+    g = _groups(out.read_text())
+    assert len([k for k in g if k.startswith("point-in-")]) == 40 and "more-in" in g
+    assert main(["timeline", path, "--step", "where", "-o", str(out)]) == 0
+    assert "density-in" in _groups(out.read_text())
+    capsys.readouterr()
