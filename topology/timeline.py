@@ -535,7 +535,9 @@ def _draw_windows(ax: Any, rect: Any, info: dict[str, Any], outs: list[_Event],
         if new and len(seen) >= MAX_WINDOWS:
             return True
         j = seen.setdefault((s, e), len(seen))
-        if new:  # one bracket per distinct window, even one whose output was deleted
+        # one bracket per distinct window, even one whose output was deleted; over lanes,
+        # only windows of a grid common to every key (another key's session is not yours)
+        if new and (not lanes or "size" in spec):
             if panel.mode == "density":
                 y, h = top * (0.95 - 0.05 * (j % 2)), -top * 0.04
             else:
@@ -641,8 +643,9 @@ def payload_label(payload: str, field: str | None = None, width: int = 28,
         chosen = [f"{k}={v}" for k, v in fields if k == field]
         if chosen:
             return _short(chosen[0], width)
-    if key is not None and len(fields) > 1:  # in its key's lane, the key goes without saying
-        fields = [(k, v) for k, v in fields if v != key] or fields
+    same = [i for i, (_, v) in enumerate(fields) if v == key]
+    if key is not None and len(fields) > 1 and same:  # in its key's lane, the key is known
+        del fields[same[0]]
     if not fields:
         items = _items(payload, key, time)
         return _short(payload if items is None else items, width)
