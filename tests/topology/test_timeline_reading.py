@@ -284,6 +284,28 @@ def test_payload_labels_read_readably():
     assert payload_label("{'n': 1767225600, 'x': 12345.678}") == "n=1767225600 x=12345.7"
     assert payload_label("('m000', 0.5)", "kwh") == "m000, 0.5"  # no such field: the payload
     assert payload_label("'" + "x" * 40 + "'") == "x" * 27 + "…"
+    assert payload_label("{'k': 0, 'v': 0}", key="0") == "v=0"  # the key's field only
+
+
+def test_keyed_sessions_are_bands_in_their_lane_without_brackets_mixing_keys(tmp_path):
+    # two keys with sessions at different times: a bracket over all lanes would mix them
+    evs = [Insert(i, t, t + 1, {"k": k}) for i, (k, t) in
+           enumerate([("a", 0), ("a", 2), ("b", 5), ("b", 6), ("a", 20), ("b", 30)])] + [Cti(50)]
+    path = str(tmp_path / "trace")
+    Stream.from_events(evs).group_apply(
+        lambda p: p["k"], lambda g: g.session_window(4).aggregate(Count())).collect(
+        runtime="inline", trace=path)
+    out = tmp_path / "s.svg"
+    timeline(path, "group_apply", out=str(out))
+    g = _groups(out.read_text())
+    lanes = _lanes(g, "in")
+    assert len(lanes) == 2
+    bands = sorted(k for k in g if k.startswith("band-"))
+    assert len(bands) == 4  # a: [0, 6) [20, 24); b: [5, 10) [30, 34)
+    for b in bands:
+        _, _, ya, yb = _box(g[b])
+        assert any(lo - 0.01 <= ya and yb <= hi + 0.01 for lo, hi in lanes), b
+    assert not [k for k in g if re.fullmatch(r"window-\d+", k)]
 
 
 def test_payload_fields_that_are_times_of_the_picture_read_as_times(tmp_path):
