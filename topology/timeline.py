@@ -439,7 +439,7 @@ def _draw_strips(ax: Any, p: _Panel, left: int, right: int, clock: str | None) -
     """Each lane as a strip whose shade is how many of its events start in each slot."""
     import numpy as np
 
-    _, edges = _slots(left, right, clock)
+    size, edges = _slots(left, right, clock)
     row = {name: first for name, first, _ in p.lanes}
     grid = np.zeros((max(1, len(p.lanes)), len(edges) - 1))
     for ev in p.events:
@@ -454,7 +454,8 @@ def _draw_strips(ax: Any, p: _Panel, left: int, right: int, clock: str | None) -
               vmax=max(1.0, float(grid.max())) * 1.4,  # the fullest slot not black
               extent=(float(edges[0]), float(edges[-1]), len(p.lanes) - 0.5, -0.5)
               ).set_gid(f"density-{p.direction}")
-    ax.text(0.005, 0.99, f"{len(p.events):,} events: the darker, the more in a slot",
+    ax.text(0.005, 0.99, f"{len(p.events):,} events: the darker a slot of "
+            f"{show_duration(size, clock)}, the more start in it",
             transform=ax.transAxes, fontsize=7, va="top", color="0.25", zorder=5,
             bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
 

@@ -245,6 +245,7 @@ def test_many_events_of_a_keyed_step_are_density_strips_and_lanes_stop_at_limit(
     assert len(_lanes(g, "in")) == 5 and {"density-in", "density-out"} <= g.keys()
     assert not any(k.startswith(("event-", "point-")) for k in g)
     assert _ticks(svg, "axes_1", "y") == ["k0", "k1", "k2", "k3", "k4"]
+    assert re.search(r"500 events: the darker a slot of \d+ ms, the more start in it", svg)
     # 50 keys, 10 rows: ten lanes and a note of the others
     timeline(_recording(200, keys=50), "s", out=str(out), limit=10)
     svg = out.read_text()
