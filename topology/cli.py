@@ -132,15 +132,24 @@ def _parser() -> argparse.ArgumentParser:
         "timeline", help="a picture of one step's input and output on the time axis",
         description="Draw the events that entered and left --step of TRACE as bars on the "
                     "time axis (points as ticks, open events to the edge, retracted parts "
-                    "hatched, CTIs as dashed lines, windows as brackets) into -o FILE (.svg, "
-                    ".png, .pdf). Needs matplotlib: pip install 'cedar[viz]'.")
+                    "hatched and struck through, CTIs as dashed lines, windows as shaded bands "
+                    "under brackets; one lane per key for a keyed step or --lanes, a density "
+                    "past --limit events) into -o FILE (.svg, .png, .pdf). Needs matplotlib: "
+                    "pip install 'cedar[viz]'.")
     tl.add_argument("trace", help="the trace directory")
     tl.add_argument("--step", required=True, help="the step (its id or a prefix)")
     tl.add_argument("-o", "--out", required=True, help="the picture file (.svg, .png, .pdf)")
     tl.add_argument("--from", dest="start", type=int, default=None,
                     help="only events overlapping [FROM, TO) (ticks)")
     tl.add_argument("--to", dest="end", type=int, default=None, help="see --from")
-    tl.add_argument("--limit", type=int, default=40, help="events per panel (default 40)")
+    tl.add_argument("--limit", type=int, default=40,
+                    help="rows per panel: events or lanes (default 40)")
+    tl.add_argument("--lanes", default=None, metavar="FIELD",
+                    help="one lane per value of this payload field (default: one lane per key "
+                         "for a keyed step; else one row per event up to --limit, a density "
+                         "beyond)")
+    tl.add_argument("--rows", action="store_true",
+                    help="one row per event, the first --limit, never lanes or a density")
     tl.add_argument("--label", default=None, metavar="FIELD",
                     help="label each event by this field of its payload (default: the payload, "
                          "shortened)")
@@ -347,7 +356,8 @@ def _timeline(args: Any) -> int:
 
     try:
         timeline(args.trace, args.step, out=args.out, start=args.start, end=args.end,
-                 limit=args.limit, label=args.label, tz=args.tz)
+                 limit=args.limit, label=args.label, tz=args.tz,
+                 lanes=args.lanes or (False if args.rows else None))
     except (FileNotFoundError, KeyError, ImportError, ValueError) as exc:
         print(f"cedar timeline: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
