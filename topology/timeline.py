@@ -35,8 +35,9 @@ from datetime import UTC
 from typing import Any
 
 from operators.events import MAX_TIME
+from operators.windows.window_of import spec_from_dict, window_of
 
-from .debug import Recording, Row, window_range
+from .debug import Recording, Row
 from .times import TIMESTAMPS, parse_tz, show_time
 
 #: Lanes drawn per panel at most (the first events the step saw).
@@ -168,15 +169,17 @@ def _draw_event(ax: Any, rect: Any, direction: str, i: int, ev: _Event, right: i
 def _draw_windows(ax: Any, info: dict[str, Any], outs: list[_Event], ins: list[_Event]
                   ) -> None:
     """Brackets over the input panel: the window of each output event
-    (:func:`topology.debug.window_range`; a group's snapshot windows from all its inputs)."""
+    (:func:`operators.windows.window_of.window_of`; a group's windows from all its inputs)."""
     window = info if info.get("kind") == "window" else info.get("sub", {})
     if window.get("kind") != "window":
         window = next((m for m in window.get("members", ()) if m.get("kind") == "window"), {})
-    count = window.get("spec", {}).get("kind") == "count"  # drawn as its output point
-    evs = [{"start": ev.start, "end": ev.ends[-1] if ev.ends else ev.end} for ev in ins]
+    if "spec" not in window:
+        return
+    spec = spec_from_dict(window["spec"])
+    lives = [(ev.start, ev.ends[-1] if ev.ends else ev.end) for ev in ins]
     seen: set[tuple[int, int]] = set()
     for ev in outs:
-        s, e = (ev.start, ev.end) if count else window_range(window, ev.start, ev.end, evs)
+        s, e, _ = window_of(spec, window.get("output"), ev.start, ev.end, lives)
         if e >= MAX_TIME or (s, e) in seen:
             continue
         seen.add((s, e))

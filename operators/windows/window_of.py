@@ -108,10 +108,8 @@ def _hopping(spec: HoppingWindow, output: str, s: int, e: int) -> WindowRange:
         return WindowRange(s + spec.hop - spec.size, s + spec.hop)
     g = Grid(spec.size, spec.hop, spec.alignment)
     last = g.last_starting_before(s + 1)  # a window holds the row's start...
-    if output == "clip":  # ... and its end: the row is cut to the window
-        first = g.first_ending_after(e - 1)
-    else:  # keep: a row never starts before its window
-        first = g.first_ending_after(s)
+    # ... and, clip: its end (the row is cut to the window); keep: none starts before its window
+    first = g.first_ending_after(e - 1 if output == "clip" else s)
     if first > last:
         return WindowRange(s, e, False)
     return WindowRange(g.start(first), g.end(last), output == "clip" and first == last)

@@ -153,5 +153,4 @@ def test_window_of_is_the_keyed_aggregates_window(spec: Any, output: str,
 def test_spec_from_dict_round_trips_what_a_trace_writes() -> None:
     for spec in (HoppingWindow(10, 5, 2), HoppingWindow(4, 4), SnapshotWindow(),
                  CountWindow(3, "end"), SessionWindow(5, 20)):
-        fields = {k: v for k, v in vars(spec).items()}
-        assert spec_from_dict({"kind": spec.kind, **fields}) == spec
+        assert spec_from_dict({"kind": spec.kind, **vars(spec)}) == spec
