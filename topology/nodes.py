@@ -510,40 +510,12 @@ class Distinct(Node):
         return "distinct()" if self.key is None else f"distinct(key={_fn(self.key)})"
 
 
-# -- nodes only the planner makes ----------------------------------------------------------------
-@dataclass(frozen=True, eq=False, kw_only=True)
-class Sink(Node):
-    """The query's output (step ``sink``), publishing its one input: the planner adds it."""
-
-    verb: ClassVar[str] = "sink"
-    trace_kind: ClassVar[str] = "sink"
-
-    def describe(self) -> str:
-        return "publish"
-
-
-@dataclass(frozen=True, eq=False, kw_only=True)
-class MergePartitions(Node):
-    """The merge of a ``group_apply(..., partitions=N)``'s N partition stages (a union whose
-    CTI is the minimum of theirs): the planner adds it, with the group_apply as its input."""
-
-    partitions: int
-    verb: ClassVar[str] = "merge"
-    trace_kind: ClassVar[str] = "union"
-
-    def describe(self) -> str:
-        return f"merge {self.partitions} partitions"
-
-
 #: Every node type a plan may hold (the planner has one function for each).
 NODE_TYPES: tuple[type[Node], ...] = (
     FromEvents, FromRows, Published, GroupInput, Where, Select, AlterLifetime, Shift, ToPoints,
     ClipDuration, Window, Join, AntiJoin, LeftJoin, Union, GroupApply,
     Scan, Distinct,
 )
-#: The node types only the planner makes (a query tree never holds them).
-PLANNER_NODE_TYPES: tuple[type[Node], ...] = (Sink, MergePartitions)
-
-__all__ = [t.__name__ for t in NODE_TYPES + PLANNER_NODE_TYPES] + [
-    "NODE_TYPES", "PLANNER_NODE_TYPES", "SINK_STEP", "Node", "check_query_name",
-    "check_step_name", "trace_chain"]
+__all__ = [t.__name__ for t in NODE_TYPES] + ["NODE_TYPES", "SINK_STEP", "Node",
+                                              "check_query_name", "check_step_name",
+                                              "trace_chain"]

@@ -1,13 +1,15 @@
 """The physical plan both runtimes execute: :class:`Stage` (one operator, what a runtime
-instantiates in an actor or inline) and :class:`Plan` (the stages in topological order and
-their edges). :mod:`topology.planner` builds plans from a logical tree; nothing here runs them.
+instantiates in an actor or inline, with the logical nodes it runs) and :class:`Plan` (the
+stages in topological order and their edges), and the two nodes only the planner makes
+(:class:`Sink`, :class:`MergePartitions`). :mod:`topology.planner` builds plans from a logical
+tree; nothing here runs them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from operators.processor import Processor
 
@@ -15,6 +17,36 @@ from . import nodes as n
 from .routing import OutEdge
 
 Factory = Callable[[], Processor]
+
+
+# -- the nodes only the planner makes (a query tree never holds them; Stream builds none) ---------
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Sink(n.Node):
+    """The query's output (step ``sink``), publishing its one input: the planner adds it."""
+
+    verb: ClassVar[str] = "sink"
+    trace_kind: ClassVar[str] = "sink"
+
+    def describe(self) -> str:
+        return "publish"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class MergePartitions(n.Node):
+    """The merge of a ``group_apply(..., partitions=N)``'s N partition stages (a union whose
+    CTI is the minimum of theirs): the planner adds it, with the group_apply as its input."""
+
+    partitions: int
+    verb: ClassVar[str] = "merge"
+    trace_kind: ClassVar[str] = "union"
+
+    def describe(self) -> str:
+        return f"merge {self.partitions} partitions"
+
+
+#: The node types only the planner makes (it has a builder for each, as for
+#: :data:`topology.nodes.NODE_TYPES`).
+PLANNER_NODE_TYPES: tuple[type[n.Node], ...] = (Sink, MergePartitions)
 
 
 @dataclass
@@ -29,8 +61,8 @@ class Stage:
     describe: str
     #: The logical nodes the stage runs, in data order: one, or the several of a fused chain
     #: (stateless span operators, after their source or not). The planner's own stages hold
-    #: its own nodes: the output's :class:`~topology.nodes.Sink`, a partitioned group_apply's
-    #: :class:`~topology.nodes.MergePartitions` (its partitions hold the group_apply).
+    #: its own nodes: the output's :class:`Sink`, a partitioned group_apply's
+    #: :class:`MergePartitions` (its partitions hold the group_apply).
     nodes: tuple[n.Node, ...]
     role: str = "operator"  # "source", "operator" or "sink"
     stateless: bool = False

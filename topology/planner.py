@@ -58,7 +58,7 @@ from operators.windows.spec import SessionWindow
 
 from . import nodes as n
 from .dag import DagProcessor
-from .plan import Factory, Plan, Stage
+from .plan import Factory, MergePartitions, Plan, Sink, Stage
 from .routing import OutEdge, Partitioner
 
 
@@ -272,11 +272,11 @@ def _b_passthrough(node: n.Node, step: str) -> Factory:
     return functools.partial(Passthrough, step)
 
 
-def _b_sink(node: n.Sink, step: str) -> Factory:
+def _b_sink(node: Sink, step: str) -> Factory:
     return functools.partial(Publish, step)
 
 
-def _b_merge(node: n.MergePartitions, step: str) -> Factory:
+def _b_merge(node: MergePartitions, step: str) -> Factory:
     return functools.partial(Union, node.partitions, name=step)
 
 
@@ -292,8 +292,8 @@ BUILDERS: dict[type[n.Node], Callable[[Any, str], Factory]] = {
 BUILDERS[n.FullOuterJoin] = _b_full_outer_join
 BUILDERS[n.ImportCti] = _b_import_ctis
 BUILDERS[n.Late] = _b_late
-BUILDERS[n.Sink] = _b_sink
-BUILDERS[n.MergePartitions] = _b_merge
+BUILDERS[Sink] = _b_sink
+BUILDERS[MergePartitions] = _b_merge
 
 
 # -- the tree walk ------------------------------------------------------------------------------
@@ -382,7 +382,7 @@ def plan(root: n.Node, *, fuse: bool = False, sink: bool = True) -> Plan:
     root_step = steps[id(root)][1]
     out = root_step
     if sink:
-        out_node = n.Sink(inputs=(root,))
+        out_node = Sink(inputs=(root,))
         stages["sink"] = Stage("sink", _b_sink(out_node, "sink"), 1, out_node.describe(),
                                (out_node,), role="sink")
         edges["sink"] = []
@@ -405,7 +405,7 @@ def _partitioned(node: n.GroupApply, step: str, src: str, stages: dict[str, Stag
                               f"{_describe(node, factory)} partition {p} of {k}", (node,))
         edges[pstep] = [OutEdge(step, p)]
         edges[src].append(OutEdge(pstep, 0, part, p))
-    merge = n.MergePartitions(inputs=(node,), partitions=k)
+    merge = MergePartitions(inputs=(node,), partitions=k)
     stages[step] = Stage(step, _b_merge(merge, step), k, merge.describe(), (merge,))
     edges[step] = []
 
