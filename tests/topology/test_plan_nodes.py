@@ -115,3 +115,53 @@ def test_a_new_node_type_is_traced_by_what_it_declares(tmp_path, monkeypatch):
                                        .leaves()}
               for r in rec.events(step="sink", direction="out", kind="insert")}
     assert causes == {(0, 3): {"'a'"}, (3, 6): {"'c'"}}  # b was dropped before the window
+
+
+def test_a_trace_written_before_the_nodes_is_still_read(tmp_path):
+    """plan.json from before (processor class names, no ``node``): kinds, specs and output
+    policies are what the debugger reads, and they kept their names."""
+    evs = [Insert(i, t, t + 2, i) for i, t in enumerate([0, 1, 4, 6])] + [Cti(20)]
+    path = str(tmp_path)
+    (Stream.from_events(evs).where(lambda p: True).hopping_window(4, 2, output="point_end")
+     .aggregate(Count())).collect(runtime="inline", trace=path)
+    rec = Recording.open(path)
+    now = {(r["start"], r["end"]): {x["id"] for x in rec.root_cause("sink", r["id"]).leaves()}
+           for r in rec.events(step="sink", direction="out", kind="insert")}
+    old = {"from_events#0": {"kind": "source", "class": "EventsSource"},
+           "where#1": {"kind": "span", "class": "Where"},
+           "hopping.aggregate#2": {"kind": "window", "class": "HoppingWindowOperator",
+                                   "spec": {"kind": "hopping", "size": 4, "hop": 2,
+                                            "alignment": 0},
+                                   "output": "point_end", "keyed": False},
+           "sink": {"kind": "sink", "class": "Publish"}}
+    with open(os.path.join(path, "plan.json"), encoding="utf-8") as f:
+        meta = json.load(f)
+    for step, info in meta["steps"].items():
+        meta["steps"][step] = {**old[step], "describe": info["describe"], "role": info["role"],
+                               "inputs": info["inputs"]}
+    with open(os.path.join(path, "plan.json"), "w", encoding="utf-8") as f:
+        json.dump(meta, f)
+    before = Recording.open(path)
+    assert {(r["start"], r["end"]): {x["id"] for x in before.root_cause("sink", r["id"])
+                                     .leaves()}
+            for r in before.events(step="sink", direction="out", kind="insert")} == now
+    assert now[(3, 4)] == {"0", "1"}  # window [0, 4): the events overlapping it
+
+
+def test_a_keep_row_says_its_window_is_a_guess(tmp_path):
+    #   tumbling_window(5), output="keep": a UDO may stamp its rows anywhere after its window's
+    #   start, so the row [6, 7) is explained by the window holding its start, as a guess
+    from operators.udm import TimeSensitiveOperator
+
+    class Stamp(TimeSensitiveOperator):
+        def compute(self, events, window):
+            return [(s, e, 1) for s, e, _ in events]
+
+    path = str(tmp_path)
+    (Stream.from_events([Insert("a", 6, 7, 1), Cti(20)]).tumbling_window(5, output="keep")
+     .apply(Stamp())).collect(runtime="inline", trace=path)
+    rec = Recording.open(path)
+    (row,) = rec.events(step="sink", direction="out", kind="insert")
+    cause = rec.root_cause("sink", row["id"])
+    assert {x["id"] for x in cause.leaves()} == {"'a'"}
+    assert not cause.complete and "does not say which window" in cause.incomplete[0]
