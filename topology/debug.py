@@ -18,7 +18,8 @@ window whose members changed while its result did not is explained by its member
   the same id; ``alter_lifetime``: the id it was minted from; ``union`` and the merge of
   partitions: the id tagged with its input (:func:`operators.union.tag_id`);
 * windows: the *members*, the input events that belong to the output's window (overlap it;
-  for count windows, start (end) in it), of the same key for a keyed window;
+  for count and session windows, start (end) in it), of the same key for a keyed window; the
+  window is :func:`operators.windows.window_of.window_of` of the step's spec and output policy;
 * ``group_apply``: the events of the output's key, and of those the one its sub-query kept
   (span operators: the same id) or the members of its window;
 * joins: the left and right events with equal keys whose intersection is the output's
@@ -60,6 +61,7 @@ from typing import Any
 
 from operators.events import MAX_TIME
 from operators.union import tag_id
+from operators.windows.window_of import in_window, spec_from_dict, window_of
 
 from .times import show_time
 
@@ -289,16 +291,16 @@ class Recording:
             evs = list(alive.get(0, {}).values())
             if info.get("keyed"):
                 evs = [ev for ev in evs if ev["key"] == row["key"]]
-            members, (lo, hi) = _window_members(info, evs, s, e)
-            self._check_region(step, lo, hi, gaps)
+            members = self._window_members(step, info, evs, s, e, gaps)
             return [(0, ev) for ev in members]
         if kind == "group_apply":
             return [(0, ev) for ev in self._group_members(step, info, alive, row, gaps)]
         if kind in ("join", "left_join", "anti_join"):
             return _join_members(kind, info, alive, row)
         # other steps: every input event overlapping the output
-        gaps.append(f"step {step!r} ({info.get('class', kind)}) has no cause rule: every "
-                    f"input event overlapping its output is shown")
+        what = info.get("node", info.get("class", kind))  # (class: traces before nodes)
+        gaps.append(f"step {step!r} ({what}) has no cause rule: every input event overlapping "
+                    f"its output is shown")
         self._check_region(step, s, e, gaps)
         return [(p, ev) for p, evs in alive.items() for ev in evs.values()
                 if ev["start"] < e and ev["end"] > s]
@@ -318,20 +320,40 @@ class Recording:
         s, e = row["start"], row["end"]
         if w is not None and all(m.get("kind") == "span" for i, m in enumerate(members)
                                  if i != w):
-            before = {m.get("class") for m in members[:w]}
-            after = {m.get("class") for m in members[w + 1:]}
-            if not before <= _KEEPS_TIME or not after <= _KEEPS_TIME:
+            # what the span nodes around the window declare (plan.json, Node.trace_info)
+            if not all(m.get("keeps_time") for i, m in enumerate(members) if i != w):
                 gaps.append(f"the sub-query of {step!r} moves lifetimes around its window "
                             f"(not traced): its members are approximate")
-            elif before & _DROPS:
+            elif any(m.get("drops") for m in members[:w]):
                 gaps.append(f"the sub-query of {step!r} filters before its window (not "
                             f"traced): the members shown may include events it dropped")
-            found, (lo, hi) = _window_members(members[w], evs, s, e)
-            self._check_region(step, lo, hi, gaps)
-            return found
+            return self._window_members(step, members[w], evs, s, e, gaps)
         gaps.append(f"the sub-query of {step!r} is not traced and has no cause rule: every "
                     f"event of its key overlapping the output is shown")
         return [ev for ev in evs if ev["start"] < e and ev["end"] > s]
+
+    def _window_members(self, step: str, info: dict[str, Any], evs: list[Row], s: int,
+                        e: int, gaps: list[str]) -> list[Row]:
+        """The events of ``evs`` (the inputs alive, of the row's group) that are members of
+        the window that made output ``[s, e)`` of window ``info`` (:func:`window_of`)."""
+        try:
+            spec = spec_from_dict(info.get("spec", {}))
+        except (ValueError, KeyError, TypeError):
+            gaps.append(f"step {step!r} has a window this debugger does not know "
+                        f"({info.get('spec')!r}): every input event overlapping its output is "
+                        f"shown")
+            self._check_region(step, s, e, gaps)
+            return [ev for ev in evs if ev["start"] < e and ev["end"] > s]
+        output = info.get("output")
+        w = window_of(spec, output, s, e, [(ev["start"], ev["end"]) for ev in evs])
+        found = [ev for ev in evs if in_window(spec, (w.lo, w.hi), ev["start"], ev["end"])]
+        if not w.exact:
+            gaps.append(f"the output policy {output!r} of {step!r} does not say which window "
+                        f"made [{_t(s, self.clock)}, {_t(e, self.clock)}): the members of every "
+                        f"window that may have are shown")
+        # a member need not overlap the window (a count window by end): look for it too
+        self._check_region(step, min([w.lo, *(ev["start"] for ev in found)]), w.hi, gaps)
+        return found
 
     # -- text ---------------------------------------------------------------------------------
     def table(self, rows: list[Row], limit: int | None = None) -> str:
@@ -374,10 +396,6 @@ def _span(r: Row) -> tuple[int | None, int]:
     e = r["end"] if r["new_end"] is None else max(r["end"], r["new_end"])
     return r["start"], e
 
-
-#: Span processors that keep lifetimes as they are, and those that may drop events.
-_KEEPS_TIME = {"Where", "Select", "ColumnWhere", "ColumnSelect", "Passthrough"}
-_DROPS = {"Where", "ColumnWhere"}
 
 _FRESH = re.compile(r"^FreshId\((.*), \d+\)$")
 _INSTANCE = re.compile(r"^\(\d+, (.*)\)$")
@@ -547,44 +565,6 @@ def _union_tag(id_repr: str, port: int, n_inputs: int) -> str:
     if isinstance(value, numbers.Number):
         return repr(tag_id(value, port, n_inputs))
     return f"({port}, {id_repr})"
-
-
-def _window_members(info: dict[str, Any], evs: list[Row], s: int, e: int
-                    ) -> tuple[list[Row], tuple[int, int]]:
-    """The events of ``evs`` in the window of an output ``[s, e)`` of a window step, and the
-    time range they were looked for in."""
-    spec = info.get("spec", {})
-    if spec.get("kind") == "count":
-        by = spec.get("by", "start")
-        times = sorted({ev[by] if by == "start" else ev["end"] for ev in evs
-                        if (ev["start"] if by == "start" else ev["end"]) <= s})
-        chosen = set(times[-spec.get("n", 1):])
-        found = [ev for ev in evs if (ev["start"] if by == "start" else ev["end"]) in chosen]
-        return found, (min([s, *(ev["start"] for ev in found)]), s + 1)
-    lo, hi = window_range(info, s, e, evs)
-    return [ev for ev in evs if ev["start"] < hi and ev["end"] > lo], (lo, hi)
-
-
-def window_range(info: dict[str, Any], s: int, e: int, evs: list[Row]) -> tuple[int, int]:
-    """The window ``[lo, hi)`` that made output ``[s, e)`` of a hopping, tumbling or snapshot
-    window step (``info``: the step's kind in ``plan.json``), by its output policy; ``evs``
-    are its input events (a snapshot window with ``point_end`` output starts at the last
-    endpoint before its end). Shared with :mod:`topology.timeline`, which draws them."""
-    spec = info.get("spec", {})
-    policy = info.get("output", "window")
-    lo, hi = s, e
-    if "size" in spec:
-        size, hop = spec["size"], spec.get("hop", spec["size"])
-        if policy == "point_end":
-            lo, hi = e - size, e
-        elif policy == "compressed":
-            lo, hi = s + hop - size, s + hop
-        elif policy in ("clip", "keep"):  # every window holding the output's start
-            lo, hi = s - size + 1, s + size
-    elif policy == "point_end":  # a snapshot window: from the endpoint before its end
-        points = {t for ev in evs for t in (ev["start"], ev["end"]) if t < e}
-        lo, hi = (max(points) if points else s), e
-    return lo, hi
 
 
 def _t(v: int | None, clock: str | None = None) -> str:

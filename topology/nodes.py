@@ -6,7 +6,11 @@ stream used twice (``s.join(s)``) is one node with two consumers: the planner tu
 into a DAG of stages and gives every node a stable, readable step id (``where#2``).
 
 Nodes hold configuration only (user functions, window specs, UDMs); the planner
-(:mod:`topology.planner`) looks up one function per node type that builds the pure operator.
+(:mod:`topology.planner`) looks up one function per node type that builds the pure operator,
+and keeps the nodes in the plan's stages. Each node type also declares what a trace says of
+its step (:attr:`Node.trace_kind`, :meth:`Node.trace_info`): the debugger, the timeline
+pictures and ``plan.json`` read operator kinds and arguments from there, so a new node type
+needs no table anywhere else.
 
     >>> src = FromEvents(inputs=(), messages=())
     >>> Where(inputs=(src,), pred=bool).verb
@@ -15,8 +19,9 @@ Nodes hold configuration only (user functions, window specs, UDMs); the planner
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -95,6 +100,16 @@ class Node:
     stateless: ClassVar[bool] = False
     #: True for nodes that take their input from outside the plan.
     is_source: ClassVar[bool] = False
+    #: What a trace says the step is (``kind`` in ``plan.json``): the rule by which the
+    #: debugger (:mod:`topology.debug`) finds the inputs that made an output event --
+    #: ``"source"``, ``"span"`` (the input event with the same id), ``"window"``, ``"join"``,
+    #: ... (a kind it has no rule for: every input overlapping the output). Every node type
+    #: declares its own (no default: a test walks :data:`NODE_TYPES`).
+    trace_kind: ClassVar[str]
+    #: For ``"span"`` nodes: whether the output event keeps its input's lifetime, and whether
+    #: the node may drop events (what the debugger needs of a group_apply's sub-query).
+    keeps_time: ClassVar[bool] = False
+    drops: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         # validate where it was written: a step name names an actor, files and stats lines
@@ -108,6 +123,38 @@ class Node:
     def describe(self) -> str:
         """One line for :meth:`Stream.explain`: the verb and its arguments."""
         return self.verb
+
+    def trace_info(self) -> dict[str, Any]:
+        """What ``plan.json`` says of this node's step: its :attr:`trace_kind`, its type
+        (``node``) and the arguments the debugger reads (a window's spec and output policy, a
+        join's payload shape, a group_apply's sub-query); node types add theirs."""
+        info: dict[str, Any] = {"kind": self.trace_kind, "node": type(self).__name__}
+        if self.trace_kind == "span":
+            info["keeps_time"] = self.keeps_time
+            info["drops"] = self.drops
+        return info
+
+
+def trace_chain(nodes: Sequence[Node]) -> dict[str, Any]:
+    """What ``plan.json`` says of ``nodes`` run as one processor, in data order (a fused
+    stage, a group_apply's linear sub-query): the one node's :meth:`~Node.trace_info`; of
+    several, their infos as ``members`` under the kind ``"span"`` when all are spans (an
+    output keeps its input's id), ``"source"`` when a source leads them, else ``"chain"``.
+
+    >>> src = FromEvents(inputs=(), messages=())
+    >>> w = Where(inputs=(src,), pred=bool)
+    >>> trace_chain([w, Shift(inputs=(w,), delta=1)])["kind"]
+    'span'
+    >>> [m["kind"] for m in trace_chain([src, w])["members"]]
+    ['source', 'span']
+    """
+    members = [node.trace_info() for node in nodes]
+    if len(members) == 1:
+        return members[0]
+    kinds = [m["kind"] for m in members]
+    kind = ("span" if all(k == "span" for k in kinds)
+            else "source" if kinds[0] == "source" else "chain")
+    return {"kind": kind, "members": members}
 
 
 def _fn(f: Any) -> str:
@@ -157,6 +204,7 @@ class FromEvents(Node):
     clock: str | None = None
     verb: ClassVar[str] = "from_events"
     is_source: ClassVar[bool] = True
+    trace_kind: ClassVar[str] = "source"
 
     @property
     def feed(self) -> Feed:
@@ -189,6 +237,7 @@ class FromRows(Node):
     def feed(self) -> Feed:
         return who_feeds(self.rows)
     is_source: ClassVar[bool] = True
+    trace_kind: ClassVar[str] = "source"
 
     def describe(self) -> str:
         n = f"{len(self.rows)} rows" if hasattr(self.rows, "__len__") else "rows"
@@ -202,6 +251,7 @@ class Published(Node):
     query: str
     verb: ClassVar[str] = "published"
     is_source: ClassVar[bool] = True
+    trace_kind: ClassVar[str] = "source"
 
     def describe(self) -> str:
         return f"published({self.query!r})"
@@ -213,6 +263,7 @@ class GroupInput(Node):
 
     verb: ClassVar[str] = "group"
     is_source: ClassVar[bool] = True
+    trace_kind: ClassVar[str] = "source"
 
 
 # -- span operators -------------------------------------------------------------------------------
@@ -221,6 +272,9 @@ class Where(Node):
     pred: Callable[[Any], bool]
     verb: ClassVar[str] = "where"
     stateless: ClassVar[bool] = True
+    trace_kind: ClassVar[str] = "span"
+    keeps_time: ClassVar[bool] = True
+    drops: ClassVar[bool] = True
 
     def describe(self) -> str:
         return f"where({_fn(self.pred)}) {_how(self.pred)}"
@@ -231,6 +285,8 @@ class Select(Node):
     fn: Callable[[Any], Any]
     verb: ClassVar[str] = "select"
     stateless: ClassVar[bool] = True
+    trace_kind: ClassVar[str] = "span"
+    keeps_time: ClassVar[bool] = True
 
     def describe(self) -> str:
         return f"select({_fn(self.fn)}) {_how(self.fn)}"
@@ -241,6 +297,7 @@ class AlterLifetime(Node):
     start: Callable[[int], int] | None = None
     duration: Any = None
     verb: ClassVar[str] = "alter_lifetime"
+    trace_kind: ClassVar[str] = "alter_lifetime"
 
     def describe(self) -> str:
         d = _fn(self.duration) if callable(self.duration) else repr(self.duration)
@@ -253,6 +310,7 @@ class Shift(Node):
     delta: int
     verb: ClassVar[str] = "shift"
     stateless: ClassVar[bool] = True
+    trace_kind: ClassVar[str] = "span"
 
     def describe(self) -> str:
         return f"shift({self.delta})"
@@ -262,6 +320,7 @@ class Shift(Node):
 class ToPoints(Node):
     verb: ClassVar[str] = "to_points"
     stateless: ClassVar[bool] = True
+    trace_kind: ClassVar[str] = "span"
 
     def describe(self) -> str:
         return "to_points()"
@@ -272,6 +331,7 @@ class ClipDuration(Node):
     limit: int
     verb: ClassVar[str] = "clip_duration"
     stateless: ClassVar[bool] = True
+    trace_kind: ClassVar[str] = "span"
 
     def describe(self) -> str:
         return f"clip_duration({self.limit})"
@@ -290,11 +350,21 @@ class Window(Node):
     on_error: str = "raise"
     emit: str = "speculative"
     verb: ClassVar[str] = "window"
+    trace_kind: ClassVar[str] = "window"
 
     @property
     def label(self) -> str:
         kind = getattr(self.spec, "kind", "window")
         return f"{kind}.{self.kind}"
+
+    def trace_info(self) -> dict[str, Any]:
+        """Its spec (kind and fields, :func:`~operators.windows.window_of.spec_from_dict`
+        reads them back), its output policy (the default filled in) and ``keyed``: False
+        (a group_apply's window is keyed by its group)."""
+        from operators.windows.window_of import default_output
+
+        return {**super().trace_info(), "spec": _spec_info(self.spec),
+                "output": self.output or default_output(self.spec), "keyed": False}
 
     def describe(self) -> str:
         udm = getattr(self.udm, "udm_name", None) if not isinstance(self.udm, str) else self.udm
@@ -304,12 +374,28 @@ class Window(Node):
         return f"{self.label}({self.spec!r}, {udm or _fn(self.udm)}{opts})"
 
 
+def _spec_info(spec: Any) -> dict[str, Any]:
+    """A window spec as ``plan.json`` holds it: its kind and its plain fields."""
+    out: dict[str, Any] = {"kind": getattr(spec, "kind", type(spec).__name__)}
+    if dataclasses.is_dataclass(spec):
+        for f in dataclasses.fields(spec):
+            v = getattr(spec, f.name)
+            if isinstance(v, (int, str, float, bool)) or v is None:
+                out[f.name] = v
+    return out
+
+
 # -- multi-input ----------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Join(Node):
     on: tuple[Any, Any] | None = None
     select: Callable[[Any, Any], Any] | None = None
     verb: ClassVar[str] = "join"
+    trace_kind: ClassVar[str] = "join"
+
+    def trace_info(self) -> dict[str, Any]:
+        # pairs: the payloads are (left, right), the debugger matches them
+        return {**super().trace_info(), "pairs": self.select is None}
 
     def describe(self) -> str:
         on = "cross" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
@@ -320,6 +406,7 @@ class Join(Node):
 class AntiJoin(Node):
     on: tuple[Any, Any] | None = None
     verb: ClassVar[str] = "anti_join"
+    trace_kind: ClassVar[str] = "anti_join"
 
     def describe(self) -> str:
         on = "any" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
@@ -332,6 +419,10 @@ class LeftJoin(Node):
     select: Callable[[Any, Any], Any] | None = None
     default: Any = None
     verb: ClassVar[str] = "left_join"
+    trace_kind: ClassVar[str] = "left_join"
+
+    def trace_info(self) -> dict[str, Any]:
+        return {**super().trace_info(), "pairs": self.select is None}
 
     def describe(self) -> str:
         on = "cross" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
@@ -343,6 +434,7 @@ class FullOuterJoin(Node):
     on: tuple[Any, Any] | None = None
     select: Callable[[Any, Any], Any] | None = None
     verb: ClassVar[str] = "full_outer_join"
+    trace_kind: ClassVar[str] = "full_outer_join"
 
     def describe(self) -> str:
         on = "cross" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
@@ -355,6 +447,7 @@ class ImportCti(Node):
 
     policy: str = "drop"
     verb: ClassVar[str] = "import_ctis"
+    trace_kind: ClassVar[str] = "import_ctis"
 
     def describe(self) -> str:
         return f"import_ctis(policy={self.policy!r})"
@@ -366,11 +459,13 @@ class Late(Node):
     the planner gives its in-edge the flag that carries only them."""
 
     verb: ClassVar[str] = "late"
+    trace_kind: ClassVar[str] = "late"
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Union(Node):
     verb: ClassVar[str] = "union"
+    trace_kind: ClassVar[str] = "union"
 
     def describe(self) -> str:
         return f"union({len(self.inputs)} inputs)"
@@ -384,6 +479,19 @@ class GroupApply(Node):
     sub: Node
     partitions: int = 1
     verb: ClassVar[str] = "group_apply"
+    trace_kind: ClassVar[str] = "group_apply"
+
+    def trace_info(self) -> dict[str, Any]:
+        """``sub``: the sub-query's nodes after its group input as one chain
+        (:func:`trace_chain`), or ``{"kind": "dag"}`` when it is not a line."""
+        line: list[Node] = []
+        node = self.sub
+        while not isinstance(node, GroupInput):
+            if len(node.inputs) != 1:
+                return {**super().trace_info(), "sub": {"kind": "dag"}}
+            line.append(node)
+            node = node.inputs[0]
+        return {**super().trace_info(), "sub": trace_chain(line[::-1])}
 
     def describe(self) -> str:
         parts = f", partitions={self.partitions}" if self.partitions != 1 else ""
@@ -400,6 +508,7 @@ class Scan(Node):
     initial: Any = None
     tie: Callable[[Any], Any] | None = None
     verb: ClassVar[str] = "scan"
+    trace_kind: ClassVar[str] = "scan"
 
     def __post_init__(self) -> None:
         from operators.scan import as_stream_operator
@@ -420,6 +529,7 @@ class Distinct(Node):
 
     key: Any = None
     verb: ClassVar[str] = "distinct"
+    trace_kind: ClassVar[str] = "distinct"
 
     def __post_init__(self) -> None:
         if self.key is not None and not callable(self.key) and not isinstance(self.key,
@@ -437,6 +547,6 @@ NODE_TYPES: tuple[type[Node], ...] = (
     ClipDuration, Window, Join, AntiJoin, LeftJoin, Union, GroupApply,
     Scan, Distinct,
 )
-
 __all__ = [t.__name__ for t in NODE_TYPES] + ["NODE_TYPES", "SINK_STEP", "Node",
-                                              "check_query_name", "check_step_name"]
+                                              "check_query_name", "check_step_name",
+                                              "trace_chain"]

@@ -1,12 +1,15 @@
 """The physical plan both runtimes execute: :class:`Stage` (one operator, what a runtime
-instantiates in an actor or inline) and :class:`Plan` (the stages in topological order and
-their edges). :mod:`topology.planner` builds plans from a logical tree; nothing here runs them.
+instantiates in an actor or inline, with the logical nodes it runs) and :class:`Plan` (the
+stages in topological order and their edges), and the two nodes only the planner makes
+(:class:`Sink`, :class:`MergePartitions`). :mod:`topology.planner` builds plans from a logical
+tree; nothing here runs them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from operators.processor import Processor
 
@@ -16,17 +19,74 @@ from .routing import OutEdge
 Factory = Callable[[], Processor]
 
 
+# -- the nodes only the planner makes (a query tree never holds them; Stream builds none) ---------
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Sink(n.Node):
+    """The query's output (step ``sink``), publishing its one input: the planner adds it."""
+
+    verb: ClassVar[str] = "sink"
+    trace_kind: ClassVar[str] = "sink"
+
+    def describe(self) -> str:
+        return "publish"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class MergePartitions(n.Node):
+    """The merge of a ``group_apply(..., partitions=N)``'s N partition stages (a union whose
+    CTI is the minimum of theirs): the planner adds it, with the group_apply as its input."""
+
+    partitions: int
+    verb: ClassVar[str] = "merge"
+    trace_kind: ClassVar[str] = "union"
+
+    def describe(self) -> str:
+        return f"merge {self.partitions} partitions"
+
+
+#: The node types only the planner makes (it has a builder for each, as for
+#: :data:`topology.nodes.NODE_TYPES`).
+PLANNER_NODE_TYPES: tuple[type[n.Node], ...] = (Sink, MergePartitions)
+
+
 @dataclass
 class Stage:
-    """One operator of a plan: what the runtime instantiates (in an actor, or inline)."""
+    """One operator of a plan: what the runtime instantiates (in an actor, or inline), and the
+    logical nodes it was planned from (:mod:`topology.nodes`), which say what it means: the
+    trace's ``plan.json`` (:func:`topology.tracing.plan_metadata`) and the debugger read the
+    operator's kind and arguments from them, never from the factory."""
     step: str
     factory: Factory
     n_inputs: int
     describe: str
+    #: The logical nodes the stage runs, in data order: one, or the several of a fused chain
+    #: (stateless span operators, after their source or not). The planner's own stages hold
+    #: its own nodes: the output's :class:`Sink`, a partitioned group_apply's
+    #: :class:`MergePartitions` (its partitions hold the group_apply).
+    nodes: tuple[n.Node, ...]
     role: str = "operator"  # "source", "operator" or "sink"
     stateless: bool = False
-    #: for sources: the logical source node (FromEvents, FromRows, Published, GroupInput)
-    source: n.Node | None = None
+
+    def __post_init__(self) -> None:
+        if not self.nodes:
+            raise ValueError(f"stage {self.step!r}: a stage runs at least one logical node")
+
+    @property
+    def node(self) -> n.Node:
+        """The node the stage was planned from: its only node, or a fused chain's first (the
+        one that makes it a source or an operator); :attr:`nodes` holds them all."""
+        return self.nodes[0]
+
+    @property
+    def source(self) -> n.Node | None:
+        """For sources: the logical source node (FromEvents, FromRows, Published,
+        GroupInput); None for other stages."""
+        return self.nodes[0] if self.role == "source" else None
+
+    def trace_info(self) -> dict[str, Any]:
+        """What a trace says of the stage: its nodes' :meth:`~topology.nodes.Node.trace_info`
+        (a fused chain's as its members, :func:`~topology.nodes.trace_chain`)."""
+        return n.trace_chain(self.nodes)
 
 
 @dataclass
@@ -58,7 +118,8 @@ class Plan:
         return TIMESTAMPS if TIMESTAMPS in clocks else TICKS
 
     def explain(self) -> str:
-        """The logical tree and the stages (one actor each on Ray) with their edges."""
+        """The logical tree and the stages (one actor each on Ray) with their edges; each
+        stage is described by its nodes (and the fast path the planner chose for it)."""
         lines = [self.logical, "", f"stages ({len(self.stages)}):"]
         for step, st in self.stages.items():
             outs = ", ".join(

@@ -58,7 +58,7 @@ from operators.windows.spec import SessionWindow
 
 from . import nodes as n
 from .dag import DagProcessor
-from .plan import Factory, Plan, Stage
+from .plan import Factory, MergePartitions, Plan, Sink, Stage
 from .routing import OutEdge, Partitioner
 
 
@@ -272,6 +272,14 @@ def _b_passthrough(node: n.Node, step: str) -> Factory:
     return functools.partial(Passthrough, step)
 
 
+def _b_sink(node: Sink, step: str) -> Factory:
+    return functools.partial(Publish, step)
+
+
+def _b_merge(node: MergePartitions, step: str) -> Factory:
+    return functools.partial(Union, node.partitions, name=step)
+
+
 #: The planner's table: node type -> function (node, step id) -> processor factory.
 BUILDERS: dict[type[n.Node], Callable[[Any, str], Factory]] = {
     n.FromEvents: _b_from_events, n.FromRows: _b_from_rows, n.Published: _b_passthrough,
@@ -284,6 +292,8 @@ BUILDERS: dict[type[n.Node], Callable[[Any, str], Factory]] = {
 BUILDERS[n.FullOuterJoin] = _b_full_outer_join
 BUILDERS[n.ImportCti] = _b_import_ctis
 BUILDERS[n.Late] = _b_late
+BUILDERS[Sink] = _b_sink
+BUILDERS[MergePartitions] = _b_merge
 
 
 # -- the tree walk ------------------------------------------------------------------------------
@@ -363,8 +373,7 @@ def plan(root: n.Node, *, fuse: bool = False, sink: bool = True) -> Plan:
         if id(node) in late_producers:
             factory = functools.partial(_with_late_stream, factory)
         stages[step] = Stage(step, factory, max(1, len(ins)), _describe(node, factory),
-                             role=role, stateless=node.stateless,
-                             source=node if node.is_source else None)
+                             (node,), role=role, stateless=node.stateless)
         edges[step] = []
         if node.is_source:
             sources.append(step)
@@ -373,9 +382,9 @@ def plan(root: n.Node, *, fuse: bool = False, sink: bool = True) -> Plan:
     root_step = steps[id(root)][1]
     out = root_step
     if sink:
-
-        stages["sink"] = Stage("sink", functools.partial(Publish, "sink"), 1, "publish",
-                               role="sink")
+        out_node = Sink(inputs=(root,))
+        stages["sink"] = Stage("sink", _b_sink(out_node, "sink"), 1, out_node.describe(),
+                               (out_node,), role="sink")
         edges["sink"] = []
         edges[root_step].append(OutEdge("sink", 0))
         out = "sink"
@@ -393,11 +402,11 @@ def _partitioned(node: n.GroupApply, step: str, src: str, stages: dict[str, Stag
     for p in range(k):
         pstep = f"{step}[{p}]"
         stages[pstep] = Stage(pstep, factory, 1,
-                              f"{_describe(node, factory)} partition {p} of {k}")
+                              f"{_describe(node, factory)} partition {p} of {k}", (node,))
         edges[pstep] = [OutEdge(step, p)]
         edges[src].append(OutEdge(pstep, 0, part, p))
-    stages[step] = Stage(step, functools.partial(Union, k, name=step), k,
-                         f"merge {k} partitions")
+    merge = MergePartitions(inputs=(node,), partitions=k)
+    stages[step] = Stage(step, _b_merge(merge, step), k, merge.describe(), (merge,))
     edges[step] = []
 
 
@@ -444,7 +453,8 @@ def _fuse(p: Plan) -> Plan:
             source = first.role == "source"
             stages[sid] = Stage(sid, functools.partial(_chain, facs, sid, source=source), 1,
                                 " → ".join(p.stages[m].describe for m in members),
-                                role=first.role, stateless=not source, source=first.source)
+                                tuple(nd for m in members for nd in p.stages[m].nodes),
+                                role=first.role, stateless=not source)
         edges[sid] = [OutEdge(new_id[e.dst], e.port, e.partition, e.index, e.late)
                       for e in p.edges[last]]
     return Plan(stages, edges, [new_id[s] for s in p.sources], new_id[p.sink], p.logical)

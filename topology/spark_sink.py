@@ -142,7 +142,7 @@ def cht_to_arrow(rows: Iterable[tuple[int, int, Any]],
 ROW_CHUNK = 65_536
 #: Rows per parquet part the sinks stage for Spark (one part per Spark read task).
 PART_ROWS = 1_048_576
-_TICK_KINDS = "biuf"  # numpy kinds converted column-wise: bool, int, unsigned, float
+_COLUMN_WISE_DTYPES = "biuf"  # numpy kinds converted column-wise: bool, int, unsigned, float
 _FLAT_TYPES = (dict, tuple)  # payload values the row layout flattens into several columns
 
 
@@ -150,7 +150,7 @@ def _plain_array(values: np.ndarray) -> pa.Array | None:
     """A numpy payload column as the Arrow array the row path gives for its values (Python
     ints are int64, floats double), or None when only the row path can convert it."""
     kind = values.dtype.kind
-    if kind in _TICK_KINDS:
+    if kind in _COLUMN_WISE_DTYPES:
         if values.dtype == np.uint64:
             return None  # Python ints above 2**63 would need the row path's inference
         target = {"b": pa.bool_(), "f": pa.float64()}.get(kind, pa.int64())

@@ -60,8 +60,9 @@ from datetime import UTC
 from typing import Any
 
 from operators.events import MAX_TIME
+from operators.windows.window_of import spec_from_dict, window_of
 
-from .debug import Recording, Row, window_range
+from .debug import Recording, Row
 from .times import TIMESTAMPS, parse_tz, show_duration, show_time
 
 #: Rows per panel at most: events one per row, or lanes.
@@ -510,14 +511,16 @@ def _window_text(window: dict[str, Any], clock: str | None) -> str:
 
 def _draw_windows(ax: Any, rect: Any, info: dict[str, Any], outs: list[_Event],
                   ins: list[_Event], panel: _Panel, left: int, right: int) -> bool:
-    """The window of each output event (:func:`topology.debug.window_range`; a group's
+    """The window of each output event (:func:`operators.windows.window_of.window_of`; a group's
     snapshot windows from all its inputs) over the input panel: a shaded band (over its
     key's lane, in a panel of lanes) and a bracket above, consecutive windows in alternating
     shades; the first :data:`MAX_WINDOWS` only (returns True when there were more)."""
     window = _window_info(info)
     spec = window.get("spec", {})
-    count = spec.get("kind") == "count"  # drawn as its output point
-    evs = [{"start": ev.start, "end": ev.ends[-1] if ev.ends else ev.end} for ev in ins]
+    if not spec:
+        return False
+    made_by = spec_from_dict(spec)
+    lives = [(ev.start, ev.ends[-1] if ev.ends else ev.end) for ev in ins]
     lanes = panel.lane_of if panel.mode == "lanes" else {}
     seen: dict[tuple[int, int], int] = {}  # each distinct window: its bracket's number
     banded: set[tuple[str | None, int, int]] = set()  # (lane, window) of each band
@@ -525,7 +528,7 @@ def _draw_windows(ax: Any, rect: Any, info: dict[str, Any], outs: list[_Event],
     for ev in outs:
         if len(banded) >= MAX_WINDOWS:
             return True
-        s, e = (ev.start, ev.end) if count else window_range(window, ev.start, ev.end, evs)
+        s, e, _ = window_of(made_by, window.get("output"), ev.start, ev.end, lives)
         if e >= MAX_TIME or e <= left or s >= right:
             continue
         lane = lanes.get(ev.lane) if ev.lane is not None else None

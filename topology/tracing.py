@@ -1,8 +1,9 @@
 """The plan side of a trace: what each step is, written next to the rows as ``plan.json``.
 
 The debugger (:mod:`topology.debug`) derives root causes from each step's *kind* and its
-parameters (a window's spec and output policy, a group_apply's sub-query), read here from the
-stages' factories, and from the plan's edges. Rows are recorded by :mod:`actors.recorder`.
+parameters (a window's spec and output policy, a group_apply's sub-query), which each stage's
+logical nodes declare (:meth:`topology.nodes.Node.trace_info`; a fused stage lists its nodes as
+``members``), and from the plan's edges. Rows are recorded by :mod:`actors.recorder`.
 
     >>> from topology import Stream
     >>> from operators.events import Insert, Cti
@@ -13,7 +14,6 @@ stages' factories, and from the plan's edges. Rows are recorded by :mod:`actors.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from typing import Any
@@ -35,67 +35,16 @@ class Trace(_runtime.TraceSettings):
         return Recording.open(path)
 
 
-#: Processor classes whose output event keeps its input's id and lifetime mapping.
-_SPAN = {"Where", "Select", "Shift", "ToPoints", "ClipDuration", "ColumnWhere",
-         "ColumnSelect", "Passthrough"}
-_KINDS = {"EventsSource": "source", "RowsSource": "source", "Publish": "sink",
-          "AlterLifetime": "alter_lifetime", "Union": "union",
-          "Join": "join", "AntiJoin": "anti_join", "LeftJoin": "left_join",
-          "GroupApply": "group_apply", "KeyedWindowAggregate": "window",
-          "CountWindowOperator": "window", "make_window": "window"}
-
-
-def _spec(spec: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"kind": getattr(spec, "kind", type(spec).__name__)}
-    if dataclasses.is_dataclass(spec):
-        for f in dataclasses.fields(spec):
-            v = getattr(spec, f.name)
-            if isinstance(v, (int, str, float, bool)) or v is None:
-                out[f.name] = v
-    return out
-
-
-def factory_kind(factory: Any) -> dict[str, Any]:
-    """The kind of the processor ``factory`` builds, with what the debugger needs of it."""
-    func = getattr(factory, "func", factory)
-    args = getattr(factory, "args", ())
-    kw = getattr(factory, "keywords", {}) or {}
-    name = getattr(func, "__name__", type(func).__name__)
-    if name == "_chain":  # fused stateless steps, or a linear group_apply sub-query
-        members = [factory_kind(f) for f in args[0]]
-        if len(members) == 1:
-            return members[0]
-        if all(m["kind"] == "span" for m in members):
-            return {"kind": "span", "class": "Chain", "members": members}
-        return {"kind": "chain", "members": members}
-    if name in _SPAN:
-        return {"kind": "span", "class": name}
-    kind = _KINDS.get(name, "other")
-    info: dict[str, Any] = {"kind": kind, "class": name}
-    if kind == "window":
-        spec = args[1] if name == "KeyedWindowAggregate" else args[0]
-        info["spec"] = _spec(spec)
-        info["output"] = kw.get("output") or ("point_end" if info["spec"]["kind"] == "count"
-                                              else "window")
-        info["keyed"] = name == "KeyedWindowAggregate" and kw.get("keyed", True)
-    elif kind in ("join", "left_join"):
-        info["pairs"] = kw.get("select") is None  # payloads are (left, right)
-    elif kind == "group_apply" and len(args) > 1:
-        info["sub"] = factory_kind(args[1])
-    elif name == "DagProcessor":
-        info["kind"] = "dag"
-    return info
-
-
 def plan_metadata(plan: Plan) -> dict[str, Any]:
-    """The steps (kind, description, inputs as ``[step, port]``), sources and sink."""
+    """The steps (what their nodes say of them: kind, node type and arguments; description,
+    role, inputs as ``[step, port]``), sources and sink."""
     inputs: dict[str, list[list[Any]]] = {s: [] for s in plan.stages}
     for src, edges in plan.edges.items():
         for e in edges:
             inputs[e.dst].append([src, e.port])
     steps = {}
     for step, st in plan.stages.items():
-        info = factory_kind(st.factory)
+        info = st.trace_info()
         info["describe"] = st.describe
         info["role"] = st.role
         info["inputs"] = sorted(inputs[step], key=lambda x: x[1])

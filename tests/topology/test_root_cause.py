@@ -185,3 +185,38 @@ def test_times_from_timestamps_are_shown_as_times(tmp_path, capsys):
     ticks = _record(Stream.from_rows([{"ts": 5}], start="ts"), str(tmp_path / "ticks"))
     out, = _final(ticks)
     assert "[5, 6)" in ticks.root_cause("sink", out["id"]).render()
+
+
+def test_a_session_windows_members_are_the_events_that_start_in_it(tmp_path):
+    #   a [0 ───────────────────── 12)      gap 3: sessions over the starts 0 | 10 11
+    #   b                  [10 ─ 11)        [0, 3) holds a; [10, 14) holds b and c -- and a
+    #   c                     [11 ─ 12)     overlaps [10, 14) but starts in the first session
+    evs = [Insert("a", 0, 12, 1), Insert("b", 10, 11, 2), Insert("c", 11, 12, 3), Cti(20)]
+    for output, rows in (("window", [(0, 3), (10, 14)]), ("point_end", [(2, 3), (13, 14)])):
+        path = str(tmp_path / output)
+        q = Stream.from_events(evs).session_window(3, output=output).aggregate(Count())
+        rec = _record(q, path)
+        got = {(r["start"], r["end"]): _leaf_ids(rec, r) for r in _final(rec)}
+        src = "from_events#0"
+        assert got == {rows[0]: {(src, "'a'")}, rows[1]: {(src, "'b'"), (src, "'c'")}}, output
+        for r in _final(rec):
+            assert rec.root_cause("sink", r["id"]).complete
+
+
+def test_a_hopping_windows_clip_rows_name_their_window_when_only_one_holds_them(tmp_path):
+    #   a [1 ── 3)  b [6 ─ 7)     tumbling_window(5), a UDO stamping its members, clip:
+    #   rows [1, 3) and [6, 7): each inside one window, whose members made it
+    from operators.udm import TimeSensitiveOperator
+
+    class Stamp(TimeSensitiveOperator):
+        def compute(self, events, window):
+            return [(s, e, len(events)) for s, e, _ in events]
+
+    evs = [Insert("a", 1, 3, 1), Insert("z", 3, 4, 9), Insert("b", 6, 7, 2), Cti(20)]
+    q = Stream.from_events(evs).tumbling_window(5, output="clip").apply(Stamp())
+    rec = _record(q, str(tmp_path))
+    got = {(r["start"], r["end"]): _leaf_ids(rec, r) for r in _final(rec)}
+    src = "from_events#0"
+    assert got == {(1, 3): {(src, "'a'"), (src, "'z'")}, (3, 4): {(src, "'a'"), (src, "'z'")},
+                   (6, 7): {(src, "'b'")}}
+    assert all(rec.root_cause("sink", r["id"]).complete for r in _final(rec))

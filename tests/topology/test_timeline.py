@@ -107,6 +107,29 @@ def test_windows_are_brackets_over_the_input(tmp_path):
     assert spans == [(0, 5), (5, 10), (10, 15)]
 
 
+def test_count_and_session_windows_are_brackets_of_their_windows(tmp_path):
+    #   points at 0, 4, 7, 8: count_window(2) windows [0, 5) [4, 8) [7, 9) (outputs at 4, 7,
+    #   8); session_window(2): [0, 2) [4, 6) [7, 10) -- the same windows the debugger uses
+    evs = [Insert(i, t, t + 1, i) for i, t in enumerate([0, 4, 7, 8])] + [Cti(20)]
+    for name, q, expected in (
+            ("count", lambda s: s.count_window(2), [(0, 5), (4, 8), (7, 9)]),
+            ("session", lambda s: s.session_window(2, output="point_end"),
+             [(0, 2), (4, 6), (7, 10)])):
+        path = str(tmp_path / name)
+        q(Stream.from_events(evs)).aggregate(Count()).collect(runtime="inline", trace=path)
+        out = tmp_path / f"{name}.svg"
+        timeline(path, name, out=str(out))
+        g = _groups(out.read_text())
+        x0, x4 = _xs(g["point-in-0"])[0], _xs(g["point-in-1"])[0]
+
+        def tick(x: float) -> float:
+            return (x - x0) * 4 / (x4 - x0)  # noqa: B023 -- used in this iteration only
+
+        spans = sorted((round(tick(min(_xs(g[w])))), round(tick(max(_xs(g[w])))))
+                       for w in g if w.startswith("window-"))
+        assert spans == expected, name
+
+
 def _axis_labels(svg: str) -> list[str]:
     """The texts of the bottom panel's x tick labels, as the SVG draws them (matplotlib
     writes each text's string as a comment before its glyphs)."""

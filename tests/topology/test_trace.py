@@ -47,7 +47,11 @@ def test_root_cause_of_each_window_is_its_member_readings(runtime, tmp_path):
     rec = Trace.open(path)
     assert isinstance(rec, Recording)
     kinds = {s: i["kind"] for s, i in rec.steps.items()}
-    assert sorted(kinds.values()) == ["sink", "source", "span", "window"]  # the keyed window
+    assert sorted(kinds.values()) == ["group_apply", "sink", "source", "span"]
+    # what the node says (the planner runs it as one keyed window aggregate: explain() says so)
+    group = next(i for i in rec.steps.values() if i["kind"] == "group_apply")
+    assert group["sub"]["kind"] == "window" and group["sub"]["spec"]["kind"] == "tumbling"
+    assert "keyed window aggregate" in group["describe"]
     # every output message went through the sink's recorder, in order
     sink_out = [r for r in rec.by_step["sink"] if r["direction"] == "out"]
     assert [r["kind"] for r in sink_out] == [type(m).__name__.lower() for m in out]
