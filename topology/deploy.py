@@ -58,6 +58,7 @@ from .registry import (
     unsubscribe,
 )
 from .routing import Router
+from .why import actor_progress
 
 #: Messages (or source rows) per batch (the default of :class:`actors.config.ShellConfig`,
 #: which holds every actor setting's default).
@@ -394,8 +395,9 @@ def collect_plan(plan: Plan, *, batch_size: int | None = None,
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"collect(): the query did not finish within {timeout_s} s")
         report = report_of(plan, _actor_records(handles))
+        progress = actor_progress(handles, plan.sink, plan.clock, query="collect()", ended=True)
         clean = True
-        return Collected(out, report)
+        return Collected(out, report, progress if on_messages is None else None)
     finally:
         unsubscribe(subs)
         if reuse and clean:

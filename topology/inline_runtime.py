@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from actors.config import ShellConfig
 from actors.recorder import TraceSettings
-from operators.columns import count_events
+from operators.columns import count_events, expand
 from operators.events import MIN_TIME, Insert, Message, Retract
 from operators.feeds import END, chunks, round_robin
 
@@ -155,7 +155,7 @@ class Collected(list[Any]):
             raise ValueError("why(): this result has no record of its run's progress (it was "
                              "not made by collect())")
         out = step is None or step == self.progress.output
-        rows = to_cht(m for m in self if type(m) in (Insert, Retract)) if out else None
+        rows = to_cht(m for m in expand(self) if type(m) in (Insert, Retract)) if out else None
         return explain(self.progress, at, step=step, rows=rows, tz=tz)
 
 

@@ -61,6 +61,8 @@ FINAL, SPECULATIVE, NOT_PRODUCED, NOT_FINAL = ("final", "speculative", "not yet 
                                                "not final")
 #: Late events listed in an explanation (the count says how many there are in all).
 LATE_SHOWN = 20
+#: Late events a deployed query's step sends for one explanation.
+WHY_LATE_LIMIT = 1000
 #: Output rows listed in an explanation.
 ROWS_SHOWN = 5
 #: Idle timeouts (seconds) ``why`` proposes: the largest at most half of the quiet time.
@@ -308,6 +310,16 @@ def span_of(at: Any) -> tuple[int, int]:
     return t, t + 1
 
 
+def reach_of(span: tuple[int, int], rows: Iterable[tuple[int, int, Any]]) -> tuple[int, int]:
+    """The times whose late events touch the output over ``span``: the span and the output
+    rows that cover it (a window's row spans its window)."""
+    lo, hi = span
+    for s, e, _ in rows:
+        if s < span[1] and e > span[0]:
+            lo, hi = min(lo, s), max(hi, e)
+    return lo, hi
+
+
 def _time_arg(value: Any) -> Any:
     """An integer given as a string (``--at 500``) is ticks."""
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
@@ -345,7 +357,7 @@ def explain(progress: Progress, at: Any = None, *, step: str | None = None,
     if status != FINAL:
         hops, culprit, reason, idle_s, advice = _walk(progress, step, hi, now, tz)
     # late events of the sources this step reads whose original lifetimes touch the output
-    reach = (min([lo] + [r[0] for r in covering]), max([hi] + [r[1] for r in covering]))
+    reach = reach_of((lo, hi), covering)
     reads = progress.upstream(step)
     late = [r for s in reads if (f := progress.steps[s].source) is not None
             for r in f.late if r.overlaps(*reach)]
@@ -503,11 +515,10 @@ def step_facts(proc: Processor, lo: int = MIN_TIME, hi: int = MAX_TIME,
         except Exception:  # noqa: BLE001 - a row read once already; shown without its time
             span = None
         start, end = span if span is not None else (None, None)
-        r = _late(rec, start, end)
+        if limit is not None and len(late) >= limit:
+            break
         if start is None or (start < hi and end > lo):  # type: ignore[operator]
-            late.append(r)
-            if limit is not None and len(late) >= limit:
-                break
+            late.append(_late(rec, start, end))
     return SourceFacts(advance, latest, tuple(late), len(records))
 
 
