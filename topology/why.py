@@ -411,8 +411,8 @@ def _walk(progress: Progress, step: str, hi: int, now: float,
         if m >= hi:
             return hops, cur, (
                 f"its input CTI {t(m)} has passed it, but its output CTI {t(me.cti)} has not: "
-                f"it holds {me.state_size} events or windows that are not final yet (a window "
-                f"or session not closed, a partition whose groups are open)"), \
+                f"its state holds output that is not final yet (state size {me.state_size}: "
+                f"a window or session not closed, a partition whose groups are open)"), \
                 _ago(me.cti_wall, now), None
         sent = progress.steps[up].cti if up in progress.steps else MIN_TIME
         if sent > m:
