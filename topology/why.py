@@ -451,8 +451,8 @@ def _source_reason(progress: Progress, me: StepProgress, hi: int, now: float,
     latest = facts.latest
     pending = latest is not None and latest + 1 > me.cti
     if not pending:
-        return (reason + f"; every event it received is covered by its CTI, so only newer "
-                         f"rows move it (an idle timeout would not)"), advanced, None
+        return (reason + "; every event it received is covered by its CTI, so only newer "
+                         "rows move it (an idle timeout would not)"), advanced, None
     assert latest is not None
     target = latest + 1
     reach = "" if target >= hi else (f" (still short of {t(hi - 1)}: it has no event that "
@@ -508,7 +508,7 @@ def step_facts(proc: Processor, lo: int = MIN_TIME, hi: int = MAX_TIME,
         advance, latest, lifetime = None, None, _message_lifetime
     else:
         return None
-    late = []
+    late: list[Late] = []
     for rec in records:
         try:
             span = lifetime(rec)

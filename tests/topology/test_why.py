@@ -56,7 +56,7 @@ def test_a_join_is_held_back_by_its_short_input(runtime, short):
     assert e.hops[-1].step == short
     join = next(h for h in e.hops if h.step.startswith("join"))
     assert join.min_from == short and join.min_cti == 91
-    assert dict((up, c) for _, up, c in join.inputs) == \
+    assert {up: c for _, up, c in join.inputs} == \
         {short: 91, ({"left", "right"} - {short}).pop(): 991}
     assert "ended" in e.reason and e.idle_s is not None and e.idle_s >= 0
     # before the short side's end: final, with the rows that cover it
@@ -87,7 +87,7 @@ def test_a_deployed_join_names_its_idle_input_and_the_idle_timeout_that_moves_it
         assert _hop(e, "right").cti == 200
         join = next(h for h in e.hops if h.step.startswith("join"))
         assert join.min_from == "right" and join.min_cti == 200
-        assert dict((up, c) for _, up, c in join.inputs) == {"left": 499, "right": 200}
+        assert {up: c for _, up, c in join.inputs} == {"left": 499, "right": 200}
         assert e.idle_s is not None and e.idle_s >= 1.0  # its CTI last moved > 1 s ago
         assert e.advice is not None and "idle_timeout=" in e.advice and "351" in e.advice
         assert "AdvanceTime(every=3, idle_timeout=None)" in e.advice
@@ -127,7 +127,7 @@ def test_a_partition_behind_in_a_group_apply(runtime, busy):
     assert e.status == "speculative"
     merge = _hop(e, "group_apply#1")
     assert merge.min_from == behind, str(e)
-    assert dict((up, c) for _, up, c in merge.inputs) == {behind: 0, other: 100}
+    assert {up: c for _, up, c in merge.inputs} == {behind: 0, other: 100}
     assert _hop(e, behind).holds is not None  # its state holds its CTI behind its input
     assert e.culprit == "meters"  # and past 100 the source, which ended, holds everyone
 
