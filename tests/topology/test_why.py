@@ -242,3 +242,38 @@ def test_timestamp_plans_read_as_times_and_durations():
     plain = explain(Progress(steps={"s": StepProgress("s", cti=7)}, inputs={}, output="s"),
                     9, rows=[])
     assert "at 9" in str(plain) and "CTI is 7" in str(plain)
+
+
+# -- cedar why ----------------------------------------------------------------------------------
+
+def test_cedar_why_shows_times_and_names_the_idle_input(ray_session, capsys):
+    import datetime as dt
+
+    from topology.cli import main
+
+    base = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    left = Stream.from_rows([{"k": 1, "ts": base + dt.timedelta(seconds=i)} for i in range(300)],
+                            start="ts", advance=AdvanceTime(every=1), name="left")
+    rf: queue.Queue = queue.Queue()
+    right = Stream.from_rows(_rows(rf), start="ts", advance=AdvanceTime(every=3), name="right")
+    q = left.join(right, on=("k", "k")).deploy("why-cli", flush_ms=20)
+    try:
+        for s in (0, 60, 120, 200):
+            rf.put({"k": 1, "ts": base + dt.timedelta(seconds=s)})
+        _wait_for(lambda: q.stats()["right"]["events_in"] == 4 and
+                  q.stats()["left"]["finished"], what="both inputs taken")
+        assert main(["why", "why-cli", "--at", "2026-01-01T00:02:30Z"]) == 0
+        text = capsys.readouterr().out
+        assert "why sink at 2026-01-01T00:02:30Z (query why-cli)" in text
+        assert "held back by right" in text
+        assert "CTI 2026-01-01T00:02:00Z" in text  # right's, from its third row
+        assert "idle_timeout=" in text and "2026-01-01T00:03:20.000001Z" in text
+        assert " ago" in text and "1767225" not in text  # no ticks for a person
+        assert main(["why", "why-cli", "--at", "02:30", "--tz", "Mars/Base"]) == 2
+        assert main(["why", "why-cli", "--window", "2026-01-01T00:00:00Z",
+                     "2026-01-01T00:00:01Z", "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["status"] == "final" and data["what"].startswith("sink over [")
+    finally:
+        rf.put(None)
+        q.stop()
