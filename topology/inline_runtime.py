@@ -14,6 +14,7 @@ do).
 
 from __future__ import annotations
 
+import datetime as _dt
 import time
 import warnings
 from collections.abc import Iterable, Iterator
@@ -133,7 +134,7 @@ class Collected(list[Any]):
         return RunReport(self.dead_letters, self.late, self.accounting)
 
     def why(self, at: Any = None, *, step: str | None = None,
-            tz: str | None = None) -> Explanation:
+            tz: str | _dt.tzinfo | None = None) -> Explanation:
         """Why the output at ``at`` (a time: ticks, a datetime or an ISO-8601 string; a
         window ``(start, end)``; None: the output CTI) is final, speculative or not yet
         produced, what held it back at the end of the run (through which steps, from which

@@ -14,6 +14,7 @@ own handle with ``topology.attach(name)``.
 
 from __future__ import annotations
 
+import datetime as _dt
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -238,7 +239,7 @@ class Query:
         return self._records("dead_letters")
 
     def why(self, at: Any = None, *, step: str | None = None,
-            tz: str | None = None) -> Explanation:
+            tz: str | _dt.tzinfo | None = None) -> Explanation:
         """Why the output at ``at`` (a time: ticks, a datetime or an ISO-8601 string; a
         window ``(start, end)``; None: the output CTI, i.e. the next output) is final,
         speculative or not yet produced; if not final, which input's CTI holds it back,

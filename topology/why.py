@@ -36,6 +36,7 @@ JSON. The runtimes make the Progress: the inline runtime from its processors
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
 import functools
 import reprlib
 import time
@@ -183,7 +184,7 @@ class Explanation:
     status: str
     cti: int
     clock: str
-    tz: str | None
+    tz: str | _dt.tzinfo | None
     rows: tuple[tuple[int, int, str], ...] = ()
     hops: tuple[Hop, ...] = ()
     culprit: str | None = None
@@ -257,6 +258,7 @@ class Explanation:
         d["late"] = [dict(dataclasses.asdict(r), text=_late_text(r, self._t))
                      for r in self.late]
         d["idle_shown"] = None if self.idle_s is None else _seconds(self.idle_s)
+        d["tz"] = None if self.tz is None else str(self.tz)
         return _jsonable(d)
 
 
@@ -329,7 +331,7 @@ def _time_arg(value: Any) -> Any:
 
 def explain(progress: Progress, at: Any = None, *, step: str | None = None,
             rows: Iterable[tuple[int, int, Any]] | None = None, now: float | None = None,
-            tz: str | None = None) -> Explanation:
+            tz: str | _dt.tzinfo | None = None) -> Explanation:
     """Why the output of ``step`` (default: the query's output) at ``at`` — a time (ticks, a
     datetime or an ISO-8601 string), a window ``(start, end)``, or None: the step's output
     CTI, i.e. what holds its next output — is final or not, and what holds it back.
@@ -382,8 +384,8 @@ def _in_ctis(progress: Progress, step: str) -> tuple[tuple[int, str, int], ...]:
     return tuple(out)
 
 
-def _walk(progress: Progress, step: str, hi: int, now: float,
-          tz: str | None) -> tuple[list[Hop], str | None, str, float | None, str | None]:
+def _walk(progress: Progress, step: str, hi: int, now: float, tz: str | _dt.tzinfo | None
+          ) -> tuple[list[Hop], str | None, str, float | None, str | None]:
     """From ``step`` upstream along the smallest input CTI, to what holds the CTI below
     ``hi``: (hops, culprit, reason, seconds since the culprit last advanced, advice)."""
     clock = progress.clock
