@@ -28,7 +28,7 @@ JSON. The runtimes make the Progress: the inline runtime from its processors
     ...     steps={"left": StepProgress("left", cti=900), "right": StepProgress("right", cti=5),
     ...            "join": StepProgress("join", cti=5, in_ctis=(900, 5))},
     ...     inputs={"join": ((0, "left"), (1, "right"))}, output="join")
-    >>> e = explain(p, 500)
+    >>> e = explain(p, 500, rows=[])
     >>> e.status, e.culprit, e.hops[0].min_from
     ('not yet produced', 'right', 'right')
 """
