@@ -193,6 +193,8 @@ class Explanation:
     advice: str | None = None
     late: tuple[Late, ...] = ()
     late_count: int = 0
+    #: whether the step's output rows were known (the output step's are)
+    known: bool = True
 
     @property
     def final(self) -> bool:
@@ -218,6 +220,8 @@ class Explanation:
                          f"passes {self._t(self.hi - 1)}")
         for s, e, p in self.rows:
             lines.append(f"  output [{self._t(s)}, {self._t(e)}) {p}")
+        if self.status == FINAL and not self.rows and self.known:
+            lines.append("  no output covers it (and none will)")
         if self.culprit is not None:
             lines.append(f"held back by {self.culprit}: {self.reason}")
         if self.hops:
@@ -369,7 +373,7 @@ def explain(progress: Progress, at: Any = None, *, step: str | None = None,
         clock=progress.clock, tz=tz,
         rows=tuple((s, e, _short(p)) for s, e, p in covering[:ROWS_SHOWN]),
         hops=tuple(hops), culprit=culprit, reason=reason, idle_s=idle_s, advice=advice,
-        late=tuple(late[:LATE_SHOWN]), late_count=len(late))
+        late=tuple(late[:LATE_SHOWN]), late_count=len(late), known=rows is not None)
 
 
 def _in_ctis(progress: Progress, step: str) -> tuple[tuple[int, str, int], ...]:
