@@ -450,7 +450,9 @@ def _collect_checkpointed(plan: Plan, settings: ShellConfig, root: str,
             if sup.output:
                 on_messages(list(sup.output))
             return Collected((), report)
-        return Collected(sup.output, report)
+        progress = actor_progress(sup.current_handles(), plan.sink, plan.clock,
+                                  query="collect()", ended=True)
+        return Collected(sup.output, report, progress)
     finally:
         sup.stop(kill=True)
         ck.forget(ck.normalize(root), name)

@@ -65,6 +65,20 @@ def test_a_join_is_held_back_by_its_short_input(runtime, short):
     assert out.why((40, 60)).final
 
 
+def test_a_traced_or_checkpointed_run_explains_itself_too(runtime, tmp_path):
+    def side(name, stop):
+        return Stream.from_rows([{"k": 1, "t": t} for t in range(0, stop, 10)], start="t",
+                                advance=AdvanceTime(every=1), name=name)
+
+    q = side("left", 1000).join(side("right", 100), on=("k", "k"))
+    runs = [q.collect(runtime=runtime, trace=str(tmp_path / "trace"))]
+    if runtime == "ray":
+        runs.append(q.collect(runtime=runtime, checkpoint_dir=str(tmp_path / "ckpt")))
+    for out in runs:
+        e = out.why(500)
+        assert (e.status, e.culprit) == ("not yet produced", "right"), str(e)
+
+
 def test_a_deployed_join_names_its_idle_input_and_the_idle_timeout_that_moves_it(ray_session):
     #   left   0 1 2 ... 499 (CTI every row)            → CTI 499
     #   right  0 100 200 | 350   (CTI every 3 rows)     → CTI 200; 350 waits for a CTI
