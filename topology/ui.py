@@ -474,7 +474,9 @@ function whyShow(d) {
     tr.setAttribute("data-step", h.step);
     const ins = h.inputs.map(i => i.port + " ← " + i.from + " " + i.shown).join(", ");
     for (const v of [h.step, "CTI " + h.cti_shown, ins ? "inputs: " + ins : "source",
-                     h.min_from ? "min from " + h.min_from : "", h.holds || ""]) {
+                     h.min_from ? "min from " + h.min_from + (h.min_advanced_shown
+                       ? " (advanced " + h.min_advanced_shown + " ago)" : "") : "",
+                     h.holds || ""]) {
       const td = document.createElement("td"); td.textContent = v; tr.appendChild(td);
     }
     hops.appendChild(tr);

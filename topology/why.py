@@ -165,6 +165,8 @@ class Hop:
     min_cti: int | None
     min_from: str | None
     holds: str | None = None
+    #: seconds (wall clock) since the step the minimum came from last advanced its CTI
+    min_advanced_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -232,6 +234,8 @@ class Explanation:
                 line = f"  {h.step:<{width}}  CTI {self._t(h.cti)}"
                 if h.inputs:
                     line += f"  inputs: {ins}  min {self._t(h.min_cti)} from {h.min_from}"
+                    if h.min_advanced_s is not None:
+                        line += f" (advanced {_seconds(h.min_advanced_s)} ago)"
                 else:
                     line += "  (source)"
                 if h.holds:
@@ -255,6 +259,8 @@ class Explanation:
         d["cti_shown"] = self._t(self.cti)
         d["hops"] = [dict(dataclasses.asdict(h), cti_shown=self._t(h.cti),
                           min_shown=self._t(h.min_cti),
+                          min_advanced_shown=None if h.min_advanced_s is None
+                          else _seconds(h.min_advanced_s),
                           inputs=[{"port": p, "from": u, "cti": c, "shown": self._t(c)}
                                   for p, u, c in h.inputs]) for h in self.hops]
         d["rows"] = [{"start": self._t(s), "end": self._t(e), "payload": p}
@@ -413,7 +419,9 @@ def _walk(progress: Progress, step: str, hi: int, now: float, tz: str | _dt.tzin
             held = f" (state size {me.state_size})" if me.state_size else ""
             holds = (f"its output CTI is behind its input CTI {t(m)}: its state holds the "
                      f"output back{held}")
-        hops.append(Hop(cur, me.describe, me.cti, ins, m, up, holds))
+        upstream = progress.steps.get(up)
+        hops.append(Hop(cur, me.describe, me.cti, ins, m, up, holds,
+                        None if upstream is None else _ago(upstream.cti_wall, now)))
         if m >= hi:
             return hops, cur, (
                 f"its input CTI {t(m)} has passed it, but its output CTI {t(me.cti)} has not: "
@@ -422,7 +430,6 @@ def _walk(progress: Progress, step: str, hi: int, now: float, tz: str | _dt.tzin
                 _ago(me.cti_wall, now), None
         sent = progress.steps[up].cti if up in progress.steps else MIN_TIME
         if sent > m:
-            upstream = progress.steps.get(up)
             waiting = upstream.in_flight if upstream is not None else 0
             return hops, cur, (
                 f"its input {port} from {up} has sent CTI {t(sent)}, but {cur} has processed "

@@ -103,6 +103,7 @@ def test_a_deployed_join_names_its_idle_input_and_the_idle_timeout_that_moves_it
         assert join.min_from == "right" and join.min_cti == 200
         assert {up: c for _, up, c in join.inputs} == {"left": 499, "right": 200}
         assert e.idle_s is not None and e.idle_s >= 1.0  # its CTI last moved > 1 s ago
+        assert join.min_advanced_s is not None and join.min_advanced_s >= 1.0
         assert e.advice is not None and "idle_timeout=" in e.advice and "351" in e.advice
         assert "AdvanceTime(every=3, idle_timeout=None)" in e.advice
         text = str(e)
@@ -144,6 +145,10 @@ def test_a_partition_behind_in_a_group_apply(runtime, busy):
     assert {up: c for _, up, c in merge.inputs} == {behind: 0, other: 100}
     assert _hop(e, behind).holds is not None  # its state holds its CTI behind its input
     assert e.culprit == "meters"  # and past 100 the source, which ended, holds everyone
+    part = out.why(50, step=behind)  # the partition itself: its state holds its CTI at 0
+    assert (part.status, part.culprit, part.cti) == ("not final", behind, 0)
+    assert "state" in part.reason
+    assert out.why(50, step=other).status == "final"
 
 
 @pytest.mark.parametrize("busy", ["a", "e"])
