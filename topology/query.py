@@ -24,9 +24,6 @@ from operators.columns import expand
 from operators.errors import OperatorError
 from operators.events import Message
 
-if TYPE_CHECKING:
-    from .why import Explanation
-
 from .registry import (
     FETCH_WAIT_S,
     HOST_STEP,
@@ -37,6 +34,9 @@ from .registry import (
     list_queries,
     unsubscribe,
 )
+
+if TYPE_CHECKING:
+    from .why import Explanation
 
 #: Seconds a diagnosis waits for one step's stats (a busy step is not a dead one).
 STATS_WAIT_S = 10.0

@@ -353,8 +353,8 @@ def explain(progress: Progress, at: Any = None, *, step: str | None = None,
                          f"{', '.join(progress.steps)}")
     me = progress.steps[step]
     lo, hi = (me.cti, me.cti + 1) if at is None else span_of(at)
-    if at is None and me.cti <= MIN_TIME:
-        lo, hi = MIN_TIME + 1, MIN_TIME + 2
+    if at is None and me.cti <= MIN_TIME:  # no CTI yet: its first output
+        lo, hi = MIN_TIME, MIN_TIME + 1
     now = time.time() if now is None else now
     covering = [] if rows is None else sorted(
         (r for r in rows if r[0] < hi and r[1] > lo), key=lambda r: (r[0], r[1]))
