@@ -205,6 +205,10 @@ class OperatorShell:
         self.error_trace: str | None = None
         self.counts = {"events_in": 0, "events_out": 0, "batches_in": 0, "batches_out": 0}
         self.out_cti = MIN_TIME
+        #: wall time (time.time()) of the last output CTI advance and of the last input batch:
+        #: ``why`` says how long ago a step moved (topology/why.py)
+        self.cti_wall: float | None = None
+        self.push_wall: float | None = None
         self._oldest: float | None = None  # when the oldest buffered message arrived
         self._poll = None  # the processor's wall-clock poll, if any
         self._poll_every: float | None = None  # seconds between polls
@@ -417,6 +421,7 @@ class OperatorShell:
             batch: Any = decode_rows(blob) if self.rows_input else decode(blob)
             self.counts["events_in"] += count_events(batch)
             self.counts["batches_in"] += 1
+            self.push_wall = time.time()
             try:
                 if self.trace is None:
                     out = self.proc.process(batch, port)
@@ -490,7 +495,8 @@ class OperatorShell:
             for m in reversed(out):
                 if type(m) is Cti:
                     has_cti = True
-                    self.out_cti = max(self.out_cti, m.time)
+                    if m.time > self.out_cti:
+                        self.out_cti, self.cti_wall = m.time, time.time()
                     break
             if self.is_sink:  # output positions count events: expanded
                 self.pending.extend(expand(out))
@@ -782,6 +788,9 @@ class OperatorShell:
                 buffered=sum(map(len, self.buffers)), in_flight=0,
                 subscribers=len(self.subs), finished=self.finished, error=self.error,
                 epoch=self.epoch, restored_from=self.restored_from,
+                in_ctis=None if proc is None or proc.in_ctis is None else list(proc.in_ctis),
+                cti_wall=self.cti_wall, push_wall=self.push_wall,
+                out_edges=[(t.dst, t.port) for t in self.targets],
             )
             if proc is not None and proc.stats is not None:
                 s["source"] = dict(proc.stats)
@@ -816,6 +825,13 @@ class OperatorShell:
             if self.proc is None:
                 return []
             return list(self.proc.late if kind == "late" else self.proc.dead_letters)
+
+    @ray.method(concurrency_group="control")
+    def inspect(self, read: Any) -> Any:
+        """``read(processor)`` under the lock (None without one): a driver's read-only look
+        at what stats do not carry (``why`` reads a source's AdvanceTime and late times)."""
+        with self._lock:
+            return read(self.proc) if self.proc is not None else None
 
     @ray.method(concurrency_group="control")
     def manifest(self) -> dict[str, Any]:

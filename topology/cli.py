@@ -171,6 +171,28 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("--no-ray", dest="ray", action="store_false",
                      help="leave out the run on Ray")
     chk.add_argument("--seed", type=int, default=0, help="seed of the random runs (default 0)")
+
+    why = sub.add_parser(
+        "why", help="why an output of a running query is not final (or not there)",
+        description="Attach to the running query NAME and explain its output at TIME (or over "
+                    "a window, or its next output): final, speculative or not yet produced; if "
+                    "not final, which input's CTI holds it back, through which steps (each "
+                    "step's input CTIs, their minimum and where it came from), how long ago "
+                    "that input last advanced, and for an idle source the idle_timeout that "
+                    "would move it; and the late events dropped or adjusted out of it.")
+    why.add_argument("name", help="the query's name, as given to deploy(name)")
+    why.add_argument("--at", default=None, metavar="TIME",
+                     help="the output time: an ISO-8601 time (2026-01-01T00:05:00Z) or ticks "
+                          "(default: the step's output CTI, i.e. its next output)")
+    why.add_argument("--window", nargs=2, default=None, metavar=("START", "END"),
+                     help="an output window [START, END) instead of one time")
+    why.add_argument("--step", default=None,
+                     help="explain this step's output instead of the query's")
+    why.add_argument("--address", default="auto", help="Ray cluster address (default auto)")
+    why.add_argument("--tz", default=None, metavar="ZONE",
+                     help="show times in this time zone (an IANA name such as Europe/Paris, or "
+                          "+02:00; default UTC) where the query's times came from timestamps")
+    why.add_argument("--json", action="store_true", help="print the explanation as JSON")
     return p
 
 
@@ -402,8 +424,32 @@ def _check(args: Any) -> int:
     return 0
 
 
+def _why(args: Any) -> int:
+    import json
+
+    from . import attach
+    from .times import parse_tz
+
+    if args.at is not None and args.window is not None:
+        print("cedar why: give --at TIME or --window START END, not both", file=sys.stderr)
+        return 2
+    try:
+        parse_tz(args.tz)
+    except ValueError as exc:
+        print(f"cedar why: {exc}", file=sys.stderr)
+        return 2
+    try:
+        q = attach(args.name, args.address)
+        e = q.why(tuple(args.window) if args.window else args.at, step=args.step, tz=args.tz)
+    except (ValueError, TypeError) as exc:
+        print(f"cedar why: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(e.to_dict(), indent=1) if args.json else e)
+    return 0
+
+
 COMMANDS = {"demo": _demo, "run": _run, "status": _status, "inspect": _inspect, "stop": _stop,
-            "ui": _ui, "debug": _debug, "timeline": _timeline, "check": _check}
+            "ui": _ui, "debug": _debug, "timeline": _timeline, "check": _check, "why": _why}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -58,6 +58,7 @@ from .registry import (
     unsubscribe,
 )
 from .routing import Router
+from .why import actor_progress
 
 #: Messages (or source rows) per batch (the default of :class:`actors.config.ShellConfig`,
 #: which holds every actor setting's default).
@@ -391,8 +392,9 @@ def collect_plan(plan: Plan, *, batch_size: int | None = None,
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"collect(): the query did not finish within {timeout_s} s")
         report = report_of(plan, _actor_records(handles))
+        progress = actor_progress(handles, plan.sink, plan.clock, query="collect()", ended=True)
         clean = True
-        return Collected(out, report)
+        return Collected(out, report, progress if on_messages is None else None)
     finally:
         unsubscribe(subs)
         if reuse and clean:
@@ -445,7 +447,9 @@ def _collect_checkpointed(plan: Plan, settings: ShellConfig, root: str,
             if sup.output:
                 on_messages(list(sup.output))
             return Collected((), report)
-        return Collected(sup.output, report)
+        progress = actor_progress(sup.current_handles(), plan.sink, plan.clock,
+                                  query="collect()", ended=True)
+        return Collected(sup.output, report, progress)
     finally:
         sup.stop(kill=True)
         ck.forget(ck.normalize(root), name)

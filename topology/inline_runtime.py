@@ -14,6 +14,8 @@ do).
 
 from __future__ import annotations
 
+import datetime as _dt
+import time
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -21,15 +23,17 @@ from typing import TYPE_CHECKING, Any
 
 from actors.config import ShellConfig
 from actors.recorder import TraceSettings
-from operators.columns import count_events
-from operators.events import Message
+from operators.columns import count_events, expand
+from operators.events import MIN_TIME, Insert, Message, Retract
 from operators.feeds import END, chunks, round_robin
 
 from . import nodes as n
 from .dag import DagProcessor
+from .why import inline_progress, last_cti
 
 if TYPE_CHECKING:
     from .planner import Plan
+    from .why import Explanation, Progress
 
 #: Messages (or rows) per batch fed to a source (the actors' default, :mod:`actors.config`).
 DEFAULT_BATCH = ShellConfig.batch_size
@@ -115,15 +119,45 @@ class Collected(list[Any]):
     dead_letters: list[Any]
     late: list[Any]
     accounting: dict[str, dict[str, int]]
+    #: every step's CTIs at the end of the run, for :meth:`why` (None: not recorded)
+    progress: Progress | None
 
-    def __init__(self, messages: Iterable[Any] = (), report: RunReport | None = None) -> None:
+    def __init__(self, messages: Iterable[Any] = (), report: RunReport | None = None,
+                 progress: Progress | None = None) -> None:
         super().__init__(messages)
         r = report if report is not None else RunReport()
         self.dead_letters, self.late, self.accounting = r.dead_letters, r.late, r.accounting
+        self.progress = progress
 
     @property
     def report(self) -> RunReport:
         return RunReport(self.dead_letters, self.late, self.accounting)
+
+    def why(self, at: Any = None, *, step: str | None = None,
+            tz: str | _dt.tzinfo | None = None) -> Explanation:
+        """Why the output at ``at`` (a time: ticks, a datetime or an ISO-8601 string; a
+        window ``(start, end)``; None: the output CTI) is final, speculative or not yet
+        produced, what held it back at the end of the run (through which steps, from which
+        input) and which late events were dropped or adjusted out of it
+        (:class:`topology.why.Explanation`; ``print()`` it). Every ``collect()`` records
+        what this needs, inline and on Ray. ``step`` asks about another step's output.
+
+        >>> from topology import Stream
+        >>> rows = [{"t": t} for t in range(10)]
+        >>> out = Stream.from_rows(rows, start="t").collect(runtime="inline")
+        >>> out.why(5).status, out.why(10).status
+        ('final', 'not yet produced')
+        """
+        from operators.cht import to_cht
+
+        from .why import explain
+
+        if self.progress is None:
+            raise ValueError("why(): this result has no record of its run's progress (it was "
+                             "not made by collect())")
+        out = step is None or step == self.progress.output
+        rows = to_cht(m for m in expand(self) if type(m) in (Insert, Retract)) if out else None
+        return explain(self.progress, at, step=step, rows=rows, tz=tz)
 
 
 def report_of(plan: Plan, records: dict[str, tuple[Any, list[Any], list[Any]]]) -> RunReport:
@@ -185,7 +219,7 @@ def run_inline(plan: Plan, batch_size: int = DEFAULT_BATCH,
     With ``trace`` every step's messages are recorded there (:mod:`actors.recorder`). With
     ``columns`` the sink's column batches are returned as they are (a Spark sink converts them
     column-wise), else expanded into inserts."""
-    dag = DagProcessor(plan, inline_sink=True, trace=trace)
+    dag = _Watched(plan, inline_sink=True, trace=trace)
     dag.expand_output = not columns
     if trace is None:
         out = drive(dag, plan, batch_size)[0]
@@ -198,7 +232,30 @@ def run_inline(plan: Plan, batch_size: int = DEFAULT_BATCH,
         finally:
             for rec in (dag.trace or {}).values():
                 rec.flush()
-    return Collected(out, report_of(plan, procs_records(dag)))
+    progress = inline_progress(plan, dag.procs, dag.ctis, dag.cti_walls, dag.push_walls)
+    return Collected(out, report_of(plan, procs_records(dag)), progress)
+
+
+class _Watched(DagProcessor):
+    """The inline run's plan, noting each step's output CTI as it leaves the step and the
+    wall time it advanced, and when each source last took a batch (for ``why``): a look at
+    the last CTI of each output batch, as the Ray shell does."""
+
+    def __init__(self, plan: Plan, **options: Any) -> None:
+        super().__init__(plan, **options)
+        self.ctis: dict[str, int] = {}
+        self.cti_walls: dict[str, float] = {}
+        self.push_walls: dict[str, float] = {}
+
+    def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
+        self.push_walls[self.inputs[port]] = time.time()
+        return super().process(batch, port)
+
+    def _forward(self, step: str, res: list[Message], out: list[Message]) -> None:
+        t = last_cti(res)
+        if t is not None and t > self.ctis.get(step, MIN_TIME):
+            self.ctis[step], self.cti_walls[step] = t, time.time()
+        super()._forward(step, res, out)
 
 
 def drive(dag: DagProcessor, plan: Plan, batch_size: int) -> tuple[list[Message], list[int]]:

@@ -14,9 +14,10 @@ own handle with ``topology.attach(name)``.
 
 from __future__ import annotations
 
+import datetime as _dt
 import time
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from actors.wire import decode
 from operators.columns import expand
@@ -33,6 +34,9 @@ from .registry import (
     list_queries,
     unsubscribe,
 )
+
+if TYPE_CHECKING:
+    from .why import Explanation
 
 #: Seconds a diagnosis waits for one step's stats (a busy step is not a dead one).
 STATS_WAIT_S = 10.0
@@ -234,6 +238,35 @@ class Query:
     def dead_letters(self) -> list[Any]:
         """Every input that could not be processed, with the reason."""
         return self._records("dead_letters")
+
+    def why(self, at: Any = None, *, step: str | None = None,
+            tz: str | _dt.tzinfo | None = None) -> Explanation:
+        """Why the output at ``at`` (a time: ticks, a datetime or an ISO-8601 string; a
+        window ``(start, end)``; None: the output CTI, i.e. the next output) is final,
+        speculative or not yet produced; if not final, which input's CTI holds it back,
+        through which steps (each step's input CTIs, their minimum and where it came from),
+        how long ago that input last advanced, and for an idle source the idle timeout that
+        would move it; and the late events dropped or adjusted out of it, with their original
+        times (:class:`topology.why.Explanation`: ``print()`` it, or ``to_dict()``). ``step``
+        asks about another step's output (whether it is speculative is then unknown: only
+        the sink keeps its output). ``cedar why NAME --at TIME`` prints the same."""
+        import ray
+
+        from .why import WHY_LATE_LIMIT, actor_progress, explain, reach_of, span_of
+
+        clock = ray.get(self._sink.manifest.remote(), timeout=STATS_WAIT_S).get("clock", "ticks")
+        handles = self.handles
+        rows = self.snapshot() if step in (None, self.sink_step) else None
+        if at is None:  # the next output of the step: ask for its CTI first
+            first = actor_progress(handles, self.sink_step, clock, limit=0)
+            mine = first.steps.get(step or self.sink_step)
+            span = (mine.cti, mine.cti + 1) if mine is not None else (0, 1)
+        else:
+            span = span_of(at)
+        lo, hi = reach_of(span, rows or ())
+        progress = actor_progress(handles, self.sink_step, clock, query=self.name, lo=lo,
+                                  hi=hi, limit=WHY_LATE_LIMIT)
+        return explain(progress, at, step=step, rows=rows, tz=tz)
 
     def _records(self, kind: str) -> list[Any]:
         import ray

@@ -448,6 +448,92 @@ setInterval(refresh, 1000);
 """
 
 
+
+# -- the why panel: click a step (its row or its box) to see why its output is not final ----------
+#: The panel's script, added to the page before ``</body>``: it asks ``/api/why`` about the
+#: step clicked, every 2 s while one is selected, and shows the answer with ``textContent``.
+WHY_PANEL = """<section id="why" data-role="why" hidden>
+<h2 data-role="why-title"></h2><p data-role="why-status"></p><p data-role="why-culprit"></p>
+<table data-role="why-hops"></table><p data-role="why-advice"></p>
+<ul data-role="why-late"></ul></section>
+<script nonce="NONCE">
+"use strict";
+let whySel = null;
+function whyShow(d) {
+  const panel = document.getElementById("why"), part = r => panel.querySelector(
+    '[data-role="' + r + '"]');
+  panel.hidden = false;
+  part("why-title").textContent = "why: " + whySel.query + " / " + whySel.step;
+  if (d.error) { part("why-status").textContent = d.error; return; }
+  part("why-status").textContent = d.what + ": " + d.status + " (output CTI " + d.cti_shown + ")";
+  part("why-culprit").textContent = d.culprit ? "held back by " + d.culprit + ": " + d.reason : "";
+  const hops = part("why-hops");
+  hops.replaceChildren();
+  for (const h of d.hops) {
+    const tr = document.createElement("tr");
+    tr.setAttribute("data-step", h.step);
+    const ins = h.inputs.map(i => i.port + " ← " + i.from + " " + i.shown).join(", ");
+    for (const v of [h.step, "CTI " + h.cti_shown, ins ? "inputs: " + ins : "source",
+                     h.min_from ? "min from " + h.min_from + (h.min_advanced_shown
+                       ? " (advanced " + h.min_advanced_shown + " ago)" : "") : "",
+                     h.holds || ""]) {
+      const td = document.createElement("td"); td.textContent = v; tr.appendChild(td);
+    }
+    hops.appendChild(tr);
+  }
+  part("why-advice").textContent = d.advice ? "idle source: " + d.advice : "";
+  const late = part("why-late");
+  late.replaceChildren();
+  for (const r of d.late) {
+    const li = document.createElement("li"); li.textContent = r.where + ": " + r.text;
+    late.appendChild(li);
+  }
+}
+async function whyAsk() {
+  if (!whySel) return;
+  const url = "/api/why?query=" + encodeURIComponent(whySel.query) + "&step="
+    + encodeURIComponent(whySel.step);
+  try { whyShow(await (await fetch(url)).json()); }
+  catch (e) { whyShow({error: "cannot reach the server: " + e}); }
+}
+document.addEventListener("click", ev => {
+  const at = ev.target.closest("section[data-query] [data-step]");
+  if (!at) return;
+  whySel = {query: at.closest("section[data-query]").dataset.query, step: at.dataset.step};
+  whyAsk();
+});
+setInterval(whyAsk, 2000);
+</script>
+"""
+#: How long the why panel waits for a query's actors.
+WHY_WAIT_S = 5.0
+
+
+def why_json(path: str, tz: Any = None) -> tuple[int, dict[str, Any]]:
+    """``/api/why?query=&step=[&at=]``: the HTTP status and the JSON of
+    :meth:`topology.query.Query.why` for ``step`` of the running ``query`` (its output CTI,
+    or ``at``); a query or step that is not there, or a bad time, is a 404 or 400 with an
+    ``error`` sentence."""
+    import urllib.parse
+
+    from .query import attach
+
+    ask = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
+    query, step, at = (ask.get(k, [""])[0] for k in ("query", "step", "at"))
+
+    if not query:
+        return 400, {"error": "ask /api/why?query=NAME&step=STEP"}
+    try:
+        q = attach(query, wait_s=WHY_WAIT_S)
+    except Exception as exc:  # noqa: BLE001 - gone, or not reachable: said in the panel
+        return 404, {"error": f"query {query!r}: {_problem(exc)}"}
+    try:
+        return 200, q.why(at or None, step=step or None, tz=tz).to_dict()
+    except (ValueError, TypeError) as exc:
+        return 400, {"error": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - a step not answering: the panel says so
+        return 503, {"error": f"query {query!r}: {_problem(exc)}"}
+
 class _Handler(BaseHTTPRequestHandler):
     monitor: Monitor
     #: the address and port the server is bound to
@@ -462,8 +548,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(403, "text/plain; charset=utf-8", self._refusal().encode())
         elif self.path == "/":
             nonce = secrets.token_urlsafe(16)
-            self._send(200, "text/html; charset=utf-8", PAGE.replace("NONCE", nonce).encode(),
+            page = PAGE.replace("</body>", WHY_PANEL + "</body>")
+            self._send(200, "text/html; charset=utf-8", page.replace("NONCE", nonce).encode(),
                        nonce)
+        elif self.path.startswith("/api/why"):
+            code, answer = why_json(self.path, tz=self.monitor.tz)
+            self._send(code, "application/json", json.dumps(answer, default=repr).encode())
         elif self.path == "/api/queries":
             body = json.dumps(self.monitor.sample(), default=repr).encode()
             self._send(200, "application/json", body)

@@ -1,0 +1,105 @@
+"""The web view's ``why`` panel in a real browser (headless Chromium driven by Playwright):
+clicking a step shows why its output is not final — the idle input of a join that holds it
+back, the steps in between, the idle timeout that would move it, the late events out of it —
+as text, escaped, from ``/api/why``."""
+
+from __future__ import annotations
+
+import json
+import queue
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from playwright.sync_api import sync_playwright
+
+from topology import AdvanceTime, Stream
+from topology.ui import serve
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--no-first-run"]
+EVIL = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
+
+
+def _rows(feed: queue.Queue):
+    while (row := feed.get()) is not None:
+        yield row
+
+
+@pytest.fixture()
+def page():
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield browser.new_page()
+        finally:
+            browser.close()
+
+
+def _wait_for(cond, timeout_s: float = 60.0, what: str = "the condition"):
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_the_why_panel_names_the_idle_input_of_a_join(ray_session, page):
+    #   left   [t, t+1) for t = 0..99, CTI every row; then [10, 100) arrives late: dropped
+    #   right  0 20 40 | 60   (CTI every 3 rows: 40; 60 waits)   → the join's CTI is 40
+    lf, rf = queue.Queue(), queue.Queue()
+    left = Stream.from_rows(_rows(lf), start="t", end="u", shape="interval",
+                            advance=AdvanceTime(every=1), name="left")
+    right = Stream.from_rows(_rows(rf), start="t", advance=AdvanceTime(every=3), name="right")
+    q = left.join(right, on=("k", "k")).deploy("ui-why", flush_ms=20)
+    server = serve(port=0)
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    try:
+        for t in range(100):
+            lf.put({"k": 1, "t": t, "u": t + 1, "note": "ok"})
+        lf.put({"k": 1, "t": 10, "u": 100, "note": EVIL})
+        for t in (0, 20, 40, 60):
+            rf.put({"k": 1, "t": t})
+        _wait_for(lambda: q.stats()["left"]["late"] == 1 and
+                  q.stats()["right"]["events_in"] == 4, what="both inputs taken")
+        page.goto(url)
+        row = 'section[data-query="ui-why"] tr[data-step="sink"]'
+        page.wait_for_selector(row, timeout=60_000)
+        page.click(f'{row} td.step')
+        culprit = page.locator('#why [data-role="why-culprit"]')
+        page.wait_for_function(
+            """() => document.querySelector('#why [data-role="why-culprit"]')
+                       .textContent.startsWith('held back by right')""", timeout=60_000)
+        assert "its CTI 40" in culprit.inner_text()
+        assert page.locator('#why [data-role="why-title"]').inner_text() == "why: ui-why / sink"
+        assert "sink at 40: speculative" in \
+            page.locator('#why [data-role="why-status"]').inner_text()
+        hops = page.locator('#why [data-role="why-hops"] tr')
+        assert hops.evaluate_all("trs => trs.map(t => t.dataset.step)") == \
+            ["sink", "join#2", "right"]
+        assert "min from right" in hops.nth(1).inner_text()
+        assert "idle_timeout=" in page.locator('#why [data-role="why-advice"]').inner_text()
+        # the late event, with its original times and its payload as text: nothing runs
+        late = page.locator('#why [data-role="why-late"] li').first.inner_text()
+        assert late.startswith("left: dropped [10, 100)") and "<script>" in late
+        assert page.evaluate("() => window.__pwned") is None
+        assert page.locator("#why img, #why script").count() == 0
+        # another step: its box in the graph
+        page.click('section[data-query="ui-why"] svg g[data-step="left"]')
+        page.wait_for_function(
+            """() => document.querySelector('#why [data-role="why-title"]').textContent
+                       === 'why: ui-why / left'""", timeout=60_000)
+        # the same as JSON; a query that is not there is a 404 with a sentence
+        data = json.load(urllib.request.urlopen(url + "api/why?query=ui-why&step=sink"))
+        assert data["culprit"] == "right" and data["status"] == "speculative"
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(url + "api/why?query=no-such-query&step=sink")
+        assert missing.value.code == 404
+        assert "no-such-query" in json.load(missing.value)["error"]
+    finally:
+        lf.put(None)
+        rf.put(None)
+        server.shutdown()
+        q.stop()

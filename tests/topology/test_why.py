@@ -1,0 +1,298 @@
+"""``why``: built scenarios with a known culprit, inline, on Ray (``collect()``) and for a
+deployed query: one idle input of a join, one ``group_apply`` partition behind, late events
+under ``drop`` and under ``adjust``. Every scenario is run with the culprit on either side, so
+an explanation that named the wrong input fails."""
+
+from __future__ import annotations
+
+import json
+import queue
+import time
+
+import pytest
+
+from topology import AdvanceTime, Count, Stream
+from topology.routing import stable_hash
+from topology.times import TIMESTAMPS
+from topology.why import Progress, StepProgress, explain
+
+MINUTE = 60_000_000
+
+
+def _rows(feed: queue.Queue):
+    while (row := feed.get()) is not None:
+        yield row
+
+
+def _wait_for(cond, timeout_s: float = 60.0, what: str = "the condition"):
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _hop(e, step):
+    return {h.step: h for h in e.hops}[step]
+
+
+# -- one idle input of a join -------------------------------------------------------------------
+#
+#   left   0 10 20 ... 990 │ end: CTI 991          (short = "left": 0 .. 90, CTI 91)
+#   right  0 10 20 ... 90  │ end: CTI 91
+#   join   CTI min(991, 91) = 91: the output at 500 waits for the short side, which ended
+
+@pytest.mark.parametrize("short", ["left", "right"])
+def test_a_join_is_held_back_by_its_short_input(runtime, short):
+    def side(name):
+        stop = 100 if name == short else 1000
+        return Stream.from_rows([{"k": 1, "t": t} for t in range(0, stop, 10)], start="t",
+                                advance=AdvanceTime(every=1), name=name)
+
+    out = side("left").join(side("right"), on=("k", "k")).collect(runtime=runtime)
+    e = out.why(500)
+    assert e.status == "not yet produced"
+    assert e.culprit == short
+    assert e.hops[-1].step == short
+    join = next(h for h in e.hops if h.step.startswith("join"))
+    assert join.min_from == short and join.min_cti == 91
+    assert {up: c for _, up, c in join.inputs} == \
+        {short: 91, ({"left", "right"} - {short}).pop(): 991}
+    assert "ended" in e.reason and e.idle_s is not None and e.idle_s >= 0
+    # before the short side's end: final, with the rows that cover it
+    done = out.why(50)
+    assert done.status == "final" and done.culprit is None and done.rows
+    assert out.why((40, 60)).final
+
+
+def test_a_traced_or_checkpointed_run_explains_itself_too(runtime, tmp_path):
+    def side(name, stop):
+        return Stream.from_rows([{"k": 1, "t": t} for t in range(0, stop, 10)], start="t",
+                                advance=AdvanceTime(every=1), name=name)
+
+    q = side("left", 1000).join(side("right", 100), on=("k", "k"))
+    runs = [q.collect(runtime=runtime, trace=str(tmp_path / "trace"))]
+    if runtime == "ray":
+        runs.append(q.collect(runtime=runtime, checkpoint_dir=str(tmp_path / "ckpt")))
+    for out in runs:
+        e = out.why(500)
+        assert (e.status, e.culprit) == ("not yet produced", "right"), str(e)
+
+
+def test_a_deployed_join_names_its_idle_input_and_the_idle_timeout_that_moves_it(ray_session):
+    #   left   0 1 2 ... 499 (CTI every row)            → CTI 499
+    #   right  0 100 200 | 350   (CTI every 3 rows)     → CTI 200; 350 waits for a CTI
+    #   the join's output at 300 (left 300 ⋈ right?) is held by right, idle since its last row
+    lf, rf = queue.Queue(), queue.Queue()
+    left = Stream.from_rows(_rows(lf), start="t", advance=AdvanceTime(every=1), name="left")
+    right = Stream.from_rows(_rows(rf), start="t", advance=AdvanceTime(every=3), name="right")
+    q = left.join(right, on=("k", "k")).deploy("why-idle", flush_ms=20)
+    try:
+        for t in range(500):
+            lf.put({"k": 1, "t": t})
+        for t in (0, 100, 200, 350):
+            rf.put({"k": 1, "t": t})
+        _wait_for(lambda: q.stats()["left"]["cti"] == 499 and
+                  q.stats()["right"]["events_in"] == 4, what="both inputs taken")
+        time.sleep(1.2)
+        e = q.why(300)
+        assert e.status == "not yet produced"
+        assert e.culprit == "right", str(e)
+        assert _hop(e, "right").cti == 200
+        join = next(h for h in e.hops if h.step.startswith("join"))
+        assert join.min_from == "right" and join.min_cti == 200
+        assert {up: c for _, up, c in join.inputs} == {"left": 499, "right": 200}
+        assert e.idle_s is not None and e.idle_s >= 1.0  # its CTI last moved > 1 s ago
+        assert join.min_advanced_s is not None and join.min_advanced_s >= 1.0
+        assert e.advice is not None and "idle_timeout=" in e.advice and "351" in e.advice
+        assert "AdvanceTime(every=3, idle_timeout=None)" in e.advice
+        text = str(e)
+        assert "held back by right" in text and "idle_timeout=" in text
+        json.dumps(e.to_dict())
+        # the output at 100 (left 100 ⋈ right 100) is final
+        assert q.why(100).status == "final"
+    finally:
+        lf.put(None)
+        rf.put(None)
+        q.stop()
+
+
+# -- one partition behind in a group_apply ------------------------------------------------------
+#
+#   key `busy` has a reading every tick 0..99; the others only in 0..9.
+#   session windows (gap 5): busy's session never closes, so its partition's output CTI stays
+#   at 0 while its input is at 100; the merge's CTI is the minimum of its partitions'.
+
+def _sessions(busy: str, rows):
+    return (Stream.from_rows(rows, start="t", advance=AdvanceTime(every=4), name="meters")
+            .group_apply("k", lambda s: s.session_window(5).aggregate(Count()), partitions=2))
+
+
+def _readings(busy: str, stop: int = 100):
+    return [{"k": k, "t": t} for t in range(stop) for k in ("a", "b", "c", "e")
+            if k == busy or t < 10]
+
+
+@pytest.mark.parametrize("busy", ["a", "e"])  # stable_hash: "a" in partition 1, "e" in 0
+def test_a_partition_behind_in_a_group_apply(runtime, busy):
+    behind = f"group_apply#1[{stable_hash(busy) % 2}]"
+    other = f"group_apply#1[{1 - stable_hash(busy) % 2}]"
+    out = _sessions(busy, _readings(busy)).collect(runtime=runtime)
+    e = out.why(100)  # busy's session [0, 104) covers it: produced, not final
+    assert e.status == "speculative"
+    merge = _hop(e, "group_apply#1")
+    assert merge.min_from == behind, str(e)
+    assert {up: c for _, up, c in merge.inputs} == {behind: 0, other: 100}
+    assert _hop(e, behind).holds is not None  # its state holds its CTI behind its input
+    assert e.culprit == "meters"  # and past 100 the source, which ended, holds everyone
+    part = out.why(50, step=behind)  # the partition itself: its state holds its CTI at 0
+    assert (part.status, part.culprit, part.cti) == ("not final", behind, 0)
+    assert "state" in part.reason
+    assert out.why(50, step=other).status == "final"
+
+
+@pytest.mark.parametrize("busy", ["a", "e"])
+def test_a_deployed_group_apply_names_the_partition_behind(ray_session, busy):
+    behind = f"group_apply#1[{stable_hash(busy) % 2}]"
+    feed: queue.Queue = queue.Queue()
+    q = _sessions(busy, _rows(feed)).deploy("why-part", flush_ms=20)
+    try:
+        for row in _readings(busy):
+            feed.put(row)
+        _wait_for(lambda: q.stats()["meters"]["cti"] >= 90, what="the source's CTI")
+        _wait_for(lambda: all(q.stats()[f"group_apply#1[{p}]"]["events_in"] > 0
+                              for p in (0, 1)), what="both partitions")
+        e = q.why(50)
+        assert e.status == "speculative"  # busy's open session covers 50
+        assert e.culprit == behind, str(e)
+        assert "state" in e.reason
+        assert _hop(e, "group_apply#1").min_from == behind
+    finally:
+        feed.put(None)
+        q.stop()
+
+
+# -- late events under drop and under adjust -----------------------------------------------------
+#
+#   late side:  0  10  20  5 (late: behind CTI 20)  30
+#   drop:   the point at 5 is dropped: the window [0, 10) is final without it
+#   adjust: the interval [5, 25) is moved to [20, 25)
+
+def _two_sources(late_side: str, policy: str):
+    shape = "point" if policy == "drop" else "interval"
+
+    def side(name):
+        ts = [0, 10, 20, 5, 30] if name == late_side else [1, 11, 21, 31]
+        rows = [{"t": t, "u": t + (20 if t == 5 else 3)} for t in ts]
+        return Stream.from_rows(rows, start="t", end=None if shape == "point" else "u",
+                                shape=shape, advance=AdvanceTime(every=1, policy=policy),
+                                name=name)
+    return side("a").union(side("b"))
+
+
+@pytest.mark.parametrize("late_side", ["a", "b"])
+def test_late_events_dropped_out_of_a_window_are_named_with_their_times(runtime, late_side):
+    q = _two_sources(late_side, "drop").tumbling_window(10).aggregate(Count())
+    out = q.collect(runtime=runtime)
+    e = out.why(5)
+    assert e.status == "final"
+    assert e.late_count == 1, str(e)
+    (late,) = e.late
+    assert (late.where, late.action, late.start, late.end, late.sent) == \
+        (late_side, "dropped", 5, 6, None)
+    assert "dropped [5, 6)" in str(e)
+    assert out.why(15).late_count == 0  # the window [10, 20) lost nothing
+
+
+@pytest.mark.parametrize("late_side", ["a", "b"])
+def test_late_events_adjusted_are_named_with_their_original_times(runtime, late_side):
+    out = _two_sources(late_side, "adjust").collect(runtime=runtime)
+    e = out.why(22)
+    (late,) = e.late
+    assert (late.where, late.action, late.start, late.end, late.sent) == \
+        (late_side, "adjusted", 5, 25, (20, 25))
+    assert "adjusted [5, 25), sent as [20, 25)" in str(e)
+    assert out.why(35).late == ()
+
+
+def test_a_deployed_query_names_its_late_events(ray_session):
+    feed: queue.Queue = queue.Queue()
+    q = (Stream.from_rows(_rows(feed), start="t", advance=AdvanceTime(every=1), name="src")
+         .tumbling_window(10).aggregate(Count()).deploy("why-late", flush_ms=20))
+    try:
+        for t in (0, 10, 20, 5, 30, 7):
+            feed.put({"t": t})
+        _wait_for(lambda: q.stats()["src"]["late"] == 2, what="two late rows")
+        e = q.why((0, 10))
+        assert e.status == "final"
+        assert [(r.where, r.action, r.start) for r in e.late] == \
+            [("src", "dropped", 5), ("src", "dropped", 7)]
+        assert q.why(35).status in ("speculative", "not yet produced")
+    finally:
+        feed.put(None)
+        q.stop()
+
+
+# -- the pure function --------------------------------------------------------------------------
+
+def test_a_step_behind_what_its_input_has_sent_is_the_culprit():
+    #   src has sent CTI 900; slow has processed up to 100 (batches in flight to it)
+    p = Progress(steps={"src": StepProgress("src", cti=900, in_flight=4),
+                        "slow": StepProgress("slow", cti=100, in_ctis=(100,)),
+                        "sink": StepProgress("sink", cti=100, in_ctis=(100,))},
+                 inputs={"slow": ((0, "src"),), "sink": ((0, "slow"),)}, output="sink")
+    e = explain(p, 500, rows=[])
+    assert e.culprit == "slow" and "4 batches in flight" in e.reason
+    assert [h.step for h in e.hops] == ["sink", "slow"]
+
+
+def test_timestamp_plans_read_as_times_and_durations():
+    start = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
+    p = Progress(steps={"src": StepProgress("src", cti=start + MINUTE, cti_wall=100.0,
+                                            push_wall=100.0),
+                        "sink": StepProgress("sink", cti=start + MINUTE)},
+                 inputs={"sink": ((0, "src"),)}, output="sink", clock=TIMESTAMPS)
+    e = explain(p, "2026-01-01T00:05:00Z", rows=[], now=102.5)
+    text = str(e)
+    assert "2026-01-01T00:05:00Z" in text and "2026-01-01T00:01:00Z" in text
+    assert "2.5 s ago" in text
+    assert str(start) not in text
+    assert e.to_dict()["hops"][0]["cti_shown"] == "2026-01-01T00:01:00Z"
+    plain = explain(Progress(steps={"s": StepProgress("s", cti=7)}, inputs={}, output="s"),
+                    9, rows=[])
+    assert "at 9" in str(plain) and "CTI is 7" in str(plain)
+
+
+# -- cedar why ----------------------------------------------------------------------------------
+
+def test_cedar_why_shows_times_and_names_the_idle_input(ray_session, capsys):
+    import datetime as dt
+
+    from topology.cli import main
+
+    base = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    left = Stream.from_rows([{"k": 1, "ts": base + dt.timedelta(seconds=i)} for i in range(300)],
+                            start="ts", advance=AdvanceTime(every=1), name="left")
+    rf: queue.Queue = queue.Queue()
+    right = Stream.from_rows(_rows(rf), start="ts", advance=AdvanceTime(every=3), name="right")
+    q = left.join(right, on=("k", "k")).deploy("why-cli", flush_ms=20)
+    try:
+        for s in (0, 60, 120, 200):
+            rf.put({"k": 1, "ts": base + dt.timedelta(seconds=s)})
+        _wait_for(lambda: q.stats()["right"]["events_in"] == 4 and
+                  q.stats()["left"]["finished"], what="both inputs taken")
+        assert main(["why", "why-cli", "--at", "2026-01-01T00:02:30Z"]) == 0
+        text = capsys.readouterr().out
+        assert "why sink at 2026-01-01T00:02:30Z (query why-cli)" in text
+        assert "held back by right" in text
+        assert "CTI 2026-01-01T00:02:00Z" in text  # right's, from its third row
+        assert "idle_timeout=" in text and "2026-01-01T00:03:20.000001Z" in text
+        assert " ago" in text and "1767225" not in text  # no ticks for a person
+        assert main(["why", "why-cli", "--at", "02:30", "--tz", "Mars/Base"]) == 2
+        assert main(["why", "why-cli", "--window", "2026-01-01T00:00:00Z",
+                     "2026-01-01T00:00:01Z", "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["status"] == "final" and data["what"].startswith("sink over [")
+    finally:
+        rf.put(None)
+        q.stop()

@@ -1,0 +1,613 @@
+"""Why is there no output? An explanation of missing or unfinished output.
+
+A query's output at time ``t`` is *final* once an output CTI has passed ``t`` (nothing before a
+CTI changes any more), *speculative* while output covers ``t`` but no CTI has passed it, and
+*not yet produced* while nothing covers it. An output that is not final is held back by CTIs,
+and cedar can say exactly by which: a step with several inputs advances its CTI to the minimum
+of its inputs' CTIs, so following, from the output step upstream, the input with the smallest
+CTI reaches the one thing that holds the output back:
+
+* a **source** whose CTI does not pass ``t``: it is idle (no rows for a while, and the rows it
+  has are not yet covered by a CTI: ``AdvanceTime(idle_timeout=...)`` would move it), waiting
+  for newer rows, or ended (a finished run: its final CTI is past its last event);
+* a **step whose output CTI lags its input CTI**: its state holds the output back (a window or
+  a session not yet closed, a ``group_apply`` partition whose groups are open);
+* a **step behind its input**: its upstream step has sent a CTI past ``t`` that it has not
+  processed yet (busy, batches in flight).
+
+:func:`explain` is a pure function of a :class:`Progress` (per step: output and input CTIs,
+the wall time of the last CTI advance and of the last input batch, a source's AdvanceTime and
+late events with their original lifetimes, and the plan's edges) and of the output rows; it
+returns an :class:`Explanation`, whose ``str()`` is the report and ``to_dict()`` the web view's
+JSON. The runtimes make the Progress: the inline runtime from its processors
+(:func:`inline_progress`), Ray from its actors' stats (:func:`actor_progress`), for
+``collect()`` (every run: ``Collected.why(t)``) and a deployed query (``Query.why(t)``,
+``cedar why NAME --at TIME``).
+
+    >>> p = Progress(
+    ...     steps={"left": StepProgress("left", cti=900), "right": StepProgress("right", cti=5),
+    ...            "join": StepProgress("join", cti=5, in_ctis=(900, 5))},
+    ...     inputs={"join": ((0, "left"), (1, "right"))}, output="join")
+    >>> e = explain(p, 500, rows=[])
+    >>> e.status, e.culprit, e.hops[0].min_from
+    ('not yet produced', 'right', 'right')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import functools
+import reprlib
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Retract
+
+from .times import TICKS, TIMESTAMPS, show_duration, show_time
+
+if TYPE_CHECKING:
+    from operators.ingress import AdvanceTime
+    from operators.processor import Processor
+
+    from .plan import Plan
+
+__all__ = ["Explanation", "Hop", "Late", "Progress", "SourceFacts", "StepProgress",
+           "actor_progress", "explain", "inline_progress", "step_facts"]
+
+#: Statuses of an output (see the module docstring).
+FINAL, SPECULATIVE, NOT_PRODUCED, NOT_FINAL = ("final", "speculative", "not yet produced",
+                                               "not final")
+#: Late events listed in an explanation (the count says how many there are in all).
+LATE_SHOWN = 20
+#: Late events a deployed query's step sends for one explanation.
+WHY_LATE_LIMIT = 1000
+#: Output rows listed in an explanation.
+ROWS_SHOWN = 5
+#: Idle timeouts (seconds) ``why`` proposes: the largest at most half of the quiet time.
+IDLE_CHOICES_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+#: Characters of a payload shown.
+PAYLOAD_CHARS = 80
+
+
+# -- what the runtimes report ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Late:
+    """A late event: ``where`` (its source step), ``action`` (``"dropped"`` or
+    ``"adjusted"``), its original lifetime ``[start, end)`` (None when its producer cannot
+    tell), ``sent`` (the lifetime it was sent with when adjusted), the source's ``reason`` and
+    its payload, shortened."""
+
+    where: str
+    action: str
+    start: int | None
+    end: int | None
+    sent: tuple[int, int] | None
+    reason: str
+    payload: str
+
+    def overlaps(self, lo: int, hi: int) -> bool:
+        return self.start is not None and self.end is not None and \
+            self.start < hi and self.end > lo
+
+
+@dataclass(frozen=True)
+class SourceFacts:
+    """What ``why`` reads of a source beyond its stats: its ``advance`` (:class:`AdvanceTime`),
+    ``latest`` (the latest start it sent: an idle CTI moves it one tick past), and its late
+    events (``late``, ``late_count`` of them in all)."""
+
+    advance: AdvanceTime | None = None
+    latest: int | None = None
+    late: tuple[Late, ...] = ()
+    late_count: int = 0
+
+
+@dataclass(frozen=True)
+class StepProgress:
+    """One step, as its runtime saw it: its output CTI ``cti``, the CTI of each input port
+    ``in_ctis`` (None when the operator does not keep them: its upstream's output CTI stands
+    in), the wall time (``time.time()``) of its last output CTI advance ``cti_wall`` and of its
+    last input batch ``push_wall``, whether its input ended (``finished``), the batches it has
+    sent and not had taken (``in_flight``), its ``state_size``, and a source's facts."""
+
+    step: str
+    describe: str = ""
+    cti: int = MIN_TIME
+    in_ctis: tuple[int, ...] | None = None
+    cti_wall: float | None = None
+    push_wall: float | None = None
+    finished: bool = False
+    in_flight: int = 0
+    state_size: int = 0
+    source: SourceFacts | None = None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A query's progress: every step's :class:`StepProgress`, each step's inputs as
+    ``(port, upstream step)``, the ``output`` step, the plan's ``clock`` (``"timestamps"`` or
+    ``"ticks"``, :mod:`topology.times`), whether the run ``ended`` (``collect()``), the query's
+    name and when it was taken (``taken``, wall clock)."""
+
+    steps: Mapping[str, StepProgress]
+    inputs: Mapping[str, tuple[tuple[int, str], ...]]
+    output: str
+    clock: str = TICKS
+    ended: bool = False
+    query: str = ""
+    taken: float = field(default_factory=time.time)
+
+    def upstream(self, step: str) -> set[str]:
+        """Every step ``step`` reads from, directly or not (``step`` included)."""
+        seen, todo = {step}, [step]
+        while todo:
+            for _, up in self.inputs.get(todo.pop(), ()):
+                if up not in seen:
+                    seen.add(up)
+                    todo.append(up)
+        return seen
+
+
+# -- the explanation ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Hop:
+    """One step on the way from the output upstream: its output CTI, each input's
+    ``(port, from step, CTI)``, their minimum ``min_cti`` and the step it came from
+    (``min_from``); ``holds`` says why this step itself holds its CTI behind (or None)."""
+
+    step: str
+    describe: str
+    cti: int
+    inputs: tuple[tuple[int, str, int], ...]
+    min_cti: int | None
+    min_from: str | None
+    holds: str | None = None
+    #: seconds (wall clock) since the step the minimum came from last advanced its CTI
+    min_advanced_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why the output ``step`` over ``[lo, hi)`` is (not) final: ``status`` (``"final"``,
+    ``"speculative"``, ``"not yet produced"``, or ``"not final"`` when the step's output is
+    not kept), the step's output CTI ``cti``, the output ``rows`` covering the span, the
+    ``hops`` followed upstream, the ``culprit`` step that holds the output back and ``reason``
+    (a sentence), how many seconds ago the culprit last advanced (``idle_s``), the setting
+    that would move an idle source (``advice``), and the ``late`` events (of the sources the
+    step reads) whose original lifetimes overlap the output (``late_count`` in all)."""
+
+    query: str
+    step: str
+    lo: int
+    hi: int
+    status: str
+    cti: int
+    clock: str
+    tz: str | _dt.tzinfo | None
+    rows: tuple[tuple[int, int, str], ...] = ()
+    hops: tuple[Hop, ...] = ()
+    culprit: str | None = None
+    reason: str = ""
+    idle_s: float | None = None
+    advice: str | None = None
+    late: tuple[Late, ...] = ()
+    late_count: int = 0
+    #: whether the step's output rows were known (the output step's are)
+    known: bool = True
+
+    @property
+    def final(self) -> bool:
+        return self.status == FINAL
+
+    def _t(self, t: int | None) -> str:
+        return show_time(t, self.clock, self.tz)
+
+    def what(self) -> str:
+        """The output asked about, as people read it."""
+        if self.hi == self.lo + 1:
+            return f"{self.step} at {self._t(self.lo)}"
+        return f"{self.step} over [{self._t(self.lo)}, {self._t(self.hi)})"
+
+    def __str__(self) -> str:
+        name = f" (query {self.query})" if self.query else ""
+        lines = [f"why {self.what()}{name}: {self.status}"]
+        if self.status == FINAL:
+            lines.append(f"  its output CTI {self._t(self.cti)} has passed it: it will not "
+                         f"change any more")
+        else:
+            lines.append(f"  its output CTI is {self._t(self.cti)}; it is final once a CTI "
+                         f"passes {self._t(self.hi - 1)}")
+        for s, e, p in self.rows:
+            lines.append(f"  output [{self._t(s)}, {self._t(e)}) {p}")
+        if self.status == FINAL and not self.rows and self.known:
+            lines.append("  no output covers it (and none will)")
+        if self.culprit is not None:
+            lines.append(f"held back by {self.culprit}: {self.reason}")
+        if self.hops:
+            lines.append("through:")
+            width = max(len(h.step) for h in self.hops)
+            for h in self.hops:
+                ins = ", ".join(f"{port} ← {up} {self._t(c)}" for port, up, c in h.inputs)
+                line = f"  {h.step:<{width}}  CTI {self._t(h.cti)}"
+                if h.inputs:
+                    line += f"  inputs: {ins}  min {self._t(h.min_cti)} from {h.min_from}"
+                    if h.min_advanced_s is not None:
+                        line += f" (advanced {_seconds(h.min_advanced_s)} ago)"
+                else:
+                    line += "  (source)"
+                if h.holds:
+                    line += f"; {h.holds}"
+                lines.append(line)
+        if self.advice:
+            lines.append(f"idle source: {self.advice}")
+        if self.late_count:
+            more = (f" (the first {len(self.late)})" if len(self.late) < self.late_count
+                    else "")
+            lines.append(f"late events out of it: {self.late_count}{more}")
+            for r in self.late:
+                lines.append(f"  {r.where}: {_late_text(r, self._t)}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The explanation as JSON for the web view: the raw ticks and, beside them, the
+        times as people read them (``*_shown``) and the report (``text``)."""
+        d = dataclasses.asdict(self)
+        d["what"], d["text"] = self.what(), str(self)
+        d["cti_shown"] = self._t(self.cti)
+        d["hops"] = [dict(dataclasses.asdict(h), cti_shown=self._t(h.cti),
+                          min_shown=self._t(h.min_cti),
+                          min_advanced_shown=None if h.min_advanced_s is None
+                          else _seconds(h.min_advanced_s),
+                          inputs=[{"port": p, "from": u, "cti": c, "shown": self._t(c)}
+                                  for p, u, c in h.inputs]) for h in self.hops]
+        d["rows"] = [{"start": self._t(s), "end": self._t(e), "payload": p}
+                     for s, e, p in self.rows]
+        d["late"] = [dict(dataclasses.asdict(r), text=_late_text(r, self._t))
+                     for r in self.late]
+        d["idle_shown"] = None if self.idle_s is None else _seconds(self.idle_s)
+        d["tz"] = None if self.tz is None else str(self.tz)
+        return _jsonable(d)
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` with tuples as lists and ticks beyond JavaScript's exact integers as strings."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**53:
+        return str(value)
+    return value
+
+
+def _late_text(r: Late, t: Any) -> str:
+    span = ("unknown time" if r.start is None else
+            f"[{t(r.start)}, {t(r.end)})")
+    text = f"{r.action} {span}"
+    if r.sent is not None:
+        text += f", sent as [{t(r.sent[0])}, {t(r.sent[1])})"
+    return f"{text} {r.payload}"
+
+
+def _seconds(s: float) -> str:
+    return show_duration(round(s * 1_000_000), TIMESTAMPS)
+
+
+def _short(value: Any) -> str:
+    r = reprlib.Repr()
+    r.maxstring = r.maxother = PAYLOAD_CHARS
+    r.maxlevel = 3
+    try:
+        text = r.repr(value)
+    except Exception:  # noqa: BLE001 - only for a display
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= PAYLOAD_CHARS else text[:PAYLOAD_CHARS - 1] + "…"
+
+
+# -- the walk ----------------------------------------------------------------------------------
+def span_of(at: Any) -> tuple[int, int]:
+    """``[lo, hi)`` of an output time (ticks, a datetime, an ISO-8601 string) or a window
+    ``(start, end)``."""
+    from operators.ticks import to_ticks
+
+    if isinstance(at, tuple) and len(at) == 2:
+        lo, hi = to_ticks(_time_arg(at[0])), to_ticks(_time_arg(at[1]))
+        if hi <= lo:
+            raise ValueError(f"why(({at[0]!r}, {at[1]!r})): a window needs end > start")
+        return lo, hi
+    t = to_ticks(_time_arg(at))
+    return t, t + 1
+
+
+def reach_of(span: tuple[int, int], rows: Iterable[tuple[int, int, Any]]) -> tuple[int, int]:
+    """The times whose late events touch the output over ``span``: the span and the output
+    rows that cover it (a window's row spans its window)."""
+    lo, hi = span
+    for s, e, _ in rows:
+        if s < span[1] and e > span[0]:
+            lo, hi = min(lo, s), max(hi, e)
+    return lo, hi
+
+
+def _time_arg(value: Any) -> Any:
+    """An integer given as a string (``--at 500``) is ticks."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return value
+
+
+def explain(progress: Progress, at: Any = None, *, step: str | None = None,
+            rows: Iterable[tuple[int, int, Any]] | None = None, now: float | None = None,
+            tz: str | _dt.tzinfo | None = None) -> Explanation:
+    """Why the output of ``step`` (default: the query's output) at ``at`` — a time (ticks, a
+    datetime or an ISO-8601 string), a window ``(start, end)``, or None: the step's output
+    CTI, i.e. what holds its next output — is final or not, and what holds it back.
+    ``rows`` are the step's output ``(start, end, payload)`` rows when known (they decide
+    between speculative and not yet produced); ``now`` is the wall clock (default: now)."""
+    step = step or progress.output
+    if step not in progress.steps:
+        raise ValueError(f"why(step={step!r}): no such step; the steps are "
+                         f"{', '.join(progress.steps)}")
+    me = progress.steps[step]
+    lo, hi = (me.cti, me.cti + 1) if at is None else span_of(at)
+    if at is None and me.cti <= MIN_TIME:  # no CTI yet: its first output
+        lo, hi = MIN_TIME, MIN_TIME + 1
+    now = time.time() if now is None else now
+    covering = [] if rows is None else sorted(
+        (r for r in rows if r[0] < hi and r[1] > lo), key=lambda r: (r[0], r[1]))
+    if me.cti >= hi:
+        status = FINAL
+    elif rows is None:
+        status = NOT_FINAL
+    else:
+        status = SPECULATIVE if covering else NOT_PRODUCED
+    hops: list[Hop] = []
+    culprit, reason, idle_s, advice = None, "", None, None
+    if status != FINAL:
+        hops, culprit, reason, idle_s, advice = _walk(progress, step, hi, now, tz)
+    # late events of the sources this step reads whose original lifetimes touch the output
+    reach = reach_of((lo, hi), covering)
+    reads = progress.upstream(step)
+    late = [r for s in reads if (f := progress.steps[s].source) is not None
+            for r in f.late if r.overlaps(*reach)]
+    late.sort(key=lambda r: (r.start if r.start is not None else MIN_TIME, r.where))
+    return Explanation(
+        query=progress.query, step=step, lo=lo, hi=hi, status=status, cti=me.cti,
+        clock=progress.clock, tz=tz,
+        rows=tuple((s, e, _short(p)) for s, e, p in covering[:ROWS_SHOWN]),
+        hops=tuple(hops), culprit=culprit, reason=reason, idle_s=idle_s, advice=advice,
+        late=tuple(late[:LATE_SHOWN]), late_count=len(late), known=rows is not None)
+
+
+def _in_ctis(progress: Progress, step: str) -> tuple[tuple[int, str, int], ...]:
+    """``(port, upstream, CTI)`` of each input of ``step``: the operator's own input CTI
+    where it keeps one, else what its upstream step has sent."""
+    me = progress.steps[step]
+    out = []
+    for port, up in progress.inputs.get(step, ()):
+        sent = progress.steps[up].cti if up in progress.steps else MIN_TIME
+        own = me.in_ctis[port] if me.in_ctis is not None and port < len(me.in_ctis) else None
+        out.append((port, up, sent if own is None else own))
+    return tuple(out)
+
+
+def _walk(progress: Progress, step: str, hi: int, now: float, tz: str | _dt.tzinfo | None
+          ) -> tuple[list[Hop], str | None, str, float | None, str | None]:
+    """From ``step`` upstream along the smallest input CTI, to what holds the CTI below
+    ``hi``: (hops, culprit, reason, seconds since the culprit last advanced, advice)."""
+    clock = progress.clock
+
+    def t(x: int | None) -> str:
+        return show_time(x, clock, tz)
+
+    hops: list[Hop] = []
+    cur, seen = step, set()
+    while cur not in seen:
+        seen.add(cur)
+        me = progress.steps[cur]
+        ins = _in_ctis(progress, cur)
+        if not ins:  # a source
+            hops.append(Hop(cur, me.describe, me.cti, (), None, None))
+            reason, idle_s, advice = _source_reason(progress, me, hi, now, t)
+            return hops, cur, reason, idle_s, advice
+        port, up, m = min(ins, key=lambda x: (x[2], x[0]))
+        holds = None
+        if me.cti < m:
+            held = f" (state size {me.state_size})" if me.state_size else ""
+            holds = (f"its output CTI is behind its input CTI {t(m)}: its state holds the "
+                     f"output back{held}")
+        upstream = progress.steps.get(up)
+        hops.append(Hop(cur, me.describe, me.cti, ins, m, up, holds,
+                        None if upstream is None else _ago(upstream.cti_wall, now)))
+        if m >= hi:
+            return hops, cur, (
+                f"its input CTI {t(m)} has passed it, but its output CTI {t(me.cti)} has not: "
+                f"its state holds output that is not final yet (state size {me.state_size}: "
+                f"a window or session not closed, a partition whose groups are open)"), \
+                _ago(me.cti_wall, now), None
+        sent = progress.steps[up].cti if up in progress.steps else MIN_TIME
+        if sent > m:
+            waiting = upstream.in_flight if upstream is not None else 0
+            return hops, cur, (
+                f"its input {port} from {up} has sent CTI {t(sent)}, but {cur} has processed "
+                f"only up to {t(m)}: it is behind its input ({waiting} batches in flight to "
+                f"it, or one long batch)"), _ago(me.push_wall, now), None
+        cur = up
+    return hops, cur, "the steps feed each other in a cycle", None, None
+
+
+def _ago(wall: float | None, now: float) -> float | None:
+    return None if wall is None else max(0.0, now - wall)
+
+
+def _source_reason(progress: Progress, me: StepProgress, hi: int, now: float,
+                   t: Any) -> tuple[str, float | None, str | None]:
+    """Why source ``me``'s CTI is below ``hi``, how long ago it advanced, and the idle-timeout
+    advice (None when an idle timeout would not help)."""
+    advanced = _ago(me.cti_wall, now)
+    quiet = _ago(me.push_wall, now)
+    when = ("it has never emitted a CTI" if advanced is None else
+            f"its CTI {t(me.cti)} last advanced {_seconds(advanced)} ago")
+    facts = me.source
+    if me.finished:
+        return (f"its input ended with CTI {t(me.cti)} (past its last event), so no output "
+                f"at or after {t(me.cti)} becomes final; {when}"), advanced, None
+    rows = "it has received no rows" if quiet is None else \
+        f"its last rows came {_seconds(quiet)} ago"
+    reason = f"its CTI does not pass {t(hi - 1)}: {when}; {rows}"
+    if facts is None or facts.advance is None:
+        return reason, advanced, None
+    adv = facts.advance
+    latest = facts.latest
+    pending = latest is not None and latest + 1 > me.cti
+    if not pending:
+        return (reason + "; every event it received is covered by its CTI, so only newer "
+                         "rows move it (an idle timeout would not)"), advanced, None
+    assert latest is not None
+    target = latest + 1
+    reach = "" if target >= hi else (f" (still short of {t(hi - 1)}: it has no event that "
+                                     f"late yet)")
+    if adv.idle_timeout is not None:
+        return (reason + f"; its idle_timeout={adv.idle_timeout} s moves it to {t(target)} "
+                         f"after {adv.idle_timeout} s without rows{reach}"), advanced, None
+    pick = _idle_choice(quiet)
+    suggested = dataclasses.replace(adv, idle_timeout=pick)
+    advice = (f"{me.step} has {_advance_repr(adv)}; {_advance_repr(suggested)} would have "
+              f"moved its CTI to {t(target)} (one tick past its latest event) after "
+              f"{pick:g} s without rows{reach}")
+    return reason + f"; events up to {t(latest)} wait for a CTI", advanced, advice
+
+
+def _idle_choice(quiet: float | None) -> float:
+    """An idle timeout that a source quiet for ``quiet`` seconds would have reached."""
+    if quiet is None:
+        return IDLE_CHOICES_S[0]
+    fits = [c for c in IDLE_CHOICES_S if c <= quiet / 2]
+    return fits[-1] if fits else IDLE_CHOICES_S[0]
+
+
+def _advance_repr(adv: AdvanceTime) -> str:
+    """``AdvanceTime(...)`` with only the arguments that differ from the defaults."""
+    from operators.ingress import AdvanceTime
+
+    default = AdvanceTime()
+    args = [f"{f.name}={getattr(adv, f.name)!r}" for f in dataclasses.fields(adv)
+            if getattr(adv, f.name) != getattr(default, f.name) or f.name == "idle_timeout"]
+    return f"AdvanceTime({', '.join(args)})"
+
+
+# -- the runtimes' side ---------------------------------------------------------------------------
+def step_facts(proc: Processor, lo: int = MIN_TIME, hi: int = MAX_TIME,
+               limit: int | None = None) -> SourceFacts | None:
+    """What ``why`` reads of a processor beyond its stats (None: nothing): a source's
+    AdvanceTime and latest start, and the late events it (or a CTI import) recorded whose
+    original lifetimes overlap ``[lo, hi)``, at most ``limit``. Read-only; runs in the actor
+    (:meth:`actors.shell.OperatorShell.inspect`) or in the process of an inline run."""
+    from operators.chain import SourceChain
+    from operators.sources import RowsSource
+
+    head = proc.stages[0] if isinstance(proc, SourceChain) else proc
+    records = list(proc.late)
+    if isinstance(head, RowsSource):
+        ingress = head.ingress
+        # the ingress's latest start sent: its poll() emits an idle CTI one tick past it
+        top = ingress._top
+        advance, latest = ingress.advance, (top if top > MIN_TIME else None)
+        lifetime: Any = ingress.late_lifetime
+    elif records:
+        advance, latest, lifetime = None, None, _message_lifetime
+    else:
+        return None
+    late: list[Late] = []
+    for rec in records:
+        try:
+            span = lifetime(rec)
+        except Exception:  # noqa: BLE001 - a row read once already; shown without its time
+            span = None
+        start, end = span if span is not None else (None, None)
+        if limit is not None and len(late) >= limit:
+            break
+        if start is None or (start < hi and end > lo):  # type: ignore[operator]
+            late.append(_late(rec, start, end))
+    return SourceFacts(advance, latest, tuple(late), len(records))
+
+
+def _message_lifetime(rec: Any) -> tuple[int, int] | None:
+    item = rec.item
+    return (item.start, item.end) if isinstance(item, (Insert, Retract)) else None
+
+
+def _late(rec: Any, start: int | None, end: int | None) -> Late:
+    sent = rec.event
+    item = rec.item
+    payload = item.payload if isinstance(item, (Insert, Retract)) else item
+    return Late(rec.where, rec.action, start, end,
+                None if not isinstance(sent, (Insert, Retract)) else
+                (sent.start, sent.new_end if isinstance(sent, Retract) else sent.end),
+                rec.reason, _short(payload))
+
+
+def last_cti(messages: list[Any]) -> int | None:
+    """The time of the last CTI in ``messages`` (None: none)."""
+    for m in reversed(messages):
+        if type(m) is Cti:
+            return int(m.time)
+    return None
+
+
+def plan_inputs(plan: Plan) -> dict[str, tuple[tuple[int, str], ...]]:
+    """Each step's inputs as ``(port, upstream step)``, from the plan's edges."""
+    inputs: dict[str, list[tuple[int, str]]] = {}
+    for src, edges in plan.edges.items():
+        for e in edges:
+            inputs.setdefault(e.dst, []).append((e.port, src))
+    return {s: tuple(sorted(set(v))) for s, v in inputs.items()}
+
+
+def inline_progress(plan: Plan, procs: Mapping[str, Processor], ctis: Mapping[str, int],
+                    cti_walls: Mapping[str, float], push_walls: Mapping[str, float],
+                    ended: bool = True) -> Progress:
+    """The :class:`Progress` of an inline run: ``procs`` its processors, ``ctis`` each step's
+    output CTI as it left the step and ``cti_walls``/``push_walls`` when it advanced and when
+    a source last took a batch (kept by :func:`topology.inline_runtime.run_inline`)."""
+    steps = {}
+    for step, proc in procs.items():
+        ins = proc.in_ctis
+        steps[step] = StepProgress(
+            step, plan.stages[step].describe, cti=ctis.get(step, MIN_TIME),
+            in_ctis=None if ins is None else tuple(ins), cti_wall=cti_walls.get(step),
+            push_wall=push_walls.get(step), finished=ended, state_size=proc.state_size(),
+            source=step_facts(proc))
+    return Progress(steps, plan_inputs(plan), plan.sink, plan.clock, ended=ended,
+                    query="collect()")
+
+
+def actor_progress(handles: Mapping[str, Any], output: str, clock: str, *, query: str = "",
+                   ended: bool = False, lo: int = MIN_TIME, hi: int = MAX_TIME,
+                   limit: int | None = None, timeout_s: float = 30.0) -> Progress:
+    """The :class:`Progress` of a plan on Ray, from every actor's ``stats()`` and
+    :func:`step_facts` (late events overlapping ``[lo, hi)``, at most ``limit`` per step)."""
+    import ray
+
+    steps = list(handles)
+    stats = ray.get([handles[s].stats.remote() for s in steps], timeout=timeout_s)
+    read = functools.partial(step_facts, lo=lo, hi=hi, limit=limit)
+    facts = ray.get([handles[s].inspect.remote(read) for s in steps], timeout=timeout_s)
+    inputs: dict[str, set[tuple[int, str]]] = {}
+    out = {}
+    for step, st, f in zip(steps, stats, facts):
+        for dst, port in st.get("out_edges", ()):
+            inputs.setdefault(dst, set()).add((port, step))
+        ins = st.get("in_ctis")
+        out[step] = StepProgress(
+            step, st.get("operator", ""), cti=st["cti"],
+            in_ctis=None if ins is None else tuple(ins), cti_wall=st.get("cti_wall"),
+            push_wall=st.get("push_wall"), finished=bool(st["finished"]),
+            in_flight=int(st.get("in_flight", 0)), state_size=int(st.get("state_size", 0)),
+            source=f)
+    return Progress(out, {s: tuple(sorted(v)) for s, v in inputs.items()}, output, clock,
+                    ended=ended, query=query)
+
