@@ -162,8 +162,9 @@ def test_a_deployed_group_apply_names_the_partition_behind(ray_session, busy):
         _wait_for(lambda: q.stats()["meters"]["cti"] >= 90, what="the source's CTI")
         _wait_for(lambda: all(q.stats()[f"group_apply#1[{p}]"]["events_in"] > 0
                               for p in (0, 1)), what="both partitions")
+        # the sink holds busy's open session (which covers 50) once it has come through
+        _wait_for(lambda: q.why(50).status == "speculative", what="the open session's output")
         e = q.why(50)
-        assert e.status == "speculative"  # busy's open session covers 50
         assert e.culprit == behind, str(e)
         assert "state" in e.reason
         assert _hop(e, "group_apply#1").min_from == behind
