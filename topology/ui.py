@@ -73,6 +73,8 @@ HISTORY_POINTS = 400
 RECORDS_SHOWN = 500
 #: How long the late-events and timeline pages wait for a step's actor.
 PAGE_WAIT_S = 10.0
+#: A step's timeline picture draws the newest this many events that entered it.
+PICTURE_EVENTS = 30
 
 #: (query, what, step): what is "stats" (of step), "manifest" or "rows" (of the sink)
 Key = tuple[str, str, str]
@@ -362,11 +364,24 @@ class Monitor:
                               f"try again") from None
         if not path:
             raise LookupError(_NO_TRACE.format(query=query, step=step))
+        from .debug import Recording
         from .timeline import timeline
 
+        try:
+            rec = Recording.open(path)
+            traced = rec.step_of(step)
+        except (OSError, KeyError) as exc:
+            raise LookupError(f"step {step!r} has recorded nothing in its trace {path!r} yet "
+                              f"({exc.args[0] if exc.args else exc})") from None
+        # the newest PICTURE_EVENTS events that entered the step, and the CTIs among them
+        # (a picture of a whole live stream would draw every CTI it ever saw)
+        starts = [r["start"] for r in rec.by_step.get(traced, [])
+                  if r["direction"] == "in" and r["kind"] == "insert"][-PICTURE_EVENTS:]
+        lo, hi = (min(starts), max(starts) + 1) if starts else (None, None)
         with tempfile.TemporaryDirectory(prefix="cedar-ui-") as tmp:
             out = os.path.join(tmp, "timeline.svg")
-            timeline(path, step, out=out, tz=self._tz_name)
+            timeline(rec, traced, out=out, start=lo, end=hi, limit=PICTURE_EVENTS,
+                     tz=self._tz_name)
             with open(out, "rb") as f:
                 return f.read()
 
@@ -557,7 +572,8 @@ function sparkline(rates, span) {
   }
   const most = i => Math.max(0, ...rates.map(r => r[i]));
   const t = svgEl("title");
-  t.textContent = "events/s over the last " + Math.round(span / 60) + " min: in (blue) up to "
+  t.textContent = "events/s over the last "
+    + (span < 120 ? Math.round(span) + " s" : Math.round(span / 60) + " min") + ": in (blue) up to "
     + most(1) + ", out (green) up to " + most(2);
   svg.appendChild(t);
   return svg;
@@ -625,6 +641,9 @@ function render(data) {
     box.appendChild(el("p", "edges: batches in flight against the limit — grey none, amber "
                        + "some, red the limit (the upstream step waits: backpressure)",
                        {class: "muted", "data-role": "legend"}));
+    // the sparklines' time span: the history kept, from one minute up to history_s
+    const ages = Object.values(q.steps).flatMap(s => (s.rates || []).map(r => r[0]));
+    const span = Math.min(data.history_s, Math.max(60, ...ages));
     const table = el("table", null, {class: "steps"});
     const head = el("tr");
     head.appendChild(el("th", "step", {class: "step"}));
@@ -639,7 +658,7 @@ function render(data) {
         const v = s[f] === null || s[f] === undefined ? ""
           : f === "node" ? String(s[f]).slice(0, 8)
           : s.shown && f in s.shown ? s.shown[f] : s[f];
-        if (f === "rates") td.appendChild(sparkline(s.rates || [], data.history_s));
+        if (f === "rates") td.appendChild(sparkline(s.rates || [], span));
         else if (f === "timeline") td.appendChild(s.traced
           ? el("a", "picture", {href: stepUrl("/timeline", name, step)})
           : el("span", "no trace", {class: "muted",
