@@ -776,6 +776,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")  # plain text is never HTML
         script = f"'nonce-{nonce}'" if nonce else "'none'"  # pages but "/" run no script
         self.send_header("Content-Security-Policy",
                          f"default-src 'none'; script-src {script}; "
@@ -819,7 +820,11 @@ def serve(host: str = "127.0.0.1", port: int = PORT, allow_hosts: Iterable[str] 
     threading.Thread(target=server.serve_forever, name="cedar-ui", daemon=True).start()
     if sample_s is not None:
         def sampler() -> None:
+            import ray
+
             while not server.stopping.wait(sample_s):
+                if not ray.is_initialized():  # never start a Ray of its own
+                    continue
                 try:
                     handler.monitor.sample(0)
                 except Exception:  # noqa: BLE001 - the page's next refresh says why
