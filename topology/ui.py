@@ -7,6 +7,11 @@ the actor runs on and the recoveries so far; and the query's newest output rows.
 every second. Times read as people read them: where the query's sources carried timestamps
 (its manifest's ``clock``, :mod:`topology.times`) CTIs and rows show ISO-8601 times (UTC, or
 ``cedar ui --tz``) and the CTI lag a duration (``2.4 s``); plain integer time stays integers.
+Each step also shows a sparkline of its last minutes of rates (a sampler thread keeps a bounded
+ring per step), its out-edges coloured by the batches in flight against the limit
+(backpressure: red at the limit), its late-event and dead-letter counts linked to a page of
+those rows (``/records``), and, when the query was deployed with a trace, a link to its
+timeline picture (``/timeline``, :mod:`topology.timeline`).
 
 The server is the standard library's (nothing to install): :class:`Monitor` polls each query's
 actors (every step's ``stats()``, the sink's manifest and its newest rows) at most once per
