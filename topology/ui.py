@@ -454,7 +454,8 @@ def _records_page(data: dict[str, Any]) -> str:
 _RECORDS_CSS = ("body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222 } "
                 "table { border-collapse: collapse } td, th { border: 1px solid #ccc; "
                 "padding: 2px 8px; text-align: left; vertical-align: top } "
-                "td[data-role=item] { font-family: monospace }")
+                "td[data-role=item] { font-family: monospace } "
+                "td[data-role=original] { white-space: nowrap }")
 
 
 def connect(address: str | None, timeout_s: float = CONNECT_S) -> None:
