@@ -563,7 +563,8 @@ class OperatorShell:
         inflight = target.inflight
         try:
             while len(inflight) >= self.settings.max_in_flight:
-                ray.get(inflight.popleft())
+                ray.get(inflight[0])  # counted in flight (stats) while we wait for it
+                inflight.popleft()
         except Exception as exc:  # the downstream actor died (or was stopped)  # noqa: BLE001
             self._lost(target, exc)
             return True
@@ -777,7 +778,7 @@ class OperatorShell:
         """Events in/out, the output CTI, the state size, late and dead-letter counts."""
         with self._lock:
             proc = self.proc
-            sent = [ref for t in self.targets for ref in list(t.inflight)]
+            sent = [(t.dst, ref) for t in self.targets for ref in list(t.inflight)]
             s: dict[str, Any] = dict(
                 step=self.step, operator=self.describe, pid=os.getpid(), node=self.node,
                 **self.counts,
@@ -796,9 +797,15 @@ class OperatorShell:
                 s["source"] = dict(proc.stats)
         # the calls sent and not answered yet (a sent call stays in ``inflight`` until the
         # edge is full, so its length alone would stay at max_in_flight once it was reached)
+        # per out-edge too, against the limit; and where the step's trace goes (None: off)
+        s.update(max_in_flight=self.settings.max_in_flight, in_flight_to={},
+                 trace=self.trace.trace.path if self.trace is not None else None)
         if sent:
-            _, waiting = ray.wait(sent, num_returns=len(sent), timeout=0, fetch_local=False)
+            refs = [ref for _, ref in sent]
+            _, waiting = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
             s["in_flight"] = len(waiting)
+            for dst, ref in sent:
+                s["in_flight_to"][dst] = s["in_flight_to"].get(dst, 0) + (ref in waiting)
         return s
 
     @ray.method(concurrency_group="control")

@@ -7,6 +7,11 @@ the actor runs on and the recoveries so far; and the query's newest output rows.
 every second. Times read as people read them: where the query's sources carried timestamps
 (its manifest's ``clock``, :mod:`topology.times`) CTIs and rows show ISO-8601 times (UTC, or
 ``cedar ui --tz``) and the CTI lag a duration (``2.4 s``); plain integer time stays integers.
+Each step also shows a sparkline of its last minutes of rates (a sampler thread keeps a bounded
+ring per step), its out-edges coloured by the batches in flight against the limit
+(backpressure: red at the limit), its late-event and dead-letter counts linked to a page of
+those rows (``/records``), and, when the query was deployed with a trace, a link to its
+timeline picture (``/timeline``, :mod:`topology.timeline`).
 
 The server is the standard library's (nothing to install): :class:`Monitor` polls each query's
 actors (every step's ``stats()``, the sink's manifest and its newest rows) at most once per
@@ -29,19 +34,24 @@ refresh, and the page reads it as JSON from ``/api/queries``.
 
 from __future__ import annotations
 
+import html
 import ipaddress
 import json
 import os
+import re
 import secrets
 import socket
+import tempfile
 import threading
 import time
+import urllib.parse
+from collections import deque
 from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from .registry import NAMESPACE, actor_name, ensure_ray, list_queries
-from .times import parse_tz, show_duration, show_time
+from .times import TIMESTAMPS, parse_tz, show_duration, show_time
 
 #: Output rows shown per query.
 ROWS_SHOWN = 10
@@ -57,6 +67,19 @@ CONNECT_S = 5.0
 PORT = 8766
 #: The host names a browser on this machine uses for a loopback server.
 LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+#: Seconds between two samples of the running queries by ``cedar ui``'s own sampler (whether
+#: or not a page is open), and how far back each step's sparkline of rates goes.
+SAMPLE_S = 1.0
+HISTORY_S = 180.0
+#: Rate samples kept per step at most (a bound whatever the sampling; about HISTORY_S /
+#: SAMPLE_S are used).
+HISTORY_POINTS = 400
+#: Late events / dead letters listed per step on their page (the newest).
+RECORDS_SHOWN = 500
+#: How long the late-events and timeline pages wait for a step's actor.
+PAGE_WAIT_S = 10.0
+#: A step's timeline picture draws the newest this many events that entered it.
+PICTURE_EVENTS = 30
 
 #: (query, what, step): what is "stats" (of step), "manifest" or "rows" (of the sink)
 Key = tuple[str, str, str]
@@ -86,6 +109,7 @@ class Monitor:
         self.answer_s = answer_s
         #: the time zone times are shown in (UTC unless given, :func:`topology.times.parse_tz`)
         self.tz = parse_tz(tz)
+        self._tz_name = tz
         self._lock = threading.Lock()
         self._last: dict[Key, tuple[float, int, int]] = {}
         self._cache: tuple[float, dict[str, Any]] | None = None
@@ -93,12 +117,14 @@ class Monitor:
         self._asked: dict[Key, tuple[Any, float]] = {}
         #: the last answer of each call (stats of a step, rows of a sink)
         self._known: dict[Key, Any] = {}
+        #: per (query, step): (wall time, events in/s, out/s) of the last HISTORY_S seconds
+        self._history: dict[tuple[str, str], deque[tuple[float, float, float]]] = {}
 
     def sample(self, max_age_s: float = 0.5) -> dict[str, Any]:
         with self._lock:
             if self._cache is not None and time.monotonic() - self._cache[0] < max_age_s:
                 return self._cache[1]
-            data = {"time": time.time(), "queries": self._sample()}
+            data = {"time": time.time(), "queries": self._sample(), "history_s": HISTORY_S}
             self._cache = (time.monotonic(), data)
             return data
 
@@ -138,7 +164,7 @@ class Monitor:
     def _forget(self, names: list[str]) -> None:
         """Drop what is kept of the queries that are no longer running."""
         running = set(names)
-        for kept in (self._asked, self._known, self._last):
+        for kept in (self._asked, self._known, self._last, self._history):
             for key in [k for k in kept if k[0] not in running]:
                 del kept[key]
 
@@ -199,7 +225,7 @@ class Monitor:
         for src, dsts in edges.items():
             for dst in dsts:
                 inputs.setdefault(dst, []).append(src)
-        now = time.monotonic()
+        now, wall = time.monotonic(), time.time()
         stats: dict[str, dict[str, Any]] = {}
         steps: dict[str, dict[str, Any]] = {}
         for step in info["actors"]:
@@ -216,6 +242,9 @@ class Monitor:
                     dt = now - before[0]
                     rate_in = round((s.get("events_in", 0) - before[1]) / dt, 1)
                     rate_out = round((s.get("events_out", 0) - before[2]) / dt, 1)
+                    ring = self._history.setdefault(
+                        (name, step), deque(maxlen=HISTORY_POINTS))
+                    ring.append((wall, rate_in, rate_out))
                 status = ("failed: " + _short(str(s["error"])) if s.get("error")
                           else "finished" if s.get("finished") else "running")
             else:
@@ -237,7 +266,8 @@ class Monitor:
                 "late": s.get("late"), "dead_letters": s.get("dead_letters"),
                 "recoveries": s.get("recoveries", 0 if s else None),
                 "finished": s.get("finished", False), "error": s.get("error"),
-                "answering": kind == "ok",
+                "answering": kind == "ok", "traced": bool(s.get("trace")),
+                "rates": self._rates(name, step, wall),
             }
         for step, row in steps.items():
             ups = [stats[u]["cti"] for u in inputs.get(step, []) if "cti" in stats.get(u, {})]
@@ -247,18 +277,185 @@ class Monitor:
             row["shown"] = {"cti": show_time(row["cti"], clock, self.tz),
                             "in_cti": show_time(in_cti, clock, self.tz),
                             "cti_lag": show_duration(row["cti_lag"], clock)}
+        # backpressure: per edge, the batches sent and not yet taken against the limit
+        load = {f"{src}>{dst}": [stats[src].get("in_flight_to", {}).get(dst, 0),
+                                 stats[src].get("max_in_flight")]
+                for src, dsts in edges.items() for dst in dsts if src in stats}
         key = (name, "rows", "")
         kind, value = answers.get(key, ("waiting", 0.0))
         if kind == "ok":
             self._known[key] = value
         rows = self._known.get(key, [])
-        return {"steps": steps, "edges": edges, "clock": clock or "ticks",
+        return {"steps": steps, "edges": edges, "clock": clock or "ticks", "in_flight": load,
                 "rows": [[start, end, payload, f"[{show_time(start, clock, self.tz)}, "
                           f"{show_time(end, clock, self.tz)})"]
                          for start, end, payload in rows],
                 "rows_note": None if kind == "ok" else
                 "the sink has not answered: the rows shown are older" if rows else
                 "the sink has not answered yet"}
+
+    def _rates(self, name: str, step: str, wall: float) -> list[list[float]]:
+        """The step's sparkline: ``[seconds ago, events in/s, out/s]`` per sample of the
+        last :data:`HISTORY_S` seconds, oldest first (older samples are dropped here)."""
+        ring = self._history.get((name, step))
+        if not ring:
+            return []
+        while ring and wall - ring[0][0] > HISTORY_S:
+            ring.popleft()
+        return [[round(wall - t, 1), a, b] for t, a, b in ring]
+
+    def _actor(self, query: str, step: str) -> tuple[Any, dict[str, Any]]:
+        """The actor of ``step`` of the deployed ``query`` (one its sink's manifest names)
+        and that manifest; a ``LookupError`` saying what is missing otherwise."""
+        import ray
+
+        try:
+            sink = ray.get_actor(actor_name(query, "sink"), namespace=NAMESPACE)
+            info = ray.get(sink.manifest.remote(), timeout=PAGE_WAIT_S)
+        except Exception as exc:  # noqa: BLE001 - no such query, or it is stopping
+            raise LookupError(f"no query {query!r} is running here "
+                              f"({_problem(exc)})") from None
+        actors = info.get("actors", {})
+        if step not in actors:
+            raise LookupError(f"query {query!r} has no step {step!r}; its steps are "
+                              f"{', '.join(sorted(actors))}")
+        try:
+            return ray.get_actor(actors[step], namespace=NAMESPACE), info
+        except Exception as exc:  # noqa: BLE001 - the step's actor is gone
+            raise LookupError(f"the actor of step {step!r} is gone ({_problem(exc)})"
+                              ) from None
+
+    def records(self, query: str, step: str, kind: str) -> dict[str, Any]:
+        """The late events (``kind="late"``) or dead letters (``"dead_letters"``) of one step
+        (the newest :data:`RECORDS_SHOWN`), each with its reason and original time shown as
+        people read them, and its row or message cut to :data:`PAYLOAD_CHARS` characters."""
+        import ray
+
+        if kind not in ("late", "dead_letters"):
+            raise LookupError(f"ask for kind=late or kind=dead_letters, not {kind!r}")
+        actor, info = self._actor(query, step)
+        clock = info.get("clock")
+        try:
+            records = ray.get(actor.records.remote(kind), timeout=PAGE_WAIT_S)
+        except Exception as exc:  # noqa: BLE001 - busy in one long batch, or gone
+            raise LookupError(f"step {step!r} has not answered ({_problem(exc)}); "
+                              f"try again") from None
+        shown = []
+        for rec in records[-RECORDS_SHOWN:]:
+            reason = str(getattr(rec, "reason", ""))
+            item = getattr(rec, "item", rec)
+            shown.append({
+                "where": str(getattr(rec, "where", step)),
+                "action": str(getattr(rec, "action", "dead letter")),
+                "reason": _readable(reason, clock, self.tz),
+                "original": show_time(_original_time(rec, reason), clock, self.tz),
+                "item": _short(_safe_repr(item))})
+        return {"query": query, "step": step, "kind": kind, "count": len(records),
+                "records": shown}
+
+    def timeline(self, query: str, step: str) -> bytes:
+        """The timeline picture (SVG, :func:`topology.timeline.timeline`) of one step of a
+        query deployed with a trace, from what its actor has recorded so far (it writes its
+        rows first); a ``LookupError`` saying how to get one when the query has no trace."""
+        import ray
+
+        actor, _ = self._actor(query, step)
+        try:
+            path = ray.get(actor.stats.remote(), timeout=PAGE_WAIT_S).get("trace")
+            if path:
+                ray.get(actor.flush_trace.remote(), timeout=PAGE_WAIT_S)
+        except Exception as exc:  # noqa: BLE001 - busy in one long batch, or gone
+            raise LookupError(f"step {step!r} has not answered ({_problem(exc)}); "
+                              f"try again") from None
+        if not path:
+            raise LookupError(_NO_TRACE.format(query=query, step=step))
+        from .debug import Recording
+        from .timeline import timeline
+
+        try:
+            rec = Recording.open(path)
+            traced = rec.step_of(step)
+        except (OSError, KeyError) as exc:
+            raise LookupError(f"step {step!r} has recorded nothing in its trace {path!r} yet "
+                              f"({exc.args[0] if exc.args else exc})") from None
+        # the newest PICTURE_EVENTS events that entered the step, and the CTIs among them
+        # (a picture of a whole live stream would draw every CTI it ever saw)
+        starts = [r["start"] for r in rec.by_step.get(traced, [])
+                  if r["direction"] == "in" and r["kind"] == "insert"][-PICTURE_EVENTS:]
+        lo, hi = (min(starts), max(starts) + 1) if starts else (None, None)
+        with tempfile.TemporaryDirectory(prefix="cedar-ui-") as tmp:
+            out = os.path.join(tmp, "timeline.svg")
+            timeline(rec, traced, out=out, start=lo, end=hi, limit=PICTURE_EVENTS,
+                     tz=self._tz_name)
+            with open(out, "rb") as f:
+                return f.read()
+
+
+_NO_TRACE = ("query {query!r} was deployed without a trace, so step {step!r} has no timeline "
+             "picture. Deploy it with one: q.deploy({query!r}, trace='DIR') (or "
+             "topology.Trace('DIR', steps=[...], limit=N) to bound it), then follow this "
+             "link again; or draw one from a run with collect(trace='DIR') and `cedar "
+             "timeline DIR --step STEP -o picture.svg`.")
+
+#: ``start 1767225600000000`` in a late event's reason: its original time
+_ORIGINAL = re.compile(r"\b(?:start|end) (-?\d+) is behind")
+#: a tick in a reason, after the word that says what it is
+_TICK = re.compile(r"\b(start|end|CTI|time) (-?\d+)\b")
+
+
+def _original_time(record: Any, reason: str) -> int | None:
+    """When a late event or dead letter was meant to happen: the record's ``start`` if it
+    has one, else its message's, else the time its reason names as behind the CTI."""
+    for value in (getattr(record, "start", None),
+                  getattr(getattr(record, "item", None), "start", None)):
+        if isinstance(value, int):
+            return value
+    found = _ORIGINAL.search(reason)
+    return int(found.group(1)) if found else None
+
+
+def _readable(reason: str, clock: str | None, tz: Any) -> str:
+    """A reason with its ticks shown as times (where the query's clock is timestamps)."""
+    if clock != TIMESTAMPS:
+        return reason
+    return _TICK.sub(lambda m: f"{m.group(1)} {show_time(int(m.group(2)), clock, tz)}",
+                     reason)
+
+
+def _safe_repr(obj: Any) -> str:
+    try:
+        return repr(obj)
+    except Exception as exc:  # noqa: BLE001 - a user's __repr__ failing
+        return f"<{type(obj).__name__}: repr failed ({type(exc).__name__})>"
+
+
+def _records_page(data: dict[str, Any]) -> str:
+    """The page of a step's late events or dead letters (every text escaped)."""
+    e = html.escape
+    what = "late events" if data["kind"] == "late" else "dead letters"
+    shown = data["records"]
+    head = (f"{data['count']} {what} at step {data['step']!r} of query {data['query']!r}"
+            + (f" (the newest {len(shown)} shown)" if len(shown) < data["count"] else ""))
+    rows = "".join(
+        f'<tr data-role="record"><td>{i}</td><td>{e(r["where"])}</td><td>{e(r["action"])}'
+        f'</td><td data-role="original">{e(r["original"])}</td>'
+        f'<td data-role="reason">{e(r["reason"])}</td>'
+        f'<td data-role="item">{e(r["item"])}</td></tr>'
+        for i, r in enumerate(shown, data["count"] - len(shown) + 1))
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
+            f"<title>cedar: {e(what)}</title><style>{_RECORDS_CSS}</style></head><body>"
+            f'<p><a href="/">← all queries</a></p><h1>{e(head)}</h1>'
+            + ("<p>none so far</p>" if not shown else
+               "<table><tr><th>#</th><th>where</th><th>what</th><th>original time</th>"
+               f"<th>reason</th><th>row or message</th></tr>{rows}</table>")
+            + "</body></html>")
+
+
+_RECORDS_CSS = ("body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222 } "
+                "table { border-collapse: collapse } td, th { border: 1px solid #ccc; "
+                "padding: 2px 8px; text-align: left; vertical-align: top } "
+                "td[data-role=item] { font-family: monospace } "
+                "td[data-role=original] { white-space: nowrap }")
 
 
 def connect(address: str | None, timeout_s: float = CONNECT_S) -> None:
@@ -348,8 +545,10 @@ PAGE = """<!doctype html>
 <div id="queries"></div>
 <script nonce="NONCE">
 "use strict";
-const FIELDS = ["status", "events_in", "events_out", "in_per_s", "out_per_s", "cti", "cti_lag",
-                "state_size", "in_flight", "late", "dead_letters", "node", "recoveries"];
+const FIELDS = ["status", "events_in", "events_out", "in_per_s", "out_per_s", "rates", "cti",
+                "cti_lag", "state_size", "in_flight", "late", "dead_letters", "node",
+                "recoveries", "timeline"];
+const HOT = "#d22", WARM = "#e90", COOL = "#888";
 function el(tag, text, attrs) {
   const e = document.createElement(tag);
   if (text !== undefined && text !== null) e.textContent = String(text);
@@ -361,7 +560,37 @@ function svgEl(tag, attrs) {
   for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
   return e;
 }
-function graph(steps, edges) {
+function stepUrl(path, query, step, extra) {
+  return path + "?" + new URLSearchParams({query: query, step: step, ...(extra || {})});
+}
+function sparkline(rates, span) {
+  // events in (blue) and out (green) per second over the last `span` seconds, newest right
+  const W = 120, H = 26;
+  const svg = svgEl("svg", {width: W, height: H, "data-role": "sparkline",
+                            "data-points": rates.length});
+  svg.appendChild(svgEl("rect", {width: W, height: H, fill: "#f7f7f7"}));
+  const top = Math.max(1, ...rates.map(r => Math.max(r[1], r[2])));
+  for (const [i, color, role] of [[1, "#36c", "in"], [2, "#393", "out"]]) {
+    const pts = rates.map(r => ((1 - r[0] / span) * (W - 2) + 1).toFixed(1) + ","
+                               + (H - 2 - r[i] / top * (H - 4)).toFixed(1));
+    svg.appendChild(svgEl("polyline", {points: pts.join(" "), fill: "none", stroke: color,
+                                       "stroke-width": 1.2, "data-rate": role}));
+  }
+  const most = i => Math.max(0, ...rates.map(r => r[i]));
+  const t = svgEl("title");
+  t.textContent = "events/s over the last "
+    + (span < 120 ? Math.round(span) + " s" : Math.round(span / 60) + " min") + ": in (blue) up to "
+    + most(1) + ", out (green) up to " + most(2);
+  svg.appendChild(t);
+  return svg;
+}
+function pressure(load) {
+  // an edge's batches in flight against the limit: none, some, or the limit (the sender waits)
+  const [n, limit] = load || [0, null];
+  if (!n || !limit) return ["none", COOL, 1.2];
+  return n >= limit ? ["full", HOT, 3.5] : ["some", WARM, 2.2];
+}
+function graph(steps, edges, load) {
   const depth = {}, names = Object.keys(steps);
   const inputs = {};
   for (const [s, ds] of Object.entries(edges)) for (const d of ds) (inputs[d] ||= []).push(s);
@@ -380,8 +609,17 @@ function graph(steps, edges) {
   const svg = svgEl("svg", {width: Object.keys(cols).length * 190 + 10, height: height,
                             "data-role": "graph"});
   for (const [s, ds] of Object.entries(edges)) for (const t of ds) if (pos[s] && pos[t]) {
-    svg.appendChild(svgEl("line", {x1: pos[s][0] + 160, y1: pos[s][1] + 14, x2: pos[t][0],
-                                   y2: pos[t][1] + 14, stroke: "#888", "data-edge": s + ">" + t}));
+    const [n, limit] = load[s + ">" + t] || [0, null];
+    const [level, color, width] = pressure([n, limit]);
+    const line = svgEl("line", {x1: pos[s][0] + 160, y1: pos[s][1] + 14, x2: pos[t][0],
+                                y2: pos[t][1] + 14, stroke: color, "stroke-width": width,
+                                "data-edge": s + ">" + t, "data-pressure": level,
+                                "data-in-flight": n, "data-limit": limit === null ? "" : limit});
+    const tip = svgEl("title");
+    tip.textContent = s + " → " + t + ": " + n + " of " + (limit === null ? "?" : limit)
+      + " batches in flight" + (level === "full" ? " (full: " + s + " waits for " + t + ")" : "");
+    line.appendChild(tip);
+    svg.appendChild(line);
   }
   for (const s of names) {
     const g = svgEl("g", {"data-step": s});
@@ -405,7 +643,13 @@ function render(data) {
     const box = el("section", null, {"data-query": name});
     box.appendChild(el("h2", name));
     if (q.error) { box.appendChild(el("p", q.error)); root.appendChild(box); continue; }
-    box.appendChild(graph(q.steps, q.edges));
+    box.appendChild(graph(q.steps, q.edges, q.in_flight || {}));
+    box.appendChild(el("p", "edges: batches in flight against the limit — grey none, amber "
+                       + "some, red the limit (the upstream step waits: backpressure)",
+                       {class: "muted", "data-role": "legend"}));
+    // the sparklines' time span: the history kept, from one minute up to history_s
+    const ages = Object.values(q.steps).flatMap(s => (s.rates || []).map(r => r[0]));
+    const span = Math.min(data.history_s, Math.max(60, ...ages));
     const table = el("table", null, {class: "steps"});
     const head = el("tr");
     head.appendChild(el("th", "step", {class: "step"}));
@@ -416,14 +660,29 @@ function render(data) {
                                  class: s.error ? "failed" : s.answering ? "" : "stuck"});
       tr.appendChild(el("td", step, {class: "step", title: s.operator}));
       for (const f of FIELDS) {
+        const td = el("td", null, {"data-field": f});
         const v = s[f] === null || s[f] === undefined ? ""
           : f === "node" ? String(s[f]).slice(0, 8)
           : s.shown && f in s.shown ? s.shown[f] : s[f];
-        tr.appendChild(el("td", v, {"data-field": f}));
+        if (f === "rates") td.appendChild(sparkline(s.rates || [], span));
+        else if (f === "timeline") td.appendChild(s.traced
+          ? el("a", "picture", {href: stepUrl("/timeline", name, step)})
+          : el("span", "no trace", {class: "muted",
+                                    title: "deploy the query with trace=DIR to draw it"}));
+        else if ((f === "late" || f === "dead_letters") && s[f] > 0)
+          td.appendChild(el("a", v, {href: stepUrl("/records", name, step, {kind: f})}));
+        else td.textContent = String(v);
+        tr.appendChild(td);
       }
       table.appendChild(tr);
     }
     box.appendChild(table);
+    if (!Object.values(q.steps).some(s => s.traced))
+      box.appendChild(el("p", "No timeline pictures: this query was deployed without a trace. "
+        + "Deploy it with one (q.deploy(" + JSON.stringify(name) + ", trace='DIR')) to link "
+        + "each step to its picture, or draw one from a run: collect(trace='DIR') then "
+        + "`cedar timeline DIR --step STEP -o picture.svg`.", {class: "muted",
+                                                              "data-role": "no-trace"}));
     const rows = el("table", null, {class: "rows"});
     for (const [start, end, payload, span] of q.rows) {
       const tr = el("tr");
@@ -557,8 +816,25 @@ class _Handler(BaseHTTPRequestHandler):
         elif self.path == "/api/queries":
             body = json.dumps(self.monitor.sample(), default=repr).encode()
             self._send(200, "application/json", body)
+        elif self.path.startswith(("/records?", "/timeline?")):
+            self._step_page()
         else:
             self._send(404, "text/plain", b"not found")
+
+    def _step_page(self) -> None:
+        """``/records?query=Q&step=S&kind=late|dead_letters``: a page listing a step's late
+        events or dead letters; ``/timeline?query=Q&step=S``: the step's timeline picture."""
+        parts = urllib.parse.urlsplit(self.path)
+        args = {k: v[0] for k, v in urllib.parse.parse_qs(parts.query).items()}
+        query, step = args.get("query", ""), args.get("step", "")
+        try:
+            if parts.path == "/timeline":
+                self._send(200, "image/svg+xml", self.monitor.timeline(query, step))
+            else:
+                data = self.monitor.records(query, step, args.get("kind", "late"))
+                self._send(200, "text/html; charset=utf-8", _records_page(data).encode())
+        except LookupError as exc:
+            self._send(404, "text/plain; charset=utf-8", f"{exc.args[0]}\n".encode())
 
     def _host_ok(self) -> bool:
         """Whether the request names this server in its ``Host`` header: a loopback name (at
@@ -591,13 +867,15 @@ class _Handler(BaseHTTPRequestHandler):
                 f"an SSH tunnel on a cluster), or start `cedar ui --allow-host NAME` to reach "
                 f"it by another name.\n")
 
-    def _send(self, code: int, kind: str, body: bytes, nonce: str = "none") -> None:
+    def _send(self, code: int, kind: str, body: bytes, nonce: str = "") -> None:
         self.send_response(code)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")  # plain text is never HTML
+        script = f"'nonce-{nonce}'" if nonce else "'none'"  # pages but "/" run no script
         self.send_header("Content-Security-Policy",
-                         f"default-src 'none'; script-src 'nonce-{nonce}'; "
+                         f"default-src 'none'; script-src {script}; "
                          "style-src 'unsafe-inline'; connect-src 'self'; img-src 'none'")
         self.end_headers()
         self.wfile.write(body)
@@ -606,18 +884,46 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+class _Server(ThreadingHTTPServer):
+    """The page's server; ``shutdown()`` stops its sampler too."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.stopping = threading.Event()
+
+    def shutdown(self) -> None:
+        self.stopping.set()
+        super().shutdown()
+
+
 def serve(host: str = "127.0.0.1", port: int = PORT, allow_hosts: Iterable[str] = (),
-          monitor: Monitor | None = None, tz: str | None = None) -> ThreadingHTTPServer:
+          monitor: Monitor | None = None, tz: str | None = None,
+          sample_s: float | None = SAMPLE_S) -> ThreadingHTTPServer:
     """Start the page's server in a background thread (this process must be connected to
     Ray); ``server.shutdown()`` stops it. ``port=0`` picks a free port
     (``server.server_address``). It answers only requests whose ``Host`` names it (a
-    loopback name, ``host``, or one of ``allow_hosts``), and 403 to the others."""
+    loopback name, ``host``, or one of ``allow_hosts``), and 403 to the others. Another
+    thread samples the queries every ``sample_s`` seconds (None: only when the page asks),
+    so that each step's sparkline holds its last :data:`HISTORY_S` seconds when a page
+    opens."""
     handler = type("Handler", (_Handler,), {
         "monitor": monitor or Monitor(tz=tz),
         "allowed": frozenset(_host_name(h)[0] for h in allow_hosts),
     })
-    server = ThreadingHTTPServer((host, port), handler)
+    server = _Server((host, port), handler)
     handler.bound = (str(server.server_address[0]), int(server.server_address[1]))
     handler.bound_names = frozenset({handler.bound[0].lower(), _host_name(host)[0]})
     threading.Thread(target=server.serve_forever, name="cedar-ui", daemon=True).start()
+    if sample_s is not None:
+        def sampler() -> None:
+            import ray
+
+            while not server.stopping.wait(sample_s):
+                if not ray.is_initialized():  # never start a Ray of its own
+                    continue
+                try:
+                    handler.monitor.sample(0)
+                except Exception:  # noqa: BLE001 - the page's next refresh says why
+                    continue
+        threading.Thread(target=sampler, name="cedar-ui-sampler", daemon=True).start()
     return server
