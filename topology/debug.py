@@ -507,8 +507,8 @@ class _StepIndex:
         if kind == "union":
             if self._tags is None:
                 self._tags = {}
-                for port, ids in self.inp.items():
-                    for iid in ids:
+                for port, by_id in self.inp.items():
+                    for iid in by_id:
                         self._tags.setdefault(_union_tag(iid, port, n_inputs), []).append(
                             (port, iid))
             return self._tags.get(oid, [])

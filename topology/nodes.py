@@ -189,7 +189,7 @@ def who_feeds(data: Any) -> Feed:
     if isinstance(data, (list, tuple)):
         return "host"
     declared = getattr(data, "feed", "driver")
-    return declared if declared in ("host", "actor") else "driver"
+    return "host" if declared == "host" else "actor" if declared == "actor" else "driver"
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

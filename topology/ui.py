@@ -34,6 +34,7 @@ refresh, and the page reads it as JSON from ``/api/queries``.
 
 from __future__ import annotations
 
+import functools
 import html
 import ipaddress
 import json
@@ -48,7 +49,7 @@ import urllib.parse
 from collections import deque
 from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 
 from .registry import NAMESPACE, actor_name, ensure_ray, list_queries
 from .times import TIMESTAMPS, parse_tz, show_duration, show_time
@@ -164,7 +165,9 @@ class Monitor:
     def _forget(self, names: list[str]) -> None:
         """Drop what is kept of the queries that are no longer running."""
         running = set(names)
+        kept: dict[Any, Any]
         for kept in (self._asked, self._known, self._last, self._history):
+            key: Any
             for key in [k for k in kept if k[0] not in running]:
                 del kept[key]
 
@@ -185,13 +188,13 @@ class Monitor:
                 queries[name] = {"error": f"its sink cannot be reached: {_problem(exc)}"}
         manifests = self._answers([(n, "manifest", "") for n in sinks], sent)
         plans: dict[str, dict[str, Any]] = {}
-        for name, (kind, value) in manifests.items():
+        for (query, _, _), (kind, value) in manifests.items():
             if kind == "ok":
-                plans[name[0]] = value
+                plans[query] = value
             elif kind == "waiting":
-                queries[name[0]] = {"error": f"its sink is not answering (for {value:.0f} s)"}
+                queries[query] = {"error": f"its sink is not answering (for {value:.0f} s)"}
             else:
-                queries[name[0]] = {"error": f"its sink cannot be reached: {_problem(value)}"}
+                queries[query] = {"error": f"its sink cannot be reached: {_problem(value)}"}
         # every step's stats and every sink's newest rows, asked at once, waited for together
         keys: list[Key] = []
         gone: dict[Key, str] = {}
@@ -210,8 +213,8 @@ class Monitor:
                 self._ask(key, handle.stats.remote, sent)
             keys.append((name, "rows", ""))
             self._ask((name, "rows", ""),
-                      lambda s=sinks[name]: s.newest_rows.remote(ROWS_SHOWN, PAYLOAD_CHARS),
-                      sent)
+                      functools.partial(sinks[name].newest_rows.remote, ROWS_SHOWN,
+                                        PAYLOAD_CHARS), sent)
         answers = self._answers(keys, sent)
         for name, info in plans.items():
             queries[name] = self._query(name, info, answers, gone)
@@ -311,7 +314,7 @@ class Monitor:
 
         try:
             sink = ray.get_actor(actor_name(query, "sink"), namespace=NAMESPACE)
-            info = ray.get(sink.manifest.remote(), timeout=PAGE_WAIT_S)
+            info = cast(dict[str, Any], ray.get(sink.manifest.remote(), timeout=PAGE_WAIT_S))
         except Exception as exc:  # noqa: BLE001 - no such query, or it is stopping
             raise LookupError(f"no query {query!r} is running here "
                               f"({_problem(exc)})") from None
@@ -906,7 +909,7 @@ def serve(host: str = "127.0.0.1", port: int = PORT, allow_hosts: Iterable[str] 
     thread samples the queries every ``sample_s`` seconds (None: only when the page asks),
     so that each step's sparkline holds its last :data:`HISTORY_S` seconds when a page
     opens."""
-    handler = type("Handler", (_Handler,), {
+    handler: type[_Handler] = type("Handler", (_Handler,), {
         "monitor": monitor or Monitor(tz=tz),
         "allowed": frozenset(_host_name(h)[0] for h in allow_hosts),
     })
