@@ -75,8 +75,7 @@ def factory_kind(factory: Any) -> dict[str, Any]:
     if kind == "window":
         spec = args[1] if name == "KeyedWindowAggregate" else args[0]
         info["spec"] = _spec(spec)
-        info["output"] = kw.get("output") or ("point_end" if info["spec"]["kind"] == "count"
-                                              else "window")
+        info["output"] = kw["policy"].output  # a WindowPolicy, for the spec (topology.nodes)
         info["keyed"] = name == "KeyedWindowAggregate" and kw.get("keyed", True)
     elif kind in ("join", "left_join"):
         info["pairs"] = kw.get("select") is None  # payloads are (left, right)
