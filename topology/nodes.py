@@ -121,6 +121,14 @@ def check_on(what: str, on: Any) -> None:
         check_key(what, "on", k)
 
 
+def check_window_spec(spec: Any) -> None:
+    """Refuse a ``spec`` that is not one of the window specs of :mod:`operators.windows`."""
+    if not isinstance(spec, (HoppingWindow, SnapshotWindow, CountWindow, SessionWindow)):
+        raise TypeError(f"window(spec={spec!r}): give a window spec of operators.windows "
+                        f"(hopping_window, tumbling_window, snapshot_window, count_window, "
+                        f"session_window)")
+
+
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Node:
     """A logical operator: its input nodes (port order) and an optional user-given step id."""
@@ -329,11 +337,7 @@ class Window(Node):
         from operators.windows.evaluate import WindowUdm
 
         super().__post_init__()
-        if not isinstance(self.spec, (HoppingWindow, SnapshotWindow, CountWindow,
-                                      SessionWindow)):
-            raise TypeError(f"window(spec={self.spec!r}): give a window spec of "
-                            f"operators.windows (hopping_window, tumbling_window, "
-                            f"snapshot_window, count_window, session_window)")
+        check_window_spec(self.spec)
         if not isinstance(self.policy, WindowPolicy):
             raise TypeError(f"window(policy={self.policy!r}): give an "
                             f"operators.windows.WindowPolicy")
@@ -539,4 +543,4 @@ NODE_TYPES: tuple[type[Node], ...] = (
 
 __all__ = [t.__name__ for t in NODE_TYPES] + ["NODE_TYPES", "SINK_STEP", "Node", "check_function",
                                               "check_key", "check_on", "check_query_name",
-                                              "check_step_name"]
+                                              "check_step_name", "check_window_spec"]

@@ -342,11 +342,7 @@ class Stream:
         elif not isinstance(policy, w.WindowPolicy):
             raise TypeError(f"window(policy={policy!r}): give an "
                             f"operators.windows.WindowPolicy")
-        if not isinstance(spec, (w.HoppingWindow, w.SnapshotWindow, w.CountWindow,
-                                 w.SessionWindow)):
-            raise TypeError(f"window(spec={spec!r}): give a window spec of operators.windows "
-                            f"(hopping_window, tumbling_window, snapshot_window, count_window, "
-                            f"session_window)")
+        n.check_window_spec(spec)
         return WindowedStream(self, spec, policy.for_window(spec))
 
     def hopping_window(self, size: int, hop: int, alignment: int = 0, clip: str | None = None,
