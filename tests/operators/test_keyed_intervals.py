@@ -113,11 +113,14 @@ def test_what_the_interval_path_cannot_take_fails_loudly(bad):
         op.process([bad])
 
 
+WINDOW = WindowPolicy(output="window")
+
+
 def test_what_the_planner_may_run_over_intervals():
-    assert supports(tumbling_window(5), Sum("v"), "aggregate", None, "raise", intervals=True)
-    assert not supports(tumbling_window(5), TimeWeightedAverage("v"), "aggregate", None,
+    assert supports(tumbling_window(5), Sum("v"), "aggregate", WINDOW, "raise", intervals=True)
+    assert not supports(tumbling_window(5), TimeWeightedAverage("v"), "aggregate", WINDOW,
                         "raise", intervals=True)
-    assert not supports(tumbling_window(5), len, "aggregate", None, "raise", intervals=True)
+    assert not supports(tumbling_window(5), len, "aggregate", WINDOW, "raise", intervals=True)
     with pytest.raises(ValueError, match="incremental, time-insensitive"):
         KeyedWindowAggregate("k", tumbling_window(5), len, intervals=True)
 
