@@ -104,7 +104,7 @@ def make_window(spec: WindowSpec, udm: Any, *, kind: Literal["aggregate", "apply
     elif isinstance(spec, SessionWindow):
         op = SessionWindowOperator(spec, udm, kind=kind, policy=policy, name=name,
                                    on_error=on_error)
-    elif isinstance(spec, HoppingWindow) and policy.output != "compressed":
+    elif isinstance(spec, HoppingWindow) and not policy.compressed:
         op = HoppingWindowOperator(spec, udm, kind=kind, policy=policy, name=name,
                                    on_error=on_error)
     elif isinstance(spec, (HoppingWindow, SnapshotWindow)):
@@ -119,5 +119,5 @@ def make_window(spec: WindowSpec, udm: Any, *, kind: Literal["aggregate", "apply
     # lengthens (hopping, tumbling, sessions); snapshot, count and compressed rows only once
     # the CTI passes it
     at_end = isinstance(spec, SessionWindow) or (isinstance(spec, HoppingWindow)
-                                                 and policy.output != "compressed")
+                                                 and not policy.compressed)
     return FinalOutput(op, final_at_end=at_end)

@@ -117,7 +117,7 @@ class HoppingWindowOperator(WindowBase):
             raise TypeError(f"HoppingWindowOperator needs an operators.windows.HoppingWindow, "
                             f"got {spec!r}")
         policy = policy.for_window(spec)
-        if policy.output == "compressed":
+        if policy.compressed:
             raise ValueError("output='compressed' is evaluated by SnapshotWindowOperator; build "
                              "the operator with operators.windows.make_window")
         super().__init__(spec, udm, kind, policy,

@@ -111,7 +111,7 @@ def supports(spec: Any, udm: Any, kind: str, policy: WindowPolicy, on_error: str
             return False
         kinds = (IncrementalAggregate,)
     return (isinstance(spec, HoppingWindow) and kind == "aggregate" and on_error == "raise"
-            and policy.output in ("window", "point_end")
+            and policy.window_rows
             and isinstance(resolved, kinds)
             and max(abs(spec.size), abs(spec.hop), abs(spec.alignment)) < _SAFE)
 

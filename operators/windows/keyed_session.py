@@ -77,7 +77,7 @@ def supports_sessions(spec: Any, udm: Any, kind: str, policy: WindowPolicy,
         return False
     return (isinstance(spec, SessionWindow) and spec.max_duration is None
             and spec.gap < _SAFE and kind == "aggregate" and on_error == "raise"
-            and policy.output in ("window", "point_end")
+            and policy.window_rows
             and isinstance(resolved, IncrementalAggregate)
             and not getattr(resolved, "time_sensitive", False))
 

@@ -45,7 +45,7 @@ class SnapshotWindowOperator(WindowBase):
         policy = policy.for_window(spec)
         self.grid: Grid | None = None
         if isinstance(spec, HoppingWindow):
-            if policy.output != "compressed":
+            if not policy.compressed:
                 raise ValueError("SnapshotWindowOperator takes a hopping spec only with "
                                  "output='compressed'; use HoppingWindowOperator")
             self.grid = Grid(spec.size, spec.hop, spec.alignment)

@@ -239,6 +239,19 @@ class WindowPolicy:
         return self.clip in ("right", "full")
 
     @property
+    def compressed(self) -> bool:
+        """Consecutive hopping windows share rows (``output="compressed"``, evaluated as
+        snapshot windows)."""
+        return self.output == "compressed"
+
+    @property
+    def window_rows(self) -> bool:
+        """Each result is one row stamped by its window (``output`` ``"window"`` or
+        ``"point_end"``), not the UDO's own times nor shared rows: what the keyed
+        column-wise operators produce."""
+        return self.output in ("window", "point_end")
+
+    @property
     def final(self) -> bool:
         """Rows are sent once, final (``emit="final"``)."""
         return self.emit == "final"
