@@ -235,7 +235,8 @@ def _variants(query: Callable[[Stream], Stream], inp: _Input, seed: int, shuffle
         runs["partitions"] = lambda: Stream(tree).collect(runtime="inline")
     runs["restored"] = lambda: _restored(query(Stream.from_events(msgs)), msgs)
     if _has(root, n.Window):
-        final = _rewrite(root, lambda x: {"emit": "final"} if isinstance(x, n.Window) else {})
+        final = _rewrite(root, lambda x: {"policy": dataclasses.replace(x.policy, emit="final")}
+                         if isinstance(x, n.Window) else {})
         runs["final"] = lambda: Stream(final).collect(runtime="inline")
     if not inp.is_messages and inp.data and all(isinstance(r, dict) for r in inp.data):
         runs["columns"] = lambda: _columns(query, inp)

@@ -27,6 +27,14 @@ from typing import Any, ClassVar, Literal
 
 from operators.expr import why_per_event
 from operators.udm import field_getter
+from operators.windows.spec import (
+    DEFAULT_POLICY,
+    CountWindow,
+    HoppingWindow,
+    SessionWindow,
+    SnapshotWindow,
+    WindowPolicy,
+)
 
 #: A step name names the step's Ray actor ``<query>/<step>``, its trace files and its line in
 #: stats and errors: no ``/`` (a phantom query ``<query>/a`` would appear), no ``~`` (the
@@ -85,6 +93,45 @@ def check_query_name(name: str, what: str, arg: str = "name") -> None:
     _check_name(name, what, _QUERY_CHARS,
                 "a query name names its Ray actors '<query>/<step>' and its checkpoint folder",
                 arg)
+
+
+def check_function(what: str, arg: str, value: Any, does: str, optional: bool = False) -> None:
+    """Refuse ``value`` for argument ``arg`` of ``what`` unless it is callable (or None when
+    ``optional``); ``does`` says what the function is given and returns."""
+    if callable(value) or (optional and value is None):
+        return
+    alt = " (or None)" if optional else ""
+    raise TypeError(f"{what}({arg}={value!r}): give a function {does}{alt}")
+
+
+def check_key(what: str, arg: str, value: Any, optional: bool = False) -> None:
+    """Refuse a key that is neither a function of the payload, a field name (str) nor an
+    index (int) (nor None when ``optional``)."""
+    if callable(value) or (isinstance(value, (str, int)) and not isinstance(value, bool)) \
+            or (optional and value is None):
+        return
+    alt = " (or None)" if optional else ""
+    raise TypeError(f"{what}({arg}={value!r}): give a function of the payload, a field name "
+                    f"or an index{alt}")
+
+
+def check_on(what: str, on: Any) -> None:
+    """Refuse a join's ``on`` that is neither None (a cross join) nor a pair of keys."""
+    if on is None:
+        return
+    if not isinstance(on, (tuple, list)) or len(on) != 2:
+        raise ValueError(f"{what}(on={on!r}): on must be a pair (left_key, right_key) of field "
+                         f"names or functions of the payload, or None for a cross join")
+    for k in on:
+        check_key(what, "on", k)
+
+
+def check_window_spec(spec: Any) -> None:
+    """Refuse a ``spec`` that is not one of the window specs of :mod:`operators.windows`."""
+    if not isinstance(spec, (HoppingWindow, SnapshotWindow, CountWindow, SessionWindow)):
+        raise TypeError(f"window(spec={spec!r}): give a window spec of operators.windows "
+                        f"(hopping_window, tumbling_window, snapshot_window, count_window, "
+                        f"session_window)")
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -276,6 +323,10 @@ class Where(Node):
     keeps_time: ClassVar[bool] = True
     drops: ClassVar[bool] = True
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_function("where", "pred", self.pred, "of the payload returning a bool")
+
     def describe(self) -> str:
         return f"where({_fn(self.pred)}) {_how(self.pred)}"
 
@@ -288,6 +339,10 @@ class Select(Node):
     trace_kind: ClassVar[str] = "span"
     keeps_time: ClassVar[bool] = True
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_function("select", "fn", self.fn, "of the payload returning the new payload")
+
     def describe(self) -> str:
         return f"select({_fn(self.fn)}) {_how(self.fn)}"
 
@@ -298,6 +353,12 @@ class AlterLifetime(Node):
     duration: Any = None
     verb: ClassVar[str] = "alter_lifetime"
     trace_kind: ClassVar[str] = "alter_lifetime"
+
+    def __post_init__(self) -> None:
+        from operators.alter_lifetime import AlterLifetime
+
+        super().__post_init__()
+        AlterLifetime(self.start, self.duration)  # its checks name start= and duration=
 
     def describe(self) -> str:
         d = _fn(self.duration) if callable(self.duration) else repr(self.duration)
@@ -311,6 +372,12 @@ class Shift(Node):
     verb: ClassVar[str] = "shift"
     stateless: ClassVar[bool] = True
     trace_kind: ClassVar[str] = "span"
+
+    def __post_init__(self) -> None:
+        from operators.shift import Shift
+
+        super().__post_init__()
+        Shift(self.delta)  # its check names delta=
 
     def describe(self) -> str:
         return f"shift({self.delta})"
@@ -333,6 +400,12 @@ class ClipDuration(Node):
     stateless: ClassVar[bool] = True
     trace_kind: ClassVar[str] = "span"
 
+    def __post_init__(self) -> None:
+        from operators.clip_duration import ClipDuration
+
+        super().__post_init__()
+        ClipDuration(self.limit)  # its check names limit=
+
     def describe(self) -> str:
         return f"clip_duration({self.limit})"
 
@@ -340,17 +413,41 @@ class ClipDuration(Node):
 # -- windows --------------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Window(Node):
-    """A window operator: ``spec`` divides the time axis, ``udm`` runs per window."""
+    """A window operator: ``spec`` divides the time axis, ``udm`` runs per window, ``policy``
+    says how (clip, output, emit: :class:`~operators.windows.spec.WindowPolicy`, held here
+    with the window's defaults filled in)."""
 
     spec: Any
     udm: Any
     kind: str = "aggregate"
-    clip: str | None = None
-    output: str | None = None
+    policy: WindowPolicy = DEFAULT_POLICY
     on_error: str = "raise"
-    emit: str = "speculative"
     verb: ClassVar[str] = "window"
     trace_kind: ClassVar[str] = "window"
+
+    def __post_init__(self) -> None:
+        from operators.windows.evaluate import WindowUdm
+
+        super().__post_init__()
+        check_window_spec(self.spec)
+        if not isinstance(self.policy, WindowPolicy):
+            raise TypeError(f"window(policy={self.policy!r}): give an "
+                            f"operators.windows.WindowPolicy")
+        object.__setattr__(self, "policy", self.policy.for_window(self.spec))
+        # the UDM against kind, output policy and on_error, where the query names it
+        WindowUdm(self.udm, self.kind, self.policy, self.on_error)
+
+    @property
+    def clip(self) -> str:
+        return self.policy.clip
+
+    @property
+    def output(self) -> str | None:
+        return self.policy.output
+
+    @property
+    def emit(self) -> str:
+        return self.policy.emit
 
     @property
     def label(self) -> str:
@@ -368,9 +465,7 @@ class Window(Node):
 
     def describe(self) -> str:
         udm = getattr(self.udm, "udm_name", None) if not isinstance(self.udm, str) else self.udm
-        opts = "".join(f", {k}={v!r}" for k, v in (("clip", self.clip), ("output", self.output),
-                                                    ("emit", self.emit))
-                       if v is not None and v != "speculative")
+        opts = self.policy.describe(self.spec)
         return f"{self.label}({self.spec!r}, {udm or _fn(self.udm)}{opts})"
 
 
@@ -397,6 +492,12 @@ class Join(Node):
         # pairs: the payloads are (left, right), the debugger matches them
         return {**super().trace_info(), "pairs": self.select is None}
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_on("join", self.on)
+        check_function("join", "select", self.select, "(left, right) -> payload",
+                       optional=True)
+
     def describe(self) -> str:
         on = "cross" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
         return f"join({on})"
@@ -407,6 +508,10 @@ class AntiJoin(Node):
     on: tuple[Any, Any] | None = None
     verb: ClassVar[str] = "anti_join"
     trace_kind: ClassVar[str] = "anti_join"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_on("anti_join", self.on)
 
     def describe(self) -> str:
         on = "any" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
@@ -424,6 +529,12 @@ class LeftJoin(Node):
     def trace_info(self) -> dict[str, Any]:
         return {**super().trace_info(), "pairs": self.select is None}
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_on("left_join", self.on)
+        check_function("left_join", "select", self.select, "(left, right) -> payload",
+                       optional=True)
+
     def describe(self) -> str:
         on = "cross" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
         return f"left_join({on})"
@@ -435,6 +546,12 @@ class FullOuterJoin(Node):
     select: Callable[[Any, Any], Any] | None = None
     verb: ClassVar[str] = "full_outer_join"
     trace_kind: ClassVar[str] = "full_outer_join"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_on("full_outer_join", self.on)
+        check_function("full_outer_join", "select", self.select, "(left, right) -> payload",
+                       optional=True)
 
     def describe(self) -> str:
         on = "cross" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
@@ -448,6 +565,13 @@ class ImportCti(Node):
     policy: str = "drop"
     verb: ClassVar[str] = "import_ctis"
     trace_kind: ClassVar[str] = "import_ctis"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.policy not in ("drop", "adjust"):
+            raise ValueError(f"import_ctis(policy={self.policy!r}): policy must be 'drop' (late "
+                             f"events are dropped) or 'adjust' (late intervals start at the "
+                             f"imported CTI)")
 
     def describe(self) -> str:
         return f"import_ctis(policy={self.policy!r})"
@@ -493,6 +617,14 @@ class GroupApply(Node):
             node = node.inputs[0]
         return {**super().trace_info(), "sub": trace_chain(line[::-1])}
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_key("group_apply", "key", self.key)
+        p = self.partitions
+        if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+            raise ValueError(f"group_apply(partitions={p!r}): give an int >= 1 (the number of "
+                             f"actors the keys are spread over)")
+
     def describe(self) -> str:
         parts = f", partitions={self.partitions}" if self.partitions != 1 else ""
         return f"group_apply({_fn(self.key)}{parts}) key {_how(self.key)}"
@@ -513,6 +645,7 @@ class Scan(Node):
     def __post_init__(self) -> None:
         from operators.scan import as_stream_operator
 
+        super().__post_init__()
         as_stream_operator(self.step, self.initial, self.tie)  # refuse a bad argument here
 
     def describe(self) -> str:
@@ -532,6 +665,7 @@ class Distinct(Node):
     trace_kind: ClassVar[str] = "distinct"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.key is not None and not callable(self.key) and not isinstance(self.key,
                                                                               (str, int)):
             raise TypeError(f"distinct: key={self.key!r}: give a function of the payload, a "
@@ -547,6 +681,7 @@ NODE_TYPES: tuple[type[Node], ...] = (
     ClipDuration, Window, Join, AntiJoin, LeftJoin, Union, GroupApply,
     Scan, Distinct,
 )
-__all__ = [t.__name__ for t in NODE_TYPES] + ["NODE_TYPES", "SINK_STEP", "Node",
-                                              "check_query_name", "check_step_name",
+__all__ = [t.__name__ for t in NODE_TYPES] + ["NODE_TYPES", "SINK_STEP", "Node", "check_function",
+                                              "check_key", "check_on", "check_query_name",
+                                              "check_step_name", "check_window_spec",
                                               "trace_chain"]

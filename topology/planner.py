@@ -51,7 +51,6 @@ from operators.udm import field_getter
 from operators.union import Union
 from operators.where import Where
 from operators.windows import HoppingWindow, make_window
-from operators.windows.final_output import FinalOutput
 from operators.windows.keyed import KeyedWindowAggregate, supports
 from operators.windows.keyed_session import KeyedSessionAggregate, supports_sessions
 from operators.windows.spec import SessionWindow
@@ -103,11 +102,11 @@ def _keyed(window: n.Window, node: n.Node) -> dict[str, bool] | None:
     window operator)."""
     w = window
     if _points(node):
-        return {} if supports(w.spec, w.udm, w.kind, w.output, w.on_error) else None
+        return {} if supports(w.spec, w.udm, w.kind, w.policy, w.on_error) else None
     length = insert_lengths(node)
     if (length is None or not isinstance(w.spec, HoppingWindow)
             or length + w.spec.size > KEYED_WINDOWS_PER_EVENT * w.spec.hop
-            or not supports(w.spec, w.udm, w.kind, w.output, w.on_error, intervals=True)):
+            or not supports(w.spec, w.udm, w.kind, w.policy, w.on_error, intervals=True)):
         return None
     return {"intervals": True}
 
@@ -118,25 +117,19 @@ def _keyed_sessions(window: n.Window, node: n.Node) -> bool:
     stream: points, and an aggregate it takes (:func:`supports_sessions`)."""
     w = window
     return (isinstance(w.spec, SessionWindow) and _points(node)
-            and supports_sessions(w.spec, w.udm, w.kind, w.output, w.on_error))
+            and supports_sessions(w.spec, w.udm, w.kind, w.policy, w.on_error))
 
 
 def _b_window(node: n.Window, step: str) -> Factory:
     if _keyed_sessions(node, node.inputs[0]):
         return functools.partial(KeyedSessionAggregate, _one_group, node.spec, node.udm,
-                                 output=node.output, emit=node.emit, keyed=False, name=step)
+                                 policy=node.policy, keyed=False, name=step)
     keyed = _keyed(node, node.inputs[0])
     if keyed is not None:
         return functools.partial(KeyedWindowAggregate, _one_group, node.spec, node.udm,
-                                 output=node.output, emit=node.emit, keyed=False, name=step,
-                                 **keyed)
-    build = functools.partial(make_window, node.spec, node.udm, kind=node.kind, clip=node.clip,
-                              output=node.output, name=step, on_error=node.on_error)
-    if node.emit == "final":
-        at_end = isinstance(node.spec, HoppingWindow) and node.output != "compressed"
-        at_end = at_end or isinstance(node.spec, SessionWindow)  # (never lengthened at a CTI)
-        return lambda: FinalOutput(build(), final_at_end=at_end)
-    return build
+                                 policy=node.policy, keyed=False, name=step, **keyed)
+    return functools.partial(make_window, node.spec, node.udm, kind=node.kind,
+                             policy=node.policy, name=step, on_error=node.on_error)
 
 
 def _b_join(node: n.Join, step: str) -> Factory:
@@ -180,12 +173,12 @@ def _b_group_apply(node: n.GroupApply, step: str) -> Factory:
     if (isinstance(sub, n.Window) and isinstance(sub.inputs[0], n.GroupInput)
             and _keyed_sessions(sub, node.inputs[0])):
         return functools.partial(KeyedSessionAggregate, node.key, sub.spec, sub.udm,
-                                 output=sub.output, emit=sub.emit, name=step)
+                                 policy=sub.policy, name=step)
     keyed = (_keyed(sub, node.inputs[0]) if isinstance(sub, n.Window)
              and isinstance(sub.inputs[0], n.GroupInput) else None)
     if keyed is not None:
         return functools.partial(KeyedWindowAggregate, node.key, sub.spec, sub.udm,
-                                 output=sub.output, emit=sub.emit, name=step, **keyed)
+                                 policy=sub.policy, name=step, **keyed)
     return functools.partial(GroupApply, node.key, subquery_factory(node.sub, step), name=step)
 
 

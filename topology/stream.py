@@ -44,8 +44,6 @@ if TYPE_CHECKING:
 RUNTIMES = ("ray", "inline")
 #: ``checkpoint=`` not given (``None`` is an explicit choice: no restart state).
 _UNSET: Any = object()
-#: How windows output: corrected as they go (the default), or once, final.
-EMIT = ("speculative", "final")
 
 
 class Stream:
@@ -60,10 +58,14 @@ class Stream:
     def __setattr__(self, key: str, value: Any) -> None:
         raise AttributeError("Stream is immutable: every method returns a new Stream")
 
-    def _then(self, node_type: type[n.Node], *others: Stream, **kw: Any) -> Stream:
+    def _then(self, node_type: type[n.Node], *others: Stream, arg: str = "other",
+              **kw: Any) -> Stream:
+        """A new node of ``node_type`` reading this stream and ``others`` (argument ``arg``
+        of the builder method), with the node's fields ``kw``."""
         for o in others:
             if not isinstance(o, Stream):
-                raise TypeError(f"{node_type.verb}: expected a Stream, got {o!r}")
+                raise TypeError(f"{node_type.verb}({arg}={o!r}): expected a Stream of cedar "
+                                f"(topology.Stream)")
         return Stream(node_type(inputs=(self._node,) + tuple(o._node for o in others), **kw))
 
     def __repr__(self) -> str:
@@ -75,6 +77,7 @@ class Stream:
         """Replay a physical stream (Insert / Retract / Cti messages). A message that breaks a
         rule of physical streams (docs/model.md) is not processed: it goes to the query's dead
         letters."""
+        _check_iterable("from_events", "messages", messages, "Insert, Retract and Cti messages")
         return Stream(n.FromEvents(inputs=(), messages=tuple(messages), name=name))
 
     @staticmethod
@@ -87,6 +90,7 @@ class Stream:
         yields rows as they arrive (it is consumed once)."""
         from operators.ingress import Ingress
 
+        _check_iterable("from_rows", "rows", rows, "rows (dicts)")
         opts: dict[str, Any] = {"start": start, "end": end, "shape": shape, "id": id}
         if advance is not None:
             opts["advance"] = advance
@@ -141,7 +145,9 @@ class Stream:
         from .times import spark_clock
 
         n.check_step_name(name, "from_spark")
-        if getattr(df, "isStreaming", False):
+        if not hasattr(df, "isStreaming") or not hasattr(df, "schema"):
+            raise TypeError(f"from_spark(df={df!r}): expected a pyspark.sql.DataFrame")
+        if df.isStreaming:
             if checkpoint is _UNSET:
                 raise ValueError(
                     "from_spark: a streaming DataFrame needs checkpoint=PATH (a directory or "
@@ -231,6 +237,9 @@ class Stream:
         from .times import arrow_clock
 
         n.check_step_name(name, "from_arrow")
+        if not isinstance(data, (dict, pa.Table, pa.RecordBatch)):
+            _check_iterable("from_arrow", "data", data, "pyarrow Tables or RecordBatches (or "
+                            "give one Table, RecordBatch or a mapping of column name to array)")
         if isinstance(data, dict):
             data = pa.table(data)
         if isinstance(data, (pa.Table, pa.RecordBatch)):
@@ -309,40 +318,68 @@ class Stream:
 
     # -- windows ----------------------------------------------------------------------------
     def window(self, spec: w.WindowSpec, clip: str | None = None, output: str | None = None,
-               emit: str = "speculative") -> WindowedStream:
+               emit: str | None = None, *,
+               policy: w.WindowPolicy | None = None) -> WindowedStream:
         """Divide the time axis by ``spec`` (:mod:`operators.windows`); then ``.aggregate``
-        or ``.apply``. ``emit="speculative"`` (the default) outputs a window's result as soon
-        as it has events and corrects it by retractions; ``emit="final"`` outputs each result
-        once, when a CTI passes the window's end, and never retracts it."""
-        if emit not in EMIT:
-            raise ValueError(f"emit={emit!r}: use one of {EMIT} (speculative output corrected "
-                             f"by retractions, or one final result per window)")
-        return WindowedStream(self, spec, clip, output, emit)
+        or ``.apply``. ``clip=`` (default ``"full"``) cuts member lifetimes to the window,
+        ``output=`` (default ``"window"``; ``"point_end"`` for count windows) stamps the
+        results (docs/windows.md). ``emit="speculative"`` (the default) outputs a window's
+        result as soon as it has events and corrects it by retractions; ``emit="final"``
+        outputs each result once, when a CTI passes the window's end, and never retracts it.
+        The three may instead come as one ``policy=WindowPolicy(clip, output, emit)``
+        (:class:`operators.windows.WindowPolicy`). A bad or inapplicable policy fails here,
+        naming the argument.
+
+        >>> Stream.from_events([]).tumbling_window(5, output="bogus")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: output='bogus' is not an output policy; use one of 'window', 'point_end', ...
+        """
+        if policy is None:
+            policy = w.WindowPolicy.of(clip, output, emit)
+        elif clip is not None or output is not None or emit is not None:
+            raise TypeError("window: give policy=WindowPolicy(...) or clip=/output=/emit=, "
+                            "not both")
+        elif not isinstance(policy, w.WindowPolicy):
+            raise TypeError(f"window(policy={policy!r}): give an "
+                            f"operators.windows.WindowPolicy")
+        n.check_window_spec(spec)
+        return WindowedStream(self, spec, policy.for_window(spec))
 
     def hopping_window(self, size: int, hop: int, alignment: int = 0, clip: str | None = None,
-                       output: str | None = None, emit: str = "speculative") -> WindowedStream:
+                       output: str | None = None, emit: str | None = None, *,
+                       policy: w.WindowPolicy | None = None) -> WindowedStream:
         """Windows ``[alignment + k·hop, alignment + k·hop + size)``."""
-        return self.window(w.hopping_window(size, hop, alignment), clip, output, emit)
+        return self.window(w.hopping_window(size, hop, alignment), clip, output, emit,
+                           policy=policy)
 
     def tumbling_window(self, size: int, alignment: int = 0, clip: str | None = None,
-                        output: str | None = None, emit: str = "speculative") -> WindowedStream:
+                        output: str | None = None, emit: str | None = None, *,
+                        policy: w.WindowPolicy | None = None) -> WindowedStream:
         """Windows ``[alignment + k·size, alignment + (k + 1)·size)``."""
-        return self.window(w.tumbling_window(size, alignment), clip, output, emit)
+        return self.window(w.tumbling_window(size, alignment), clip, output, emit,
+                           policy=policy)
 
     def snapshot_window(self, clip: str | None = None, output: str | None = None,
-                        emit: str = "speculative") -> WindowedStream:
+                        emit: str | None = None, *,
+                        policy: w.WindowPolicy | None = None) -> WindowedStream:
         """Windows between consecutive distinct event endpoints."""
-        return self.window(w.snapshot_window(), clip, output, emit)
+        return self.window(w.snapshot_window(), clip, output, emit, policy=policy)
 
     def count_window(self, n_starts: int, by: str = "start", clip: str | None = None,
-                     output: str | None = None, emit: str = "speculative") -> WindowedStream:
+                     output: str | None = None, emit: str | None = None, *,
+                     policy: w.WindowPolicy | None = None) -> WindowedStream:
         """Windows over ``n_starts`` consecutive distinct start (or end) times."""
-        return self.window(w.count_window(n_starts, by), clip, output,  # type: ignore[arg-type]
-                           emit)
+        if isinstance(n_starts, bool) or not isinstance(n_starts, int) or n_starts <= 0:
+            raise ValueError(f"count_window(n_starts={n_starts!r}): give a positive int (the "
+                             f"number of distinct times a window spans)")
+        return self.window(w.count_window(n_starts, by), clip,  # type: ignore[arg-type]
+                           output, emit, policy=policy)
 
     def session_window(self, gap: int, max_duration: int | None = None,
                        clip: str | None = None, output: str | None = None,
-                       emit: str = "speculative") -> WindowedStream:
+                       emit: str | None = None, *,
+                       policy: w.WindowPolicy | None = None) -> WindowedStream:
         """Sessions (:mod:`operators.windows.session`): over the distinct start times, a
         maximal run in which each next start is less than the previous start + ``gap``
         ticks; the window is ``[first start, last start + gap)``, cut at ``first start +
@@ -363,9 +400,8 @@ class Stream:
         ...
         ValueError: session_window: gap must be a positive int number of ticks, got 0
         """
-        spec = w.session_window(gap, max_duration)
-        w.check_policies(spec, clip or "full", output or "window")
-        return self.window(spec, clip, output, emit)
+        return self.window(w.session_window(gap, max_duration), clip, output, emit,
+                           policy=policy)
 
     # -- multi-input ------------------------------------------------------------------------
     def join(self, other: Stream, on: tuple[Any, Any] | None = None,
@@ -411,10 +447,6 @@ class Stream:
         if not isinstance(leader, Stream):
             raise TypeError(f"import_ctis(leader={leader!r}): leader must be a Stream of the "
                             f"same query, whose CTIs this stream takes")
-        if policy not in ("drop", "adjust"):
-            raise ValueError(f"import_ctis(policy={policy!r}): policy must be 'drop' (late "
-                             f"events are dropped) or 'adjust' (late intervals start at the "
-                             f"imported CTI)")
         return self._then(n.ImportCti, leader, policy=policy, name=name)
 
     def late(self, name: str | None = None) -> Stream:
@@ -439,18 +471,19 @@ class Stream:
 
     def union(self, *others: Stream, name: str | None = None) -> Stream:
         """All events of every input; the CTI is the minimum of the inputs' CTIs."""
-        return self._then(n.Union, *others, name=name)
+        return self._then(n.Union, *others, arg="others", name=name)
 
     def group_apply(self, key: Callable[[Any], Any], fn: Callable[[Stream], Stream],
                     partitions: int = 1, name: str | None = None) -> Stream:
         """Run ``fn`` on the events of each key separately; payloads become
         ``(key, payload)``. ``partitions=N`` spreads the keys over N actors by hash."""
-        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
-            raise ValueError(f"group_apply: partitions must be an int >= 1, got {partitions!r}")
+        n.check_key("group_apply", "key", key)
+        n.check_function("group_apply", "fn", fn, "(a Stream of one group's events) -> the "
+                         "Stream of its sub-query")
         sub = fn(Stream(n.GroupInput(inputs=())))
         if not isinstance(sub, Stream):
-            raise TypeError(f"group_apply: the sub-query function must return a Stream, "
-                            f"got {sub!r}")
+            raise TypeError(f"group_apply(fn={_name(fn)}): the sub-query function must "
+                            f"return a Stream, got {sub!r}")
         return self._then(n.GroupApply, key=key, sub=sub._node, partitions=partitions,
                           name=name)
 
@@ -459,12 +492,15 @@ class Stream:
         """The stages this query runs as (:mod:`topology.planner`)."""
         from .planner import plan
 
+        _check_flag("plan", "fuse", fuse)
         return plan(self._node, fuse=fuse)
 
     def explain(self, fuse: bool = False, stages: bool = True) -> str:
         """The logical plan (step ids and arguments), and with ``stages`` the physical one."""
         from .planner import assign_steps, explain_tree
 
+        _check_flag("explain", "fuse", fuse)
+        _check_flag("explain", "stages", stages)
         if stages:
             return self.plan(fuse).explain()
         return explain_tree(self._node, assign_steps(self._node))
@@ -496,6 +532,7 @@ class Stream:
         ``collect()`` returns its output: a run that fails or is killed before commits
         nothing, and the next ``collect()`` delivers its events again (docs/spark.md).
         """
+        _check_runtime("collect", runtime)
         with _held_runs(self._node) as commit:
             out = self._run(runtime, fuse=fuse, batch_size=batch_size, trace=trace,
                             columns=columns, **options)
@@ -506,8 +543,6 @@ class Stream:
     def _run(self, runtime: str, *, fuse: bool | None = None, batch_size: int | None = None,
              trace: Any = None, columns: bool = False, **options: Any) -> Collected:
         """:meth:`collect`'s run, with no commit of a streaming source and no warning."""
-        if runtime not in RUNTIMES:
-            raise ValueError(f"collect(runtime={runtime!r}): use one of {RUNTIMES}")
         if runtime == "inline":
             from actors.config import ShellConfig
             from actors.recorder import TraceSettings
@@ -544,6 +579,7 @@ class Stream:
         streaming ``from_spark`` with a checkpoint is committed once the DataFrame is made."""
         from .spark_sink import to_spark
 
+        _check_runtime("to_spark", runtime)
         with _held_runs(self._node) as commit:
             out = self._run(runtime, columns=True, **options)
             df = to_spark(spark, out, staging=staging)
@@ -557,8 +593,11 @@ class Stream:
         returns the run's :class:`topology.inline_runtime.RunReport` (dead letters, late events,
         accounting), and warns on dead letters. A streaming ``from_spark`` with a checkpoint
         is committed once the files are written."""
-        from .spark_sink import write
+        from .spark_sink import _WRITE_MODES, write
 
+        _check_runtime("write", runtime)
+        if mode not in _WRITE_MODES:  # (write checks it too, but only after the run)
+            raise ValueError(f"write(mode={mode!r}): mode must be one of {_WRITE_MODES}")
         with _held_runs(self._node) as commit:
             out = self._run(runtime, columns=True, **options)
             write(spark, out, path, format=format, mode=mode, staging=staging)
@@ -579,6 +618,7 @@ class Stream:
         exactly once end to end (docs/spark.md)."""
         from .spark_sink import FinalRowsSink
 
+        _check_runtime("to_spark_stream", runtime)
         resumed = [s for s in _spark_streams(self._node) if s.checkpoint is not None]
         run = sum(s.hold() for s in resumed) if resumed else None
         try:
@@ -616,14 +656,11 @@ class WindowedStream:
 
     stream: Stream
     spec: w.WindowSpec
-    clip: str | None = None
-    output: str | None = None
-    emit: str = "speculative"
+    policy: w.WindowPolicy = w.DEFAULT_POLICY
 
     def _window(self, udm: Any, kind: str, name: str | None, on_error: str) -> Stream:
-        return self.stream._then(n.Window, spec=self.spec, udm=udm, kind=kind, clip=self.clip,
-                                 output=self.output, on_error=on_error, emit=self.emit,
-                                 name=name)
+        return self.stream._then(n.Window, spec=self.spec, udm=udm, kind=kind,
+                                 policy=self.policy, on_error=on_error, name=name)
 
     def aggregate(self, udm: Any, name: str | None = None, on_error: str = "raise") -> Stream:
         """One result per non-empty window: payload ``udm``'s result (an Aggregate, an
@@ -633,6 +670,28 @@ class WindowedStream:
     def apply(self, udo: Any, name: str | None = None, on_error: str = "raise") -> Stream:
         """Zero or more events per window: one per payload ``udo`` returns."""
         return self._window(udo, "apply", name, on_error)
+
+
+def _check_iterable(what: str, arg: str, value: Any, of: str) -> None:
+    """Refuse ``value`` for argument ``arg`` of ``what`` unless it is an iterable (of ``of``)
+    other than a string."""
+    if isinstance(value, Iterable) and not isinstance(value, (str, bytes)):
+        return
+    raise TypeError(f"{what}({arg}={value!r}): give an iterable of {of}")
+
+
+def _check_flag(what: str, arg: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{what}({arg}={value!r}): give True or False")
+
+
+def _check_runtime(what: str, runtime: Any) -> None:
+    if runtime not in RUNTIMES:
+        raise ValueError(f"{what}(runtime={runtime!r}): use one of {RUNTIMES}")
+
+
+def _name(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
 
 
 class _Batches:

@@ -3,15 +3,17 @@
 ==================  ===========================================================================
 module              holds
 ==================  ===========================================================================
-``spec``            the window specs (hopping, tumbling, snapshot, count) and policy names
+``spec``            the window specs (hopping, tumbling, snapshot, count, session) and the
+                    :class:`WindowPolicy` (clip, output, emit) every operator takes
 ``index``           the hopping grid arithmetic and the WindowIndex entry
 ``evaluate``        the UDM call and its error policy, the output policies, the output diff
-``base``            the WindowIndex machinery hopping and snapshot windows share
+``window_operator`` the WindowIndex machinery hopping and snapshot windows share
 ``hopping``         hopping and tumbling windows (the semantics, described once)
 ``snapshot``        snapshot windows, and hopping windows with ``output="compressed"``
 ``count``           count windows
 ``session``         session windows
 ``keyed``           the keyed fast path: a hopping aggregate per key over points, column-wise
+``keyed_session``   the keyed fast path of session windows
 ``final_output``    ``emit="final"``: a window's rows held back until a CTI makes them final
 ==================  ===========================================================================
 
@@ -24,18 +26,21 @@ from typing import Any, Literal
 
 from ..processor import Processor
 from .count import CountWindowOperator
+from .final_output import FinalOutput
 from .hopping import HoppingWindowOperator
 from .session import SessionWindowOperator
 from .snapshot import SnapshotWindowOperator
 from .spec import (
     CLIP_POLICIES,
+    DEFAULT_POLICY,
+    EMIT_POLICIES,
     OUTPUT_POLICIES,
     CountWindow,
     HoppingWindow,
     SessionWindow,
     SnapshotWindow,
+    WindowPolicy,
     WindowSpec,
-    check_policies,
     count_window,
     hopping_window,
     session_window,
@@ -45,6 +50,8 @@ from .spec import (
 
 __all__ = [
     "CLIP_POLICIES",
+    "DEFAULT_POLICY",
+    "EMIT_POLICIES",
     "OUTPUT_POLICIES",
     "CountWindow",
     "CountWindowOperator",
@@ -54,8 +61,8 @@ __all__ = [
     "SessionWindowOperator",
     "SnapshotWindow",
     "SnapshotWindowOperator",
+    "WindowPolicy",
     "WindowSpec",
-    "check_policies",
     "count_window",
     "hopping_window",
     "make_window",
@@ -66,33 +73,51 @@ __all__ = [
 
 
 def make_window(spec: WindowSpec, udm: Any, *, kind: Literal["aggregate", "apply"] = "aggregate",
-                clip: str | None = None, output: str | None = None, name: str | None = None,
+                policy: WindowPolicy | None = None, clip: str | None = None,
+                output: str | None = None, name: str | None = None,
                 on_error: Literal["raise", "dead_letter"] = "raise") -> Processor:
-    """The operator applying ``udm`` to every window of ``spec``.
+    """The operator applying ``udm`` to every window of ``spec`` under ``policy``
+    (:class:`WindowPolicy`; ``clip=`` and ``output=`` are a shorter way to give its first two).
 
     ``kind="aggregate"``: one output event per non-empty window, payload = the UDM's result.
     ``kind="apply"``: the UDM is a UDO; each payload it returns is one event (a plain function
     returning an iterable is accepted), and a time-sensitive UDO stamps its own events.
     ``clip`` defaults to ``"full"``, ``output`` to ``"window"`` (``"point_end"`` for count
-    windows). With ``on_error="dead_letter"`` a window whose UDM raises produces no output
+    windows); with ``emit="final"`` the operator is wrapped in a :class:`FinalOutput`. With
+    ``on_error="dead_letter"`` a window whose UDM raises produces no output
     instead of failing the query, and is recorded in the operator's ``dead_letters`` list once,
     when it is final (a CTI frees it, or the input ends: ``finish()``) — not at all if a later
     change (its bad event retracted) lets the UDM succeed first.
     """
+    if policy is None:
+        policy = WindowPolicy.of(clip, output)
+    elif clip is not None or output is not None:
+        raise TypeError("make_window: give policy=WindowPolicy(...) or clip=/output=, not both")
+    if not isinstance(policy, WindowPolicy):
+        raise TypeError(f"make_window(policy={policy!r}): give an "
+                        f"operators.windows.WindowPolicy")
+    policy = policy.for_window(spec)
+    op: Processor
     if isinstance(spec, CountWindow):
-        check_policies(spec, clip or "full", output or "point_end")
-        return CountWindowOperator(spec, udm, kind=kind, name=name, on_error=on_error)
-    if isinstance(spec, SessionWindow):
-        return SessionWindowOperator(spec, udm, kind=kind, clip=clip or "full",
-                                     output=output or "window", name=name, on_error=on_error)
-    clip = clip or "full"
-    output = output or "window"
-    check_policies(spec, clip, output)
-    if isinstance(spec, HoppingWindow) and output != "compressed":
-        return HoppingWindowOperator(spec, udm, kind=kind, clip=clip, output=output, name=name,
-                                     on_error=on_error)
-    if isinstance(spec, (HoppingWindow, SnapshotWindow)):
-        return SnapshotWindowOperator(spec, udm, kind=kind, clip=clip, output=output, name=name,
-                                      on_error=on_error)
-    raise TypeError(f"make_window: expected a HoppingWindow, SnapshotWindow, CountWindow or "
-                    f"SessionWindow from operators.windows, got {spec!r}")
+        op = CountWindowOperator(spec, udm, kind=kind, policy=policy, name=name,
+                                 on_error=on_error)
+    elif isinstance(spec, SessionWindow):
+        op = SessionWindowOperator(spec, udm, kind=kind, policy=policy, name=name,
+                                   on_error=on_error)
+    elif isinstance(spec, HoppingWindow) and not policy.compressed:
+        op = HoppingWindowOperator(spec, udm, kind=kind, policy=policy, name=name,
+                                   on_error=on_error)
+    elif isinstance(spec, (HoppingWindow, SnapshotWindow)):
+        op = SnapshotWindowOperator(spec, udm, kind=kind, policy=policy, name=name,
+                                    on_error=on_error)
+    else:
+        raise TypeError(f"make_window: expected a HoppingWindow, SnapshotWindow, CountWindow or "
+                        f"SessionWindow from operators.windows, got {spec!r}")
+    if not policy.final:
+        return op
+    # a row is final once the CTI reaches its end when rows are whole windows that no CTI
+    # lengthens (hopping, tumbling, sessions); snapshot, count and compressed rows only once
+    # the CTI passes it
+    at_end = isinstance(spec, SessionWindow) or (isinstance(spec, HoppingWindow)
+                                                 and not policy.compressed)
+    return FinalOutput(op, final_at_end=at_end)

@@ -64,7 +64,7 @@ from ..events import MAX_TIME, MIN_TIME, FreshId, Insert, Message, Retract, add_
 from ..processor import Processor
 from ..udm import Window
 from .evaluate import Ids, WindowUdm, stored_event
-from .spec import CountWindow
+from .spec import DEFAULT_POLICY, CountWindow, WindowPolicy
 
 Record = tuple[int, int, Any]  # (start, end, payload) of a live event
 #: events that left and joined the EventIndex at one time: (removed, added), each id -> record
@@ -129,6 +129,7 @@ class CountWindowOperator(Processor):
         udm: Any,
         *,
         kind: Literal["aggregate", "apply"] = "aggregate",
+        policy: WindowPolicy = DEFAULT_POLICY,
         name: str | None = None,
         on_error: Literal["raise", "dead_letter"] = "raise",
     ) -> None:
@@ -136,7 +137,9 @@ class CountWindowOperator(Processor):
             raise TypeError(f"CountWindowOperator needs an operators.windows.CountWindow, got "
                             f"{spec!r}; build one with operators.windows.count_window(n, by)")
         super().__init__(name or f"count_window({spec.n}, by={spec.by!r})")
-        self.call = WindowUdm(udm, kind, "point_end", on_error)
+        #: clip "full", output "point_end" (the only ones of count windows)
+        self.policy = policy.for_window(spec)
+        self.call = WindowUdm(udm, kind, self.policy, on_error)
         self.udm = self.call.udm
         self.spec = spec
         self.n = spec.n
@@ -391,7 +394,7 @@ class CountWindowOperator(Processor):
                 results = call.compute(members, window)  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 -- a UDM may raise anything
             return self._failed(start, window, rec, exc, trigger)
-        payloads = [p for _, _, p in call.policy.rows(start, last + 1, results, call.stamped)]
+        payloads = [p for _, _, p in call.output.rows(start, last + 1, results, call.stamped)]
         if stay and rec is not None and rec.ok and _same([p for _, p in rec.outputs], payloads):
             rec.state = state
             return []

@@ -3,10 +3,11 @@ its error policy, stamp the results under the output policy, and correct the out
 before by the smallest difference.
 
 * :class:`WindowUdm` checks a UDM against the operator's ``kind`` (aggregate: one result per
-  window; apply: a UDO, zero or more) and output policy, calls it (incrementally from a state,
-  or over the members), checks what it returned, and turns an exception into an
-  :class:`~operators.errors.OperatorError` (``on_error="raise"``) or a failure reason kept
-  with the window until it is final, then a :class:`~operators.errors.DeadLetter`.
+  window; apply: a UDO, zero or more) and :class:`~operators.windows.spec.WindowPolicy`,
+  calls it (incrementally from a state, or over the members), checks what it returned, and
+  turns an exception into an :class:`~operators.errors.OperatorError` (``on_error="raise"``)
+  or a failure reason kept with the window until it is final, then a
+  :class:`~operators.errors.DeadLetter`.
 * :class:`OutputPolicy` is one output policy (docs/windows.md): it stamps a window's results
   as rows and says where a window's rows start, which is what the output CTI is made of.
 * :func:`diff` turns a window's earlier rows and its new ones into retractions and inserts.
@@ -25,7 +26,7 @@ from ..errors import DeadLetter, OperatorError
 from ..events import FreshId, Insert, Message, Retract, fmt_time
 from ..payloads import freeze
 from ..udm import UDM, FunctionAggregate, Operator, Window, resolve
-from .spec import OUTPUT_POLICIES
+from .spec import WindowPolicy
 
 Rec = tuple[int, int, Any]
 #: The window a row is about (a Win, or a key standing for one): diff gives back what it got.
@@ -42,14 +43,14 @@ class OutputPolicy:
     time-sensitive UDO's own timestamps cut to the window; ``keep``: its timestamps as they
     are (none may start before ``W.start``); ``compressed``: ``window`` rows over the owned
     intervals of consecutive windows (the operator evaluates it as snapshot windows).
+
+    ``name`` is the ``output`` of a :class:`~operators.windows.spec.WindowPolicy`, which
+    checked it.
     """
 
     __slots__ = ("keep", "name", "point", "stamps")
 
     def __init__(self, name: str) -> None:
-        if name not in OUTPUT_POLICIES:
-            raise ValueError(f"output={name!r} is not an output policy; use one of "
-                             f"{OUTPUT_POLICIES}")
         self.name = name
         self.point = name == "point_end"
         #: rows keep the UDO's own start: the output CTI is the input CTI
@@ -102,17 +103,25 @@ class _FunctionOperator(Operator):
 
 
 class WindowUdm:
-    """A window operator's UDM with its kind, output policy and error policy."""
+    """A window operator's UDM with its kind, window policy (``policy.output`` filled in:
+    :meth:`~operators.windows.spec.WindowPolicy.for_window`) and error policy; ``output`` is
+    the :class:`OutputPolicy` that stamps its results."""
 
-    def __init__(self, udm: Any, kind: str = "aggregate", output: OutputPolicy | str = "window",
+    def __init__(self, udm: Any, kind: str, policy: WindowPolicy,
                  on_error: str = "raise") -> None:
         if kind not in KINDS:
             raise ValueError(f"kind={kind!r}: use 'aggregate' (one result per window) or "
                              f"'apply' (a UDO: one event per returned payload)")
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error={on_error!r}: use 'raise' or 'dead_letter'")
-        policy = output if isinstance(output, OutputPolicy) else OutputPolicy(output)
-        u: UDM = resolve(udm)
+        if policy.output is None:
+            raise ValueError(f"WindowUdm needs the policy for its window, with its output "
+                             f"filled in (WindowPolicy.for_window(spec)); got {policy!r}")
+        output = OutputPolicy(policy.output)
+        try:
+            u: UDM = resolve(udm)
+        except TypeError as exc:
+            raise TypeError(f"udm={udm!r}: {exc}") from None
         if kind == "aggregate" and u.is_operator:
             raise ValueError(f"{u.udm_name} is a user-defined operator (zero or more events per "
                              f"window); use .apply(...) (kind='apply') instead of .aggregate")
@@ -121,11 +130,11 @@ class WindowUdm:
                 raise ValueError(f"{u.udm_name} is an aggregate (one result per window); use "
                                  f".aggregate(...) (kind='aggregate') instead of .apply")
             u = _FunctionOperator(u.fn)
-        if policy.name in ("clip", "keep") and not (u.is_operator and u.time_sensitive):
-            raise ValueError(f"output={policy.name!r} keeps the timestamps a time-sensitive UDO "
+        if output.stamps and not (u.is_operator and u.time_sensitive):
+            raise ValueError(f"output={output.name!r} keeps the timestamps a time-sensitive UDO "
                              f"stamps on its events, but {u.udm_name} is not a "
                              f"TimeSensitiveOperator; use output='window' or 'point_end'")
-        if policy.name == "compressed" and u.time_sensitive:
+        if output.name == "compressed" and u.time_sensitive:
             raise ValueError(f"output='compressed' lets consecutive windows with the same member "
                              f"events share one row, which needs a time-insensitive UDM; "
                              f"{u.udm_name} is time-sensitive: use output='window' or "
@@ -133,6 +142,7 @@ class WindowUdm:
         self.udm = u
         self.kind = kind
         self.policy = policy
+        self.output = output
         self.on_error = on_error
         self.name = u.udm_name
         self.time_sensitive = u.time_sensitive
@@ -167,7 +177,7 @@ class WindowUdm:
         if not self.stamped:
             return list(raw)
         out = []
-        keeps = self.policy.stamps
+        keeps = self.output.stamps
         for ev in raw:
             try:
                 s, e, p = ev
@@ -178,7 +188,7 @@ class WindowUdm:
                 if not (isinstance(s, int) and isinstance(e, int)) or e <= s:
                     raise ValueError(f"the UDO returned the event {ev!r}; it needs int ticks "
                                      f"with end > start")
-                self.policy.check_stamp(s, e, p, window)
+                self.output.check_stamp(s, e, p, window)
             out.append((s, e, p))
         return out
 

@@ -90,7 +90,7 @@ from ..errors import OperatorError
 from ..events import MAX_TIME, MIN_TIME, Insert, Message, Retract
 from .evaluate import Rec
 from .index import Grid, Win
-from .spec import HoppingWindow, check_policies
+from .spec import DEFAULT_POLICY, HoppingWindow, WindowPolicy
 from .window_operator import WindowBase
 
 __all__ = ["HoppingWindowOperator"]
@@ -110,17 +110,17 @@ class HoppingWindowOperator(WindowBase):
     _state_fields = WindowBase._state_fields + ("frontier", "crossing", "crossing_by_end")
 
     def __init__(self, spec: HoppingWindow, udm: Any, *,
-                 kind: Literal["aggregate", "apply"] = "aggregate", clip: str = "full",
-                 output: str = "window", name: str | None = None,
+                 kind: Literal["aggregate", "apply"] = "aggregate",
+                 policy: WindowPolicy = DEFAULT_POLICY, name: str | None = None,
                  on_error: Literal["raise", "dead_letter"] = "raise") -> None:
         if not isinstance(spec, HoppingWindow):
             raise TypeError(f"HoppingWindowOperator needs an operators.windows.HoppingWindow, "
                             f"got {spec!r}")
-        check_policies(spec, clip, output)
-        if output == "compressed":
+        policy = policy.for_window(spec)
+        if policy.compressed:
             raise ValueError("output='compressed' is evaluated by SnapshotWindowOperator; build "
                              "the operator with operators.windows.make_window")
-        super().__init__(spec, udm, kind, clip, output,
+        super().__init__(spec, udm, kind, policy,
                          name or f"{spec.kind}_window({spec.size}, {spec.hop})", on_error)
         self.grid = Grid(spec.size, spec.hop, spec.alignment)
         #: windows starting before the frontier exist (if non-empty): max(CTI, latest start+1)
@@ -168,7 +168,7 @@ class HoppingWindowOperator(WindowBase):
             if frontier == MAX_TIME and any(e == MAX_TIME for _, e, _ in self.crossing.values()):
                 raise OperatorError(
                     f"window operator {self.name!r}: time reached ∞ (a CTI or a start there) "
-                    f"while an edge event was never closed; under output={self.policy.name!r} it "
+                    f"while an edge event was never closed; under output={self.output.name!r} it "
                     f"lies in infinitely many hopping "
                     f"windows. Close the edge (a retraction to its end) before the final CTI, "
                     f"or use output='compressed'")
@@ -222,7 +222,7 @@ class HoppingWindowOperator(WindowBase):
 
     def _out_cti(self, c: int) -> int:
         """The rows' start of the first window ending after ``c`` or of the first held."""
-        policy = self.policy
+        policy = self.output
         if policy.keep:
             return c
         g = self.grid

@@ -20,9 +20,9 @@ windows no CTI has closed, as they stand::
 
     >>> from operators.aggregates import Count
     >>> from operators.events import Insert, Cti
-    >>> from operators.windows import tumbling_window
-    >>> op = KeyedWindowAggregate(lambda p: p[0], tumbling_window(5), Count(), emit="final",
-    ...                           name="keyed_window")
+    >>> from operators.windows import WindowPolicy, tumbling_window
+    >>> op = KeyedWindowAggregate(lambda p: p[0], tumbling_window(5), Count(),
+    ...                           WindowPolicy(emit="final"), name="keyed_window")
     >>> op.process([Insert(1, 0, 1, ("a",)), Insert(2, 2, 3, ("a",)), Insert(3, 6, 7, ("b",)),
     ...             Insert(4, 8, 9, ("a",)), Cti(12)])  # doctest: +NORMALIZE_WHITESPACE
     [Insert(id=FreshId('keyed_window', 0), start=0, end=5, payload=('a', 2)),
@@ -75,7 +75,7 @@ from ..udm import (
 )
 from .evaluate import Ids, WindowUdm
 from .index import Grid
-from .spec import HoppingWindow
+from .spec import DEFAULT_POLICY, HoppingWindow, WindowPolicy
 
 __all__ = ["KeyedWindowAggregate", "supports"]
 
@@ -90,10 +90,12 @@ def _by_time(value: tuple[int, int, Any]) -> tuple[int, int]:
 _SAFE = 2**61
 
 
-def supports(spec: Any, udm: Any, kind: str, output: str | None, on_error: str,
+def supports(spec: Any, udm: Any, kind: str, policy: WindowPolicy, on_error: str,
              intervals: bool = False) -> bool:
     """Whether :class:`KeyedWindowAggregate` computes ``window(spec).aggregate(udm)`` (an
-    aggregate, on a hopping or tumbling window, failing loudly) over points, or with
+    aggregate, on a hopping or tumbling window, failing loudly, ``policy`` -- for the spec:
+    :meth:`~operators.windows.spec.WindowPolicy.for_window` -- with output ``window`` or
+    ``point_end``) over points, or with
     ``intervals`` over interval inserts. Over points time-sensitive aggregates qualify too: a
     point lies inside each of its windows, so every clipping policy gives it the lifetime
     ``[s, s + 1)``. Over intervals only incremental, time-insensitive ones do (every built-in
@@ -109,7 +111,7 @@ def supports(spec: Any, udm: Any, kind: str, output: str | None, on_error: str,
             return False
         kinds = (IncrementalAggregate,)
     return (isinstance(spec, HoppingWindow) and kind == "aggregate" and on_error == "raise"
-            and (output or "window") in ("window", "point_end")
+            and policy.window_rows
             and isinstance(resolved, kinds)
             and max(abs(spec.size), abs(spec.hop), abs(spec.alignment)) < _SAFE)
 
@@ -186,24 +188,24 @@ class KeyedWindowAggregate(Processor):
     _state_fields = ("open", "ids", "seq", "sent", "cti", "latest")
 
     def __init__(self, key: Callable[[Any], Hashable] | str, spec: HoppingWindow, udm: Any,
-                 output: str | None = None, emit: str = "speculative", keyed: bool = True,
+                 policy: WindowPolicy = DEFAULT_POLICY, keyed: bool = True,
                  intervals: bool = False, name: str | None = None) -> None:
         super().__init__(name)
         self.keyed = keyed
-        if intervals and not supports(spec, udm, "aggregate", output, "raise", intervals=True):
+        policy = policy.for_window(spec)
+        if intervals and not supports(spec, udm, "aggregate", policy, "raise", intervals=True):
             raise ValueError(
                 f"KeyedWindowAggregate(intervals=True) takes an incremental, time-insensitive "
                 f"aggregate (a built-in but TimeWeightedAverage), got {udm!r}; use the general "
                 f"window operator")
         #: whether finite interval inserts are taken (else points only)
         self.intervals = intervals
-        if emit not in ("speculative", "final"):
-            raise ValueError(f"emit={emit!r}: use 'speculative' or 'final'")
-        self.final = emit == "final"
+        self.policy = policy
+        self.final = policy.final
         self.key = field_getter(key)
         self.spec = spec
         self.grid = Grid(spec.size, spec.hop, spec.alignment)
-        self.call = WindowUdm(udm, "aggregate", output or "window")
+        self.call = WindowUdm(udm, "aggregate", policy)
         self.udm = self.call.udm
         self.incremental = self.call.incremental
         self.time_sensitive = self.call.time_sensitive
@@ -211,7 +213,8 @@ class KeyedWindowAggregate(Processor):
         self.add_ranges = (self.udm.add_ranges
                            if self.incremental and isinstance(self.udm, ColumnAggregate)
                            else None)
-        self.policy = self.call.policy
+        #: how results become rows
+        self.output = self.call.output
         #: window number -> key -> UDM state (incremental) or [(start, seq, payload)]
         self.open: dict[int, dict[Hashable, Any]] = {}
         self.ids = Ids(self.name)
@@ -549,7 +552,7 @@ class KeyedWindowAggregate(Processor):
     def _row_lifetime(self, n: int) -> tuple[int, int]:
         g = self.grid
         ws, we = max(g.start(n), MIN_TIME), min(g.end(n), MAX_TIME)
-        return self.policy.row_start(ws, we), we
+        return self.output.row_start(ws, we), we
 
     def on_cti(self, time: int, port: int) -> list[Message]:
         if self.intervals and time > self.cti:
@@ -566,7 +569,7 @@ class KeyedWindowAggregate(Processor):
                 self.sent.pop(n, None)
         for n in sorted(n for n in self.open if n < limit):
             out += self._emit(n, self.open.pop(n))
-        cti = min(time, self.policy.row_start(max(g.start(limit), MIN_TIME), g.end(limit)))
+        cti = min(time, self.output.row_start(max(g.start(limit), MIN_TIME), g.end(limit)))
         return out + self.emit_cti(min(cti, MAX_TIME))
 
     def finish(self) -> list[Message]:

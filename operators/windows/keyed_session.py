@@ -51,7 +51,7 @@ from ..processor import Processor
 from ..udm import IncrementalAggregate, Window, field_getter, resolve
 from .evaluate import Ids, WindowUdm
 from .keyed import _codes
-from .spec import SessionWindow
+from .spec import DEFAULT_POLICY, SessionWindow, WindowPolicy
 
 __all__ = ["KeyedSessionAggregate", "supports_sessions"]
 
@@ -64,19 +64,20 @@ _SAFE = 2**61
 Chunk = tuple[Any, Any, int, int]
 
 
-def supports_sessions(spec: Any, udm: Any, kind: str, output: str | None,
+def supports_sessions(spec: Any, udm: Any, kind: str, policy: WindowPolicy,
                       on_error: str) -> bool:
     """Whether :class:`KeyedSessionAggregate` computes ``session_window(spec).aggregate(udm)``
     over points: a session spec without ``max_duration``, an incremental time-insensitive
-    aggregate (every built-in but TimeWeightedAverage), output ``window`` or ``point_end``,
-    failing loudly."""
+    aggregate (every built-in but TimeWeightedAverage), ``policy`` (for the spec:
+    :meth:`~operators.windows.spec.WindowPolicy.for_window`) with output ``window`` or
+    ``point_end``, failing loudly."""
     try:
         resolved = resolve(udm)
     except Exception:  # noqa: BLE001 (the general path reports a bad UDM)
         return False
     return (isinstance(spec, SessionWindow) and spec.max_duration is None
             and spec.gap < _SAFE and kind == "aggregate" and on_error == "raise"
-            and (output or "window") in ("window", "point_end")
+            and policy.window_rows
             and isinstance(resolved, IncrementalAggregate)
             and not getattr(resolved, "time_sensitive", False))
 
@@ -115,26 +116,26 @@ class KeyedSessionAggregate(Processor):
     _state_fields = ("sessions", "ids")
 
     def __init__(self, key: Callable[[Any], Hashable] | str, spec: SessionWindow, udm: Any,
-                 output: str | None = None, emit: str = "speculative", keyed: bool = True,
+                 policy: WindowPolicy = DEFAULT_POLICY, keyed: bool = True,
                  name: str | None = None) -> None:
         super().__init__(name)
-        if not supports_sessions(spec, udm, "aggregate", output, "raise"):
+        policy = policy.for_window(spec)
+        if not supports_sessions(spec, udm, "aggregate", policy, "raise"):
             raise ValueError(f"KeyedSessionAggregate takes a session_window without "
                              f"max_duration and an incremental, time-insensitive aggregate "
                              f"(a built-in but TimeWeightedAverage), got {spec!r}, {udm!r}; "
                              f"use the general session window operator")
-        if emit not in ("speculative", "final"):
-            raise ValueError(f"emit={emit!r}: use 'speculative' or 'final'")
-        self.final = emit == "final"
+        self.policy = policy
+        self.final = policy.final
         self.keyed = keyed
         self.key = field_getter(key)
         self.spec = spec
         self.gap = spec.gap
-        self.call = WindowUdm(udm, "aggregate", output or "window")
+        self.call = WindowUdm(udm, "aggregate", policy)
         self.udm: Any = self.call.udm
         self.add_ranges = getattr(self.udm, "add_ranges", None)
-        self.policy = self.call.policy
-        self.point = self.policy.point
+        self.output = self.call.output
+        self.point = self.output.point
         #: key -> its sessions not final yet, sorted by first start (disjoint, and at least
         #: ``gap`` apart: last + gap <= next first)
         self.sessions: dict[Hashable, list[_Session]] = {}
@@ -414,7 +415,7 @@ class KeyedSessionAggregate(Processor):
                 empty.append(k)
         for k in empty:
             del self.sessions[k]
-        cti = time if self.policy.point else earliest
+        cti = time if self.point else earliest
         return out + self.emit_cti(cti)
 
     def finish(self) -> list[Message]:

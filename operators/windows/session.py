@@ -73,7 +73,7 @@ from ..events import MIN_TIME, Insert, Message, Retract, add_time, fmt_time
 from ..processor import Processor
 from ..udm import Window
 from .evaluate import Ids, WindowUdm, diff, stored_event
-from .spec import SessionWindow, check_policies
+from .spec import DEFAULT_POLICY, SessionWindow, WindowPolicy
 
 Record = tuple[int, int, Any]  # (start, end, payload) of a live event
 #: events that left and joined the EventIndex at one start time: (removed, added), id -> record
@@ -145,8 +145,9 @@ class SessionWindowOperator(Processor):
     """Applies ``udm`` to every session of ``spec`` (see the module doc).
 
     ``kind="aggregate"``: one row per session, payload the UDM's result; ``kind="apply"``:
-    one row per payload the UDO returns. ``clip`` (default ``"full"``) and ``output``
-    (default ``"window"``) are the window policies. ``on_error="dead_letter"`` gives a
+    one row per payload the UDO returns. ``policy`` holds the clipping and output policies
+    (:class:`~operators.windows.spec.WindowPolicy`; default: clip ``"full"``, output
+    ``"window"``). ``on_error="dead_letter"`` gives a
     session the UDM fails on no output and records it in :attr:`dead_letters` once it is
     final (unless a later change lets the UDM succeed first).
     """
@@ -154,24 +155,25 @@ class SessionWindowOperator(Processor):
     _state_fields = ("times", "events", "sessions", "ids", "floor", "dead_letters")
 
     def __init__(self, spec: SessionWindow, udm: Any, *,
-                 kind: Literal["aggregate", "apply"] = "aggregate", clip: str = "full",
-                 output: str = "window", name: str | None = None,
+                 kind: Literal["aggregate", "apply"] = "aggregate",
+                 policy: WindowPolicy = DEFAULT_POLICY, name: str | None = None,
                  on_error: Literal["raise", "dead_letter"] = "raise") -> None:
         if not isinstance(spec, SessionWindow):
             raise TypeError(f"SessionWindowOperator needs an operators.windows.SessionWindow, "
                             f"got {spec!r}; build one with operators.windows.session_window(gap)")
-        check_policies(spec, clip, output)
         super().__init__(name or f"session_window({spec.gap})")
         self.spec = spec
         self.gap = spec.gap
         self.max_duration = spec.max_duration
-        self.call = WindowUdm(udm, kind, output, on_error)
+        self.policy = policy.for_window(spec)
+        self.call = WindowUdm(udm, kind, self.policy, on_error)
         self.udm = self.call.udm
-        self.policy = self.call.policy
+        #: how results become rows
+        self.output = self.call.output
         self.ts = self.call.time_sensitive
         self.incremental = self.call.incremental
         #: a member's start is never before its session's: only the right end is ever cut
-        self.clip_right = clip in ("right", "full")
+        self.clip_right = self.policy.clips_right
         #: what the UDM sees of a member depends on the session's end
         self.view_needs_end = self.ts and self.clip_right
         #: the UDM sees true member ends: a session is final only once they are
@@ -226,9 +228,9 @@ class SessionWindowOperator(Processor):
         out = self._flush() if self._delta else []
         self._free(time)
         cti = time
-        if not self.policy.keep and self.sessions:
+        if not self.output.keep and self.sessions:
             first, rec = self.sessions.peekitem(0)
-            cti = min(time, self.policy.row_start(first, rec.end))
+            cti = min(time, self.output.row_start(first, rec.end))
         return out + self.emit_cti(cti)
 
     def finish(self) -> list[Message]:
@@ -340,7 +342,7 @@ class SessionWindowOperator(Processor):
             if old is not None:
                 pool.extend((*row, first) for row in old.outputs)
             sessions[first] = new_recs[first] = rec
-            new_rows.extend((first, row) for row in self.policy.rows(
+            new_rows.extend((first, row) for row in self.output.rows(
                 first, rec.end, results, self.call.stamped))
 
         def sent(w: int, row: tuple[Any, int, int, Any]) -> None:
@@ -430,7 +432,7 @@ class SessionWindowOperator(Processor):
         if msg.sync_time < self.out_cti:
             hint = ("output='keep' needs a time-bound UDO: the events it returns for a window "
                     "may change only at or after the time of the input change"
-                    if self.policy.keep else
+                    if self.output.keep else
                     "the UDM must be deterministic (the same input gives the same result)")
             raise OperatorError(
                 f"session window {self.name!r}: UDM {self.call.name!r} changed the output of "

@@ -12,7 +12,7 @@ from sortedcontainers import SortedDict
 from ..events import MAX_TIME, MIN_TIME, Insert, Message, Retract
 from .evaluate import Rec
 from .index import REBUILD, Grid, Win
-from .spec import HoppingWindow, SnapshotWindow, check_policies
+from .spec import DEFAULT_POLICY, HoppingWindow, SnapshotWindow, WindowPolicy
 from .window_operator import WindowBase
 
 __all__ = ["SnapshotWindowOperator"]
@@ -37,22 +37,22 @@ class SnapshotWindowOperator(WindowBase):
     _state_fields = WindowBase._state_fields + ("endpoints",)
 
     def __init__(self, spec: HoppingWindow | SnapshotWindow, udm: Any, *,
-                 kind: Literal["aggregate", "apply"] = "aggregate", clip: str = "full",
-                 output: str = "window", name: str | None = None,
+                 kind: Literal["aggregate", "apply"] = "aggregate",
+                 policy: WindowPolicy = DEFAULT_POLICY, name: str | None = None,
                  on_error: Literal["raise", "dead_letter"] = "raise") -> None:
-        check_policies(spec, clip, output)
+        if not isinstance(spec, (HoppingWindow, SnapshotWindow)):
+            raise TypeError(f"SnapshotWindowOperator needs a SnapshotWindow, got {spec!r}")
+        policy = policy.for_window(spec)
         self.grid: Grid | None = None
         if isinstance(spec, HoppingWindow):
-            if output != "compressed":
+            if not policy.compressed:
                 raise ValueError("SnapshotWindowOperator takes a hopping spec only with "
                                  "output='compressed'; use HoppingWindowOperator")
             self.grid = Grid(spec.size, spec.hop, spec.alignment)
             default = f"{spec.kind}_window({spec.size}, {spec.hop}, compressed)"
-        elif isinstance(spec, SnapshotWindow):
-            default = "snapshot_window"
         else:
-            raise TypeError(f"SnapshotWindowOperator needs a SnapshotWindow, got {spec!r}")
-        super().__init__(spec, udm, kind, clip, output, name or default, on_error)
+            default = "snapshot_window"
+        super().__init__(spec, udm, kind, policy, name or default, on_error)
         #: time -> number of live event endpoints there (times before the CTI are dropped)
         self.endpoints: SortedDict = SortedDict()
 
@@ -243,7 +243,7 @@ class SnapshotWindowOperator(WindowBase):
     def _out_cti(self, time: int, c: int) -> int:
         """``c`` (a point row lies one tick before the end), or the rows' start of the first
         held window under a time-sensitive UDM, if earlier."""
-        policy = self.policy
+        policy = self.output
         if policy.keep:
             return time
         t = c - 1 if policy.point and c > MIN_TIME else c

@@ -16,17 +16,17 @@ window                                windows W of the time axis                
 ====================================  =========================================  ===================
 
 These are plain, immutable config objects; :func:`operators.windows.make_window` builds the
-operator for one of them. Clipping (``clip=``) and output policies (``output=``) are options of
-the operator, listed here as the names they accept.
+operator for one of them. What a window operator does with its windows -- how it cuts member
+lifetimes (``clip=``), how it stamps results (``output=``) and when it sends them (``emit=``)
+-- is one :class:`WindowPolicy`, whose three vocabularies are written here once: the builder
+(``Stream.window``) makes and checks it, the logical node holds it, and every window operator
+takes it whole.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
-
-CLIP_POLICIES = ("none", "left", "right", "full")
-OUTPUT_POLICIES = ("window", "point_end", "clip", "keep", "compressed")
 
 
 def _positive(what: str, value: object) -> None:
@@ -128,17 +128,146 @@ def session_window(gap: int, max_duration: int | None = None) -> SessionWindow:
     return SessionWindow(gap, max_duration)
 
 
-def check_policies(spec: WindowSpec, clip: str, output: str) -> None:
-    """Raise a clear ValueError for an unknown or inapplicable clipping/output policy."""
-    if clip not in CLIP_POLICIES:
-        raise ValueError(f"clip={clip!r} is not a clipping policy; use one of {CLIP_POLICIES}")
-    if output not in OUTPUT_POLICIES:
-        raise ValueError(f"output={output!r} is not an output policy; use one of "
-                         f"{OUTPUT_POLICIES}")
-    if output == "compressed" and not isinstance(spec, HoppingWindow):
-        raise ValueError("output='compressed' applies to hopping and tumbling windows only")
-    if isinstance(spec, CountWindow) and output not in ("point_end",):
-        raise ValueError(f"count windows only support output='point_end', got {output!r}")
-    if isinstance(spec, CountWindow) and clip != "full":
-        raise ValueError(f"count windows always clip fully; clip={clip!r} cannot apply "
-                         f"(leave clip out or pass clip='full')")
+# -- window policies ------------------------------------------------------------------------------
+#: ``clip=``: the part of a member's lifetime a time-sensitive UDM sees (docs/windows.md).
+CLIP_POLICIES: dict[str, str] = {
+    "none": "the lifetime as it is",
+    "left": "cut to start no earlier than the window's start",
+    "right": "cut to end no later than the window's end",
+    "full": "cut to the window at both ends (the default; count windows always clip fully)",
+}
+#: ``output=``: how a window's results are stamped as rows (docs/windows.md).
+OUTPUT_POLICIES: dict[str, str] = {
+    "window": "each result lives [W.start, W.end) (the default but for count windows)",
+    "point_end": "each result is the point [W.end - 1, W.end) (the only one of count windows)",
+    "clip": "a time-sensitive UDO's own events, cut to the window",
+    "keep": "a time-sensitive UDO's own events as they are (none may start before W.start)",
+    "compressed": "hopping and tumbling windows: W owns [W.end - hop, W.end), and consecutive "
+                  "windows with the same members share one row",
+}
+#: ``emit=``: when a window's rows are sent (docs/windows.md, "Speculative and final output").
+EMIT_POLICIES: dict[str, str] = {
+    "speculative": "as soon as the window has events, corrected by retractions (the default)",
+    "final": "once, when a CTI passes the window's end; never retracted",
+}
+_DEFAULT_CLIP = "full"
+_DEFAULT_EMIT = "speculative"
+
+
+def _check_name(arg: str, value: object, names: dict[str, str], what: str) -> None:
+    """Refuse a policy name that is not one of ``names`` (``what`` they are), naming the
+    argument and the valid names."""
+    if isinstance(value, str) and value in names:
+        return
+    valid = ", ".join(repr(k) for k in names)
+    kind = "" if isinstance(value, str) else f" (a {type(value).__name__}, not a name)"
+    err = ValueError if isinstance(value, str) else TypeError
+    raise err(f"{arg}={value!r}{kind} is not {what}; use one of {valid}")
+
+
+@dataclass(frozen=True)
+class WindowPolicy:
+    """What a window operator does with its windows, checked once, when it is made:
+
+    * ``clip`` (:data:`CLIP_POLICIES`, default ``"full"``): the part of each member's lifetime
+      a time-sensitive UDM sees -- ``"none"``, ``"left"`` (cut at the window's start),
+      ``"right"`` (cut at its end) or ``"full"`` (both);
+    * ``output`` (:data:`OUTPUT_POLICIES`; ``None``: the window's own default, ``"window"``, or
+      ``"point_end"`` for count windows): how results are stamped -- ``"window"``,
+      ``"point_end"``, ``"clip"``/``"keep"`` (a time-sensitive UDO's own events, cut to the
+      window or kept) or ``"compressed"`` (hopping windows sharing rows);
+    * ``emit`` (:data:`EMIT_POLICIES`, default ``"speculative"``): when rows are sent --
+      ``"speculative"`` (at once, corrected by retractions) or ``"final"`` (once a CTI passes
+      the window; never retracted).
+
+    :meth:`for_window` fills in the window's default and refuses a policy that cannot apply
+    to it; ``Stream.window`` does both where the query is written.
+
+    >>> WindowPolicy(output="point_end").for_window(count_window(3))
+    WindowPolicy(clip='full', output='point_end', emit='speculative')
+    >>> WindowPolicy(clip="middle")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: clip='middle' is not a clipping policy; use one of 'none', 'left', 'right', 'full'
+    """
+
+    clip: str = _DEFAULT_CLIP
+    output: str | None = None
+    emit: str = _DEFAULT_EMIT
+
+    def __post_init__(self) -> None:
+        _check_name("clip", self.clip, CLIP_POLICIES, "a clipping policy")
+        if self.output is not None:
+            _check_name("output", self.output, OUTPUT_POLICIES, "an output policy")
+        _check_name("emit", self.emit, EMIT_POLICIES, "an emit policy")
+
+    @classmethod
+    def of(cls, clip: str | None = None, output: str | None = None,
+           emit: str | None = None) -> WindowPolicy:
+        """The policy of the builder's keyword arguments (``None``: the default)."""
+        return cls(_DEFAULT_CLIP if clip is None else clip, output,
+                   _DEFAULT_EMIT if emit is None else emit)
+
+    def for_window(self, spec: WindowSpec) -> WindowPolicy:
+        """This policy for windows of ``spec``: the output default filled in (``"point_end"``
+        for count windows, ``"window"`` otherwise); a ValueError, naming the argument, when a
+        policy cannot apply (``output="compressed"`` off hopping windows; count windows other
+        than ``output="point_end"``, ``clip="full"``)."""
+        count = isinstance(spec, CountWindow)
+        output = self.output or _default_output(spec)
+        if output == "compressed" and not isinstance(spec, HoppingWindow):
+            raise ValueError(f"output='compressed' applies to hopping and tumbling windows "
+                             f"only, not to {spec.kind} windows; use output='window' or "
+                             f"'point_end'")
+        if count and output != "point_end":
+            raise ValueError(f"output={output!r}: count windows only support "
+                             f"output='point_end' (leave output out)")
+        if count and self.clip != "full":
+            raise ValueError(f"clip={self.clip!r}: count windows always clip fully (leave clip "
+                             f"out or pass clip='full')")
+        return self if output == self.output else replace(self, output=output)
+
+    # -- what the names mean, for the operators ----------------------------------------------
+    @property
+    def clips_left(self) -> bool:
+        """A member's start is cut to the window's start."""
+        return self.clip in ("left", "full")
+
+    @property
+    def clips_right(self) -> bool:
+        """A member's end is cut to the window's end."""
+        return self.clip in ("right", "full")
+
+    @property
+    def compressed(self) -> bool:
+        """Consecutive hopping windows share rows (``output="compressed"``, evaluated as
+        snapshot windows)."""
+        return self.output == "compressed"
+
+    @property
+    def window_rows(self) -> bool:
+        """Each result is one row stamped by its window (``output`` ``"window"`` or
+        ``"point_end"``), not the UDO's own times nor shared rows: what the keyed
+        column-wise operators produce."""
+        return self.output in ("window", "point_end")
+
+    @property
+    def final(self) -> bool:
+        """Rows are sent once, final (``emit="final"``)."""
+        return self.emit == "final"
+
+    def describe(self, spec: WindowSpec) -> str:
+        """The policies that are not ``spec``'s defaults, as keyword arguments (for
+        ``explain()``)."""
+        return "".join(f", {k}={v!r}" for k, v, d in (
+            ("clip", self.clip, _DEFAULT_CLIP), ("output", self.output, _default_output(spec)),
+            ("emit", self.emit, _DEFAULT_EMIT)) if v is not None and v != d)
+
+
+def _default_output(spec: WindowSpec) -> str:
+    """The output policy of ``spec``'s windows when none is given."""
+    return "point_end" if isinstance(spec, CountWindow) else "window"
+
+
+#: The policy of a window written with no ``clip=``, ``output=`` or ``emit=``.
+DEFAULT_POLICY = WindowPolicy()

@@ -16,7 +16,7 @@ from ..processor import Processor
 from ..udm import Window
 from .evaluate import Ids, OutputPolicy, Rec, WindowUdm, diff
 from .index import REBUILD, Win
-from .spec import WindowSpec
+from .spec import WindowPolicy, WindowSpec
 
 
 def _by_time(rec: Rec) -> tuple[int, int]:
@@ -29,18 +29,21 @@ class WindowBase(Processor):
 
     _state_fields: ClassVar[tuple[str, ...]] = ("windows", "closing", "ids", "dead_letters")
 
-    def __init__(self, spec: WindowSpec, udm: Any, kind: str, clip: str, output: str,
+    def __init__(self, spec: WindowSpec, udm: Any, kind: str, policy: WindowPolicy,
                  name: str | None, on_error: str) -> None:
+        """``policy`` is for ``spec`` (:meth:`WindowPolicy.for_window`, which the hopping and
+        snapshot operators call); its ``emit`` is :class:`~.final_output.FinalOutput`'s."""
         super().__init__(name)
         self.spec = spec
-        self.call = WindowUdm(udm, kind, output, on_error)
+        self.policy = policy
+        self.call = WindowUdm(udm, kind, policy, on_error)
         self.udm = self.call.udm
-        self.policy: OutputPolicy = self.call.policy
-        self.clip = clip
+        #: how results become rows
+        self.output: OutputPolicy = self.call.output
         self.ts = self.call.time_sensitive
         self.incremental = self.call.incremental
-        self.clip_left = clip in ("left", "full")
-        self.clip_right = clip in ("right", "full")
+        self.clip_left = policy.clips_left
+        self.clip_right = policy.clips_right
         #: the UDM sees true member ends, so any retraction of a member changes the window
         self.unclipped = self.ts and not self.clip_right
         #: the WindowIndex: key -> Win (hopping: the window number; snapshot: its start)
@@ -201,7 +204,7 @@ class WindowBase(Processor):
                 continue
             if w.dirty:
                 self._evaluate(w)
-            new.extend((w, row) for row in self.policy.rows(w.start, w.end, w.result,
+            new.extend((w, row) for row in self.output.rows(w.start, w.end, w.result,
                                                              self.call.stamped))
             key = self._key(w)
             if w.close is not None:
@@ -214,7 +217,7 @@ class WindowBase(Processor):
         if msg.sync_time < self.out_cti:
             hint = ("output='keep' needs a time-bound UDO: the events it returns for a window "
                     "may change only at or after the time of the input change"
-                    if self.policy.keep else
+                    if self.output.keep else
                     "the UDM must be deterministic (the same input gives the same result)")
             raise OperatorError(
                 f"window operator {self.name!r}: UDM {self.call.name!r} changed the output "

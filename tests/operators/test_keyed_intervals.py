@@ -24,7 +24,7 @@ from operators.errors import OperatorError
 from operators.events import MAX_TIME, Cti, Insert, Retract
 from operators.group_apply import GroupApply
 from operators.ingress import AdvanceTime, Ingress
-from operators.windows import hopping_window, make_window, tumbling_window
+from operators.windows import WindowPolicy, hopping_window, make_window, tumbling_window
 from operators.windows.keyed import KeyedWindowAggregate, supports
 from tests.kit import EXAMPLES, assert_equivalent
 from tests.operators.test_keyed_window import reference_per_key, run_keyed
@@ -71,8 +71,9 @@ def test_keyed_intervals_equal_the_general_window(batches, size, hop, alignment,
         assert_equivalent(expected, reference_window(events, spec, UDMS[udm](), output=output))
 
         def fast():
-            return KeyedWindowAggregate(lambda p: 0, spec, UDMS[udm](), output=output,
-                                        emit=emit, keyed=False, intervals=True, name="w")
+            return KeyedWindowAggregate(lambda p: 0, spec, UDMS[udm](),
+                                        WindowPolicy(output=output, emit=emit), keyed=False,
+                                        intervals=True, name="w")
     else:
         expected = GroupApply(KEYS[key], lambda: make_window(spec, UDMS[udm](), output=output)
                               ).process(events)
@@ -80,7 +81,8 @@ def test_keyed_intervals_equal_the_general_window(batches, size, hop, alignment,
                                                       output))
 
         def fast():
-            return KeyedWindowAggregate(KEYS[key], spec, UDMS[udm](), output=output, emit=emit,
+            return KeyedWindowAggregate(KEYS[key], spec, UDMS[udm](),
+                                        WindowPolicy(output=output, emit=emit),
                                         intervals=True, name="kw")
     # column batches, events one by one, and column batches several at a time (merged)
     for feed, size in ((stream, 1), (events, 1), (stream, 4)):
@@ -111,11 +113,14 @@ def test_what_the_interval_path_cannot_take_fails_loudly(bad):
         op.process([bad])
 
 
+WINDOW = WindowPolicy(output="window")
+
+
 def test_what_the_planner_may_run_over_intervals():
-    assert supports(tumbling_window(5), Sum("v"), "aggregate", None, "raise", intervals=True)
-    assert not supports(tumbling_window(5), TimeWeightedAverage("v"), "aggregate", None,
+    assert supports(tumbling_window(5), Sum("v"), "aggregate", WINDOW, "raise", intervals=True)
+    assert not supports(tumbling_window(5), TimeWeightedAverage("v"), "aggregate", WINDOW,
                         "raise", intervals=True)
-    assert not supports(tumbling_window(5), len, "aggregate", None, "raise", intervals=True)
+    assert not supports(tumbling_window(5), len, "aggregate", WINDOW, "raise", intervals=True)
     with pytest.raises(ValueError, match="incremental, time-insensitive"):
         KeyedWindowAggregate("k", tumbling_window(5), len, intervals=True)
 

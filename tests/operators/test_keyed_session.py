@@ -22,7 +22,7 @@ from operators.errors import OperatorError
 from operators.events import Cti, Insert, Retract
 from operators.group_apply import GroupApply
 from operators.ingress import AdvanceTime, Ingress
-from operators.windows import SessionWindow, make_window
+from operators.windows import SessionWindow, WindowPolicy, make_window
 from operators.windows.keyed_session import KeyedSessionAggregate, supports_sessions
 from tests.kit import EXAMPLES, assert_equivalent
 from tests.operators.test_keyed_window import point_sources, run_keyed
@@ -48,7 +48,8 @@ def test_keyed_sessions_equal_group_apply_of_the_session_window(batches, gap, ud
     events = list(expand(stream))
 
     def fast():
-        return KeyedSessionAggregate(KEYS[key], spec, UDMS[udm](), output=output, emit=emit,
+        return KeyedSessionAggregate(KEYS[key], spec, UDMS[udm](),
+                                     WindowPolicy(output=output, emit=emit),
                                      name="ks")
 
     expected = GroupApply(KEYS[key], lambda: make_window(spec, UDMS[udm](), output=output)
@@ -94,14 +95,17 @@ def test_a_failing_udm_names_operator_udm_session_and_group():
         op.process([Insert(1, 0, 1, {"k": "a", "v": "x"})])
 
 
+WINDOW, POINT_END = WindowPolicy(output="window"), WindowPolicy(output="point_end")
+
+
 def test_what_the_planner_may_replace():
-    assert supports_sessions(SessionWindow(5), Count(), "aggregate", None, "raise")
-    assert supports_sessions(SessionWindow(5), Sum("v"), "aggregate", "point_end", "raise")
-    assert not supports_sessions(SessionWindow(5, 9), Count(), "aggregate", None, "raise")
-    assert not supports_sessions(SessionWindow(5), Count(), "aggregate", None, "dead_letter")
+    assert supports_sessions(SessionWindow(5), Count(), "aggregate", WINDOW, "raise")
+    assert supports_sessions(SessionWindow(5), Sum("v"), "aggregate", POINT_END, "raise")
+    assert not supports_sessions(SessionWindow(5, 9), Count(), "aggregate", WINDOW, "raise")
+    assert not supports_sessions(SessionWindow(5), Count(), "aggregate", WINDOW, "dead_letter")
     assert not supports_sessions(SessionWindow(5), TimeWeightedAverage("v"), "aggregate",
-                                 None, "raise")
-    assert not supports_sessions(SessionWindow(5), len, "aggregate", None, "raise")
+                                 WINDOW, "raise")
+    assert not supports_sessions(SessionWindow(5), len, "aggregate", WINDOW, "raise")
 
 
 ROWS = [{"t": int(t), "k": int(k), "v": float(v)} for t, k, v in zip(

@@ -24,7 +24,7 @@ from operators.events import Cti, Insert, Retract
 from operators.group_apply import GroupApply
 from operators.ingress import AdvanceTime, Ingress
 from operators.udm import TimeSensitiveAggregate, field_getter
-from operators.windows import hopping_window, make_window, tumbling_window
+from operators.windows import WindowPolicy, hopping_window, make_window, tumbling_window
 from operators.windows.keyed import KeyedWindowAggregate, supports
 from tests.kit import EXAMPLES, assert_equivalent
 from tests.reference_windows import window as reference_window
@@ -110,7 +110,8 @@ def test_keyed_window_equals_group_apply_of_the_window(batches, size, hop, align
     events = list(expand(stream))
 
     def fast():
-        return KeyedWindowAggregate(KEYS[key], spec, UDMS[udm](), output=output, emit=emit,
+        return KeyedWindowAggregate(KEYS[key], spec, UDMS[udm](),
+                                    WindowPolicy(output=output, emit=emit),
                                     name="kw")
 
     expected = GroupApply(KEYS[key], lambda: make_window(spec, UDMS[udm](), output=output)
@@ -155,12 +156,17 @@ def test_a_failing_udm_names_operator_udm_window_and_group():
         op.process([Insert(1, 0, 1, {"k": "a", "v": "x"})])
 
 
+WINDOW, POINT_END = WindowPolicy(output="window"), WindowPolicy(output="point_end")
+
+
 def test_what_the_planner_may_replace():
-    assert supports(tumbling_window(5), Count(), "aggregate", None, "raise")
-    assert supports(hopping_window(5, 1), len, "aggregate", "point_end", "raise")
-    assert not supports(tumbling_window(5), Count(), "apply", None, "raise")
-    assert not supports(tumbling_window(5), Count(), "aggregate", None, "dead_letter")
-    assert supports(hopping_window(5, 1), TimeWeightedAverage("v"), "aggregate", None, "raise")
+    assert supports(tumbling_window(5), Count(), "aggregate", WINDOW, "raise")
+    assert supports(hopping_window(5, 1), len, "aggregate", POINT_END, "raise")
+    assert not supports(tumbling_window(5), Count(), "apply", WINDOW, "raise")
+    assert not supports(tumbling_window(5), Count(), "aggregate", WINDOW, "dead_letter")
+    assert supports(hopping_window(5, 1), TimeWeightedAverage("v"), "aggregate", WINDOW, "raise")
+    assert not supports(hopping_window(5, 1), Count(), "aggregate",
+                        WindowPolicy(output="compressed"), "raise")
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
@@ -200,7 +206,8 @@ def test_one_group_equals_the_general_window(batches, size, hop, alignment, udm,
     expected = make_window(spec, UDMS[udm](), output=output).process(events)
     if udm != "first3":  # (equal starts in arrival order: not a CHT's to say)
         assert_equivalent(expected, reference_window(events, spec, UDMS[udm](), output=output))
-    op = KeyedWindowAggregate(lambda p: 0, spec, UDMS[udm](), output=output, emit=emit,
+    op = KeyedWindowAggregate(lambda p: 0, spec, UDMS[udm](),
+                              WindowPolicy(output=output, emit=emit),
                               keyed=False, name="w")
     out = []
     for msg in stream:

@@ -19,7 +19,7 @@ from operators.aggregates import Count, Max, Sum, TimeWeightedAverage
 from operators.cht import to_cht, validate
 from operators.errors import OperatorError
 from operators.events import MAX_TIME, Cti, Insert, Retract
-from operators.windows import SessionWindow, make_window
+from operators.windows import SessionWindow, WindowPolicy, make_window
 from operators.windows.final_output import FinalOutput
 from operators.windows.session import SessionWindowOperator
 from tests import reference_session as ref
@@ -48,8 +48,8 @@ class Case:
         self.make_udm, self.kind, self.clip, self.output = udm, kind, clip, output
 
     def operator(self):
-        return SessionWindowOperator(self.spec, self.make_udm(), kind=self.kind, clip=self.clip,
-                                     output=self.output, name="sw")
+        return SessionWindowOperator(self.spec, self.make_udm(), kind=self.kind,
+                                     policy=WindowPolicy(self.clip, self.output), name="sw")
 
     def reference(self, rows):
         return ref.session_window(rows, self.spec.gap, self.make_udm(), self.kind,
@@ -256,7 +256,8 @@ def test_max_duration_cuts_a_long_session():
 
 def test_an_edge_keeps_an_unclipped_session_open_until_it_closes():
     # clip="none": the UDM sees the edge's end, so its session is not final at CTI 10
-    op = SessionWindowOperator(SessionWindow(3), ClippedEvents(), clip="none")
+    op = SessionWindowOperator(SessionWindow(3), ClippedEvents(),
+                               policy=WindowPolicy(clip="none"))
     out = op.process([Insert("a", 0, MAX_TIME, "x"), Cti(10)])
     assert out[-1] == Cti(0) and op.state_size() == 2
     out += op.process([Retract("a", 0, MAX_TIME, 12, "x"), Cti(13)])

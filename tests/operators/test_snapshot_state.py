@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from operators.aggregates import Aggregates, Avg, Count, Max, TopK
 from operators.events import Insert
 from operators.udm import IncrementalAggregate
-from operators.windows import SnapshotWindow, SnapshotWindowOperator
+from operators.windows import SnapshotWindow, SnapshotWindowOperator, WindowPolicy
 from tests import reference_windows as ref
 from tests.kit import EXAMPLES, assert_equivalent, physical_streams, run_operator
 
@@ -85,7 +85,8 @@ CASES = [(name, clip) for name, (_, clips) in UDAS.items() for clip in clips]
 @given(stream=physical_streams(max_steps=80, span=8, max_length=40))
 def test_shared_state_matches_reference(udm_name, clip, stream):
     udm = UDAS[udm_name][0]
-    out = run_operator(lambda: SnapshotWindowOperator(SnapshotWindow(), udm(), clip=clip),
+    out = run_operator(lambda: SnapshotWindowOperator(SnapshotWindow(), udm(),
+                                                              policy=WindowPolicy(clip=clip)),
                        stream, seed=len(stream), restore_at=len(stream) // 2)
     assert_equivalent(out, ref.window(stream, SnapshotWindow(), udm(), "aggregate", clip))
 

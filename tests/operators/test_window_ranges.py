@@ -30,7 +30,7 @@ from operators.columns import expand
 from operators.group_apply import GroupApply
 from operators.ingress import AdvanceTime, Ingress
 from operators.udm import IncrementalAggregate
-from operators.windows import hopping_window, make_window
+from operators.windows import WindowPolicy, hopping_window, make_window
 from operators.windows.keyed import KeyedWindowAggregate
 from tests.kit import EXAMPLES
 from tests.operators.test_keyed_window import reference_per_key
@@ -160,7 +160,7 @@ def test_large_batches_give_exactly_the_general_rows(batches, hop, multiple, ext
         assert _rows(expected) == _rows(reference)
 
     def fast():
-        return KeyedWindowAggregate("k", spec, UDMS[udm](), emit=emit, name="kw")
+        return KeyedWindowAggregate("k", spec, UDMS[udm](), WindowPolicy(emit=emit), name="kw")
 
     op, out = fast(), []
     for i in range(0, len(stream), 3):  # several Columns at once: merged into one batch
