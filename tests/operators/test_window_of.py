@@ -30,6 +30,7 @@ from operators.windows import (
 )
 from operators.windows.keyed import KeyedWindowAggregate
 from operators.windows.keyed_session import KeyedSessionAggregate
+from operators.windows.spec import WindowPolicy
 from operators.windows.window_of import in_window, spec_from_dict, window_of
 from tests.kit import EXAMPLES
 
@@ -143,7 +144,8 @@ def test_window_of_is_the_keyed_aggregates_window(spec: Any, output: str,
                            for i, t in enumerate(starts)]
     live = {f"e{i}": (t, t + 1) for i, t in enumerate(starts)}
     cls = KeyedSessionAggregate if isinstance(spec, SessionWindow) else KeyedWindowAggregate
-    op = cls(lambda p: 0, spec, Sum("bit"), output=output, keyed=False, name="k")
+    op = cls(lambda p: 0, spec, Sum("bit"), policy=WindowPolicy(output=output), keyed=False,
+             name="k")
     rows = to_cht(op.process(msgs) + op.process([Cti(100)]))
     members = [(s, e, ("members", frozenset(f"e{i}" for i in range(len(starts)) if p >> i & 1)))
                for s, e, p in rows]
