@@ -26,9 +26,10 @@
 * **Q10** writes to ``blackhole`` and ``collect()`` like the others, not to Nexmark's file
   system sink partitioned by ``dt`` and ``hm`` (the columns are there).
 
-Q5 and Q7 output every row tied for the maximum, as Nexmark defines them; cedar's and
-Spark's forms pick one (the largest by the tuple order): :func:`comparable` picks the same one
-from Flink's rows before comparing.
+Q5 outputs every auction tied for the most bids, in all three engines. Q7 outputs every bid
+tied for the highest price, as Nexmark defines it; cedar's and Spark's forms pick one (the
+largest by the tuple order): :func:`comparable` picks the same one from Flink's rows before
+comparing.
 """
 
 from __future__ import annotations
@@ -209,11 +210,9 @@ INPUTS.update({"Q10": ("bid",)})
 
 
 def _q5(rows: list[dict[str, Any]], latest: int) -> list[Row]:
-    best: dict[tuple[int, int], tuple[int, int]] = {}
-    for r in rows:
-        w = (r["window_start"], r["window_end"])
-        best[w] = max(best.get(w, (-1, -1)), (r["num"], r["auction"]))
-    return nq.closed_by([(s, e, a, n) for (s, e), (n, a) in best.items()], latest)
+    """Every auction tied for the most bids in its window, as cedar's and Spark's."""
+    return nq.closed_by([(r["window_start"], r["window_end"], r["auction"], r["num"])
+                         for r in rows], latest)
 
 
 def _q7(rows: list[dict[str, Any]], latest: int) -> list[Row]:
@@ -236,7 +235,7 @@ def _q9(rows: list[dict[str, Any]], latest: int) -> list[Row]:
 
 
 #: Flink's rows as the comparable rows of :class:`.queries.Query`: the Spark mapping where the
-#: columns are the same, the tie-breaking pick for Q5 and Q7.
+#: columns are the same, Q5's columns, Q7's tie-breaking pick.
 _OWN: dict[str, Callable[[list[dict[str, Any]], int], list[Row]]] = {"Q5": _q5, "Q7": _q7}
 _OWN["Q9"] = _q9
 
