@@ -3,6 +3,7 @@ against plain-Python computations on tiny hand-made and small generated inputs. 
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -466,7 +467,7 @@ def test_q10_tiny() -> None:
 def test_q18_q19_run_by_default_linear_in_a_hot_key() -> None:
     # once quadratic per key (a snapshot window copying every bid so far at every split),
     # now scans: 3,000 bids of one (bidder, auction) run in the default suite
-    assert {"Q18", "Q19"} <= set(nq.DEFAULT) and nq.DEFAULT == list(nq.QUERIES)
+    assert {"Q18", "Q19"} <= set(nq.DEFAULT) and list(nq.QUERIES) == nq.DEFAULT
     rows = [(i * 1_000, 7, 1, 100 + i * 37 % 1_009) for i in range(3_000)]
     table = bids(rows)
     q18 = nq.QUERIES["Q18"].cedar_rows(cedar_bids(nq.q18, table), 0)
@@ -474,3 +475,88 @@ def test_q18_q19_run_by_default_linear_in_a_hot_key() -> None:
     q19 = nq.QUERIES["Q19"].cedar_rows(cedar_bids(nq.q19, table), 0)
     top = sorted((p for *_, p in rows), reverse=True)[:10]
     assert q19 == [(7, i, p) for i, p in enumerate(top, 1)]
+
+
+def test_generated_q6(small: dict[str, Any]) -> None:
+    by_auction = defaultdict(list)
+    for b in rows_of(small["bid"]):
+        by_auction[b["auction"]].append(b)
+    closes = []  # (seller, close, id, winning price) of the auctions sold
+    for a in rows_of(small["auction"]):
+        prices = [b["price"] for b in by_auction[a["id"]]
+                  if a["date_time"] <= b["date_time"] < a["expires"]]
+        if prices:
+            closes.append((a["seller"], a["expires"], a["id"], max(prices)))
+    expected, last = [], defaultdict(list)
+    latest = min(latest_bid(small), int(ticks(small["auction"]["date_time"]).max()))
+    for seller, close, aid, price in sorted(closes, key=lambda c: (c[1], c[2])):
+        if close > latest:  # still open at the end of the input: not output (not final)
+            continue
+        last[seller] = (last[seller] + [price])[-10:]
+        expected.append((close, seller, aid, sum(last[seller]) / len(last[seller])))
+    got = [(s, *p) for s, _, p in run("Q6", small)]
+    assert {s for s, *_ in got} >= {c for c, *_ in expected}  # every auction closed by then
+    got = [g for g in got if g[0] <= latest]  # the rows compared (Query.cedar_rows)
+    assert sorted(got) == sorted(expected) and len(expected) > 100
+    assert sorted(nq.QUERIES["Q6"].cedar_rows(run("Q6", small), latest)) == sorted(
+        e[1:] for e in expected)
+    assert any(len(v) == 10 for v in last.values())  # some sellers have more than 10 sales
+
+
+def with_side(tables: dict[str, Any]) -> dict[str, Any]:
+    return {**tables, "side_input": gen.side_input()}
+
+
+def test_generated_q13(small: dict[str, Any]) -> None:
+    side = {r["key"]: r["value"] for r in gen.side_input().to_pylist()}
+    expected = Counter((b["date_time"], b["auction"], b["bidder"], b["price"],
+                        side[b["auction"] % 10_000]) for b in rows_of(small["bid"]))
+    got = Counter((s, p["auction"], p["bidder"], p["price"], p["value"])
+                  for s, e, p in run("Q13", with_side(small)) if e == s + 1)
+    assert got == expected and len(run("Q13", with_side(small))) == small["bid"].num_rows
+
+
+def day_stats(bs: list[dict[str, Any]]) -> dict[str, int]:
+    ranks = [lambda p: p < 10_000, lambda p: 10_000 <= p < 1_000_000, lambda p: p >= 1_000_000]
+    out = {"total_bids": len(bs), "total_bidders": len({b["bidder"] for b in bs}),
+           "total_auctions": len({b["auction"] for b in bs})}
+    for i, r in enumerate(ranks, 1):
+        out[f"rank{i}_bids"] = sum(1 for b in bs if r(b["price"]))
+        out[f"rank{i}_bidders"] = len({b["bidder"] for b in bs if r(b["price"])})
+        out[f"rank{i}_auctions"] = len({b["auction"] for b in bs if r(b["price"])})
+    return out
+
+
+def test_generated_q15_q16() -> None:
+    # 20,000 events 10 s apart: about 2.3 days
+    tables = gen.generate(20_000, seed=3, inter_event_delay=10 * S)
+    bs = rows_of(tables["bid"])
+    days: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for b in bs:
+        days[nq.day_of(b["date_time"])].append(b)
+    expected15 = sorted((d,) + tuple(day_stats(v)[f] for f in nq.Q15_FIELDS)
+                        for d, v in days.items())
+    got15 = sorted(nq.QUERIES["Q15"].cedar_rows(run("Q15", tables), 0))
+    assert got15 == expected15 and len(got15) == 3
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for b in bs:
+        groups[(b["channel"], nq.day_of(b["date_time"]))].append(b)
+    expected16 = sorted(
+        (c, d, max(dt.datetime.fromtimestamp(b["date_time"] / S, dt.UTC).strftime("%H:%M")
+                   for b in v)) + tuple(day_stats(v)[f] for f in nq.Q15_FIELDS)
+        for (c, d), v in groups.items())
+    got16 = sorted(nq.QUERIES["Q16"].cedar_rows(run("Q16", tables), 0))
+    assert got16 == expected16 and len(got16) > 12
+
+
+def test_count_distinct_column_wise_equals_per_event() -> None:
+    from operators.aggregates import CountDistinct
+
+    cols = {"bidder": np.array([3, 1, 3, 2, 1, 5]), "price": np.array([5, 50, 7, 9, 1, 80])}
+    rows = [dict(zip(cols, v)) for v in zip(*(c.tolist() for c in cols.values()))]
+    for agg in (CountDistinct("bidder"), CountDistinct(nq.bid_bidder_id, where=nq.in_rank1)):
+        assert agg.column_ready(cols, 6)
+        states = agg.add_groups([None, None], cols, [0, 4, 6])
+        assert states == [agg.add({}, rows[:4]), agg.add({}, rows[4:])]
+    assert [CountDistinct("bidder").result(s) for s in
+            CountDistinct("bidder").add_groups([None], cols, [0, 6])] == [4]
