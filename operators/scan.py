@@ -41,9 +41,12 @@ import heapq
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
+from .columns import Columns
 from .events import FreshId, Insert, Message, Retract
 from .processor import Processor
 from .udm import UDM, StreamOperator, resolve
+
+_new = tuple.__new__
 
 
 class Scan(Processor):
@@ -79,6 +82,26 @@ class Scan(Processor):
         self.seq += 1
         self.pending[eid] = [start, payload, seq]
         heapq.heappush(self.heap, (start, self._tie(payload), seq, eid))
+        return []
+
+    def on_columns(self, msg: Columns, port: int) -> list[Message]:
+        """A batch of inserts: :meth:`on_insert`'s records and heap entries for all of them
+        at once (no ``Insert`` per event; a batch sorted by start, into an empty heap, is a
+        heap as it is)."""
+        ids, starts, payloads = msg.ids.tolist(), msg.starts.tolist(), msg.payloads()
+        seq0 = self.seq
+        self.seq += len(ids)
+        tie, pending = self._tie, self.pending
+        entries = []
+        for i, (eid, start, payload) in enumerate(zip(ids, starts, payloads), seq0):
+            pending[eid] = [start, payload, i]
+            entries.append((start, tie(payload), i, eid))
+        if self.heap:
+            self.heap.extend(entries)
+            heapq.heapify(self.heap)
+        else:
+            entries.sort()
+            self.heap = entries
         return []
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
@@ -139,7 +162,8 @@ class Scan(Processor):
         origin = self.stepped
         self.stepped += 1
         self.dirty = True
-        out.extend(Insert(FreshId(origin, k), start, start + 1, p)
+        # (start is a valid time: the input event's; tuple.__new__ skips Insert's checks)
+        out.extend(_new(Insert, (FreshId(origin, k), start, start + 1, p))
                    for k, p in enumerate(outputs))
 
     def _tie(self, payload: Any) -> Any:
