@@ -114,34 +114,68 @@ class _Builtin(IncrementalAggregate):
 
 # -- Count ------------------------------------------------------------------------------------
 class Count(_Builtin):
-    """The number of events in the window (the state is that number).
+    """The number of events in the window (the state is that number); with ``where`` (a
+    predicate of the payload, SQL's ``COUNT(*) FILTER (WHERE ...)``) the number it holds for.
 
     >>> Count().compute(["a", "b", "c"])
     3
+    >>> Count(where=lambda p: p > 1).compute([1, 2, 3])
+    2
     """
+
+    def __init__(self, where: Callable[[Any], Any] | None = None) -> None:
+        if where is not None and not callable(where):
+            raise TypeError(f"Count: where={where!r} is not callable; give a predicate of the "
+                            f"payload (SQL's FILTER (WHERE ...)), or None")
+        self.where = where
+        self._args = () if where is None else (where,)
 
     def initial_state(self) -> int:
         return 0
 
+    def _n(self, values: list[Any]) -> int:
+        where = self.where
+        return len(values) if where is None else sum(1 for p in values if where(p))
+
     def add(self, state: int, values: list[Any]) -> int:
-        return state + len(values)
+        return state + self._n(values)
+
+    def _mask(self, columns: Any, n: int) -> np.ndarray | None:
+        mask = evaluate(trace(self.where), columns, n)
+        ok = isinstance(mask, np.ndarray) and mask.shape == (n,) and mask.dtype.kind == "b"
+        return mask if ok else None
 
     def column_ready(self, columns: Any, n: int) -> bool:
-        return True
+        return self.where is None or self._mask(columns, n) is not None
 
-    def add_groups(self, states: list[Any], columns: Any, bounds: Sequence[int]) -> list[Any]:
-        return [(0 if s is None else s) + (b - a)
+    def add_groups(self, states: list[Any], columns: Any,
+                   bounds: Sequence[int]) -> list[Any] | None:
+        if self.where is None:
+            return [(0 if s is None else s) + (b - a)
+                    for s, a, b in zip(states, bounds, bounds[1:])]
+        mask = self._mask(columns, bounds[-1])
+        if mask is None:
+            return None
+        sums = np.concatenate(([0], np.cumsum(mask, dtype=np.int64))).tolist()
+        return [(0 if s is None else s) + sums[b] - sums[a]
                 for s, a, b in zip(states, bounds, bounds[1:])]
 
     def add_ranges(self, states: list[Any], columns: Any, n: int, lo: Sequence[int],
-                   hi: Sequence[int]) -> list[Any]:
-        return [(0 if s is None else s) + (b - a) for s, a, b in zip(states, lo, hi)]
+                   hi: Sequence[int]) -> list[Any] | None:
+        if self.where is None:
+            return [(0 if s is None else s) + (b - a) for s, a, b in zip(states, lo, hi)]
+        mask = self._mask(columns, n)
+        if mask is None:
+            return None
+        sums = np.concatenate(([0], np.cumsum(mask, dtype=np.int64))).tolist()
+        return [(0 if s is None else s) + sums[b] - sums[a] for s, a, b in zip(states, lo, hi)]
 
     def remove(self, state: int, values: list[Any]) -> int:
-        if len(values) > state:
-            raise ValueError(f"Count.remove: removing {len(values)} events from a window that "
+        n = self._n(values)
+        if n > state:
+            raise ValueError(f"Count.remove: removing {n} events from a window that "
                              f"holds {state}; remove only events that were added")
-        return state - len(values)
+        return state - n
 
     def result(self, state: int) -> int:
         return state
@@ -860,7 +894,7 @@ class CountDistinct(_Builtin):
             raise TypeError(f"CountDistinct: where={where!r} is not callable; give a predicate "
                             f"of the payload (SQL's FILTER (WHERE ...)), or None")
         self.field, self.where = field, where
-        self._args = (field, where)
+        self._args = (field,) if where is None else (field, where)
         self._get: Callable[[Any], Any] = field_getter(field)
 
     def initial_state(self) -> dict[Any, int]:

@@ -560,3 +560,20 @@ def test_count_distinct_column_wise_equals_per_event() -> None:
         assert states == [agg.add({}, rows[:4]), agg.add({}, rows[4:])]
     assert [CountDistinct("bidder").result(s) for s in
             CountDistinct("bidder").add_groups([None], cols, [0, 6])] == [4]
+
+
+def test_count_where_column_wise_equals_per_event() -> None:
+    from operators.aggregates import Count
+
+    cols = {"price": np.array([5, 50_000, 7, 2_000_000, 1, 80])}
+    rows = [{"price": v} for v in cols["price"].tolist()]
+    for where in (nq.in_rank1, nq.in_rank2, nq.in_rank3):
+        agg = Count(where=where)
+        assert agg.column_ready(cols, 6)
+        assert agg.add_groups([None, 2], cols, [0, 4, 6]) == [agg.add(0, rows[:4]),
+                                                             agg.add(2, rows[4:])]
+        assert agg.add_ranges([None], cols, 6, [1], [5]) == [agg.add(0, rows[1:5])]
+    # Q15's aggregates all take a batch column-wise
+    b = gen.generate(2_000)["bid"]
+    bid_cols = {c: b[c].to_numpy(zero_copy_only=False) for c in ("auction", "bidder", "price")}
+    assert nq.day_statistics().column_ready(bid_cols, b.num_rows)

@@ -650,19 +650,6 @@ def q13(side_input: Stream, bid: Stream) -> Stream:
 MINUTE = 60 * TICKS_PER_SECOND
 
 
-def rank1_flag(b: dict[str, Any]) -> Any:
-    """1 when the bid is in Q15's/Q16's first price rank (column-wise: a bool times 1)."""
-    return (b["price"] < Q17_RANKS[0]) * 1
-
-
-def rank2_flag(b: dict[str, Any]) -> Any:
-    return ((b["price"] >= Q17_RANKS[0]) & (b["price"] < Q17_RANKS[1])) * 1
-
-
-def rank3_flag(b: dict[str, Any]) -> Any:
-    return (b["price"] >= Q17_RANKS[1]) * 1
-
-
 def in_rank1(b: dict[str, Any]) -> Any:
     return b["price"] < Q17_RANKS[0]
 
@@ -698,13 +685,14 @@ Q15_FIELDS = ("total_bids", "rank1_bids", "rank2_bids", "rank3_bids", "total_bid
 
 
 def day_statistics(**more: Any) -> Aggregates:
-    """Q15's aggregates (and Q16's, with its ``minute``): counts of bids per price rank
-    (sums of 0/1 flags: Nexmark's ``count(*) filter``), distinct bidders and auctions, all
-    and per rank (``CountDistinct`` with ``where``: ``count(distinct ...) filter``)."""
+    """Q15's aggregates (and Q16's, with its ``minute``): counts of bids, distinct bidders
+    and distinct auctions, all and per price rank (``Count`` and ``CountDistinct`` with
+    ``where``: Nexmark's ``count(*) filter`` and ``count(distinct ...) filter``); column-wise
+    on integer columns."""
     ranks = (in_rank1, in_rank2, in_rank3)
     parts: dict[str, Any] = dict(more)
-    parts.update(total_bids=Count(), rank1_bids=Sum(rank1_flag), rank2_bids=Sum(rank2_flag),
-                 rank3_bids=Sum(rank3_flag), total_bidders=CountDistinct(bid_bidder_id))
+    parts.update(total_bids=Count(), total_bidders=CountDistinct(bid_bidder_id))
+    parts.update({f"rank{i}_bids": Count(where=r) for i, r in enumerate(ranks, 1)})
     parts.update({f"rank{i}_bidders": CountDistinct(bid_bidder_id, where=r)
                   for i, r in enumerate(ranks, 1)})
     parts["total_auctions"] = CountDistinct(bid_auction_id)
