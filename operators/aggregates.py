@@ -141,6 +141,8 @@ class Count(_Builtin):
         return state + self._n(values)
 
     def _mask(self, columns: Any, n: int) -> np.ndarray | None:
+        if self.where is None:
+            return None
         mask = evaluate(trace(self.where), columns, n)
         ok = isinstance(mask, np.ndarray) and mask.shape == (n,) and mask.dtype.kind == "b"
         return mask if ok else None
