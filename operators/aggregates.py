@@ -1,4 +1,5 @@
-"""The built-in aggregates (docs/udm.md): Count, Sum, Avg, Min, Max, TopK, TimeWeightedAverage.
+"""The built-in aggregates (docs/udm.md): Count, CountDistinct, Sum, Avg, Min, Max, TopK,
+TimeWeightedAverage.
 
 Every built-in is an :class:`~operators.udm.IncrementalAggregate`: a window operator keeps one
 state per window and feeds it the deltas (events that joined or left the window since the last
@@ -53,7 +54,8 @@ from .events import MAX_TIME, MIN_TIME, fmt_time
 from .expr import evaluate, trace
 from .udm import ColumnAggregate, IncrementalAggregate, Window, field_getter, register, resolve
 
-__all__ = ["Aggregates", "Avg", "Count", "Max", "Min", "Sum", "TimeWeightedAverage", "TopK",
+__all__ = ["Aggregates", "Avg", "Count", "CountDistinct", "Max", "Min", "Sum",
+           "TimeWeightedAverage", "TopK",
            "canonical"]
 
 # Every finite double is an integer multiple of 2**-1074 (the smallest subnormal).
@@ -112,34 +114,70 @@ class _Builtin(IncrementalAggregate):
 
 # -- Count ------------------------------------------------------------------------------------
 class Count(_Builtin):
-    """The number of events in the window (the state is that number).
+    """The number of events in the window (the state is that number); with ``where`` (a
+    predicate of the payload, SQL's ``COUNT(*) FILTER (WHERE ...)``) the number it holds for.
 
     >>> Count().compute(["a", "b", "c"])
     3
+    >>> Count(where=lambda p: p > 1).compute([1, 2, 3])
+    2
     """
+
+    def __init__(self, where: Callable[[Any], Any] | None = None) -> None:
+        if where is not None and not callable(where):
+            raise TypeError(f"Count: where={where!r} is not callable; give a predicate of the "
+                            f"payload (SQL's FILTER (WHERE ...)), or None")
+        self.where = where
+        self._args = () if where is None else (where,)
 
     def initial_state(self) -> int:
         return 0
 
+    def _n(self, values: list[Any]) -> int:
+        where = self.where
+        return len(values) if where is None else sum(1 for p in values if where(p))
+
     def add(self, state: int, values: list[Any]) -> int:
-        return state + len(values)
+        return state + self._n(values)
+
+    def _mask(self, columns: Any, n: int) -> np.ndarray | None:
+        if self.where is None:
+            return None
+        mask = evaluate(trace(self.where), columns, n)
+        ok = isinstance(mask, np.ndarray) and mask.shape == (n,) and mask.dtype.kind == "b"
+        return mask if ok else None
 
     def column_ready(self, columns: Any, n: int) -> bool:
-        return True
+        return self.where is None or self._mask(columns, n) is not None
 
-    def add_groups(self, states: list[Any], columns: Any, bounds: Sequence[int]) -> list[Any]:
-        return [(0 if s is None else s) + (b - a)
+    def add_groups(self, states: list[Any], columns: Any,
+                   bounds: Sequence[int]) -> list[Any] | None:
+        if self.where is None:
+            return [(0 if s is None else s) + (b - a)
+                    for s, a, b in zip(states, bounds, bounds[1:])]
+        mask = self._mask(columns, bounds[-1])
+        if mask is None:
+            return None
+        sums = np.concatenate(([0], np.cumsum(mask, dtype=np.int64))).tolist()
+        return [(0 if s is None else s) + sums[b] - sums[a]
                 for s, a, b in zip(states, bounds, bounds[1:])]
 
     def add_ranges(self, states: list[Any], columns: Any, n: int, lo: Sequence[int],
-                   hi: Sequence[int]) -> list[Any]:
-        return [(0 if s is None else s) + (b - a) for s, a, b in zip(states, lo, hi)]
+                   hi: Sequence[int]) -> list[Any] | None:
+        if self.where is None:
+            return [(0 if s is None else s) + (b - a) for s, a, b in zip(states, lo, hi)]
+        mask = self._mask(columns, n)
+        if mask is None:
+            return None
+        sums = np.concatenate(([0], np.cumsum(mask, dtype=np.int64))).tolist()
+        return [(0 if s is None else s) + sums[b] - sums[a] for s, a, b in zip(states, lo, hi)]
 
     def remove(self, state: int, values: list[Any]) -> int:
-        if len(values) > state:
-            raise ValueError(f"Count.remove: removing {len(values)} events from a window that "
+        n = self._n(values)
+        if n > state:
+            raise ValueError(f"Count.remove: removing {n} events from a window that "
                              f"holds {state}; remove only events that were added")
-        return state - len(values)
+        return state - n
 
     def result(self, state: int) -> int:
         return state
@@ -837,6 +875,96 @@ def _safe_eq(a: Any, b: Any) -> bool:
         return False
 
 
+# -- CountDistinct ----------------------------------------------------------------------------
+class CountDistinct(_Builtin):
+    """The number of distinct ``field`` values in the window (SQL's ``COUNT(DISTINCT f)``):
+    ``None`` values are not counted, and with ``where`` (a predicate of the payload, SQL's
+    ``FILTER (WHERE ...)``) only the events it holds for. The state counts each value's
+    events, so a removal knows when a value leaves. Values compare as Python's ``==`` and
+    ``hash`` do (``1`` and ``1.0`` are one value). Column-wise when the field and the
+    predicate are (:mod:`operators.expr`) and the field's column holds integers.
+
+    >>> CountDistinct("b").compute([{"b": 1}, {"b": 2}, {"b": 1}, {"b": None}])
+    2
+    >>> CountDistinct("b", where=lambda p: p["v"] > 5).compute(
+    ...     [{"b": 1, "v": 9}, {"b": 2, "v": 1}, {"b": 1, "v": 7}])
+    1
+    """
+
+    def __init__(self, field: Any = None, where: Callable[[Any], Any] | None = None) -> None:
+        if where is not None and not callable(where):
+            raise TypeError(f"CountDistinct: where={where!r} is not callable; give a predicate "
+                            f"of the payload (SQL's FILTER (WHERE ...)), or None")
+        self.field, self.where = field, where
+        self._args = (field,) if where is None else (field, where)
+        self._get: Callable[[Any], Any] = field_getter(field)
+
+    def initial_state(self) -> dict[Any, int]:
+        return {}
+
+    def copy_state(self, state: dict[Any, int]) -> dict[Any, int]:
+        return dict(state)
+
+    def _values(self, values: list[Any]) -> list[Any]:
+        get, where = self._get, self.where
+        return [v for p in values if (where is None or where(p)) and (v := get(p)) is not None]
+
+    def add(self, state: dict[Any, int], values: list[Any]) -> dict[Any, int]:
+        for v in self._values(values):
+            state[v] = state.get(v, 0) + 1
+        return state
+
+    def remove(self, state: dict[Any, int], values: list[Any]) -> dict[Any, int]:
+        for v in self._values(values):
+            n = state.get(v, 0)
+            if n == 0:
+                raise ValueError(f"{self.udm_name}.remove: the value {v!r} was not added; "
+                                 f"remove only events that were added")
+            if n == 1:
+                del state[v]
+            else:
+                state[v] = n - 1
+        return state
+
+    def _columns(self, columns: Any, n: int) -> tuple[np.ndarray, Any] | None:
+        """The field's integer column and the predicate's mask (None: every row), or None
+        where :meth:`add` must see the payloads."""
+        got = evaluate(trace(self._get), columns, n)
+        if not (isinstance(got, np.ndarray) and got.shape == (n,) and got.dtype.kind in "iu"):
+            return None
+        if self.where is None:
+            return got, None
+        mask = evaluate(trace(self.where), columns, n)
+        if not (isinstance(mask, np.ndarray) and mask.shape == (n,) and mask.dtype.kind == "b"):
+            return None
+        return got, mask
+
+    def column_ready(self, columns: Any, n: int) -> bool:
+        return n > 0 and self._columns(columns, n) is not None
+
+    def add_groups(self, states: list[Any], columns: Any,
+                   bounds: Sequence[int]) -> list[Any] | None:
+        got = self._columns(columns, bounds[-1])
+        if got is None:
+            return None
+        values, mask = got
+        out = []
+        for j, state in enumerate(states):
+            state = {} if state is None else state
+            part = values[bounds[j]:bounds[j + 1]]
+            if mask is not None:
+                part = part[mask[bounds[j]:bounds[j + 1]]]
+            if len(part):
+                uniq, counts = np.unique(part, return_counts=True)
+                for v, c in zip(uniq.tolist(), counts.tolist()):
+                    state[v] = state.get(v, 0) + c
+            out.append(state)
+        return out
+
+    def result(self, state: dict[Any, int]) -> int:
+        return len(state)
+
+
 # -- TimeWeightedAverage ----------------------------------------------------------------------
 class TimeWeightedAverage(_Builtin):
     """The paper's MyTimeWeightAverage (section IV-C): each event's ``field`` value weighted
@@ -935,6 +1063,7 @@ class TimeWeightedAverage(_Builtin):
 # -- the registry -----------------------------------------------------------------------------
 _BUILTINS: dict[str, Callable[..., Any]] = {
     "count": Count,
+    "count_distinct": CountDistinct,
     "sum": Sum,
     "avg": Avg,
     "min": Min,

@@ -41,9 +41,12 @@ import heapq
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
+from .columns import Columns
 from .events import FreshId, Insert, Message, Retract
 from .processor import Processor
 from .udm import UDM, StreamOperator, resolve
+
+_new = tuple.__new__
 
 
 class Scan(Processor):
@@ -81,6 +84,26 @@ class Scan(Processor):
         heapq.heappush(self.heap, (start, self._tie(payload), seq, eid))
         return []
 
+    def on_columns(self, msg: Columns, port: int) -> list[Message]:
+        """A batch of inserts: :meth:`on_insert`'s records and heap entries for all of them
+        at once (no ``Insert`` per event; a batch sorted by start, into an empty heap, is a
+        heap as it is)."""
+        ids, starts, payloads = msg.ids.tolist(), msg.starts.tolist(), msg.payloads()
+        seq0 = self.seq
+        self.seq += len(ids)
+        tie, pending = self._tie, self.pending
+        entries = []
+        for i, (eid, start, payload) in enumerate(zip(ids, starts, payloads), seq0):
+            pending[eid] = [start, payload, i]
+            entries.append((start, tie(payload), i, eid))
+        if self.heap:
+            self.heap.extend(entries)
+            heapq.heapify(self.heap)
+        else:
+            entries.sort()
+            self.heap = entries
+        return []
+
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
         # only a full deletion matters (step sees the start and the payload); a retraction of
         # an event stepped already cannot delete it: its start is behind the CTI
@@ -93,30 +116,24 @@ class Scan(Processor):
     def on_cti(self, time: int, port: int) -> list[Message]:
         out: list[Message] = []
         heap, pending = self.heap, self.pending
-        step = self.step_fn
         while heap and heap[0][0] < time:
-            start, _, seq, eid = heapq.heappop(heap)
-            rec = pending.get(eid)
-            if rec is None or rec[2] != seq:
+            entry = heapq.heappop(heap)
+            rec = pending.get(entry[3])
+            if rec is None or rec[2] != entry[2]:
                 continue
-            del pending[eid]
-            result = step(self.state, rec[1])
-            if not isinstance(result, tuple) or len(result) != 2:
-                raise TypeError(
-                    f"scan: {self.udso.udm_name} returned {result!r}; step(state, payload) "
-                    f"must return a pair (new state, iterable of output payloads)")
-            self.state, outputs = result
-            try:
-                outputs = list(outputs)
-            except TypeError:
-                raise TypeError(
-                    f"scan: {self.udso.udm_name} returned the outputs {outputs!r}, which is "
-                    f"not an iterable; return (state, []) for no output") from None
-            origin = self.stepped
-            self.stepped += 1
-            self.dirty = True
-            out.extend(Insert(FreshId(origin, k), start, start + 1, p)
-                       for k, p in enumerate(outputs))
+            if self.plain_tie or not heap or heap[0][:2] != entry[:2]:
+                self._step(entry[0], entry[3], rec, out)
+                continue
+            # equal starts and equal tie keys: ordered by repr (a user's tie made total),
+            # computed only for these
+            group = [entry]
+            while heap and heap[0][:2] == entry[:2]:
+                group.append(heapq.heappop(heap))
+            live = [(repr(r[1]), e[2], e[3], r) for e in group
+                    if (r := pending.get(e[3])) is not None and r[2] == e[2]]
+            live.sort(key=lambda x: x[:2])
+            for _, _, eid, r in live:
+                self._step(entry[0], eid, r, out)
         if self.dirty and not pending:
             self.dirty = not self._is_initial()
         if len(heap) > 2 * len(pending) + 64:  # drop the entries of deleted events
@@ -127,9 +144,32 @@ class Scan(Processor):
         return out
 
     # -- helpers ------------------------------------------------------------------------------
+    def _step(self, start: int, eid: Hashable, rec: list[Any], out: list[Message]) -> None:
+        """Step the pending event ``eid`` (its record ``rec``) and emit its outputs."""
+        del self.pending[eid]
+        result = self.step_fn(self.state, rec[1])
+        if not isinstance(result, tuple) or len(result) != 2:
+            raise TypeError(
+                f"scan: {self.udso.udm_name} returned {result!r}; step(state, payload) "
+                f"must return a pair (new state, iterable of output payloads)")
+        self.state, outputs = result
+        try:
+            outputs = list(outputs)
+        except TypeError:
+            raise TypeError(
+                f"scan: {self.udso.udm_name} returned the outputs {outputs!r}, which is "
+                f"not an iterable; return (state, []) for no output") from None
+        origin = self.stepped
+        self.stepped += 1
+        self.dirty = True
+        # (start is a valid time: the input event's; tuple.__new__ skips Insert's checks)
+        out.extend(_new(Insert, (FreshId(origin, k), start, start + 1, p))
+                   for k, p in enumerate(outputs))
+
     def _tie(self, payload: Any) -> Any:
-        key = self.tie_fn(payload)
-        return key if self.plain_tie else (key, repr(payload))
+        """The heap's tie key: the user's (or repr, the default); equal user keys are
+        ordered by repr when they surface (:meth:`on_cti`), not here for every event."""
+        return self.tie_fn(payload)
 
     def _is_initial(self) -> bool:
         try:

@@ -23,12 +23,18 @@
 * **Time.** Q12 windows on the rowtime ``rt``, where Nexmark windows on ``PROCTIME()``: a
   processing-time window's output depends on when the rows are read (see ``queries.q12``).
   Q17's day is ``DATE_FORMAT`` of the rowtime (UTC); its average is in ``DOUBLE`` as Q4's.
+* **Q13** joins the side input with a regular join, where Nexmark looks it up as of each bid's
+  processing time (``FOR SYSTEM_TIME AS OF PROCTIME()``): see ``queries.q13``. The side input
+  is a CSV table as the others (Nexmark: a file of ``key,value`` rows).
+* **Q15, Q16** group by ``DATE_FORMAT`` of the rowtime (UTC), as Q17.
+* **Q6** is not here: Nexmark's Flink SQL for it does not run in Flink (see ``queries.q6``).
 * **Q10** writes to ``blackhole`` and ``collect()`` like the others, not to Nexmark's file
   system sink partitioned by ``dt`` and ``hm`` (the columns are there).
 
-Q5 and Q7 output every row tied for the maximum, as Nexmark defines them; cedar's and
-Spark's forms pick one (the largest by the tuple order): :func:`comparable` picks the same one
-from Flink's rows before comparing.
+Q5 outputs every auction tied for the most bids, in all three engines. Q7 outputs every bid
+tied for the highest price, as Nexmark defines it; cedar's and Spark's forms pick one (the
+largest by the tuple order): :func:`comparable` picks the same one from Flink's rows before
+comparing.
 """
 
 from __future__ import annotations
@@ -39,6 +45,21 @@ from typing import Any
 from . import queries as nq
 
 Row = tuple[Any, ...]
+
+#: Q15's and Q16's statistics, as Nexmark states them (Q17's price ranks).
+_STATS = """  count(*) AS total_bids,
+  count(*) FILTER (WHERE price < {r0}) AS rank1_bids,
+  count(*) FILTER (WHERE price >= {r0} AND price < {r1}) AS rank2_bids,
+  count(*) FILTER (WHERE price >= {r1}) AS rank3_bids,
+  count(DISTINCT bidder) AS total_bidders,
+  count(DISTINCT bidder) FILTER (WHERE price < {r0}) AS rank1_bidders,
+  count(DISTINCT bidder) FILTER (WHERE price >= {r0} AND price < {r1}) AS rank2_bidders,
+  count(DISTINCT bidder) FILTER (WHERE price >= {r1}) AS rank3_bidders,
+  count(DISTINCT auction) AS total_auctions,
+  count(DISTINCT auction) FILTER (WHERE price < {r0}) AS rank1_auctions,
+  count(DISTINCT auction) FILTER (WHERE price >= {r0} AND price < {r1}) AS rank2_auctions,
+  count(DISTINCT auction) FILTER (WHERE price >= {r1}) AS rank3_auctions""".format(
+    r0=nq.Q17_RANKS[0], r1=nq.Q17_RANKS[1])
 
 SQL: dict[str, str] = {
     "Q0": """
@@ -191,6 +212,20 @@ GROUP BY auction, DATE_FORMAT(rt, 'yyyy-MM-dd')""",
 SELECT auction, bidder, price, date_time, extra, DATE_FORMAT(rt, 'yyyy-MM-dd') AS dt,
        DATE_FORMAT(rt, 'HH:mm') AS hm
 FROM bid""",
+    # Nexmark: a lookup join FOR SYSTEM_TIME AS OF the bid's PROCTIME() (see queries.q13)
+    "Q13": f"""
+SELECT B.auction, B.bidder, B.price, B.date_time, S.`value`
+FROM bid B JOIN side_input S ON MOD(B.auction, {nq.Q13_KEYS}) = S.`key`""",
+    "Q15": f"""
+SELECT DATE_FORMAT(rt, 'yyyy-MM-dd') AS `day`,
+{_STATS}
+FROM bid
+GROUP BY DATE_FORMAT(rt, 'yyyy-MM-dd')""",
+    "Q16": f"""
+SELECT channel, DATE_FORMAT(rt, 'yyyy-MM-dd') AS `day`, max(DATE_FORMAT(rt, 'HH:mm')) AS `minute`,
+{_STATS}
+FROM bid
+GROUP BY channel, DATE_FORMAT(rt, 'yyyy-MM-dd')""",
 }
 
 #: The tables each query reads (Flink reads auctions as rows; cedar's ``auction_iv`` is the
@@ -206,14 +241,13 @@ INPUTS.update({"Q9": ("auction", "bid"), "Q18": ("bid",), "Q19": ("bid",),
 INPUTS.update({"Q12": ("bid",)})
 INPUTS.update({"Q17": ("bid",)})
 INPUTS.update({"Q10": ("bid",)})
+INPUTS.update({"Q13": ("side_input", "bid"), "Q15": ("bid",), "Q16": ("bid",)})
 
 
 def _q5(rows: list[dict[str, Any]], latest: int) -> list[Row]:
-    best: dict[tuple[int, int], tuple[int, int]] = {}
-    for r in rows:
-        w = (r["window_start"], r["window_end"])
-        best[w] = max(best.get(w, (-1, -1)), (r["num"], r["auction"]))
-    return nq.closed_by([(s, e, a, n) for (s, e), (n, a) in best.items()], latest)
+    """Every auction tied for the most bids in its window, as cedar's and Spark's."""
+    return nq.closed_by([(r["window_start"], r["window_end"], r["auction"], r["num"])
+                         for r in rows], latest)
 
 
 def _q7(rows: list[dict[str, Any]], latest: int) -> list[Row]:
@@ -236,7 +270,7 @@ def _q9(rows: list[dict[str, Any]], latest: int) -> list[Row]:
 
 
 #: Flink's rows as the comparable rows of :class:`.queries.Query`: the Spark mapping where the
-#: columns are the same, the tie-breaking pick for Q5 and Q7.
+#: columns are the same, Q5's columns, Q7's tie-breaking pick.
 _OWN: dict[str, Callable[[list[dict[str, Any]], int], list[Row]]] = {"Q5": _q5, "Q7": _q7}
 _OWN["Q9"] = _q9
 

@@ -210,6 +210,17 @@ def generate(n: int, seed: int = 0, inter_event_delay: int = INTER_EVENT_DELAY,
             "bid": bids(rng, i[is_bid], t[is_bid], urls)}
 
 
+def side_input(keys: int = 10_000, base: int = BASE_TICKS) -> Any:
+    """Q13's bounded side input: rows ``key`` ``0 .. keys - 1`` with ``value`` the key as text
+    (``"v<key>"``), all at the first event's time ``base`` (a table that holds from the start
+    of the run)."""
+    import pyarrow as pa
+
+    k = np.arange(keys, dtype=np.int64)
+    return pa.table({"key": k, "value": np.char.add("v", k.astype(str)),
+                     "date_time": _ts(np.full(keys, base, dtype=np.int64))})
+
+
 def write_parquet(tables: dict[str, Any], root: str) -> dict[str, str]:
     """Each table as one parquet file in ``root/<entity>/`` (one file keeps the time order of
     Spark's read); returns the directories."""

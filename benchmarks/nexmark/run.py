@@ -182,7 +182,9 @@ def measure(n: int, delay: int, names: list[str], seed: int = 1, ray: bool = Tru
     workdir = tempfile.mkdtemp(prefix="nexmark-")
     try:
         t, tables = timed(lambda: gen.generate(n, seed=seed, inter_event_delay=delay))
+        tables["side_input"] = gen.side_input()  # Q13's
         small = gen.generate(5_000, seed=seed + 1, inter_event_delay=delay)
+        small["side_input"] = gen.side_input()
         paths = gen.write_parquet(tables, os.path.join(workdir, "data"))
         warm_paths = gen.write_parquet(small, os.path.join(workdir, "warm"))
         say(f"generated {n:,} events ({delay} µs apart) in {t:.2f} s: " +
@@ -279,7 +281,7 @@ def run_flink(names: list[str], rows: dict[str, dict[str, Any]], tables: dict[st
     say(f"flink: {python}")
     csv = {name: (os.path.join(workdir, "csv", name),
                   fl.write_csv(tables[name], os.path.join(workdir, "csv", name, "part.csv")))
-           for name in ("person", "auction", "bid")}
+           for name in ("person", "auction", "bid", "side_input")}
     jobs = [fl.Job(name, flink_sql.SQL[name],
                    [fl.table_spec(t, csv[t][0], csv[t][1], "date_time")
                     for t in flink_sql.INPUTS[name]],

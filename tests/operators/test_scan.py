@@ -276,3 +276,32 @@ def test_a_killed_scan_actor_recovers_its_state_from_the_checkpoint(ray_session,
     out, _, recs = run_with_kill("rec-scan", query(), tmp_path, "ray", "group_apply", 3_000)
     check_exactly_once(out, expected)
     assert len(recs) == 1
+
+
+class _Counted:
+    """A payload that counts the calls of its ``repr``."""
+
+    calls = 0
+
+    def __init__(self, v: int) -> None:
+        self.v = v
+
+    def __repr__(self) -> str:
+        _Counted.calls += 1
+        return f"_Counted({self.v})"
+
+
+def test_a_users_tie_is_made_total_by_repr_only_where_keys_are_equal():
+    # equal starts, tie keys p.v % 2: 3 and 1 share a key and are ordered by repr (1 first);
+    # 2 has a key of its own, and no repr is taken of it
+    ps = {v: _Counted(v) for v in (3, 2, 1)}
+    op = Scan(lambda s, p: (s, [p.v]), None, tie=lambda p: p.v % 2)
+    _Counted.calls = 0
+    out = op.process([Insert(v, 5, 9, p) for v, p in ps.items()] + [Cti(6)])
+    assert [m.payload for m in out if isinstance(m, Insert)] == [2, 1, 3]
+    assert _Counted.calls == 2  # one repr per event of the tied key, none for the others
+    many = [Insert(i, i, i + 1, _Counted(i)) for i in range(100)]
+    _Counted.calls = 0
+    op = Scan(lambda s, p: (s, [p.v]), None, tie=lambda p: p.v)
+    assert len([m for m in op.process(many + [Cti(200)]) if isinstance(m, Insert)]) == 100
+    assert _Counted.calls == 0
