@@ -295,7 +295,7 @@ class Ingress(Stateful):
 
         n = len(next(iter(columns.values()))) if columns else 0
         mixed = columns.get(self._start_spec) if isinstance(self._start_spec, str) else None
-        if n and getattr(mixed, "dtype", None) == object and self._vectorisable():
+        if n and getattr(getattr(mixed, "dtype", None), "kind", "") == "O" and self._vectorisable():
             return self._push_mixed(columns, mixed, now)
         times = self._column_times(columns, n)
         if times is None:
