@@ -294,9 +294,10 @@ class Ingress(Stateful):
         import numpy as np
 
         n = len(next(iter(columns.values()))) if columns else 0
-        mixed = columns.get(self._start_spec) if isinstance(self._start_spec, str) else None
+        spec = self._start_spec
+        mixed = columns.get(spec) if isinstance(spec, str) else None
         if n and getattr(getattr(mixed, "dtype", None), "kind", "") == "O" and self._vectorisable():
-            return self._push_mixed(columns, mixed, now)
+            return self._push_mixed(columns, spec, now)  # type: ignore[arg-type]
         times = self._column_times(columns, n)
         if times is None:
             return self.push(payload_list(columns), now)
@@ -334,7 +335,7 @@ class Ingress(Stateful):
         return not (self.shape == "edge" or self._get_id is not None
                     or adv.interval is not None or (adv.every is not None and adv.every < 256))
 
-    def _push_mixed(self, columns: dict[str, Any], starts: Any,
+    def _push_mixed(self, columns: dict[str, Any], start: str,
                     now: float | None) -> list[Message]:
         """A column batch whose start column holds ticks (Python ints) except at a few rows
         whose time the row path must judge (a null, a time off the axis: what
@@ -344,6 +345,7 @@ class Ingress(Stateful):
         many such rows goes row by row: short runs would cost more than rows."""
         import numpy as np
 
+        starts = columns[start]
         n = len(starts)
         good = np.fromiter((type(v) is int and MIN_TIME <= v < MAX_TIME for v in starts),
                            dtype=bool, count=n)
@@ -355,7 +357,7 @@ class Ingress(Stateful):
         for b in [*bad, n]:
             if b > lo:
                 run = {k: c[lo:b] for k, c in columns.items()}
-                run[self._start_spec] = starts[lo:b].astype(np.int64)
+                run[start] = starts[lo:b].astype(np.int64)
                 out.extend(self.push_columns(run, now))
             if b < n:
                 out.extend(self.push([row_at(columns, b)], now))
