@@ -275,13 +275,12 @@ def meter_pictures(data: DemoData, outputs: dict[str, list[Any]], out: str) -> d
 def print_next_steps(out: str, pictures: dict[str, str]) -> None:
     """The short 'what to try next' the demo ends with."""
     print("\n  what to try next:")
-    print("    cedar ui          a live web page of the queries running on the cluster "
-          "(Stream.deploy(name) starts one)")
-    print("    cedar why NAME    why a deployed query's output is missing or not final yet")
+    print("    cedar ui            a live web page of the queries deployed on the cluster")
+    print("    cedar why NAME      why a deployed query's output is missing or not final")
     if pictures:
-        print(f"    the pictures      {out}/*.svg (cedar timeline {out}/trace-anomalies "
-              f"--step anomalies draws more)")
-    print(f"    Spark's own log   {out}/spark.log")
+        print(f"    the pictures        {out}/*.svg")
+        print(f"    cedar timeline      {out}/trace-anomalies --step anomalies -o more.svg")
+    print(f"    Spark's own log     {out}/spark.log")
 
 
 def _reading_time(row: dict[str, Any]) -> datetime.datetime:
