@@ -140,6 +140,9 @@ def _getter(spec: Any, what: str) -> Callable[[Any], Any]:
 _STATS = ("received", "processed", "dropped", "adjusted", "dead_lettered", "ctis")
 #: Below every time: "no event yet" for the latest start and the horizon.
 _NONE = MIN_TIME - 1
+#: A column batch with a few rows of bad start times stays column-wise when its runs of good
+#: rows average at least this many rows (:meth:`Ingress._push_mixed`); else it goes row-wise.
+_MIXED_RUN = 64
 
 
 class Ingress(Stateful):
@@ -276,7 +279,9 @@ class Ingress(Stateful):
         The vectorised path takes point and interval sources whose time columns are int64
         ticks inside the time axis, with minted ids and count-based CTIs
         (``AdvanceTime(every=N)``, N >= 256, or none); anything else (an id column, interval
-        CTIs, a bad time that must be dead-lettered) is processed row by row.
+        CTIs, a bad time in an int64 column) is processed row by row. A start column of
+        Python objects that holds ticks except at a few rows (a null time, as the Arrow
+        readers leave it) stays vectorised around those rows (:meth:`_push_mixed`).
 
         >>> import numpy as np
         >>> src = Ingress(start="t", advance=AdvanceTime(every=256))
@@ -289,6 +294,10 @@ class Ingress(Stateful):
         import numpy as np
 
         n = len(next(iter(columns.values()))) if columns else 0
+        spec = self._start_spec
+        mixed = columns.get(spec) if isinstance(spec, str) else None
+        if n and getattr(getattr(mixed, "dtype", None), "kind", "") == "O" and self._vectorisable():
+            return self._push_mixed(columns, spec, now)  # type: ignore[arg-type]
         times = self._column_times(columns, n)
         if times is None:
             return self.push(payload_list(columns), now)
@@ -320,12 +329,45 @@ class Ingress(Stateful):
             self._last_wall = now
         return out
 
+    def _vectorisable(self) -> bool:
+        """Whether this source's settings allow the vectorised path (see push_columns)."""
+        adv = self.advance
+        return not (self.shape == "edge" or self._get_id is not None
+                    or adv.interval is not None or (adv.every is not None and adv.every < 256))
+
+    def _push_mixed(self, columns: dict[str, Any], start: str,
+                    now: float | None) -> list[Message]:
+        """A column batch whose start column holds ticks (Python ints) except at a few rows
+        whose time the row path must judge (a null, a time off the axis: what
+        :func:`topology.arrow_reader.arrow_batches` leaves there): the runs of good rows go
+        the vectorised way, each other row alone the row way (to the dead letters, with its
+        reason), in the batch's order, so the result is ``push`` of the rows. A batch with
+        many such rows goes row by row: short runs would cost more than rows."""
+        import numpy as np
+
+        starts = columns[start]
+        n = len(starts)
+        good = np.fromiter((type(v) is int and MIN_TIME <= v < MAX_TIME for v in starts),
+                           dtype=bool, count=n)
+        bad = np.flatnonzero(~good).tolist()
+        if len(bad) * _MIXED_RUN > n:
+            return self.push(payload_list(columns), now)
+        out: list[Message] = []
+        lo = 0
+        for b in [*bad, n]:
+            if b > lo:
+                run = {k: c[lo:b] for k, c in columns.items()}
+                run[start] = starts[lo:b].astype(np.int64)
+                out.extend(self.push_columns(run, now))
+            if b < n:
+                out.extend(self.push([row_at(columns, b)], now))
+            lo = b + 1
+        return out
+
     def _column_times(self, columns: dict[str, Any],
                       n: int) -> tuple[Any, Any] | None:
         """The start and end arrays when the vectorised path applies (see push_columns)."""
-        adv = self.advance
-        if (self.shape == "edge" or self._get_id is not None or adv.interval is not None
-                or (adv.every is not None and adv.every < 256) or n == 0):
+        if not self._vectorisable() or n == 0:
             return None
         starts = _int_column(columns, self._start_spec)
         if starts is None or starts.min() < MIN_TIME or starts.max() >= MAX_TIME:

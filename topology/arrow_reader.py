@@ -130,18 +130,31 @@ def _column_array(column: pa.Array) -> np.ndarray:
     return values
 
 
-def _piece(piece: pa.RecordBatch, names: list[str], columnar: bool) -> Any:
+def _piece(piece: pa.RecordBatch, names: list[str], columnar: bool,
+           start: str | None = None) -> Any:
     """One record batch as a column batch ``{name: array}`` (when ``columnar`` and every
-    time is good) or as a list of row dicts, with ticks in the time columns ``names``."""
+    time is good but maybe some in the ``start`` column) or as a list of row dicts, with
+    ticks in the time columns ``names``. A start column with bad times (null, off the time
+    axis) is an object array of the ticks and, at those rows, the value a row would hold:
+    the ingress dead-letters those rows and takes the others column-wise
+    (:meth:`operators.ingress.Ingress.push_columns`)."""
     times = {}
     for name in names:
         i = piece.schema.get_field_index(name)
         converted = _ticks(piece.column(i), name) if i >= 0 else None
         if converted is not None:
             times[name] = converted
-    if columnar and all(good.all() for _, good, _ in times.values()):
-        return {name: times[name][0] if name in times else _column_array(column)
-                for name, column in zip(piece.schema.names, piece.columns)}
+    bad = [name for name, (_, good, _) in times.items() if not good.all()]
+    if columnar and (not bad or bad == [start]):
+        columns = {name: times[name][0] if name in times else _column_array(column)
+                   for name, column in zip(piece.schema.names, piece.columns)}
+        if bad:
+            ticks, good, values = times[bad[0]]
+            mixed = ticks.astype(object)
+            for i, value in zip(np.flatnonzero(~good).tolist(), values):
+                mixed[i] = value
+            columns[bad[0]] = mixed
+        return columns
     for name, (ticks, _, _) in times.items():  # Arrow cannot make datetimes of every value
         piece = piece.set_column(piece.schema.get_field_index(name), name, pa.array(ticks))
     rows = piece.to_pylist()
@@ -163,17 +176,20 @@ def arrow_batches(
 ) -> Iterator[Any]:
     """Arrow batches (or tables) cut into source batches of at most ``batch_rows`` rows:
     column batches ``{name: numpy array}`` that the ingress takes vectorised, or, when
-    ``columnar`` is false or a time is null or out of range, lists of row dicts.
+    ``columnar`` is false or an end time is null or out of range, lists of row dicts.
 
     The ``start`` and ``end`` columns (when they are column names of timestamp, date or
     integer type) hold int64 ticks; a null time is ``None`` in its row so that the Ingress
-    sends the row to its dead letters. Other columns keep their Python values (timestamps as
+    sends the row to its dead letters (in a column batch, a start column with nulls is an
+    object array of ticks and ``None``). Other columns keep their Python values (timestamps as
     aware ``datetime`` objects; in a column batch, numbers and bools without nulls as numpy
     arrays, anything else as object arrays).
 
     >>> t = pa.table({"ts": pa.array([1_000_000, None], pa.timestamp("us", tz="UTC")),
     ...               "kwh": [1.5, 2.0]})
     >>> next(arrow_batches([t], start="ts"))
+    {'ts': array([1000000, None], dtype=object), 'kwh': array([1.5, 2. ])}
+    >>> next(arrow_batches([t], start="ts", columnar=False))
     [{'ts': 1000000, 'kwh': 1.5}, {'ts': None, 'kwh': 2.0}]
     >>> next(arrow_batches([t.slice(0, 1)], start="ts"))
     {'ts': array([1000000]), 'kwh': array([1.5])}
@@ -181,12 +197,13 @@ def arrow_batches(
     if not (isinstance(batch_rows, int) and batch_rows >= 1):
         raise ValueError(f"batch_rows={batch_rows!r}: give an int >= 1 (rows per batch)")
     names = _time_columns(start, end)
+    start_column = start if isinstance(start, str) and start != end else None
     for batch in batches:
         pieces = batch.to_batches(max_chunksize=batch_rows) if isinstance(batch, pa.Table) \
             else [batch.slice(i, batch_rows) for i in range(0, batch.num_rows, batch_rows)]
         for piece in pieces:
             if piece.num_rows:
-                yield _piece(piece, names, columnar)
+                yield _piece(piece, names, columnar, start_column)
 
 
 def arrow_row_batches(

@@ -166,7 +166,12 @@ def _readings_received(stats: dict[str, dict[str, Any]]) -> int:
 
 def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
         address: str | None = None) -> list[dict[str, Any]]:
-    """Run the demo; return the summary rows (also printed)."""
+    """Run the demo; return the summary rows (also printed).
+
+    Start-up is timed apart from the run: Spark and Ray start, the readings are written, and
+    every query's actors are started and configured with their sources held
+    (``deploy(..., hold=True)``); then all five queries start together and the clock runs
+    until every one has its final output."""
     from topology.deploy import ensure_ray
     from topology.spark_sink import write
 
@@ -175,30 +180,37 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
     data = generate(meters, minutes)
     print(f"  generated {len(data.readings):,} readings and {len(data.states):,} meter-state "
           f"edges; starting Spark and Ray ...")
-    t_setup = time.perf_counter()
-    with _quiet_libraries():
-        spark = local_spark(quiet=True)
-        ensure_ray(address, quiet=True)
-    setup_s = time.perf_counter() - t_setup
     if os.path.exists(out):
         shutil.rmtree(out)
+    os.makedirs(out)
+    t_setup = time.perf_counter()
+    with _quiet_libraries():
+        with _stderr_to(os.path.join(out, "spark.log")):
+            spark = local_spark(quiet=True)
+        ensure_ray(address, quiet=True)
+    libraries_s = time.perf_counter() - t_setup
     import pyarrow as pa
 
     source_path = os.path.join(out, "input", "readings.parquet")
     table = pa.Table.from_pylist(data.readings, schema=pa.schema(
         [("meter", pa.string()), ("ts", pa.int64()), ("kwh", pa.float64())]))
-    # one file: a source reads rows in arrival order, and Spark keeps a single file's order
     spark.createDataFrame(table).coalesce(1).write.parquet(source_path)
     df = spark.read.parquet(source_path)
 
     summary = []
     topologies = queries(df, data)
-    total = len(data.readings) * sum(1 for name in topologies if name != "faults")
-    bar = Progress(total)
-    t0 = time.perf_counter()
-    running = {name: q.deploy(f"demo-{name}", history=True, detached=False)
-               for name, q in topologies.items()}
+    t_actors = time.perf_counter()
+    running: dict[str, Any] = {}
     try:
+        for name, q in topologies.items():
+            running[name] = q.deploy(f"demo-{name}", history=True, detached=False, hold=True)
+        actors = sum(len(live.handles) + (live.host is not None) for live in running.values())
+        setup = Startup(libraries_s, time.perf_counter() - t_actors, actors)
+        total = len(data.readings) * sum(1 for name in topologies if name != "faults")
+        bar = Progress(total)
+        t0 = time.perf_counter()
+        for live in running.values():
+            live.start()
         done_names: set[str] = set()
         while len(done_names) < len(running):
             received = 0
@@ -209,10 +221,12 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
             ended = len(done_names) == len(running)
             bar.update(received, f"{len(done_names)}/{len(running)} queries done", last=ended)
             if not ended:
-                time.sleep(0.2)
+                time.sleep(0.05)
         elapsed = time.perf_counter() - t0
+        outputs = {}
         for name, live in running.items():
             rows = live.snapshot()
+            outputs[name] = rows
             path = os.path.join(out, name)
             write(spark, rows, path, mode="overwrite")
             summary.append({"output": name, "rows": len(rows), "late": len(live.late()),
@@ -221,16 +235,52 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
         for live in running.values():
             live.stop()
     events = len(data.readings) * (len(topologies) - 1) + len(data.states)
-    print_summary(summary, events, elapsed, setup_s)
+    print_summary(summary, events, elapsed, setup)
     pictures = explain(data, out)
+    pictures.update(meter_pictures(data, outputs, out))
     if pictures:
-        print("\n  one meter, traced (cedar debug / cedar timeline read the traces):")
+        print("\n  one meter, traced and drawn (cedar debug / cedar timeline read the traces):")
         for label, path in pictures.items():
-            print(f"  {label:<30} {path}")
+            print(f"  {label:<44} {path}")
     elif importlib.util.find_spec("matplotlib") is None:
-        print("\n  (the timeline pictures and the anomaly's root cause need matplotlib: "
+        print("\n  (the pictures and the anomaly's root cause need matplotlib: "
               "pip install -e '.[viz]')")
+    print_next_steps(out, pictures)
     return summary
+
+
+@dataclass(frozen=True)
+class Startup:
+    """What the demo spent before its queries ran: starting Spark and Ray (``libraries_s``)
+    and starting and configuring the queries' ``actors`` (``actors_s``)."""
+
+    libraries_s: float
+    actors_s: float
+    actors: int
+
+
+def meter_pictures(data: DemoData, outputs: dict[str, list[Any]], out: str) -> dict[str, str]:
+    """The picture a person wants of one meter (see :mod:`topology.demo_pictures`): the
+    meter with the first anomaly, drawn from the demo's own outputs. Nothing without
+    matplotlib or without an anomaly."""
+    if importlib.util.find_spec("matplotlib") is None:
+        return {}
+    from .demo_pictures import meter_picture
+
+    path = os.path.join(out, "meter-readings.svg")
+    meter = meter_picture(data.readings, outputs["meter_averages"], outputs["anomalies"], path)
+    return {} if meter is None else {f"{meter}: readings, 5-minute averages, anomaly": path}
+
+
+def print_next_steps(out: str, pictures: dict[str, str]) -> None:
+    """The short 'what to try next' the demo ends with."""
+    print("\n  what to try next:")
+    print("    cedar ui            a live web page of the queries deployed on the cluster")
+    print("    cedar why NAME      why a deployed query's output is missing or not final")
+    if pictures:
+        print(f"    the pictures        {out}/*.svg")
+        print(f"    cedar timeline      {out}/trace-anomalies --step anomalies -o more.svg")
+    print(f"    Spark's own log     {out}/spark.log")
 
 
 def _reading_time(row: dict[str, Any]) -> datetime.datetime:
@@ -301,16 +351,18 @@ def explain(data: DemoData, out: str) -> dict[str, str]:
 
 
 def print_summary(summary: list[dict[str, Any]], events: int, elapsed: float,
-                  setup_s: float | None = None) -> None:
+                  setup: Startup | None = None) -> None:
     print()
     print(f"  {'output':<16}{'rows':>8}{'late':>8}{'dead letters':>14}  parquet")
     print(f"  {'-' * 16}{'-' * 8}{'-' * 8}{'-' * 14}  {'-' * 30}")
     for s in summary:
         print(f"  {s['output']:<16}{s['rows']:>8,}{s['late']:>8,}{s['dead_letters']:>14,}"
               f"  {s['path']}")
-    setup = f" (after {setup_s:.1f} s starting Spark and Ray)" if setup_s is not None else ""
     print(f"\n  {events:,} input events through {len(summary)} queries in {elapsed:.1f} s "
-          f"({events / elapsed:,.0f} events/s, all queries together){setup}")
+          f"({events / elapsed:,.0f} events/s, all queries together)")
+    if setup is not None:
+        print(f"  start-up before that: {setup.libraries_s:.1f} s starting Spark and Ray, "
+              f"{setup.actors_s:.1f} s starting the queries' {setup.actors} actors")
 
 
 #: Spark's log4j2 settings while the demo runs: errors only.
@@ -327,9 +379,12 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 @contextlib.contextmanager
 def _quiet_libraries() -> Iterator[None]:
     """Spark's and Ray's start-up chatter off the demo's output, their settings restored
-    after: Spark binds to localhost (no "resolves to a loopback address" warning)."""
+    after: Spark binds to localhost (no "resolves to a loopback address" warning), and Ray's
+    notes that it started many worker processes at once (one per actor: the demo means to)
+    are not printed (:func:`_without_worker_notes`)."""
     saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP",)}
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    _without_worker_notes()
     try:
         yield
     finally:
@@ -338,6 +393,48 @@ def _quiet_libraries() -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@contextlib.contextmanager
+def _stderr_to(log: str) -> Iterator[None]:
+    """Processes started inside write their stderr to the file ``log``: Spark's JVM, which
+    inherits file descriptor 2 when it starts, keeps its own lines (the JDK's incubator-module
+    note, log4j's default level) and any later error there instead of on the terminal. This
+    process's stderr is itself again after."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(log, "ab") as f:
+            os.dup2(f.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+#: The note Ray's raylet sends to the driver when it starts more worker processes at once than
+#: it has CPUs (every actor is a process: the demo starts ~20 on 2 CPUs on purpose).
+_WORKER_NOTE = "worker processes have been started on node"
+
+
+def _without_worker_notes() -> None:
+    """Drop Ray's worker-start notes from this driver's output. Ray prints the messages its
+    raylet sends with ``ray._private.worker.print_to_stdstream`` (no setting turns that one
+    off); this wraps it, once, to skip lines holding :data:`_WORKER_NOTE`. Other messages,
+    errors included, print as before; without that function (another Ray) nothing changes."""
+    from ray._private import worker
+
+    show = getattr(worker, "print_to_stdstream", None)
+    if show is None or getattr(show, "cedar_quiet", False):
+        return
+
+    def print_to_stdstream(data: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        lines = [line for line in data.get("lines", []) if _WORKER_NOTE not in str(line)]
+        if lines:
+            show({**data, "lines": lines}, *args, **kwargs)
+
+    print_to_stdstream.cedar_quiet = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = print_to_stdstream
 
 
 def local_spark(quiet: bool = False) -> Any:

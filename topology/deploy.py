@@ -614,6 +614,8 @@ class _FeedJob:
     settings: ShellConfig
     #: whether each feed's actor reads its data itself (:func:`_pulls`), when it can travel
     pull: list[bool] = dataclasses.field(default_factory=list)
+    #: ``deploy(..., hold=True)``: feeding waits for :meth:`_Feeders.go` (``Query.start()``)
+    held: bool = False
 
     @classmethod
     def of(cls, plan: Plan, handles: dict[str, Any], steps: list[str],
@@ -623,26 +625,37 @@ class _FeedJob:
         return cls(feeds, settings, [_pulls(plan, s) is not None for s in steps])
 
     def start(self, resume: bool = False) -> _Feeders:
-        stop = threading.Event()
-        errors: list[str] = []
-        threads = []
-        fed = _start_pulls([f[0] for f in self.feeds],
-                           [f[2] if p else None for f, p in zip(self.feeds, self.pull)])
-        for handle, rows, data, batched in (f for f, by_driver in zip(self.feeds, fed)
-                                            if by_driver):
-            sender = _Sender(handle, rows, self.settings.max_in_flight)
-            threads.append(_feed_thread(sender, data, self.settings.batch_size,
-                                        self.settings.flush_s, stop, errors, batched=batched))
-        return _Feeders(threads, stop, errors)
+        feeders = _Feeders([], threading.Event(), [], self)
+        if not self.held:
+            feeders.go()
+        return feeders
 
 
 @dataclasses.dataclass
 class _Feeders:
-    """The feeding threads of a :class:`_FeedJob`."""
+    """The feeding threads of a :class:`_FeedJob` (none until :meth:`go`)."""
 
     threads: list[threading.Thread]
     stop_event: threading.Event
     errors: list[str]
+    job: _FeedJob
+    started: bool = False
+
+    def go(self) -> None:
+        """Start feeding (once): the sources that read their own data start reading it,
+        and a thread per other source feeds it."""
+        if self.started or self.stop_event.is_set():
+            return
+        self.started = True
+        job = self.job
+        fed = _start_pulls([f[0] for f in job.feeds],
+                           [f[2] if p else None for f, p in zip(job.feeds, job.pull)])
+        for handle, rows, data, batched in (f for f, by_driver in zip(job.feeds, fed)
+                                            if by_driver):
+            sender = _Sender(handle, rows, job.settings.max_in_flight)
+            self.threads.append(_feed_thread(sender, data, job.settings.batch_size,
+                                             job.settings.flush_s, self.stop_event,
+                                             self.errors, batched=batched))
 
     def feed_errors(self) -> list[str]:
         return list(self.errors)
@@ -754,7 +767,7 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
                 flush_ms: float | None = None, checkpoint_dir: str | None = None,
                 checkpoint_every: int | None = None,
                 placement: str | dict[str, str] = "spread", trace: Any = None,
-                replace: bool = False) -> Any:
+                replace: bool = False, hold: bool = False) -> Any:
     """Start ``plan`` as the live query ``name`` and return its :class:`~topology.query.Query`.
 
     A name belongs to one query until that query is stopped: a deploy of a name that a query
@@ -787,10 +800,19 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     messages it sees; each actor writes its parquet parts when it has many rows, at the end
     of its input, and on ``Query.flush_trace()`` / ``Query.stop()``.
 
+    With ``hold`` the query's actors (and its host) are started and configured, but no
+    source is fed until :meth:`Query.start() <topology.query.Query.start>`: several queries
+    can be put in place first and then run together, their start-up apart from their run
+    (``cedar demo`` times them so). Not with ``checkpoint_dir``.
+
     ``batch_size``, ``max_in_flight``, ``flush_ms`` and ``checkpoint_every`` (None: the
     default) make the :class:`~actors.config.ShellConfig` of the actors; a bad one is
     refused here, naming it, before anything starts.
     """
+    if hold and checkpoint_dir is not None:
+        raise ValueError(f"deploy({name!r}): hold=True is for queries without checkpoint_dir "
+                         f"(a checkpointed query's supervisor starts feeding at once); "
+                         f"deploy it without hold")
     if not name or "/" in name:
         raise ValueError(f"deploy({name!r}): a query name must be non-empty and without '/'")
     settings = ShellConfig.of(batch_size=batch_size, max_in_flight=max_in_flight,
@@ -804,7 +826,7 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     token = _claim(name, root, bool(local))
     try:
         return _deploy(plan, name, settings, root, fed, local, token, detached=detached,
-                       history=history, placement=placement, trace=trace)
+                       history=history, placement=placement, trace=trace, hold=hold)
     except BaseException:
         if root is not None:
             ck.release_claim(root, name, token)
@@ -813,7 +835,7 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
 
 def _deploy(plan: Plan, name: str, settings: ShellConfig, root: str | None, fed: list[str],
             local: list[str], token: str, *, detached: bool, history: bool,
-            placement: str | dict[str, str], trace: Any) -> Any:
+            placement: str | dict[str, str], trace: Any, hold: bool = False) -> Any:
     """:func:`deploy_plan` once the name is claimed."""
     import functools
 
@@ -856,12 +878,14 @@ def _deploy(plan: Plan, name: str, settings: ShellConfig, root: str | None, fed:
         subs = _subscribe_published(plan, handles, name)
         remote = [s for s in fed if s not in local]
         if remote:
-            host = _start_host(name, _FeedJob.of(plan, handles, remote, settings),
-                               detached=detached, restartable=False)
+            host = _start_host(name, dataclasses.replace(
+                _FeedJob.of(plan, handles, remote, settings), held=hold),
+                detached=detached, restartable=False)
     except BaseException:
         _kill(handles.values())
         raise
-    feeding = [_FeedJob.of(plan, handles, local, settings).start(),
+    job = dataclasses.replace(_FeedJob.of(plan, handles, local, settings), held=hold)
+    feeding = [job.start(),
                None if host is None else _Remote(host)]
     return Query(name, handles, sink=plan.sink, explain=info["explain"], host=host,
                  feeding=feeding, subscriptions=subs)

@@ -220,6 +220,12 @@ class Query:
                 s.update(extra)
         return out
 
+    def start(self) -> None:
+        """Start feeding the sources of a query deployed with ``hold=True`` (its actors are
+        in place and waiting); nothing for a query that is fed already."""
+        for f in self._feeding:
+            f.go()
+
     def _feed_errors(self) -> list[str]:
         return [e for f in self._feeding for e in f.feed_errors()]
 

@@ -150,8 +150,11 @@ def ordered_record_batches(
         if rows == 0:
             return
         ranges = -(-rows // partition_rows)
-        split = _sampled_ranges(df, start, ranges, rows) if shape != "edge" else None
-        if split is None:  # Spark's own range partitioning (it samples by scanning the input)
+        split = (_sampled_ranges(df, start, ranges, rows)
+                 if shape != "edge" and ranges > 1 else None)
+        if ranges == 1:  # one range: no bounds to find, so no sample (a Spark job saved)
+            ordered = df.coalesce(1).sortWithinPartitions(key)
+        elif split is None:  # Spark's own range partitioning (it samples by scanning the input)
             ordered = df.repartitionByRange(ranges, key).sortWithinPartitions(key)
         else:
             ordered = df.repartition(split[0], split[1]).sortWithinPartitions(key)

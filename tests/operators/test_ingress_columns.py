@@ -28,7 +28,8 @@ ADVANCES = st.builds(
 @st.composite
 def column_batches(draw):
     """A few batches of rows ``{"t", "u", "k", "v"}`` with disorder (late rows) and, rarely,
-    a bad end (``u <= t``) or a time at the end of the axis."""
+    a bad end (``u <= t``), a time at the end of the axis or missing times (``None`` in an
+    object column of ticks)."""
     batches = []
     base = 0
     for _ in range(draw(st.integers(1, 4))):
@@ -41,6 +42,9 @@ def column_batches(draw):
             u[rng.integers(0, n)] = t[0] - 1  # an interval ending before it starts
         if draw(st.integers(0, 9)) == 0:
             t[-1] = MAX_TIME  # a point with no room on the time axis
+        if draw(st.integers(0, 3)) == 0:  # rows without a time, as the Arrow readers give them
+            t = t.astype(object)
+            t[rng.integers(0, n, draw(st.integers(1, 20)))] = None
         batches.append({"t": t, "u": u, "k": rng.integers(0, 5, n),
                         "v": rng.random(n)})
         base += n // 2
@@ -87,3 +91,32 @@ def test_an_id_column_falls_back_to_rows():
     out = src.push({"t": np.array([1, 2]), "k": np.array([7, 7])})
     assert [m.id for m in out] == [7]
     assert "duplicate id 7" in src.dead_letters[0].reason
+
+
+def test_a_few_missing_times_keep_the_columns():
+    #   1,000 points, three without a time (an Arrow null): those three go to the dead letters,
+    #   the others still travel as Columns, exactly as the rows would have gone
+    t = np.arange(1_000, dtype=np.int64).astype(object)
+    t[[10, 500, 999]] = None
+    batch = {"t": t, "v": np.ones(1_000)}
+    src = Ingress(start="t", advance=AdvanceTime(every=256))
+    out = src.push(batch)
+    assert sum(len(m) for m in out if isinstance(m, Columns)) == 997
+    assert [d.item["t"] for d in src.dead_letters] == [None, None, None]
+    rows = Ingress(start="t", advance=AdvanceTime(every=256))
+    assert list(expand(out)) == rows.push(_rows(batch))
+    assert src.stats == rows.stats
+
+
+def test_the_arrow_reader_keeps_columns_around_a_null_time():
+    import pyarrow as pa
+
+    from topology.arrow_reader import arrow_batches
+
+    table = pa.table({"ts": pa.array([1, None, 3], pa.int64()), "kwh": [0.5, 1.0, 1.5]})
+    batch = next(arrow_batches([table], start="ts"))
+    assert isinstance(batch, dict) and batch["ts"].tolist() == [1, None, 3]
+    src = Ingress(start="ts")
+    assert [m.payload for m in expand(src.push(batch))] == [{"ts": 1, "kwh": 0.5},
+                                                           {"ts": 3, "kwh": 1.5}]
+    assert len(src.dead_letters) == 1

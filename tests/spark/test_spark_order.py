@@ -135,3 +135,25 @@ def test_ranges_out_of_order_are_an_error_not_a_wrong_result(spark, monkeypatch)
                         lambda df, name, ranges, rows: (ranges, F.col(name)))  # any placement
     with pytest.raises(RuntimeError, match="'ts' out of order"):
         list(spark_source.ordered_record_batches(df, "ts", partition_rows=200))
+
+
+@pytest.mark.parametrize("shape", ["point", "edge"])
+def test_one_range_is_sorted_without_a_sample(spark, monkeypatch, shape):
+    # a table of one range needs no bounds: no sampling job, just the sort (cedar demo reads
+    # its readings so, four times)
+    from pyspark.sql import functions as F
+
+    from topology import spark_source
+
+    def no_sample(*args):
+        raise AssertionError("one range needs no sample")
+
+    monkeypatch.setattr(spark_source, "_sampled_ranges", no_sample)
+    monkeypatch.setattr(type(spark.range(1)), "repartitionByRange", no_sample)
+    df = (spark.range(0, 500).select(((F.col("id") * 7_919) % 500).alias("ts"),
+                                     F.lit(None).cast("long").alias("until"), "id")
+          .repartition(3))
+    got = pa.Table.from_batches(list(spark_source.ordered_record_batches(
+        df, "ts", "until" if shape == "edge" else None, shape=shape)))
+    assert got["ts"].to_pylist() == list(range(500))
+    assert sorted(got["id"].to_pylist()) == list(range(500))
