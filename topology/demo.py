@@ -70,7 +70,7 @@ def generate(meters: int = 40, minutes: int = 60, seed: int = 7) -> DemoData:
     """Deterministic smart-meter data: readings every 10 s per meter, in arrival order."""
     rng = random.Random(seed)
     regions = ["north", "south", "east", "west"]
-    info = [{"meter": f"m{m:03d}", "region": regions[m % len(regions)],
+    info: list[dict[str, Any]] = [{"meter": f"m{m:03d}", "region": regions[m % len(regions)],
              "base": 0.2 + 0.8 * rng.random(), "ts": EPOCH_TICKS} for m in range(meters)]
     readings: list[dict[str, Any]] = []
     states: list[dict[str, Any]] = []

@@ -86,7 +86,8 @@ def meter_picture(readings: list[dict[str, Any]], averages: list[tuple[int, int,
     spikes = [spikes_by_ts[t] for t in sorted(spikes_by_ts)]
 
     with plt.rc_context({"svg.fonttype": "none", "font.size": 9}):
-        fig, ax = plt.subplots(figsize=(10, 4.2))
+        fig, axes = plt.subplots(figsize=(10, 4.2))
+        ax: Any = axes  # (matplotlib's stubs take no datetimes, which it draws)
         try:
             ax.plot([_time(t) for t, _ in shown], [k for _, k in shown], color="#8aa6c1",
                     linewidth=0.9, marker=".", markersize=2.5, label="readings (every 10 s)",

@@ -884,8 +884,8 @@ def _deploy(plan: Plan, name: str, settings: ShellConfig, root: str | None, fed:
     except BaseException:
         _kill(handles.values())
         raise
-    job = dataclasses.replace(_FeedJob.of(plan, handles, local, settings), held=hold)
-    feeding = [job.start(),
+    feed_job = dataclasses.replace(_FeedJob.of(plan, handles, local, settings), held=hold)
+    feeding = [feed_job.start(),
                None if host is None else _Remote(host)]
     return Query(name, handles, sink=plan.sink, explain=info["explain"], host=host,
                  feeding=feeding, subscriptions=subs)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from operators.alter_lifetime import AlterLifetime
 from operators.anti_join import AntiJoin
@@ -128,8 +128,8 @@ def _b_window(node: n.Window, step: str) -> Factory:
     if keyed is not None:
         return functools.partial(KeyedWindowAggregate, _one_group, node.spec, node.udm,
                                  policy=node.policy, keyed=False, name=step, **keyed)
-    return functools.partial(make_window, node.spec, node.udm, kind=node.kind,
-                             policy=node.policy, name=step, on_error=node.on_error)
+    return functools.partial(make_window, node.spec, node.udm, kind=cast(Any, node.kind),
+                             policy=node.policy, name=step, on_error=cast(Any, node.on_error))
 
 
 def _b_join(node: n.Join, step: str) -> Factory:
@@ -176,7 +176,7 @@ def _b_group_apply(node: n.GroupApply, step: str) -> Factory:
                                  policy=sub.policy, name=step)
     keyed = (_keyed(sub, node.inputs[0]) if isinstance(sub, n.Window)
              and isinstance(sub.inputs[0], n.GroupInput) else None)
-    if keyed is not None:
+    if keyed is not None and isinstance(sub, n.Window):
         return functools.partial(KeyedWindowAggregate, node.key, sub.spec, sub.udm,
                                  policy=sub.policy, name=step, **keyed)
     return functools.partial(GroupApply, node.key, subquery_factory(node.sub, step), name=step)
