@@ -48,21 +48,22 @@ import reprlib
 import threading
 import time
 import traceback
-from collections import deque
 from itertools import islice
 from typing import Any
 
 import ray
 
-from operators.columns import Columns, count_events, expand
+from operators.columns import Columns, count_events
 from operators.errors import OperatorError
 from operators.events import MIN_TIME, Cti, Message
 from operators.processor import Processor
 from operators.publish import Publish
 
 from . import checkpoint as ck
+from .barrier import Barriers
 from .config import ShellConfig
 from .recorder import Recorder
+from .subscriptions import Subscriptions, Target
 from .wire import decode, decode_rows, encode, encode_rows
 
 #: How the deployer applies ``ray.remote`` to the shell: no CPU reservation (an operator actor
@@ -139,26 +140,8 @@ def _short_repr(obj: Any, width: int) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
-class _Target:
-    """One out-edge on Ray: the downstream actor, its input port and the calls in flight."""
-
-    __slots__ = ("dead", "dst", "handle", "inflight", "port")
-
-    def __init__(self, dst: str, handle: Any, port: int) -> None:
-        self.dst = dst
-        self.handle = handle
-        self.port = port
-        self.inflight: deque[Any] = deque()
-        self.dead: str | None = None
-
-
-class _Pull:
-    """A driver's subscription: messages wait here until the driver fetches them."""
-
-    __slots__ = ("queue",)
-
-    def __init__(self, initial: list[Message]) -> None:
-        self.queue: list[Message] = list(initial)
+#: an out-edge or a subscriber (the name the shell's subclasses know)
+_Target = Target
 
 
 class OperatorShell:
@@ -191,10 +174,8 @@ class OperatorShell:
         self.router: Any = None
         self.targets: list[_Target] = []
         self.buffers: list[list[Message]] = []
-        self.subs: dict[str, _Target] = {}
-        self.sub_buffers: dict[str, list[Message]] = {}
-        self.pulls: dict[int, _Pull] = {}
-        self._next_pull = 0
+        #: composed queries and driver pulls (:mod:`actors.subscriptions`)
+        self.readers = Subscriptions()
         self.rows_input = False
         #: batch size, in-flight window, flush timer, trace (:mod:`actors.config`)
         self.settings = ShellConfig()
@@ -208,18 +189,20 @@ class OperatorShell:
         self._oldest: float | None = None  # when the oldest buffered message arrived
         self._poll = None  # the processor's wall-clock poll, if any
         self._poll_every: float | None = None  # seconds between polls
-        # checkpoints (None: off); see the module docstring
-        self.ckpt: dict[str, Any] | None = None
-        self.is_sink = False
-        self.epoch = 0  # the last epoch this stage wrote
-        self.blocked: set[int] = set()  # inputs whose barrier came, waiting for the others
-        self.queued: deque[tuple[int, str, Any]] = deque()  # their later calls, in order
-        self.pending: list[Message] = []  # sink: output of the epoch in progress
-        self.released: list[Message] = []  # sink: released output the driver has not acked
-        self.released_base = 0  # sink: the output position of released[0]
-        self.restored_from = 0
+        #: checkpoints: alignment, the epoch write, the sink's release (:mod:`actors.barrier`;
+        #: off until configured with a checkpoint directory)
+        self.barriers = self._barriers(None)
         #: the step's trace recorder (None: tracing off, see :mod:`actors.recorder`)
         self.trace: Recorder | None = None
+
+    def _barriers(self, ckpt: dict[str, Any] | None) -> Barriers:
+        return Barriers(self.step, self.n_in, ckpt, push=self._push, end=self._end,
+                        aligned=self._aligned)
+
+    @property
+    def is_sink(self) -> bool:
+        """Whether this is a checkpointed query's (transactional) sink."""
+        return self.barriers.is_sink
 
     def configure(self, config: dict[str, Any]) -> str:
         """Host a new processor: ``step``, ``factory``, ``n_in`` (input edges), ``router``
@@ -246,9 +229,8 @@ class OperatorShell:
             self.rows_input = bool(config.get("rows", False))
             self.settings = config.get("settings") or ShellConfig()
             self.info = dict(config.get("info", {}))
-            self.ckpt = config.get("checkpoint")
-            self.is_sink = bool(self.ckpt and self.ckpt.get("sink"))
-            if self.ckpt and config.get("restore"):
+            self.barriers = self._barriers(config.get("checkpoint"))
+            if self.barriers.ckpt and config.get("restore"):
                 self._restore(ck.load(config["restore"]))
             trace = self.settings.trace
             if trace is not None and trace.traces(self.step):
@@ -337,52 +319,36 @@ class OperatorShell:
         threading.Thread(target=run, name="cedar-source-pull", daemon=True).start()
 
     def _deliver(self, port: int, kind: str, arg: Any) -> None:
-        if port in self.blocked:
-            self.queued.append((port, kind, arg))
-        elif kind == "push":
-            self._push(port, arg)
-        elif kind == "end":
-            self._end(port)
-        else:
-            self._barrier(port, arg)
+        """One call of input ``port``, through the barrier alignment (with _send_lock)."""
+        self.barriers.deliver(port, kind, arg)
 
-    def _barrier(self, port: int, epoch: int) -> None:
-        if self.proc is None or self.ckpt is None:
+    def _aligned(self, epoch: int) -> None:
+        """Every input is at barrier ``epoch`` (the ``aligned`` step of
+        :class:`~actors.barrier.Barriers`, called with _send_lock): checkpoint the stage."""
+        if self.error is not None:
             return
-        self.blocked.add(port)
-        if len(self.blocked) < self.n_in:
-            return
-        self.blocked.clear()
-        if self.error is None:
-            try:
-                self._checkpoint(epoch)
-            except Exception as exc:  # noqa: BLE001 - e.g. the storage refused the file
-                with self._lock:
-                    self._failed(OperatorError(
-                        f"step {self.step!r}: writing checkpoint {epoch} failed: "
-                        f"{type(exc).__name__}: {exc}"))
-                self._forward_failure()
-        held = list(self.queued)
-        self.queued.clear()
-        for item in held:
-            self._deliver(*item)
+        try:
+            self._checkpoint(epoch)
+        except Exception as exc:  # noqa: BLE001 - e.g. the storage refused the file
+            with self._lock:
+                self._failed(OperatorError(
+                    f"step {self.step!r}: writing checkpoint {epoch} failed: "
+                    f"{type(exc).__name__}: {exc}"))
+            self._forward_failure()
 
     def _checkpoint(self, epoch: int) -> None:
-        """All inputs are at barrier ``epoch``: flush, write the state, forward the barrier."""
-        assert self.ckpt is not None and self.proc is not None
+        """Flush, write the state of ``epoch``, release a sink's output, forward the barrier."""
+        assert self.proc is not None
         with self._lock:
             ready = self._due(True)
             state = {
                 "step": self.step, "epoch": epoch, "proc": self.proc.snapshot(),
                 "counts": dict(self.counts), "out_cti": self.out_cti,
-                "released": self.released + self.pending if self.is_sink else [],
-                "released_base": self.released_base,
+                **self.barriers.state(),
             }
-        ck.save(ck.stage_path(self.ckpt["dir"], self.ckpt["query"], epoch, self.step), state)
+        self.barriers.write(epoch, state)
         with self._lock:
-            self.epoch = epoch
-            if self.is_sink:
-                self._release()
+            self._hand_out(self.barriers.committed(epoch))
         self._send(ready)
         if self.error is not None:
             self._forward_failure()
@@ -391,14 +357,12 @@ class OperatorShell:
             if t.dead is None:
                 self._call(t, epoch, barrier=True)
 
-    def _release(self) -> None:
-        """Sink: the epoch's output is safe on disk; hand it out (called with _lock)."""
-        out, self.pending = self.pending, []
-        if out:
-            self.released.extend(out)
-            for pull in self.pulls.values():
-                pull.queue.extend(out)
-        self._wake.notify_all()
+    def _hand_out(self, released: list[Message]) -> None:
+        """Sink: output released (on disk, or the stream ended) goes to the driver pulls
+        and wakes the readers (called with _lock)."""
+        if self.is_sink:
+            self.readers.hand_out(released)
+            self._wake.notify_all()
 
     def _restore(self, state: dict[str, Any]) -> None:
         """Resume from a checkpoint written by :meth:`_checkpoint` (called with both locks)."""
@@ -406,9 +370,7 @@ class OperatorShell:
         self.proc.restore(state["proc"])
         self.counts.update(state["counts"])
         self.out_cti = state["out_cti"]
-        self.epoch = self.restored_from = state["epoch"]
-        self.released = list(state["released"])
-        self.released_base = state["released_base"]
+        self.barriers.restore(state)
 
     def _push(self, port: int, blob: bytes) -> None:
         with self._lock:
@@ -447,9 +409,8 @@ class OperatorShell:
             if self.trace is not None:
                 self.trace.flush()
             self.finished = True
-            if self.is_sink:
-                self._release()
-            targets = list(self.targets) + list(self.subs.values())
+            self._hand_out(self.barriers.release())
+            targets = list(self.targets) + self.readers.targets()
             self._wake.notify_all()
         self._send(ready)
         if self.error is not None:
@@ -478,7 +439,7 @@ class OperatorShell:
         self._wake.notify_all()
 
     def _forward_failure(self) -> None:
-        for t in list(self.targets) + list(self.subs.values()):
+        for t in list(self.targets) + self.readers.targets():
             if t.dead is None:
                 t.handle.fail.remote(t.port, self.error)
 
@@ -492,18 +453,14 @@ class OperatorShell:
                     has_cti = True
                     self.out_cti = max(self.out_cti, m.time)
                     break
-            if self.is_sink:  # output positions count events: expanded
-                self.pending.extend(expand(out))
-            else:
-                for pull in self.pulls.values():
-                    pull.queue.extend(out)
-                if self.pulls:
-                    self._wake.notify_all()
+            if self.is_sink:  # released once its epoch is on disk
+                self.barriers.hold_output(out)
+            elif self.readers.hand_out(out):
+                self._wake.notify_all()
             if self.targets:
                 for buf, part in zip(self.buffers, self.router.route(out)):
                     buf.extend(part)
-            for buf in self.sub_buffers.values():
-                buf.extend(out)
+            self.readers.buffer(out)
             if self._oldest is None:
                 self._oldest = time.monotonic()
         ready = self._due(force or has_cti)
@@ -521,13 +478,9 @@ class OperatorShell:
                 self.buffers[i] = []
             elif buf:
                 pending = True
-        for token, buf in self.sub_buffers.items():
-            if buf and (flush or len(buf) >= size):
-                ready.append((self.subs[token], buf))
-                self.sub_buffers[token] = []
-            elif buf:
-                pending = True
-        if not pending:
+        subs, waiting = self.readers.due(flush, size)
+        ready.extend(subs)
+        if not (pending or waiting):
             self._oldest = None
         return ready
 
@@ -594,11 +547,8 @@ class OperatorShell:
         target.dead = f"{type(exc).__name__}: {exc}"
         target.inflight.clear()
         with self._lock:
-            for token, t in list(self.subs.items()):
-                if t is target:  # a composed query went away: it no longer listens
-                    del self.subs[token]
-                    self.sub_buffers.pop(token, None)
-                    return
+            if self.readers.drop(target):  # a composed query went away: it no longer listens
+                return
             if self.error is None:
                 self.error = (f"step {self.step!r}: its output {target.dst!r} is gone "
                               f"({target.dead})")
@@ -667,17 +617,14 @@ class OperatorShell:
                 if not isinstance(self.proc, Publish):
                     raise TypeError(f"step {self.step!r} cannot publish (it is not a sink)")
                 snap = self.proc.alive_snapshot()
-                target = _Target(token, handle, port)
-                self.subs[token] = target
-                self.sub_buffers[token] = []
+                target = self.readers.subscribe(token, handle, port)
                 finished = self.finished
             if snap:
                 try:
                     blob = encode(snap)
                 except Exception as exc:  # the subscriber is told why
                     with self._lock:
-                        self.subs.pop(token, None)
-                        self.sub_buffers.pop(token, None)
+                        self.readers.unsubscribe(token)
                     raise self._unserialisable(snap, exc) from exc
                 self._call(target, blob)
             if finished:
@@ -687,8 +634,7 @@ class OperatorShell:
     @ray.method(concurrency_group="control")
     def unsubscribe(self, token: str) -> bool:
         with self._lock:
-            self.sub_buffers.pop(token, None)
-            return self.subs.pop(token, None) is not None
+            return self.readers.unsubscribe(token)
 
     # -- drivers pull the output -------------------------------------------------------------
     @ray.method(concurrency_group="control")
@@ -699,9 +645,7 @@ class OperatorShell:
             initial: list[Message] = []
             if snapshot and isinstance(self.proc, Publish):
                 initial = self.proc.alive_snapshot()
-            self._next_pull += 1
-            self.pulls[self._next_pull] = _Pull(initial)
-            return self._next_pull
+            return self.readers.open_pull(initial)
 
     @ray.method(concurrency_group="io")
     def fetch(self, pull: int, timeout_s: float = 0.5) -> tuple[bytes, bool, str | None]:
@@ -710,18 +654,17 @@ class OperatorShell:
         deadline = time.monotonic() + timeout_s
         with self._lock:
             while True:
-                sub = self.pulls.get(pull)
-                if sub is None:
+                waiting = self.readers.waiting(pull)
+                if waiting is None:
                     return encode([]), True, self.error
-                if sub.queue or self.finished or self.error is not None:
+                if waiting or self.finished or self.error is not None:
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._wake.wait(left)
-            msgs, sub.queue = sub.queue, []
-            blob = self._encode_out(msgs)
-            return blob, self.finished and not sub.queue, self.error
+            blob = self._encode_out(self.readers.take(pull))
+            return blob, self.finished and not self.readers.waiting(pull), self.error
 
     @ray.method(concurrency_group="io")
     def fetch_from(self, pos: int, timeout_s: float = 0.5
@@ -732,21 +675,15 @@ class OperatorShell:
         stream has ended with them, and the query's error."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
-            if pos < self.released_base:
-                raise ValueError(f"step {self.step!r}: output position {pos} was acknowledged "
-                                 f"already (released from {self.released_base})")
-            drop = pos - self.released_base
-            if drop:
-                del self.released[:drop]
-                self.released_base = pos
-            while not self.released and not self.finished and self.error is None:
+            self.barriers.acknowledge(pos)
+            while not self.barriers.released and not self.finished and self.error is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._wake.wait(left)
-            msgs = list(self.released)
+            msgs = list(self.barriers.released)
             blob = self._encode_out(msgs)
-            return (blob, pos + len(msgs), self.epoch, self.finished, self.error)
+            return (blob, pos + len(msgs), self.barriers.epoch, self.finished, self.error)
 
     def _encode_out(self, msgs: list[Message]) -> Any:
         """``encode(msgs)`` for a driver; when the output cannot be serialised the step fails
@@ -763,7 +700,7 @@ class OperatorShell:
     @ray.method(concurrency_group="control")
     def close_pull(self, pull: int) -> None:
         with self._lock:
-            self.pulls.pop(pull, None)
+            self.readers.close_pull(pull)
 
     # -- control ------------------------------------------------------------------------------
     @ray.method(concurrency_group="control")
@@ -780,8 +717,8 @@ class OperatorShell:
                 late=len(proc.late) if proc is not None else 0,
                 dead_letters=len(proc.dead_letters) if proc is not None else 0,
                 buffered=sum(map(len, self.buffers)), in_flight=0,
-                subscribers=len(self.subs), finished=self.finished, error=self.error,
-                epoch=self.epoch, restored_from=self.restored_from,
+                subscribers=len(self.readers.subs), finished=self.finished, error=self.error,
+                epoch=self.barriers.epoch, restored_from=self.barriers.restored_from,
             )
             if proc is not None and proc.stats is not None:
                 s["source"] = dict(proc.stats)

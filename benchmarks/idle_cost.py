@@ -1,0 +1,146 @@
+"""What an idle deployed query costs: CPU of its actors while no input arrives.
+
+Deploys ``--queries`` queries whose sources never yield a row (a generator that blocks, fed by
+this driver), in five shapes (a keyed window, a join, a source with an idle timeout, a
+group_apply and a plain filter: about five actors each), waits ``--settle`` seconds, then
+measures the CPU time of every ``ray::`` worker process of this Ray instance (the processes
+under this driver: operator actors, query hosts, pooled workers) over ``--seconds`` with
+psutil. It prints % of a core per idle actor and a ``RESULT`` line:
+
+    python -m benchmarks.idle_cost                      # 5 queries, 20 s
+    python -m benchmarks.idle_cost --queries 10 --seconds 30
+
+The machine's load is printed beside the figure (other processes share its cores; the
+measure counts only this instance's workers, but a loaded machine delays their wake-ups).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+
+from topology import AdvanceTime, Count, Stream
+
+MINUTE = 60_000_000
+_never = threading.Event()
+
+
+def _no_rows() -> Iterator[dict[str, Any]]:
+    """A source that is open and never yields: the driver's feeder waits on it."""
+    _never.wait()
+    yield from ()
+
+
+def _shapes() -> list[Stream]:
+    def src(name: str, idle: float | None = None) -> Stream:
+        return Stream.from_rows(_no_rows(), start="ts", name=name,
+                                advance=AdvanceTime(every=1, idle_timeout=idle))
+
+    keyed = (src("meters").where(lambda r: r["kwh"] > 0)
+             .group_apply(lambda r: r["meter"],
+                          lambda g: g.tumbling_window(MINUTE).aggregate(Count()), partitions=2))
+    join = src("left").join(src("right"), on=(lambda a: a["k"], lambda b: b["k"]))
+    idle = src("quiet", idle=1.0).select(lambda r: r).tumbling_window(MINUTE).aggregate(Count())
+    plain = src("plain").where(lambda r: r["v"] > 1).select(lambda r: r["v"])
+    hop = src("hop").hopping_window(MINUTE, MINUTE // 4).aggregate(Count())
+    return [keyed, join, idle, plain, hop]
+
+
+def ray_workers() -> list[psutil.Process]:
+    """The ``ray::`` processes of the Ray instance this driver started (its descendants)."""
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.name().startswith("ray::") or " ".join(p.cmdline()).startswith("ray::"):
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+def cpu_seconds(procs: list[psutil.Process]) -> dict[int, float]:
+    times = {}
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            times[p.pid] = t.user + t.system
+        except psutil.Error:
+            pass
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--queries", type=int, default=5, help="idle queries to deploy")
+    ap.add_argument("--settle", type=float, default=10.0, help="seconds before measuring")
+    ap.add_argument("--seconds", type=float, default=20.0, help="seconds measured")
+    args = ap.parse_args()
+
+    import ray
+
+    # the workers import this checkout's packages (and this module's functions)
+    path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), path) if p)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, namespace="cedar",
+             logging_level="ERROR", log_to_driver=False)
+    shapes = _shapes()
+    queries = []
+    try:
+        for i in range(args.queries):
+            queries.append(shapes[i % len(shapes)].deploy(f"idle-{i}"))
+        actors = sum(len(q.steps) for q in queries)
+        time.sleep(args.settle)
+        procs = ray_workers()
+        names = {}
+        for p in procs:
+            try:
+                names[p.pid] = " ".join(p.cmdline()).split()[0]
+            except psutil.Error:
+                pass
+        load0 = os.getloadavg()[0]
+        before, t0 = cpu_seconds(procs), time.monotonic()
+        time.sleep(args.seconds)
+        after, elapsed = cpu_seconds(procs), time.monotonic() - t0
+        used = {pid: after[pid] - before[pid] for pid in after if pid in before}
+        operators = [pid for pid in used if names.get(pid, "").startswith("ray::OperatorShell")]
+        hosts = [pid for pid in used if names.get(pid, "").startswith("ray::QueryHost")]
+        total = sum(used.values()) / elapsed * 100
+        op_total = sum(used[p] for p in operators) / elapsed * 100
+        n_actors = len(operators) + len(hosts)
+        if actors and actors != len(operators):
+            print(f"note: the queries have {actors} steps, {len(operators)} operator "
+                  f"processes were found")
+        print(f"{len(queries)} idle queries: {len(operators)} operator actors, {len(hosts)} "
+              f"hosts, {len(used) - n_actors} other ray:: workers; measured "
+              f"{elapsed:.1f} s; load average {load0:.2f} -> {os.getloadavg()[0]:.2f} on "
+              f"{os.cpu_count()} cores")
+        top = sorted(used.items(), key=lambda kv: -kv[1])[:5]
+        for pid, s in top:
+            print(f"  {names.get(pid, '?'):28s} pid {pid:7d}: {s / elapsed * 100:6.3f} % "
+                  f"of a core")
+        per_op = op_total / max(1, len(operators))
+        per_actor = total / max(1, n_actors)
+        print(f"operator actors: {op_total:.2f} % of a core in all, {per_op:.3f} % each")
+        print(f"all ray:: workers: {total:.2f} % of a core in all, {per_actor:.3f} % per "
+              f"actor (operators and hosts)")
+        print(f"RESULT idle_cost queries={len(queries)} actors={n_actors} "
+              f"per_actor_pct={per_actor:.3f} per_operator_pct={per_op:.3f} "
+              f"total_pct={total:.2f} load={load0:.2f}")
+    finally:
+        _never.set()
+        for q in queries:
+            try:
+                q.stop()
+            except Exception as exc:  # noqa: BLE001 - report and go on stopping
+                print(f"stopping {q!r} failed: {exc}")
+        ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
