@@ -48,6 +48,7 @@ import reprlib
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
@@ -152,8 +153,11 @@ class OperatorShell:
         self._send_lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._timer: threading.Thread | None = None
-        #: set while a buffer waits for its time bound: the timer sleeps otherwise
+        #: set when the timer's next deadline came nearer (a buffer began to wait, a poll
+        #: is due sooner): the timer sleeps until its deadline otherwise, or for good
         self._armed = threading.Event()
+        #: how often the timer thread woke up (idle, it sleeps: tests count this)
+        self.timer_wakes = 0
         #: the Ray node this actor runs on
         self.node = ray.get_runtime_context().get_node_id()
         _keep_freed_memory()
@@ -187,8 +191,8 @@ class OperatorShell:
         self.counts = {"events_in": 0, "events_out": 0, "batches_in": 0, "batches_out": 0}
         self.out_cti = MIN_TIME
         self._oldest: float | None = None  # when the oldest buffered message arrived
-        self._poll = None  # the processor's wall-clock poll, if any
-        self._poll_every: float | None = None  # seconds between polls
+        self._poll: Callable[[float], list[Message]] | None = None  # the processor's poll
+        self._next_poll: float | None = None  # when (time.monotonic()) to poll next
         #: checkpoints: alignment, the epoch write, the sink's release (:mod:`actors.barrier`;
         #: off until configured with a checkpoint directory)
         self.barriers = self._barriers(None)
@@ -235,10 +239,10 @@ class OperatorShell:
             trace = self.settings.trace
             if trace is not None and trace.traces(self.step):
                 self.trace = Recorder(trace, self.step, self.proc)
-            self._poll_every = self.proc.poll_every_s
-            self._poll = self.proc.poll if self._poll_every else None
-            if self._poll_every:
+            if self.proc.poll_every_s:
+                self._poll = self.proc.poll
                 self.proc.clock = time.monotonic
+                self._schedule_poll(time.monotonic())
         if self._timer is None:
             self._timer = threading.Thread(target=self._tick_loop, name="cedar-flush",
                                            daemon=True)
@@ -292,7 +296,7 @@ class OperatorShell:
             try:
                 while self.proc is proc and self.error is None and not self.finished:
                     try:
-                        batch = next(batches, over)
+                        batch: Any = next(batches, over)
                     except Exception as exc:  # noqa: BLE001 - the source's data failed
                         with self._send_lock:
                             if self.proc is not proc or self.error is not None:
@@ -384,6 +388,8 @@ class OperatorShell:
                     out = self.proc.process(batch, port)
                 else:
                     out = self.trace.process(self.proc, batch, port, not self.rows_input)
+                if self._poll is not None:
+                    self._schedule_poll(time.monotonic())
                 ready = self._emit(out, force=False)
             except Exception as exc:  # noqa: BLE001 - reported downstream with the step
                 self._failed(exc)
@@ -463,10 +469,11 @@ class OperatorShell:
             self.readers.buffer(out)
             if self._oldest is None:
                 self._oldest = time.monotonic()
-        ready = self._due(force or has_cti)
-        if self._oldest is not None:
-            self._armed.set()
-        return ready
+                ready = self._due(force or has_cti)
+                if self._oldest is not None:  # a buffer began to wait: wake the timer
+                    self._armed.set()
+                return ready
+        return self._due(force or has_cti)
 
     def _due(self, flush: bool) -> list[tuple[_Target, list[Message]]]:
         ready: list[tuple[_Target, list[Message]]] = []
@@ -556,44 +563,60 @@ class OperatorShell:
 
     # -- the timer ------------------------------------------------------------------------
     def _tick_loop(self) -> None:
-        """Sleep until a buffer waits (or a poll is due), then flush it at its time bound."""
+        """Sleep until the next deadline — a buffer's time bound or a due poll — and then
+        flush or poll; with neither, sleep until one comes (an idle actor costs no wake-ups)."""
         while True:
-            self._armed.wait(self._poll_every)
-            oldest = self._oldest
-            if oldest is not None:
-                delay = oldest + self.settings.flush_s - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-            elif self._poll is None:
-                self._disarm()
+            self.timer_wakes += 1
+            self._armed.clear()  # before reading the deadlines: a later set() wakes the wait
+            delay = self._delay(time.monotonic())
+            if delay is None or delay > 0:
+                self._armed.wait(delay)
                 continue
             try:
                 self._tick()
-                if self._oldest is None:
-                    self._disarm()
             except Exception:  # never let the timer die; failures show in stats  # noqa: BLE001
                 self.error_trace = traceback.format_exc()
 
-    def _disarm(self) -> None:
-        self._armed.clear()
-        if self._oldest is not None:  # a buffer filled meanwhile: do not miss it
+    def _delay(self, now: float) -> float | None:
+        """Seconds until the timer has something to do (None: nothing, until armed)."""
+        oldest, next_poll = self._oldest, self._next_poll
+        due = [oldest + self.settings.flush_s] if oldest is not None else []
+        if next_poll is not None and self._poll is not None:
+            due.append(next_poll)
+        return min(due) - now if due else None
+
+    def _schedule_poll(self, now: float) -> None:
+        """Ask the processor when to poll it next (after an input or a poll at ``now``; called
+        with _lock); wake the timer if that is sooner than it planned."""
+        assert self.proc is not None
+        when = self.proc.next_poll(now)
+        if when is not None:
+            when = max(when, now + TICK_S)  # at a deadline the clock may read a hair early
+        before, self._next_poll = self._next_poll, when
+        if when is not None and (before is None or when < before):
             self._armed.set()
 
     def _tick(self) -> None:
         now = time.monotonic()
-        oldest, poll = self._oldest, self._poll
+        oldest, next_poll = self._oldest, self._next_poll
         stale = oldest is not None and now - oldest >= self.settings.flush_s
-        if not stale and poll is None:
+        polled = self._poll is not None and next_poll is not None and now >= next_poll
+        if not stale and not polled:
             return
         if not self._send_lock.acquire(timeout=TICK_S):
             return  # the data path is busy: it flushes on its own
         try:
             with self._lock:
                 if self.error is not None or self.finished or self.proc is None:
+                    # nothing more goes out: no deadline either (the timer sleeps)
+                    self._oldest = self._next_poll = None
                     return
                 ready: list[tuple[_Target, list[Message]]] = []
                 try:
-                    out = self._poll(now) if self._poll is not None else []
+                    out: list[Message] = []
+                    if polled and self._poll is not None:
+                        out = self._poll(now)
+                        self._schedule_poll(now)
                     if self.trace is not None and out:
                         self.trace.record("out", 0, out)
                     if out or stale:
@@ -648,7 +671,7 @@ class OperatorShell:
             return self.readers.open_pull(initial)
 
     @ray.method(concurrency_group="io")
-    def fetch(self, pull: int, timeout_s: float = 0.5) -> tuple[bytes, bool, str | None]:
+    def fetch(self, pull: int, timeout_s: float = 0.5) -> tuple[Any, bool, str | None]:
         """The messages waiting for subscription ``pull`` (waiting up to ``timeout_s`` for
         some), whether the stream has ended, and the query's error if it failed."""
         deadline = time.monotonic() + timeout_s
@@ -668,7 +691,7 @@ class OperatorShell:
 
     @ray.method(concurrency_group="io")
     def fetch_from(self, pos: int, timeout_s: float = 0.5
-                   ) -> tuple[bytes, int, int, bool, str | None]:
+                   ) -> tuple[Any, int, int, bool, str | None]:
         """Checkpointed sink: the released output from position ``pos`` on (everything before
         ``pos`` is acknowledged and forgotten), waiting up to ``timeout_s`` for some. Returns
         the messages, the position after them, the last checkpointed epoch, whether the
