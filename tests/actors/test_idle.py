@@ -62,3 +62,33 @@ def test_an_idle_source_fires_its_idle_timeout_on_time_then_sleeps():
     shell.push(0, encode_rows([{"t": 9}]))  # new rows: the timer runs again
     assert _until(shell, pull, lambda m: m == Cti(10))[-1] == Cti(10)
     assert time.monotonic() - t1 >= 0.3
+
+
+
+class _Down:
+    """A subscriber that records the calls it gets (``handle.method.remote(...)``)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def __getattr__(self, name: str):
+        calls = self.calls
+
+        class _Method:
+            def remote(self, *args):
+                calls.append((name, *args))
+
+        return _Method()
+
+
+def test_a_failed_step_with_a_waiting_buffer_does_not_spin_its_timer():
+    shell = OperatorShell()
+    shell.configure({"step": "where#1", "describe": "where", "n_in": 1,
+                     "factory": lambda: Where(lambda p: p["v"] > 0, name="where#1")})
+    down = _Down()
+    shell.readers.subscribe("t", down, 0)
+    shell.push(0, encode([Insert("a", 0, 1, {"v": 1})]))  # waits for its flush bound...
+    shell.push(0, encode([Insert("b", 0, 1, {})]))        # ... and the step fails before it
+    assert "KeyError" in shell.stats()["error"] and down.calls[0][0] == "fail"
+    time.sleep(0.1)
+    assert _wakes_over(shell, 0.5) <= 2  # the old timer spun here, without a pause
