@@ -22,7 +22,8 @@ actor from a cloudpickled factory) and moves batches:
   data path and, through its own bounded callers, everything upstream.
 * **control** (group ``"control"``, answered while data flows): stats, the output CHT, dead
   letters and late events, subscriptions of other queries (dynamic composition) and of
-  drivers (:meth:`open_pull` / :meth:`fetch`, group ``"io"``).
+  drivers (:meth:`open_pull` / :meth:`fetch`, group ``"io"``; :mod:`actors.subscriptions`),
+  and a supervisor's vigil (:meth:`until_failed`, group ``"watch"``).
 
 **checkpoints** (``config["checkpoint"]``, see :mod:`actors.checkpoint`): the driver sends
 :meth:`barrier` calls into the sources behind their data. A stage with several input edges
@@ -75,7 +76,7 @@ ACTOR_OPTIONS: dict[str, Any] = {
     "max_restarts": 0,
     "max_task_retries": 0,
     "max_concurrency": 1,
-    "concurrency_groups": {"control": 1, "io": 4},
+    "concurrency_groups": {"control": 1, "io": 4, "watch": 1},
     # over the nodes of a cluster (topology.deploy's placement= chooses per query)
     "scheduling_strategy": "SPREAD",
 }
@@ -792,6 +793,20 @@ class OperatorShell:
         """Write the trace rows kept so far as a parquet part (tracing on); returns its path."""
         with self._lock:
             return self.trace.flush() if self.trace is not None else None
+
+    @ray.method(concurrency_group="watch")
+    def until_failed(self, timeout_s: float) -> str | None:
+        """Wait up to ``timeout_s`` for this step to fail: its error, or None. A supervisor
+        keeps one such call pending on every step of its query: it returns as soon as the
+        step fails and raises as soon as the actor dies, so nobody polls an idle step."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while self.error is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._wake.wait(left)
+            return self.error
 
     @ray.method(concurrency_group="control")
     def ping(self) -> str:

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -98,6 +100,8 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=5, help="idle queries to deploy")
     ap.add_argument("--settle", type=float, default=10.0, help="seconds before measuring")
     ap.add_argument("--seconds", type=float, default=20.0, help="seconds measured")
+    ap.add_argument("--checkpoint", action="store_true",
+                    help="deploy with checkpoint_dir (a supervisor in each query's host)")
     ap.add_argument("--bare", type=int, default=4, help="do-nothing actors (Ray's floor)")
     args = ap.parse_args()
 
@@ -110,9 +114,11 @@ def main() -> None:
              logging_level="ERROR", log_to_driver=False)
     shapes = _shapes()
     queries = []
+    ckpt = tempfile.mkdtemp(prefix="cedar-idle-") if args.checkpoint else None
     try:
         for i in range(args.queries):
-            queries.append(shapes[i % len(shapes)].deploy(f"idle-{i}"))
+            options = {"checkpoint_dir": ckpt} if ckpt else {}
+            queries.append(shapes[i % len(shapes)].deploy(f"idle-{i}", **options))
         actors = sum(len(q.steps) for q in queries)
         from actors.shell import ACTOR_OPTIONS
 
@@ -172,6 +178,8 @@ def main() -> None:
             except Exception as exc:  # noqa: BLE001 - report and go on stopping
                 print(f"stopping {q!r} failed: {exc}")
         ray.shutdown()
+        if ckpt:
+            shutil.rmtree(ckpt, ignore_errors=True)
 
 
 if __name__ == "__main__":
