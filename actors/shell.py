@@ -14,9 +14,11 @@ actor from a cloudpickled factory) and moves batches:
   the step id.
 * **batching**: a buffer is sent when it holds ``batch_size`` messages, when a CTI went into
   it (so a CTI never waits), or when its oldest message is ``flush_s`` old — a timer thread
-  does this, because a synchronous actor runs nothing between calls; it sleeps until a buffer
-  waits. It also polls processors that watch the wall clock every ``poll_every_s`` seconds
-  (a source's idle timeout).
+  does this, because a synchronous actor runs nothing between calls. It also polls processors
+  that watch the wall clock (a source's idle timeout), when the processor says a poll may
+  emit (:meth:`~operators.processor.Processor.next_poll`). The timer sleeps until its next
+  deadline, or for good when there is none: an idle actor costs no wake-ups of cedar's
+  (``benchmarks/idle_cost.py`` measures what Ray's own cost).
 * **backpressure**: at most ``max_in_flight`` unanswered batches per out-edge; the next send
   waits for the oldest (calls from one caller complete in order), which stalls this actor's
   data path and, through its own bounded callers, everything upstream.
@@ -25,7 +27,8 @@ actor from a cloudpickled factory) and moves batches:
   drivers (:meth:`open_pull` / :meth:`fetch`, group ``"io"``; :mod:`actors.subscriptions`),
   and a supervisor's vigil (:meth:`until_failed`, group ``"watch"``).
 
-**checkpoints** (``config["checkpoint"]``, see :mod:`actors.checkpoint`): the driver sends
+**checkpoints** (``config["checkpoint"]``, see :mod:`actors.checkpoint`; the alignment, the
+epoch write and the sink's release are :class:`actors.barrier.Barriers`): the driver sends
 :meth:`barrier` calls into the sources behind their data. A stage with several input edges
 *aligns* them (Chandy-Lamport / Flink): an input whose barrier came first is held (its pushes,
 ends and later barriers are queued in arrival order) until the barrier came on every input;
