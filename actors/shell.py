@@ -14,17 +14,21 @@ actor from a cloudpickled factory) and moves batches:
   the step id.
 * **batching**: a buffer is sent when it holds ``batch_size`` messages, when a CTI went into
   it (so a CTI never waits), or when its oldest message is ``flush_s`` old — a timer thread
-  does this, because a synchronous actor runs nothing between calls; it sleeps until a buffer
-  waits. It also polls processors that watch the wall clock every ``poll_every_s`` seconds
-  (a source's idle timeout).
+  does this, because a synchronous actor runs nothing between calls. It also polls processors
+  that watch the wall clock (a source's idle timeout), when the processor says a poll may
+  emit (:meth:`~operators.processor.Processor.next_poll`). The timer sleeps until its next
+  deadline, or for good when there is none: an idle actor costs no wake-ups of cedar's
+  (``benchmarks/idle_cost.py`` measures what Ray's own cost).
 * **backpressure**: at most ``max_in_flight`` unanswered batches per out-edge; the next send
   waits for the oldest (calls from one caller complete in order), which stalls this actor's
   data path and, through its own bounded callers, everything upstream.
 * **control** (group ``"control"``, answered while data flows): stats, the output CHT, dead
   letters and late events, subscriptions of other queries (dynamic composition) and of
-  drivers (:meth:`open_pull` / :meth:`fetch`, group ``"io"``).
+  drivers (:meth:`open_pull` / :meth:`fetch`, group ``"io"``; :mod:`actors.subscriptions`),
+  and a supervisor's vigil (:meth:`until_failed`, group ``"watch"``).
 
-**checkpoints** (``config["checkpoint"]``, see :mod:`actors.checkpoint`): the driver sends
+**checkpoints** (``config["checkpoint"]``, see :mod:`actors.checkpoint`; the alignment, the
+epoch write and the sink's release are :class:`actors.barrier.Barriers`): the driver sends
 :meth:`barrier` calls into the sources behind their data. A stage with several input edges
 *aligns* them (Chandy-Lamport / Flink): an input whose barrier came first is held (its pushes,
 ends and later barriers are queued in arrival order) until the barrier came on every input;
@@ -48,21 +52,23 @@ import reprlib
 import threading
 import time
 import traceback
-from collections import deque
+from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
 import ray
 
-from operators.columns import Columns, count_events, expand
+from operators.columns import Columns, count_events
 from operators.errors import OperatorError
 from operators.events import MIN_TIME, Cti, Message
 from operators.processor import Processor
 from operators.publish import Publish
 
 from . import checkpoint as ck
+from .barrier import Barriers
 from .config import ShellConfig
 from .recorder import Recorder
+from .subscriptions import Subscriptions, Target
 from .wire import decode, decode_rows, encode, encode_rows
 
 #: How the deployer applies ``ray.remote`` to the shell: no CPU reservation (an operator actor
@@ -73,7 +79,7 @@ ACTOR_OPTIONS: dict[str, Any] = {
     "max_restarts": 0,
     "max_task_retries": 0,
     "max_concurrency": 1,
-    "concurrency_groups": {"control": 1, "io": 4},
+    "concurrency_groups": {"control": 1, "io": 4, "watch": 1},
     # over the nodes of a cluster (topology.deploy's placement= chooses per query)
     "scheduling_strategy": "SPREAD",
 }
@@ -139,26 +145,8 @@ def _short_repr(obj: Any, width: int) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
-class _Target:
-    """One out-edge on Ray: the downstream actor, its input port and the calls in flight."""
-
-    __slots__ = ("dead", "dst", "handle", "inflight", "port")
-
-    def __init__(self, dst: str, handle: Any, port: int) -> None:
-        self.dst = dst
-        self.handle = handle
-        self.port = port
-        self.inflight: deque[Any] = deque()
-        self.dead: str | None = None
-
-
-class _Pull:
-    """A driver's subscription: messages wait here until the driver fetches them."""
-
-    __slots__ = ("queue",)
-
-    def __init__(self, initial: list[Message]) -> None:
-        self.queue: list[Message] = list(initial)
+#: an out-edge or a subscriber (the name the shell's subclasses know)
+_Target = Target
 
 
 class OperatorShell:
@@ -169,8 +157,11 @@ class OperatorShell:
         self._send_lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._timer: threading.Thread | None = None
-        #: set while a buffer waits for its time bound: the timer sleeps otherwise
+        #: set when the timer's next deadline came nearer (a buffer began to wait, a poll
+        #: is due sooner): the timer sleeps until its deadline otherwise, or for good
         self._armed = threading.Event()
+        #: how often the timer thread woke up (idle, it sleeps: tests count this)
+        self.timer_wakes = 0
         #: the Ray node this actor runs on
         self.node = ray.get_runtime_context().get_node_id()
         _keep_freed_memory()
@@ -191,10 +182,8 @@ class OperatorShell:
         self.router: Any = None
         self.targets: list[_Target] = []
         self.buffers: list[list[Message]] = []
-        self.subs: dict[str, _Target] = {}
-        self.sub_buffers: dict[str, list[Message]] = {}
-        self.pulls: dict[int, _Pull] = {}
-        self._next_pull = 0
+        #: composed queries and driver pulls (:mod:`actors.subscriptions`)
+        self.readers = Subscriptions()
         self.rows_input = False
         #: batch size, in-flight window, flush timer, trace (:mod:`actors.config`)
         self.settings = ShellConfig()
@@ -210,20 +199,22 @@ class OperatorShell:
         self.cti_wall: float | None = None
         self.push_wall: float | None = None
         self._oldest: float | None = None  # when the oldest buffered message arrived
-        self._poll = None  # the processor's wall-clock poll, if any
-        self._poll_every: float | None = None  # seconds between polls
-        # checkpoints (None: off); see the module docstring
-        self.ckpt: dict[str, Any] | None = None
-        self.is_sink = False
-        self.epoch = 0  # the last epoch this stage wrote
-        self.blocked: set[int] = set()  # inputs whose barrier came, waiting for the others
-        self.queued: deque[tuple[int, str, Any]] = deque()  # their later calls, in order
-        self.pending: list[Message] = []  # sink: output of the epoch in progress
-        self.released: list[Message] = []  # sink: released output the driver has not acked
-        self.released_base = 0  # sink: the output position of released[0]
-        self.restored_from = 0
+        self._poll: Callable[[float], list[Message]] | None = None  # the processor's poll
+        self._next_poll: float | None = None  # when (time.monotonic()) to poll next
+        #: checkpoints: alignment, the epoch write, the sink's release (:mod:`actors.barrier`;
+        #: off until configured with a checkpoint directory)
+        self.barriers = self._barriers(None)
         #: the step's trace recorder (None: tracing off, see :mod:`actors.recorder`)
         self.trace: Recorder | None = None
+
+    def _barriers(self, ckpt: dict[str, Any] | None) -> Barriers:
+        return Barriers(self.step, self.n_in, ckpt, push=self._push, end=self._end,
+                        aligned=self._aligned)
+
+    @property
+    def is_sink(self) -> bool:
+        """Whether this is a checkpointed query's (transactional) sink."""
+        return self.barriers.is_sink
 
     def configure(self, config: dict[str, Any]) -> str:
         """Host a new processor: ``step``, ``factory``, ``n_in`` (input edges), ``router``
@@ -250,17 +241,16 @@ class OperatorShell:
             self.rows_input = bool(config.get("rows", False))
             self.settings = config.get("settings") or ShellConfig()
             self.info = dict(config.get("info", {}))
-            self.ckpt = config.get("checkpoint")
-            self.is_sink = bool(self.ckpt and self.ckpt.get("sink"))
-            if self.ckpt and config.get("restore"):
+            self.barriers = self._barriers(config.get("checkpoint"))
+            if self.barriers.ckpt and config.get("restore"):
                 self._restore(ck.load(config["restore"]))
             trace = self.settings.trace
             if trace is not None and trace.traces(self.step):
                 self.trace = Recorder(trace, self.step, self.proc)
-            self._poll_every = self.proc.poll_every_s
-            self._poll = self.proc.poll if self._poll_every else None
-            if self._poll_every:
+            if self.proc.poll_every_s:
+                self._poll = self.proc.poll
                 self.proc.clock = time.monotonic
+                self._schedule_poll(time.monotonic())
         if self._timer is None:
             self._timer = threading.Thread(target=self._tick_loop, name="cedar-flush",
                                            daemon=True)
@@ -314,7 +304,7 @@ class OperatorShell:
             try:
                 while self.proc is proc and self.error is None and not self.finished:
                     try:
-                        batch = next(batches, over)
+                        batch: Any = next(batches, over)
                     except Exception as exc:  # noqa: BLE001 - the source's data failed
                         with self._send_lock:
                             if self.proc is not proc or self.error is not None:
@@ -341,52 +331,36 @@ class OperatorShell:
         threading.Thread(target=run, name="cedar-source-pull", daemon=True).start()
 
     def _deliver(self, port: int, kind: str, arg: Any) -> None:
-        if port in self.blocked:
-            self.queued.append((port, kind, arg))
-        elif kind == "push":
-            self._push(port, arg)
-        elif kind == "end":
-            self._end(port)
-        else:
-            self._barrier(port, arg)
+        """One call of input ``port``, through the barrier alignment (with _send_lock)."""
+        self.barriers.deliver(port, kind, arg)
 
-    def _barrier(self, port: int, epoch: int) -> None:
-        if self.proc is None or self.ckpt is None:
+    def _aligned(self, epoch: int) -> None:
+        """Every input is at barrier ``epoch`` (the ``aligned`` step of
+        :class:`~actors.barrier.Barriers`, called with _send_lock): checkpoint the stage."""
+        if self.error is not None:
             return
-        self.blocked.add(port)
-        if len(self.blocked) < self.n_in:
-            return
-        self.blocked.clear()
-        if self.error is None:
-            try:
-                self._checkpoint(epoch)
-            except Exception as exc:  # noqa: BLE001 - e.g. the storage refused the file
-                with self._lock:
-                    self._failed(OperatorError(
-                        f"step {self.step!r}: writing checkpoint {epoch} failed: "
-                        f"{type(exc).__name__}: {exc}"))
-                self._forward_failure()
-        held = list(self.queued)
-        self.queued.clear()
-        for item in held:
-            self._deliver(*item)
+        try:
+            self._checkpoint(epoch)
+        except Exception as exc:  # noqa: BLE001 - e.g. the storage refused the file
+            with self._lock:
+                self._failed(OperatorError(
+                    f"step {self.step!r}: writing checkpoint {epoch} failed: "
+                    f"{type(exc).__name__}: {exc}"))
+            self._forward_failure()
 
     def _checkpoint(self, epoch: int) -> None:
-        """All inputs are at barrier ``epoch``: flush, write the state, forward the barrier."""
-        assert self.ckpt is not None and self.proc is not None
+        """Flush, write the state of ``epoch``, release a sink's output, forward the barrier."""
+        assert self.proc is not None
         with self._lock:
             ready = self._due(True)
             state = {
                 "step": self.step, "epoch": epoch, "proc": self.proc.snapshot(),
                 "counts": dict(self.counts), "out_cti": self.out_cti,
-                "released": self.released + self.pending if self.is_sink else [],
-                "released_base": self.released_base,
+                **self.barriers.state(),
             }
-        ck.save(ck.stage_path(self.ckpt["dir"], self.ckpt["query"], epoch, self.step), state)
+        self.barriers.write(epoch, state)
         with self._lock:
-            self.epoch = epoch
-            if self.is_sink:
-                self._release()
+            self._hand_out(self.barriers.committed(epoch))
         self._send(ready)
         if self.error is not None:
             self._forward_failure()
@@ -395,14 +369,12 @@ class OperatorShell:
             if t.dead is None:
                 self._call(t, epoch, barrier=True)
 
-    def _release(self) -> None:
-        """Sink: the epoch's output is safe on disk; hand it out (called with _lock)."""
-        out, self.pending = self.pending, []
-        if out:
-            self.released.extend(out)
-            for pull in self.pulls.values():
-                pull.queue.extend(out)
-        self._wake.notify_all()
+    def _hand_out(self, released: list[Message]) -> None:
+        """Sink: output released (on disk, or the stream ended) goes to the driver pulls
+        and wakes the readers (called with _lock)."""
+        if self.is_sink:
+            self.readers.hand_out(released)
+            self._wake.notify_all()
 
     def _restore(self, state: dict[str, Any]) -> None:
         """Resume from a checkpoint written by :meth:`_checkpoint` (called with both locks)."""
@@ -410,9 +382,7 @@ class OperatorShell:
         self.proc.restore(state["proc"])
         self.counts.update(state["counts"])
         self.out_cti = state["out_cti"]
-        self.epoch = self.restored_from = state["epoch"]
-        self.released = list(state["released"])
-        self.released_base = state["released_base"]
+        self.barriers.restore(state)
 
     def _push(self, port: int, blob: bytes) -> None:
         with self._lock:
@@ -427,6 +397,8 @@ class OperatorShell:
                     out = self.proc.process(batch, port)
                 else:
                     out = self.trace.process(self.proc, batch, port, not self.rows_input)
+                if self._poll is not None:
+                    self._schedule_poll(time.monotonic())
                 ready = self._emit(out, force=False)
             except Exception as exc:  # noqa: BLE001 - reported downstream with the step
                 self._failed(exc)
@@ -452,9 +424,8 @@ class OperatorShell:
             if self.trace is not None:
                 self.trace.flush()
             self.finished = True
-            if self.is_sink:
-                self._release()
-            targets = list(self.targets) + list(self.subs.values())
+            self._hand_out(self.barriers.release())
+            targets = list(self.targets) + self.readers.targets()
             self._wake.notify_all()
         self._send(ready)
         if self.error is not None:
@@ -483,7 +454,7 @@ class OperatorShell:
         self._wake.notify_all()
 
     def _forward_failure(self) -> None:
-        for t in list(self.targets) + list(self.subs.values()):
+        for t in list(self.targets) + self.readers.targets():
             if t.dead is None:
                 t.handle.fail.remote(t.port, self.error)
 
@@ -498,24 +469,21 @@ class OperatorShell:
                     if m.time > self.out_cti:
                         self.out_cti, self.cti_wall = m.time, time.time()
                     break
-            if self.is_sink:  # output positions count events: expanded
-                self.pending.extend(expand(out))
-            else:
-                for pull in self.pulls.values():
-                    pull.queue.extend(out)
-                if self.pulls:
-                    self._wake.notify_all()
+            if self.is_sink:  # released once its epoch is on disk
+                self.barriers.hold_output(out)
+            elif self.readers.hand_out(out):
+                self._wake.notify_all()
             if self.targets:
                 for buf, part in zip(self.buffers, self.router.route(out)):
                     buf.extend(part)
-            for buf in self.sub_buffers.values():
-                buf.extend(out)
+            self.readers.buffer(out)
             if self._oldest is None:
                 self._oldest = time.monotonic()
-        ready = self._due(force or has_cti)
-        if self._oldest is not None:
-            self._armed.set()
-        return ready
+                ready = self._due(force or has_cti)
+                if self._oldest is not None:  # a buffer began to wait: wake the timer
+                    self._armed.set()
+                return ready
+        return self._due(force or has_cti)
 
     def _due(self, flush: bool) -> list[tuple[_Target, list[Message]]]:
         ready: list[tuple[_Target, list[Message]]] = []
@@ -527,13 +495,9 @@ class OperatorShell:
                 self.buffers[i] = []
             elif buf:
                 pending = True
-        for token, buf in self.sub_buffers.items():
-            if buf and (flush or len(buf) >= size):
-                ready.append((self.subs[token], buf))
-                self.sub_buffers[token] = []
-            elif buf:
-                pending = True
-        if not pending:
+        subs, waiting = self.readers.due(flush, size)
+        ready.extend(subs)
+        if not (pending or waiting):
             self._oldest = None
         return ready
 
@@ -601,11 +565,8 @@ class OperatorShell:
         target.dead = f"{type(exc).__name__}: {exc}"
         target.inflight.clear()
         with self._lock:
-            for token, t in list(self.subs.items()):
-                if t is target:  # a composed query went away: it no longer listens
-                    del self.subs[token]
-                    self.sub_buffers.pop(token, None)
-                    return
+            if self.readers.drop(target):  # a composed query went away: it no longer listens
+                return
             if self.error is None:
                 self.error = (f"step {self.step!r}: its output {target.dst!r} is gone "
                               f"({target.dead})")
@@ -613,44 +574,60 @@ class OperatorShell:
 
     # -- the timer ------------------------------------------------------------------------
     def _tick_loop(self) -> None:
-        """Sleep until a buffer waits (or a poll is due), then flush it at its time bound."""
+        """Sleep until the next deadline — a buffer's time bound or a due poll — and then
+        flush or poll; with neither, sleep until one comes (an idle actor costs no wake-ups)."""
         while True:
-            self._armed.wait(self._poll_every)
-            oldest = self._oldest
-            if oldest is not None:
-                delay = oldest + self.settings.flush_s - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-            elif self._poll is None:
-                self._disarm()
+            self.timer_wakes += 1
+            self._armed.clear()  # before reading the deadlines: a later set() wakes the wait
+            delay = self._delay(time.monotonic())
+            if delay is None or delay > 0:
+                self._armed.wait(delay)
                 continue
             try:
                 self._tick()
-                if self._oldest is None:
-                    self._disarm()
             except Exception:  # never let the timer die; failures show in stats  # noqa: BLE001
                 self.error_trace = traceback.format_exc()
 
-    def _disarm(self) -> None:
-        self._armed.clear()
-        if self._oldest is not None:  # a buffer filled meanwhile: do not miss it
+    def _delay(self, now: float) -> float | None:
+        """Seconds until the timer has something to do (None: nothing, until armed)."""
+        oldest, next_poll = self._oldest, self._next_poll
+        due = [oldest + self.settings.flush_s] if oldest is not None else []
+        if next_poll is not None and self._poll is not None:
+            due.append(next_poll)
+        return min(due) - now if due else None
+
+    def _schedule_poll(self, now: float) -> None:
+        """Ask the processor when to poll it next (after an input or a poll at ``now``; called
+        with _lock); wake the timer if that is sooner than it planned."""
+        assert self.proc is not None
+        when = self.proc.next_poll(now)
+        if when is not None:
+            when = max(when, now + TICK_S)  # at a deadline the clock may read a hair early
+        before, self._next_poll = self._next_poll, when
+        if when is not None and (before is None or when < before):
             self._armed.set()
 
     def _tick(self) -> None:
         now = time.monotonic()
-        oldest, poll = self._oldest, self._poll
+        oldest, next_poll = self._oldest, self._next_poll
         stale = oldest is not None and now - oldest >= self.settings.flush_s
-        if not stale and poll is None:
+        polled = self._poll is not None and next_poll is not None and now >= next_poll
+        if not stale and not polled:
             return
         if not self._send_lock.acquire(timeout=TICK_S):
             return  # the data path is busy: it flushes on its own
         try:
             with self._lock:
                 if self.error is not None or self.finished or self.proc is None:
+                    # nothing more goes out: no deadline either (the timer sleeps)
+                    self._oldest = self._next_poll = None
                     return
                 ready: list[tuple[_Target, list[Message]]] = []
                 try:
-                    out = self._poll(now) if self._poll is not None else []
+                    out: list[Message] = []
+                    if polled and self._poll is not None:
+                        out = self._poll(now)
+                        self._schedule_poll(now)
                     if self.trace is not None and out:
                         self.trace.record("out", 0, out)
                     if out or stale:
@@ -674,17 +651,14 @@ class OperatorShell:
                 if not isinstance(self.proc, Publish):
                     raise TypeError(f"step {self.step!r} cannot publish (it is not a sink)")
                 snap = self.proc.alive_snapshot()
-                target = _Target(token, handle, port)
-                self.subs[token] = target
-                self.sub_buffers[token] = []
+                target = self.readers.subscribe(token, handle, port)
                 finished = self.finished
             if snap:
                 try:
                     blob = encode(snap)
                 except Exception as exc:  # the subscriber is told why
                     with self._lock:
-                        self.subs.pop(token, None)
-                        self.sub_buffers.pop(token, None)
+                        self.readers.unsubscribe(token)
                     raise self._unserialisable(snap, exc) from exc
                 self._call(target, blob)
             if finished:
@@ -694,8 +668,7 @@ class OperatorShell:
     @ray.method(concurrency_group="control")
     def unsubscribe(self, token: str) -> bool:
         with self._lock:
-            self.sub_buffers.pop(token, None)
-            return self.subs.pop(token, None) is not None
+            return self.readers.unsubscribe(token)
 
     # -- drivers pull the output -------------------------------------------------------------
     @ray.method(concurrency_group="control")
@@ -706,54 +679,45 @@ class OperatorShell:
             initial: list[Message] = []
             if snapshot and isinstance(self.proc, Publish):
                 initial = self.proc.alive_snapshot()
-            self._next_pull += 1
-            self.pulls[self._next_pull] = _Pull(initial)
-            return self._next_pull
+            return self.readers.open_pull(initial)
 
     @ray.method(concurrency_group="io")
-    def fetch(self, pull: int, timeout_s: float = 0.5) -> tuple[bytes, bool, str | None]:
+    def fetch(self, pull: int, timeout_s: float = 0.5) -> tuple[Any, bool, str | None]:
         """The messages waiting for subscription ``pull`` (waiting up to ``timeout_s`` for
         some), whether the stream has ended, and the query's error if it failed."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
             while True:
-                sub = self.pulls.get(pull)
-                if sub is None:
+                waiting = self.readers.waiting(pull)
+                if waiting is None:
                     return encode([]), True, self.error
-                if sub.queue or self.finished or self.error is not None:
+                if waiting or self.finished or self.error is not None:
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._wake.wait(left)
-            msgs, sub.queue = sub.queue, []
-            blob = self._encode_out(msgs)
-            return blob, self.finished and not sub.queue, self.error
+            blob = self._encode_out(self.readers.take(pull))
+            return blob, self.finished and not self.readers.waiting(pull), self.error
 
     @ray.method(concurrency_group="io")
     def fetch_from(self, pos: int, timeout_s: float = 0.5
-                   ) -> tuple[bytes, int, int, bool, str | None]:
+                   ) -> tuple[Any, int, int, bool, str | None]:
         """Checkpointed sink: the released output from position ``pos`` on (everything before
         ``pos`` is acknowledged and forgotten), waiting up to ``timeout_s`` for some. Returns
         the messages, the position after them, the last checkpointed epoch, whether the
         stream has ended with them, and the query's error."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
-            if pos < self.released_base:
-                raise ValueError(f"step {self.step!r}: output position {pos} was acknowledged "
-                                 f"already (released from {self.released_base})")
-            drop = pos - self.released_base
-            if drop:
-                del self.released[:drop]
-                self.released_base = pos
-            while not self.released and not self.finished and self.error is None:
+            self.barriers.acknowledge(pos)
+            while not self.barriers.released and not self.finished and self.error is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._wake.wait(left)
-            msgs = list(self.released)
+            msgs = list(self.barriers.released)
             blob = self._encode_out(msgs)
-            return (blob, pos + len(msgs), self.epoch, self.finished, self.error)
+            return (blob, pos + len(msgs), self.barriers.epoch, self.finished, self.error)
 
     def _encode_out(self, msgs: list[Message]) -> Any:
         """``encode(msgs)`` for a driver; when the output cannot be serialised the step fails
@@ -770,7 +734,7 @@ class OperatorShell:
     @ray.method(concurrency_group="control")
     def close_pull(self, pull: int) -> None:
         with self._lock:
-            self.pulls.pop(pull, None)
+            self.readers.close_pull(pull)
 
     # -- control ------------------------------------------------------------------------------
     @ray.method(concurrency_group="control")
@@ -787,8 +751,8 @@ class OperatorShell:
                 late=len(proc.late) if proc is not None else 0,
                 dead_letters=len(proc.dead_letters) if proc is not None else 0,
                 buffered=sum(map(len, self.buffers)), in_flight=0,
-                subscribers=len(self.subs), finished=self.finished, error=self.error,
-                epoch=self.epoch, restored_from=self.restored_from,
+                subscribers=len(self.readers.subs), finished=self.finished, error=self.error,
+                epoch=self.barriers.epoch, restored_from=self.barriers.restored_from,
                 in_ctis=None if proc is None or proc.in_ctis is None else list(proc.in_ctis),
                 cti_wall=self.cti_wall, push_wall=self.push_wall,
                 out_edges=[(t.dst, t.port) for t in self.targets],
@@ -855,6 +819,20 @@ class OperatorShell:
         """Write the trace rows kept so far as a parquet part (tracing on); returns its path."""
         with self._lock:
             return self.trace.flush() if self.trace is not None else None
+
+    @ray.method(concurrency_group="watch")
+    def until_failed(self, timeout_s: float) -> str | None:
+        """Wait up to ``timeout_s`` for this step to fail: its error, or None. A supervisor
+        keeps one such call pending on every step of its query: it returns as soon as the
+        step fails and raises as soon as the actor dies, so nobody polls an idle step."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while self.error is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._wake.wait(left)
+            return self.error
 
     @ray.method(concurrency_group="control")
     def ping(self) -> str:

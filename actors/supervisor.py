@@ -15,7 +15,9 @@ in the driver for ``collect()``.
   :mod:`actors.shell`); the supervisor fetches it by position (:meth:`fetch_from`), saves it
   beside the checkpoints (:func:`actors.checkpoint.save_output`) and only then acknowledges
   it (the next fetch), and keeps it in :attr:`output`.
-* **recovery**: when an actor dies (a failed call, or a ping every ``PING_S``), the supervisor
+* **recovery**: when an actor dies (a failed call, or its *vigil* failing: a call to
+  :meth:`~actors.shell.OperatorShell.until_failed` that the supervisor keeps pending on every
+  step, which returns when the step fails and raises when it dies), the supervisor
   pauses the feeder, kills every actor of the query, starts new ones restored from the newest
   complete epoch on disk, replays the log after that epoch's barrier, and resumes fetching at
   the position it had reached. Output positions at or after the restored sink's are produced
@@ -48,10 +50,13 @@ from . import checkpoint as ck
 from .config import ShellConfig
 from .wire import decode
 
-#: Seconds between liveness pings of the query's actors.
-PING_S = 0.2
-#: Seconds one fetch waits for output.
-FETCH_S = 0.2
+#: Seconds one fetch waits for output (it returns as soon as output is released or the query
+#: ends or fails; a failure or death elsewhere ends the wait through the vigils).
+FETCH_S = 2.0
+#: What :meth:`Supervisor._step_error` says of a step whose actor is gone.
+DEAD = "a step is dead"
+#: Seconds one vigil call waits for its step to fail before it is renewed.
+VIGIL_S = 30.0
 
 
 class Supervisor:
@@ -88,6 +93,8 @@ class Supervisor:
         self._inflight: dict[str, deque[Any]] = {}
         self._suspect = threading.Event()
         self._threads: list[threading.Thread] = []
+        #: step -> its pending vigil call (see the module docstring; the watcher's own)
+        self._vigils: dict[str, Any] = {}
 
     # -- life cycle ----------------------------------------------------------------------------
     def start(self, resume: bool = False) -> None:
@@ -245,32 +252,41 @@ class Supervisor:
     def _watch(self) -> None:
         import ray
 
-        last_ping = time.monotonic()
         while not self.stop_event.is_set():
             try:
-                blob, nxt, epoch, finished, error = ray.get(
-                    self.handles[self.sink_step].fetch_from.remote(self.pos, FETCH_S))
-                msgs = decode(blob)
-                if msgs:  # saved before the next fetch acknowledges it
-                    ck.save_output(self.root, self.name, self.pos, nxt, blob)
-                    with self.new_output:
-                        self.output.extend(msgs)
-                        self.pos = nxt
-                        self.new_output.notify_all()
-                if epoch > self.committed:
-                    self.committed = epoch
-                    ck.forget_before(self.root, self.name, epoch)
-                if finished and not msgs:
-                    self._finish()
-                    return
-                dead = self._suspect.is_set() or error is not None
-                step = self.sink_step
-                if not dead and time.monotonic() - last_ping > PING_S:
-                    last_ping = time.monotonic()
-                    step, error = self._step_error()
-                    dead = error is not None
-                elif error is not None:
-                    step = self._step_error()[0]
+                ref = self.handles[self.sink_step].fetch_from.remote(self.pos, FETCH_S)
+                step, error = self.sink_step, None
+                while True:  # the fetch, or a step that fails or dies meanwhile
+                    ready, _ = ray.wait([ref, *self._renew_vigils()], num_returns=1)
+                    if self.stop_event.is_set():
+                        return
+                    if ref in ready:
+                        break
+                    step, error = self._vigil_report()
+                    if error is not None:
+                        break
+                dead = error is not None
+                if not dead:
+                    blob, nxt, epoch, finished, error = ray.get(ref)
+                    msgs = decode(blob)
+                    if msgs:  # saved before the next fetch acknowledges it
+                        ck.save_output(self.root, self.name, self.pos, nxt, blob)
+                        with self.new_output:
+                            self.output.extend(msgs)
+                            self.pos = nxt
+                            self.new_output.notify_all()
+                    if epoch > self.committed:
+                        self.committed = epoch
+                        ck.forget_before(self.root, self.name, epoch)
+                    if finished and not msgs:
+                        self._finish()
+                        return
+                    dead = self._suspect.is_set() or error is not None
+                    if not dead:
+                        step, error = self._vigil_report()
+                        dead = error is not None
+                    elif error is not None:
+                        step = self._step_error()[0]
                 if dead and not self._alive():
                     if not self._recover_or_fail():
                         return
@@ -278,6 +294,8 @@ class Supervisor:
                     self._fail(f"query {self.name!r} failed in {error}", step, error)
                     return
             except ray.exceptions.RayActorError:
+                if self.stop_event.is_set():
+                    return
                 if not self._recover_or_fail():
                     return
             except Exception as exc:  # noqa: BLE001 - never die silently
@@ -299,6 +317,31 @@ class Supervisor:
                        reason or f"recovering failed: {type(exc).__name__}: {exc}")
             return False
 
+    def _renew_vigils(self) -> list[Any]:
+        """Every step's pending vigil, a new one for each step that has none."""
+        for step, handle in self.handles.items():
+            if step not in self._vigils:
+                self._vigils[step] = handle.until_failed.remote(VIGIL_S)
+        return list(self._vigils.values())
+
+    def _vigil_report(self) -> tuple[str, str | None]:
+        """(step, error) after the vigils that returned (without waiting): (sink, ``DEAD``)
+        when an actor died, the first failed step in plan order (:meth:`_step_error`) when
+        one failed, else (sink, None); a vigil that returned is renewed next time."""
+        import ray
+
+        refs = list(self._vigils.values())
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if refs else ([], [])
+        failed = False
+        for step, ref in list(self._vigils.items()):
+            if ref in ready:
+                del self._vigils[step]
+                try:
+                    failed = failed or ray.get(ref) is not None
+                except ray.exceptions.RayActorError:
+                    return self.sink_step, DEAD
+        return self._step_error() if failed else (self.sink_step, None)
+
     def _step_error(self) -> tuple[str, str | None]:
         """(step, error) of the first step of the query (in plan order, so the one where a
         failure began) with an error (a failed checkpoint write, a UDM that raised), or
@@ -312,7 +355,7 @@ class Supervisor:
         try:
             infos = ray.get(refs, timeout=10)
         except ray.exceptions.RayActorError:
-            return self.sink_step, "a step is dead"
+            return self.sink_step, DEAD
         except ray.exceptions.GetTimeoutError:
             return self.sink_step, None  # busy, not dead
         return next(((s, error) for s, (error, _) in zip(steps, infos) if error is not None),
@@ -361,6 +404,7 @@ class Supervisor:
                 self.generation += 1
                 try:
                     self.handles = self._start_actors(self.generation)
+                    self._vigils = {}
                     self._configure(self.handles, epoch)
                     self._inflight = {s: deque() for s in self._inflight}
                     start = 0

@@ -90,6 +90,9 @@ class SourceChain(Chain):
     def poll(self, now: float) -> list[Message]:
         return self._through(self.stages[0].poll(now), 1)
 
+    def next_poll(self, now: float) -> float | None:
+        return self.stages[0].next_poll(now)
+
     @property
     def clock(self) -> Callable[[], float] | None:
         return self.stages[0].clock

@@ -464,6 +464,25 @@ class Ingress(Stateful):
             return []
         return self._emit([], self._top + 1)
 
+    def next_poll(self, now: float) -> float | None:
+        """When :meth:`poll` may next emit, asked at ``now``: when the idle timeout of the
+        last rows runs out; None while every event is covered by a CTI (nothing to flush
+        before more rows come) or without an idle timeout.
+
+        >>> src = Ingress(start="t", advance=AdvanceTime(every=1, idle_timeout=0.2))
+        >>> src.next_poll(9.0) is None        # no event yet
+        True
+        >>> _ = src.push([{"t": 7}], now=10.0)
+        >>> src.next_poll(10.0), src.poll(10.25), src.next_poll(10.25)
+        (10.2, [Cti(time=8)], None)
+        """
+        timeout = self.advance.idle_timeout
+        if timeout is None or self._ended or self._top + 1 <= self.cti:
+            return None
+        if self._last_wall is None:  # rows arrived without a clock: poll starts timing
+            return now
+        return self._last_wall + timeout
+
     def end(self) -> list[Message]:
         """End of input: ``Cti(max over events of (end if finite else start + 1))``, past
         every finite endpoint, if that moves time forward. Later pushes raise; a second

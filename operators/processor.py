@@ -171,6 +171,13 @@ class Processor(Stateful):
         timeout). Nothing by default."""
         return []
 
+    def next_poll(self, now: float) -> float | None:
+        """When (on the runtime's clock) :meth:`poll` may next emit, asked at ``now`` after
+        an input or a poll: a runtime that polls sleeps until then or until the next input,
+        so that an idle processor costs no wake-ups (None: not before the next input). By
+        default every :attr:`poll_every_s` seconds."""
+        return None if self.poll_every_s is None else now + self.poll_every_s
+
     def children(self) -> Iterable[Processor]:
         """The processors this one hosts (the stages of a chain or an in-process plan)."""
         return ()

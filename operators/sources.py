@@ -173,6 +173,10 @@ class RowsSource(Processor):
         """The idle timer (``AdvanceTime(idle_timeout=...)``): a CTI when the source is quiet."""
         return self.ingress.poll(now)
 
+    def next_poll(self, now: float) -> float | None:
+        """When the idle timer may fire: see :meth:`operators.ingress.Ingress.next_poll`."""
+        return self.ingress.next_poll(now)
+
     def finish(self) -> list[Message]:
         """End of input: the final CTI, past every finite endpoint."""
         return self.ingress.end()
