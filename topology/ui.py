@@ -388,8 +388,9 @@ class Monitor:
         lo, hi = (min(starts), max(starts) + 1) if starts else (None, None)
         with tempfile.TemporaryDirectory(prefix="cedar-ui-") as tmp:
             out = os.path.join(tmp, "timeline.svg")
+            # one row per event: these few are worth seeing one by one, never as a density
             timeline(rec, traced, out=out, start=lo, end=hi, limit=PICTURE_EVENTS,
-                     tz=self._tz_name)
+                     tz=self._tz_name, lanes=False)
             with open(out, "rb") as f:
                 return f.read()
 

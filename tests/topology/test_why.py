@@ -24,6 +24,14 @@ def _rows(feed: queue.Queue):
         yield row
 
 
+def _settled(q) -> bool:
+    """Whether the sink's CTI has caught up with the smallest source CTI (under load a batch
+    can still be on its way to the join: then the join, rightly, is what holds it back)."""
+    stats = q.stats()
+    sources = [s["cti"] for step, s in stats.items() if step in ("left", "right")]
+    return stats["sink"]["cti"] == min(sources)
+
+
 def _wait_for(cond, timeout_s: float = 60.0, what: str = "the condition"):
     deadline = time.monotonic() + timeout_s
     while not cond():
@@ -94,6 +102,7 @@ def test_a_deployed_join_names_its_idle_input_and_the_idle_timeout_that_moves_it
             rf.put({"k": 1, "t": t})
         _wait_for(lambda: q.stats()["left"]["cti"] == 499 and
                   q.stats()["right"]["events_in"] == 4, what="both inputs taken")
+        _wait_for(lambda: _settled(q), what="the join and the sink to take their inputs")
         time.sleep(1.2)
         e = q.why(300)
         assert e.status == "not yet produced"
@@ -282,6 +291,7 @@ def test_cedar_why_shows_times_and_names_the_idle_input(ray_session, capsys):
             rf.put({"k": 1, "ts": base + dt.timedelta(seconds=s)})
         _wait_for(lambda: q.stats()["right"]["events_in"] == 4 and
                   q.stats()["left"]["finished"], what="both inputs taken")
+        _wait_for(lambda: _settled(q), what="the join and the sink to take their inputs")
         assert main(["why", "why-cli", "--at", "2026-01-01T00:02:30Z"]) == 0
         text = capsys.readouterr().out
         assert "why sink at 2026-01-01T00:02:30Z (query why-cli)" in text
