@@ -15,32 +15,15 @@ import urllib.parse
 import urllib.request
 
 import pytest
-from playwright.sync_api import sync_playwright
 
 from tests.conftest import REPO
+from tests.topology.live_kit import EVIL
+from tests.topology.live_kit import rows as _rows
+from tests.topology.live_kit import stall_at as _stall_at
+from tests.topology.live_kit import wait_for as _wait_for
 from topology import Stream
 from topology.registry import NAMESPACE, actor_name
 from topology.ui import PAYLOAD_CHARS, ROWS_SHOWN, Monitor, serve
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run"]
-EVIL = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
-
-
-def _rows(feed: queue.Queue):
-    while (row := feed.get()) is not None:
-        yield row
-
-
-@pytest.fixture()
-def page():
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield browser.new_page()
-        finally:
-            browser.close()
 
 
 def _cell(page, step: str, field: str) -> str:
@@ -104,25 +87,6 @@ def test_the_server_binds_to_localhost_by_default():
 
 
 # -- the page stays up: a step stuck in one long batch ---------------------------------------
-
-def _stall_at(t: int, marker: str, entered: str):
-    """A where() predicate that holds its batch while ``marker`` exists, from event ``t`` on
-    (it touches ``entered`` when it starts holding)."""
-    def predicate(row):
-        if row["t"] == t:
-            open(entered, "w").close()
-            while os.path.exists(marker):
-                time.sleep(0.05)
-        return True
-    return predicate
-
-
-def _wait_for(cond, timeout_s: float = 60.0, what: str = "the condition"):
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
 
 def _get(url: str, host: str | None = None, timeout_s: float = 30.0) -> tuple[int, bytes]:
     """A real HTTP GET of ``url``, with ``host`` as its Host header when given."""

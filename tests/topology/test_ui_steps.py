@@ -18,8 +18,10 @@ from collections import deque
 from operators.errors import DeadLetter, LateEvent
 from operators.events import Insert
 from operators.ingress import AdvanceTime
-from tests.topology import test_ui
-from tests.topology.test_ui import EVIL, _rows, _stall_at, _wait_for
+from tests.topology.live_kit import EVIL
+from tests.topology.live_kit import rows as _rows
+from tests.topology.live_kit import stall_at as _stall_at
+from tests.topology.live_kit import wait_for as _wait_for
 from topology import Stream
 from topology.ui import (
     HISTORY_POINTS,
@@ -33,7 +35,6 @@ from topology.ui import (
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 HOT = "#d22"
-page = test_ui.page  # the browser's page (a fixture)
 
 
 def _get(url: str, host: str | None = None) -> tuple[int, bytes]:

@@ -7,43 +7,16 @@ from __future__ import annotations
 
 import json
 import queue
-import time
 import urllib.error
 import urllib.request
 
 import pytest
-from playwright.sync_api import sync_playwright
 
+from tests.topology.live_kit import EVIL
+from tests.topology.live_kit import rows as _rows
+from tests.topology.live_kit import wait_for as _wait_for
 from topology import AdvanceTime, Stream
 from topology.ui import serve
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run"]
-EVIL = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
-
-
-def _rows(feed: queue.Queue):
-    while (row := feed.get()) is not None:
-        yield row
-
-
-@pytest.fixture()
-def page():
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield browser.new_page()
-        finally:
-            browser.close()
-
-
-def _wait_for(cond, timeout_s: float = 60.0, what: str = "the condition"):
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def test_the_why_panel_names_the_idle_input_of_a_join(ray_session, page):

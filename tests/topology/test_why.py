@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+from tests.topology.live_kit import rows as _rows
+from tests.topology.live_kit import wait_for as _wait_for
 from topology import AdvanceTime, Count, Stream
 from topology.routing import stable_hash
 from topology.times import TIMESTAMPS
@@ -19,25 +21,12 @@ from topology.why import Progress, StepProgress, explain
 MINUTE = 60_000_000
 
 
-def _rows(feed: queue.Queue):
-    while (row := feed.get()) is not None:
-        yield row
-
-
 def _settled(q) -> bool:
     """Whether the sink's CTI has caught up with the smallest source CTI (under load a batch
     can still be on its way to the join: then the join, rightly, is what holds it back)."""
     stats = q.stats()
     sources = [s["cti"] for step, s in stats.items() if step in ("left", "right")]
     return stats["sink"]["cti"] == min(sources)
-
-
-def _wait_for(cond, timeout_s: float = 60.0, what: str = "the condition"):
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def _hop(e, step):

@@ -1,0 +1,44 @@
+"""What the tests of live, deployed queries share: rows fed through a queue, waiting for a
+condition, a ``where`` that holds its batch, and the headless Chromium the web view's tests
+drive (the ``page`` fixture, in ``conftest.py``)."""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--no-first-run"]
+#: a payload that runs script if any page shows it unescaped
+EVIL = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
+
+
+def rows(feed: queue.Queue) -> Iterator[Any]:
+    """The rows put on ``feed`` until a None."""
+    while (row := feed.get()) is not None:
+        yield row
+
+
+def wait_for(cond: Callable[[], Any], timeout_s: float = 60.0,
+             what: str = "the condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def stall_at(t: int, marker: str, entered: str) -> Callable[[dict[str, Any]], bool]:
+    """A where() predicate that holds its batch while ``marker`` exists, from event ``t`` on
+    (it touches ``entered`` when it starts holding)."""
+    def predicate(row: dict[str, Any]) -> bool:
+        if row["t"] == t:
+            open(entered, "w").close()
+            while os.path.exists(marker):
+                time.sleep(0.05)
+        return True
+    return predicate
