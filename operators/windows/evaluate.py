@@ -311,3 +311,17 @@ def stored_event(events: dict[int, dict[Hashable, tuple[int, int, Any]]], key: i
         raise ValueError(f"retraction {msg!r} does not match an event held by the operator "
                          f"({found}); retract a live event with its current lifetime")
     return rec
+
+
+def not_behind(msg: Message, out_cti: int, keep: bool, where: str) -> Message:
+    """``msg``, a window's output correction, unless it changes the output behind the output CTI
+    ``out_cti``: a UDM that is not deterministic, or an ``output='keep'`` UDO that is not
+    time-bound (``keep``), which fails the operator with what went wrong (``where``: the
+    operator, its UDM and the window, in words)."""
+    if msg.sync_time < out_cti:
+        hint = ("output='keep' needs a time-bound UDO: the events it returns for a window "
+                "may change only at or after the time of the input change" if keep else
+                "the UDM must be deterministic (the same input gives the same result)")
+        raise OperatorError(f"{where} at {fmt_time(msg.sync_time)}, behind the output CTI "
+                            f"{fmt_time(out_cti)} ({msg!r}); {hint}")
+    return msg

@@ -68,11 +68,11 @@ from typing import Any, Literal
 
 from sortedcontainers import SortedDict, SortedList
 
-from ..errors import DeadLetter, OperatorError
+from ..errors import DeadLetter
 from ..events import MIN_TIME, Insert, Message, Retract, add_time, fmt_time
 from ..processor import Processor
 from ..udm import Window
-from .evaluate import Ids, WindowUdm, diff, stored_event
+from .evaluate import Ids, WindowUdm, diff, not_behind, stored_event
 from .spec import DEFAULT_POLICY, SessionWindow, WindowPolicy
 
 Record = tuple[int, int, Any]  # (start, end, payload) of a live event
@@ -429,16 +429,11 @@ class SessionWindowOperator(Processor):
         return _Session(last, end, state), results
 
     def _checked(self, msg: Message, w: int) -> Message:
-        if msg.sync_time < self.out_cti:
-            hint = ("output='keep' needs a time-bound UDO: the events it returns for a window "
-                    "may change only at or after the time of the input change"
-                    if self.output.keep else
-                    "the UDM must be deterministic (the same input gives the same result)")
-            raise OperatorError(
-                f"session window {self.name!r}: UDM {self.call.name!r} changed the output of "
-                f"the session starting at {fmt_time(w)} at {fmt_time(msg.sync_time)}, behind "
-                f"the output CTI {fmt_time(self.out_cti)} ({msg!r}); {hint}")
-        return msg
+        if msg.sync_time >= self.out_cti:
+            return msg
+        return not_behind(msg, self.out_cti, self.output.keep,
+                          f"session window {self.name!r}: UDM {self.call.name!r} changed the "
+                          f"output of the session starting at {fmt_time(w)}")
 
     # -- CTIs ----------------------------------------------------------------------------------
     def _free(self, c: int) -> None:

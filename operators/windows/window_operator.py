@@ -10,11 +10,11 @@ from typing import Any, ClassVar
 
 from sortedcontainers import SortedDict, SortedList
 
-from ..errors import DeadLetter, OperatorError
+from ..errors import DeadLetter
 from ..events import Message, fmt_time
 from ..processor import Processor
 from ..udm import Window
-from .evaluate import Ids, OutputPolicy, Rec, WindowUdm, diff
+from .evaluate import Ids, OutputPolicy, Rec, WindowUdm, diff, not_behind
 from .index import REBUILD, Win
 from .spec import WindowPolicy, WindowSpec
 
@@ -214,16 +214,11 @@ class WindowBase(Processor):
         return [self._checked(msg, w) for msg, w in diff(pool, new, self.ids, _sent)]
 
     def _checked(self, msg: Message, w: Win) -> Message:
-        if msg.sync_time < self.out_cti:
-            hint = ("output='keep' needs a time-bound UDO: the events it returns for a window "
-                    "may change only at or after the time of the input change"
-                    if self.output.keep else
-                    "the UDM must be deterministic (the same input gives the same result)")
-            raise OperatorError(
-                f"window operator {self.name!r}: UDM {self.call.name!r} changed the output "
-                f"of window [{fmt_time(w.start)}, {fmt_time(w.end)}) at {fmt_time(msg.sync_time)}"
-                f", behind the output CTI {fmt_time(self.out_cti)} ({msg!r}); {hint}")
-        return msg
+        if msg.sync_time >= self.out_cti:
+            return msg
+        return not_behind(msg, self.out_cti, self.output.keep,
+                          f"window operator {self.name!r}: UDM {self.call.name!r} changed the "
+                          f"output of window [{fmt_time(w.start)}, {fmt_time(w.end)})")
 
     def _free(self, c: int) -> None:
         closing, windows = self.closing, self.windows
