@@ -86,14 +86,17 @@ class _Pool:
     """Warm anonymous shells of this Ray session for collect()."""
 
     def __init__(self) -> None:
-        self.session: str | None = None
+        self.session: tuple[str, str] | None = None
         self.idle: list[Any] = []
         self.lock = threading.Lock()
 
     def _check_session(self) -> None:
+        """Forget the shells of an earlier Ray session: a new local instance starts its job
+        ids afresh (its first driver is job 01000000 again), its node ids do not."""
         import ray
 
-        session = ray.get_runtime_context().get_job_id()
+        context = ray.get_runtime_context()
+        session = (context.get_job_id(), context.get_node_id())
         if session != self.session:
             self.session, self.idle = session, []
 
