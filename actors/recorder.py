@@ -24,7 +24,7 @@ Bounds keep a trace small: ``steps`` (which steps), ``start``/``end`` (events ov
 take is not recorded; CTIs are always kept) and ``limit`` (the first N rows per step and
 direction).
 
-    >>> Trace("out/trace", steps=["where#1"], limit=100).limit
+    >>> TraceSettings("out/trace", steps=["where#1"], limit=100).limit
     100
 """
 
