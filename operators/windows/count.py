@@ -63,7 +63,7 @@ from ..errors import DeadLetter
 from ..events import MAX_TIME, MIN_TIME, FreshId, Insert, Message, Retract, add_time
 from ..processor import Processor
 from ..udm import Window
-from .evaluate import Ids, WindowUdm, stored_event
+from .evaluate import Ids, WindowUdm, net_change, stored_event
 from .spec import DEFAULT_POLICY, CountWindow, WindowPolicy
 
 Record = tuple[int, int, Any]  # (start, end, payload) of a live event
@@ -279,17 +279,7 @@ class CountWindowOperator(Processor):
             if not bucket:
                 del events[key]
                 times.remove(key)
-            entry = net.get(key)
-            if entry is None:  # (the message's own dicts: built for this call only)
-                net[key] = (removed, added)
-                continue
-            was, now = entry
-            for eid, rec in removed.items():
-                if eid in now:
-                    del now[eid]  # it joined (or changed) in this batch: ``was`` has its origin
-                else:
-                    was[eid] = rec
-            now.update(added)
+            net_change(net, key, removed, added)  # (the message's own dicts, built for it)
         for key in delta:
             affected.update(zip(around(key), repeat(trigger)))
         return []

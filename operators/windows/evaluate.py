@@ -325,3 +325,21 @@ def not_behind(msg: Message, out_cti: int, keep: bool, where: str) -> Message:
         raise OperatorError(f"{where} at {fmt_time(msg.sync_time)}, behind the output CTI "
                             f"{fmt_time(out_cti)} ({msg!r}); {hint}")
     return msg
+
+
+def net_change(net: dict[Any, tuple[dict[Any, Any], dict[Any, Any]]], key: Any,
+               removed: dict[Any, Any], added: dict[Any, Any]) -> None:
+    """Fold one start time's change (events ``removed`` and ``added``, by id) into a batch's
+    ``net`` change per start time: an event added and removed in one batch leaves no trace,
+    one removed keeps its first record (its origin before the batch)."""
+    entry = net.get(key)
+    if entry is None:
+        net[key] = (removed, added)
+        return
+    was, now = entry
+    for eid, rec in removed.items():
+        if eid in now:
+            del now[eid]  # it joined (or changed) in this batch: ``was`` has its origin
+        else:
+            was[eid] = rec
+    now.update(added)

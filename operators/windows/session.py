@@ -72,7 +72,7 @@ from ..errors import DeadLetter
 from ..events import MIN_TIME, Insert, Message, Retract, add_time, fmt_time
 from ..processor import Processor
 from ..udm import Window
-from .evaluate import Ids, WindowUdm, diff, not_behind, stored_event
+from .evaluate import Ids, WindowUdm, diff, net_change, not_behind, stored_event
 from .spec import DEFAULT_POLICY, SessionWindow, WindowPolicy
 
 Record = tuple[int, int, Any]  # (start, end, payload) of a live event
@@ -258,17 +258,7 @@ class SessionWindowOperator(Processor):
             del self.events[key]
             self.times.remove(key)
         self._why[key] = trigger
-        entry = self._delta.get(key)
-        if entry is None:
-            self._delta[key] = (dict(removed), dict(added))
-            return
-        was, now = entry
-        for eid, rec in removed.items():
-            if eid in now:
-                del now[eid]  # it joined (or changed) in this batch: ``was`` has its origin
-            else:
-                was[eid] = rec
-        now.update(added)
+        net_change(self._delta, key, dict(removed), dict(added))
 
     # -- recutting and evaluation --------------------------------------------------------------
     def _recut(self, keys: list[int]) -> tuple[list[tuple[int, int]], list[int]]:
