@@ -6,6 +6,7 @@ and on Ray; scenarios that read like timelines; errors named where they were wri
 from __future__ import annotations
 
 import pickle
+import time
 from pathlib import Path
 
 import pytest
@@ -268,9 +269,15 @@ def running_total(total, p):
 def test_a_killed_scan_actor_recovers_its_state_from_the_checkpoint(ray_session, tmp_path):
     from tests.reliability.test_recovery import check_exactly_once, readings, run_with_kill
 
+    def slow_total(total, p):
+        # 0.5 ms a step, so that the whole run takes seconds and the kill, after 3,000 of
+        # 8,000 events, lands while the query runs (a fast run could finish first)
+        time.sleep(0.0005)
+        return running_total(total, p)
+
     def query():
         return Stream.from_events(readings(8_000)).group_apply(
-            lambda p: p["k"], lambda g: g.scan(running_total, 0))
+            lambda p: p["k"], lambda g: g.scan(slow_total, 0))
 
     expected = query().collect(runtime="inline")
     out, _, recs = run_with_kill("rec-scan", query(), tmp_path, "ray", "group_apply", 3_000)
