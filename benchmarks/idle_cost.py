@@ -14,6 +14,11 @@ actor's cost above that floor is cedar's own:
 
     python -m benchmarks.idle_cost                      # 5 queries, 20 s
     python -m benchmarks.idle_cost --queries 10 --seconds 30
+    python -m benchmarks.idle_cost --fuse all           # deploy(fuse="all"): fewer actors
+
+It also prints the cost per idle *step* (the queries' steps, sinks included, unfused): what a
+cluster with many idle steps burns. Ray's floor is per process, so only fusion (several steps
+in one actor, ``deploy(fuse=...)``, docs/runtime.md) brings a step under it.
 
 Measured 2026-11-26 on the 2-core build machine under a load average of ~70 (5 queries, 21
 operator actors): before the shell's timer slept until its deadlines, the source with an idle
@@ -98,6 +103,18 @@ def cpu_seconds(procs: list[psutil.Process]) -> dict[int, float]:
     return times
 
 
+#: ``--fuse`` -> the ``deploy(fuse=...)`` it measures
+FUSE = {"none": False, "stateless": "stateless", "chains": "chains", "all": "all"}
+
+
+def step_counts(fuse: str) -> tuple[int, int]:
+    """``(steps, stages)`` of the five shapes: their steps unfused (sinks included) and the
+    stages (one actor each) they deploy as with ``--fuse``."""
+    shapes = _shapes()
+    return (sum(len(q.plan().stages) for q in shapes),
+            sum(len(q.plan(FUSE[fuse]).stages) for q in shapes))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--queries", type=int, default=5, help="idle queries to deploy")
@@ -106,6 +123,9 @@ def main() -> None:
     ap.add_argument("--checkpoint", action="store_true",
                     help="deploy with checkpoint_dir (a supervisor in each query's host)")
     ap.add_argument("--bare", type=int, default=4, help="do-nothing actors (Ray's floor)")
+    ap.add_argument("--fuse", choices=sorted(FUSE), default="none",
+                    help="deploy(fuse=...): none (one actor per step, the default), "
+                         "stateless, chains or all")
     args = ap.parse_args()
 
     import ray
@@ -121,8 +141,10 @@ def main() -> None:
     try:
         for i in range(args.queries):
             options = {"checkpoint_dir": ckpt} if ckpt else {}
-            queries.append(shapes[i % len(shapes)].deploy(f"idle-{i}", **options))
+            queries.append(shapes[i % len(shapes)].deploy(f"idle-{i}", fuse=FUSE[args.fuse],
+                                                          **options))
         actors = sum(len(q.steps) for q in queries)
+        steps = sum(len(shapes[i % len(shapes)].plan().stages) for i in range(len(queries)))
         from actors.shell import ACTOR_OPTIONS
 
         bare_cls = ray.remote(**ACTOR_OPTIONS)(Bare)
@@ -163,13 +185,17 @@ def main() -> None:
                   f"of a core")
         per_op = op_total / max(1, len(operators))
         per_actor = total / max(1, n_actors)
+        per_step = total / max(1, steps)
         print(f"operator actors: {op_total:.2f} % of a core in all, {per_op:.3f} % each")
         print(f"all ray:: workers: {total:.2f} % of a core in all, {per_actor:.3f} % per "
               f"actor (operators and hosts)")
         print(f"a do-nothing Ray actor (Ray's floor): {floor:.3f} % of a core each "
               f"({len(bare_pids)} measured); cedar's own per operator actor: "
               f"{per_op - floor:+.3f} %")
-        print(f"RESULT idle_cost queries={len(queries)} actors={n_actors} "
+        print(f"per idle step (fuse={args.fuse}: {steps} steps in {len(operators)} operator "
+              f"actors and {len(hosts)} hosts): {per_step:.3f} % of a core")
+        print(f"RESULT idle_cost fuse={args.fuse} queries={len(queries)} steps={steps} "
+              f"actors={n_actors} per_step_pct={per_step:.3f} "
               f"per_actor_pct={per_actor:.3f} per_operator_pct={per_op:.3f} "
               f"ray_floor_pct={floor:.3f} cedar_own_pct={per_op - floor:.3f} "
               f"total_pct={total:.2f} load={load0:.2f}")

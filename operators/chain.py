@@ -66,12 +66,38 @@ class Chain(Processor):
             stage._check()
 
 
-class SourceChain(Chain):
+class FusedChain(Chain):
+    """A chain the planner made of a plan's steps, run as one stage (one actor): its records
+    are all its steps' records, in data order (a window's failed windows, the dead letters of
+    an alter_lifetime, the late events of a CTI import), as the steps' own stages would have
+    reported them. (A group_apply's sub-query is a plain :class:`Chain`: group_apply takes
+    the records of each step itself.)
+
+    >>> from operators.alter_lifetime import AlterLifetime
+    >>> from operators.where import Where
+    >>> from operators.events import Insert, MAX_TIME
+    >>> c = FusedChain([Where(bool), AlterLifetime(start=lambda s: MAX_TIME, name="later")])
+    >>> c.process([Insert(1, 0, 2, 1)])
+    []
+    >>> [d.where for d in c.dead_letters]
+    ['later']
+    """
+
+    @property
+    def late(self) -> Sequence[LateEvent]:  # type: ignore[override]
+        return [r for s in self.stages for r in s.late]
+
+    @property
+    def dead_letters(self) -> Sequence[DeadLetter]:  # type: ignore[override]
+        return [r for s in self.stages for r in s.dead_letters]
+
+
+class SourceChain(FusedChain):
     """A source (``stages[0]``) with the operators after it: the planner fuses stateless
     steps into their source's actor, so their input never crosses actors. The source takes
     its input as it comes (rows, a column batch, messages) and keeps its idle timer (the
-    runtime's polls and clock go to it); the chain's records (late events, dead letters, row
-    accounting) are the source's, as the operators fused after it keep none.
+    runtime's polls and clock go to it); its row accounting is the source's, its late events
+    and dead letters those of every step (:class:`FusedChain`).
 
     >>> from operators.sources import RowsSource
     >>> from operators.where import Where
@@ -100,14 +126,6 @@ class SourceChain(Chain):
     @clock.setter
     def clock(self, clock: Callable[[], float] | None) -> None:
         self.stages[0].clock = clock
-
-    @property
-    def late(self) -> Sequence[LateEvent]:  # type: ignore[override]
-        return self.stages[0].late
-
-    @property
-    def dead_letters(self) -> Sequence[DeadLetter]:  # type: ignore[override]
-        return self.stages[0].dead_letters
 
     @property
     def stats(self) -> dict[str, int] | None:  # type: ignore[override]

@@ -183,3 +183,36 @@ def test_w1_scale_table_is_the_stream_dealt_to_files_in_no_order(tmp_path):
     assert sorted(ts.tolist()) == sorted(want.tolist())
     # in no order: the files' chunks are not the stream's order
     assert not (np.diff(ts) > -wl.JITTER_TICKS).all()
+
+
+def test_idle_cost_counts_steps_and_the_actors_each_fusion_level_deploys():
+    """The idle-cost benchmark's step and stage counts (no Ray): the five shapes' 21 steps
+    deploy as 21 actors unfused, 17 with the stateless steps fused, 15 with every chain (the
+    join's two sources, a partitioned group_apply's partitions and the sinks stay apart)."""
+    from benchmarks import idle_cost
+
+    counts = [idle_cost.step_counts(f) for f in ("none", "stateless", "chains", "all")]
+    assert counts == [(21, 21), (21, 17), (21, 15), (21, 15)]
+
+
+@pytest.mark.ray
+def test_idle_cost_runs_and_prints_the_cost_per_idle_step(tmp_path):
+    """The benchmark itself, briefly, in a process of its own (it starts its own Ray)."""
+    import os
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.idle_cost", "--queries", "5", "--fuse", "all",
+         "--settle", "1", "--seconds", "1", "--bare", "1"],
+        cwd=repo, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = done.stdout.strip().splitlines()[-1]
+    got = dict(kv.split("=") for kv in line.split()[2:])
+    assert line.startswith("RESULT idle_cost fuse=all"), done.stdout
+    steps, actors = int(got["steps"]), int(got["actors"])
+    from benchmarks import idle_cost
+
+    assert (steps, actors - 5) == idle_cost.step_counts("all")  # and a host per query
+    assert float(got["per_step_pct"]) >= 0

@@ -33,7 +33,7 @@ from typing import Any, cast
 
 from operators.alter_lifetime import AlterLifetime
 from operators.anti_join import AntiJoin
-from operators.chain import Chain, SourceChain
+from operators.chain import Chain, FusedChain, SourceChain
 from operators.clip_duration import ClipDuration
 from operators.events import MAX_TIME
 from operators.full_outer_join import FullOuterJoin
@@ -57,6 +57,7 @@ from operators.windows.spec import SessionWindow
 
 from . import nodes as n
 from .dag import DagProcessor
+from .fused import FusedDag
 from .plan import Factory, MergePartitions, Plan, Sink, Stage
 from .routing import OutEdge, Partitioner
 
@@ -342,7 +343,7 @@ def explain_tree(root: n.Node, steps: dict[int, tuple[n.Node, str]], top: str = 
     return "\n".join(lines)
 
 
-def plan(root: n.Node, *, fuse: bool = False, sink: bool = True) -> Plan:
+def plan(root: n.Node, *, fuse: bool | str = False, sink: bool = True) -> Plan:
     """Turn the tree under ``root`` into a :class:`Plan`.
 
     With ``sink=True`` a :class:`~operators.publish.Publish` stage named ``sink`` receives the
@@ -382,7 +383,8 @@ def plan(root: n.Node, *, fuse: bool = False, sink: bool = True) -> Plan:
         edges[root_step].append(OutEdge("sink", 0))
         out = "sink"
     p = Plan(stages, edges, sources, out, explain_tree(root, steps, "sink" if sink else "out"))
-    return _fuse(p) if fuse else p
+    level = fuse_level("plan", fuse)
+    return _fuse(p, level) if level else p
 
 
 def _partitioned(node: n.GroupApply, step: str, src: str, stages: dict[str, Stage],
@@ -404,20 +406,96 @@ def _partitioned(node: n.GroupApply, step: str, src: str, stages: dict[str, Stag
 
 
 def _chain(factories: list[Factory], name: str, source: bool = False) -> Processor:
-    return (SourceChain if source else Chain)([f() for f in factories], name=name)
+    """A fused stage's chain: its records are all its steps' (:class:`FusedChain`)."""
+    return (SourceChain if source else FusedChain)([f() for f in factories], name=name)
 
 
-def _fuse(p: Plan) -> Plan:
-    """Merge runs of stateless single-input operator stages into Chain stages, and into the
-    source stage before them (a SourceChain, still the plan's source)."""
+def _sub_chain(factories: list[Factory], name: str) -> Processor:
+    """A group_apply's linear sub-query (group_apply takes its records from each step)."""
+    return Chain([f() for f in factories], name=name)
+
+
+#: The fusion levels, shallow to deep (``plan(fuse=...)``, ``deploy(fuse=...)``,
+#: ``collect(fuse=...)``); ``False`` is none (one stage per step) and ``True`` is
+#: ``"stateless"``.
+FUSE_LEVELS = ("stateless", "chains", "all")
+
+
+def fuse_level(what: str, fuse: Any) -> str | None:
+    """The fusion level ``fuse`` names (None: no fusion), or a clear error naming ``what``'s
+    argument.
+
+    >>> fuse_level("deploy", True), fuse_level("deploy", "all"), fuse_level("plan", False)
+    ('stateless', 'all', None)
+    >>> fuse_level("deploy", "deep")
+    Traceback (most recent call last):
+    ...
+    ValueError: deploy(fuse='deep'): give False (one actor per step), True or 'stateless' (stateless steps run in the stage before them), 'chains' (every run of single-input steps in one actor, windows and group_apply too) or 'all' (each connected part of the query in one actor)
+    """
+    if fuse is False:
+        return None
+    if fuse is True:
+        return "stateless"
+    if isinstance(fuse, str) and fuse in FUSE_LEVELS:
+        return fuse
+    raise (ValueError if isinstance(fuse, str) else TypeError)(
+        f"{what}(fuse={fuse!r}): give False (one actor per step), True or 'stateless' "
+        f"(stateless steps run in the stage before them), 'chains' (every run of single-input "
+        f"steps in one actor, windows and group_apply too) or 'all' (each connected part of "
+        f"the query in one actor)")
+
+
+def _fuse(p: Plan, level: str = "stateless") -> Plan:
+    """Fuse ``p``'s stages at ``level`` (:data:`FUSE_LEVELS`): ``"stateless"`` merges runs of
+    stateless single-input operator stages into Chain stages, and into the source stage before
+    them (a SourceChain, still the plan's source); ``"chains"`` merges runs of any single-input
+    operators the same way (a keyed window, a group_apply, a scan run in their neighbour's
+    stage); ``"all"`` also runs each connected part of the plan (its stages linked by edges
+    that are not a partitioned group_apply's) as one :class:`FusedDag` stage. The sink stays a
+    stage of its own, and so does each partition of a ``group_apply(..., partitions=N)`` (their
+    parallelism is what the partitions are for; their merge joins the part after them).
+
+    >>> from topology import Stream, Count
+    >>> q = (Stream.from_rows([], start="t").where(bool)
+    ...      .tumbling_window(10).aggregate(Count()).select(str))
+    >>> list(plan(q._node, fuse=True).stages)
+    ['from_rows#0+where#1', 'tumbling.aggregate#2', 'select#3', 'sink']
+    >>> list(plan(q._node, fuse="chains").stages)
+    ['from_rows#0+where#1+tumbling.aggregate#2+select#3', 'sink']
+    >>> j = Stream.from_rows([], start="t", name="l").join(Stream.from_rows([], start="t",
+    ...                                                                      name="r"))
+    >>> list(plan(j.select(str)._node, fuse="chains").stages)
+    ['l', 'r', 'join#2', 'select#3', 'sink']
+    >>> list(plan(j.select(str)._node, fuse="all").stages)
+    ['l', 'r', 'join#2+select#3', 'sink']
+    >>> s = Stream.from_rows([], start="t")
+    >>> u = s.where(bool).union(s.select(str)).shift(1)
+    >>> list(plan(u._node, fuse="chains").stages)  # a chain starts at one input
+    ['from_rows#0', 'where#1', 'select#2', 'union#3', 'shift#4', 'sink']
+    >>> st = plan(u._node, fuse="all").stages
+    >>> list(st), st["from_rows#0+where#1+select#2+union#3+shift#4"].role
+    (['from_rows#0+where#1+select#2+union#3+shift#4', 'sink'], 'source')
+    """
+    p = _fuse_chains(p, stateful=level != "stateless")
+    return _fuse_parts(p) if level == "all" else p
+
+
+def _feeders(p: Plan) -> dict[str, list[tuple[str, OutEdge]]]:
     feeders: dict[str, list[tuple[str, OutEdge]]] = {s: [] for s in p.stages}
     for src, es in p.edges.items():
         for e in es:
             feeders[e.dst].append((src, e))
+    return feeders
+
+
+def _fuse_chains(p: Plan, stateful: bool) -> Plan:
+    """Merge runs of single-input operator stages (only stateless ones unless ``stateful``)
+    into Chain stages, and into the source stage before them (a SourceChain)."""
+    feeders = _feeders(p)
 
     def fusible(step: str) -> bool:
         st = p.stages[step]
-        return st.role == "operator" and st.stateless and st.n_inputs == 1
+        return st.role == "operator" and (st.stateless or stateful) and st.n_inputs == 1
 
     head_of: dict[str, str] = {}
     groups: dict[str, list[str]] = {}
@@ -447,10 +525,114 @@ def _fuse(p: Plan) -> Plan:
             stages[sid] = Stage(sid, functools.partial(_chain, facs, sid, source=source), 1,
                                 " → ".join(p.stages[m].describe for m in members),
                                 tuple(nd for m in members for nd in p.stages[m].nodes),
-                                role=first.role, stateless=not source)
+                                role=first.role,
+                                stateless=all(p.stages[m].stateless for m in members))
         edges[sid] = [OutEdge(new_id[e.dst], e.port, e.partition, e.index, e.late)
                       for e in p.edges[last]]
     return Plan(stages, edges, [new_id[s] for s in p.sources], new_id[p.sink], p.logical)
+
+
+def _fuse_parts(p: Plan) -> Plan:
+    """Run each connected part of ``p`` of two or more stages as one :class:`FusedDag`
+    stage: the stages but the sink and a partitioned group_apply's partitions, linked by
+    edges. A part takes in a source when the source feeds only that part and nothing
+    else feeds it (the part then is a source stage, fed as the source was); a part whose
+    output leaves from more than one of its stages (one processor has one output) stays as
+    it is."""
+    feeders = _feeders(p)
+    parent = {s: s for s in p.stages}
+
+    def find(s: str) -> str:
+        while parent[s] != s:
+            parent[s] = parent[parent[s]]
+            s = parent[s]
+        return s
+
+    # a partition of a group_apply stays a stage of its own: it runs beside the others
+    partitions = {e.dst for es in p.edges.values() for e in es if e.partition is not None}
+    ops = [s for s, st in p.stages.items() if st.role == "operator" and s not in partitions]
+    ops_set = set(ops)
+    for s in ops:
+        for e in p.edges[s]:
+            if e.partition is None and e.dst in ops_set:
+                parent[find(e.dst)] = find(s)
+    taken: set[str] = set()
+    for src in p.sources:
+        es = p.edges[src]
+        parts = {find(e.dst) for e in es if e.dst in ops_set}
+        if (len(parts) != 1 or len(parts) != len({find(e.dst) for e in es})
+                or any(e.partition is not None for e in es)):
+            continue
+        (part,) = parts
+        outside = [u for m in ops if find(m) == part for u, _ in feeders[m]
+                   if find(u) != part]
+        if part not in taken and set(outside) == {src}:
+            taken.add(part)
+            parent[src] = part
+    members: dict[str, list[str]] = {}
+    for s in p.stages:
+        if s != p.sink and s not in partitions:
+            members.setdefault(find(s), []).append(s)
+    new_id: dict[str, str] = {s: s for s in p.stages}
+    stages: dict[str, Stage] = {}
+    edges: dict[str, list[OutEdge]] = {}
+    entries: dict[str, list[tuple[str, int]]] = {}
+    for part, steps in members.items():
+        inside = set(steps)
+        exits = {s for s in steps if any(e.dst not in inside for e in p.edges[s])}
+        if len(steps) < 2 or len(exits) != 1:
+            continue
+        sid = "+".join(steps)
+        for s in steps:
+            new_id[s] = sid
+        source = [s for s in steps if p.stages[s].role == "source"]
+        # the part's inputs: its source's feed, else each (step, port) fed from outside
+        ins = [(source[0], 0)] if source else list(dict.fromkeys(
+            (e.dst, e.port) for s in p.stages if s not in inside for e in p.edges[s]
+            if e.dst in inside))
+        entries[sid] = ins
+        order = source + [s for s in steps if s not in source]
+        sub_stages: dict[str, Stage] = {}
+        sub_edges: dict[str, list[OutEdge]] = {}
+        sub_sources: list[str] = []
+        for dst, port in ([] if source else ins):
+            entry = f"{dst}@{port}"
+            sub_stages[entry] = Stage(entry, functools.partial(Passthrough, entry), 1,
+                                      f"input {port} of {dst}", (n.GroupInput(inputs=()),),
+                                      role="source")
+            sub_edges[entry] = [OutEdge(dst, port)]
+            sub_sources.append(entry)
+        for s in order:
+            sub_stages[s] = p.stages[s]
+            sub_edges[s] = [e for e in p.edges[s] if e.dst in inside]
+        sub = Plan(sub_stages, sub_edges, source or sub_sources, next(iter(exits)))
+        stages[sid] = Stage(sid, functools.partial(FusedDag, sub, sid, bool(source)), len(ins),
+                            "one process: " + " | ".join(p.stages[s].describe for s in order),
+                            tuple(nd for s in order for nd in p.stages[s].nodes),
+                            role="source" if source else "operator")
+    # a part takes the place of its last stage (its exit: every other one feeds it), so the
+    # plan stays in topological order (the inline runtime finishes the stages in that order)
+    last = {new_id[s]: s for s in p.stages}
+    out_stages: dict[str, Stage] = {}
+    for s, st in p.stages.items():
+        sid = new_id[s]
+        if sid == s:
+            out_stages[s] = st
+        elif last[sid] == s:
+            out_stages[sid] = stages[sid]
+    for s in p.stages:
+        sid = new_id[s]
+        for e in p.edges[s]:
+            if new_id[e.dst] == sid:
+                continue  # inside the part
+            port = (entries[new_id[e.dst]].index((e.dst, e.port))
+                    if new_id[e.dst] != e.dst else e.port)
+            edges.setdefault(sid, []).append(
+                OutEdge(new_id[e.dst], port, e.partition, e.index, e.late))
+        edges.setdefault(sid, [])
+    sources = list(dict.fromkeys(new_id[s] for s in p.sources
+                                 if out_stages[new_id[s]].role == "source"))
+    return Plan(out_stages, edges, sources, p.sink, p.logical)
 
 
 # -- group_apply sub-queries --------------------------------------------------------------------
@@ -473,6 +655,6 @@ def subquery_factory(sub: n.Node, step: str) -> Factory:
     if linear and not ops:
         return _b_passthrough(n.GroupInput(inputs=()), step)
     if linear:
-        return functools.partial(_chain, [s.factory for s in ops], f"{step}/sub")
+        return functools.partial(_sub_chain, [s.factory for s in ops], f"{step}/sub")
 
     return functools.partial(DagProcessor, subplan, f"{step}/sub")

@@ -488,24 +488,27 @@ class Stream:
                           name=name)
 
     # -- planning and running ---------------------------------------------------------------
-    def plan(self, fuse: bool = False) -> Plan:
-        """The stages this query runs as (:mod:`topology.planner`)."""
-        from .planner import plan
+    def plan(self, fuse: bool | str = False) -> Plan:
+        """The stages this query runs as (:mod:`topology.planner`), fused at level ``fuse``
+        (False, True, ``"stateless"``, ``"chains"`` or ``"all"``: docs/runtime.md)."""
+        from .planner import fuse_level, plan
 
-        _check_flag("plan", "fuse", fuse)
+        fuse_level("plan", fuse)
         return plan(self._node, fuse=fuse)
 
-    def explain(self, fuse: bool = False, stages: bool = True) -> str:
+    def explain(self, fuse: bool | str = False, stages: bool = True) -> str:
         """The logical plan (step ids and arguments), and with ``stages`` the physical one."""
         from .planner import assign_steps, explain_tree
 
-        _check_flag("explain", "fuse", fuse)
+        from .planner import fuse_level
+
+        fuse_level("explain", fuse)
         _check_flag("explain", "stages", stages)
         if stages:
             return self.plan(fuse).explain()
         return explain_tree(self._node, assign_steps(self._node))
 
-    def collect(self, runtime: str = "ray", *, fuse: bool | None = None,
+    def collect(self, runtime: str = "ray", *, fuse: bool | str | None = None,
                 batch_size: int | None = None, trace: Any = None, columns: bool = False,
                 **options: Any) -> Collected:
         """Run the query to the end of its sources and return the output messages
@@ -526,13 +529,15 @@ class Stream:
         (:func:`topology.deploy.deploy_plan`). ``trace`` (a directory, or an
         :class:`topology.Trace` with bounds) records the messages entering and leaving
         every step as parquet; read it with ``Trace.open(path)`` or ``cedar debug PATH``.
-        ``fuse`` runs stateless steps in the stage before them (see :meth:`_ray_plan`).
+        ``fuse`` runs stateless steps in the stage before them (see :meth:`_ray_plan`);
+        ``fuse="chains"`` or ``"all"`` fuse deeper (docs/runtime.md, "Fusion").
 
         Over a streaming ``from_spark(..., checkpoint=PATH)`` the run is committed only when
         ``collect()`` returns its output: a run that fails or is killed before commits
         nothing, and the next ``collect()`` delivers its events again (docs/spark.md).
         """
         _check_runtime("collect", runtime)
+        _check_fuse("collect", fuse)
         with _held_runs(self._node) as commit:
             out = self._run(runtime, fuse=fuse, batch_size=batch_size, trace=trace,
                             columns=columns, **options)
@@ -540,7 +545,7 @@ class Stream:
         out.report.warn("collect()", "collect(...).", stacklevel=2)
         return out
 
-    def _run(self, runtime: str, *, fuse: bool | None = None, batch_size: int | None = None,
+    def _run(self, runtime: str, *, fuse: bool | str | None = None, batch_size: int | None = None,
              trace: Any = None, columns: bool = False, **options: Any) -> Collected:
         """:meth:`collect`'s run, with no commit of a streaming source and no warning."""
         if runtime == "inline":
@@ -550,7 +555,7 @@ class Stream:
             from .inline_runtime import run_inline
 
             size = ShellConfig.of(batch_size=batch_size).batch_size  # a bad one fails here
-            return run_inline(self.plan(bool(fuse)), size,
+            return run_inline(self.plan(False if fuse is None else fuse), size,
                               trace=TraceSettings.of(trace), columns=columns)
         from .deploy import collect_plan
 
@@ -559,7 +564,7 @@ class Stream:
         return collect_plan(self._ray_plan(fuse, trace), trace=trace, columns=columns,
                             **options)
 
-    def _ray_plan(self, fuse: bool | None, trace: Any = None) -> Plan:
+    def _ray_plan(self, fuse: bool | str | None, trace: Any = None) -> Plan:
         """The plan a run to the end on Ray executes: by default (``fuse=None``) with its
         stateless steps fused into their source's or their neighbour's stage, since a hop
         between actors costs more than a filter or a projection (a batch serialised, copied
@@ -628,7 +633,9 @@ class Stream:
             else:
                 from .deploy import collect_plan
 
-                collect_plan(self._ray_plan(options.pop("fuse", None), options.get("trace")),
+                fuse = options.pop("fuse", None)
+                _check_fuse("to_spark_stream", fuse)
+                collect_plan(self._ray_plan(fuse, options.get("trace")),
                              on_messages=sink.on_messages, **options)
             sink.end()
             for s in resumed:
@@ -638,15 +645,24 @@ class Stream:
                 s.held, s.last = False, None
         return sink
 
-    def deploy(self, name: str, *, fuse: bool = False, trace: Any = None,
+    def deploy(self, name: str, *, fuse: bool | str = False, trace: Any = None,
                **options: Any) -> Query:
         """Start the query on Ray under ``name`` and return its live :class:`Query` handle;
         the sources are fed in the background. ``trace`` records every step's messages, as
         in :meth:`collect`. ``name`` is letters, digits and ``- _ .``, starting with a letter,
-        a digit or ``_`` (it names the query's actors and its checkpoint folder)."""
+        a digit or ``_`` (it names the query's actors and its checkpoint folder).
+
+        ``fuse`` runs several steps in one actor: False (the default) one actor per step;
+        True or ``"stateless"`` the stateless steps in the stage before them; ``"chains"``
+        every run of single-input steps (a source, its filters, a keyed window, a select) in
+        one actor; ``"all"`` each connected part of the query in one actor (its sink and a
+        partitioned group_apply's partitions apart). Fewer actors cost fewer hops and less
+        idle CPU, and run in parallel less (docs/runtime.md, "Fusion")."""
         from .deploy import deploy_plan
+        from .planner import fuse_level
 
         n.check_query_name(name, "deploy")
+        fuse_level("deploy", fuse)
         return deploy_plan(self.plan(fuse), name, trace=trace, **options)
 
 
@@ -683,6 +699,14 @@ def _check_iterable(what: str, arg: str, value: Any, of: str) -> None:
 def _check_flag(what: str, arg: str, value: Any) -> None:
     if not isinstance(value, bool):
         raise TypeError(f"{what}({arg}={value!r}): give True or False")
+
+
+def _check_fuse(what: str, fuse: Any) -> None:
+    """Refuse a ``fuse`` that is not None (the runtime's default) or a fusion level."""
+    from .planner import fuse_level
+
+    if fuse is not None:
+        fuse_level(what, fuse)
 
 
 def _check_runtime(what: str, runtime: Any) -> None:

@@ -510,6 +510,7 @@ def step_facts(proc: Processor, lo: int = MIN_TIME, hi: int = MAX_TIME,
     from operators.sources import RowsSource
 
     head = proc.stages[0] if isinstance(proc, SourceChain) else proc
+    head = getattr(head, "head", None) or head  # a fused part's source (topology/fused.py)
     records = list(proc.late)
     if isinstance(head, RowsSource):
         ingress = head.ingress
