@@ -91,16 +91,18 @@ CASES: dict[str, list[tuple[Callable[[], Any], str]]] = {
                     (lambda: S.group_apply("k", lambda g: 3), "fn"),
                     (lambda: S.group_apply("k", lambda g: g, partitions=0), "partitions")],
     # -- planning and running (each fails before anything runs)
-    "plan": [(lambda: S.plan(fuse="yes"), "fuse")],
+    "plan": [(lambda: S.plan(fuse="yes"), "fuse"), (lambda: S.plan(fuse=2), "fuse")],
     "explain": [(lambda: S.explain(stages="no"), "stages"), (lambda: S.explain(fuse=1), "fuse")],
     "collect": [(lambda: S.collect(runtime="bogus"), "runtime"),
-                (lambda: S.collect("inline", batch_size=0), "batch_size")],
+                (lambda: S.collect("inline", batch_size=0), "batch_size"),
+                (lambda: S.collect(fuse="deep"), "fuse"),
+                (lambda: S.collect("inline", fuse="deep"), "fuse")],
     "to_spark": [(lambda: S.to_spark(runtime="bogus"), "runtime")],
     "write": [(lambda: S.write("/nonexistent/out", mode="sometimes"), "mode"),
               (lambda: S.write("/nonexistent/out", runtime="bogus"), "runtime")],
     "to_spark_stream": [(lambda: S.to_spark_stream("/nonexistent/out", runtime="bogus"),
                          "runtime")],
-    "deploy": [(lambda: S.deploy("a/b"), "name")],
+    "deploy": [(lambda: S.deploy("a/b"), "name"), (lambda: S.deploy("a", fuse="deep"), "fuse")],
 }
 
 #: WindowedStream's methods: what a window runs.
