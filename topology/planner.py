@@ -480,6 +480,25 @@ def _fuse(p: Plan, level: str = "stateless") -> Plan:
     return _fuse_parts(p) if level == "all" else p
 
 
+#: The longest id of a fused stage that lists its steps (it names an actor and files).
+FUSED_ID_CHARS = 100
+
+
+def fused_id(steps: list[str]) -> str:
+    """The step id of a stage that runs ``steps`` (in plan order): their ids joined by ``+``,
+    or, past :data:`FUSED_ID_CHARS`, the first and the last with the count between.
+
+    >>> fused_id(["src", "where#1"])
+    'src+where#1'
+    >>> fused_id([f"a_long_step_name#{i}" for i in range(9)])
+    'a_long_step_name#0+7-more+a_long_step_name#8'
+    """
+    joined = "+".join(steps)
+    if len(joined) <= FUSED_ID_CHARS:
+        return joined
+    return f"{steps[0]}+{len(steps) - 2}-more+{steps[-1]}"
+
+
 def _feeders(p: Plan) -> dict[str, list[tuple[str, OutEdge]]]:
     feeders: dict[str, list[tuple[str, OutEdge]]] = {s: [] for s in p.stages}
     for src, es in p.edges.items():
@@ -511,7 +530,7 @@ def _fuse_chains(p: Plan, stateful: bool) -> Plan:
                 continue
         head_of[step] = step
         groups[step] = [step]
-    new_id = {head: "+".join(members) for head, members in groups.items()}
+    new_id = {head: fused_id(members) for head, members in groups.items()}
     stages: dict[str, Stage] = {}
     edges: dict[str, list[OutEdge]] = {}
     for head, members in groups.items():
@@ -582,7 +601,7 @@ def _fuse_parts(p: Plan) -> Plan:
         exits = {s for s in steps if any(e.dst not in inside for e in p.edges[s])}
         if len(steps) < 2 or len(exits) != 1:
             continue
-        sid = "+".join(steps)
+        sid = fused_id(steps)
         for s in steps:
             new_id[s] = sid
         source = [s for s in steps if p.stages[s].role == "source"]

@@ -498,9 +498,7 @@ class Stream:
 
     def explain(self, fuse: bool | str = False, stages: bool = True) -> str:
         """The logical plan (step ids and arguments), and with ``stages`` the physical one."""
-        from .planner import assign_steps, explain_tree
-
-        from .planner import fuse_level
+        from .planner import assign_steps, explain_tree, fuse_level
 
         fuse_level("explain", fuse)
         _check_flag("explain", "stages", stages)
@@ -545,8 +543,8 @@ class Stream:
         out.report.warn("collect()", "collect(...).", stacklevel=2)
         return out
 
-    def _run(self, runtime: str, *, fuse: bool | str | None = None, batch_size: int | None = None,
-             trace: Any = None, columns: bool = False, **options: Any) -> Collected:
+    def _run(self, runtime: str, *, fuse: bool | str | None = None,
+             batch_size: int | None = None, trace: Any = None, columns: bool = False, **options: Any) -> Collected:
         """:meth:`collect`'s run, with no commit of a streaming source and no warning."""
         if runtime == "inline":
             from actors.config import ShellConfig

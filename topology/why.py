@@ -509,8 +509,9 @@ def step_facts(proc: Processor, lo: int = MIN_TIME, hi: int = MAX_TIME,
     from operators.chain import SourceChain
     from operators.sources import RowsSource
 
-    head = proc.stages[0] if isinstance(proc, SourceChain) else proc
-    head = getattr(head, "head", None) or head  # a fused part's source (topology/fused.py)
+    head: Any = proc  # the source of a fused stage (a SourceChain's, a FusedDag's: fused.py)
+    while isinstance(head, SourceChain) or getattr(head, "head", None) is not None:
+        head = head.stages[0] if isinstance(head, SourceChain) else head.head
     records = list(proc.late)
     if isinstance(head, RowsSource):
         ingress = head.ingress
