@@ -427,10 +427,10 @@ def fuse_level(what: str, fuse: Any) -> str | None:
 
     >>> fuse_level("deploy", True), fuse_level("deploy", "all"), fuse_level("plan", False)
     ('stateless', 'all', None)
-    >>> fuse_level("deploy", "deep")
+    >>> fuse_level("deploy", "deep")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: deploy(fuse='deep'): give False (one actor per step), True or 'stateless' (stateless steps run in the stage before them), 'chains' (every run of single-input steps in one actor, windows and group_apply too) or 'all' (each connected part of the query in one actor)
+    ValueError: deploy(fuse='deep'): give False (one actor per step), True or 'stateless' ...
     """
     if fuse is False:
         return None
@@ -596,7 +596,7 @@ def _fuse_parts(p: Plan) -> Plan:
     stages: dict[str, Stage] = {}
     edges: dict[str, list[OutEdge]] = {}
     entries: dict[str, list[tuple[str, int]]] = {}
-    for part, steps in members.items():
+    for steps in members.values():
         inside = set(steps)
         exits = {s for s in steps if any(e.dst not in inside for e in p.edges[s])}
         if len(steps) < 2 or len(exits) != 1:

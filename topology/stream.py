@@ -544,7 +544,8 @@ class Stream:
         return out
 
     def _run(self, runtime: str, *, fuse: bool | str | None = None,
-             batch_size: int | None = None, trace: Any = None, columns: bool = False, **options: Any) -> Collected:
+             batch_size: int | None = None, trace: Any = None, columns: bool = False,
+             **options: Any) -> Collected:
         """:meth:`collect`'s run, with no commit of a streaming source and no warning."""
         if runtime == "inline":
             from actors.config import ShellConfig

@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from operators.aggregates import Count, Sum
-from operators.cht import to_cht, validate
 from operators.chain import Chain, SourceChain
+from operators.cht import to_cht, validate
 from operators.events import MAX_TIME, Cti, Insert
 from tests.kit import EXAMPLES, assert_equivalent, physical_streams
 from tests.topology.test_differential import CASES, _inputs, _reference_reads_streams
@@ -91,7 +91,7 @@ def test_the_stages_of_each_level():
 
 def test_what_a_fused_stage_is():
     p = _diamond(_events()).plan("all")
-    (sid, stage), sink = p.stages.items()
+    (sid, stage), _sink = p.stages.items()
     assert p.sources == [sid] and stage.role == "source" and stage.n_inputs == 1
     assert stage.source is not None and stage.source.verb == "from_events"  # fed as before
     assert [nd.verb for nd in stage.nodes] == ["from_events", "where", "select", "union",
@@ -224,7 +224,7 @@ def _run_restored(stage_factory: Any, msgs: list[Any], restore_at: int, seed: in
 def test_a_fused_stage_restored_mid_stream_goes_on_as_if_never_stopped(fuse, shape, msgs, at,
                                                                      seed):
     p = SHAPES[shape](Stream.from_events(msgs, name="src")).plan(fuse)
-    (sid, stage), _sink = p.stages.items()  # the whole query is one source stage
+    (_sid, stage), _sink = p.stages.items()  # the whole query is one source stage
     assert stage.role == "source" and len(stage.nodes) > 2
     out = _run_restored(stage.factory, msgs, int(at * len(msgs)), seed)
     expected = SHAPES[shape](Stream.from_events(msgs, name="src")).collect(runtime="inline")
@@ -253,14 +253,12 @@ def test_inline_a_fused_stage_reports_the_dead_letters_of_every_step(fuse):
 
 @pytest.mark.ray
 def test_a_deployed_fused_query_names_its_steps_and_reports_them(ray_session):
-    import ray
-
     query = _diamond(Stream.from_events(_random_stream(3), name="src"))
     expected = query.collect(runtime="inline")
     live = query.deploy("fused-all", fuse="all")
     try:
         assert live.wait(60)
-        assert_equivalent(live.output(), expected)
+        assert_equivalent(live.snapshot(), expected)
         sid = "src+where#1+select#2+union#3+hopping.aggregate#4"
         assert live.steps == [sid, "sink"]
         stats = live.stats()
@@ -271,9 +269,27 @@ def test_a_deployed_fused_query_names_its_steps_and_reports_them(ray_session):
         assert len(pids) == 2  # two actors for six steps
     finally:
         live.stop()
-    del ray
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         out = _dead_letter_query().collect(fuse="all")
     assert sorted(d.item.id for d in out.dead_letters) == ["b", "c"]
+
+
+@pytest.mark.parametrize("fuse", ["chains", "all"])
+def test_a_trace_of_a_fused_query_shows_the_fused_stage_with_its_steps(tmp_path, fuse):
+    from topology import Trace
+
+    rows = [{"k": t % 3, "t": t} for t in range(40)]
+    query = (Stream.from_rows(rows, start="t", name="src").where(lambda r: r["k"] > 0)
+             .tumbling_window(10).aggregate(Count()))
+    path = str(tmp_path / "trace")
+    out = query.collect(runtime="inline", trace=path, fuse=fuse)
+    rec = Trace.open(path)
+    sid = "src+where#1+tumbling.aggregate#2"
+    assert set(rec.steps) == {sid, "sink"}
+    info = rec.steps[sid]
+    assert info["kind"] == "source"
+    assert [m["kind"] for m in info["members"]] == ["source", "span", "window"]
+    sent = [r for r in rec.by_step[sid] if r["direction"] == "out"]
+    assert len([r for r in sent if r["kind"] == "insert"]) == len(to_cht(out)) > 0
