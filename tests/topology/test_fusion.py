@@ -172,22 +172,21 @@ def test_every_operator_fused_with_its_sources_matches_its_reference(case, data)
         assert_equivalent(out, expected)
 
 
-def _random_stream(seed: int) -> list[Any]:
+def _random_stream() -> list[Any]:
     """A random stream of the kit with at least five inserts (not Hypothesis' simplest)."""
-    rnd = random.Random(seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # .example() outside @given: random on purpose
         while True:
             msgs = physical_streams(max_steps=60).example()
-            if sum(type(m) is Insert for m in msgs) >= 5 and rnd.random() < 0.9:
+            if sum(type(m) is Insert for m in msgs) >= 5:
                 return msgs
 
 
 @pytest.mark.ray
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_on_ray_every_level_has_the_inline_cht(ray_session, shape):
-    for seed in range(2):
-        query = SHAPES[shape](Stream.from_events(_random_stream(seed), name="src"))
+    for _ in range(2):
+        query = SHAPES[shape](Stream.from_events(_random_stream(), name="src"))
         expected = query.collect(runtime="inline", fuse=False)
         for fuse in (False, "chains", "all"):
             out = query.collect(fuse=fuse, batch_size=4)
@@ -217,8 +216,8 @@ def _run_restored(stage_factory: Any, msgs: list[Any], restore_at: int, seed: in
     return out
 
 
-@pytest.mark.parametrize("fuse", ["chains", "all"])
-@pytest.mark.parametrize("shape", ["linear", "diamond", "self_join"])
+@pytest.mark.parametrize(("fuse", "shape"), [("chains", "linear"), ("all", "linear"),
+                                             ("all", "diamond"), ("all", "self_join")])
 @settings(max_examples=max(5, EXAMPLES // 20), deadline=None)
 @given(msgs=physical_streams(max_steps=40), at=st.floats(0, 1), seed=st.integers(0, 9))
 def test_a_fused_stage_restored_mid_stream_goes_on_as_if_never_stopped(fuse, shape, msgs, at,
@@ -253,7 +252,7 @@ def test_inline_a_fused_stage_reports_the_dead_letters_of_every_step(fuse):
 
 @pytest.mark.ray
 def test_a_deployed_fused_query_names_its_steps_and_reports_them(ray_session):
-    query = _diamond(Stream.from_events(_random_stream(3), name="src"))
+    query = _diamond(Stream.from_events(_random_stream(), name="src"))
     expected = query.collect(runtime="inline")
     live = query.deploy("fused-all", fuse="all")
     try:
