@@ -253,13 +253,13 @@ def test_inline_a_fused_stage_reports_the_dead_letters_of_every_step(fuse):
 
 
 @pytest.mark.ray
-def test_a_deployed_fused_query_names_its_steps_and_reports_them(ray_session):
+def test_a_deployed_fused_query_names_its_steps_and_reports_them(ray_session, tmp_path):
     query = _diamond(Stream.from_events(_random_stream(), name="src"))
     expected = query.collect(runtime="inline")
-    live = query.deploy("fused-all", fuse="all")
+    live = query.deploy("fused-all", fuse="all", checkpoint_dir=str(tmp_path))
     try:
         assert live.wait(60)
-        assert_equivalent(live.snapshot(), expected)
+        assert_equivalent(live.output(), expected)
         sid = "src+where#1+select#2+union#3+hopping.aggregate#4"
         assert live.steps == [sid, "sink"]
         stats = live.stats()
