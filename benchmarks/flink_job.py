@@ -83,7 +83,7 @@ def final_rows(env: Any, sql: str, scratch: str) -> tuple[list[str], list[list[A
                                    .option("path", scratch).format("json").build())
         table.execute_insert("cedar_rows").wait()
     except Exception as exc:  # noqa: BLE001 - py4j wraps the planner's TableException
-        if "update changes" not in str(exc):
+        if "support consuming update" not in str(exc):
             raise
         frame = table.to_pandas()
         rows = frame.astype(object).where(frame.notna(), None).values.tolist()

@@ -19,6 +19,16 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 
+def _time(value: str) -> int:
+    """``--from``/``--to``: an ISO-8601 time or ticks (argparse shows the error)."""
+    from .times import parse_time
+
+    try:
+        return parse_time(value)
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="cedar",
@@ -121,9 +131,10 @@ def _parser() -> argparse.ArgumentParser:
                        default=None, help="only messages of this kind")
     debug.add_argument("--id", default=None, help="only the event with this id (its repr)")
     debug.add_argument("--key", default=None, help="only events of this group/join key")
-    debug.add_argument("--from", dest="start", type=int, default=None,
-                       help="only events overlapping [FROM, TO) (ticks)")
-    debug.add_argument("--to", dest="end", type=int, default=None, help="see --from")
+    debug.add_argument("--from", dest="start", type=_time, default=None,
+                       help="only events overlapping [FROM, TO): ISO-8601 times "
+                            "(2026-01-01T00:05:00Z; naive means UTC) or ticks")
+    debug.add_argument("--to", dest="end", type=_time, default=None, help="see --from")
     debug.add_argument("--cause", default=None, metavar="ID",
                        help="the root cause of output event ID of --step (default: sink)")
     debug.add_argument("--limit", type=int, default=50, help="messages to show (default 50)")
@@ -139,9 +150,10 @@ def _parser() -> argparse.ArgumentParser:
     tl.add_argument("trace", help="the trace directory")
     tl.add_argument("--step", required=True, help="the step (its id or a prefix)")
     tl.add_argument("-o", "--out", required=True, help="the picture file (.svg, .png, .pdf)")
-    tl.add_argument("--from", dest="start", type=int, default=None,
-                    help="only events overlapping [FROM, TO) (ticks)")
-    tl.add_argument("--to", dest="end", type=int, default=None, help="see --from")
+    tl.add_argument("--from", dest="start", type=_time, default=None,
+                    help="only events overlapping [FROM, TO): ISO-8601 times "
+                            "(2026-01-01T00:05:00Z; naive means UTC) or ticks")
+    tl.add_argument("--to", dest="end", type=_time, default=None, help="see --from")
     tl.add_argument("--limit", type=int, default=40,
                     help="rows per panel: events or lanes (default 40)")
     tl.add_argument("--lanes", default=None, metavar="FIELD",

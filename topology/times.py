@@ -31,7 +31,8 @@ from typing import Any
 
 from operators.events import MAX_TIME, MIN_TIME
 
-__all__ = ["TICKS", "TIMESTAMPS", "parse_tz", "show_duration", "show_time", "source_clock"]
+__all__ = ["TICKS", "TIMESTAMPS", "parse_time", "parse_tz", "show_duration", "show_time",
+           "source_clock"]
 
 #: The clock of a query whose times came from timestamps (ticks are µs since the epoch).
 TIMESTAMPS = "timestamps"
@@ -39,6 +40,20 @@ TIMESTAMPS = "timestamps"
 TICKS = "ticks"
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+
+
+def parse_time(value: Any) -> int:
+    """A time a person typed (``--from 2026-01-01T00:05:00Z``, or ``--from 500``: an integer
+    is ticks) or gave (a datetime, ticks) as ticks; a naive ISO time is UTC.
+
+    >>> parse_time("2026-01-01T00:00:01Z") - parse_time("2026-01-01T00:00:00"), parse_time("500")
+    (1000000, 500)
+    """
+    from operators.ticks import to_ticks
+
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    return to_ticks(value)
 
 
 def parse_tz(tz: str | _dt.tzinfo | None) -> _dt.tzinfo:

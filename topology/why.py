@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Retract
 
-from .times import TICKS, TIMESTAMPS, show_duration, show_time
+from .times import TICKS, TIMESTAMPS, parse_time, show_duration, show_time
 
 if TYPE_CHECKING:
     from operators.ingress import AdvanceTime
@@ -311,14 +311,12 @@ def _short(value: Any) -> str:
 def span_of(at: Any) -> tuple[int, int]:
     """``[lo, hi)`` of an output time (ticks, a datetime, an ISO-8601 string) or a window
     ``(start, end)``."""
-    from operators.ticks import to_ticks
-
     if isinstance(at, tuple) and len(at) == 2:
-        lo, hi = to_ticks(_time_arg(at[0])), to_ticks(_time_arg(at[1]))
+        lo, hi = parse_time(at[0]), parse_time(at[1])
         if hi <= lo:
             raise ValueError(f"why(({at[0]!r}, {at[1]!r})): a window needs end > start")
         return lo, hi
-    t = to_ticks(_time_arg(at))
+    t = parse_time(at)
     return t, t + 1
 
 
@@ -330,13 +328,6 @@ def reach_of(span: tuple[int, int], rows: Iterable[tuple[int, int, Any]]) -> tup
         if s < span[1] and e > span[0]:
             lo, hi = min(lo, s), max(hi, e)
     return lo, hi
-
-
-def _time_arg(value: Any) -> Any:
-    """An integer given as a string (``--at 500``) is ticks."""
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return value
 
 
 def explain(progress: Progress, at: Any = None, *, step: str | None = None,

@@ -43,6 +43,11 @@ def test_listing_filters_by_step_direction_id_and_time(trace, capsys):
                  "--from", "5", "--to", "8", "--kind", "insert"]) == 0
     ids = [r.split()[5] for r in capsys.readouterr().out.splitlines()[1:]]
     assert ids == ["'d'", "'c'", "'e'"]  # overlapping [5, 8)
+    # the same bounds as times a person types (ticks are µs since the epoch)
+    assert main(["debug", trace, "--step", "from_events#0", "--direction", "out",
+                 "--from", "1970-01-01T00:00:00.000005Z", "--to", "1970-01-01T00:00:00.000008",
+                 "--kind", "insert"]) == 0
+    assert [r.split()[5] for r in capsys.readouterr().out.splitlines()[1:]] == ids
     assert main(["debug", trace, "--limit", "2", "--step", "sink"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 4 and "more (raise --limit)" in out[-1]
