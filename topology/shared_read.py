@@ -42,8 +42,9 @@ class _Pass:
     def __init__(self, make: Callable[[], Iterable[Any]]) -> None:
         self.make = make
         self.source: Iterator[Any] | None = None
-        self.lock = threading.Lock()  # the buffer and the readers' positions
-        self.fill = threading.Lock()  # one reader at a time pulls from the source
+        self.lock = threading.RLock()  # the buffer and the readers' positions (RLock: a reader
+        # dropped by the garbage collector leaves the pass from whatever code runs then)
+        self.fill = threading.RLock()  # one reader at a time pulls from the source
         self.held: deque[Any] = deque()
         self.base = 0  # the index of held[0]
         self.done = False
