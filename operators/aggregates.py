@@ -668,7 +668,7 @@ class _Extreme(_Builtin):
             best = [self._extreme(keys)] if keys else []
         except Exception:  # noqa: BLE001 -- the state's path raises the clear error
             return super().compute(values)
-        return self.result(best)  # type: ignore[arg-type]
+        return self.result(best)
 
     @staticmethod
     def _extreme(keys: list[Any]) -> Any:

@@ -29,7 +29,7 @@ def test_two_readers_of_one_from_spark_stream_share_one_spark_read(spark):
                     got[i].append(next(its[i]))
                 except StopIteration:
                     live.remove(i)
-        return [[t for b in g for t in b.column("ts").to_pylist()] for g in got]
+        return [[int(t) for b in g for t in b["ts"]] for g in got]  # column batches
 
     sc.setJobGroup("one-reader", "one reader")
     (alone,) = read(Stream.from_spark(df, start="ts", name="source"), 1)
