@@ -645,11 +645,34 @@ class _Extreme(_Builtin):
         self._args = (field,)
         self._get: Callable[[Any], Any] = field_getter(field)
 
+    #: :meth:`compute` is cheaper than building a state (a window operator whose window may
+    #: never change computes its result so, and builds the state only when it changes)
+    cheap_compute = True
+
     def initial_state(self) -> SortedList:
         return SortedList()
 
     def copy_state(self, state: SortedList) -> SortedList:
         return state.copy()
+
+    def compute(self, values: Iterable[Any]) -> Any:
+        """The result from scratch: the extreme key of the values, no sorted state. Values
+        that do not order (or a missing one) take the state's path, which names them."""
+        values = list(values)
+        get = self._get
+        try:
+            got = [get(p) for p in values]
+            if any(v is None for v in got):
+                raise TypeError
+            keys = [_extreme_key(v) for v in got]
+            best = [self._extreme(keys)] if keys else []
+        except Exception:  # noqa: BLE001 -- the state's path raises the clear error
+            return super().compute(values)
+        return self.result(best)
+
+    @staticmethod
+    def _extreme(keys: list[Any]) -> Any:
+        raise NotImplementedError
 
     def add(self, state: SortedList, values: list[Any]) -> SortedList:
         get, who = self._get, self.udm_name
@@ -740,6 +763,10 @@ class Min(_Extreme):
         flag, value, _ = state[0]
         return math.nan if flag else value
 
+    @staticmethod
+    def _extreme(keys: list[Any]) -> Any:
+        return min(keys)
+
 
 class Max(_Extreme):
     """The largest ``field`` value in the window (``None`` for an empty state); NaN ranks
@@ -757,6 +784,10 @@ class Max(_Extreme):
             return None
         flag, value, _ = state[-1]
         return math.nan if flag else value
+
+    @staticmethod
+    def _extreme(keys: list[Any]) -> Any:
+        return max(keys)
 
 
 def canonical(payload: Any) -> str:

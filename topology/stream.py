@@ -112,7 +112,9 @@ class Stream:
         range of ``partition_rows`` rows in bounded driver memory
         (:mod:`topology.spark_source`), so its result is the query over the table sorted by
         time, and no row is late unless ``advance`` has a negative delay. Each run reads the
-        DataFrame again.
+        DataFrame again, except that queries built on the same ``from_spark`` stream and
+        running at the same time (deployed with ``hold=True``, then started together) share
+        one read (:mod:`topology.shared_read`): Spark sorts the table once for all of them.
 
         ``sources=N`` (N >= 2) reads a batch DataFrame in parallel: Spark writes it as N
         parquet files, each sorted by time
@@ -141,6 +143,7 @@ class Stream:
         :func:`topology.spark_source.stream_records(PATH) <topology.spark_source.stream_records>`.
         ``checkpoint=None`` is the explicit choice of no restart state: every run reads the
         stream from its beginning again, as Spark does with a temporary checkpoint."""
+        from .shared_read import SharedRead
         from .spark_source import PARTITION_ROWS, SparkStreamFeeder, spark_row_batches
         from .times import spark_clock
 
@@ -179,9 +182,11 @@ class Stream:
         rows = PARTITION_ROWS if partition_rows is None else partition_rows
         spark_row_batches(df, start, end, COLUMN_BATCH_ROWS, shape=shape,
                           partition_rows=rows)  # check the arguments now
-        batches = _Batches(lambda: spark_row_batches(
+        # queries built on this stream and running at the same time share one read
+        # (topology/shared_read.py): Spark sorts the table once for all of them
+        batches = _Batches(SharedRead(lambda: spark_row_batches(
             df, start, end, COLUMN_BATCH_ROWS, columnar=True, shape=shape,
-            partition_rows=rows), feed="driver")
+            partition_rows=rows)), feed="driver")
         return Stream._batched(batches, start, end, shape, id, advance, name or "spark",
                                spark_clock(df, start))
 

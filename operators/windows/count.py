@@ -71,6 +71,19 @@ Record = tuple[int, int, Any]  # (start, end, payload) of a live event
 Delta = dict[int, tuple[dict[Hashable, Record], dict[Hashable, Record]]]
 
 
+#: The state of a window whose result was computed from scratch (:attr:`lazy`): built from
+#: its members when the window changes.
+class _Lazy:
+    def __reduce__(self) -> str:
+        return "_LAZY"  # one object, also in a restored snapshot
+
+    def __repr__(self) -> str:
+        return "_LAZY"
+
+
+_LAZY = _Lazy()
+
+
 class _Win:
     """The WindowIndex entry of a complete window: its last distinct time, the output events
     it emitted as ``(id, payload)``, and the incremental UDM state. ``ok`` is False when the
@@ -148,6 +161,11 @@ class CountWindowOperator(Processor):
         self.incremental = self.call.incremental
         # by start, a clipped lifetime [s, min(e, W.end)) depends on the window's end
         self.clip_needs_end = self.time_sensitive and self.by_start
+        #: a new window's result from the UDM's ``compute`` (cheaper than building a state,
+        #: e.g. Max's sorted multiset), its state built only when the window changes later:
+        #: in-order input completes each window once and rarely changes it after
+        self.lazy = (self.incremental and not self.time_sensitive
+                     and getattr(self.udm, "cheap_compute", False) is True)
         #: windows the UDM failed on (with ``on_error="dead_letter"``)
         self.dead_letters: list[DeadLetter] = []
         #: the distinct start (or end) times of the events held, and the events at each
@@ -363,7 +381,7 @@ class CountWindowOperator(Processor):
         # from the deltas when the UDM keeps a state (by start, a time-sensitive state needs
         # the same window end: every clipped lifetime depends on it)
         by_delta = (self.incremental and rec is not None and rec.ok
-                    and (stay or not self.clip_needs_end))
+                    and rec.state is not _LAZY and (stay or not self.clip_needs_end))
         if by_delta and not stay:
             left, joined = self._changes(start, rec.last, last, delta,  # type: ignore[union-attr]
                                          keys)
@@ -377,6 +395,9 @@ class CountWindowOperator(Processor):
                 if joined:
                     state = udm.add(state, joined)  # type: ignore[attr-defined]
                 results = call.result(state, window)
+            elif self.lazy and rec is None:  # a new window: no state until it changes
+                state = _LAZY
+                results = call.compute(members, window)  # type: ignore[arg-type]
             elif self.incremental:
                 state = call.initial(members)  # type: ignore[arg-type]
                 results = call.result(state, window)

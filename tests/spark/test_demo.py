@@ -25,3 +25,27 @@ def test_demo_runs_end_to_end(ray_session, spark, tmp_path, capsys):
     averages = pq.read_table(out / "meter_averages").to_pylist()
     assert averages and {"start", "end", "key", "value"} <= set(averages[0])
     assert all(0 < r["value"] < 10 for r in averages)
+
+
+def _spark_sources(node):
+    found = [node.rows] if getattr(node, "feed", None) == "driver" else []
+    for child in node.inputs:
+        found += _spark_sources(child)
+    for sub in (getattr(node, "sub", None),):
+        if sub is not None:
+            found += _spark_sources(sub)
+    return found
+
+
+@pytest.mark.spark
+def test_the_reading_queries_share_one_read_of_the_table(spark):
+    from topology.demo import generate, queries
+
+    data = generate(meters=2, minutes=2)
+    df = spark.createDataFrame([r for r in data.readings if r["ts"] is not None])
+    reads = {name: _spark_sources(q._node) for name, q in queries(df, data).items()}
+    assert reads["faults"] == []
+    sources = [r for name, found in reads.items() if name != "faults" for r in found]
+    assert len(sources) == 4
+    # one from_spark source for all four: started together, Spark reads and sorts once
+    assert all(s is sources[0] for s in sources)
