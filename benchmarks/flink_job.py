@@ -82,7 +82,7 @@ def final_rows(env: Any, sql: str, scratch: str) -> tuple[list[str], list[list[A
                                        schema.to_row_data_type()).build())
                                    .option("path", scratch).format("json").build())
         table.execute_insert("cedar_rows").wait()
-    except Exception as exc:  # noqa: BLE001 - py4j wraps the planner's TableException
+    except Exception as exc:
         if "support consuming update" not in str(exc):
             raise
         frame = table.to_pandas()
