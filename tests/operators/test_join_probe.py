@@ -19,7 +19,8 @@ def _side(rng: np.random.Generator, n: int, codes: int, first_seq: int = 0) -> C
     side = ColumnEvents()
     start = rng.integers(0, 50, n)
     side.append(np.arange(first_seq, first_seq + n), rng.integers(0, codes, n), start,
-                start + rng.integers(1, 20, n), np.arange(first_seq, first_seq + n), None)
+                start + rng.integers(1, 20, n), np.arange(first_seq, first_seq + n),
+                np.arange(n) * 3)
     return side
 
 
