@@ -377,6 +377,24 @@ def _exact_range_sums(states: list[Any], column: np.ndarray, lo: Sequence[int],
     return out
 
 
+def _int_range_sums(states: list[Any], column: np.ndarray, lo: Sequence[int],
+                    hi: Sequence[int]) -> list[_ExactSum]:
+    """The states after adding the int ``column``'s rows ``lo[j]:hi[j]`` to ``states[j]``
+    (None: a new one): exactly what ``update`` of each int gives, from int64 prefix sums
+    (the caller checked that no sum leaves int64)."""
+    prefix = np.zeros(len(column) + 1, dtype=np.int64)
+    np.cumsum(column, dtype=np.int64, out=prefix[1:])
+    lo_a, hi_a = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
+    out = []
+    for state, total, count in zip(states, (prefix[hi_a] - prefix[lo_a]).tolist(),
+                                   (hi_a - lo_a).tolist()):
+        state = _ExactSum() if state is None else state
+        state.scaled += total << _SCALE_BITS
+        state.n += count
+        out.append(state)
+    return out
+
+
 class Sum(_Builtin):
     """The sum of ``field`` over the window's events.
 
@@ -409,11 +427,15 @@ class Sum(_Builtin):
     def add_groups(self, states: list[Any], columns: Any,
                    bounds: Sequence[int]) -> list[Any] | None:
         column = self._column(columns, bounds[-1])
+        if column is not None and column.dtype.kind in "iu":
+            return _int_range_sums(states, column, bounds[:-1], bounds[1:])
         return None if column is None else _exact_group_sums(states, column, bounds)
 
     def add_ranges(self, states: list[Any], columns: Any, n: int, lo: Sequence[int],
                    hi: Sequence[int]) -> list[Any] | None:
         column = self._column(columns, n)
+        if column is not None and column.dtype.kind in "iu":
+            return _int_range_sums(states, column, lo, hi)
         return None if column is None else _exact_range_sums(states, column, lo, hi)
 
     def remove(self, state: _ExactSum, values: list[Any]) -> _ExactSum:
@@ -426,8 +448,13 @@ class Sum(_Builtin):
         return state
 
     def _column(self, columns: Any, n: int) -> np.ndarray | None:
-        """The field's column when add_groups takes it: n finite, normal float64 values."""
+        """The field's column when add_groups takes it: n finite, normal float64 values, or
+        n integers whose sums cannot leave int64."""
         column = evaluate(trace(self._get), columns, n)
+        if isinstance(column, np.ndarray) and column.shape == (n,) and n \
+                and column.dtype.kind in "iu":
+            top = max(abs(int(column.min())), abs(int(column.max())))
+            return column if top * n < 2**62 else None
         if not (isinstance(column, np.ndarray) and column.shape == (n,) and n
                 and column.dtype == np.float64):
             return None

@@ -95,10 +95,13 @@ class ColumnState:
     def free(self, limits: tuple[int, int]) -> None:
         """Free the events ending before their input's limit, and the pairs they were in
         (those are final)."""
-        left, right = self.sides
-        for side, limit in zip(self.sides, limits):
-            side.keep(side.end >= limit)
-        keep = np.isin(self.lseq, left.seq) & np.isin(self.rseq, right.seq)
+        gone_left, gone_right = (side.keep(side.end >= limit)
+                                 for side, limit in zip(self.sides, limits))
+        if not (len(gone_left) or len(gone_right)) or not len(self.pid):
+            return
+        # against the few events just freed, not every live one: a side that never frees
+        # (events lasting for ever) would cost a sort of all of it at every CTI
+        keep = ~(np.isin(self.lseq, gone_left) | np.isin(self.rseq, gone_right))
         if not keep.all():
             self.pid, self.lseq, self.rseq = self.pid[keep], self.lseq[keep], self.rseq[keep]
             self.start, self.end = self.start[keep], self.end[keep]

@@ -134,10 +134,59 @@ def concat_payload(a: Any, b: Any) -> Any:
     return tuple(joined) if isinstance(a, tuple) else joined[0]
 
 
-class ColumnEvents:
-    """One input's live events as parallel arrays; ``ids`` also as a set (unique ids)."""
+def _parts(payload: Any) -> list[np.ndarray]:
+    """The columns of payload columns, in order."""
+    if payload is None:
+        return []
+    if isinstance(payload, dict):
+        return list(payload.values())
+    return list(payload) if isinstance(payload, tuple) else [payload]
 
-    __slots__ = ("_order", "code", "end", "ids", "idset", "payload", "seq", "start")
+
+def _like(payload: Any, cols: list[np.ndarray]) -> Any:
+    """``cols`` in the form of ``payload`` (a dict of the same names, a tuple, one column)."""
+    if payload is None:
+        return None
+    if isinstance(payload, dict):
+        return dict(zip(payload, cols))
+    return tuple(cols) if isinstance(payload, tuple) else cols[0]
+
+
+def _same_form(a: Any, b: Any) -> bool:
+    """Whether payload columns ``b`` can follow ``a``: the same form, names and dtypes
+    (an int column followed by a float one would change its values)."""
+    if (a is None) != (b is None):
+        return False
+    if isinstance(a, dict) != isinstance(b, dict) or isinstance(a, tuple) != isinstance(b, tuple):
+        return False
+    if isinstance(a, dict) and list(a) != list(b):
+        return False
+    pa, pb = _parts(a), _parts(b)
+    return len(pa) == len(pb) and all(x.dtype == y.dtype for x, y in zip(pa, pb))
+
+
+def _put(buf: np.ndarray, n: int, more: np.ndarray) -> np.ndarray:
+    """``buf`` (its first ``n`` rows held) with ``more`` written after them: in place while
+    it has room, else in a buffer twice as large, so that appending costs O(batch)."""
+    m = len(more)
+    if len(buf) < n + m or buf.dtype != more.dtype:
+        grown = np.empty(max(2 * (n + m), 1024), dtype=more.dtype)
+        grown[:n] = buf[:n]
+        buf = grown
+    buf[n:n + m] = more
+    return buf
+
+
+class ColumnEvents:
+    """One input's live events as parallel arrays; ``ids`` also as a set (unique ids).
+
+    The arrays are views of the first ``len(self)`` rows of buffers with room to spare
+    (``_bufs``): an append writes its rows after them, amortised O(batch) instead of copying
+    every live event (a side that only grows, such as bids stretched to 100 years, holds
+    hundreds of thousands); a view handed out earlier keeps its rows (nothing is written over
+    them; :meth:`keep` makes new arrays)."""
+
+    __slots__ = ("_bufs", "_order", "code", "end", "ids", "idset", "payload", "seq", "start")
 
     def __init__(self) -> None:
         self.seq, self.code, self.start, self.end = _EMPTY, _EMPTY, _EMPTY, _EMPTY
@@ -145,6 +194,8 @@ class ColumnEvents:
         self.idset: set[Hashable] = set()
         self.payload: Any = None
         self._order: tuple[np.ndarray, ...] | None = None
+        #: the buffers behind seq, code, start, end, ids and the payload columns
+        self._bufs: list[np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.seq)
@@ -156,35 +207,45 @@ class ColumnEvents:
         new_ids = ids.tolist()
         if len(set(new_ids)) != len(new_ids) or not self.idset.isdisjoint(new_ids):
             return False
-        if len(self):
-            joined = concat_payload(self.payload, payload)
-            if joined is None:
-                return False
-            self.payload = joined
-        else:
-            self.payload = payload
-        self.seq = np.concatenate([self.seq, seq])
-        self.code = np.concatenate([self.code, code])
-        self.start = np.concatenate([self.start, start])
-        self.end = np.concatenate([self.end, end])
-        self.ids = np.concatenate([self.ids, ids.astype(object)])
+        n = len(self)
+        if n and not _same_form(self.payload, payload):
+            return False
+        form = payload if n == 0 else self.payload
+        mores = [seq.astype(np.int64), code.astype(np.int64), start.astype(np.int64),
+                 end.astype(np.int64), ids.astype(object), *_parts(payload)]
+        bufs = self._bufs
+        if bufs is None or n == 0 or len(bufs) != len(mores):
+            bufs = [np.zeros(0, dtype=m.dtype) for m in mores]
+        bufs = [_put(b, n, m) for b, m in zip(bufs, mores)]
+        self._view(bufs, n + len(new_ids), form)
         self.idset.update(new_ids)
         self._order = None
         return True
 
-    def keep(self, mask: np.ndarray) -> None:
-        """Keep the events where ``mask`` is true (the others are freed)."""
+    def _view(self, bufs: list[np.ndarray], n: int, form: Any) -> None:
+        """The arrays as the first ``n`` rows of ``bufs`` (payload in the form of ``form``)."""
+        self._bufs = bufs
+        self.seq, self.code, self.start, self.end, self.ids = (b[:n] for b in bufs[:5])
+        self.payload = _like(form, [b[:n] for b in bufs[5:]])
+
+    def keep(self, mask: np.ndarray) -> np.ndarray:
+        """Keep the events where ``mask`` is true (the others are freed); returns the sequence
+        numbers of the freed ones."""
         if mask.all():
-            return
+            return _EMPTY
+        freed = self.seq[~mask]
         self.idset.difference_update(self.ids[~mask].tolist())
         self.seq, self.code = self.seq[mask], self.code[mask]
         self.start, self.end, self.ids = self.start[mask], self.end[mask], self.ids[mask]
         self.payload = map_columns(self.payload, lambda c: c[mask]) if len(self.seq) else None
+        self._bufs = ([self.seq, self.code, self.start, self.end, self.ids,
+                       *_parts(self.payload)] if len(self.seq) else None)
         if self._order is not None:  # still sorted once the freed events are taken out
             order, code, start, end = self._order
             kept = mask[order]
             position = np.cumsum(mask) - 1  # old position -> new position
             self._order = (position[order[kept]], code[kept], start[kept], end[kept])
+        return freed
 
     def by_key_and_start(self) -> tuple[np.ndarray, ...]:
         """``(order, code, start, end)``: the events' positions sorted by (code, start) and
@@ -192,6 +253,23 @@ class ColumnEvents:
         if self._order is None:
             self._order = by_key_and_start(self.code, self.start, self.end)
         return self._order
+
+    def with_codes(self, codes: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The index of :meth:`by_key_and_start` restricted to the events whose code is in
+        ``codes``: all :func:`overlapping_pairs` needs to match a batch with these codes.
+        Without the cached order, this costs one pass over the events and a sort of the
+        candidates instead of a sort of every event: a side that only grows (a join's
+        :data:`FOREVER`-long bids, probed by each batch of a small other side) would otherwise
+        be sorted again, whole, after every batch it received."""
+        if self._order is not None or 8 * len(codes) >= len(self.code):
+            return self.by_key_and_start()
+        top = int(max(self.code.max(), codes.max())) + 1
+        wanted = np.zeros(top, dtype=bool)
+        wanted[codes] = True
+        pos = np.flatnonzero(wanted[self.code])
+        order, code, start, end = by_key_and_start(self.code[pos], self.start[pos],
+                                                   self.end[pos])
+        return pos[order], code, start, end
 
     def check(self) -> None:
         n = len(self.seq)
@@ -225,9 +303,9 @@ def overlapping_pairs(other: ColumnEvents | tuple[np.ndarray, ...], code: np.nda
     [(0, 'a'), (0, 'b')]
     """
     if isinstance(other, ColumnEvents):
-        if not len(other):
+        if not len(other) or not len(code):
             return _EMPTY, _EMPTY
-        other = other.by_key_and_start()
+        other = other.with_codes(code)
     if not len(other[0]) or not len(code):
         return _EMPTY, _EMPTY
     order, ocode, ostart, oend = other

@@ -52,6 +52,8 @@ from operators.union import Union
 from operators.where import Where
 from operators.windows import HoppingWindow, make_window
 from operators.windows.keyed import KeyedWindowAggregate, supports
+from operators.windows.keyed_count import KeyedEndAggregate
+from operators.windows.keyed_count import supports as supports_ends
 from operators.windows.keyed_session import KeyedSessionAggregate, supports_sessions
 from operators.windows.spec import SessionWindow
 
@@ -175,6 +177,10 @@ def _b_group_apply(node: n.GroupApply, step: str) -> Factory:
             and _keyed_sessions(sub, node.inputs[0])):
         return functools.partial(KeyedSessionAggregate, node.key, sub.spec, sub.udm,
                                  policy=sub.policy, name=step)
+    if (isinstance(sub, n.Window) and isinstance(sub.inputs[0], n.GroupInput)
+            and supports_ends(sub.spec, sub.udm, sub.kind, sub.on_error)):
+        return functools.partial(KeyedEndAggregate, node.key, sub.udm, policy=sub.policy,
+                                 name=step)
     keyed = (_keyed(sub, node.inputs[0]) if isinstance(sub, n.Window)
              and isinstance(sub.inputs[0], n.GroupInput) else None)
     if keyed is not None and isinstance(sub, n.Window):
@@ -203,6 +209,8 @@ def _describe(node: n.Node, factory: Factory) -> str:
         if not factory.keywords.get("keyed", True):  # type: ignore[attr-defined]
             return f"{node.describe()} as a column-wise session aggregate (point input)"
         return f"{node.describe()} as one keyed session aggregate (all groups at once)"
+    if getattr(factory, "func", None) is KeyedEndAggregate:
+        return f"{node.describe()} as one keyed by-end count window (all groups at once)"
     if getattr(factory, "func", None) is KeyedWindowAggregate:
         if not factory.keywords.get("keyed", True):  # type: ignore[attr-defined]
             what = "interval" if factory.keywords.get("intervals") else "point"  # type: ignore[attr-defined]

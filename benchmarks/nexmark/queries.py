@@ -187,7 +187,12 @@ def q4(auction_iv: Stream, bid: Stream) -> Stream:
     highest ``(price, category)``, a point at the close; per category the window averages
     them (``Aggregates(avg=Avg, count=Count)``). (A snapshot window per auction says the same;
     it cost O(bids²) per auction until snapshot windows kept their incremental state across
-    splits, and the count window, one window per close, is still the cheaper statement.)
+    splits, and the count window, one window per close, is still the cheaper statement.) The
+    planner runs that ``group_apply`` as one keyed by-end count window
+    (:mod:`operators.windows.keyed_count`), and ``emit="final"`` sends each winner once, at
+    the close (the same CHT), instead of correcting it at every batch with a new bid: the
+    category windows see 60k inserts rather than a retraction and an insert per auction and
+    batch.
 
     Spark Structured Streaming cannot run it (tried with PySpark 4.3, both inputs
     watermarked): the join, the maximum per auction and the average per category are rejected
@@ -201,8 +206,8 @@ def q4(auction_iv: Stream, bid: Stream) -> Stream:
     open_bids = auction_iv.join(bid, on=(auction_key, bid_auction), select=q4_pair)
     to_close = open_bids.alter_lifetime(duration=FOREVER).join(
         auction_iv, on=(first, auction_key), select=keep_left)
-    winners = to_close.group_apply(first, lambda g: g.count_window(1, by="end").aggregate(
-        Max(price_category))).select(category_price)
+    winners = to_close.group_apply(first, lambda g: g.count_window(
+        1, by="end", emit="final").aggregate(Max(price_category))).select(category_price)
     return winners.group_apply(first, lambda g: g.tumbling_window(FOREVER).aggregate(
         Aggregates(avg=Avg(1), count=Count())))
 
@@ -225,8 +230,12 @@ def q5(bid: Stream) -> Stream:
     10 s window. Spark: the count per (window, auction), then per window (a tumbling window
     over ``window_time``, chained time-window aggregations) the maximum and the list of
     ``(count, auction)``, exploded to the entries equal to the maximum.
+
+    The counts are sent final (``emit="final"``: each once, when a CTI passes its window's
+    end; the same CHT): speculative counts, corrected at every batch, would make the 2 s
+    window recompute :func:`hottest` over all its counts once per batch.
     """
-    counts = bid.group_apply(bid_auction, lambda g: g.hopping_window(WINDOW, HOP)
+    counts = bid.group_apply(bid_auction, lambda g: g.hopping_window(WINDOW, HOP, emit="final")
                              .aggregate(Count()))
     return (counts.to_points().tumbling_window(HOP).apply(hottest)
             .alter_lifetime(duration=WINDOW))
@@ -266,9 +275,14 @@ def q8(person: Stream, auction: Stream) -> Stream:
     and equal windows: one row per (person, auction) pair, where cedar has one per person
     and window (Nexmark's SQL groups both sides first; SSS cannot join after an
     aggregation). Compared: Spark's distinct rows against cedar's.
+
+    The counts are sent final (``emit="final"``, the same CHT): one column batch per window,
+    inserts only, so the join stays column-wise (speculative counts retract, and a
+    retraction turns the join's state into per-event records).
     """
     people = person.select(id_name).alter_lifetime(start=window_of, duration=WINDOW)
-    sellers = auction.group_apply(seller, lambda g: g.tumbling_window(WINDOW).aggregate(Count()))
+    sellers = auction.group_apply(seller, lambda g: g.tumbling_window(WINDOW, emit="final")
+                                  .aggregate(Count()))
     return people.join(sellers, on=(person_id, first), select=q8_pair)
 
 
@@ -396,8 +410,8 @@ def q9(auction_iv: Stream, bid: Stream) -> Stream:
     open_bids = auction_iv.join(bid, on=(auction_key, bid_auction), select=q9_pair)
     to_close = open_bids.alter_lifetime(duration=FOREVER).join(
         auction_iv, on=(third, auction_key), select=keep_left)
-    return to_close.group_apply(third, lambda g: g.count_window(1, by="end").aggregate(
-        Max())).select(q9_row)
+    return to_close.group_apply(third, lambda g: g.count_window(
+        1, by="end", emit="final").aggregate(Max())).select(q9_row)
 
 
 def bidder_auction(b: dict[str, Any]) -> tuple[Any, Any]:
@@ -527,28 +541,20 @@ def q12(bid: Stream) -> Stream:
 Q17_RANKS = (10_000, 1_000_000)
 
 
-def rank1(b: dict[str, Any]) -> int:
-    return int(b["price"] < Q17_RANKS[0])
-
-
-def rank2(b: dict[str, Any]) -> int:
-    return int(Q17_RANKS[0] <= b["price"] < Q17_RANKS[1])
-
-
-def rank3(b: dict[str, Any]) -> int:
-    return int(b["price"] >= Q17_RANKS[1])
-
-
 def q17(bid: Stream) -> Stream:
     """Q17, auction statistics per day: per auction and UTC day (a tumbling window of
     :data:`DAY`), the number of bids, the number in each price rank (Nexmark's
-    ``count(*) filter``: here the sum of a 0/1 indicator), and the minimum, maximum, average
-    and sum of the prices; ``(auction, {...})`` over the day. Compared: the final rows with
-    the day as ``yyyy-MM-dd`` (Spark batch: a ``GROUP BY`` is not a time window in SSS's
-    append mode, which would output a day only once the next one is reached)."""
+    ``count(*) filter``: ``Count(where=...)`` of Q15's rank predicates), and the minimum,
+    maximum, average and sum of the prices; ``(auction, {...})`` over the day. Compared: the
+    final rows with the day as ``yyyy-MM-dd`` (Spark batch: a ``GROUP BY`` is not a time
+    window in SSS's append mode, which would output a day only once the next one is reached).
+
+    The rank predicates are elementwise comparisons, so they run on the columns (the ranks
+    were sums of ``int(price < ...)``, which is not elementwise: each rank's indicator was
+    computed per bid)."""
     return bid.group_apply(bid_auction, lambda g: g.tumbling_window(DAY).aggregate(Aggregates(
-        total_bids=Count(), rank1_bids=Sum(rank1), rank2_bids=Sum(rank2),
-        rank3_bids=Sum(rank3), min_price=Min("price"), max_price=Max("price"),
+        total_bids=Count(), rank1_bids=Count(where=in_rank1), rank2_bids=Count(where=in_rank2),
+        rank3_bids=Count(where=in_rank3), min_price=Min("price"), max_price=Max("price"),
         avg_price=Avg("price"), sum_price=Sum("price"))))
 
 
@@ -611,8 +617,8 @@ def q6(auction_iv: Stream, bid: Stream) -> Stream:
     open_bids = auction_iv.join(bid, on=(auction_key, bid_auction), select=q6_pair)
     to_close = open_bids.alter_lifetime(duration=FOREVER).join(
         auction_iv, on=(first, auction_key), select=keep_left)
-    winners = to_close.group_apply(first, lambda g: g.count_window(1, by="end").aggregate(
-        Max(price_seller)))
+    winners = to_close.group_apply(first, lambda g: g.count_window(
+        1, by="end", emit="final").aggregate(Max(price_seller)))
     return winners.scan(q6_step, {}, tie=first)
 
 

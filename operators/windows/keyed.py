@@ -116,6 +116,32 @@ def supports(spec: Any, udm: Any, kind: str, policy: WindowPolicy, on_error: str
             and max(abs(spec.size), abs(spec.hop), abs(spec.alignment)) < _SAFE)
 
 
+def _number_column(values: list[Any]) -> np.ndarray | None:
+    """``values`` as an int64 or float64 column holding exactly them (``tolist()`` gives them
+    back), or None (other types, mixed types, ints beyond int64)."""
+    kinds = {type(v) for v in values}
+    if kinds == {int}:
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:
+            return None
+    if kinds == {float}:
+        return np.array(values, dtype=np.float64)
+    return None
+
+
+def _number_columns(keys: list[Any], results: list[Any], keyed: bool) -> Any:
+    """The payload columns of final rows ``(key, result)`` (or ``result``) when keys and
+    results are plain numbers, else None (the rows go out as ``Insert`` messages)."""
+    res = _number_column(results)
+    if res is None or not keyed:
+        return res
+    if {type(k) for k in keys} != {int}:  # (a float key may be the one NaN group key)
+        return None
+    ks = _number_column(keys)
+    return None if ks is None else (ks, res)
+
+
 def _group_order(ns: np.ndarray, ks: np.ndarray) -> np.ndarray:
     """The permutation sorting by (window number, key), stable (arrival order within a
     group): one stable argsort of a combined int64 key when the keys are small integers,
@@ -608,6 +634,13 @@ class KeyedWindowAggregate(Processor):
         first = ids.next_id
         ids.next_id = first + len(results)
         name = ids.name
+        cols = _number_columns(list(by_key), results, self.keyed) if len(results) > 1 else None
+        if cols is not None:  # one column batch: a join after it stays column-wise
+            m = len(results)
+            oids = np.empty(m, dtype=object)
+            oids[:] = [FreshId(name, first + j) for j in range(m)]
+            return [Columns(oids, np.full(m, s, dtype=np.int64),  # type: ignore[list-item]
+                            np.full(m, e, dtype=np.int64), cols)]
         if self.keyed:
             return [_new(Insert, (FreshId(name, first + j), s, e, (k, result)))
                     for j, (k, result) in enumerate(zip(by_key, results))]
