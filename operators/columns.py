@@ -36,7 +36,7 @@ from .events import Insert, Message
 from .expr import evaluate, trace
 
 __all__ = ["Columns", "apply_columns", "concat", "count_events", "expand", "map_columns",
-           "payload_list", "portable_column", "restored_column", "row_at"]
+           "one_row", "payload_list", "portable_column", "restored_column", "row_at"]
 
 _new = tuple.__new__
 
@@ -162,6 +162,30 @@ def row_at(payload: Any, i: int) -> Any:
     if isinstance(payload, tuple):
         return tuple(_item(c, i) for c in payload)
     return _item(payload, i)
+
+
+def one_row(payload: Any) -> Any:
+    """One payload as payload columns of one row (the form :class:`Columns` holds: a dict or
+    tuple of arrays, or one array): numbers and bools as numpy arrays of their type, anything
+    else in an object array. ``row_at(one_row(p), 0) == p``.
+
+    >>> one_row({"k": 1, "name": "a"})
+    {'k': array([1]), 'name': array(['a'], dtype=object)}
+    """
+    if type(payload) is dict:
+        return {k: _one(v) for k, v in payload.items()}
+    if type(payload) is tuple:
+        return tuple(_one(v) for v in payload)
+    return _one(payload)
+
+
+def _one(value: Any) -> np.ndarray:
+    if type(value) in (bool, float) or isinstance(value, (np.number, np.bool_)) or (
+            type(value) is int and -2**63 <= value < 2**63):
+        return np.array([value])
+    out = np.empty(1, dtype=object)
+    out[0] = value
+    return out
 
 
 def map_columns(payload: Any, fn: Callable[[np.ndarray], np.ndarray]) -> Any:
