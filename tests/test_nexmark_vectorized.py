@@ -64,3 +64,10 @@ def test_q21_ids_are_the_per_bid_function_s() -> None:
                 if nq.channel_id(r) is not None]
     assert got == expected == [("Apple", "0"), ("BAIDU", "3"), ("channel-8", "8"),
                                ("channel-5", "")]
+
+
+def test_q3s_people_are_kept_column_wise() -> None:
+    tables = gen.generate(2_000, seed=3)
+    src = nq.sources(tables)
+    text = nq.q3(src["person"], src["auction"]).explain(stages=False)
+    assert "where(q3_person) [column-wise]" in text

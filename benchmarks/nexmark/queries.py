@@ -112,8 +112,14 @@ def q2(bid: Stream) -> Stream:
     return bid.where(q2_keep).select(auction_price)
 
 
-def q3_person(p: dict[str, Any]) -> bool:
-    return p["state"] in Q3_STATES
+def in_q3_states(state: str) -> bool:
+    return state in Q3_STATES
+
+
+def q3_person(p: dict[str, Any]) -> Any:
+    """Whether each person of a batch lives in one of :data:`Q3_STATES` (a boolean mask, once
+    per distinct state: ``where(vectorized=True)``)."""
+    return per_value(in_q3_states, p["state"])
 
 
 def q3_auction(a: dict[str, Any]) -> bool:
@@ -141,7 +147,7 @@ def q3(person: Stream, auction: Stream) -> Stream:
     Spark: an unbounded stream-stream inner join (no watermark, state kept forever). Compared:
     the multisets of ``(name, city, state, id)``; cedar's lifetimes have no Spark counterpart.
     """
-    people = person.where(q3_person).alter_lifetime(duration=FOREVER)
+    people = person.where(q3_person, vectorized=True).alter_lifetime(duration=FOREVER)
     items = auction.where(q3_auction).alter_lifetime(duration=FOREVER)
     return items.join(people, on=(seller, person_id), select=q3_pair)
 
