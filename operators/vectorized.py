@@ -59,7 +59,8 @@ class Vectorized:
             fn = fn.fn
         if not callable(fn):
             raise TypeError(f"vectorized: give a function of the payload columns, not {fn!r}")
-        self.fn, self.mask, self.step = fn, mask, step
+        self.fn: Callable[[Any], Any] = fn
+        self.mask, self.step = mask, step
         self.__name__ = getattr(fn, "__name__", repr(fn))
 
     def __repr__(self) -> str:

@@ -15,6 +15,7 @@ import pytest
 
 from operators.cht import to_cht
 from operators.columns import Columns, expand, row_at
+from operators.errors import OperatorError
 from operators.events import Cti, Insert, Retract
 from operators.select import Select
 from operators.vectorized import Vectorized, per_value
@@ -113,8 +114,9 @@ def test_arrow_columns_become_the_columns_a_source_makes():
     (lambda c: (c["k"], np.ones((4, 2))), TypeError, "column 1 as ndarray"),
 ])
 def test_a_select_returning_wrong_columns_says_what_was_expected(fn, error, message):
-    with pytest.raises(error, match=re.escape(message)) as info:
+    with pytest.raises(OperatorError, match=re.escape(message)) as info:
         Select(fn, name="s1", vectorized=True).process([BATCH])
+    assert f"{error.__name__}: select" in str(info.value)
     assert "select(<lambda>, vectorized=True) (step 's1')" in str(info.value)
     assert "one value per event" in str(info.value)
 
@@ -126,8 +128,9 @@ def test_a_select_returning_wrong_columns_says_what_was_expected(fn, error, mess
     (lambda c: True, TypeError, "returned bool: return a boolean mask"),
 ])
 def test_a_where_returning_no_mask_says_what_was_expected(pred, error, message):
-    with pytest.raises(error, match=re.escape(message)):
+    with pytest.raises(OperatorError, match=re.escape(message)) as info:
         Where(pred, vectorized=True).process([BATCH])
+    assert f"{error.__name__}: where" in str(info.value)
 
 
 def test_per_value_is_the_per_row_list_with_one_call_per_distinct_value():
