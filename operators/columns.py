@@ -27,6 +27,7 @@ columns when that gives exactly what calling it per payload gives (the rule is i
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, final
 
@@ -36,7 +37,8 @@ from .events import Insert, Message
 from .expr import evaluate, trace
 
 __all__ = ["Columns", "apply_columns", "concat", "count_events", "expand", "map_columns",
-           "payload_list", "portable_column", "restored_column", "row_at"]
+           "one_row", "payload_list", "portable_column", "remember_arrow", "restored_column",
+           "row_at"]
 
 _new = tuple.__new__
 
@@ -117,15 +119,25 @@ def portable_column(column: np.ndarray) -> Any:
     instead of one pickled object per value -- 5-10x faster for a column of 460k strings
     (Nexmark's bids); anything else as it is. :func:`restored_column` turns it back.
 
+    A column :func:`restored_column` made (or a slice of one) goes back as the Arrow array
+    it came from, without looking at its values again: an actor passing string columns on
+    (a select, a where) re-sends the buffers it received.
+
     >>> c = np.array(["a", None] * 200, dtype=object)
     >>> wire = portable_column(c)
     >>> type(wire).__name__, restored_column(wire).tolist() == c.tolist()
     ('StringArray', True)
+    >>> again = portable_column(restored_column(wire)[10:300])  # no new buffers
+    >>> again.buffers()[2].address == wire.buffers()[2].address
+    True
     >>> portable_column(np.array([b"a", "b"] * 200, dtype=object)).dtype  # bytes stay bytes
     dtype('O')
     """
     if column.dtype != object or len(column) < _ARROW_MIN_ROWS:
         return column
+    known = _known_arrow(column)
+    if known is not None:
+        return known
     import pyarrow as pa
 
     try:
@@ -137,12 +149,65 @@ def portable_column(column: np.ndarray) -> Any:
 
 
 def restored_column(column: Any) -> np.ndarray:
-    """The numpy column :func:`portable_column` stood for."""
+    """The numpy column :func:`portable_column` stood for (read-only, as Ray's numeric
+    columns are: it remembers its Arrow array, which must keep standing for it)."""
     if isinstance(column, np.ndarray):
         return column
     out = np.empty(len(column), dtype=object)
     out[:] = column.to_numpy(zero_copy_only=False)
+    out.flags.writeable = False
+    _remember(out, column)
     return out
+
+
+def remember_arrow(column: np.ndarray, arrow: Any) -> None:
+    """Make the object column ``column`` read-only and remember that the Arrow string array
+    ``arrow`` holds its values (a reader that made it from ``arrow``): :func:`portable_column`
+    then sends ``arrow`` instead of encoding the values again."""
+    _remember(column, arrow)
+
+
+def _remember(column: np.ndarray, arrow: Any) -> None:
+    column.flags.writeable = False
+    key = id(column)
+    _ARROW_OF[key] = (weakref.ref(column, lambda _: _ARROW_OF.pop(key, None)), arrow)
+
+
+def _concatenated(parts: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate(parts)``; string columns that remember their Arrow arrays make one
+    that remembers theirs put end to end (see :func:`portable_column`)."""
+    out = np.concatenate(parts)
+    if out.dtype == object and len(out) >= _ARROW_MIN_ROWS:
+        arrows = [_known_arrow(c) for c in parts]
+        if all(a is not None for a in arrows):
+            import pyarrow as pa
+
+            _remember(out, pa.concat_arrays(arrows))
+    return out
+
+
+#: The Arrow array of each live column :func:`restored_column` made, by ``id``.
+_ARROW_OF: dict[int, tuple[Any, Any]] = {}
+
+
+def _known_arrow(column: np.ndarray) -> Any:
+    """The Arrow array ``column`` (or the column it is a contiguous slice of) was restored
+    from, sliced to it; None if there is none."""
+    base = column if column.base is None else column.base
+    entry = _ARROW_OF.get(id(base))
+    if entry is None or entry[0]() is not base or base.flags.writeable \
+            or not isinstance(base, np.ndarray) or base.ndim != 1:
+        return None
+    if column is base:
+        return entry[1]
+    step = column.strides[0] if column.ndim == 1 else 0
+    if step != base.itemsize:
+        return None
+    offset, rest = divmod(column.__array_interface__["data"][0]
+                          - base.__array_interface__["data"][0], base.itemsize)
+    if rest or offset < 0 or offset + len(column) > len(base):
+        return None
+    return entry[1].slice(offset, len(column))
 
 
 def _unpickle(ids: np.ndarray, starts: np.ndarray, ends: np.ndarray | None,
@@ -162,6 +227,30 @@ def row_at(payload: Any, i: int) -> Any:
     if isinstance(payload, tuple):
         return tuple(_item(c, i) for c in payload)
     return _item(payload, i)
+
+
+def one_row(payload: Any) -> Any:
+    """One payload as payload columns of one row (the form :class:`Columns` holds: a dict or
+    tuple of arrays, or one array): numbers and bools as numpy arrays of their type, anything
+    else in an object array. ``row_at(one_row(p), 0) == p``.
+
+    >>> one_row({"k": 1, "name": "a"})
+    {'k': array([1]), 'name': array(['a'], dtype=object)}
+    """
+    if type(payload) is dict:
+        return {k: _one(v) for k, v in payload.items()}
+    if type(payload) is tuple:
+        return tuple(_one(v) for v in payload)
+    return _one(payload)
+
+
+def _one(value: Any) -> np.ndarray:
+    if type(value) in (bool, float) or isinstance(value, (np.number, np.bool_)) or (
+            type(value) is int and -2**63 <= value < 2**63):
+        return np.array([value])
+    out = np.empty(1, dtype=object)
+    out[0] = value
+    return out
 
 
 def map_columns(payload: Any, fn: Callable[[np.ndarray], np.ndarray]) -> Any:
@@ -192,15 +281,15 @@ def concat(parts: list[Columns]) -> Columns | None:
         names = list(first)
         if any(not isinstance(p.payload, dict) or list(p.payload) != names for p in parts):
             return None
-        payload: Any = {k: np.concatenate([p.payload[k] for p in parts]) for k in names}
+        payload: Any = {k: _concatenated([p.payload[k] for p in parts]) for k in names}
     elif isinstance(first, tuple):
         if any(not isinstance(p.payload, tuple) or len(p.payload) != len(first) for p in parts):
             return None
-        payload = tuple(np.concatenate([p.payload[i] for p in parts]) for i in range(len(first)))
+        payload = tuple(_concatenated([p.payload[i] for p in parts]) for i in range(len(first)))
     else:
         if any(not isinstance(p.payload, np.ndarray) for p in parts):
             return None
-        payload = np.concatenate([p.payload for p in parts])
+        payload = _concatenated([p.payload for p in parts])
     return Columns(np.concatenate([p.ids for p in parts]),
                    np.concatenate([p.starts for p in parts]),
                    None if all(p.points for p in parts)

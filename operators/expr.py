@@ -249,9 +249,12 @@ def _traced(fn: Callable[[Any], Any]) -> tuple[Any, str | None]:
 
 def trace(fn: Callable[[Any], Any]) -> Any:
     """The expression (or tuple/dict of them) ``fn`` computes, or None when it does not run
-    column-wise (see the module doc)."""
+    column-wise (see the module doc). A function of whole batches
+    (:class:`~operators.vectorized.Vectorized`) is never traced: None."""
     if isinstance(fn, Expr):
         return fn
+    if getattr(fn, "batchwise", False):
+        return None
     return _traced(fn)[0]
 
 
@@ -307,8 +310,10 @@ def pair_columns(left: Any, right: Any) -> dict[Any, np.ndarray]:
 
 
 def why_per_event(fn: Callable[[Any], Any]) -> str | None:
-    """None when ``fn`` runs column-wise, else why it runs per event (for ``explain()``)."""
-    if isinstance(fn, Expr):
+    """None when ``fn`` runs column-wise, else why it runs per event (for ``explain()``). A
+    :class:`~operators.vectorized.Vectorized` function runs on whole batches (in ``select``
+    and ``where``, what it is made for): None."""
+    if isinstance(fn, Expr) or getattr(fn, "batchwise", False):
         return None
     return _traced(fn)[1]
 

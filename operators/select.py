@@ -1,7 +1,8 @@
 """``select(fn)``: replace each payload by ``fn(payload)`` (a span operator).
 
 Lifetimes and ids are kept; ``fn`` is applied again to a retraction's payload, so it must be
-deterministic; CTIs pass unchanged.
+deterministic; CTIs pass unchanged. ``Select(fn, vectorized=True)`` takes a function of a
+batch's payload columns instead (:mod:`operators.vectorized`).
 
     >>> from operators.events import Insert
     >>> Select(lambda p: p * 10).process([Insert(1, 0, 5, 2)])
@@ -16,17 +17,23 @@ from typing import Any
 from .columns import Columns, apply_columns
 from .events import Insert, Message, Retract
 from .processor import Processor
+from .vectorized import Vectorized
 
 
 class Select(Processor):
     """On a :class:`~operators.columns.Columns` batch, ``fn`` runs once on the payload
-    columns where that is exact (see :mod:`operators.expr`), else per event."""
+    columns where that is exact (see :mod:`operators.expr`), else per event. A
+    :class:`~operators.vectorized.Vectorized` ``fn`` (or ``vectorized=True``) runs once on
+    every batch, and on a single event as a one-row batch."""
 
-    def __init__(self, fn: Callable[[Any], Any], name: str | None = None) -> None:
+    def __init__(self, fn: Callable[[Any], Any], name: str | None = None,
+                 vectorized: bool = False) -> None:
         super().__init__(name)
-        self.fn = fn
+        self.fn = Vectorized(fn, step=name) if vectorized else fn
 
     def on_columns(self, msg: Columns, port: int) -> list[Message]:
+        if type(self.fn) is Vectorized:
+            return [msg.with_payload(self.fn.columns(msg.payload, len(msg)))]  # type: ignore[list-item]
         payload = apply_columns(self.fn, msg)
         if payload is not None:
             return [msg.with_payload(payload)]  # type: ignore[list-item]  # a Columns stands for its inserts

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from operators.columns import remember_arrow
 from operators.ticks import UNITS, from_units, from_units_array
 
 __all__ = ["DEFAULT_BATCH_ROWS", "arrow_batches", "arrow_row_batches", "check_times",
@@ -127,6 +128,8 @@ def _column_array(column: pa.Array) -> np.ndarray:
         return column.to_numpy(zero_copy_only=False)
     values = np.empty(len(column), dtype=object)
     values[:] = column.to_pylist()
+    if type(column) is pa.StringArray:  # sent to an actor as it is (portable_column)
+        remember_arrow(values, column)
     return values
 
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from operators import windows as w
 from operators.events import Message
+from operators.vectorized import Vectorized
 
 from . import nodes as n
 
@@ -276,12 +277,22 @@ class Stream:
         return Stream(n.Published(inputs=(), query=query, name=name))
 
     # -- span operators ---------------------------------------------------------------------
-    def where(self, pred: Callable[[Any], bool], name: str | None = None) -> Stream:
-        """Keep the events whose payload satisfies ``pred``; lifetimes unchanged."""
+    def where(self, pred: Callable[[Any], Any], name: str | None = None,
+              vectorized: bool = False) -> Stream:
+        """Keep the events whose payload satisfies ``pred``; lifetimes unchanged. With
+        ``vectorized=True``, ``pred`` takes a batch's payload columns and returns a boolean
+        mask (:mod:`operators.vectorized`)."""
+        if vectorized:
+            pred = Vectorized(pred, mask=True, step=name)
         return self._then(n.Where, pred=pred, name=name)
 
-    def select(self, fn: Callable[[Any], Any], name: str | None = None) -> Stream:
-        """Map every payload through ``fn``; lifetimes unchanged."""
+    def select(self, fn: Callable[[Any], Any], name: str | None = None,
+               vectorized: bool = False) -> Stream:
+        """Map every payload through ``fn``; lifetimes unchanged. With ``vectorized=True``,
+        ``fn`` takes a batch's payload columns and returns the new payload columns
+        (:mod:`operators.vectorized`)."""
+        if vectorized:
+            fn = Vectorized(fn, step=name)
         return self._then(n.Select, fn=fn, name=name)
 
     def alter_lifetime(self, start: Callable[[int], int] | None = None,

@@ -30,9 +30,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from operators.aggregates import Aggregates, Avg, Count, CountDistinct, Max, Min, Sum
 from operators.events import TICKS_PER_SECOND
 from operators.ingress import AdvanceTime
+from operators.vectorized import per_value
 from topology import Stream
 
 #: Nexmark's window: 10 s (Q5's size, Q7's and Q8's tumbling windows).
@@ -109,8 +112,14 @@ def q2(bid: Stream) -> Stream:
     return bid.where(q2_keep).select(auction_price)
 
 
-def q3_person(p: dict[str, Any]) -> bool:
-    return p["state"] in Q3_STATES
+def in_q3_states(state: str) -> bool:
+    return state in Q3_STATES
+
+
+def q3_person(p: dict[str, Any]) -> Any:
+    """Whether each person of a batch lives in one of :data:`Q3_STATES` (a boolean mask, once
+    per distinct state: ``where(vectorized=True)``)."""
+    return per_value(in_q3_states, p["state"])
 
 
 def q3_auction(a: dict[str, Any]) -> bool:
@@ -138,7 +147,7 @@ def q3(person: Stream, auction: Stream) -> Stream:
     Spark: an unbounded stream-stream inner join (no watermark, state kept forever). Compared:
     the multisets of ``(name, city, state, id)``; cedar's lifetimes have no Spark counterpart.
     """
-    people = person.where(q3_person).alter_lifetime(duration=FOREVER)
+    people = person.where(q3_person, vectorized=True).alter_lifetime(duration=FOREVER)
     items = auction.where(q3_auction).alter_lifetime(duration=FOREVER)
     return items.join(people, on=(seller, person_id), select=q3_pair)
 
@@ -292,13 +301,15 @@ HOUR = 3600 * TICKS_PER_SECOND
 DAY = 24 * HOUR
 
 
-def q14_keep(b: dict[str, Any]) -> bool:
-    return Q14_LOW < b["price"] * EURO < Q14_HIGH
+def q14_keep(b: dict[str, Any]) -> Any:
+    """``Q14_LOW < price * EURO < Q14_HIGH`` as two comparisons joined by ``&`` (a chained
+    comparison asks ``bool()`` and would run per event; this one runs column-wise)."""
+    euros = b["price"] * EURO
+    return (euros > Q14_LOW) & (euros < Q14_HIGH)
 
 
-def bid_time_type(t: int) -> str:
-    """Q14's case expression on the hour (UTC) of a time in ticks."""
-    hour = t % DAY // HOUR
+def time_type_of_hour(hour: int) -> str:
+    """Q14's case expression on an hour (UTC)."""
     if 8 <= hour <= 18:
         return "dayTime"
     if hour <= 6 or hour >= 20:
@@ -306,10 +317,23 @@ def bid_time_type(t: int) -> str:
     return "otherTime"
 
 
-def q14_row(b: dict[str, Any]) -> dict[str, Any]:
+def bid_time_type(t: int) -> str:
+    """Q14's case expression on the hour (UTC) of a time in ticks."""
+    return time_type_of_hour(t % DAY // HOUR)
+
+
+def count_c(s: str) -> int:
+    """Nexmark's ``count_char(extra, 'c')``."""
+    return s.count("c")
+
+
+def q14_rows(b: dict[str, Any]) -> dict[str, Any]:
+    """Q14's row of each bid, on a batch's columns (``select(vectorized=True)``): the hour's
+    name and ``c_counts`` once per distinct hour and ``extra`` (:func:`per_value`)."""
+    t = b["date_time"]
     return {"auction": b["auction"], "bidder": b["bidder"], "price": b["price"] * EURO,
-            "bidTimeType": bid_time_type(b["date_time"]), "date_time": b["date_time"],
-            "extra": b["extra"], "c_counts": b["extra"].count("c")}
+            "bidTimeType": per_value(time_type_of_hour, t % DAY // HOUR), "date_time": t,
+            "extra": b["extra"], "c_counts": per_value(count_c, b["extra"])}
 
 
 def q14(bid: Stream) -> Stream:
@@ -318,7 +342,7 @@ def q14(bid: Stream) -> Stream:
     ``nightTime`` for 20-6, else ``otherTime``; hours of UTC) and ``c_counts``, the number of
     ``'c'`` in ``extra`` (Nexmark's ``count_char`` UDF). (The generator's bids have an empty
     ``extra``: ``c_counts`` is 0 on generated input; the tests check it on hand-made bids.)"""
-    return bid.where(q14_keep).select(q14_row)
+    return bid.where(q14_keep).select(q14_rows, vectorized=True)
 
 
 #: Q21's channels with a fixed id (Nexmark compares ``lower(channel)``).
@@ -328,30 +352,53 @@ Q21_CHANNELS = {"apple": "0", "google": "1", "facebook": "2", "baidu": "3"}
 CHANNEL_ID = re.compile(r"(&|^)channel_id=([^&]*)")
 
 
-def channel_id(b: dict[str, Any]) -> str | None:
-    """Q21's ``channel_id``: the fixed id of a named channel, else the url's ``channel_id``
-    parameter (``REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2)``), else None."""
-    fixed = Q21_CHANNELS.get(b["channel"].lower())
-    if fixed is not None:
-        return fixed
-    m = CHANNEL_ID.search(b["url"])
+def fixed_channel_id(channel: str) -> str | None:
+    """The fixed id of a named channel (``lower(channel)``), else None."""
+    return Q21_CHANNELS.get(channel.lower())
+
+
+def is_named_channel(channel: str) -> bool:
+    return fixed_channel_id(channel) is not None
+
+
+def url_channel_id(url: str) -> str | None:
+    """The url's ``channel_id`` parameter (``REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)',
+    2)``), else None."""
+    m = CHANNEL_ID.search(url)
     return None if m is None else m.group(2)
 
 
-def q21_row(b: dict[str, Any]) -> dict[str, Any]:
+def channel_id(b: dict[str, Any]) -> str | None:
+    """Q21's ``channel_id``: the fixed id of a named channel, else the url's ``channel_id``
+    parameter, else None."""
+    fixed = fixed_channel_id(b["channel"])
+    return fixed if fixed is not None else url_channel_id(b["url"])
+
+
+def q21_rows(b: dict[str, Any]) -> dict[str, Any]:
+    """Q21's row of each bid (:func:`channel_id`), on a batch's columns: the channel's and
+    the url's id once per distinct channel and url (:func:`per_value`)."""
+    ids = np.where(per_value(is_named_channel, b["channel"]),
+                   per_value(fixed_channel_id, b["channel"]), per_value(url_channel_id, b["url"]))
     return {"auction": b["auction"], "bidder": b["bidder"], "price": b["price"],
-            "channel": b["channel"], "channel_id": channel_id(b)}
+            "channel": b["channel"], "channel_id": ids}
 
 
-def has_channel_id(b: dict[str, Any]) -> bool:
-    return b["channel_id"] is not None
+def is_not_none(v: Any) -> bool:
+    return v is not None
+
+
+def has_channel_id(b: dict[str, Any]) -> Any:
+    """Whether each row of a batch has a ``channel_id`` (a boolean mask)."""
+    return per_value(is_not_none, b["channel_id"])
 
 
 def q21(bid: Stream) -> Stream:
     """Q21, add a column from a regular expression: each bid with its channel's id (see
     :func:`channel_id`), kept when it has one (Nexmark's ``WHERE``: the url's parameter is
-    not null or the channel is one of the four named ones: the same as a non-null id)."""
-    return bid.select(q21_row).where(has_channel_id)
+    not null or the channel is one of the four named ones: the same as a non-null id).
+    Vectorised (:func:`q21_rows`, :func:`has_channel_id`)."""
+    return bid.select(q21_rows, vectorized=True).where(has_channel_id, vectorized=True)
 
 
 def split_index(s: str, sep: str, i: int) -> str | None:
@@ -361,17 +408,32 @@ def split_index(s: str, sep: str, i: int) -> str | None:
     return parts[i] if 0 <= i < len(parts) else None
 
 
-def q22_row(b: dict[str, Any]) -> dict[str, Any]:
+def dir1(url: str) -> str | None:
+    return split_index(url, "/", 3)
+
+
+def dir2(url: str) -> str | None:
+    return split_index(url, "/", 4)
+
+
+def dir3(url: str) -> str | None:
+    return split_index(url, "/", 5)
+
+
+def q22_rows(b: dict[str, Any]) -> dict[str, Any]:
+    """Q22's row of each bid, on a batch's columns: the fields once per distinct url
+    (:func:`per_value`)."""
     url = b["url"]
     return {"auction": b["auction"], "bidder": b["bidder"], "price": b["price"],
-            "channel": b["channel"], "dir1": split_index(url, "/", 3),
-            "dir2": split_index(url, "/", 4), "dir3": split_index(url, "/", 5)}
+            "channel": b["channel"], "dir1": per_value(dir1, url), "dir2": per_value(dir2, url),
+            "dir3": per_value(dir3, url)}
 
 
 def q22(bid: Stream) -> Stream:
     """Q22, split a string: each bid with the url's fields 3, 4 and 5 split at ``/``
-    (``https://www.nexmark.com/<dir1>/<dir2>/...``; None past the last field)."""
-    return bid.select(q22_row)
+    (``https://www.nexmark.com/<dir1>/<dir2>/...``; None past the last field). Vectorised
+    (:func:`q22_rows`)."""
+    return bid.select(q22_rows, vectorized=True)
 
 
 #: The auction's columns in Q9's and Q20's output (``date_time`` and ``extra`` are the
@@ -558,11 +620,24 @@ def q17(bid: Stream) -> Stream:
         avg_price=Avg("price"), sum_price=Sum("price"))))
 
 
-def q10_row(b: dict[str, Any]) -> dict[str, Any]:
-    t = dt.datetime.fromtimestamp(b["date_time"] / TICKS_PER_SECOND, dt.UTC)
+def day_of_minute(m: int) -> str:
+    """``yyyy-MM-dd`` (UTC) of minute ``m`` since the epoch."""
+    return dt.datetime.fromtimestamp(m * 60, dt.UTC).strftime("%Y-%m-%d")
+
+
+def hh_mm_of_minute(m: int) -> str:
+    """``HH:mm`` (UTC) of minute ``m`` since the epoch."""
+    return dt.datetime.fromtimestamp(m * 60, dt.UTC).strftime("%H:%M")
+
+
+def q10_rows(b: dict[str, Any]) -> dict[str, Any]:
+    """Q10's row of each bid, on a batch's columns: ``dt`` and ``hm`` depend only on the
+    bid's minute, formatted once per distinct minute (:func:`per_value`)."""
+    t = b["date_time"]
+    minute = t // MINUTE
     return {"auction": b["auction"], "bidder": b["bidder"], "price": b["price"],
-            "date_time": b["date_time"], "extra": b["extra"], "dt": t.strftime("%Y-%m-%d"),
-            "hm": t.strftime("%H:%M")}
+            "date_time": t, "extra": b["extra"], "dt": per_value(day_of_minute, minute),
+            "hm": per_value(hh_mm_of_minute, minute)}
 
 
 def q10(bid: Stream) -> Stream:
@@ -570,7 +645,7 @@ def q10(bid: Stream) -> Stream:
     ``hm`` (``HH:mm``), the columns Nexmark partitions its file sink by. Here the query's
     rows only (the benchmark's sinks are its own; a partitioned parquet sink is
     ``Stream.write``'s business, not the query's)."""
-    return bid.select(q10_row)
+    return bid.select(q10_rows, vectorized=True)
 
 
 # Q6: the closed auctions averaged per seller.
