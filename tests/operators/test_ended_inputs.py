@@ -168,15 +168,15 @@ def test_the_column_wise_join_frees_by_the_same_rule():
 
 
 def test_import_ctis_is_unchanged_by_an_end():
-    #   leader   Cti(10)  end           (its CTI stays imported)
-    #   input 0  a: [12 ─ 14)  Cti(20)  b: [5 ─ 6) late: dropped
+    #   leader   Cti(10)  end            (the CTI it reached stays imported)
+    #   input 0  b: [5 ─ 6) late: dropped   a: [12 ─ 14)  Cti(20)   (its own CTIs go on)
     imp = ImportCti()
     assert imp.process([Insert(1, 9, 10, "x"), Cti(10)], 1) == [Cti(10)]
     assert imp.end_input(1) == []
-    assert imp.process([Insert("a", 12, 14, "p"), Cti(20)], 0) == [
-        Insert("a", 12, 14, "p"), Cti(20)]
     assert imp.process([Insert("b", 5, 6, "q")], 0) == []
     assert [x.action for x in imp.late] == ["dropped"]
+    assert imp.process([Insert("a", 12, 14, "p"), Cti(20)], 0) == [
+        Insert("a", 12, 14, "p"), Cti(20)]
 
 
 # -- where the ends arrive does not change the CHT ------------------------------------------------

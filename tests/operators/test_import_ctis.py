@@ -1,8 +1,9 @@
 """CTI import (``Stream.import_ctis``, StreamInsight's AdvanceTimeImportSettings): a join of a
 fast stream with a one-event reference stream that stays open stalls without it and advances
-with it (a reference that ended holds nothing back either way), inline and on Ray; against a from-scratch reference on random physical streams (disorder, edges
-closed later, lifetime corrections, full retractions, CTIs) with the late policy, restored
-mid-stream; arguments refused when the query is built."""
+with it (a reference that ended holds nothing back either way), inline and on Ray; against a
+from-scratch reference on random physical streams (disorder, edges closed later, lifetime
+corrections, full retractions, CTIs) with the late policy, restored mid-stream; arguments
+refused when the query is built."""
 
 from __future__ import annotations
 

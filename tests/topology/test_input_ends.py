@@ -84,10 +84,10 @@ def test_the_plan_restores_its_ended_inputs():
     again.restore(state)
     assert again.done == {"ref"}
     out = again.process([Insert("a", 3, 4, "a"), Cti(9)], lv)
-    assert out == [Insert(0 * 2 + 0, 3, 4, ("r", "a")), Cti(9)]  # (union tags join ids 2i)
+    assert out == [Insert(0, 3, 4, ("r", "a")), Cti(9)]  # (the union tags join id i as 2i)
     with pytest.raises(OperatorError, match="after that input ended"):
         again.process([Cti(10)], r)
-    assert ctis(again.finish()) == []  # the ref source is not finished twice
+    assert ctis(again.finish()) == []  # (the CTI is at the furthest input's already)
 
     old = dag.snapshot()
     del old["done"]  # a checkpoint written before inputs ended one by one
