@@ -8,8 +8,10 @@ actor from a cloudpickled factory) and moves batches:
   submission order — docs/runtime.md: async or threaded actors reorder): :meth:`push` decodes
   a batch (:mod:`actors.wire`), runs the processor, splits the output over the out-edges
   (with the router the planner's side builds, :class:`topology.routing.Router`) into
-  per-edge buffers; :meth:`end` counts the ends of its input edges and, after the last,
-  flushes the processor (``finish()``, e.g. a source's final CTI) and forwards the end;
+  per-edge buffers; :meth:`end` counts the ends of its input edges: an end before the last
+  tells the processor that input ended (``end_input(port)``: a join or union then follows
+  its open inputs' CTIs), and after the last the shell flushes the processor (``finish()``,
+  e.g. a source's final CTI) and forwards the end;
   :meth:`fail` forwards an upstream failure to the output, where the driver reports it with
   the step id.
 * **batching**: a buffer is sent when it holds ``batch_size`` messages, when a CTI went into
@@ -272,7 +274,8 @@ class OperatorShell:
             self._deliver(port, "push", blob)
 
     def end(self, port: int) -> None:
-        """One input edge has ended; after the last, finish and forward the end."""
+        """One input edge has ended: the processor's ``end_input(port)`` while others are
+        open; after the last, finish and forward the end."""
         with self._send_lock:
             self._deliver(port, "end", None)
 
@@ -408,25 +411,18 @@ class OperatorShell:
             self._forward_failure()
 
     def _end(self, port: int) -> None:
+        targets: list[Any] = []  # where the end goes on: nowhere until the last input ended
         with self._lock:
             self.ends += 1
-            if self.ends < self.n_in or self.finished or self.proc is None:
+            if self.finished or self.proc is None:
                 return
-            ready: list[tuple[_Target, list[Message]]] = []
-            if self.error is None:
-                try:
-                    out = self.proc.finish()
-                    if self.trace is not None and out:
-                        self.trace.record("out", 0, out)
-                    ready = self._emit(out, force=True)
-                except Exception as exc:  # noqa: BLE001 - reported downstream with the step
-                    self._failed(exc)
-            if self.trace is not None:
-                self.trace.flush()
-            self.finished = True
-            self._hand_out(self.barriers.release())
-            targets = list(self.targets) + self.readers.targets()
-            self._wake.notify_all()
+            if self.ends < self.n_in:  # (the planner gives every input port one edge)
+                if self.error is not None:
+                    return
+                ready = self._input_ended(port)
+            else:
+                ready = self._finish()
+                targets = list(self.targets) + self.readers.targets()
         self._send(ready)
         if self.error is not None:
             self._forward_failure()
@@ -434,6 +430,40 @@ class OperatorShell:
         for t in targets:
             if t.dead is None:
                 t.handle.end.remote(t.port)
+
+    def _input_ended(self, port: int) -> list[tuple[_Target, list[Message]]]:
+        """Input ``port`` ended before the others: the processor's ``end_input`` (an input
+        that ended no longer holds back the others' CTI); returns the buffers due (called
+        with _lock)."""
+        assert self.proc is not None
+        try:
+            out = self.proc.end_input(port)
+            if self.trace is not None and out:
+                self.trace.record("out", 0, out)
+            return self._emit(out, force=False)
+        except Exception as exc:  # noqa: BLE001 - reported downstream with the step
+            self._failed(exc)
+            return []
+
+    def _finish(self) -> list[tuple[_Target, list[Message]]]:
+        """Every input ended: flush the processor, release a sink's output; returns the
+        buffers due (called with _lock)."""
+        assert self.proc is not None
+        ready: list[tuple[_Target, list[Message]]] = []
+        if self.error is None:
+            try:
+                out = self.proc.finish()
+                if self.trace is not None and out:
+                    self.trace.record("out", 0, out)
+                ready = self._emit(out, force=True)
+            except Exception as exc:  # noqa: BLE001 - reported downstream with the step
+                self._failed(exc)
+        if self.trace is not None:
+            self.trace.flush()
+        self.finished = True
+        self._hand_out(self.barriers.release())
+        self._wake.notify_all()
+        return ready
 
     def fail(self, port: int, message: str) -> None:
         """An upstream step failed: record the first failure and pass it on."""

@@ -26,7 +26,8 @@ parts of ``[T, end)`` are computed from the right events alive after ``T``, and 
 joined into maximal fragments. The difference to the old fragments is emitted: a fragment that
 keeps its start changes its end (a retraction at or after ``T``), the others are retracted or
 inserted (starting at or after ``T``). Hence every output change is at or after the changing
-input's CTI, and the output CTI is ``min(left CTI, right CTI)``.
+input's CTI, and the output CTI is ``min(left CTI, right CTI)``; once one input has ended,
+the open input's CTI (as the join's, :mod:`operators.join`).
 
 **Column batches.** While only :class:`~operators.columns.Columns` batches have arrived, both
 inputs' live events and the fragments that may still change are arrays (as the join's, in
@@ -44,7 +45,8 @@ per-event state, as if every event had arrived alone, and the anti-join goes on 
 
 **Freeing state** follows the join's rule (:mod:`operators.join`): an event of input A is
 dropped once ``end < CTI_A and end <= CTI_B``. A freed left event's fragments are final; a
-freed right event ends at or before every later ``T``, so no recomputation needs it.
+freed right event ends at or before every later ``T``, so no recomputation needs it. An
+ended input counts as ``CTI = MAX_TIME`` there (the join's rule).
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ fresh id; a later event on the other side splits or removes them by retraction).
 anti-join is an :class:`~operators.anti_join.AntiJoin` with ``on`` swapped and the inputs
 swapped. Output ids are the union's tags (:func:`~operators.union.tag_id`): input 0 for the
 join's pairs, 1 for the left's uncovered parts, 2 for the right's. The output CTI is
-``min(left CTI, right CTI)``: all three parts emit that.
+``min(left CTI, right CTI)``: all three parts emit that (once one input has ended, the open
+input's CTI: :meth:`~operators.processor.Processor.end_input`).
 
 Output is speculative: a right event arriving after its left partner has been output as
 ``(l, None)`` shortens or retracts that fragment and inserts the pair (and vice versa).
@@ -94,6 +95,28 @@ class FullOuterJoin(Processor):
         out = self.union.process(matched, 0)
         out.extend(self.union.process(left, 1))
         out.extend(self.union.process(right, 2))
+        self.out_cti = max(self.out_cti, self.union.out_cti)
+        return out
+
+    def on_end_input(self, port: int) -> list[Message]:
+        """One input ended: the three parts follow the open input's CTI (their output is
+        CTIs; the right-only anti-join sees the inputs swapped)."""
+        return self._parts_out(self.join.end_input(port), self.left_anti.end_input(port),
+                               self.right_anti.end_input(1 - port))
+
+    def finish(self) -> list[Message]:
+        """Both inputs ended: the parts' final CTIs (the furthest input's), through the union."""
+        return self._parts_out(self.join.finish(), self.left_anti.finish(),
+                               self.right_anti.finish())
+
+    def _parts_out(self, matched: list[Message], left: list[Message],
+                   right: list[Message]) -> list[Message]:
+        """The three parts' output, merged as :meth:`process` merges it."""
+        out = self.union.process(matched, 0)
+        out.extend(self.union.process(
+            LeftJoin._runs(left, lambda m: _selected(self.left_only, m)), 1))
+        out.extend(self.union.process(
+            LeftJoin._runs(right, lambda m: _selected(self.right_only, m)), 2))
         self.out_cti = max(self.out_cti, self.union.out_cti)
         return out
 

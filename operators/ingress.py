@@ -861,6 +861,12 @@ class ImportCti(Processor):
     end is behind the CTI changes nothing. Each
     is recorded in :attr:`late` (counted in the step's ``late`` stat, sent on ``.late()``).
 
+    **An input that ends** (:meth:`~operators.processor.Processor.end_input`) changes nothing
+    here: the output CTI is a maximum, which an input that stopped never holds back. When the
+    leader ends, the CTI it reached stays imported (it was sent downstream: input 0's events
+    behind it stay late) and the output CTI advances with input 0's own CTIs from then on;
+    when input 0 ends, the leader's CTIs still advance the output.
+
     >>> imp = ImportCti()
     >>> imp.process([Insert("r", 0, 100, "ref")], 0)
     [Insert(id='r', start=0, end=100, payload='ref')]

@@ -26,7 +26,14 @@ before e" and "ends after s". Each event keeps the outputs (pairs) it takes part
 
 **CTIs.** Output ``Cti(min(left CTI, right CTI))``: an output starts at the later of its two
 starts, each at or after its own input's CTI when inserted, and an output end changes only
-where an input end changes, at or after that input's CTI.
+where an input end changes, at or after that input's CTI. Once one input has ended
+(:meth:`~operators.processor.Processor.end_input`: a reference table that was read to its
+end) every later change comes from the other, so the output CTI follows the open input's CTI
+alone; at the end of both, :meth:`finish` moves it to the furthest input's::
+
+    left    r: [0 ─────────────── ∞)  Cti(1)  end
+    right   a  b  Cti(10)  c  Cti(20)
+    output  (r, a) (r, b)  Cti(10)  (r, c)  Cti(20)     (not stuck at Cti(1))
 
 **Column batches.** While only :class:`~operators.columns.Columns` batches have arrived, both
 inputs' live events and the pairs that may still change are held as arrays
@@ -43,7 +50,9 @@ output only if its own end may be retracted (``end >= CTI_A``) or a future event
 starts at or after ``CTI_B``, may overlap it (``end > CTI_B``). So it is dropped, with the
 pairs it takes part in, as soon as ``end < CTI_A and end <= CTI_B``. A pair whose left or right
 event is dropped is final: the survivor's end can only move at or after its own CTI, which is
-at or past the dropped event's end, so the intersection's end cannot move.
+at or past the dropped event's end, so the intersection's end cannot move. An input that has
+ended counts as ``CTI = MAX_TIME`` here: its own ends no longer move, and it sends no event
+for the other input's events to meet.
 """
 
 from __future__ import annotations

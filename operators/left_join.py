@@ -21,7 +21,8 @@ default)))``, run as one operator: both inputs feed a :class:`~operators.join.Jo
 :class:`~operators.anti_join.AntiJoin`; their outputs meet in a :class:`~operators.union.Union`,
 so output ids are the join's ids tagged with input 0 for matched and the fragments' ids tagged
 with input 1 for unmatched parts (:func:`~operators.union.tag_id`), and the output CTI is
-``min(left CTI, right CTI)``.
+``min(left CTI, right CTI)``; once one input has ended, the open input's CTI
+(:meth:`~operators.processor.Processor.end_input`).
 
 **Column batches** go to both parts whole, so each runs its column-wise path while it can
 (and both leave it on the same message: a retraction, a single insert, or a batch whose keys
@@ -74,6 +75,21 @@ class LeftJoin(Processor):
         unmatched = self._runs(self.anti.process(msgs, port), self._unmatched)
         out = self.union.process(matched, 0)  # (a Columns stays one: Union.on_columns)
         out.extend(self.union.process(unmatched, 1))
+        self.out_cti = max(self.out_cti, self.union.out_cti)
+        return out
+
+    def on_end_input(self, port: int) -> list[Message]:
+        """One input ended: both parts follow the open input's CTI (their output is CTIs)."""
+        return self._parts_out(self.join.end_input(port), self.anti.end_input(port))
+
+    def finish(self) -> list[Message]:
+        """Both inputs ended: the parts' final CTIs (the furthest input's), through the union."""
+        return self._parts_out(self.join.finish(), self.anti.finish())
+
+    def _parts_out(self, matched: list[Message], anti: list[Message]) -> list[Message]:
+        """The join's and the anti-join's output, merged as :meth:`process` merges it."""
+        out = self.union.process(matched, 0)
+        out.extend(self.union.process(self._runs(anti, self._unmatched), 1))
         self.out_cti = max(self.out_cti, self.union.out_cti)
         return out
 

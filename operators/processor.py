@@ -11,7 +11,9 @@ messages), name their mutable state for checkpoints by the one convention of :cl
 copied), and may override :meth:`_check` with invariants that tests call after every step.
 
 Everything else a runtime calls is declared here with a default, so no runtime has to guess
-with ``getattr``: :meth:`finish` at the end of input, :meth:`poll` every :attr:`poll_every_s`
+with ``getattr``: :meth:`end_input` when one input port of several has ended (the operator
+reacts in :meth:`on_end_input`), :meth:`finish` at the end of input (of every port, or of the
+last port to end), :meth:`poll` every :attr:`poll_every_s`
 seconds of wall clock, the records :attr:`dead_letters` and :attr:`late`, :attr:`stats` (a
 source's row accounting) and :meth:`children` (the processors one hosts).
 """
@@ -97,6 +99,9 @@ class Processor(Stateful):
     #: The input CTI of each port so far (created lazily by :meth:`process`, as multi-input
     #: operators set ``n_inputs`` after ``__init__``); part of the snapshot.
     in_ctis: list[int] | None = None
+    #: The input ports that have ended before the others (:meth:`end_input`; None: none);
+    #: part of the snapshot.
+    in_ended: set[int] | None = None
 
     #: Inputs this processor could not process (:class:`~operators.errors.DeadLetter`); one
     #: that records them keeps its own list.
@@ -121,6 +126,8 @@ class Processor(Stateful):
         breaks the CTI's promise: it fails with an :class:`OperatorError` naming this step."""
         out: list[Message] = []
         on_insert, on_retract, on_cti = self.on_insert, self.on_retract, self.on_cti
+        if self.in_ended is not None and port in self.in_ended:
+            raise ended_error(self.name, port)
         ctis = self.in_ctis
         if ctis is None or port >= len(ctis):
             ctis = self._grow_in_ctis(port)
@@ -160,6 +167,39 @@ class Processor(Stateful):
                 f"(input {port}): {type(exc).__name__}: {exc}"
             ) from exc
         return out
+
+    def end_input(self, port: int) -> list[Message]:
+        """Input ``port`` has ended while another is still open: it sends nothing more, so its
+        CTI no longer holds back :attr:`in_cti` (a finished Flink source's watermark counts as
+        +∞ in an operator's minimum). Returns what the operator can emit now
+        (:meth:`on_end_input`: a multi-input operator's output CTI moves up to the open
+        inputs'). The runtimes call it on every end of an input but the last; after the last
+        they call :meth:`finish`, which decides the final output as before. A second end of the
+        same port returns nothing.
+
+        >>> from operators.union import Union
+        >>> u = Union(2)
+        >>> u.process([Cti(3)], 0) + u.process([Cti(9)], 1)
+        [Cti(time=3)]
+        >>> u.end_input(0), u.in_cti
+        ([Cti(time=9)], 9)
+        """
+        if not 0 <= port < self.n_inputs:
+            raise ValueError(f"operator {self.name!r} has inputs 0..{self.n_inputs - 1}, got "
+                             f"the end of input {port}")
+        ended = self.in_ended
+        if ended is None:
+            ended = self.in_ended = set()
+        if port in ended:
+            return []
+        ended.add(port)
+        try:
+            return self.on_end_input(port)
+        except (OperatorError, InvalidStream):
+            raise
+        except Exception as exc:
+            raise OperatorError(f"operator {self.name!r} failed at the end of input {port}: "
+                                f"{type(exc).__name__}: {exc}") from exc
 
     def finish(self) -> list[Message]:
         """End of input on every port: the last output (a source's final CTI, the failures a
@@ -207,6 +247,12 @@ class Processor(Stateful):
     def on_cti(self, time: int, port: int) -> list[Message]:
         return self.emit_cti(time)
 
+    def on_end_input(self, port: int) -> list[Message]:
+        """Input ``port`` has ended (it is in :attr:`in_ended` already, so :attr:`in_cti` is
+        the open inputs' minimum): what to emit now. Nothing by default: an operator with one
+        input is only ever finished; a multi-input operator recomputes its output CTI."""
+        return []
+
     def on_columns(self, msg: Columns, port: int) -> list[Message]:
         """A batch of inserts stored column-wise: by default, ``on_insert`` per event."""
         out: list[Message] = []
@@ -240,26 +286,45 @@ class Processor(Stateful):
 
     @property
     def in_cti(self) -> int:
-        """The input CTI: the minimum over the ports (nothing may arrive before it any more)."""
+        """The input CTI: the minimum over the ports that have not ended (nothing may arrive
+        before it any more); once every port has ended, the minimum over all of them (the
+        final CTI is then :meth:`finish`'s to decide)."""
         ctis = self.in_ctis
-        return min(ctis) if ctis else MIN_TIME
+        if not ctis:
+            return MIN_TIME
+        ended = self.in_ended
+        if ended:
+            open_ = [c for i, c in enumerate(ctis) if i not in ended]
+            if open_:
+                return min(open_)
+        return min(ctis)
 
     def snapshot(self) -> dict[str, Any]:
         state = super().snapshot()
         state["out_cti"] = self.out_cti
         state["in_ctis"] = None if self.in_ctis is None else list(self.in_ctis)
+        state["in_ended"] = None if self.in_ended is None else sorted(self.in_ended)
         return state
 
     def restore(self, state: dict[str, Any]) -> None:
         super().restore(state)
         self.out_cti = state["out_cti"]
         self.in_ctis = None if state["in_ctis"] is None else list(state["in_ctis"])
+        ended = state.get("in_ended")  # (absent from the snapshots of before per-port ends)
+        self.in_ended = None if ended is None else set(ended)
 
     def _check(self) -> None:
         """Assert internal invariants (tests call this after every step)."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
+
+
+def ended_error(name: str, port: int) -> OperatorError:
+    """The error for a batch on input ``port`` of step ``name`` after that input ended."""
+    return OperatorError(f"operator {name!r} got a batch on input {port} after that input "
+                         f"ended (end_input): nothing may follow the end of an input; a bug "
+                         f"in the runtime that fed it")
 
 
 def behind_error(msg: Any, time: int, cti: int, port: int = 0) -> ValueError:

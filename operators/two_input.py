@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from sortedcontainers import SortedList
 
 from .columns import payload_list
-from .events import MIN_TIME, Insert, Message, Retract, fmt_time
+from .events import MAX_TIME, MIN_TIME, Insert, Message, Retract, fmt_time
 from .live import ExpiryHeap
 from .processor import Processor
 from .udm import field_getter
@@ -252,10 +252,29 @@ class BinaryTemporal(Processor):
         self._free()
         return self.emit_cti(self.in_cti)
 
+    def on_end_input(self, port: int) -> list[Message]:
+        """One input ended, the other is open: the output CTI follows the open input alone
+        (every later output change comes from its messages, at or after its CTI), and what
+        the ended input can no longer change or match is freed (:meth:`_limit`)."""
+        return self.on_cti(self.in_cti, port)
+
+    def finish(self) -> list[Message]:
+        """Both inputs have ended: nothing can change any more, so the output CTI moves up
+        to the furthest input's, as a union's does (whichever input ended last)."""
+        return self.emit_cti(max(self.in_ctis or [self.out_cti]))
+
     def _limit(self, port: int) -> int:
-        """Events of ``port`` ending before this are freed: ``min(CTI_A, CTI_B + 1)``."""
+        """Events of ``port`` (input A; B is the other) ending before this are freed:
+        ``min(CTI_A, CTI_B + 1)``, where an input that ended counts as ``MAX_TIME``: an ended
+        A retracts no end any more, an ended B sends no event that could match."""
         ctis = self.in_ctis or (MIN_TIME, MIN_TIME)
         own, other = ctis[port], ctis[1 - port]
+        ended = self.in_ended
+        if ended:
+            if port in ended:
+                own = MAX_TIME
+            if 1 - port in ended:
+                other = MAX_TIME
         return own if own <= other else other + 1
 
     def _free(self) -> None:

@@ -27,6 +27,21 @@ input whose CTI lags may still send events that far back::
     >>> u.finish()  # at the end of every input: no input holds the CTI back any more
     [Cti(time=5)]
 
+**An input that ends** while others are still open sends nothing more, so its CTI stops
+counting (:meth:`~operators.processor.Processor.end_input`): the output CTI is the minimum
+over the open inputs, and a finite input (a reference table, a batch) does not stall a live
+one at its final CTI::
+
+    input 0   Cti(3)  end
+    input 1   Cti(5)           Cti(9)
+    output    Cti(3)  Cti(5)   Cti(9)
+
+    >>> u = Union(2)
+    >>> u.process([Cti(3)], 0) + u.process([Cti(5)], 1)
+    [Cti(time=3)]
+    >>> u.end_input(0) + u.process([Cti(9)], 1)
+    [Cti(time=5), Cti(time=9)]
+
 A :class:`~operators.columns.Columns` batch passes as one: only its id column is rewritten
 (:meth:`Union.on_columns`). Union holds no events: its only state is the CTI of each input. It
 is also the step that merges the partitions of ``group_apply(..., partitions=N)`` and the
@@ -112,6 +127,11 @@ class Union(Processor):
         return np.fromiter(tagged, dtype=object, count=len(ids))
 
     def on_cti(self, time: int, port: int) -> list[Message]:
+        return self.emit_cti(self.in_cti)
+
+    def on_end_input(self, port: int) -> list[Message]:
+        """The ended input no longer holds the output CTI back: it moves up to the minimum of
+        the open inputs' CTIs."""
         return self.emit_cti(self.in_cti)
 
     def finish(self) -> list[Message]:

@@ -9,6 +9,20 @@ runtime (:mod:`topology.inline_runtime`) and the sub-query of a ``group_apply`` 
     >>> dag = DagProcessor(Stream.from_events([]).shift(2).plan(), inline_sink=True)
     >>> dag.process([Insert("a", 0, 5, 1), Cti(5)])
     [Insert(id='a', start=2, end=7, payload=1), Cti(time=7)]
+
+**Ends of input.** :meth:`end_input` ends one source before the others: its stage finishes
+(a source's final CTI) and its end reaches the steps it feeds, as the actors pass ends on:
+an inner step whose inputs have all ended is finished and its end passed on in turn, one
+with an input still open gets :meth:`~operators.processor.Processor.end_input` for the
+ended port (a union or join then follows its open inputs' CTIs). :meth:`finish` finishes
+what is left, in plan order.
+
+    >>> ref = Stream.from_events([])
+    >>> dag = DagProcessor(ref.union(Stream.from_events([])).plan(), inline_sink=True)
+    >>> dag.process([Cti(3)], 0) + dag.process([Cti(5)], 1)
+    [Cti(time=3)]
+    >>> dag.end_input(0) + dag.process([Cti(9)], 1)
+    [Cti(time=5), Cti(time=9)]
 """
 
 from __future__ import annotations
@@ -19,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from actors.recorder import Recorder, TraceSettings
 from operators.columns import expand
 from operators.events import Message
-from operators.processor import Processor
+from operators.processor import Processor, ended_error
 from operators.sources import Passthrough
 
 from . import nodes as n
@@ -44,6 +58,13 @@ class DagProcessor(Processor):
             self.procs[step] = (Passthrough(step) if inline_sink and st.role == "sink"
                                 else st.factory())
         self.routes = {step: (Router(es), es) for step, es in plan.edges.items()}
+        #: step -> the step at the other end of each of its input edges
+        self.feeders: dict[str, list[str]] = {step: [] for step in plan.stages}
+        for src, es in plan.edges.items():
+            for e in es:
+                self.feeders[e.dst].append(src)
+        #: the steps finished already (all their inputs ended); part of the snapshot
+        self.done: set[str] = set()
         self.inputs = list(plan.sources)
         self.n_inputs = len(self.inputs)
         self.sink = plan.sink
@@ -56,6 +77,8 @@ class DagProcessor(Processor):
                           if trace.traces(step)}
 
     def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
+        if self.in_ended is not None and port in self.in_ended:
+            raise ended_error(self.name, port)
         out: list[Message] = []
         msgs: Any = batch if isinstance(batch, (list, dict)) else list(batch)
         self._push(self.inputs[port], 0, msgs, out)
@@ -85,16 +108,54 @@ class DagProcessor(Processor):
             if part:
                 self._push(e.dst, e.port, part, out)
 
-    def finish(self) -> list[Message]:
-        """End of input: every stage flushes (sources emit their final CTI), in plan order."""
+    def on_end_input(self, port: int) -> list[Message]:
+        """Source ``self.inputs[port]`` has ended: finish it and pass its end on."""
         out: list[Message] = []
-        for step, proc in self.procs.items():
-            res = proc.finish()
-            if res and self.trace is not None and step in self.trace:
-                self.trace[step].record("out", 0, res)
-            if res:
-                self._forward(step, res, out)
+        self._end_step(self.inputs[port], out)
         return out
+
+    def _end_step(self, step: str, out: list[Message]) -> None:
+        """Every input of ``step`` has ended: finish it, then end its out-edges (a step whose
+        inputs have all ended then is finished in turn, one with an input still open gets
+        ``end_input`` on the ended port)."""
+        self._finish_step(step, out)
+        for e in self.routes[step][1]:
+            if e.dst in self.done:
+                continue  # (fed twice by this step: finished at its first edge)
+            if all(f in self.done for f in self.feeders[e.dst]):
+                self._end_step(e.dst, out)
+            else:
+                res = self.procs[e.dst].end_input(e.port)
+                self._flushed(e.dst, res, out)
+
+    def _finish_step(self, step: str, out: list[Message]) -> None:
+        self.done.add(step)
+        self._flushed(step, self.procs[step].finish(), out)
+
+    def _flushed(self, step: str, res: list[Message], out: list[Message]) -> None:
+        """``step``'s output at an end of input: traced as output, and forwarded."""
+        if res and self.trace is not None and step in self.trace:
+            self.trace[step].record("out", 0, res)
+        if res:
+            self._forward(step, res, out)
+
+    def finish(self) -> list[Message]:
+        """End of input: every stage not finished yet flushes (sources emit their final
+        CTI), in plan order."""
+        out: list[Message] = []
+        for step in self.procs:
+            if step not in self.done:
+                self._finish_step(step, out)
+        return out
+
+    def snapshot(self) -> dict[str, Any]:
+        state = super().snapshot()
+        state["done"] = sorted(self.done)
+        return state
+
+    def restore(self, state: dict[str, Any]) -> None:
+        super().restore(state)
+        self.done = set(state.get("done", ()))  # (absent before ends were per input)
 
     def children(self) -> Iterable[Processor]:
         return self.procs.values()

@@ -259,17 +259,24 @@ class _Watched(DagProcessor):
 
 
 def drive(dag: DagProcessor, plan: Plan, batch_size: int) -> tuple[list[Message], list[int]]:
-    """Feed ``dag`` every source of ``plan`` to its end, one batch of each in turn, then the
-    end of input; return the output messages and the rows (or messages) fed per source."""
+    """Feed ``dag`` every source of ``plan`` to its end, one batch of each in turn; a source
+    that runs out while others still feed ends there (``end_input``, as an actor's input
+    ends on Ray), the last one with the end of input (``finish``). Return the output
+    messages and the rows (or messages) fed per source."""
     feeds = [source_batches(plan, s, batch_size) for s in dag.inputs]
     fed = [0] * len(feeds)
     out: list[Message] = []
+    ended = 0
     try:
         for round_ in round_robin(feeds):
             for port, batch in round_:
                 if batch is not END:
                     fed[port] += count_events(batch)
                     out.extend(dag.process(batch, port))
+                else:
+                    ended += 1
+                    if ended < len(feeds):
+                        out.extend(dag.end_input(port))
     finally:
         close_feeds(feeds)
     out.extend(dag.finish())
