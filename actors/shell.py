@@ -784,6 +784,7 @@ class OperatorShell:
                 subscribers=len(self.readers.subs), finished=self.finished, error=self.error,
                 epoch=self.barriers.epoch, restored_from=self.barriers.restored_from,
                 in_ctis=None if proc is None or proc.in_ctis is None else list(proc.in_ctis),
+                in_ended=sorted(proc.in_ended or ()) if proc is not None else [],
                 cti_wall=self.cti_wall, push_wall=self.push_wall,
                 out_edges=[(t.dst, t.port) for t in self.targets],
             )

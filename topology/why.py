@@ -110,8 +110,9 @@ class StepProgress:
     """One step, as its runtime saw it: its output CTI ``cti``, the CTI of each input port
     ``in_ctis`` (None when the operator does not keep them: its upstream's output CTI stands
     in), the wall time (``time.time()``) of its last output CTI advance ``cti_wall`` and of its
-    last input batch ``push_wall``, whether its input ended (``finished``), the batches it has
-    sent and not had taken (``in_flight``), its ``state_size``, and a source's facts."""
+    last input batch ``push_wall``, whether its input ended (``finished``), the input ports that
+    ended before the others (``in_ended``: they hold nothing back), the batches it has sent and
+    not had taken (``in_flight``), its ``state_size``, and a source's facts."""
 
     step: str
     describe: str = ""
@@ -123,6 +124,7 @@ class StepProgress:
     in_flight: int = 0
     state_size: int = 0
     source: SourceFacts | None = None
+    in_ended: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -374,11 +376,15 @@ def explain(progress: Progress, at: Any = None, *, step: str | None = None,
 
 
 def _in_ctis(progress: Progress, step: str) -> tuple[tuple[int, str, int], ...]:
-    """``(port, upstream, CTI)`` of each input of ``step``: the operator's own input CTI
+    """``(port, upstream, CTI)`` of each input of ``step`` that can still hold it back (an
+    input that ended while others are open holds nothing back): the operator's own input CTI
     where it keeps one, else what its upstream step has sent."""
     me = progress.steps[step]
     out = []
-    for port, up in progress.inputs.get(step, ()):
+    ports = progress.inputs.get(step, ())
+    if me.in_ended and len(me.in_ended) < len(ports):
+        ports = tuple((port, up) for port, up in ports if port not in me.in_ended)
+    for port, up in ports:
         sent = progress.steps[up].cti if up in progress.steps else MIN_TIME
         own = me.in_ctis[port] if me.in_ctis is not None and port < len(me.in_ctis) else None
         out.append((port, up, sent if own is None else own))
@@ -573,7 +579,7 @@ def inline_progress(plan: Plan, procs: Mapping[str, Processor], ctis: Mapping[st
             step, plan.stages[step].describe, cti=ctis.get(step, MIN_TIME),
             in_ctis=None if ins is None else tuple(ins), cti_wall=cti_walls.get(step),
             push_wall=push_walls.get(step), finished=ended, state_size=proc.state_size(),
-            source=step_facts(proc))
+            source=step_facts(proc), in_ended=tuple(sorted(proc.in_ended or ())))
     return Progress(steps, plan_inputs(plan), plan.sink, plan.clock, ended=ended,
                     query="collect()")
 
@@ -600,7 +606,7 @@ def actor_progress(handles: Mapping[str, Any], output: str, clock: str, *, query
             in_ctis=None if ins is None else tuple(ins), cti_wall=st.get("cti_wall"),
             push_wall=st.get("push_wall"), finished=bool(st["finished"]),
             in_flight=int(st.get("in_flight", 0)), state_size=int(st.get("state_size", 0)),
-            source=f)
+            source=f, in_ended=tuple(st.get("in_ended") or ()))
     return Progress(out, {s: tuple(sorted(v)) for s, v in inputs.items()}, output, clock,
                     ended=ended, query=query)
 

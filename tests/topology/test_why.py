@@ -296,3 +296,14 @@ def test_cedar_why_shows_times_and_names_the_idle_input(ray_session, capsys):
     finally:
         rf.put(None)
         q.stop()
+
+
+def test_an_input_that_ended_is_never_the_culprit():
+    # the join's right input ended at 5 (a reference table read to its end): only the left
+    # one, at 20, can hold the join back; before, the walk took the smaller CTI, the right's
+    steps = {"left": StepProgress("left", cti=20), "right": StepProgress("right", cti=5,
+                                                                           finished=True),
+             "join": StepProgress("join", cti=20, in_ctis=(20, 5), in_ended=(1,))}
+    p = Progress(steps, {"join": ((0, "left"), (1, "right"))}, "join", "ticks")
+    e = explain(p, 500, rows=[])
+    assert (e.status, e.culprit, e.hops[0].min_from) == ("not yet produced", "left", "left")
