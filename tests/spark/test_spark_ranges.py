@@ -27,7 +27,7 @@ from operators.ingress import AdvanceTime
 from tests.kit import EXAMPLES, assert_equivalent
 from topology import Stream, spark_source
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore::UserWarning")]
 
 
 def _counts(source: Stream, size: int) -> Stream:
