@@ -351,6 +351,16 @@ def _range_to_arrow(df: DataFrame) -> pa.Table:
     return _frame_to_arrow(df)
 
 
+def _time_order(table: pa.Table, name: str) -> np.ndarray:
+    """The row order of ``table`` by column ``name``, nulls first (Arrow's sort)."""
+    try:  # pyarrow >= 25: null placement per sort key
+        order = pc.sort_indices(table, sort_keys=[(name, "ascending", "at_start")])
+    except (TypeError, ValueError, pa.ArrowException):
+        order = pc.sort_indices(table, sort_keys=[(name, "ascending")],
+                                null_placement="at_start")
+    return order.to_numpy()
+
+
 def _sorted_ranges(df: DataFrame, name: str, filters: list[Any],
                    watch: dict[str, Any]) -> Iterator[pa.RecordBatch]:
     """The ranges ``df.where(f)`` for ``f`` in ``filters`` (None: the whole of ``df``), each
@@ -368,8 +378,7 @@ def _sorted_ranges(df: DataFrame, name: str, filters: list[Any],
     def fetch(where: Any) -> tuple[pa.Table, np.ndarray]:
         sc.setJobGroup(group, "cedar: a time range of from_spark", interruptOnCancel=True)
         table = _range_to_arrow(df if where is None else df.where(where)).combine_chunks()
-        order = pc.sort_indices(table, sort_keys=[(name, "ascending")],
-                                null_placement="at_start").to_numpy()
+        order = _time_order(table, name)
         with lock:
             held[0] += 1
             watch["held_peak"] = max(watch["held_peak"], held[0])
