@@ -145,13 +145,18 @@ def measure(path: str, sss_path: str, warm: str, warm_sss: str, runs: int) -> di
         assert source_rows == rows, (source_rows, rows)
         gc.collect()
         out: list[Any] = []
+        cpu_c, cpu_d = [], []
         for _ in range(runs):
             out = []  # the last run's output is not held during this one
             sampler = Sampler({"python": os.getpid(), "jvm": jvm})
+            before = _cpu(jvm)
             seconds, out = sp.cedar_from_spark(spark, wl.w1, [path], out_c, expanded=False)
+            cpu_c.append(_cpu_since(before, jvm))
             memory.append(sampler.stop())
             cedar_s.append(seconds)
+            before = _cpu(jvm)
             sss_s.append(sp.sss(spark, sp.w1_frame, sss_path, out=out_d))
+            cpu_d.append(_cpu_since(before, jvm))
         hwm = {"python": round(_hwm_mb(), 1), "jvm": round(_hwm_mb(jvm), 1) if jvm else None}
         verdict = sp.compare("W1", to_cht(expand(out)), sp.read_back(out_d))  # raises if unequal
         c, d = min(cedar_s), min(sss_s)
@@ -160,10 +165,27 @@ def measure(path: str, sss_path: str, warm: str, warm_sss: str, runs: int) -> di
                 "d_eps": round(rows / d), "ratio_c_d": round(d / c, 3), "check": verdict,
                 "memory": memory[cedar_s.index(c)], "vmhwm_after_runs_mb": hwm,
                 "source_only": {"s": round(dropped_s, 2), **dropped},
+                "cpu_s": {"c": cpu_c[cedar_s.index(c)], "d": cpu_d[sss_s.index(d)]},
                 "load": os.getloadavg()}
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _cpu(jvm: int | None) -> tuple[float, float]:
+    """CPU seconds (user + sys) so far of this Python process and of the driver's JVM (which
+    runs the executors in ``local`` mode)."""
+    t = os.times()
+    java = 0.0
+    if jvm:
+        c = deps.psutil().Process(jvm).cpu_times()
+        java = c.user + c.system
+    return t.user + t.system, java
+
+
+def _cpu_since(before: tuple[float, float], jvm: int | None) -> dict[str, float]:
+    now = _cpu(jvm)
+    return {"python": round(now[0] - before[0], 2), "jvm": round(now[1] - before[1], 2)}
 
 
 def _child(*args: str) -> dict[str, Any]:

@@ -16,16 +16,30 @@
 Spark is imported lazily: only iterating over a DataFrame needs it.
 
 **The rule.** A batch DataFrame has no arrival order: its meaning is its whole table, whatever
-the order of its partitions. So it is read *in time order*: Spark sorts it by its time key
-(a distributed sort: range partitioning by the key, then a sort within each range), and the
+the order of its partitions. So it is read *in time order*, range of times by range, and the
 driver reads the ranges one after the other. The source therefore sees every row in time
 order, and the CTIs its :class:`operators.ingress.AdvanceTime` generates never run ahead of a
 row still to come: with ``delay >= 0`` no row is late, and the result is the query over the
 whole table -- the same CHT as ``Stream.from_rows`` over the rows sorted by time. Rows with
-equal times come in no particular order (Spark's sort leaves them as they fall); only a
-negative ``delay`` (a CTI past the latest start) can tell them apart, exactly as it would
-among sorted rows. Late-event policies keep their meaning for streaming sources, whose order
-is the order of arrival.
+equal times come in no particular order; only a negative ``delay`` (a CTI past the latest
+start) can tell them apart, exactly as it would among sorted rows. Late-event policies keep
+their meaning for streaming sources, whose order is the order of arrival.
+
+Two ways of reading the ranges, the same rows in the same order (by time; ties as they fall):
+
+* **a filtered scan per range, sorted in the driver** (:func:`_sorted_ranges`) -- when the
+  DataFrame is a deterministic projection and filter of parquet files whose row groups each
+  span a narrow stretch of time (a table appended in time order, its files in any order:
+  :func:`_time_ordered_files`), and the footers' statistics say the scans would read at most
+  :data:`_SCAN_FACTOR` times the table (:func:`_scan_cost`). Range ``i`` is one Spark job,
+  ``df.where(b_i <= key < b_i+1)`` (nulls in the first), which parquet's filter pushdown
+  turns into a read of the row groups overlapping it; the driver sorts it with Arrow
+  (``pyarrow.compute.sort_indices``, multithreaded C++). No shuffle, no sort in Spark, and
+  the first range reaches the query as soon as it is read. A table of one range is read so
+  whatever its source (no bounds needed);
+* **Spark's distributed sort** (:func:`_sorted_by_spark`) -- otherwise (rows of all times in
+  every row group, no statistics, a plan that is more than a scan, edges): range
+  partitioning by the key, a sort within each range, then each range as Arrow.
 
 The time key is the ``start`` column for points and intervals; for edges, the time a row
 happens: its ``end`` when it has one (an end edge), else its ``start``. The key must be a
@@ -34,20 +48,23 @@ rows to its dead letters).
 
 **Bounded driver memory.** Nothing is collected whole. The table is cut into
 ``ceil(rows / partition_rows)`` ranges (one count first: cheap for files, whose footers hold
-it), whose bounds are quantiles of a sample of the key column (:func:`_sampled_ranges`: one
+it), whose bounds are quantiles of a sample of the key column (:func:`_sample_bounds`: one
 scan of that column instead of ``repartitionByRange``'s scan of every column; edges, whose
-key is an expression, and other key types use ``repartitionByRange``); each range is one
-Spark job that ships its rows to the driver as Arrow record batches
-(``Dataset.toArrowBatchRdd`` served by ``PythonRDD.toLocalIteratorAndServe``, the machinery
-of ``DataFrame.toLocalIterator``, with Arrow instead of pickled rows), and the next range is
-computed while the query consumes this one (``prefetch``). The driver holds at most two ranges
-(the JVM) plus one batch being converted (Python), whatever the table's size. The sort's
-shuffle runs once, before the first range arrives.
+key is an expression, and other key types use ``repartitionByRange``). A scanned range is
+read whole by one job (``toArrow`` of the filtered DataFrame) and sorted; a range of Spark's
+sort ships its rows as Arrow record batches (``Dataset.toArrowBatchRdd`` served by
+``PythonRDD.toLocalIteratorAndServe``, the machinery of ``DataFrame.toLocalIterator``, with
+Arrow instead of pickled rows). Either way the next range is read while the query consumes
+this one (``prefetch``): the driver holds at most two ranges (the JVM, and for scanned ranges
+Python) plus one batch being converted, whatever the table's size. Spark's sort runs its
+shuffle once, before the first range arrives.
 
-Why this path: ``toArrow()`` collects every partition at once; ``toLocalIterator()`` is
-partition-wise but pickles rows (~3 s per 1M rows here); ``mapInArrow`` needs pandas in the
-driver. The Arrow batch RDD is the same bytes ``toArrow()`` moves, one range at a time, and
-needs no Python on the executors at all.
+Why this path for Spark's sort: ``toArrow()`` collects every partition at once;
+``toLocalIterator()`` is partition-wise but pickles rows (~3 s per 1M rows here);
+``mapInArrow`` needs pandas in the driver. The Arrow batch RDD is the same bytes ``toArrow()``
+moves, one range at a time, and needs no Python on the executors at all. A scanned range is
+one ``toArrow()`` (bounded: it is one range), so its partitions are read in parallel by one
+job, not one job per partition.
 """
 
 from __future__ import annotations
@@ -58,6 +75,7 @@ import queue
 import threading
 import time as _time
 from collections.abc import Callable, Iterator
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -126,9 +144,15 @@ def time_key(df: DataFrame, start: Any, end: Any, shape: str, what: str) -> Any:
 def ordered_record_batches(
     df: DataFrame, start: Any, end: Any = None, shape: str = "point",
     partition_rows: int = PARTITION_ROWS, what: str = "from_spark",
+    watch: dict[str, Any] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The rows of a batch DataFrame sorted by their time key, as Arrow record batches read
-    range by range (see the module's docstring). Spark runs when iteration starts."""
+    range by range (see the module's docstring). Spark runs when iteration starts.
+
+    ``watch``, when given, is filled with what the read did: ``path`` (``"one"``: one range
+    sorted in the driver; ``"scan"``: one filtered scan per range, each sorted in the driver;
+    ``"sort"``: Spark's distributed sort), ``ranges``, and for the first two ``held_peak``
+    (the most ranges the driver held at once) and ``range_rows`` (rows per range)."""
     if not (isinstance(partition_rows, int) and not isinstance(partition_rows, bool)
             and partition_rows >= 1):
         raise ValueError(f"{what}: partition_rows={partition_rows!r}: give an int >= 1 (rows "
@@ -139,48 +163,244 @@ def ordered_record_batches(
         raise TypeError(f"{what}: {type(df).__name__} is not a classic pyspark DataFrame "
                         f"(Spark Connect?); cedar reads batch DataFrames through the JVM of "
                         f"a classic SparkSession")
+    watch = {} if watch is None else watch
 
     def generate() -> Iterator[pa.RecordBatch]:
-        from pyspark.serializers import NoOpSerializer
-        from pyspark.sql.pandas.types import to_arrow_schema
-        from pyspark.traceback_utils import SCCallSiteSync
-        from pyspark.util import _local_iterator_from_socket
-
         rows = df.count()
         if rows == 0:
             return
         ranges = -(-rows // partition_rows)
-        split = (_sampled_ranges(df, start, ranges, rows)
-                 if shape != "edge" and ranges > 1 else None)
-        if ranges == 1:  # one range: no bounds to find, so no sample (a Spark job saved)
-            ordered = df.coalesce(1).sortWithinPartitions(key)
-        elif split is None:  # Spark's own range partitioning (it samples by scanning the input)
-            ordered = df.repartitionByRange(ranges, key).sortWithinPartitions(key)
+        if shape != "edge" and ranges == 1:  # one range: no bounds, no sample, no shuffle
+            watch.update(path="one", ranges=1)
+            yield from _sorted_ranges(df, start, [None], watch)
+            return
+        if shape != "edge" and _time_ordered_files(df, start):
+            bounds = _sample_bounds(df, start, ranges, rows)
+            if bounds is not None and _scan_cost(df, start, bounds) <= _SCAN_FACTOR * rows:
+                watch.update(path="scan", ranges=len(bounds) + 1)
+                yield from _sorted_ranges(df, start, _range_filters(df, start, bounds), watch)
+                return
+            split = None if bounds is None else _range_labels(df, start, bounds)
         else:
-            ordered = df.repartition(split[0], split[1]).sortWithinPartitions(key)
-        session = ordered.sparkSession
-        large = session.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")
-        schema = to_arrow_schema(ordered.schema, timezone="UTC",
-                                 prefers_large_types=large == "true")
-        sc = session.sparkContext
-        with SCCallSiteSync(sc):
-            sock_info = sc._jvm.PythonRDD.toLocalIteratorAndServe(  # type: ignore[union-attr]
-                ordered._jdf.toArrowBatchRdd(), True)
-        column = start if split is not None else None
-        latest = None
-        for blob in _local_iterator_from_socket(sock_info, NoOpSerializer()):
-            batch = pa.ipc.read_record_batch(pa.py_buffer(blob), schema)
-            if column is not None and batch.num_rows:  # the ranges came in order (see below)
-                low, high = (v.as_py() for v in pc.min_max(batch.column(column)).values())
-                if latest is not None and low is not None and low < latest:
-                    raise RuntimeError(
-                        f"{what}: Spark returned the ranges of {column!r} out of order "
-                        f"({low} after {latest}): its hash partitioning did not place them "
-                        f"as expected (topology/spark_source.py _sampled_ranges)")
-                latest = latest if high is None else high
-            yield batch
+            split = (_sampled_ranges(df, start, ranges, rows)
+                     if shape != "edge" and ranges > 1 else None)
+        watch.update(path="sort", ranges=ranges if split is None else split[0])
+        yield from _sorted_by_spark(df, key, start, ranges, split, what)
 
     return generate()
+
+
+def _sorted_by_spark(df: DataFrame, key: Any, start: Any, ranges: int,
+                     split: tuple[int, Any] | None, what: str) -> Iterator[pa.RecordBatch]:
+    """Spark's distributed sort (a shuffle by range, a sort within each), read range by range
+    as Arrow record batches (``toArrowBatchRdd`` served to the driver one partition at a
+    time)."""
+    from pyspark.serializers import NoOpSerializer
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.traceback_utils import SCCallSiteSync
+    from pyspark.util import _local_iterator_from_socket
+
+    if ranges == 1:
+        ordered = df.coalesce(1).sortWithinPartitions(key)
+    elif split is None:  # Spark's own range partitioning (it samples by scanning the input)
+        ordered = df.repartitionByRange(ranges, key).sortWithinPartitions(key)
+    else:
+        ordered = df.repartition(split[0], split[1]).sortWithinPartitions(key)
+    session = ordered.sparkSession
+    large = session.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")
+    schema = to_arrow_schema(ordered.schema, timezone="UTC",
+                             prefers_large_types=large == "true")
+    sc = session.sparkContext
+    with SCCallSiteSync(sc):
+        sock_info = sc._jvm.PythonRDD.toLocalIteratorAndServe(  # type: ignore[union-attr]
+            ordered._jdf.toArrowBatchRdd(), True)
+    column = start if split is not None else None
+    latest = None
+    for blob in _local_iterator_from_socket(sock_info, NoOpSerializer()):
+        batch = pa.ipc.read_record_batch(pa.py_buffer(blob), schema)
+        if column is not None and batch.num_rows:  # the ranges came in order (see below)
+            low, high = (v.as_py() for v in pc.min_max(batch.column(column)).values())
+            if latest is not None and low is not None and low < latest:
+                raise RuntimeError(
+                    f"{what}: Spark returned the ranges of {column!r} out of order "
+                    f"({low} after {latest}): its hash partitioning did not place them "
+                    f"as expected (topology/spark_source.py _sampled_ranges)")
+            latest = latest if high is None else high
+        yield batch
+
+
+# -- no shuffle: a filtered scan per range, sorted in the driver ------------------------------
+#: The filtered scans may read at most this many times the table's rows (the row groups that
+#: overlap a range, by their statistics) before Spark's sort is the cheaper way.
+_SCAN_FACTOR = 2.0
+#: Rows per record batch the driver's sort hands on (each its own buffers, so that a batch
+#: held downstream does not keep its whole range alive).
+_SORTED_BATCH_ROWS = 65_536
+#: Logical plan nodes a DataFrame read with one filtered scan per range may consist of: a
+#: projection and filters over files (each scan then reads only what its range needs).
+_SCAN_NODES = frozenset({"Project", "Filter", "Relation", "LogicalRelation"})
+
+
+def _time_ordered_files(df: DataFrame, name: str) -> bool:
+    """Whether ``df`` is a deterministic projection and filter of parquet files with a time
+    column ``name`` of a type the sampled bounds take: then a range of times can be read by
+    a scan that skips the row groups outside it (parquet's statistics, Spark's filter
+    pushdown), and :func:`_scan_cost` says how much that saves."""
+    if dict(df.dtypes).get(name) not in ("timestamp", "date", "tinyint", "smallint", "int",
+                                         "bigint"):
+        return False
+    try:
+        plan = df._jdf.queryExecution().optimizedPlan()
+        if not plan.deterministic():
+            return False
+        stack = [plan]
+        while stack:
+            node = stack.pop()
+            if node.nodeName() not in _SCAN_NODES:
+                return False
+            children = node.children()
+            stack.extend(children.apply(i) for i in range(children.size()))
+        files = list(df.inputFiles())
+    except Exception:  # noqa: BLE001 - a plan this check cannot read is sorted by Spark
+        return False
+    return bool(files) and all(f.endswith(".parquet") for f in files)
+
+
+def _scan_cost(df: DataFrame, name: str, bounds: list[int]) -> float:
+    """Rows the filtered scans of the ranges cut at ``bounds`` read in all: each row group of
+    ``df``'s parquet files counts once per range its time statistics (min, max, nulls) overlap,
+    every range when it has none (an INT96 timestamp, a file without statistics). Only the
+    footers are read. Infinite when a file cannot be read so."""
+    import bisect
+
+    import pyarrow.parquet as pq
+
+    total = 0
+    ranges = len(bounds) + 1
+    for uri in df.inputFiles():
+        try:
+            fs, path = pafs.FileSystem.from_uri(uri)
+            meta = pq.read_metadata(path, filesystem=fs)
+        except (OSError, ValueError, pa.ArrowException):
+            return float("inf")
+        paths = [meta.schema.column(i).path for i in range(meta.num_columns)]
+        if name not in paths:
+            return float("inf")
+        index = paths.index(name)
+        scale = _stat_scale(meta.schema.column(index))
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            stats = group.column(index).statistics
+            if scale is None or stats is None or not stats.has_min_max:
+                total += group.num_rows * ranges
+                continue
+            lo, hi = int(stats.min_raw) * scale, int(stats.max_raw) * scale
+            first, last = bisect.bisect_right(bounds, lo), bisect.bisect_right(bounds, hi)
+            touched = last - first + 1 + (1 if first > 0 and stats.null_count else 0)
+            total += group.num_rows * touched
+    return total
+
+
+def _stat_scale(column: Any) -> int | None:
+    """The factor from a parquet column's raw statistics to the sampled keys' units
+    (microseconds, days, integers); None when they cannot be compared (INT96, nanoseconds,
+    anything else)."""
+    import json
+
+    physical = column.physical_type
+    if physical not in ("INT32", "INT64"):
+        return None
+    logical = json.loads(column.logical_type.to_json())
+    kind = logical.get("Type")
+    if kind in ("None", "Int", "Date"):
+        return 1
+    if kind == "Timestamp":
+        return {"milliseconds": 1_000, "microseconds": 1}.get(logical.get("timeUnit"))
+    return None
+
+
+def _literal(df: DataFrame, name: str, v: int) -> Any:
+    """A Spark literal of the type of column ``name`` for the sampled key ``v``."""
+    from pyspark.sql import functions as F
+
+    kind = dict(df.dtypes)[name]
+    if kind == "timestamp":
+        return F.expr(f"timestamp_micros({v})")
+    if kind == "date":
+        return F.expr(f"date_from_unix_date({v})")
+    return F.lit(v).cast(kind)
+
+
+def _range_filters(df: DataFrame, name: str, bounds: list[int]) -> list[Any]:
+    """The Spark conditions of the ranges cut at ``bounds``: nulls and times below the first
+    bound, ``[b_i, b_i+1)``, then times from the last bound on. Each row meets exactly one."""
+    from pyspark.sql import functions as F
+
+    if not bounds:
+        return [None]
+    key = F.col(name)
+    cuts = [_literal(df, name, b) for b in bounds]
+    out = [key.isNull() | (key < cuts[0])]
+    out += [(key >= lo) & (key < hi) for lo, hi in pairwise(cuts)]
+    out.append(key >= cuts[-1])
+    return out
+
+
+def _range_to_arrow(df: DataFrame) -> pa.Table:
+    """One range of a batch DataFrame, whole, as Arrow (one Spark job over its partitions)."""
+    return _frame_to_arrow(df)
+
+
+def _time_order(table: pa.Table, name: str) -> np.ndarray:
+    """The row order of ``table`` by column ``name``, nulls first (Arrow's sort)."""
+    try:  # pyarrow >= 25: null placement per sort key
+        order = pc.sort_indices(table, sort_keys=[(name, "ascending", "at_start")])
+    except (TypeError, ValueError, pa.ArrowException):
+        order = pc.sort_indices(table, sort_keys=[(name, "ascending")],
+                                null_placement="at_start")
+    return order.to_numpy()
+
+
+def _sorted_ranges(df: DataFrame, name: str, filters: list[Any],
+                   watch: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+    """The ranges ``df.where(f)`` for ``f`` in ``filters`` (None: the whole of ``df``), each
+    read whole as Arrow by one Spark job and sorted by ``name`` in the driver (Arrow's sort,
+    nulls first), the next one read and sorted in a thread while this one is consumed: the
+    driver holds at most two ranges. A closed iterator cancels the Spark job still running."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    sc = df.sparkSession.sparkContext
+    group = f"cedar-ranges-{id(watch):x}-{_time.monotonic_ns()}"
+    lock = threading.Lock()
+    held = [0]
+    watch.update(held_peak=0, range_rows=[])
+
+    def fetch(where: Any) -> tuple[pa.Table, np.ndarray]:
+        sc.setJobGroup(group, "cedar: a time range of from_spark", interruptOnCancel=True)
+        table = _range_to_arrow(df if where is None else df.where(where)).combine_chunks()
+        order = _time_order(table, name)
+        with lock:
+            held[0] += 1
+            watch["held_peak"] = max(watch["held_peak"], held[0])
+            watch["range_rows"].append(table.num_rows)
+        return table, order
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="cedar-spark-range")
+    pending: Future[tuple[pa.Table, np.ndarray]] | None = pool.submit(fetch, filters[0])
+    try:
+        for i in range(len(filters)):
+            assert pending is not None
+            table, order = pending.result()
+            pending = pool.submit(fetch, filters[i + 1]) if i + 1 < len(filters) else None
+            for lo in range(0, len(order), _SORTED_BATCH_ROWS):
+                yield from table.take(order[lo:lo + _SORTED_BATCH_ROWS]).to_batches()
+            del table, order
+            with lock:
+                held[0] -= 1
+    finally:
+        if pending is not None and not pending.done():
+            sc.cancelJobGroup(group)
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 #: Keys sampled per range to place the range bounds (each range is then within a few percent
@@ -192,16 +412,17 @@ def _sampled_ranges(df: DataFrame, name: str, ranges: int, rows: int) -> tuple[i
     """How to cut ``df`` into time ranges without ``repartitionByRange``'s sampling pass: the
     number of ranges and the column to hash-partition by, or None (use
     ``repartitionByRange``) unless the key is the column ``name`` of timestamp (with a time
-    zone), date or integer type.
+    zone), date or integer type (:func:`_sample_bounds`, :func:`_range_labels`)."""
+    bounds = _sample_bounds(df, name, ranges, rows)
+    return None if bounds is None else _range_labels(df, name, bounds)
 
-    ``repartitionByRange`` finds its bounds by scanning every column of the input once before
-    the shuffle scans it again (a third of the sort's time on parquet files). Here the bounds
-    are quantiles of a Bernoulli sample of the key column alone (parquet reads that column
-    only), and each row gets the *label* of its range: an integer whose Murmur3 hash modulo
-    the number of ranges is that range's index (found by asking Spark to hash 0, 1, 2, ...),
-    so that ``repartition(n, label)`` -- Spark's hash partitioning, ``pmod(hash(label), n)``
-    -- puts range ``i`` in partition ``i``. The reader checks that the ranges came in order
-    and fails loudly if Spark ever partitioned otherwise."""
+
+def _sample_bounds(df: DataFrame, name: str, ranges: int, rows: int) -> list[int] | None:
+    """The bounds that cut ``df`` into about ``ranges`` ranges of equal rows: quantiles of a
+    Bernoulli sample of the key column ``name`` alone (parquet reads that column only), as
+    microseconds, days or integers (the column's type), each range holding some of the
+    sample; None unless the column is a timestamp (with a time zone), date or integer, or
+    when it holds no time at all."""
     from pyspark.sql import functions as F
 
     kind = dict(df.dtypes)[name]
@@ -216,7 +437,21 @@ def _sampled_ranges(df: DataFrame, name: str, ranges: int, rows: int) -> tuple[i
         return None
     values = np.sort(keys.cast(pa.int32() if kind == "date" else pa.int64()).to_numpy())
     cuts = values[(np.arange(1, ranges) * len(values)) // ranges] if ranges > 1 else values[:0]
-    bounds = sorted(set(cuts.tolist()) - {int(values[0])})  # each range holds some sample
+    return sorted(set(cuts.tolist()) - {int(values[0])})  # each range holds some sample
+
+
+def _range_labels(df: DataFrame, name: str, bounds: list[int]) -> tuple[int, Any] | None:
+    """The ranges cut at ``bounds`` as a hash partitioning: their number and, per row, the
+    *label* of its range: an integer whose Murmur3 hash modulo the number of ranges is that
+    range's index (found by asking Spark to hash 0, 1, 2, ...), so that
+    ``repartition(n, label)`` -- Spark's hash partitioning, ``pmod(hash(label), n)`` -- puts
+    range ``i`` in partition ``i``. ``repartitionByRange`` would find its bounds by scanning
+    every column of the input once before the shuffle scans it again (a third of the sort's
+    time on parquet files). The reader checks that the ranges came in order and fails loudly
+    if Spark ever partitioned otherwise. None (use ``repartitionByRange``) in the unlikely
+    case the labels were not found."""
+    from pyspark.sql import functions as F
+
     n = len(bounds) + 1
     if n == 1:
         return 1, F.lit(0)
@@ -229,18 +464,11 @@ def _sampled_ranges(df: DataFrame, name: str, ranges: int, rows: int) -> tuple[i
         return None
     labels = [F.lit(found[p]).cast("long") for p in range(n)]
 
-    def literal(v: int) -> Any:
-        if kind == "timestamp":
-            return F.expr(f"timestamp_micros({v})")
-        if kind == "date":
-            return F.expr(f"date_from_unix_date({v})")
-        return F.lit(v).cast(kind)
-
     def tree(lo: int, hi: int) -> Any:  # the label of range bisect_right(bounds, key)
         if lo == hi:
             return labels[lo]
         mid = (lo + hi + 1) // 2
-        return F.when(F.col(name) < literal(bounds[mid - 1]), tree(lo, mid - 1)) \
+        return F.when(F.col(name) < _literal(df, name, bounds[mid - 1]), tree(lo, mid - 1)) \
             .otherwise(tree(mid, hi))
 
     return n, F.when(F.col(name).isNull(), labels[0]).otherwise(tree(0, n - 1))
