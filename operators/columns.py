@@ -36,9 +36,9 @@ import numpy as np
 from .events import Insert, Message
 from .expr import evaluate, trace
 
-__all__ = ["Columns", "apply_columns", "concat", "count_events", "expand", "map_columns",
-           "one_row", "payload_list", "portable_column", "remember_arrow", "restored_column",
-           "row_at"]
+__all__ = ["Columns", "apply_columns", "arrow_column", "concat", "count_events", "expand",
+           "map_columns", "one_row", "payload_list", "portable_column", "remember_arrow",
+           "restored_column", "row_at"]
 
 _new = tuple.__new__
 
@@ -158,6 +158,25 @@ def restored_column(column: Any) -> np.ndarray:
     out.flags.writeable = False
     _remember(out, column)
     return out
+
+
+def arrow_column(column: Any) -> np.ndarray:
+    """A pyarrow array (or chunked array) as the payload column a source makes of it:
+    numbers and bools without nulls as they are, anything else as an object array of the
+    Python values a row would hold (a string array remembered, see :func:`remember_arrow`)."""
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    kind = column.type
+    if column.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)
+                                   or pa.types.is_boolean(kind)):
+        return column.to_numpy(zero_copy_only=False)
+    values = np.empty(len(column), dtype=object)
+    values[:] = column.to_pylist()
+    if type(column) is pa.StringArray:  # sent to an actor as it is (portable_column)
+        remember_arrow(values, column)
+    return values
 
 
 def remember_arrow(column: np.ndarray, arrow: Any) -> None:

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from .columns import one_row, row_at
+from .columns import arrow_column, one_row, row_at
 
 __all__ = ["Vectorized", "per_value"]
 
@@ -122,19 +122,7 @@ def _is_arrow(c: Any) -> bool:
 
 def _numpy(c: Any) -> Any:
     """A pyarrow array as the numpy column a source would make of it; anything else as is."""
-    if not _is_arrow(c):
-        return c
-    import pyarrow as pa
-
-    if isinstance(c, pa.ChunkedArray):
-        c = c.combine_chunks()
-    kind = c.type
-    if c.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)
-                              or pa.types.is_boolean(kind)):
-        return c.to_numpy(zero_copy_only=False)
-    values = np.empty(len(c), dtype=object)
-    values[:] = c.to_pylist()
-    return values
+    return arrow_column(c) if _is_arrow(c) else c
 
 
 def per_value(fn: Callable[[Any], Any], column: np.ndarray) -> np.ndarray:

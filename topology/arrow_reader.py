@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from operators.columns import remember_arrow
+from operators.columns import arrow_column
 from operators.ticks import UNITS, from_units, from_units_array
 
 __all__ = ["DEFAULT_BATCH_ROWS", "arrow_batches", "arrow_row_batches", "check_times",
@@ -119,20 +119,6 @@ def _time_columns(*specs: Any) -> list[str]:
     return [s for s in specs if isinstance(s, str)]
 
 
-def _column_array(column: pa.Array) -> np.ndarray:
-    """A payload column as numpy: numbers and bools without nulls as they are, anything
-    else as an object array of the Python values a row would hold."""
-    kind = column.type
-    if column.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)
-                                   or pa.types.is_boolean(kind)):
-        return column.to_numpy(zero_copy_only=False)
-    values = np.empty(len(column), dtype=object)
-    values[:] = column.to_pylist()
-    if type(column) is pa.StringArray:  # sent to an actor as it is (portable_column)
-        remember_arrow(values, column)
-    return values
-
-
 def _piece(piece: pa.RecordBatch, names: list[str], columnar: bool,
            start: str | None = None) -> Any:
     """One record batch as a column batch ``{name: array}`` (when ``columnar`` and every
@@ -149,7 +135,7 @@ def _piece(piece: pa.RecordBatch, names: list[str], columnar: bool,
             times[name] = converted
     bad = [name for name, (_, good, _) in times.items() if not good.all()]
     if columnar and (not bad or bad == [start]):
-        columns = {name: times[name][0] if name in times else _column_array(column)
+        columns = {name: times[name][0] if name in times else arrow_column(column)
                    for name, column in zip(piece.schema.names, piece.columns)}
         if bad:
             ticks, good, values = times[bad[0]]
