@@ -572,6 +572,10 @@ def _order_key(value: Any) -> tuple[int, Any]:
     return (0, value)
 
 
+#: Types whose values all rank 0 among equal values (:func:`_tie`), found without an ABC check.
+_PLAIN_TIES = frozenset({int, str, bytes, type(None)})
+
+
 def _tie(value: Any) -> Any:
     """Where ``value`` ranks among the values equal to it, so that Min and Max pick the same
     one whatever the order of the events: ``-0.0`` (-2) below bools (-1) below ints (0) below
@@ -579,14 +583,14 @@ def _tie(value: Any) -> Any:
     items; anything else 0. Numbers of numpy and Python types rank alike (a column-wise add
     and a per-event remove must make the same key)."""
     kind = type(value)
-    if kind is int:
+    if kind is int or kind is str:
         return 0
+    if kind is tuple:  # a tuple of the common plain items takes no ABC check per item
+        return tuple([0 if type(v) in _PLAIN_TIES else _tie(v) for v in value])
     if kind is float or isinstance(value, (float, np.floating)):
         return -2 if value == 0 and math.copysign(1.0, value) < 0 else 2
     if kind is bool or isinstance(value, np.bool_):
         return -1
-    if kind is tuple:
-        return tuple(_tie(v) for v in value)
     if isinstance(value, numbers.Integral):
         return 0
     if isinstance(value, numbers.Number):
@@ -604,6 +608,8 @@ def _extreme_key(value: Any) -> tuple[int, Any, Any]:
         return (0, value, -2 if value == 0 and math.copysign(1.0, value) < 0 else 2)
     if kind is int:
         return (0, value, 0)
+    if kind is tuple:  # (a tuple is not a number: no NaN check)
+        return (0, value, _tie(value))
     if isinstance(value, numbers.Real) and value != value:
         return (1, 0, 0)
     return (0, value, _tie(value))
