@@ -572,8 +572,9 @@ def _order_key(value: Any) -> tuple[int, Any]:
     return (0, value)
 
 
-#: Types whose values all rank 0 among equal values (:func:`_tie`), found without an ABC check.
-_PLAIN_TIES = frozenset({int, str, bytes, type(None)})
+#: The rank among equal values of the types whose values all rank 0 (:func:`_tie`), found
+#: without an ABC check: ``_PLAIN_TIE(type(v))``, None for any other type.
+_PLAIN_TIE = {int: 0, str: 0, bytes: 0, type(None): 0}.get
 
 
 def _tie(value: Any) -> Any:
@@ -585,8 +586,11 @@ def _tie(value: Any) -> Any:
     kind = type(value)
     if kind is int or kind is str:
         return 0
-    if kind is tuple:  # a tuple of the common plain items takes no ABC check per item
-        return tuple([0 if type(v) in _PLAIN_TIES else _tie(v) for v in value])
+    if kind is tuple:  # a tuple of the common plain items takes no Python step per item
+        ties = tuple(map(_PLAIN_TIE, map(type, value)))  # None where the item is not plain
+        if None in ties:
+            ties = tuple(_tie(v) if t is None else t for v, t in zip(value, ties))
+        return ties
     if kind is float or isinstance(value, (float, np.floating)):
         return -2 if value == 0 and math.copysign(1.0, value) < 0 else 2
     if kind is bool or isinstance(value, np.bool_):
