@@ -183,7 +183,14 @@ class StreamValidator:
 def validate(messages: Iterable[Message], name: str = "stream",
              unique_ids: bool = True) -> None:
     """Raise :class:`InvalidStream` at the first message that breaks a rule of physical streams
-    (docs/model.md)."""
+    (docs/model.md). A :class:`~operators.columns.Columns` batch (an operator's output) stands
+    for its inserts, in order, and is checked as them."""
+    from .columns import Columns
+
     validator = StreamValidator(name, unique_ids)
     for msg in messages:
-        validator.check(msg)
+        if type(msg) is Columns:
+            for ins in msg.inserts():
+                validator.check(ins)
+        else:
+            validator.check(msg)

@@ -173,4 +173,4 @@ def test_large_batches_give_exactly_the_general_rows(batches, hop, multiple, ext
     out += op.finish()
     validate(out, name="keyed window output")
     assert op.state_size() == 0
-    assert _rows(out) == _rows(expected)
+    assert _rows(list(expand(out))) == _rows(expected)  # final rows may leave as Columns
