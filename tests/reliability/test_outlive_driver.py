@@ -147,7 +147,7 @@ def test_a_name_deployed_again_does_not_resume_the_earlier_run(ray_session, tmp_
 def test_a_third_process_composes_onto_an_orphaned_query(ray_session, tmp_path):
     """A query whose script is gone is published to a query deployed by another script,
     also gone: the composed query runs in the cluster and receives the publisher's events
-    alive at its CTI, then its end."""
+    alive at its CTI (none, the publisher having finished), then its end."""
     address = ray_session.get_runtime_context().gcs_address
     deploy_from_a_script(address, "exit", "orphan-pub", "-", 5_000)
     publisher = attach("orphan-pub")
@@ -162,7 +162,11 @@ def test_a_third_process_composes_onto_an_orphaned_query(ray_session, tmp_path):
         assert subscriber.wait(120)
         got, published = set(subscriber.snapshot()), set(publisher.snapshot())
         cti = publisher.stats()["sink"]["cti"]
-        assert got and got == {r for r in published if r[1] >= cti}  # alive: end ≥ CTI
+        assert got == {r for r in published if r[1] >= cti}  # alive: end ≥ CTI
+        # both of the publisher's inputs have ended, so its output CTI is the later of their
+        # final CTIs (the rates' 10**9: docs/ctis.md, "An input that has ended"): every row
+        # of the finished publisher is final, and the subscriber gets its end and no row
+        assert cti == 10**9 and published and not got
     finally:
         for q in (subscriber, publisher):
             if q is not None:
