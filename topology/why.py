@@ -382,7 +382,9 @@ def _in_ctis(progress: Progress, step: str) -> tuple[tuple[int, str, int], ...]:
     me = progress.steps[step]
     out = []
     ports = progress.inputs.get(step, ())
-    if me.in_ended and len(me.in_ended) < len(ports):
+    if me.in_ended and len(me.in_ended) < len(ports) and not me.finished:
+        # (a finished step's inputs have all ended, the last one unmarked: the walk compares
+        # their final CTIs, as before any input could end alone)
         ports = tuple((port, up) for port, up in ports if port not in me.in_ended)
     for port, up in ports:
         sent = progress.steps[up].cti if up in progress.steps else MIN_TIME

@@ -37,7 +37,9 @@ def _hop(e, step):
 #
 #   left   0 10 20 ... 990 │ end: CTI 991          (short = "left": 0 .. 90, CTI 91)
 #   right  0 10 20 ... 90  │ end: CTI 91
-#   join   CTI min(991, 91) = 91: the output at 500 waits for the short side, which ended
+#   join   once both ended, CTI max(991, 91) = 991 (an input that ended holds nothing back):
+#          the output at 500 is final; at 2000 it is not produced, and the walk compares the
+#          inputs' final CTIs (the short side's 91 is the smaller)
 
 @pytest.mark.parametrize("short", ["left", "right"])
 def test_a_join_is_held_back_by_its_short_input(runtime, short):
@@ -47,7 +49,8 @@ def test_a_join_is_held_back_by_its_short_input(runtime, short):
                                 advance=AdvanceTime(every=1), name=name)
 
     out = side("left").join(side("right"), on=("k", "k")).collect(runtime=runtime)
-    e = out.why(500)
+    assert out.why(500).status == "final"  # the short side ended: it holds nothing back
+    e = out.why(2000)
     assert e.status == "not yet produced"
     assert e.culprit == short
     assert e.hops[-1].step == short
@@ -72,7 +75,7 @@ def test_a_traced_or_checkpointed_run_explains_itself_too(runtime, tmp_path):
     if runtime == "ray":
         runs.append(q.collect(runtime=runtime, checkpoint_dir=str(tmp_path / "ckpt")))
     for out in runs:
-        e = out.why(500)
+        e = out.why(2000)
         assert (e.status, e.culprit) == ("not yet produced", "right"), str(e)
 
 
