@@ -240,7 +240,7 @@ class Stream:
         import pyarrow as pa
 
         from .arrow_reader import arrow_batches, check_times
-        from .times import arrow_clock
+        from .times import arrow_clock, known_schema
 
         n.check_step_name(name, "from_arrow")
         if not isinstance(data, (dict, pa.Table, pa.RecordBatch)):
@@ -255,8 +255,7 @@ class Stream:
                                                                     batch_rows))
         else:
             batches = arrow_batches(data, start, end, batch_rows)
-        clock = arrow_clock(data.schema, start) if isinstance(data, (pa.Table, pa.RecordBatch)) \
-            else None
+        clock = arrow_clock(known_schema(data), start)
         return Stream._batched(batches, start, end, shape, id, advance, name, clock)
 
     @staticmethod

@@ -163,12 +163,23 @@ def source_clock(node: Any) -> str | None:
     return TIMESTAMPS if _is_timestamp(value) else TICKS
 
 
+def known_schema(data: Any) -> Any:
+    """The Arrow schema of ``from_arrow``'s data when it is known without reading a batch: a
+    Table's, a RecordBatch's, a ``RecordBatchReader``'s, or the first of a list or tuple of
+    them; None for a generator (its batches are read only when the query runs)."""
+    if isinstance(data, (list, tuple)):
+        data = data[0] if data else None
+    schema = getattr(data, "schema", None)
+    return None if callable(schema) else schema
+
+
 def arrow_clock(schema: Any, start: Any) -> str | None:
     """``"timestamps"`` when the column ``start`` of an Arrow ``schema`` is a timestamp or a
-    date, ``"ticks"`` when it is another type, None when it is not a column name."""
+    date, ``"ticks"`` when it is another type, None when it is not a column name (or there is
+    no schema)."""
     import pyarrow as pa
 
-    if not isinstance(start, str) or schema.get_field_index(start) < 0:
+    if schema is None or not isinstance(start, str) or schema.get_field_index(start) < 0:
         return None
     kind = schema.field(start).type
     return TIMESTAMPS if pa.types.is_timestamp(kind) or pa.types.is_date(kind) else TICKS

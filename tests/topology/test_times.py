@@ -28,6 +28,12 @@ def test_the_plan_remembers_its_clock():
     table = pa.table({"ts": pa.array([when], pa.timestamp("us", "UTC")), "v": [1]})
     assert _clock(Stream.from_arrow(table, start="ts").where(lambda r: True)) == "timestamps"
     assert _clock(Stream.from_arrow({"ts": [1, 2], "v": [1, 2]}, start="ts")) == "ticks"
+    # a lazy Arrow stream tells by its schema when that is known before a batch is read: a
+    # list of tables, a RecordBatchReader; a generator of batches does not tell
+    assert _clock(Stream.from_arrow([table, table], start="ts")) == "timestamps"
+    reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
+    assert _clock(Stream.from_arrow(reader, start="ts")) == "timestamps"
+    assert _clock(Stream.from_arrow((t for t in [table]), start="ts")) == "ticks"
     # a join of a timestamp source with one that does not tell carries timestamps
     gen = Stream.from_rows((r for r in [{"ts": 1}]), start="ts")
     ts = Stream.from_rows([{"ts": when}], start="ts")
