@@ -634,7 +634,7 @@ class KeyedWindowAggregate(Processor):
         first = ids.next_id
         ids.next_id = first + len(results)
         name = ids.name
-        cols = _number_columns(list(by_key), results, self.keyed) if len(results) > 1 else None
+        cols = _number_columns(list(by_key), results, self.keyed)
         if cols is not None:  # one column batch: a join after it stays column-wise
             m = len(results)
             oids = np.empty(m, dtype=object)

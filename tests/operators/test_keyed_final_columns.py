@@ -50,7 +50,7 @@ def test_final_rows_as_columns_have_the_rows_cht(rows, udm):
     assert_equivalent(list(expand(got)), expected)
     for m in got:
         if type(m) is Columns:
-            assert len(m) > 1 and isinstance(m.payload, tuple)
+            assert len(m) >= 1 and isinstance(m.payload, tuple)
 
 
 def test_a_join_after_final_counts_stays_column_wise():
@@ -67,3 +67,19 @@ def test_a_join_after_final_counts_stays_column_wise():
     assert sorted((m.start, m.payload) for c in out for m in c.inserts()) == [
         (s, ((k, v), (k, sum(1 for t in range(s, s + 10) if t % 3 == k))))
         for s in (0, 10, 20) for k, v in ((1, 7), (2, 8))]
+
+
+def test_a_window_without_groups_sends_its_one_final_row_as_columns():
+    """Nexmark Q5: the maximum count per 2 s window (one row per window, no group_apply) is
+    joined with the counts; as a column batch of one row it keeps the join column-wise."""
+    rows = [(t, t % 3, float(t)) for t in range(30)]
+    most = KeyedWindowAggregate(lambda p: None, tumbling_window(10), Max(_value), FINAL,
+                                keyed=False, name="kw").process([_points(rows), Cti(30)])
+    assert [type(m) for m in most] == [Columns, Columns, Columns, Cti]
+    assert [(m.start, m.payload) for c in most[:3] for m in c.inserts()] == [
+        (0, 9.0), (10, 19.0), (20, 29.0)]
+    join = Join(on=(_value, lambda p: p))
+    join.process([_points(rows), Cti(0)], 0)
+    out = join.process(most[:3], 1)
+    assert join.columns is not None  # still the arrays, not per-event records
+    assert sorted(m.payload[0][1] for c in out for m in c.inserts()) == [9.0, 19.0, 29.0]

@@ -216,7 +216,7 @@ def test_one_group_equals_the_general_window(batches, size, hop, alignment, udm,
         op._check()
     out += op.finish()
     validate(out, name="window output")
-    assert_equivalent(out, expected)
+    assert_equivalent(list(expand(out)), expected)  # final rows leave as column batches
 
 
 def test_the_planner_runs_a_window_over_points_column_wise():
