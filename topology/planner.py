@@ -55,7 +55,7 @@ from operators.windows.keyed import KeyedWindowAggregate, supports
 from operators.windows.keyed_count import KeyedEndAggregate
 from operators.windows.keyed_count import supports as supports_ends
 from operators.windows.keyed_session import KeyedSessionAggregate, supports_sessions
-from operators.windows.spec import SessionWindow
+from operators.windows.spec import CountWindow, SessionWindow
 
 from . import nodes as n
 from .dag import DagProcessor
@@ -236,6 +236,8 @@ def insert_lengths(node: n.Node) -> int | None:
     """
     if isinstance(node, n.FromRows):
         return {"point": 1, "interval": MAX_TIME}.get(node.shape)
+    if isinstance(node, (n.Window, n.GroupApply)):
+        return _final_rows_length(node)
     if isinstance(node, n.Union):  # passes inserts as they are (e.g. the parts of from_spark)
         lengths = [insert_lengths(i) for i in node.inputs]
         return max(x for x in lengths if x is not None) if None not in lengths else None
@@ -251,6 +253,32 @@ def insert_lengths(node: n.Node) -> int | None:
         return min(node.limit, inner)
     d = node.duration
     return inner if d is None else d if isinstance(d, int) else MAX_TIME
+
+
+def _final_rows_length(node: n.Window | n.GroupApply) -> int | None:
+    """The lifetime of the rows of a hopping, tumbling or count window sent final
+    (``emit="final"``, output ``"window"`` or ``"point_end"``), or of a ``group_apply`` of one
+    over its group input: inserts only, each its window (its size) or a point at its end; None
+    for any other window (speculative rows are retracted).
+
+    >>> from topology import Stream, Count
+    >>> s = Stream.from_rows([], start="t")
+    >>> insert_lengths(s.tumbling_window(10, emit="final").aggregate(Count())._node)
+    10
+    >>> insert_lengths(s.group_apply(str, lambda g: g.hopping_window(10, 2, emit="final")
+    ...                .aggregate(Count())).to_points()._node)
+    1
+    >>> insert_lengths(s.tumbling_window(10).aggregate(Count())._node) is None
+    True
+    """
+    w = node.sub if isinstance(node, n.GroupApply) else node
+    if (not isinstance(w, n.Window) or not isinstance(w.spec, (HoppingWindow, CountWindow))
+            or not w.policy.final or not w.policy.window_rows
+            or (isinstance(node, n.GroupApply) and not isinstance(w.inputs[0], n.GroupInput))):
+        return None
+    if w.policy.output == "point_end":
+        return 1
+    return w.spec.size if isinstance(w.spec, HoppingWindow) else None
 
 
 def _points(node: n.Node) -> bool:
