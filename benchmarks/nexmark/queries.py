@@ -221,32 +221,37 @@ def q4(auction_iv: Stream, bid: Stream) -> Stream:
         Aggregates(avg=Avg(1), count=Count())))
 
 
-def hottest(payloads: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
-    """Q5's pick in one window: every ``(auction, count)`` with the most bids (all those tied
-    for the most, as Nexmark's ``num >= maxn``), by auction id."""
-    most = max(c for _, c in payloads)
-    return sorted(p for p in payloads if p[1] == most)
+def bid_count(p: tuple[Any, Any]) -> Any:
+    return p[1]
+
+
+def itself(p: Any) -> Any:
+    return p
 
 
 def q5(bid: Stream) -> Stream:
     """Q5, hot items: per hopping window (10 s, hop 2 s) the auctions with the most bids
     ``(auction, count)`` over the window's lifetime: every auction tied for the most, as
-    Nexmark's SQL (the counts joined with their window's maximum, ``num >= maxn``).
+    Nexmark's SQL states it (the counts joined with their window's maximum, ``num >= maxn``).
 
     cedar: ``group_apply(auction, hopping → Count)`` (the keyed column-wise path); the counts,
     as points at their window's start, fall one window per 2 s tumbling window, whose
-    ``apply`` outputs the tied maxima (:func:`hottest`); the result is stretched back over the
-    10 s window. Spark: the count per (window, auction), then per window (a tumbling window
-    over ``window_time``, chained time-window aggregations) the maximum and the list of
+    ``Max`` of the count is the window's most; the counts joined with it on the count are
+    the tied maxima (a point at the window's start), stretched back over the 10 s window.
+    Spark: the count per (window, auction), then per window (a tumbling window over
+    ``window_time``, chained time-window aggregations) the maximum and the list of
     ``(count, auction)``, exploded to the entries equal to the maximum.
 
-    The counts are sent final (``emit="final"``: each once, when a CTI passes its window's
-    end; the same CHT): speculative counts, corrected at every batch, would make the 2 s
-    window recompute :func:`hottest` over all its counts once per batch.
+    Both windows are sent final (``emit="final"``: each row once, when a CTI passes its
+    window's end; the same CHT). Final rows are inserts of a known length, so the planner
+    keeps the 2 s window on the column-wise path too, and the join matches column batches
+    (speculative counts, corrected at every batch, would retract, and the maximum and the
+    join would go event by event).
     """
     counts = bid.group_apply(bid_auction, lambda g: g.hopping_window(WINDOW, HOP, emit="final")
-                             .aggregate(Count()))
-    return (counts.to_points().tumbling_window(HOP).apply(hottest)
+                             .aggregate(Count())).to_points()
+    most = counts.tumbling_window(HOP, emit="final").aggregate(Max(bid_count))
+    return (counts.join(most, on=(bid_count, itself), select=keep_left)
             .alter_lifetime(duration=WINDOW))
 
 
