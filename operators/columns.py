@@ -38,7 +38,7 @@ from .expr import evaluate, trace
 
 __all__ = ["Columns", "apply_columns", "arrow_column", "concat", "count_events", "expand",
            "map_columns", "one_row", "payload_list", "portable_column", "remember_arrow",
-           "restored_column", "row_at"]
+           "restored_column", "row_at", "string_values"]
 
 _new = tuple.__new__
 
@@ -153,10 +153,48 @@ def restored_column(column: Any) -> np.ndarray:
     columns are: it remembers its Arrow array, which must keep standing for it)."""
     if isinstance(column, np.ndarray):
         return column
-    out = np.empty(len(column), dtype=object)
-    out[:] = column.to_numpy(zero_copy_only=False)
+    out = string_values(column)
     out.flags.writeable = False
     _remember(out, column)
+    return out
+
+
+#: A string column of at least this many rows is probed for repeats (:func:`string_values`).
+_DICTIONARY_MIN_ROWS = 4_096
+#: The rows probed, and the most distinct values among them for the dictionary path.
+_PROBE_ROWS, _PROBE_MOST_DISTINCT = 1_024, 256
+
+
+def string_values(column: Any) -> np.ndarray:
+    """The Python values of an Arrow string array (``str`` or None each, as ``to_pylist()``
+    gives them) as a new object array of its own (``base`` None). A column whose first
+    :data:`_PROBE_ROWS` rows repeat (at most a quarter distinct) is made through its
+    dictionary: each distinct string made once, the rows pointing at it -- 4-5x faster on
+    Nexmark's bid channels and urls (6k distinct of 920k rows: 0.02 s instead of 0.09-0.11 s
+    per column), where making the Python strings is most of a stateless query's cost.
+
+    >>> import pyarrow as pa
+    >>> string_values(pa.array(["a", None, "b"] * 2000)).tolist()[:4]
+    ['a', None, 'b', 'a']
+    """
+    import pyarrow.compute as pc
+
+    n = len(column)
+    if n >= _DICTIONARY_MIN_ROWS and \
+            len(pc.unique(column.slice(0, _PROBE_ROWS))) <= _PROBE_MOST_DISTINCT:
+        encoded = column.dictionary_encode()
+        words = encoded.dictionary
+        values = np.empty(len(words) + 1, dtype=object)  # the last stands for a null
+        values[:-1] = words.to_numpy(zero_copy_only=False)
+        values[-1] = None
+        indices = encoded.indices
+        if indices.null_count:
+            indices = indices.fill_null(len(words))
+        out = values[indices.to_numpy(zero_copy_only=False)]
+    else:
+        out = column.to_numpy(zero_copy_only=False)
+    if out.base is not None or out.dtype != object:  # (a view would not be remembered)
+        out = np.array(out, dtype=object)
     return out
 
 
@@ -172,10 +210,12 @@ def arrow_column(column: Any) -> np.ndarray:
     if column.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)
                                    or pa.types.is_boolean(kind)):
         return column.to_numpy(zero_copy_only=False)
+    if type(column) is pa.StringArray:  # sent to an actor as it is (portable_column)
+        strings = string_values(column)
+        remember_arrow(strings, column)
+        return strings
     values = np.empty(len(column), dtype=object)
     values[:] = column.to_pylist()
-    if type(column) is pa.StringArray:  # sent to an actor as it is (portable_column)
-        remember_arrow(values, column)
     return values
 
 
