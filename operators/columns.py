@@ -36,9 +36,9 @@ import numpy as np
 from .events import Insert, Message
 from .expr import evaluate, trace
 
-__all__ = ["Columns", "apply_columns", "arrow_column", "concat", "count_events", "expand",
-           "map_columns", "one_row", "payload_list", "portable_column", "remember_arrow",
-           "restored_column", "row_at", "string_values"]
+__all__ = ["Columns", "apply_columns", "arrow_column", "compact_arrow", "concat", "count_events",
+           "expand", "known_arrow", "map_columns", "one_row", "payload_list", "portable_column",
+           "remember_arrow", "restored_column", "row_at", "string_values"]
 
 _new = tuple.__new__
 
@@ -121,15 +121,19 @@ def portable_column(column: np.ndarray) -> Any:
 
     A column :func:`restored_column` made (or a slice of one) goes back as the Arrow array
     it came from, without looking at its values again: an actor passing string columns on
-    (a select, a where) re-sends the buffers it received.
+    (a select, a where) re-sends the buffers it received. A slice goes as its own rows'
+    bytes (:func:`compact_arrow`): Arrow pickles a sliced array with all of its parent's
+    buffers.
 
     >>> c = np.array(["a", None] * 200, dtype=object)
     >>> wire = portable_column(c)
     >>> type(wire).__name__, restored_column(wire).tolist() == c.tolist()
     ('StringArray', True)
-    >>> again = portable_column(restored_column(wire)[10:300])  # no new buffers
-    >>> again.buffers()[2].address == wire.buffers()[2].address
+    >>> portable_column(restored_column(wire)) is wire  # no new buffers
     True
+    >>> again = portable_column(restored_column(wire)[10:300])  # its rows only
+    >>> again.to_pylist() == c[10:300].tolist(), again.offset, len(again.buffers()[1]) // 4
+    (True, 0, 291)
     >>> portable_column(np.array([b"a", "b"] * 200, dtype=object)).dtype  # bytes stay bytes
     dtype('O')
     """
@@ -137,7 +141,7 @@ def portable_column(column: np.ndarray) -> Any:
         return column
     known = _known_arrow(column)
     if known is not None:
-        return known
+        return compact_arrow(known)
     import pyarrow as pa
 
     try:
@@ -146,6 +150,25 @@ def portable_column(column: np.ndarray) -> Any:
         return column  # not all strings
     # inferred ``string``: every value is a str or None (bytes, or a mix, infer ``binary``)
     return strings if type(strings) is pa.StringArray else column
+
+
+def known_arrow(column: np.ndarray) -> Any:
+    """The Arrow string array that holds the values of the object column ``column`` (one
+    :func:`restored_column` or a reader made, a contiguous slice of one, or several put end to
+    end), sliced to it and not compacted; None if there is none."""
+    return _known_arrow(column) if column.dtype == object else None
+
+
+def compact_arrow(array: Any) -> Any:
+    """``array``, or a copy of just its rows when it is a slice of a larger array: pickling
+    (Ray's too) sends a sliced array with every byte of its parent's buffers -- a 10k-row
+    piece of a 920k-row column of urls cost ``ray.put`` 126 ms instead of 1.2 ms."""
+    offsets = array.buffers()[1]
+    if array.offset == 0 and (offsets is None or offsets.size <= 4 * (len(array) + 1) + 64):
+        return array
+    import pyarrow as pa
+
+    return pa.concat_arrays([array])
 
 
 def restored_column(column: Any) -> np.ndarray:
