@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from operators import columns as oc
 from operators.columns import arrow_column, portable_column, restored_column, string_values
-
 from tests.kit import EXAMPLES
 
 WORDS = st.lists(st.one_of(st.none(), st.text(max_size=12)), min_size=1, max_size=400)
