@@ -11,8 +11,7 @@ import pytest
 
 from operators.cht import check_equivalent
 from operators.columns import expand
-from topology import Stream
-from topology import deploy
+from topology import Stream, deploy
 
 pytestmark = pytest.mark.ray
 
