@@ -19,8 +19,8 @@ query of :mod:`.queries`
 Timed is the query to its output at the driver, as column batches where the output has them
 (Spark's ``noop`` sink keeps its rows in its own format too); turning them into one Python
 ``Insert`` per event for the comparison is not timed. Then it prints a markdown table:
-query, input events, cedar's runs, events/s inline (best run), on Ray (best run) and in Spark, the ratio cedar on Ray ÷ Spark
-(events/s), and whether the outputs are equal. Spark's session
+query, input events, cedar's runs, events/s inline and on Ray (best runs) and in Spark, the
+ratio cedar on Ray ÷ Spark (events/s), and whether the outputs are equal. Spark's session
 start and a warm-up run of each query on a small input (5,000 events) are not timed.
 """
 
