@@ -71,7 +71,7 @@ from .barrier import Barriers
 from .config import ShellConfig
 from .recorder import Recorder
 from .subscriptions import Subscriptions, Target
-from .wire import decode, decode_rows, encode, encode_rows
+from .wire import decode, decode_rows, encode
 
 #: How the deployer applies ``ray.remote`` to the shell: no CPU reservation (an operator actor
 #: mostly waits), no silent restarts (``__init__`` would run again with the state lost and the
@@ -149,6 +149,17 @@ def _short_repr(obj: Any, width: int) -> str:
 
 #: an out-edge or a subscriber (the name the shell's subclasses know)
 _Target = Target
+
+
+class _Read:
+    """A batch a source actor read itself (:meth:`OperatorShell.pull`), delivered as it is:
+    it was made in this process for this step, so it is not encoded and decoded again (that
+    turned every string of a column back into Arrow and into Python objects anew)."""
+
+    __slots__ = ("batch",)
+
+    def __init__(self, batch: Any) -> None:
+        self.batch = batch
 
 
 class OperatorShell:
@@ -292,7 +303,8 @@ class OperatorShell:
         ``stats()`` counts the batches it read in ``batches_pulled``.
         Returns once the thread has started. An error while reading fails the step, as a
         failed push does, and the input does not end. Batches travel nowhere on their way
-        in: only the output goes to the object store."""
+        in (nor are they encoded: see :class:`_Read`): only the output goes to the object
+        store."""
         proc = self.proc
         if proc is None:
             raise RuntimeError(f"{self!r}: configure() before pull()")
@@ -300,7 +312,6 @@ class OperatorShell:
             self.counts.setdefault("batches_pulled", 0)
 
         over = object()
-        wire = encode_rows if self.rows_input else encode
 
         def run() -> None:
             batches = iter(data)
@@ -325,7 +336,7 @@ class OperatorShell:
                             self._deliver(port, "end", None)
                             return
                         self.counts["batches_pulled"] += 1
-                        self._deliver(port, "push", wire(batch))
+                        self._deliver(port, "push", _Read(batch))
             finally:
                 close = getattr(batches, "close", None)
                 if close is not None:
@@ -391,7 +402,8 @@ class OperatorShell:
         with self._lock:
             if self.error is not None or self.proc is None:
                 return
-            batch: Any = decode_rows(blob) if self.rows_input else decode(blob)
+            batch: Any = blob.batch if type(blob) is _Read else \
+                decode_rows(blob) if self.rows_input else decode(blob)
             self.counts["events_in"] += count_events(batch)
             self.counts["batches_in"] += 1
             self.push_wall = time.time()

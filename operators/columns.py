@@ -36,9 +36,9 @@ import numpy as np
 from .events import Insert, Message
 from .expr import evaluate, trace
 
-__all__ = ["Columns", "apply_columns", "arrow_column", "concat", "count_events", "expand",
-           "map_columns", "one_row", "payload_list", "portable_column", "remember_arrow",
-           "restored_column", "row_at"]
+__all__ = ["Columns", "apply_columns", "arrow_column", "compact_arrow", "concat", "count_events",
+           "expand", "known_arrow", "map_columns", "one_row", "payload_list", "portable_column",
+           "remember_arrow", "restored_column", "row_at", "string_values"]
 
 _new = tuple.__new__
 
@@ -121,15 +121,19 @@ def portable_column(column: np.ndarray) -> Any:
 
     A column :func:`restored_column` made (or a slice of one) goes back as the Arrow array
     it came from, without looking at its values again: an actor passing string columns on
-    (a select, a where) re-sends the buffers it received.
+    (a select, a where) re-sends the buffers it received. A slice goes as its own rows'
+    bytes (:func:`compact_arrow`): Arrow pickles a sliced array with all of its parent's
+    buffers.
 
     >>> c = np.array(["a", None] * 200, dtype=object)
     >>> wire = portable_column(c)
     >>> type(wire).__name__, restored_column(wire).tolist() == c.tolist()
     ('StringArray', True)
-    >>> again = portable_column(restored_column(wire)[10:300])  # no new buffers
-    >>> again.buffers()[2].address == wire.buffers()[2].address
+    >>> portable_column(restored_column(wire)) is wire  # no new buffers
     True
+    >>> again = portable_column(restored_column(wire)[10:300])  # its rows only
+    >>> again.to_pylist() == c[10:300].tolist(), again.offset, len(again.buffers()[1]) // 4
+    (True, 0, 291)
     >>> portable_column(np.array([b"a", "b"] * 200, dtype=object)).dtype  # bytes stay bytes
     dtype('O')
     """
@@ -137,7 +141,7 @@ def portable_column(column: np.ndarray) -> Any:
         return column
     known = _known_arrow(column)
     if known is not None:
-        return known
+        return compact_arrow(known)
     import pyarrow as pa
 
     try:
@@ -148,15 +152,72 @@ def portable_column(column: np.ndarray) -> Any:
     return strings if type(strings) is pa.StringArray else column
 
 
+def known_arrow(column: np.ndarray) -> Any:
+    """The Arrow string array that holds the values of the object column ``column`` (one
+    :func:`restored_column` or a reader made, a contiguous slice of one, or several put end to
+    end), sliced to it and not compacted; None if there is none."""
+    return _known_arrow(column) if column.dtype == object else None
+
+
+def compact_arrow(array: Any) -> Any:
+    """``array``, or a copy of just its rows when it is a slice of a larger array: pickling
+    (Ray's too) sends a sliced array with every byte of its parent's buffers -- a 10k-row
+    piece of a 920k-row column of urls cost ``ray.put`` 126 ms instead of 1.2 ms."""
+    offsets = array.buffers()[1]
+    if array.offset == 0 and (offsets is None or offsets.size <= 4 * (len(array) + 1) + 64):
+        return array
+    import pyarrow as pa
+
+    return pa.concat_arrays([array])
+
+
 def restored_column(column: Any) -> np.ndarray:
     """The numpy column :func:`portable_column` stood for (read-only, as Ray's numeric
     columns are: it remembers its Arrow array, which must keep standing for it)."""
     if isinstance(column, np.ndarray):
         return column
-    out = np.empty(len(column), dtype=object)
-    out[:] = column.to_numpy(zero_copy_only=False)
+    out = string_values(column)
     out.flags.writeable = False
     _remember(out, column)
+    return out
+
+
+#: A string column of at least this many rows is probed for repeats (:func:`string_values`).
+_DICTIONARY_MIN_ROWS = 4_096
+#: The rows probed, and the most distinct values among them for the dictionary path.
+_PROBE_ROWS, _PROBE_MOST_DISTINCT = 1_024, 256
+
+
+def string_values(column: Any) -> np.ndarray:
+    """The Python values of an Arrow string array (``str`` or None each, as ``to_pylist()``
+    gives them) as a new object array of its own (``base`` None). A column whose first
+    :data:`_PROBE_ROWS` rows repeat (at most a quarter distinct) is made through its
+    dictionary: each distinct string made once, the rows pointing at it -- 4-5x faster on
+    Nexmark's bid channels and urls (6k distinct of 920k rows: 0.02 s instead of 0.09-0.11 s
+    per column), where making the Python strings is most of a stateless query's cost.
+
+    >>> import pyarrow as pa
+    >>> string_values(pa.array(["a", None, "b"] * 2000)).tolist()[:4]
+    ['a', None, 'b', 'a']
+    """
+    import pyarrow.compute as pc
+
+    n = len(column)
+    if n >= _DICTIONARY_MIN_ROWS and \
+            len(pc.unique(column.slice(0, _PROBE_ROWS))) <= _PROBE_MOST_DISTINCT:
+        encoded = column.dictionary_encode()
+        words = encoded.dictionary
+        values = np.empty(len(words) + 1, dtype=object)  # the last stands for a null
+        values[:-1] = words.to_numpy(zero_copy_only=False)
+        values[-1] = None
+        indices = encoded.indices
+        if indices.null_count:
+            indices = indices.fill_null(len(words))
+        out = values[indices.to_numpy(zero_copy_only=False)]
+    else:
+        out = column.to_numpy(zero_copy_only=False)
+    if out.base is not None or out.dtype != object:  # (a view would not be remembered)
+        out = np.array(out, dtype=object)
     return out
 
 
@@ -172,10 +233,12 @@ def arrow_column(column: Any) -> np.ndarray:
     if column.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)
                                    or pa.types.is_boolean(kind)):
         return column.to_numpy(zero_copy_only=False)
+    if type(column) is pa.StringArray:  # sent to an actor as it is (portable_column)
+        strings = string_values(column)
+        remember_arrow(strings, column)
+        return strings
     values = np.empty(len(column), dtype=object)
     values[:] = column.to_pylist()
-    if type(column) is pa.StringArray:  # sent to an actor as it is (portable_column)
-        remember_arrow(values, column)
     return values
 
 

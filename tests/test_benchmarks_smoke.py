@@ -218,3 +218,23 @@ def test_idle_cost_runs_and_prints_the_cost_per_idle_step(tmp_path):
     # (a query fed by this driver, as these are, has no host actor)
     assert steps == want_steps and stages <= actors <= stages + 5
     assert float(got["per_step_pct"]) >= 0
+
+
+def test_nexmark_times_cedar_best_of_its_runs_and_says_how_many():
+    """benchmarks.nexmark.run times each query inline (and on Ray) ``--runs`` times, keeps the
+    best and every run's seconds; a query whose first run is long runs fewer times, and the
+    table says so."""
+    from benchmarks.nexmark import run as nr
+
+    suite = nr.measure(3_000, 500, ["Q0", "Q2"], ray=False, spark=False, flink=False,
+                       runs=nr.Runs(3, long_s=60.0, long_runs=1))
+    for name in ("Q0", "Q2"):
+        r = suite.rows[name]
+        assert len(r["inline_runs"]) == 3 and r["inline"] == min(r["inline_runs"])
+        assert "ray" not in r
+    assert [line.split(" | ")[2] for line in suite.table().splitlines()[2:]] == ["3", "3"]
+    short = nr.measure(3_000, 500, ["Q0"], ray=False, spark=False, flink=False,
+                       runs=nr.Runs(3, long_s=0.0, long_runs=1))
+    assert len(short.rows["Q0"]["inline_runs"]) == 1
+    assert "| 1 (first > 0 s) |" in short.table()
+    assert nr.fmt_runs([0.5, 0.25, 0.375]) == "best 0.25 s of 0.50, 0.25, 0.38"

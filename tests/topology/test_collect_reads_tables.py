@@ -1,0 +1,67 @@
+"""collect() on Ray: a query whose only source is a ``from_arrow`` table has its source actor
+read the table itself (the table travels once through the object store); the driver sends no
+batch. The output is the inline run's, string columns (with nulls and repeats) included; a
+query of several sources is still fed by the driver, one batch of each in turn."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from operators.cht import check_equivalent
+from operators.columns import expand
+from topology import Stream, deploy
+
+pytestmark = pytest.mark.ray
+
+N = 5_000
+
+
+def _table(seed: int) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    urls = [f"https://x/{i}/{j}" for i, j in zip(rng.integers(0, 40, N), rng.integers(0, 3, N))]
+    return pa.table({
+        "t": pa.array(np.sort(rng.integers(0, 50_000, N)), pa.timestamp("us", tz="UTC")),
+        "k": rng.integers(0, 9, N),
+        "url": pa.array([u if i % 13 else None for i, u in enumerate(urls)]),
+        "extra": pa.array([""] * N),
+    })
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """The batches the driver sends to source actors (``deploy._Sender.send``)."""
+    calls: list[int] = []
+    send = deploy._Sender.send
+
+    def counted(self, batch):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return send(self, batch)
+
+    monkeypatch.setattr(deploy._Sender, "send", counted)
+    return calls
+
+
+def _keep(r):  # type: ignore[no-untyped-def]
+    return r["k"] % 3 != 0
+
+
+def test_a_tables_only_source_is_read_by_its_actor(ray_session, sent):
+    s = Stream.from_arrow(_table(1), start="t", batch_rows=700).where(_keep)
+    inline = s.collect(runtime="inline", columns=True)
+    out = s.collect(columns=True)
+    assert not sent, f"the driver sent {len(sent)} batches"
+    check_equivalent(list(expand(out)), list(expand(inline)))
+    rows = [m.payload for m in expand(out) if hasattr(m, "payload")]
+    assert len(rows) == sum(1 for k in _table(1)["k"].to_pylist() if k % 3) and \
+        None in [r["url"] for r in rows]
+
+
+def test_several_sources_are_still_fed_by_the_driver(ray_session, sent):
+    a = Stream.from_arrow(_table(2), start="t", batch_rows=1_000)
+    b = Stream.from_arrow(_table(3), start="t", batch_rows=1_000)
+    s = a.union(b)
+    out = s.collect(columns=True)
+    assert sent
+    check_equivalent(list(expand(out)), list(expand(s.collect(runtime="inline", columns=True))))
