@@ -25,8 +25,17 @@ equal times come in no particular order; only a negative ``delay`` (a CTI past t
 start) can tell them apart, exactly as it would among sorted rows. Late-event policies keep
 their meaning for streaming sources, whose order is the order of arrival.
 
-Two ways of reading the ranges, the same rows in the same order (by time; ties as they fall):
+Three ways of reading, the same rows in the same order (by time; ties as they fall):
 
+* **the row groups merged by pyarrow in the driver** (:func:`_merged_groups`) -- when the
+  DataFrame is a projection of columns of parquet files (no filter, no computed or partition
+  column: Spark still plans which files it is, ``inputFiles``) whose row groups all have
+  statistics of the time column, and merging them in the order of their earliest time holds
+  at most ``2 * partition_rows`` rows (:func:`_direct_plan`; a table appended in time order,
+  its files in any order). No row passes through the JVM: each row group is read with
+  pyarrow (the next one in a thread), cast to the schema Spark's ``toArrow`` gives, and
+  the rows before the next group's earliest time leave sorted (Arrow's sort only when they
+  are out of order). Not a single Spark job runs, not even the count;
 * **a filtered scan per range, sorted in the driver** (:func:`_sorted_ranges`) -- when the
   DataFrame is a deterministic projection and filter of parquet files whose row groups each
   span a narrow stretch of time (a table appended in time order, its files in any order:
@@ -36,7 +45,7 @@ Two ways of reading the ranges, the same rows in the same order (by time; ties a
   turns into a read of the row groups overlapping it; the driver sorts it with Arrow
   (``pyarrow.compute.sort_indices``, multithreaded C++). No shuffle, no sort in Spark, and
   the first range reaches the query as soon as it is read. A table of one range is read so
-  whatever its source (no bounds needed);
+  whatever its source (no bounds needed), unless it is merged;
 * **Spark's distributed sort** (:func:`_sorted_by_spark`) -- otherwise (rows of all times in
   every row group, no statistics, a plan that is more than a scan, edges): range
   partitioning by the key, a sort within each range, then each range as Arrow.
@@ -149,10 +158,13 @@ def ordered_record_batches(
     """The rows of a batch DataFrame sorted by their time key, as Arrow record batches read
     range by range (see the module's docstring). Spark runs when iteration starts.
 
-    ``watch``, when given, is filled with what the read did: ``path`` (``"one"``: one range
-    sorted in the driver; ``"scan"``: one filtered scan per range, each sorted in the driver;
-    ``"sort"``: Spark's distributed sort), ``ranges``, and for the first two ``held_peak``
-    (the most ranges the driver held at once) and ``range_rows`` (rows per range)."""
+    ``watch``, when given, is filled with what the read did: ``path`` (``"direct"``: the
+    parquet row groups merged by pyarrow; ``"one"``: one range sorted in the driver;
+    ``"scan"``: one filtered scan per range, each sorted in the driver; ``"sort"``: Spark's
+    distributed sort), ``ranges`` (for ``"direct"`` the row groups), for ``"direct"``
+    ``held_peak_rows`` (the most rows the merge held) and ``sorted_groups`` (the merges that
+    needed a sort), and for ``"one"`` and ``"scan"`` ``held_peak`` (the most ranges the
+    driver held at once) and ``range_rows`` (rows per range)."""
     if not (isinstance(partition_rows, int) and not isinstance(partition_rows, bool)
             and partition_rows >= 1):
         raise ValueError(f"{what}: partition_rows={partition_rows!r}: give an int >= 1 (rows "
