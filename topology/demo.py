@@ -4,7 +4,8 @@ It generates readings like the power-meter example of the event-model page (docs
 point readings of every meter (a few late, a few broken), edge events for the meters' states
 (a fault opens an edge that a repair closes later, and an edge is corrected by a retraction
 of its end), and the meters' metadata. Spark writes the readings to parquet and reads them back
-as the source of five queries that run on Ray, one actor per operator:
+(its row groups merged by pyarrow in time order, no row through the JVM) as the source of five
+queries that run on Ray, each chain of single-input steps in one actor (``fuse="chains"``):
 
 * ``meter_averages``  — per meter, a tumbling 5-minute ``Avg`` of the consumption;
 * ``anomalies``       — per meter, a spike-detecting UDO over hopping 5-minute windows;
