@@ -4,7 +4,8 @@ It generates readings like the power-meter example of the event-model page (docs
 point readings of every meter (a few late, a few broken), edge events for the meters' states
 (a fault opens an edge that a repair closes later, and an edge is corrected by a retraction
 of its end), and the meters' metadata. Spark writes the readings to parquet and reads them back
-as the source of five queries that run on Ray, one actor per operator:
+(its row groups merged by pyarrow in time order, no row through the JVM) as the source of five
+queries that run on Ray, each chain of single-input steps in one actor (``fuse="chains"``):
 
 * ``meter_averages``  — per meter, a tumbling 5-minute ``Avg`` of the consumption;
 * ``anomalies``       — per meter, a spike-detecting UDO over hopping 5-minute windows;
@@ -187,7 +188,7 @@ def _received(sources: list[Any]) -> int:
 
 
 def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
-        address: str | None = None) -> list[dict[str, Any]]:
+        address: str | None = None, fuse: bool | str = "chains") -> list[dict[str, Any]]:
     """Run the demo; return the summary rows (also printed).
 
     Start-up is timed apart from the run: Spark and Ray start, the readings are written, and
@@ -211,13 +212,7 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
             spark = local_spark(quiet=True)
         ensure_ray(address, quiet=True)
     libraries_s = time.perf_counter() - t_setup
-    import pyarrow as pa
-
-    source_path = os.path.join(out, "input", "readings.parquet")
-    table = pa.Table.from_pylist(data.readings, schema=pa.schema(
-        [("meter", pa.string()), ("ts", pa.int64()), ("kwh", pa.float64())]))
-    spark.createDataFrame(table).coalesce(1).write.parquet(source_path)
-    df = spark.read.parquet(source_path)
+    df = write_readings(spark, data, os.path.join(out, "input", "readings.parquet"))
 
     summary = []
     topologies = queries(df, data)
@@ -225,7 +220,8 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
     running: dict[str, Any] = {}
     try:
         for name, q in topologies.items():
-            running[name] = q.deploy(f"demo-{name}", history=True, detached=False, hold=True)
+            running[name] = q.deploy(f"demo-{name}", fuse=fuse, history=True, detached=False,
+                                     hold=True)
         actors = sum(len(live.handles) + (live.host is not None) for live in running.values())
         setup = Startup(libraries_s, time.perf_counter() - t_actors, actors)
         total = len(data.readings) * sum(1 for name in topologies if name != "faults")
@@ -269,6 +265,19 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
               "pip install -e '.[viz]')")
     print_next_steps(out, pictures)
     return summary
+
+
+def write_readings(spark: Any, data: DemoData, path: str) -> Any:
+    """Have Spark write the readings, as they arrived, to the parquet table ``path``, and
+    return the DataFrame that reads it. The table is one file (a row group's statistics say
+    which times it holds), so that ``from_spark`` reads its row groups with pyarrow, no row
+    through the JVM (:func:`topology.spark_source._direct_plan`)."""
+    import pyarrow as pa
+
+    table = pa.Table.from_pylist(data.readings, schema=pa.schema(
+        [("meter", pa.string()), ("ts", pa.int64()), ("kwh", pa.float64())]))
+    spark.createDataFrame(table).coalesce(1).write.parquet(path)
+    return spark.read.parquet(path)
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,17 @@ equal times come in no particular order; only a negative ``delay`` (a CTI past t
 start) can tell them apart, exactly as it would among sorted rows. Late-event policies keep
 their meaning for streaming sources, whose order is the order of arrival.
 
-Two ways of reading the ranges, the same rows in the same order (by time; ties as they fall):
+Three ways of reading, the same rows in the same order (by time; ties as they fall):
 
+* **the row groups merged by pyarrow in the driver** (:func:`_merged_groups`) -- when the
+  DataFrame is a projection of columns of parquet files (no filter, no computed or partition
+  column: Spark still plans which files it is, ``inputFiles``) whose row groups all have
+  statistics of the time column, and merging them in the order of their earliest time holds
+  at most ``2 * partition_rows`` rows (:func:`_direct_plan`; a table appended in time order,
+  its files in any order). No row passes through the JVM: each row group is read with
+  pyarrow (the next one in a thread), cast to the schema Spark's ``toArrow`` gives, and
+  the rows before the next group's earliest time leave sorted (Arrow's sort only when they
+  are out of order). Not a single Spark job runs, not even the count;
 * **a filtered scan per range, sorted in the driver** (:func:`_sorted_ranges`) -- when the
   DataFrame is a deterministic projection and filter of parquet files whose row groups each
   span a narrow stretch of time (a table appended in time order, its files in any order:
@@ -36,7 +45,7 @@ Two ways of reading the ranges, the same rows in the same order (by time; ties a
   turns into a read of the row groups overlapping it; the driver sorts it with Arrow
   (``pyarrow.compute.sort_indices``, multithreaded C++). No shuffle, no sort in Spark, and
   the first range reaches the query as soon as it is read. A table of one range is read so
-  whatever its source (no bounds needed);
+  whatever its source (no bounds needed), unless it is merged;
 * **Spark's distributed sort** (:func:`_sorted_by_spark`) -- otherwise (rows of all times in
   every row group, no statistics, a plan that is more than a scan, edges): range
   partitioning by the key, a sort within each range, then each range as Arrow.
@@ -149,10 +158,13 @@ def ordered_record_batches(
     """The rows of a batch DataFrame sorted by their time key, as Arrow record batches read
     range by range (see the module's docstring). Spark runs when iteration starts.
 
-    ``watch``, when given, is filled with what the read did: ``path`` (``"one"``: one range
-    sorted in the driver; ``"scan"``: one filtered scan per range, each sorted in the driver;
-    ``"sort"``: Spark's distributed sort), ``ranges``, and for the first two ``held_peak``
-    (the most ranges the driver held at once) and ``range_rows`` (rows per range)."""
+    ``watch``, when given, is filled with what the read did: ``path`` (``"direct"``: the
+    parquet row groups merged by pyarrow; ``"one"``: one range sorted in the driver;
+    ``"scan"``: one filtered scan per range, each sorted in the driver; ``"sort"``: Spark's
+    distributed sort), ``ranges`` (for ``"direct"`` the row groups), for ``"direct"``
+    ``held_peak_rows`` (the most rows the merge held) and ``sorted_groups`` (the merges that
+    needed a sort), and for ``"one"`` and ``"scan"`` ``held_peak`` (the most ranges the
+    driver held at once) and ``range_rows`` (rows per range)."""
     if not (isinstance(partition_rows, int) and not isinstance(partition_rows, bool)
             and partition_rows >= 1):
         raise ValueError(f"{what}: partition_rows={partition_rows!r}: give an int >= 1 (rows "
@@ -166,6 +178,11 @@ def ordered_record_batches(
     watch = {} if watch is None else watch
 
     def generate() -> Iterator[pa.RecordBatch]:
+        direct = _direct_plan(df, start, 2 * partition_rows) if shape != "edge" else None
+        if direct is not None:  # time-ordered parquet: its row groups merged, no JVM read
+            watch.update(path="direct", ranges=len(direct.groups))
+            yield from _merged_groups(direct, start, watch)
+            return
         rows = df.count()
         if rows == 0:
             return
@@ -400,6 +417,223 @@ def _sorted_ranges(df: DataFrame, name: str, filters: list[Any],
     finally:
         if pending is not None and not pending.done():
             sc.cancelJobGroup(group)
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+# -- no JVM at all: time-ordered parquet row groups read with pyarrow in the driver -----------
+#: Whether the reader may read the row groups of time-ordered parquet files itself
+#: (:func:`_direct_plan`); tests switch it off to exercise Spark's ways.
+_DIRECT = True
+#: Logical plan nodes a DataFrame read directly may consist of: files, and column projections.
+_DIRECT_NODES = frozenset({"Project", "Relation", "LogicalRelation"})
+#: Footer metadata of parquet files whose times Spark would rebase (written by Spark 2 or in
+#: its legacy modes): pyarrow would read them as written, so Spark reads those.
+_LEGACY_KEYS = (b"org.apache.spark.legacyDateTime", b"org.apache.spark.legacyINT96")
+
+
+class _Group:
+    """One parquet row group as the direct reader sees it: where it is, its rows, the range
+    of its time key (None when every key is null) and how many keys are null."""
+
+    __slots__ = ("file", "high", "index", "low", "nulls", "rows")
+
+    def __init__(self, file: int, index: int, rows: int, low: int | None, high: int | None,
+                 nulls: int) -> None:
+        self.file, self.index, self.rows = file, index, rows
+        self.low, self.high, self.nulls = low, high, nulls
+
+
+class _DirectPlan:
+    """How to read a DataFrame's parquet files directly (:func:`_direct_plan`): the files
+    (filesystem, path, footer), the row groups in the order of their earliest time, the
+    columns and the Arrow schema Spark's ``toArrow`` would give."""
+
+    def __init__(self, files: list[tuple[Any, str, Any]], groups: list[_Group],
+                 columns: list[str], schema: pa.Schema, held_rows: int) -> None:
+        self.files, self.groups, self.columns, self.schema = files, groups, columns, schema
+        self.held_rows = held_rows  # the most rows the merge may hold (its bound)
+
+    @property
+    def rows(self) -> int:
+        return sum(g.rows for g in self.groups)
+
+    def read(self, group: _Group) -> pa.Table:
+        """Row group ``group``, its columns in the DataFrame's order, cast to the schema."""
+        import pyarrow.parquet as pq
+
+        fs, path, meta = self.files[group.file]
+        with fs.open_input_file(path) as source:
+            pf = pq.ParquetFile(source, metadata=meta)
+            table = pf.read_row_group(group.index, columns=self.columns)
+        table = table.select(self.columns)
+        if not table.schema.equals(self.schema, check_metadata=False):
+            table = table.cast(self.schema)
+        return table
+
+
+def _direct_plan(df: DataFrame, name: str, limit: int) -> _DirectPlan | None:
+    """A plan to read ``df`` in time order without Spark moving a row, or None: when ``df``
+    is a deterministic projection of columns of parquet files (no filter, no computed
+    column, no partition column) whose row groups all have statistics of the time column
+    ``name``, and the merge of the row groups in the order of their earliest time
+    (:func:`_merged_groups`) never holds more than ``limit`` rows. Spark still plans the read
+    (which files the DataFrame is: ``inputFiles``); only the footers are read here."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if not _DIRECT or dict(df.dtypes).get(name) not in ("timestamp", "date", "tinyint",
+                                                         "smallint", "int", "bigint"):
+        return None
+    try:
+        plan = df._jdf.queryExecution().optimizedPlan()
+        if not plan.deterministic():
+            return None
+        stack = [plan]
+        while stack:
+            node = stack.pop()
+            kind = node.nodeName()
+            if kind not in _DIRECT_NODES:
+                return None
+            if kind == "Project":
+                exprs = node.projectList()
+                if any(exprs.apply(i).nodeName() != "AttributeReference"
+                       for i in range(exprs.size())):
+                    return None
+            children = node.children()
+            stack.extend(children.apply(i) for i in range(children.size()))
+        uris = list(df.inputFiles())
+        large = df.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")
+        schema = to_arrow_schema(df.schema, timezone="UTC", prefers_large_types=large == "true")
+    except Exception:  # noqa: BLE001 - a plan this check cannot read is read by Spark
+        return None
+    return _parquet_plan(uris, list(df.columns), schema, name, limit)
+
+
+def _parquet_plan(uris: list[str], columns: list[str], schema: pa.Schema, name: str,
+                  limit: int) -> _DirectPlan | None:
+    """The direct read of the parquet files ``uris`` (their ``columns``, as ``schema``) in
+    the order of the time column ``name``, or None when a file cannot be read so (no
+    statistics of ``name`` in some row group, times pyarrow would read otherwise than Spark,
+    a missing column, a type that does not cast) or the merge would hold more than
+    ``limit`` rows. Only the footers are read."""
+    import pyarrow.parquet as pq
+
+    if not uris or not all(u.endswith(".parquet") for u in uris):
+        return None
+    if len(set(columns)) != len(columns):
+        return None
+    files: list[tuple[Any, str, Any]] = []
+    groups: list[_Group] = []
+    for f, uri in enumerate(uris):
+        try:
+            fs, path = pafs.FileSystem.from_uri(uri)
+            meta = pq.read_metadata(path, filesystem=fs)
+            arrow = meta.schema.to_arrow_schema()
+            empty = arrow.empty_table().select(columns)
+            empty.cast(schema)  # the types Spark gives can be had from the file's
+        except Exception:  # noqa: BLE001 - unreadable, a missing column, an odd type: Spark
+            return None
+        if any(k in (meta.metadata or {}) for k in _LEGACY_KEYS):
+            return None
+        paths = [meta.schema.column(i).path for i in range(meta.num_columns)]
+        if name not in paths:
+            return None
+        index = paths.index(name)
+        scale = _stat_scale(meta.schema.column(index))
+        if scale is None:
+            return None
+        files.append((fs, path, meta))
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            if group.num_rows == 0:
+                continue
+            stats = group.column(index).statistics
+            if stats is None or not stats.has_null_count:
+                return None
+            low: int | None
+            high: int | None
+            if stats.has_min_max:
+                low, high = int(stats.min_raw) * scale, int(stats.max_raw) * scale
+            elif stats.null_count == group.num_rows:
+                low = high = None
+            else:
+                return None
+            groups.append(_Group(f, g, group.num_rows, low, high, stats.null_count))
+    timed = sorted((g for g in groups if g.low is not None),
+                   key=lambda g: (g.low, g.file, g.index))
+    untimed = [g for g in groups if g.low is None]
+    held = _merge_bound(timed)
+    if held > limit:
+        return None
+    return _DirectPlan(files, untimed + timed, columns, schema, held)
+
+
+def _merge_bound(timed: list[_Group]) -> int:
+    """The most rows :func:`_merged_groups` may hold at once over ``timed`` (row groups in
+    the order of their earliest time): after reading group ``j``, the rows it keeps are
+    those at or after group ``j + 1``'s earliest time, found only in the groups read so far
+    that reach that far."""
+    import heapq
+
+    reach: list[tuple[int, int]] = []  # (high, rows) of the groups read that may hold rows
+    peak = held = 0
+    for j, g in enumerate(timed):
+        assert g.high is not None
+        heapq.heappush(reach, (g.high, g.rows))
+        held += g.rows
+        peak = max(peak, held)  # the group just read, with what was kept before
+        nxt = timed[j + 1].low if j + 1 < len(timed) else None
+        while reach and (nxt is None or reach[0][0] < nxt):
+            held -= heapq.heappop(reach)[1]
+    return peak
+
+
+def _keys(table: pa.Table, name: str) -> np.ndarray:
+    column = table.column(name)
+    kind = pa.int32() if pa.types.is_date32(column.type) else pa.int64()
+    return pc.cast(column, kind).to_numpy()
+
+
+def _merged_groups(plan: _DirectPlan, name: str,
+                   watch: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+    """The rows of ``plan``'s row groups in time order, null times first: the groups are read
+    in the order of their earliest time (the next one read in a thread while this one is
+    consumed); after reading group ``j`` every held row earlier than group ``j + 1``'s
+    earliest time is final (no group still to read holds an earlier one) and leaves, sorted
+    (Arrow's sort, skipped when the rows are in order already). Null times are read first,
+    from the groups that have any."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    groups = plan.groups
+    watch.update(held_peak_rows=0, sorted_groups=0)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="cedar-parquet-group")
+    try:
+        for g in groups:  # null times first (a row of a null time is a dead letter)
+            if g.nulls:
+                t = plan.read(g)
+                t = t.filter(pc.is_null(t.column(name)))
+                yield from t.to_batches(max_chunksize=_SORTED_BATCH_ROWS)
+        timed = [g for g in groups if g.low is not None]
+        pending = pool.submit(plan.read, timed[0]) if timed else None
+        held: pa.Table | None = None
+        for j, g in enumerate(timed):
+            assert pending is not None
+            table = pending.result()
+            pending = pool.submit(plan.read, timed[j + 1]) if j + 1 < len(timed) else None
+            if g.nulls:
+                table = table.filter(pc.is_valid(table.column(name)))
+            held = table if held is None else pa.concat_tables([held, table])
+            watch["held_peak_rows"] = max(watch["held_peak_rows"], held.num_rows)
+            keys = _keys(held, name)
+            if len(keys) > 1 and not bool(np.all(keys[1:] >= keys[:-1])):
+                order = np.argsort(keys, kind="stable")
+                held, keys = held.take(order), keys[order]
+                watch["sorted_groups"] += 1
+            nxt = timed[j + 1].low if j + 1 < len(timed) else None
+            cut = len(keys) if nxt is None else int(np.searchsorted(keys, nxt, side="left"))
+            yield from held.slice(0, cut).to_batches(max_chunksize=_SORTED_BATCH_ROWS)
+            held = held.slice(cut)
+            del table, keys
+    finally:
         pool.shutdown(wait=False, cancel_futures=True)
 
 

@@ -22,6 +22,17 @@ def test_demo_runs_end_to_end(ray_session, spark, tmp_path, capsys):
     assert not [line for line in text.splitlines() if "WARNING" in line or "WARN " in line]
     assert "what to try next" in text and "cedar why NAME" in text
     assert (out / "meter-readings.svg").exists() and (out / "spark.log").exists()
+    # the queries run fused (a chain of single-input steps in one actor): fewer actors
+    # than one per step
+    import re
+
+    from topology.demo import generate, queries
+
+    data = generate(meters=4, minutes=12)
+    df = spark.read.parquet(str(out / "input" / "readings.parquet"))
+    steps = sum(len(q.plan(False).stages) for q in queries(df, data).values())
+    actors = int(re.search(r"starting the queries' (\d+) actors", text).group(1))
+    assert actors < steps, (actors, steps)
     averages = pq.read_table(out / "meter_averages").to_pylist()
     assert averages and {"start", "end", "key", "value"} <= set(averages[0])
     assert all(0 < r["value"] < 10 for r in averages)
@@ -49,3 +60,27 @@ def test_the_reading_queries_share_one_read_of_the_table(spark):
     assert len(sources) == 4
     # one from_spark source for all four: started together, Spark reads and sorts once
     assert all(s is sources[0] for s in sources)
+
+
+@pytest.mark.spark
+def test_the_demo_table_is_read_without_a_spark_job(spark, tmp_path):
+    # the readings, written by Spark as the demo writes them, are read in time order by
+    # pyarrow (their row groups merged): the demo's processing window runs no Spark job
+    import pyarrow as pa
+
+    from topology import spark_source
+    from topology.demo import generate, write_readings
+
+    data = generate(meters=3, minutes=10)
+    df = write_readings(spark, data, str(tmp_path / "readings.parquet"))
+    sc = spark.sparkContext
+    sc.setJobGroup("cedar-demo-read", "the demo's read")
+    watch: dict = {}
+    got = pa.Table.from_batches(list(spark_source.ordered_record_batches(df, "ts",
+                                                                         watch=watch)))
+    jobs = list(sc.statusTracker().getJobIdsForGroup("cedar-demo-read"))
+    sc.setJobGroup("other", "")
+    assert watch["path"] == "direct" and jobs == []
+    times = [r["ts"] for r in data.readings]
+    nulls = times.count(None)
+    assert got["ts"].to_pylist() == [None] * nulls + sorted(t for t in times if t is not None)

@@ -71,18 +71,21 @@ def tables(draw):
 @settings(max_examples=max(EXAMPLES // 20, 4), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(rows=tables(), files=st.integers(1, 4), group_rows=st.integers(1, 12),
-       partition_rows=st.integers(2, 30), scan=st.booleans(), clustered=st.booleans(),
-       every=st.integers(1, 6), delay=st.integers(0, 5), size=st.integers(1, 12),
-       seed=st.integers(0, 2**16))
+       partition_rows=st.integers(2, 30), how=st.sampled_from(["direct", "scan", "sort"]),
+       clustered=st.booleans(), every=st.integers(1, 6), delay=st.integers(0, 5),
+       size=st.integers(1, 12), seed=st.integers(0, 2**16))
 def test_parquet_ranges_give_the_sorted_tables_cht(
-        spark, tmp_path_factory, rows, files, group_rows, partition_rows, scan, clustered,
+        spark, tmp_path_factory, rows, files, group_rows, partition_rows, how, clustered,
         every, delay, size, seed):
-    # either way of reading (filtered scans, or Spark's sort when the scans would cost more)
-    # gives the query over the rows sorted by time; null times are dead letters
+    # every way of reading (the row groups merged by pyarrow, filtered scans, or Spark's sort
+    # when the scans would cost more) gives the query over the rows sorted by time; null
+    # times are dead letters
     path = _write(str(tmp_path_factory.mktemp("t")), rows, files, group_rows, seed, clustered)
     df = spark.read.parquet(path)
-    before = spark_source._SCAN_FACTOR
+    before, direct = spark_source._SCAN_FACTOR, spark_source._DIRECT
+    scan = how == "scan"
     spark_source._SCAN_FACTOR = math.inf if scan else 0.0
+    spark_source._DIRECT = how == "direct"
     try:
         watch: dict = {}
         got = pa.Table.from_batches(list(spark_source.ordered_record_batches(
@@ -94,16 +97,20 @@ def test_parquet_ranges_give_the_sorted_tables_cht(
         counted = _counts(stream, size).collect(runtime="inline")
         messages, ingress = spark_source.ingest_spark(df, "ts", partition_rows=partition_rows)
     finally:
-        spark_source._SCAN_FACTOR = before
+        spark_source._SCAN_FACTOR, spark_source._DIRECT = before, direct
     ranges = -(-len(rows) // partition_rows)
     nulls = sum(r["ts"] is None for r in rows)
-    if ranges > 1 and nulls < len(rows):
+    if how == "direct" and len(rows) <= partition_rows:  # every group fits: no refusal
+        assert watch["path"] == "direct"
+    elif how != "direct" and ranges > 1 and nulls < len(rows):
         assert watch["path"] == ("scan" if scan else "sort")
     times = got["ts"].to_pylist()
     assert times[:nulls] == [None] * nulls and times[nulls:] == sorted(times[nulls:])
     assert sorted(got["v"].to_pylist()) == list(range(len(rows)))
     if watch["path"] in ("scan", "one"):
         assert watch["held_peak"] <= 2 and sum(watch["range_rows"]) == len(rows)
+    if watch["path"] == "direct":
+        assert watch["held_peak_rows"] <= 2 * partition_rows
     ordered = sorted((r for r in rows if r["ts"] is not None), key=lambda r: r["ts"])
     want = Stream.from_rows(ordered, start="ts", advance=advance)
     assert_equivalent(out, want.collect(runtime="inline"))
@@ -114,7 +121,7 @@ def test_parquet_ranges_give_the_sorted_tables_cht(
 
 
 def test_time_ordered_files_are_read_without_a_shuffle_two_ranges_at_a_time(
-        spark, tmp_path):
+        spark, tmp_path, monkeypatch):
     # 40,000 rows of timestamps in clustered row groups, 8 files in no order, ranges of 1,000
     # rows: one filtered scan per range, no sort in Spark, and the driver never holds more
     # than two ranges (checked by the reader's count and by Arrow's own allocations)
@@ -122,6 +129,7 @@ def test_time_ordered_files_are_read_without_a_shuffle_two_ranges_at_a_time(
     rows = [{"ts": rng.randrange(0, 10**9), "k": "ab"[i % 2], "v": i} for i in range(40_000)]
     df = spark.read.parquet(_write(str(tmp_path / "t"), rows, 8, 500, 5, True, True))
     assert spark_source._time_ordered_files(df, "ts")
+    monkeypatch.setattr(spark_source, "_DIRECT", False)  # Spark's scans (the merge: below)
     watch: dict = {}
     base = pa.total_allocated_bytes()
     peak, latest, count = 0, None, 0
