@@ -141,11 +141,10 @@ class Scan(Processor):
 
     def on_cti(self, time: int, port: int) -> list[Message]:
         if self.columnar:
-            out = self._step_columns(time)
+            stepped = self._step_columns(time)
             if self.dirty and not self.chunks:
                 self.dirty = not self._is_initial()
-            out.extend(self.emit_cti(time))
-            return out
+            return stepped + self.emit_cti(time)
         out: list[Message] = []
         heap, pending = self.heap, self.pending
         while heap and heap[0][0] < time:

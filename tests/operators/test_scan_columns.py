@@ -186,7 +186,7 @@ def bid_stream(bids: list[tuple[int, ...]], cuts: list[int]) -> list[Any]:
              "date_time": t, "extra": ""} for t, a, b, p, c in bids]
     out: list[Any] = []
     lo = 0
-    for hi in [*sorted(set(c % (len(rows) + 1) for c in cuts)), len(rows)]:
+    for hi in [*sorted({c % (len(rows) + 1) for c in cuts}), len(rows)]:
         if hi > lo:
             out.append(Columns(np.arange(lo, hi), np.array([r["date_time"] for r in rows[lo:hi]]),
                                None, columns_of(rows[lo:hi], "bids")))
