@@ -753,7 +753,12 @@ class _Extreme(_Builtin):
         if type(got) is tuple:
             if not all(isinstance(c, np.ndarray) and c.shape == (n,) for c in got):
                 return None
-            return [_extreme_key(v) for v in zip(*(c.tolist() for c in got))]
+            values = zip(*(c.tolist() for c in got))
+            if all(c.dtype.kind in "biu" for c in got):  # (Q7's (price, auction, bidder))
+                # every tuple's rank among equal values is the same: its items' (_tie)
+                tie = tuple(-1 if c.dtype.kind == "b" else 0 for c in got)
+                return [(0, v, tie) for v in values]
+            return [_extreme_key(v) for v in values]
         if not (isinstance(got, np.ndarray) and got.shape == (n,) and n):
             return None
         kind = got.dtype.kind

@@ -32,6 +32,15 @@ update it in place and return it) and is checkpointed with the operator. Under
 ``group_apply`` each key has its own state. Pending events (not stepped yet) are kept by id
 and in a heap of ``(start, tie)``; a CTI drains the heap up to its time, so the state is the
 user's state plus the events after the CTI.
+
+**The column form**, :class:`ColumnScan`: ``step_columns(state, batch)`` is called once per
+CTI with all the events it made final as one :class:`~operators.columns.Columns` in the same
+order (start, tie, repr, arrival), and returns output columns with, per output row, the batch
+row it belongs to; the CHT is the per-event form's. Its pending events are kept as the column
+batches they came in (single inserts gathered into one), deletions applied when the CTI comes;
+the order is a ``lexsort`` of the starts and the tie key's columns (as the column expressions
+compute them, :func:`~operators.columns.apply_columns`), strings by their rank, where numpy
+orders the keys as Python does; in Python otherwise. Its outputs are one column batch per CTI.
 """
 
 from __future__ import annotations
