@@ -48,6 +48,7 @@ from __future__ import annotations
 import copy
 import heapq
 import itertools
+import pickle
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
@@ -65,7 +66,8 @@ class Scan(Processor):
     """Steps a user state through the events in start order, once each is final; emits the
     outputs as points at the event's start. See the module docstring."""
 
-    _state_fields = ("state", "pending", "heap", "seq", "stepped", "dirty", "chunks", "loose",
+    #: (and ``state``, the user's, pickled by :meth:`snapshot`)
+    _state_fields = ("pending", "heap", "seq", "stepped", "dirty", "chunks", "loose",
                      "deletes", "emitted")
 
     def __init__(self, step: Any, initial: Any = None, tie: Callable[[Any], Any] | None = None,
@@ -182,6 +184,28 @@ class Scan(Processor):
             heapq.heapify(self.heap)
         out.extend(self.emit_cti(time))
         return out
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """The pending events deep-copied, the user's state pickled: a checkpoint pickles it
+        anyway, and ``pickle`` copies a state of many small objects several times faster than
+        ``deepcopy`` (Q19's rankings of 60,000 auctions: 0.25 s against 1.9 s, at every
+        checkpoint); a state that does not pickle is deep-copied."""
+        snap = super().snapshot()
+        try:
+            snap["state"] = _Pickled(pickle.dumps(self.state, protocol=pickle.HIGHEST_PROTOCOL))
+        except Exception:  # noqa: BLE001 - e.g. a lambda in the state: deep-copied as before
+            snap["state"] = copy.deepcopy(self.state)
+        return snap
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if "state" not in state:
+            raise ValueError(f"not a snapshot of {type(self).__name__} (it lacks ['state']): "
+                             f"pass what its snapshot() returned")
+        super().restore(state)
+        saved = state["state"]
+        self.state = (pickle.loads(saved.data) if type(saved) is _Pickled
+                      else copy.deepcopy(saved))
 
     # -- helpers ------------------------------------------------------------------------------
     def _step(self, start: int, eid: Hashable, rec: list[Any], out: list[Message]) -> None:
@@ -355,6 +379,21 @@ class Scan(Processor):
         for eid, (start, _, seq) in self.pending.items():
             assert (eid, seq) in live, f"pending event {eid!r} is not in the heap"
             assert start >= self.in_cti, f"pending event {eid!r} starts behind the CTI"
+
+
+class _Pickled:
+    """A scan's user state in a snapshot, as pickled bytes (:meth:`Scan.snapshot`)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Pickled, (self.data,))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Pickled:
+        return self  # (immutable)
 
 
 class ColumnScan(StreamOperator):

@@ -230,3 +230,45 @@ def test_column_scan_on_each_runtime(runtime):
     rows = to_cht(stream)
     assert_equivalent(keyed, [(s, e, (k, o)) for k in (0, 1) for s, e, o in ref.scan(
         [r for r in rows if r[2]["v"] % 2 == k], 60, echo, (0, 0))])
+
+
+# -- checkpoints --------------------------------------------------------------------------------
+class Counted(dict):
+    """A state that counts how often it is deep-copied."""
+
+    copies = 0
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Counted:
+        Counted.copies += 1
+        return Counted(self)
+
+
+def tally(state: Counted, p: int) -> tuple[Counted, list[Any]]:
+    state[p] = state.get(p, 0) + 1
+    return state, [(p, state[p])]
+
+
+def test_a_snapshot_pickles_the_users_state_instead_of_deep_copying_it():
+    # deepcopy of Q19's rankings cost 1.9 s per checkpoint at 1M events (pickle: 0.25 s)
+    op = Scan(tally, Counted())
+    op.process([Insert(i, i, i + 1, i % 3) for i in range(6)] + [Cti(4)])
+    Counted.copies = 0
+    snap = op.snapshot()
+    assert Counted.copies == 0, "the state was deep-copied"
+    op.process([Cti(9)])  # the live state changes; the snapshot does not
+    restored = Scan(tally, Counted())
+    restored.restore(snap)
+    assert restored.state == {0: 2, 1: 1, 2: 1} and type(restored.state) is Counted
+    again = Scan(tally, Counted())
+    again.restore(snap)
+    assert to_cht(again.process([Cti(9)])) == [(4, 5, (1, 2)), (5, 6, (2, 2))]
+
+
+def test_a_state_that_does_not_pickle_is_still_deep_copied():
+    op = Scan(lambda s, p: (s + [lambda: p], [p]), [])
+    op.process([Insert(1, 1, 2, 5), Cti(3)])
+    snap = op.snapshot()
+    op.state.append(None)
+    restored = Scan(lambda s, p: (s, []), [])
+    restored.restore(snap)
+    assert len(restored.state) == 1 and restored.state[0]() == 5
