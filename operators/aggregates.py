@@ -739,8 +739,14 @@ class _Extreme(_Builtin):
             keys = [keys[i] for i in order.tolist()]
         out = []
         for j, state in enumerate(states):
-            state = SortedList() if state is None else state
-            _sorted_update(state, keys[bounds[j]:bounds[j + 1]], self.udm_name)
+            part = keys[bounds[j]:bounds[j + 1]]
+            if state is None:  # a new group's state: its keys sorted once (not twice)
+                try:
+                    out.append(SortedList(part))
+                    continue
+                except TypeError:  # (added one by one below, which names the value)
+                    state = SortedList()
+            _sorted_update(state, part, self.udm_name)
             out.append(state)
         return out
 
