@@ -739,8 +739,14 @@ class _Extreme(_Builtin):
             keys = [keys[i] for i in order.tolist()]
         out = []
         for j, state in enumerate(states):
-            state = SortedList() if state is None else state
-            _sorted_update(state, keys[bounds[j]:bounds[j + 1]], self.udm_name)
+            part = keys[bounds[j]:bounds[j + 1]]
+            if state is None:  # a new group's state: its keys sorted once (not twice)
+                try:
+                    out.append(SortedList(part))
+                    continue
+                except TypeError:  # (added one by one below, which names the value)
+                    state = SortedList()
+            _sorted_update(state, part, self.udm_name)
             out.append(state)
         return out
 
@@ -753,7 +759,12 @@ class _Extreme(_Builtin):
         if type(got) is tuple:
             if not all(isinstance(c, np.ndarray) and c.shape == (n,) for c in got):
                 return None
-            return [_extreme_key(v) for v in zip(*(c.tolist() for c in got))]
+            values = zip(*(c.tolist() for c in got))
+            if all(c.dtype.kind in "biu" for c in got):  # (Q7's (price, auction, bidder))
+                # every tuple's rank among equal values is the same: its items' (_tie)
+                tie = tuple(-1 if c.dtype.kind == "b" else 0 for c in got)
+                return [(0, v, tie) for v in values]
+            return [_extreme_key(v) for v in values]
         if not (isinstance(got, np.ndarray) and got.shape == (n,) and n):
             return None
         kind = got.dtype.kind

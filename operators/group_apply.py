@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from .cht import InvalidStream
-from .columns import expand
+from .columns import Columns, expand
 from .errors import DeadLetter, OperatorError
 from .events import MIN_TIME, Cti, Insert, Message, Retract
 from .live import ExpiryHeap
@@ -177,7 +177,9 @@ class GroupApply(Processor):
         """The group's output with ids ``(instance, id)`` and payloads ``(key, payload)``."""
         inst = group[G_INST]
         for m in result:
-            if type(m) is Insert:
+            if type(m) is Columns:  # (a ColumnScan's output) its inserts, tagged
+                out.extend(Insert((inst, i), s, e, (key, p)) for i, s, e, p in m.inserts())
+            elif type(m) is Insert:
                 out.append(Insert((inst, m.id), m.start, m.end, (key, m.payload)))
             elif type(m) is Retract:
                 out.append(Retract((inst, m.id), m.start, m.end, m.new_end, (key, m.payload)))

@@ -32,16 +32,29 @@ update it in place and return it) and is checkpointed with the operator. Under
 ``group_apply`` each key has its own state. Pending events (not stepped yet) are kept by id
 and in a heap of ``(start, tie)``; a CTI drains the heap up to its time, so the state is the
 user's state plus the events after the CTI.
+
+**The column form**, :class:`ColumnScan`: ``step_columns(state, batch)`` is called once per
+CTI with all the events it made final as one :class:`~operators.columns.Columns` in the same
+order (start, tie, repr, arrival), and returns output columns with, per output row, the batch
+row it belongs to; the CHT is the per-event form's. Its pending events are kept as the column
+batches they came in (single inserts gathered into one), deletions applied when the CTI comes;
+the order is a ``lexsort`` of the starts and the tie key's columns (as the column expressions
+compute them, :func:`~operators.columns.apply_columns`), strings by their rank, where numpy
+orders the keys as Python does; in Python otherwise. Its outputs are one column batch per CTI.
 """
 
 from __future__ import annotations
 
 import copy
 import heapq
+import itertools
+import pickle
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from .columns import Columns
+import numpy as np
+
+from .columns import Columns, apply_columns, concat
 from .events import FreshId, Insert, Message, Retract
 from .processor import Processor
 from .udm import UDM, StreamOperator, resolve
@@ -53,7 +66,9 @@ class Scan(Processor):
     """Steps a user state through the events in start order, once each is final; emits the
     outputs as points at the event's start. See the module docstring."""
 
-    _state_fields = ("state", "pending", "heap", "seq", "stepped", "dirty")
+    #: (and ``state``, the user's, pickled by :meth:`snapshot`)
+    _state_fields = ("pending", "heap", "seq", "stepped", "dirty", "chunks", "loose",
+                     "deletes", "emitted")
 
     def __init__(self, step: Any, initial: Any = None, tie: Callable[[Any], Any] | None = None,
                  name: str | None = None) -> None:
@@ -74,12 +89,25 @@ class Scan(Processor):
         self.stepped = 0
         #: the state may differ from the initial one (see state_size)
         self.dirty = False
+        #: a ColumnScan: pending events kept as column batches, stepped a CTI at a time
+        self.columnar = isinstance(udso, ColumnScan)
+        #: (columnar) pending batches in arrival order, each ``(Columns, seqs)``
+        self.chunks: list[tuple[Columns, np.ndarray]] = []
+        #: (columnar) single inserts not in a batch yet: ``(seq, id, start, payload)``
+        self.loose: list[tuple[int, Hashable, int, Any]] = []
+        #: (columnar) full deletions not applied yet: ``(seq when it came, id, start)``
+        self.deletes: list[tuple[int, Hashable, int]] = []
+        #: (columnar) outputs so far: the origin of output ids
+        self.emitted = 0
 
     # -- messages -----------------------------------------------------------------------------
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
         eid, start, _, payload = msg
         seq = self.seq
         self.seq += 1
+        if self.columnar:
+            self.loose.append((seq, eid, start, payload))
+            return []
         self.pending[eid] = [start, payload, seq]
         heapq.heappush(self.heap, (start, self._tie(payload), seq, eid))
         return []
@@ -88,6 +116,12 @@ class Scan(Processor):
         """A batch of inserts: :meth:`on_insert`'s records and heap entries for all of them
         at once (no ``Insert`` per event; a batch sorted by start, into an empty heap, is a
         heap as it is)."""
+        if self.columnar:
+            if len(msg):
+                self._flush_loose()
+                self.chunks.append((msg, np.arange(self.seq, self.seq + len(msg))))
+                self.seq += len(msg)
+            return []
         ids, starts, payloads = msg.ids.tolist(), msg.starts.tolist(), msg.payloads()
         seq0 = self.seq
         self.seq += len(ids)
@@ -108,12 +142,20 @@ class Scan(Processor):
         # only a full deletion matters (step sees the start and the payload); a retraction of
         # an event stepped already cannot delete it: its start is behind the CTI
         if msg.new_end == msg.start:
+            if self.columnar:
+                self.deletes.append((self.seq, msg.id, msg.start))
+                return []
             rec = self.pending.get(msg.id)
             if rec is not None and rec[0] == msg.start:
                 del self.pending[msg.id]
         return []
 
     def on_cti(self, time: int, port: int) -> list[Message]:
+        if self.columnar:
+            stepped = self._step_columns(time)
+            if self.dirty and not self.chunks:
+                self.dirty = not self._is_initial()
+            return stepped + self.emit_cti(time)
         out: list[Message] = []
         heap, pending = self.heap, self.pending
         while heap and heap[0][0] < time:
@@ -143,6 +185,28 @@ class Scan(Processor):
         out.extend(self.emit_cti(time))
         return out
 
+    # -- checkpoints ----------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """The pending events deep-copied, the user's state pickled: a checkpoint pickles it
+        anyway, and ``pickle`` copies a state of many small objects several times faster than
+        ``deepcopy`` (Q19's rankings of 60,000 auctions: 0.25 s against 1.9 s, at every
+        checkpoint); a state that does not pickle is deep-copied."""
+        snap = super().snapshot()
+        try:
+            snap["state"] = _Pickled(pickle.dumps(self.state, protocol=pickle.HIGHEST_PROTOCOL))
+        except Exception:  # noqa: BLE001 - e.g. a lambda in the state: deep-copied as before
+            snap["state"] = copy.deepcopy(self.state)
+        return snap
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if "state" not in state:
+            raise ValueError(f"not a snapshot of {type(self).__name__} (it lacks ['state']): "
+                             f"pass what its snapshot() returned")
+        super().restore(state)
+        saved = state["state"]
+        self.state = (pickle.loads(saved.data) if type(saved) is _Pickled
+                      else copy.deepcopy(saved))
+
     # -- helpers ------------------------------------------------------------------------------
     def _step(self, start: int, eid: Hashable, rec: list[Any], out: list[Message]) -> None:
         """Step the pending event ``eid`` (its record ``rec``) and emit its outputs."""
@@ -166,6 +230,128 @@ class Scan(Processor):
         out.extend(_new(Insert, (FreshId(origin, k), start, start + 1, p))
                    for k, p in enumerate(outputs))
 
+    # -- the columnar form (ColumnScan) -------------------------------------------------------
+    def _flush_loose(self) -> None:
+        """The single inserts since the last batch as one more pending batch (so that the
+        batches stay in arrival order)."""
+        if not self.loose:
+            return
+        seqs, ids, starts, payloads = zip(*self.loose)
+        self.loose = []
+        oids = np.empty(len(ids), dtype=object)
+        oids[:] = ids
+        self.chunks.append((Columns(oids, np.array(starts, dtype=np.int64), None,
+                                    columns_of(list(payloads), self.udso.udm_name)),
+                            np.array(seqs, dtype=np.int64)))
+
+    def _pending_batch(self) -> tuple[Columns, np.ndarray] | None:
+        """The pending events as one batch with their arrival numbers, deletions applied
+        (None: none pending)."""
+        self._flush_loose()
+        if not self.chunks:
+            self.deletes = []
+            return None
+        if len(self.chunks) == 1:
+            batch, seqs = self.chunks[0]
+        else:
+            joined = concat([c for c, _ in self.chunks])
+            if joined is None:
+                raise TypeError(
+                    f"scan: {self.udso.udm_name} is a ColumnScan, whose events must share "
+                    f"one payload form (all row dicts with the same fields, all tuples of one "
+                    f"length, or all scalars); its input mixes them")
+            batch, seqs = joined, np.concatenate([s for _, s in self.chunks])
+        self.chunks = [(batch, seqs)]
+        if self.deletes:
+            # a full deletion deletes the latest pending event of its id that came before it
+            # (when its start is the deletion's), as on_retract does per event
+            where: dict[Hashable, list[tuple[int, int]]] = {}
+            for pos, (eid, seq) in enumerate(zip(batch.ids.tolist(), seqs.tolist())):
+                where.setdefault(eid, []).append((seq, pos))
+            dead = np.zeros(len(batch), dtype=bool)
+            starts = batch.starts
+            for marker, eid, start in self.deletes:
+                before = [pos for seq, pos in where.get(eid, ()) if seq < marker]
+                if before and not dead[before[-1]] and starts[before[-1]] == start:
+                    dead[before[-1]] = True
+            self.deletes = []
+            if dead.any():
+                keep = ~dead
+                batch, seqs = batch.take(keep), seqs[keep]
+                self.chunks = [(batch, seqs)] if len(batch) else []
+        return (batch, seqs) if len(batch) else None
+
+    def _step_columns(self, time: int) -> list[Message]:
+        """``Cti(time)``: the pending events that start before ``time``, in step order,
+        given to ``step_columns`` at once; its outputs as one column batch of points."""
+        pending = self._pending_batch()
+        if pending is None:
+            return []
+        batch, seqs = pending
+        order = self._order(batch, seqs)
+        starts = batch.starts[order]
+        k = int(np.searchsorted(starts, time, side="left"))
+        if k == 0:
+            return []
+        rest = np.sort(order[k:])
+        self.chunks = [(batch.take(rest), seqs[rest])] if len(rest) else []
+        released = batch.take(order[:k])
+        udso: Any = self.udso
+        result = udso.step_columns(self.state, released)
+        if not isinstance(result, tuple) or len(result) != 3:
+            raise TypeError(
+                f"scan: {udso.udm_name}.step_columns returned {result!r}; it must return "
+                f"(new state, rows, output columns)")
+        self.state, rows, payload = result
+        self.stepped += k
+        self.dirty = True
+        rows = _checked_rows(rows, payload, k, udso.udm_name)
+        m = len(rows)
+        if m == 0:
+            return []
+        # output ids: the outputs counted (ints; this form never mints a FreshId)
+        first = self.emitted
+        self.emitted += m
+        return [Columns(np.arange(first, first + m, dtype=np.int64),  # type: ignore[list-item]
+                        released.starts[rows], None, payload)]
+
+    def _order(self, batch: Columns, seqs: np.ndarray) -> np.ndarray:
+        """The step order of a batch's events: by start, then tie key, then (equal user keys)
+        ``repr`` of the payload, then arrival: column-wise where the tie keys are columns
+        numpy orders as Python does (ints, floats without NaN, strings)."""
+        n = len(batch)
+        starts = batch.starts
+        codes = None if self.plain_tie else _sort_codes(apply_columns(self.tie_fn, batch),
+                                                        starts)
+        if codes is None:
+            keys = ([repr(p) for p in batch.payloads()] if self.plain_tie else
+                    [self.tie_fn(p) for p in batch.payloads()])
+            at, arrived = starts.tolist(), seqs.tolist()
+            ranked = sorted(range(n), key=lambda i: (at[i], keys[i], arrived[i]))
+            order = np.array(ranked, dtype=np.int64)
+            if self.plain_tie or n < 2:
+                return order
+            same = np.array([keys[a] == keys[b] for a, b in itertools.pairwise(ranked)],
+                            dtype=bool)
+        else:
+            order = np.lexsort((seqs, *reversed(codes), starts))
+            if n < 2:
+                return order
+            same = np.ones(n - 1, dtype=bool)
+            for c in codes:
+                c = c[order]
+                same &= c[1:] == c[:-1]
+        s = starts[order]
+        same &= s[1:] == s[:-1]
+        if same.any():  # equal starts and tie keys: by repr, then arrival
+            runs = np.flatnonzero(np.diff(np.r_[False, same, False].astype(np.int8)))
+            order = order.copy()
+            for a, b in zip(runs[::2].tolist(), runs[1::2].tolist()):
+                group = order[a:b + 1].tolist()
+                group.sort(key=lambda i: (repr(batch.payload_at(i)), seqs[i]))
+                order[a:b + 1] = group
+        return order
+
     def _tie(self, payload: Any) -> Any:
         """The heap's tie key: the user's (or repr, the default); equal user keys are
         ordered by repr when they surface (:meth:`on_cti`), not here for every event."""
@@ -181,13 +367,48 @@ class Scan(Processor):
         """Pending events, plus one while the user's state differs from the initial one: a
         ``group_apply`` drops a key whose sub-query holds no state, and a fresh scan starts
         from ``initial``, so a changed state must keep its key."""
-        return len(self.pending) + (1 if self.dirty else 0)
+        pending = len(self.pending) + len(self.loose) + sum(len(c) for c, _ in self.chunks)
+        return pending + (1 if self.dirty else 0)
 
     def _check(self) -> None:
+        for chunk, seqs in self.chunks:
+            assert len(chunk) == len(seqs), "a pending batch and its arrival numbers differ"
+            assert not len(chunk) or chunk.starts.min() >= self.in_cti, \
+                "a pending batch starts behind the CTI"
         live = {(e[3], e[2]) for e in self.heap}
         for eid, (start, _, seq) in self.pending.items():
             assert (eid, seq) in live, f"pending event {eid!r} is not in the heap"
             assert start >= self.in_cti, f"pending event {eid!r} starts behind the CTI"
+
+
+class _Pickled:
+    """A scan's user state in a snapshot, as pickled bytes (:meth:`Scan.snapshot`)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Pickled, (self.data,))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Pickled:
+        return self  # (immutable)
+
+
+class ColumnScan(StreamOperator):
+    """A stream operator stepped a batch at a time: :meth:`step_columns` gets the events a CTI
+    made final as one :class:`~operators.columns.Columns` in step order (by start, then
+    :meth:`tie`, then ``repr``, exactly the order ``step`` would see them in) and returns
+    ``(new state, rows, output columns)``: ``rows`` (non-decreasing int array) names for each
+    output row the batch row whose output it is; the outputs are points at those rows' starts.
+    Its CHT is the per-event scan's whose ``step`` outputs, for each event, its rows of the
+    output columns in order. The batches' sizes depend on the CTIs, so the state after a batch
+    must not depend on where the batches were cut."""
+
+    def step_columns(self, state: Any, batch: Columns) -> tuple[Any, np.ndarray, Any]:
+        """``(new state, rows, output payload columns)`` after the events of ``batch``."""
+        raise NotImplementedError
 
 
 class _FunctionScan(StreamOperator):
@@ -238,3 +459,88 @@ def as_stream_operator(step: Any, initial: Any = None,
                         f"step(state, payload) -> (new state, output payloads), a "
                         f"StreamOperator or the name it is registered under")
     return _FunctionScan(step, initial, tie)
+
+
+def columns_of(payloads: list[Any], name: str) -> Any:
+    """Payloads as payload columns (a dict of arrays for row dicts with the same fields, a
+    tuple of arrays for tuples of one length, else one array), each value kept as it is
+    (:func:`operators.columns.one_row`'s types: ints, floats and bools in numpy arrays of their
+    type, anything else in an object array)."""
+    first = payloads[0]
+    if type(first) is dict:
+        keys = list(first)
+        if all(type(p) is dict and list(p) == keys for p in payloads):
+            return {k: _column([p[k] for p in payloads]) for k in keys}
+    elif type(first) is tuple and all(type(p) is tuple and len(p) == len(first)
+                                      for p in payloads):
+        return tuple(_column([p[i] for p in payloads]) for i in range(len(first)))
+    if any(type(p) in (dict, tuple) for p in payloads):
+        raise TypeError(f"scan: {name} is a ColumnScan, whose events must share one payload "
+                        f"form (row dicts with the same fields, tuples of one length, or "
+                        f"scalars); its input mixes them")
+    return _column(payloads)
+
+
+def _column(values: list[Any]) -> np.ndarray:
+    kinds = set(map(type, values))
+    if len(kinds) == 1 and kinds <= {bool, float, int}:
+        try:
+            return np.array(values, dtype={bool: np.bool_, float: np.float64,
+                                           int: np.int64}[kinds.pop()])
+        except OverflowError:
+            pass
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def _sort_codes(keys: Any, starts: np.ndarray) -> list[np.ndarray] | None:
+    """Tie keys computed column-wise (an array or a tuple of arrays) as arrays numpy sorts as
+    Python compares them: ints and bools as they are, floats without NaN, strings by their
+    rank; None when a column holds anything else (the caller then compares in Python). A
+    column after the ones that order every equal start already is left out (the tuples'
+    order is decided before it)."""
+    n = len(starts)
+    if isinstance(keys, np.ndarray):
+        keys = (keys,)
+    if not isinstance(keys, tuple) or not keys:
+        return None
+    if any(not isinstance(c, np.ndarray) or c.shape != (n,) for c in keys):
+        return None
+    codes: list[np.ndarray] = []
+    if n < 2:
+        return codes
+    for c in keys:
+        order = np.lexsort((*reversed(codes), starts))
+        same = starts[order][1:] == starts[order][:-1]
+        for d in codes:
+            same &= d[order][1:] == d[order][:-1]
+        if not same.any():
+            return codes
+        if c.dtype.kind in "biu" or (c.dtype.kind == "f" and not np.isnan(c).any()):
+            codes.append(c)
+        elif c.dtype.kind == "O" and set(map(type, c.tolist())) <= {str}:
+            codes.append(np.unique(c, return_inverse=True)[1].reshape(n))
+        else:
+            return None
+    return codes
+
+
+def _checked_rows(rows: Any, payload: Any, k: int, name: str) -> np.ndarray:
+    """``rows`` of a ``step_columns`` result as an int64 array, checked against its batch of
+    ``k`` events and its output columns."""
+    rows = np.asarray(rows)
+    if rows.ndim != 1 or (len(rows) and rows.dtype.kind not in "iu"):
+        raise TypeError(f"scan: {name}.step_columns returned rows {rows!r}; give a 1-d int "
+                        f"array, for each output row the batch row it belongs to")
+    rows = rows.astype(np.int64, copy=False)
+    if len(rows) and (rows[0] < 0 or rows[-1] >= k or (np.diff(rows) < 0).any()):
+        raise ValueError(f"scan: {name}.step_columns returned rows that are not "
+                         f"non-decreasing batch rows in 0..{k - 1}")
+    parts = (payload.values() if isinstance(payload, dict) else
+             payload if isinstance(payload, tuple) else (payload,))
+    for c in parts:
+        if not isinstance(c, np.ndarray) or c.shape[:1] != rows.shape:
+            raise TypeError(f"scan: {name}.step_columns returned output columns that are not "
+                            f"arrays of {len(rows)} rows (one per entry of rows)")
+    return rows

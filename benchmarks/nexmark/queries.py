@@ -33,8 +33,10 @@ from typing import Any
 import numpy as np
 
 from operators.aggregates import Aggregates, Avg, Count, CountDistinct, Max, Min, Sum
+from operators.columns import Columns
 from operators.events import TICKS_PER_SECOND
 from operators.ingress import AdvanceTime
+from operators.scan import ColumnScan
 from operators.vectorized import per_value
 from topology import Stream
 
@@ -492,63 +494,125 @@ def bid_order(b: dict[str, Any]) -> tuple[Any, ...]:
 
 def q18_step(versions: dict[tuple[Any, Any], int],
              b: dict[str, Any]) -> tuple[dict[tuple[Any, Any], int], list[Any]]:
-    """Q18's step: the bid is its key's latest from now on, the key's next version."""
+    """Q18's step per bid: the bid is its key's latest from now on, the key's next version
+    (the per-event form of :class:`Q18Versions`, which Q18 runs)."""
     key = (b["bidder"], b["auction"])
     n = versions[key] = versions.get(key, 0) + 1
-    return versions, [(key, n, b)]
+    return versions, [{**b, "version": n}]
+
+
+class Q18Versions(ColumnScan):
+    """Q18's step a batch at a time (:class:`operators.scan.ColumnScan`): every bid once, with
+    its ``(bidder, auction)`` key's next version; the outputs are the batch's own columns
+    plus a ``version`` column, so they leave as one column batch."""
+
+    def initial(self) -> dict[tuple[Any, Any], int]:
+        return {}
+
+    def tie(self, b: dict[str, Any]) -> tuple[Any, ...]:
+        return bid_order(b)
+
+    def step_columns(self, versions: dict[tuple[Any, Any], int], batch: Columns
+                     ) -> tuple[dict[tuple[Any, Any], int], np.ndarray, Any]:
+        cols = batch.payload
+        get = versions.get
+        numbers = []
+        for key in zip(cols["bidder"].tolist(), cols["auction"].tolist()):
+            n = versions[key] = get(key, 0) + 1
+            numbers.append(n)
+        return versions, np.arange(len(batch)), {**cols, "version": np.array(numbers,
+                                                                             dtype=np.int64)}
 
 
 def q18(bid: Stream) -> Stream:
     """Q18, the last bid per ``(bidder, auction)`` (Nexmark's dedup by ``ROW_NUMBER`` over
     ``date_time DESC``, ``<= 1``): a ``scan`` over the bids in time order keeps, per key, the
     number of bids seen (its state, one int per key) and outputs each bid as its key's new
-    latest, ``(key, version, bid)``, a point at the bid's time: the changelog of Nexmark's
-    dedup (Flink's upserts: every bid replaces its key's previous one). Compared: per key the
-    bid of the highest version (Flink's final rows; Spark batch: ``row_number``).
+    latest, the bid's row with its ``version``, a point at the bid's time: the changelog of
+    Nexmark's dedup (Flink's upserts: every bid replaces its key's previous one). Compared:
+    per key the bid of the highest version (Flink's final rows; Spark batch: ``row_number``).
+
+    The scan is :class:`Q18Versions`, stepped a CTI's bids at a time on their columns (the
+    same CHT as :func:`q18_step` per bid).
 
     (It was a snapshot window per key over bids lasting to ∞ with ``TopK(1)``, each bid the
     answer until the next: the window copied the aggregate's state, every bid so far, at every
     split, quadratic in the bids per key. The scan is linear.)"""
-    return bid.scan(q18_step, {}, tie=bid_order)
+    return bid.scan(Q18Versions())
 
 
 #: Q19's ranks: the 10 highest bids per auction.
 Q19_TOP = 10
 
 
-def q19_step(tops: dict[Any, list[Any]],
-             b: dict[str, Any]) -> tuple[dict[Any, list[Any]], list[Any]]:
-    """Q19's step: per auction ``[bids seen, version, ranking]``, the ranking a list of
-    ``(-price, seen, bid)`` (highest price first, equal prices in time order), at most
-    :data:`Q19_TOP` long; outputs the new ranking when the bid enters it."""
-    top = tops.get(b["auction"])
+def q19_enter(tops: dict[Any, list[Any]], auction: Any, price: Any) -> tuple[int, int] | None:
+    """Q19's ranking of ``auction`` after its next bid at ``price``: per auction ``[bids seen,
+    version, ranking]``, the ranking a list of ``(-price, seen)`` (highest price first, equal
+    prices in time order), at most :data:`Q19_TOP` long. ``(rank, version)`` when the bid
+    enters the ranking (rank from 1), else None."""
+    top = tops.get(auction)
     if top is None:
-        top = tops[b["auction"]] = [0, 0, []]
+        top = tops[auction] = [0, 0, []]
     top[0] += 1
     ranking = top[2]
-    entry = (-b["price"], top[0], b)
-    if len(ranking) == Q19_TOP and entry[:2] > ranking[-1][:2]:
-        return tops, []
-    bisect.insort(ranking, entry, key=first_two)
+    entry = (-price, top[0])
+    if len(ranking) == Q19_TOP and entry > ranking[-1]:
+        return None
+    at = bisect.bisect_right(ranking, entry)
+    ranking.insert(at, entry)
     del ranking[Q19_TOP:]
     top[1] += 1
-    return tops, [(b["auction"], top[1], tuple(e[2] for e in ranking))]
+    return at + 1, top[1]
 
 
-def first_two(e: tuple[Any, ...]) -> tuple[Any, Any]:
-    return e[:2]
+def q19_step(tops: dict[Any, list[Any]],
+             b: dict[str, Any]) -> tuple[dict[Any, list[Any]], list[Any]]:
+    """Q19's step per bid (the per-event form of :class:`Q19Ranks`, which Q19 runs): the bid
+    with its ``rank`` and its auction's ``version`` when it enters the ranking."""
+    entered = q19_enter(tops, b["auction"], b["price"])
+    return tops, [] if entered is None else [{**b, "rank": entered[0],
+                                              "version": entered[1]}]
+
+
+class Q19Ranks(ColumnScan):
+    """Q19's step a batch at a time: :func:`q19_enter` per bid on the auction and price
+    columns; the outputs are the entering bids' columns plus ``rank`` and ``version``."""
+
+    def initial(self) -> dict[Any, list[Any]]:
+        return {}
+
+    def tie(self, b: dict[str, Any]) -> tuple[Any, ...]:
+        return bid_order(b)
+
+    def step_columns(self, tops: dict[Any, list[Any]], batch: Columns
+                     ) -> tuple[dict[Any, list[Any]], np.ndarray, Any]:
+        cols = batch.payload
+        rows, ranks, versions = [], [], []
+        for i, (a, p) in enumerate(zip(cols["auction"].tolist(), cols["price"].tolist())):
+            entered = q19_enter(tops, a, p)
+            if entered is not None:
+                rows.append(i)
+                ranks.append(entered[0])
+                versions.append(entered[1])
+        at = np.array(rows, dtype=np.int64)
+        return tops, at, {**{k: c[at] for k, c in cols.items()},
+                          "rank": np.array(ranks, dtype=np.int64),
+                          "version": np.array(versions, dtype=np.int64)}
 
 
 def q19(bid: Stream) -> Stream:
     """Q19, the :data:`Q19_TOP` highest bids per auction so far (Nexmark: ``ROW_NUMBER`` over
     ``price DESC``, ``<= 10``): a ``scan`` over the bids in time order keeps per auction its
-    ranking (:func:`q19_step`: at most 10 bids; equal prices ranked in time order, where
-    Flink's ``ROW_NUMBER`` picks any) and outputs ``(auction, version, ranking)`` each time a
-    bid enters it, a point at the bid's time: the changelog of Nexmark's Top-N. Compared: the
-    final ranking (the highest version) per auction as ``(auction, rank, price)`` (the bids
-    themselves may differ on equal prices). Linear: O(log 10) per bid (it was a snapshot
-    window copying a TopK of every bid so far at every split, quadratic)."""
-    return bid.scan(q19_step, {}, tie=bid_order)
+    ranking (:func:`q19_enter`: at most 10 bids; equal prices ranked in time order, where
+    Flink's ``ROW_NUMBER`` picks any) and outputs each bid that enters it, with its ``rank``
+    and the auction's ``version``, a point at the bid's time: the changelog of Nexmark's
+    Top-N (inserting at ``rank`` moves the ranks below down, the eleventh out; replayed in
+    version order it gives the ranking). Compared: the final ranking per auction as
+    ``(auction, rank, price)`` (the bids themselves may differ on equal prices). Linear:
+    O(log 10) per bid (it was a snapshot window copying a TopK of every bid so far at every
+    split, quadratic). The scan is :class:`Q19Ranks`, stepped a CTI's bids at a time on their
+    columns (the same CHT as :func:`q19_step` per bid)."""
+    return bid.scan(Q19Ranks())
 
 
 Q20_FIELDS = ("auction", "bidder", "price", "channel", "url", "bid_date_time", "bid_extra",
@@ -1133,18 +1197,26 @@ def _q4_final(cht: list[Row], latest: int) -> list[Row]:
     return [(c, agg["count"], float(f"{agg['avg']:.9g}")) for _, _, (c, agg) in cht]
 
 
-def _latest(cht: list[Row], latest: int) -> list[Any]:
-    """A changelog ``(key, version, value)`` of points as its final values: per key the
-    value of the highest version."""
-    last: dict[Any, tuple[int, Any]] = {}
-    for _, _, (key, version, value) in cht:
-        if key not in last or version > last[key][0]:
-            last[key] = (version, value)
-    return [v for _, v in last.values()]
+def _q18_latest(cht: list[Row], latest: int) -> list[dict[str, Any]]:
+    """Q18's changelog as its final rows: per ``(bidder, auction)`` the bid of the highest
+    version."""
+    last: dict[Any, dict[str, Any]] = {}
+    for _, _, b in cht:
+        key = (b["bidder"], b["auction"])
+        if key not in last or b["version"] > last[key]["version"]:
+            last[key] = b
+    return list(last.values())
 
 
 def _q19_ranks(cht: list[Row], latest: int) -> list[Row]:
-    return [(b["auction"], i, b["price"]) for bids in _latest(cht, latest)
+    """Q19's changelog replayed per auction in version order: each bid inserted at its rank,
+    the ranking cut to :data:`Q19_TOP`; the final rankings as ``(auction, rank, price)``."""
+    rankings: dict[Any, list[dict[str, Any]]] = {}
+    for b in sorted((p for _, _, p in cht), key=lambda b: (b["auction"], b["version"])):
+        ranking = rankings.setdefault(b["auction"], [])
+        ranking.insert(b["rank"] - 1, b)
+        del ranking[Q19_TOP:]
+    return [(a, i, b["price"]) for a, bids in rankings.items()
             for i, b in enumerate(bids, 1)]
 
 
@@ -1234,7 +1306,7 @@ QUERIES: dict[str, Query] = {q.name: q for q in (
           spark_batch=spark_q9_batch, note="SSS cannot rank: compared with Spark batch"),
     Query("Q18", q18, ("bid",), None, ("bid",),
           lambda cht, latest: [(p["date_time"],) + _dicts(p, BID_FIELDS)
-                               for p in _latest(cht, latest)],
+                               for p in _q18_latest(cht, latest)],
           lambda rows, _: [(r["date_time"],) + _dicts(r, BID_FIELDS) for r in rows],
           spark_batch=spark_q18_batch,
           note="the final rows; SSS cannot rank: compared with Spark batch"),

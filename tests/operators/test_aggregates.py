@@ -489,3 +489,20 @@ def test_the_tie_of_tuples_and_plain_items_follows_the_rule(value):
     assert _tie(value) == _rule_tie(value)
     if isinstance(value, tuple):
         assert _extreme_key(value) == (0, value, _rule_tie(value))
+
+
+@settings(max_examples=EXAMPLES)
+@given(st.lists(st.tuples(st.integers(-3, 3), st.booleans(), st.integers(0, 2**40)),
+                min_size=1, max_size=8), st.sampled_from([(0, 2), (0, 1, 2), (1,), (2, 0)]))
+def test_min_max_keys_of_int_tuple_columns_are_the_per_value_keys(rows, fields):
+    # Q7's Max of (price, auction, bidder) columns: the keys of int and bool tuple columns are
+    # built with one tie for all; they must equal the per-value keys (_extreme_key)
+    import numpy as np
+
+    from operators.aggregates import _Extreme, _extreme_key
+
+    cols = tuple(np.array([r[f] for r in rows]) for f in fields)
+    values = [tuple(r[f] for f in fields) for r in rows]
+    keys = _Extreme._keys(cols, len(rows))
+    assert keys == [_extreme_key(v) for v in values]
+    assert [repr(k) for k in keys] == [repr(_extreme_key(v)) for v in values]  # bools stay bools
