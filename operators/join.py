@@ -64,7 +64,7 @@ import numpy as np
 
 from .columns import Columns, map_columns, payload_list
 from .events import Insert, Message, Retract
-from .expr import evaluate, pair_columns, trace, trace_pair
+from .expr import _Side, evaluate, pair_columns, trace, trace_pair
 from .two_input import (
     END,
     KEY,
@@ -237,8 +237,12 @@ class Join(BinaryTemporal):
         a = map_columns(mine, lambda c: c[i])
         b = map_columns(theirs, lambda c: c[j])
         left, right = (a, b) if port == 0 else (b, a)
-        if self._select_expr is not None:
-            cols = evaluate(self._select_expr, pair_columns(left, right), len(i))
+        expr = self._select_expr
+        if isinstance(expr, _Side) and type(left if expr.key[0] == "l" else right) in (
+                dict, tuple):  # ``select=lambda l, r: l``: that side's columns as they are
+            return left if expr.key[0] == "l" else right
+        if expr is not None:
+            cols = evaluate(expr, pair_columns(left, right), len(i))
             if cols is not None:
                 return cols
         lp, rp = payload_list(left), payload_list(right)
