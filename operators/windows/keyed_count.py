@@ -67,9 +67,9 @@ from typing import Any
 import numpy as np
 
 from ..aggregates import Max, Min
-from ..columns import Columns, apply_columns, map_columns, payload_list, row_at
+from ..columns import Columns, apply_columns, map_columns, payload_list
 from ..errors import DeadLetter
-from ..events import MAX_TIME, Insert, Message, Retract
+from ..events import MAX_TIME, FreshId, Insert, Message, Retract
 from ..expr import evaluate, trace
 from ..group_apply import group_key
 from ..processor import Processor
@@ -80,6 +80,8 @@ from .evaluate import Ids, WindowUdm
 from .spec import DEFAULT_POLICY, CountWindow, WindowPolicy
 
 __all__ = ["KeyedEndAggregate", "supports"]
+
+_new = tuple.__new__
 
 #: the one count window this operator computes
 SPEC = CountWindow(1, "end")
@@ -364,20 +366,21 @@ class KeyedEndAggregate(Processor):
         else:  # Min: the first
             extreme = run_of[group_starts]
         lo, hi = run_starts[extreme], run_ends[extreme]
-        mint, call = self.ids.mint, self.call
-        out: list[Message] = []
-        for key, end, a, b in zip(keys[group_starts].tolist(), ends[group_starts].tolist(),
-                                  lo.tolist(), hi.tolist()):
-            if b - a == 1:  # one candidate: its value is the extreme
-                value = row_at(values if is_tuple else values[0], order[a])
-                results = call.results(value, Window(end, end + 1))
-                payloads = [p for _, _, p in call.output.rows(end, end + 1, results,
-                                                               call.stamped)]
-            else:  # a tie on the prefix: the UDM's own rule among its candidates
-                payloads = self._payloads(end, call.initial(
-                    [row_at(payload, i) for i in order[a:b].tolist()]))
-            out.extend(Insert(mint(), end, end + 1, (key, p)) for p in payloads)
-        return out
+        w_keys, w_ends = keys[group_starts].tolist(), ends[group_starts].tolist()
+        rep = order[lo]  # a candidate of each window: the extreme when it is the only one
+        results = (list(zip(*(c[rep].tolist() for c in values))) if is_tuple
+                   else values[0][rep].tolist())
+        for g in np.flatnonzero(hi - lo > 1).tolist():  # a tie on the prefix: the UDM's rule
+            rows = self._payloads(w_ends[g], self.call.initial(
+                payload_list(_rows_of(payload, order[lo[g]:hi[g]]))))
+            assert len(rows) == 1, "an aggregate has one row per window"
+            results[g] = rows[0]
+        ids = self.ids
+        first = ids.next_id
+        ids.next_id = first + len(results)
+        name = ids.name
+        return [_new(Insert, (FreshId(name, first + j), end, end + 1, (key, value)))
+                for j, (key, end, value) in enumerate(zip(w_keys, w_ends, results))]
 
     # -- introspection -----------------------------------------------------------------------
     def key_functions(self) -> tuple[Callable[[Any], Any], ...]:
@@ -523,3 +526,7 @@ def _take(chunk: list[Any], index: np.ndarray) -> list[Any]:
     return [chunk[0][index], ends, chunk[2][index], chunk[3][index],
             map_columns(chunk[4], lambda c: c[index]), tuple(c[index] for c in chunk[5]),
             chunk[6], int(ends.min())]
+
+
+def _rows_of(payload: Any, index: np.ndarray) -> Any:
+    return map_columns(payload, lambda c: c[index])
