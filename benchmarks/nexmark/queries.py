@@ -162,8 +162,37 @@ def bid_auction(b: dict[str, Any]) -> Any:
     return b["auction"]
 
 
-def q4_pair(a: dict[str, Any], b: dict[str, Any]) -> tuple[Any, Any, Any]:
-    return (a["id"], a["category"], b["price"])
+def q4_pair(a: dict[str, Any], b: dict[str, Any]) -> tuple[Any, ...]:
+    """Q4's pair: ``(auction, category, price)``, then the bid's and the auction's times
+    (:func:`placed_while_open` reads them)."""
+    return (a["id"], a["category"], b["price"], b["date_time"], a["date_time"])
+
+
+def placed_while_open(p: tuple[Any, ...]) -> Any:
+    """Whether a pair's bid was placed at or after its auction opened: its last two items
+    are the bid's time and the auction's (:func:`open_to_close`)."""
+    return p[-2] >= p[-1]
+
+
+def open_to_close(auction_iv: Stream, bid: Stream,
+                  pair: Callable[[dict[str, Any], dict[str, Any]], tuple[Any, ...]]) -> Stream:
+    """Every bid placed while its auction is open (``date_time <= bid time < expires``) as
+    ``pair(auction, bid)``, living from the bid to the auction's close ``[bid time,
+    expires)``: the first steps of Q4, Q6 and Q9. ``pair`` ends with the bid's time and the
+    auction's opening time.
+
+    One join: each bid, stretched to :data:`FOREVER`, meets its auction ``[date_time,
+    expires)`` over ``[max(bid time, date_time), expires)`` when placed before the close,
+    and :func:`placed_while_open` drops those placed before the opening (a bid's lifetime
+    starts at its ``date_time``, an auction's at its own). It states in one join what the
+    queries said in two (bids as points joined with the open auction, which keeps those
+    placed while it is open, ``[bid time, bid time + 1)``; stretched to :data:`FOREVER` and
+    joined with the auction again, ``[bid time, expires)``): the same events, as auction ids
+    are unique (one auction event per id; two would pair each bid twice in the first join
+    and four times in the second), at the cost of one join instead of two."""
+    stretched = bid.alter_lifetime(duration=FOREVER)
+    return auction_iv.join(stretched, on=(auction_key, bid_auction),
+                           select=pair).where(placed_while_open)
 
 
 def first(p: tuple[Any, ...]) -> Any:
@@ -174,7 +203,7 @@ def keep_left(p: Any, a: Any) -> Any:
     return p
 
 
-def price_category(p: tuple[Any, Any, Any]) -> tuple[Any, Any]:
+def price_category(p: tuple[Any, ...]) -> tuple[Any, Any]:
     return (p[2], p[1])
 
 
@@ -191,19 +220,19 @@ def q4(auction_iv: Stream, bid: Stream) -> Stream:
     average (each closed auction retracts the category's average and inserts the new one, as
     Flink's updating aggregate does) and whose CHT is the final average.
 
-    In cedar: bids (points) joined with auctions (intervals) keeps the bids placed while the
-    auction is open; stretched to :data:`FOREVER` and joined with the auction again, each such
-    bid lives from its time to the close; per auction a count window of one end time
-    (``count_window(1, by="end")``: all of an auction's bids end at its close) takes the
-    highest ``(price, category)``, a point at the close; per category the window averages
-    them (``Aggregates(avg=Avg, count=Count)``). (A snapshot window per auction says the same;
-    it cost O(bids²) per auction until snapshot windows kept their incremental state across
-    splits, and the count window, one window per close, is still the cheaper statement.) The
-    planner runs that ``group_apply`` as one keyed by-end count window
-    (:mod:`operators.windows.keyed_count`), and ``emit="final"`` sends each winner once, at
-    the close (the same CHT), instead of correcting it at every batch with a new bid: the
-    category windows see 60k inserts rather than a retraction and an insert per auction and
-    batch.
+    In cedar: each bid placed while its auction is open lives from its time to the close
+    (:func:`open_to_close`: one join of the bids stretched to :data:`FOREVER` with the auctions,
+    those placed before the opening dropped; it was bids as points joined with the open auction,
+    stretched and joined with the auction again: the same events); per auction a count window of
+    one end time (``count_window(1, by="end")``: all of an auction's bids end at its close)
+    takes the highest ``(price, category)``, a point at the close; per category the window
+    averages them (``Aggregates(avg=Avg, count=Count)``). (A snapshot window per auction says
+    the same; it cost O(bids²) per auction until snapshot windows kept their incremental state
+    across splits, and the count window, one window per close, is still the cheaper statement.)
+    The planner runs that ``group_apply`` as one keyed by-end count window
+    (:mod:`operators.windows.keyed_count`), and ``emit="final"`` sends each winner once, at the
+    close (the same CHT), instead of correcting it at every batch with a new bid: the category
+    windows see 60k inserts rather than a retraction and an insert per auction and batch.
 
     Spark Structured Streaming cannot run it (tried with PySpark 4.3, both inputs
     watermarked): the join, the maximum per auction and the average per category are rejected
@@ -214,9 +243,7 @@ def q4(auction_iv: Stream, bid: Stream) -> Stream:
     Spark's, to 9 significant digits (cedar's averages are exact sums rounded once; Spark
     sums doubles).
     """
-    open_bids = auction_iv.join(bid, on=(auction_key, bid_auction), select=q4_pair)
-    to_close = open_bids.alter_lifetime(duration=FOREVER).join(
-        auction_iv, on=(first, auction_key), select=keep_left)
+    to_close = open_to_close(auction_iv, bid, q4_pair)
     winners = to_close.group_apply(first, lambda g: g.count_window(
         1, by="end", emit="final").aggregate(Max(price_category))).select(category_price)
     return winners.group_apply(first, lambda g: g.tumbling_window(FOREVER).aggregate(
@@ -451,9 +478,10 @@ Q9_FIELDS = AUCTION_FIELDS + ("auction", "bidder", "price", "bid_date_time", "bi
 
 
 def q9_pair(a: dict[str, Any], b: dict[str, Any]) -> tuple[Any, ...]:
-    """An open auction's bid as a tuple whose order is Q9's: highest price, then earliest."""
+    """An open auction's bid as a tuple whose order is Q9's: highest price, then earliest;
+    last the bid's and the auction's times again (:func:`open_to_close`)."""
     return (b["price"], -b["date_time"], a["id"]) + tuple(a[f] for f in AUCTION_FIELDS[1:]) + (
-        b["bidder"], b["extra"])
+        b["bidder"], b["extra"], b["date_time"], a["date_time"])
 
 
 def third(p: tuple[Any, ...]) -> Any:
@@ -461,7 +489,7 @@ def third(p: tuple[Any, ...]) -> Any:
 
 
 def q9_row(p: tuple[Any, tuple[Any, ...]]) -> dict[str, Any]:
-    price, neg_time, *auction, bidder, extra = p[1]
+    price, neg_time, *auction, bidder, extra, _, _ = p[1]
     return {**dict(zip(AUCTION_FIELDS, auction)), "auction": auction[0], "bidder": bidder,
             "price": price, "bid_date_time": -neg_time, "bid_extra": extra}
 
@@ -472,13 +500,11 @@ def q9(auction_iv: Stream, bid: Stream) -> Stream:
     ties to the earliest bid, with the auction's columns and the bid's (:data:`Q9_FIELDS`); a
     point at the auction's close. cedar: Q4's first steps (bids joined with the open auction,
     stretched to its close, one count window per close) with the maximum of
-    ``(price, -bid time, ...)``.
+    ``(price, -bid time, ...)`` (:func:`open_to_close` states the first steps in one join).
 
     Spark: SSS cannot (see :func:`q4`): compared with :func:`spark_q9_batch` (a
     ``row_number`` per auction, as Nexmark's SQL)."""
-    open_bids = auction_iv.join(bid, on=(auction_key, bid_auction), select=q9_pair)
-    to_close = open_bids.alter_lifetime(duration=FOREVER).join(
-        auction_iv, on=(third, auction_key), select=keep_left)
+    to_close = open_to_close(auction_iv, bid, q9_pair)
     return to_close.group_apply(third, lambda g: g.count_window(
         1, by="end", emit="final").aggregate(Max())).select(q9_row)
 
@@ -721,11 +747,13 @@ def q10(bid: Stream) -> Stream:
 Q6_LAST = 10
 
 
-def q6_pair(a: dict[str, Any], b: dict[str, Any]) -> tuple[Any, Any, Any]:
-    return (a["id"], a["seller"], b["price"])
+def q6_pair(a: dict[str, Any], b: dict[str, Any]) -> tuple[Any, ...]:
+    """Q6's pair: ``(auction, seller, price)``, then the bid's and the auction's times
+    (:func:`open_to_close`)."""
+    return (a["id"], a["seller"], b["price"], b["date_time"], a["date_time"])
 
 
-def price_seller(p: tuple[Any, Any, Any]) -> tuple[Any, Any]:
+def price_seller(p: tuple[Any, ...]) -> tuple[Any, Any]:
     return (p[2], p[1])
 
 
@@ -744,7 +772,8 @@ def q6(auction_iv: Stream, bid: Stream) -> Stream:
     """Q6, average selling price by seller: at each auction's close, the average winning
     price of the seller's last :data:`Q6_LAST` closed auctions (that one included),
     ``(seller, auction, average)``, a point at the close. The winning price is Q4's (the
-    highest bid while the auction is open; auctions without a bid are not sold); the last 10
+    highest bid while the auction is open, :func:`open_to_close`; auctions without a bid are
+    not sold); the last 10
     are a count window per seller over the closes, stated as a ``scan`` whose state keeps
     each seller's last 10 prices (auctions of one seller closing at the same time in auction
     id order). A scan steps an event once a CTI has made it final: the output holds the
@@ -758,9 +787,7 @@ def q6(auction_iv: Stream, bid: Stream) -> Stream:
     supported) and says 11 rows where Beam's Nexmark, which defined the query, says 10.
     Compared with the same query as a Spark batch query (a ``rowsBetween(-9, 0)`` average
     per seller ordered by close time, then auction id); SSS has no row windows."""
-    open_bids = auction_iv.join(bid, on=(auction_key, bid_auction), select=q6_pair)
-    to_close = open_bids.alter_lifetime(duration=FOREVER).join(
-        auction_iv, on=(first, auction_key), select=keep_left)
+    to_close = open_to_close(auction_iv, bid, q6_pair)
     winners = to_close.group_apply(first, lambda g: g.count_window(
         1, by="end", emit="final").aggregate(Max(price_seller)))
     return winners.scan(q6_step, {}, tie=first)

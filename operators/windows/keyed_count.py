@@ -37,6 +37,22 @@ after ``c``; a retraction's old and new ends are at or after ``c``): the windows
 ``c`` are final and freed, and every later output lies at ``c`` or later, so the output CTI is
 ``c`` (the general path's, for ``n = 1``).
 
+**Column batches (``emit="final"``, Min or Max).** While only
+:class:`~operators.columns.Columns` batches of inserts have arrived whose key and field both
+run on the columns (:mod:`operators.expr`: an integer key column; the field a column or a
+tuple of columns), the events are held as those arrays (:class:`ColumnBuffer`), not one
+member per event, and a CTI computes every window it closes at once: the closed rows sorted
+by ``(end, key, field)`` (``numpy.lexsort`` over the field's leading number columns: the
+*prefix*, up to the first column that is not bool, int or NaN-free float), and per window
+the rows whose prefix is the extreme one are its candidates. A window with one candidate
+outputs that row's field value (a value ahead on the prefix is ahead as a Python tuple too:
+Nexmark Q9's ``(price, -time, id, ...)`` needs no Python comparison of its strings); a window
+with several (a tie on the prefix, ``0.0`` beside ``-0.0``, or no prefix at all) runs the UDM
+itself over its candidates, so that Min's and Max's rule among equal values decides, as on
+the per-event path. The first message that is not such a batch (a single insert, a
+retraction, a batch whose key or field runs per event or whose columns change dtype) turns
+the held rows into the per-event windows, as if each had arrived alone.
+
 Only incremental, time-insensitive aggregates that raise on failure qualify
 (:func:`supports`): what they see does not depend on clipping (a member's clipped lifetime
 in its by-end window is empty anyway) nor on the order of the members.
@@ -50,17 +66,22 @@ from typing import Any
 
 import numpy as np
 
-from ..columns import Columns, apply_columns
+from ..aggregates import Max, Min
+from ..columns import Columns, apply_columns, map_columns, payload_list
 from ..errors import DeadLetter
-from ..events import MAX_TIME, Insert, Message, Retract
+from ..events import MAX_TIME, FreshId, Insert, Message, Retract
+from ..expr import evaluate, trace
 from ..group_apply import group_key
 from ..processor import Processor
+from ..two_input_columns import concat_payload
 from ..udm import IncrementalAggregate, Window, field_getter, resolve
 from .count import _same
 from .evaluate import Ids, WindowUdm
 from .spec import DEFAULT_POLICY, CountWindow, WindowPolicy
 
 __all__ = ["KeyedEndAggregate", "supports"]
+
+_new = tuple.__new__
 
 #: the one count window this operator computes
 SPEC = CountWindow(1, "end")
@@ -92,7 +113,7 @@ class KeyedEndAggregate(Processor):
     Cost per insert or retraction: O(1) dict work; per window touched by a batch, one ``add``
     (and ``remove``) of its batch's changes and one result."""
 
-    _state_fields = ("windows", "ends", "ids", "dead_letters")
+    _state_fields = ("windows", "ends", "ids", "dead_letters", "columns")
 
     def __init__(self, key: Callable[[Any], Hashable] | str, udm: Any, *,
                  policy: WindowPolicy = DEFAULT_POLICY, name: str | None = None) -> None:
@@ -115,6 +136,11 @@ class KeyedEndAggregate(Processor):
         self.dead_letters: list[DeadLetter] = []
         #: the windows touched in this batch, in order of first touch
         self._dirty: dict[tuple[Hashable, int], None] = {}
+        #: the rows held column-wise while only column batches have arrived (emit="final",
+        #: Min or Max: see the module doc); None: per event
+        self.columns: ColumnBuffer | None = (
+            ColumnBuffer() if self.final and type(self.udm) in (Max, Min) else None)
+        self._field = trace(self.udm._get) if self.columns is not None else None  # type: ignore[attr-defined]
 
     # -- messages ---------------------------------------------------------------------------
     def _window(self, wk: tuple[Hashable, int]) -> list[Any]:
@@ -139,6 +165,8 @@ class KeyedEndAggregate(Processor):
         rec[W_JOINED][eid] = payload
 
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
+        if self.columns is not None:
+            self._leave_columns()
         if msg.end != MAX_TIME:  # an edge event joins its window when a retraction closes it
             self._join(group_key(self.key(msg.payload)), msg.id, msg.start, msg.end,
                        msg.payload)
@@ -151,7 +179,13 @@ class KeyedEndAggregate(Processor):
         n = len(msg)
         keys = apply_columns(self.key, msg) if n else None
         if not (isinstance(keys, np.ndarray) and keys.shape == (n,) and keys.dtype.kind in "iu"):
+            if n and self.columns is not None:
+                self._leave_columns()
             return super().on_columns(msg, port) if n else []
+        if self.columns is not None:
+            if self._hold(msg, keys):
+                return []
+            self._leave_columns()
         join = self._join
         for key, eid, start, end, payload in zip(keys.tolist(), msg.ids.tolist(),
                                                  msg.starts.tolist(), msg.ends.tolist(),
@@ -161,6 +195,8 @@ class KeyedEndAggregate(Processor):
         return []
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
+        if self.columns is not None:
+            self._leave_columns()
         key = group_key(self.key(msg.payload))
         payload = msg.payload
         if msg.end != MAX_TIME:
@@ -186,6 +222,10 @@ class KeyedEndAggregate(Processor):
         return self._flush() if self._dirty else []
 
     def on_cti(self, time: int, port: int) -> list[Message]:
+        if self.columns is not None:
+            rows = self._close_columns(time)
+            if rows is not None:
+                return rows + self.emit_cti(time)
         out = self._flush() if self._dirty else []
         ends, windows = self.ends, self.windows
         while ends and ends[0][0] < time:
@@ -200,6 +240,10 @@ class KeyedEndAggregate(Processor):
         stand (speculative rows are up to date already)."""
         if not self.final:
             return []
+        if self.columns is not None:
+            rows = self._close_columns(MAX_TIME)
+            if rows is not None:
+                return rows
         out: list[Message] = []
         for end, key in sorted(self.ends, key=lambda e: e[0]):
             rec = self.windows.pop((key.key, end), None)
@@ -256,6 +300,88 @@ class KeyedEndAggregate(Processor):
             rec[W_OUTPUTS] = outputs
         return out
 
+    # -- column batches ----------------------------------------------------------------------
+    def _hold(self, msg: Columns, keys: np.ndarray) -> bool:
+        """Hold a batch of inserts column-wise; False (nothing held) when its field does not
+        run on the columns."""
+        n = len(msg)
+        got = evaluate(self._field, msg.payload, n)
+        values = got if type(got) is tuple else (got,)
+        if not values or not all(isinstance(c, np.ndarray) and c.shape == (n,) for c in values):
+            return False
+        ends = msg.ends.astype(np.int64)
+        live = ends != MAX_TIME  # an edge event belongs to no window (it is not stored)
+        index: Any = slice(None) if live.all() else np.flatnonzero(live)
+        assert self.columns is not None
+        self.columns.add(keys[index], ends[index], msg.starts.astype(np.int64)[index],
+                         msg.ids[index], map_columns(msg.payload, lambda c: c[index]),
+                         tuple(c[index] for c in values), type(got) is tuple)
+        return True
+
+    def _leave_columns(self) -> None:
+        """Turn the held rows into the per-event windows, as if each had arrived alone."""
+        buffer, self.columns = self.columns, None
+        assert buffer is not None
+        join = self._join
+        for chunk in buffer.chunks:
+            keys, ends, starts, ids, payload = chunk[:5]
+            for key, eid, start, end, p in zip(keys.tolist(), ids.tolist(), starts.tolist(),
+                                               ends.tolist(), payload_list(payload)):
+                join(key, eid, start, end, p)
+
+    def _close_columns(self, time: int) -> list[Message] | None:
+        """The rows of the windows ending before ``time`` (final: a CTI passed them),
+        computed at once and freed; None (nothing changed) when the held columns cannot be
+        put together, and the operator has gone per event."""
+        assert self.columns is not None
+        closed = self.columns.take_before(time)
+        if closed is None:
+            self._leave_columns()
+            return None
+        if not len(closed[0]):
+            return []
+        keys, ends, _, ids, payload, values, is_tuple = closed
+        prefix = []
+        for c in values:
+            if c.dtype.kind in "biu" or (c.dtype.kind == "f" and not np.isnan(c).any()):
+                prefix.append(c)
+            else:
+                break
+        m = len(keys)
+        order = np.lexsort((*reversed(prefix), keys, ends))
+        keys, ends = keys[order], ends[order]
+        new_group = np.ones(m, dtype=bool)
+        new_group[1:] = (keys[1:] != keys[:-1]) | (ends[1:] != ends[:-1])
+        new_run = new_group.copy()
+        for c in prefix:
+            c = c[order]
+            new_run[1:] |= c[1:] != c[:-1]
+        _check_unique_ids(ids[order], new_group)
+        group_starts = np.flatnonzero(new_group)
+        run_starts = np.flatnonzero(new_run)
+        run_ends = np.append(run_starts[1:], m)
+        run_of = np.cumsum(new_run) - 1
+        if type(self.udm) is Max:  # the last run of each group
+            extreme = run_of[np.append(group_starts[1:], m) - 1]
+        else:  # Min: the first
+            extreme = run_of[group_starts]
+        lo, hi = run_starts[extreme], run_ends[extreme]
+        w_keys, w_ends = keys[group_starts].tolist(), ends[group_starts].tolist()
+        rep = order[lo]  # a candidate of each window: the extreme when it is the only one
+        results = (list(zip(*(c[rep].tolist() for c in values))) if is_tuple
+                   else values[0][rep].tolist())
+        for g in np.flatnonzero(hi - lo > 1).tolist():  # a tie on the prefix: the UDM's rule
+            rows = self._payloads(w_ends[g], self.call.initial(
+                payload_list(_rows_of(payload, order[lo[g]:hi[g]]))))
+            assert len(rows) == 1, "an aggregate has one row per window"
+            results[g] = rows[0]
+        ids = self.ids
+        first = ids.next_id
+        ids.next_id = first + len(results)
+        name = ids.name
+        return [_new(Insert, (FreshId(name, first + j), end, end + 1, (key, value)))
+                for j, (key, end, value) in enumerate(zip(w_keys, w_ends, results))]
+
     # -- introspection -----------------------------------------------------------------------
     def key_functions(self) -> tuple[Callable[[Any], Any], ...]:
         return (self.key,)
@@ -264,10 +390,16 @@ class KeyedEndAggregate(Processor):
         return True
 
     def state_size(self) -> int:
-        """Events held plus windows held."""
+        """Events held plus windows held (held column-wise: the rows held plus their
+        distinct ``(key, end)`` windows)."""
+        if self.columns is not None:
+            return self.columns.size()
         return sum(len(r[W_MEMBERS]) for r in self.windows.values()) + len(self.windows)
 
     def _check(self) -> None:
+        if self.columns is not None:
+            assert not self.windows and not self.ends, "per-event windows beside held columns"
+            self.columns.check(self.in_cti)
         assert not self._dirty, "windows left unflushed after a batch"
         for (key, end), rec in self.windows.items():
             assert rec[W_MEMBERS], f"an empty window of {key!r} at {end} is held"
@@ -285,3 +417,116 @@ class _Key:
 
     def __lt__(self, other: _Key) -> bool:
         return False
+
+
+def _check_unique_ids(ids: np.ndarray, new_group: np.ndarray) -> None:
+    """Raise, as the per-event path does, when one window (a run of ``new_group``) holds
+    two events of one id."""
+    group = np.cumsum(new_group)
+    if ids.dtype.kind in "iu":
+        order = np.lexsort((ids, group))
+        g, i = group[order], ids[order]
+        dup = np.flatnonzero((g[1:] == g[:-1]) & (i[1:] == i[:-1]))
+        if len(dup):
+            _duplicate(i[dup[0]].item())
+        return
+    seen: set[tuple[Any, Any]] = set()
+    for w in zip(group.tolist(), ids.tolist()):
+        if w in seen:
+            _duplicate(w[1])
+        seen.add(w)
+
+
+def _duplicate(eid: Any) -> None:
+    raise ValueError(f"duplicate id {eid!r}: it is still live; ids must be unique within a "
+                     f"stream")
+
+
+class ColumnBuffer:
+    """The rows of a :class:`KeyedEndAggregate` held column-wise (see the module doc): chunks
+    of ``[keys, ends, starts, ids, payload columns, field columns, field is a tuple, the
+    least end]``, as the batches came."""
+
+    __slots__ = ("chunks",)
+
+    def __init__(self) -> None:
+        self.chunks: list[list[Any]] = []
+
+    def add(self, keys: np.ndarray, ends: np.ndarray, starts: np.ndarray, ids: np.ndarray,
+            payload: Any, values: tuple[np.ndarray, ...], is_tuple: bool) -> None:
+        if len(keys):
+            self.chunks.append([keys, ends, starts, ids, payload, values, is_tuple,
+                                int(ends.min())])
+
+    def take_before(self, time: int) -> tuple[Any, ...] | None:
+        """Remove and return the rows ending before ``time``, all chunks' together
+        ``(keys, ends, starts, ids, payload, values, is_tuple)``; None (nothing removed)
+        when the chunks' columns differ in form or dtype (they cannot be put together
+        exactly)."""
+        parts, keep = [], []
+        for chunk in self.chunks:
+            if chunk[7] >= time:
+                keep.append(chunk)
+                continue
+            closed = chunk[1] < time
+            if closed.all():
+                parts.append(chunk)
+                continue
+            open_ = np.flatnonzero(~closed)
+            closed_at = np.flatnonzero(closed)
+            parts.append(_take(chunk, closed_at))
+            keep.append(_take(chunk, open_))
+        if not parts:
+            return (_EMPTY,)
+        first = parts[0]
+        if len(parts) == 1:
+            joined = first[:7]
+        else:
+            if any(p[6] != first[6] or len(p[5]) != len(first[5]) for p in parts):
+                return None
+            cols: list[Any] = []
+            for f in range(4):
+                if any(p[f].dtype != first[f].dtype for p in parts):
+                    return None
+                cols.append(np.concatenate([p[f] for p in parts]))
+            payload = first[4]
+            values = first[5]
+            for p in parts[1:]:
+                payload = concat_payload(payload, p[4])
+                values = concat_payload(values, p[5])
+                if payload is None or values is None:
+                    return None
+            joined = [*cols, payload, values, first[6]]
+        self.chunks = keep
+        return tuple(joined)
+
+    def size(self) -> int:
+        """The rows held plus their distinct ``(key, end)`` windows."""
+        if not self.chunks:
+            return 0
+        keys = np.concatenate([c[0] for c in self.chunks])
+        ends = np.concatenate([c[1] for c in self.chunks])
+        order = np.lexsort((keys, ends))
+        keys, ends = keys[order], ends[order]
+        windows = 1 + int(((keys[1:] != keys[:-1]) | (ends[1:] != ends[:-1])).sum())
+        return len(keys) + windows
+
+    def check(self, cti: int) -> None:
+        for chunk in self.chunks:
+            assert len(chunk[0]) and chunk[7] == int(chunk[1].min())
+            assert chunk[7] >= cti, "a row a CTI has passed is still held"
+            assert (chunk[1] != MAX_TIME).all(), "an edge event is held"
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def _take(chunk: list[Any], index: np.ndarray) -> list[Any]:
+    ends = chunk[1][index]
+    return [chunk[0][index], ends, chunk[2][index], chunk[3][index],
+            map_columns(chunk[4], lambda c: c[index]), tuple(c[index] for c in chunk[5]),
+            chunk[6], int(ends.min())]
+
+
+def _rows_of(payload: Any, index: np.ndarray) -> Any:
+    return map_columns(payload, lambda c: c[index])

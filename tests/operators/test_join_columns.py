@@ -35,8 +35,18 @@ def _untraced(a, b):
     return a["v"] if a["v"] > b["v"] else -b["v"]
 
 
+def _keep_left(a, b):
+    return a
+
+
+def _keep_right(a, b):
+    return b
+
+
 CASES = {
     "keyed": (("k", "k"), None),
+    "keep_left": (("k", "k"), _keep_left),
+    "keep_right": (("k", "k"), _keep_right),
     "keyed_traced_select": (("k", "k"), _traced),
     "keyed_untraced_select": (("k", "k"), _untraced),
     "key_functions": ((_mod2, _mod2), _traced),
@@ -192,3 +202,22 @@ def test_a_failing_select_fails_as_on_the_per_event_path():
             op.process([left], 0)
         errors.append(str(failed.value))
     assert errors[0] == errors[1]
+
+
+@pytest.mark.parametrize("form", ["dict", "tuple"])
+def test_a_select_of_one_side_keeps_its_columns(form):
+    """``select=lambda l, r: l`` (Nexmark's ``keep_left``) outputs the side's own payload
+    columns, not one select call per pair into an object column."""
+    op = Join(on=((lambda p: p[0]) if form == "tuple" else "k", "k"), select=_keep_left)
+    k, v = np.array([1, 2, 1]), np.array([10, 20, 30])
+    left = {"k": k, "v": v} if form == "dict" else (k, v)
+    assert op.process([Columns(np.arange(3), np.array([0, 1, 2]), np.array([9, 9, 9]), left)],
+                      0) == []
+    out = op.process([Columns(np.array([7]), np.array([5]), np.array([6]),
+                              {"k": np.array([1]), "v": np.array([0])})], 1)
+    assert len(out) == 1 and type(out[0]) is Columns
+    payload = out[0].payload
+    assert type(payload) is type(left)
+    rows = out[0].payloads()
+    assert rows == ([{"k": 1, "v": 10}, {"k": 1, "v": 30}] if form == "dict"
+                    else [(1, 10), (1, 30)])

@@ -59,8 +59,11 @@ def test_a_small_batch_does_not_sort_a_large_side():
 
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), limit_left=st.integers(0, 70),
-       limit_right=st.integers(0, 70))
-def test_free_drops_exactly_the_pairs_of_freed_events(seed, limit_left, limit_right):
+       limit_right=st.integers(0, 70), now=st.booleans())
+def test_free_drops_exactly_the_pairs_of_freed_events(seed, limit_left, limit_right, now):
+    """``free(now=True)`` frees every event ending before its limit; ``free()`` the same
+    on a side where they are an eighth of it or more, none where fewer (and keeps their
+    pairs)."""
     rng = np.random.default_rng(seed)
     state = ColumnState()
     left, right = _side(rng, 40, 5), _side(rng, 30, 5, first_seq=100)
@@ -71,10 +74,18 @@ def test_free_drops_exactly_the_pairs_of_freed_events(seed, limit_left, limit_ri
     state.add_pairs(np.arange(len(i)), left.seq[i], right.seq[j], start, end,
                     np.arange(len(i)) * 10)
     before = list(zip(state.pid.tolist(), left.seq[i].tolist(), right.seq[j].tolist()))
-    state.free((limit_left, limit_right))
+    dead = [int((side.end < limit).sum()) for side, limit in ((left, limit_left),
+                                                              (right, limit_right))]
+    sizes = [len(left), len(right)]
+    state.free((limit_left, limit_right), now=now)
+    left, right = state.sides
+    for side, limit, d, n in zip((left, right), (limit_left, limit_right), dead, sizes):
+        freed = now or d >= n / 8
+        assert len(side) == (n - d if freed else n)
+        assert (side.end >= limit).all() if freed else int((side.end < limit).sum()) == d
     live_l, live_r = set(left.seq.tolist()), set(right.seq.tolist())
     expected = [(p, ls, rs) for p, ls, rs in before if ls in live_l and rs in live_r]
     assert list(zip(state.pid.tolist(), state.lseq.tolist(), state.rseq.tolist())) == expected
     assert state.payload is None if not expected else \
         state.payload.tolist() == [p * 10 for p, _, _ in expected]
-    assert (left.end >= limit_left).all() and (right.end >= limit_right).all()
+
