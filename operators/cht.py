@@ -36,13 +36,22 @@ class NotEquivalent(AssertionError):
 
 
 def to_cht(messages: Iterable[Message]) -> list[Row]:
-    """The CHT of a physical stream as ``(start, end, payload)`` rows in canonical order.
+    """The CHT of a physical stream as ``(start, end, payload)`` rows in canonical order
+    (a :class:`~operators.columns.Columns` batch counts as its inserts).
 
     Raises :class:`InvalidStream` for a retraction of an unknown id or whose lifetime or
     payload does not match its insert's; CTIs are ignored (use :func:`validate` to check them).
     """
+    from .columns import Columns
+
     events = live.LiveEvents()
     for position, msg in enumerate(messages):
+        if type(msg) is Columns:  # a batch of inserts, as column-wise operators send them
+            for ins in msg.inserts():
+                problem = events.insert(ins)
+                if problem is not None:
+                    raise InvalidStream(f"message #{position} {msg!r}, {ins!r}: {problem}")
+            continue
         problem = (events.insert(msg) if type(msg) is Insert else
                    events.retract(msg) if type(msg) is Retract else None)
         if problem is not None:
@@ -57,7 +66,9 @@ def row_key(row: Row) -> tuple[int, int, str]:
 
 def _rows(stream: Sequence[Any]) -> list[Row]:
     """Accept either a physical stream or CHT rows."""
-    if stream and isinstance(stream[0], (Insert, Retract, Cti)):
+    from .columns import Columns
+
+    if stream and isinstance(stream[0], (Insert, Retract, Cti, Columns)):
         return to_cht(stream)
     return [tuple(r) for r in stream if not isinstance(r, Cti)]
 

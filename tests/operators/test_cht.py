@@ -84,3 +84,19 @@ def test_a_validator_that_keeps_some_ids_stays_bounded_and_still_refuses_recent_
     with pytest.raises(InvalidStream, match="duplicate id 9999"):
         v.check(Insert(9_999, 10_000, 10_001))
     v.check(Insert(5, 10_000, 10_001))  # long gone: not remembered
+
+
+def test_a_column_batch_counts_as_its_inserts():
+    """Column-wise operators send Columns batches; to_cht and the comparisons read them as
+    their inserts (before, to_cht skipped them as it skips CTIs: an empty CHT, silently)."""
+    import numpy as np
+
+    from operators.columns import Columns
+
+    batch = Columns(np.array(["a", "b"], dtype=object), np.array([1, 5]), np.array([3, 9]),
+                    np.array([10, 20]))
+    stream = [batch, Retract("b", 5, 9, 7, 20), Cti(9)]
+    assert to_cht(stream) == [(1, 3, 10), (5, 7, 20)]
+    assert to_cht(stream) == to_cht([Insert("a", 1, 3, 10), Insert("b", 5, 9, 20),
+                                     Retract("b", 5, 9, 7, 20)])
+    check_equivalent(stream, [(1, 3, 10), (5, 7, 20)])
