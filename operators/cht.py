@@ -42,16 +42,10 @@ def to_cht(messages: Iterable[Message]) -> list[Row]:
     Raises :class:`InvalidStream` for a retraction of an unknown id or whose lifetime or
     payload does not match its insert's; CTIs are ignored (use :func:`validate` to check them).
     """
-    from .columns import Columns
+    from .columns import expand
 
     events = live.LiveEvents()
-    for position, msg in enumerate(messages):
-        if type(msg) is Columns:  # a batch of inserts, as column-wise operators send them
-            for ins in msg.inserts():
-                problem = events.insert(ins)
-                if problem is not None:
-                    raise InvalidStream(f"message #{position} {msg!r}, {ins!r}: {problem}")
-            continue
+    for position, msg in enumerate(expand(messages)):
         problem = (events.insert(msg) if type(msg) is Insert else
                    events.retract(msg) if type(msg) is Retract else None)
         if problem is not None:
@@ -196,12 +190,8 @@ def validate(messages: Iterable[Message], name: str = "stream",
     """Raise :class:`InvalidStream` at the first message that breaks a rule of physical streams
     (docs/model.md). A :class:`~operators.columns.Columns` batch (an operator's output) stands
     for its inserts, in order, and is checked as them."""
-    from .columns import Columns
+    from .columns import expand
 
     validator = StreamValidator(name, unique_ids)
-    for msg in messages:
-        if type(msg) is Columns:
-            for ins in msg.inserts():
-                validator.check(ins)
-        else:
-            validator.check(msg)
+    for msg in expand(messages):
+        validator.check(msg)
