@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from actors.files import TMP_PREFIX, atomic_path, atomic_write, temp_path
-from operators.cht import to_cht
+from operators.cht import cht_rows
 from operators.columns import Columns, concat
 from operators.errors import DeadLetter
 from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract
@@ -102,7 +102,10 @@ def cht_to_arrow(rows: Iterable[tuple[int, int, Any]],
     names: dict[str, None] = {}
     if schema is not None:  # the schema's columns first, in its order
         names.update((f.name, None) for f in schema if f.name not in ("start", "end"))
-    for row in rows:
+    uniform = _uniform_fields(rows)
+    if uniform is not None:  # every payload of one form: each field's values in one pass
+        names.update((k, None) for k in uniform)
+    for row in rows if uniform is None else ():
         try:
             _, _, payload = row
         except (TypeError, ValueError):
@@ -121,7 +124,10 @@ def cht_to_arrow(rows: Iterable[tuple[int, int, Any]],
         "end": _time_column([r[1] for r in rows], MAX_TIME),
     }
     for name in names:
-        values = [fields.get(name) for fields in flat]
+        if uniform is None:
+            values = [fields.get(name) for fields in flat]
+        else:
+            values = uniform.get(name) or [None] * len(rows)
         kind = None
         if schema is not None and schema.get_field_index(name) >= 0:
             kind = schema.field(name).type
@@ -135,6 +141,37 @@ def cht_to_arrow(rows: Iterable[tuple[int, int, Any]],
                 f".select(...) before the sink"
             ) from None
     return pa.table(columns)
+
+
+def _uniform_fields(rows: list[tuple[int, int, Any]]) -> dict[str, list[Any]] | None:
+    """The payload columns of ``rows`` when every payload is a dict with the first one's keys,
+    or a ``group_apply`` pair ``(key, dict)`` of them (the common results), built one field at
+    a time (what :func:`_flatten` gives row by row); None for any other mix, which takes the
+    row-by-row path. The ``payload_start``/``payload_end`` renaming applies here too."""
+    if not rows or not all(type(r) is tuple and len(r) == 3 for r in rows):
+        return None
+    first = rows[0][2]
+    paired = _is_group_pair(first)
+    inner = first[1] if paired else first
+    if type(inner) is not dict or (paired and _is_group_pair(inner)):
+        return None
+    keys = inner.keys()
+    if paired:
+        if not all(type(p) is tuple and len(p) == 2 and type(p[1]) is dict
+                   and p[1].keys() == keys for _, _, p in rows):
+            return None
+        dicts = [p[1] for _, _, p in rows]
+    else:
+        if not all(type(p) is dict and p.keys() == keys for _, _, p in rows):
+            return None
+        dicts = [p for _, _, p in rows]
+    out: dict[str, list[Any]] = {"key": [p[0] for _, _, p in rows]} if paired else {}
+    for k in keys:
+        name = str(k)
+        if paired and name == "key":
+            return None  # the row path lets the payload's "key" win: keep its rule
+        out[f"payload_{name}" if name in ("start", "end") else name] = [d[k] for d in dicts]
+    return out
 
 
 # -- the batch sinks at scale: a result's CHT as Arrow record batches -----------------------
@@ -222,6 +259,10 @@ def _ids_hit(ids: np.ndarray, retracted: set[Any]) -> np.ndarray:
     return np.fromiter((i in retracted for i in ids.tolist()), dtype=bool, count=len(ids))
 
 
+def _lifetime(row: tuple[int, int, Any]) -> tuple[int, int]:
+    return row[0], row[1]
+
+
 def _split_stream(items: list[Any]) -> tuple[list[Columns], list[Message]]:
     """A physical stream's column batches whose rows no retraction touches, and the other
     messages in order (a column row that a retraction names becomes an Insert where it was,
@@ -280,7 +321,10 @@ def cht_batches(rows_or_messages: Iterable[Any],
     items = rows_or_messages if isinstance(rows_or_messages, list) else list(rows_or_messages)
     if any(type(m) in (Insert, Retract, Cti, Columns) for m in items):
         columns, messages = _split_stream(items)
-        rows = to_cht(messages) if messages else []
+        # inserts alone are their own CHT (no retraction to apply); in time order, as the
+        # column batches come, not in the canonical order of to_cht
+        rows = sorted(cht_rows(messages) if any(type(m) is Retract for m in messages) else
+                      [(m.start, m.end, m.payload) for m in messages], key=_lifetime)
     else:
         columns, rows = [], items
     for c in _group(columns, chunk_rows):

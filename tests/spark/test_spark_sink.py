@@ -521,3 +521,51 @@ def test_stream_sinks_keep_the_column_batches(spark, tmp_path, runtime) -> None:
     q.write(str(tmp_path / "out"), spark=spark, runtime=runtime)
     assert_same_table(spark.read.parquet(str(tmp_path / "out")).toArrow(), want)
     assert_same_table(q.to_spark(spark, runtime=runtime).toArrow(), want)
+
+
+FIELD_NAMES = st.sampled_from(["v", "w", "key", "start", "end", 7])
+FIELD_VALUES = st.one_of(st.integers(-3, 3), st.floats(allow_nan=False, width=32), st.none())
+
+
+@given(keys=st.lists(FIELD_NAMES, min_size=1, max_size=4, unique=True),
+       paired=st.booleans(), odd=st.sampled_from([None, "keys", "scalar", "nested"]),
+       data=st.data())
+@settings(max_examples=EXAMPLES, deadline=None)
+def test_uniform_payloads_are_converted_field_by_field_as_row_by_row(keys, paired, odd,
+                                                                     data) -> None:
+    """Rows whose payloads are all dicts of one set of keys (or group pairs of them) take the
+    one-pass path of cht_to_arrow; any other mix the row-by-row path. Both give one table."""
+    from topology import spark_sink
+
+    n = data.draw(st.integers(1, 6))
+    rows: list[tuple[int, int, Any]] = []
+    for i in range(n):
+        inner = {k: data.draw(FIELD_VALUES) for k in keys}
+        rows.append((i, i + 1, (f"g{i % 2}", inner) if paired else inner))
+    if odd == "keys":
+        rows.append((n, n + 1, ("g", {"other": 1}) if paired else {"other": 1}))
+    elif odd == "scalar":
+        rows.append((n, n + 1, 5))
+    elif odd == "nested":
+        rows.append((n, n + 1, ("g", ("h", {k: 1 for k in keys}))))
+    fast = spark_sink._uniform_fields(rows)
+    assert (fast is not None) == (odd is None and not (paired and "key" in keys))
+    try:
+        want: pa.Table | str = cht_to_arrow_row_by_row(rows)
+    except TypeError as exc:  # a field with mixed types (ints and floats are fine)
+        want = str(exc)
+    try:
+        got: pa.Table | str = cht_to_arrow(rows)
+    except TypeError as exc:
+        got = str(exc)
+    assert got == want if isinstance(want, str) else got.equals(want), (got, want)
+
+
+def cht_to_arrow_row_by_row(rows: list[tuple[int, int, Any]]) -> pa.Table:
+    """cht_to_arrow with its one-pass path switched off."""
+    from unittest import mock
+
+    from topology import spark_sink
+
+    with mock.patch.object(spark_sink, "_uniform_fields", return_value=None):
+        return cht_to_arrow(rows)
