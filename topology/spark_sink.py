@@ -263,13 +263,13 @@ def _lifetime(row: tuple[int, int, Any]) -> tuple[int, int]:
     return row[0], row[1]
 
 
-def _split_stream(items: list[Any]) -> tuple[list[Columns], list[Message]]:
+def _split_stream(items: list[Any]) -> tuple[list[Columns], list[Insert | Retract]]:
     """A physical stream's column batches whose rows no retraction touches, and the other
     messages in order (a column row that a retraction names becomes an Insert where it was,
     so the retraction applies to it as in :func:`operators.cht.to_cht`)."""
     retracted = {m.id for m in items if type(m) is Retract}
     columns: list[Columns] = []
-    rows: list[Message] = []
+    rows: list[Insert | Retract] = []
     for m in items:
         kind = type(m)
         if kind is Columns:

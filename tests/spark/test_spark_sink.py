@@ -547,7 +547,7 @@ def test_uniform_payloads_are_converted_field_by_field_as_row_by_row(keys, paire
     elif odd == "scalar":
         rows.append((n, n + 1, 5))
     elif odd == "nested":
-        rows.append((n, n + 1, ("g", ("h", {k: 1 for k in keys}))))
+        rows.append((n, n + 1, ("g", ("h", dict.fromkeys(keys, 1)))))
     fast = spark_sink._uniform_fields(rows)
     assert (fast is not None) == (odd is None and not (paired and "key" in keys))
     try:
