@@ -268,8 +268,14 @@ class Projected:
 
     def __iter__(self) -> Iterator[Any]:
         keep = self.columns
-        for batch in self.batches:
-            yield project_batch(batch, keep)
+        inner = iter(self.batches)
+        try:
+            for batch in inner:
+                yield project_batch(batch, keep)
+        finally:  # closed now, as a run that stops closes its feed (a Spark query's)
+            close = getattr(inner, "close", None)
+            if close is not None:
+                close()
 
     def __repr__(self) -> str:
         return f"Projected({sorted(self.columns)})"

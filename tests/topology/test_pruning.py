@@ -185,3 +185,30 @@ def test_explain_names_the_columns_read() -> None:
     src = Stream.from_arrow(table([(0, 1, 2, 0.5, "a")]), start="t", name="src")
     text = PIPELINES["group count"][0](src).plan(fuse=True).explain()
     assert "reading only k, t" in text
+
+
+def test_closing_a_pruned_feed_closes_its_batches() -> None:
+    """A run that stops closes its source's feed (a streaming Spark source releases its
+    query then): through the pruning too."""
+    from topology.pruning import Projected
+
+    closed: list[bool] = []
+
+    def batches() -> Iterator[Any]:
+        try:
+            yield {"a": [1], "b": [2]}
+            yield {"a": [3], "b": [4]}
+        finally:
+            closed.append(True)
+
+    held: list[Any] = []  # (the reader keeps it: it is not closed by being dropped)
+
+    class Again:
+        def __iter__(self) -> Iterator[Any]:
+            held.append(batches())
+            return held[-1]
+
+    feed = iter(Projected(Again(), frozenset({"a"})))
+    assert next(feed) == {"a": [1]}
+    feed.close()  # type: ignore[attr-defined]
+    assert closed == [True]
