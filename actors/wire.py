@@ -92,8 +92,11 @@ def encode(messages: Sequence[Message | Columns]) -> bytes | tuple[bytes, list[C
 def _signature(c: Columns) -> tuple[Any, ...]:
     """What must agree for Columns to be packed together: the form and every array's type."""
     p = c.payload
-    payload = (tuple((k, v.dtype) for k, v in p.items()) if isinstance(p, dict) else
-               tuple(v.dtype for v in p) if isinstance(p, tuple) else p.dtype)
+    # the form named: numpy reads a tuple compared with a dtype as a dtype (an array's
+    # int64 payload was taken for a tuple's (int64, float64), and packing failed)
+    payload = (("dict", tuple((k, v.dtype) for k, v in p.items())) if isinstance(p, dict) else
+               ("tuple", tuple(v.dtype for v in p)) if isinstance(p, tuple) else
+               ("array", p.dtype))
     return (c.ids.dtype, c.starts.dtype, None if c.points else c.ends.dtype, payload)
 
 
@@ -107,12 +110,26 @@ def _pack(columns: list[Columns]) -> Any:
     Packed is ``(ids, starts, ends or None, payload, bounds)`` with the payload columns as
     they travel (:func:`~operators.columns.portable_column`): string columns whose Arrow
     arrays are known are joined as Arrow (only their rows' bytes copied), never put end to
-    end as Python objects first (on Q0's output that cost the actor ~0.1 s per 920k rows)."""
-    if len(columns) < 2:
-        return columns
-    first = _signature(columns[0])
-    if any(_signature(c) != first for c in columns[1:]):
-        return columns
+    end as Python objects first (on Q0's output that cost the actor ~0.1 s per 920k rows).
+
+    Ids that are fresh ids of one origin travel as their numbers (:func:`_portable_ids`): a
+    Columns of them is packed alone when it cannot be packed with the others."""
+    if len(columns) < 2 or any(_signature(c) != _signature(columns[0]) for c in columns[1:]):
+        if not any(_maybe_fresh(c.ids) for c in columns):
+            return columns
+        if len(columns) == 1:
+            return _packed(columns)
+        return [_packed([c]) if _maybe_fresh(c.ids) else c for c in columns]
+    return _packed(columns)
+
+
+def _maybe_fresh(ids: np.ndarray) -> bool:
+    """Whether ``ids`` may be fresh ids of one origin (its first is a FreshId)."""
+    return ids.dtype == object and len(ids) > 0 and type(ids[0]) is FreshId
+
+
+def _packed(columns: list[Columns]) -> Any:
+    """:func:`_pack`'s packed form of ``columns`` (their arrays of the same types)."""
     bounds = [0]
     for c in columns:
         bounds.append(bounds[-1] + len(c))
@@ -125,8 +142,8 @@ def _pack(columns: list[Columns]) -> Any:
         payload = tuple(_joined([p[i] for p in payloads]) for i in range(len(p0)))
     else:
         payload = _joined(payloads)
-    return (np.concatenate([c.ids for c in columns]),
-            np.concatenate([c.starts for c in columns]),
+    ids = np.concatenate([c.ids for c in columns]) if len(columns) > 1 else columns[0].ids
+    return (_portable_ids(ids), np.concatenate([c.starts for c in columns]),
             None if all(c.points for c in columns)
             else np.concatenate([c.ends for c in columns]), payload, bounds)
 
@@ -143,10 +160,56 @@ def _joined(parts: list[np.ndarray]) -> Any:
     return portable_column(np.concatenate(parts))
 
 
-def _unpack(ids: np.ndarray, starts: np.ndarray, ends: np.ndarray | None, payload: Any,
+def _fresh_ids(ids: np.ndarray) -> tuple[Any, list[int]] | None:
+    """``(origin, [n, ...])`` when the object column ``ids`` holds only
+    :class:`~operators.events.FreshId` s of one origin with int numbers (the rows a window
+    emits), else None."""
+    if not len(ids):
+        return None
+    first = ids[0]
+    if type(first) is not FreshId:
+        return None
+    origin = first.origin
+    ns = []
+    for i in ids.tolist():
+        if type(i) is not FreshId or i.origin is not origin or type(i.n) is not int:
+            return None
+        ns.append(i.n)
+    return origin, ns
+
+
+def _portable_ids(ids: np.ndarray) -> Any:
+    """``ids`` as they should travel: a column of fresh ids of one origin as ``(origin,
+    numbers)`` with the numbers an int64 array (Ray's pickler called ``FreshId.__reduce__``
+    and looked up its dispatch table for each: Q5's keyed window and its to_points spent
+    most of their CPU pickling the window rows' ids), anything else as it is."""
+    if ids.dtype != object:
+        return ids
+    fresh = _fresh_ids(ids)
+    if fresh is None:
+        return ids
+    origin, ns = fresh
+    try:
+        numbers = np.array(ns, dtype=np.int64)
+    except OverflowError:  # a number beyond int64 travels as the FreshIds themselves
+        return ids
+    return (origin, numbers)
+
+
+def _restored_ids(ids: Any) -> np.ndarray:
+    """The id column :func:`_portable_ids` stood for."""
+    if type(ids) is not tuple:
+        return ids
+    origin, numbers = ids
+    out = np.empty(len(numbers), dtype=object)
+    out[:] = [FreshId(origin, n) for n in numbers.tolist()]
+    return out
+
+
+def _unpack(ids: Any, starts: np.ndarray, ends: np.ndarray | None, payload: Any,
             bounds: list[int]) -> list[Columns]:
     """The Columns :func:`_pack` put end to end, as views of its arrays."""
-    packed = Columns(ids, starts, ends, map_columns(payload, restored_column))
+    packed = Columns(_restored_ids(ids), starts, ends, map_columns(payload, restored_column))
     return [packed.take(slice(a, b)) for a, b in itertools.pairwise(bounds)]
 
 
@@ -174,6 +237,8 @@ def decode(blob: bytes | tuple[bytes, list[Columns]]) -> list[Message | Columns]
         blob, columns = blob
         if type(columns) is tuple:
             columns = _unpack(*columns)
+        elif any(type(c) is tuple for c in columns):  # Columns packed one by one
+            columns = [_unpack(*c)[0] if type(c) is tuple else c for c in columns]
     out: list[Any] = []
     append = out.append
     for t in pickle.loads(blob):  # type: ignore[arg-type]

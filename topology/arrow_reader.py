@@ -16,7 +16,7 @@ Only pyarrow and numpy: ``Stream.from_arrow`` reads Arrow without Spark installe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -25,8 +25,8 @@ import pyarrow as pa
 from operators.columns import arrow_column
 from operators.ticks import UNITS, from_units, from_units_array
 
-__all__ = ["DEFAULT_BATCH_ROWS", "arrow_batches", "arrow_row_batches", "check_times",
-           "sub_microsecond_error"]
+__all__ = ["DEFAULT_BATCH_ROWS", "TableBatches", "arrow_batches", "arrow_row_batches",
+           "check_times", "sub_microsecond_error"]
 
 #: Rows per list handed to the Ingress (and per Arrow record batch read from Spark).
 DEFAULT_BATCH_ROWS = 10_000
@@ -162,6 +162,7 @@ def arrow_batches(
     end: Any = None,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     columnar: bool = True,
+    columns: Collection[str] | None = None,
 ) -> Iterator[Any]:
     """Arrow batches (or tables) cut into source batches of at most ``batch_rows`` rows:
     column batches ``{name: numpy array}`` that the ingress takes vectorised, or, when
@@ -182,6 +183,13 @@ def arrow_batches(
     [{'ts': 1000000, 'kwh': 1.5}, {'ts': None, 'kwh': 2.0}]
     >>> next(arrow_batches([t.slice(0, 1)], start="ts"))
     {'ts': array([1000000]), 'kwh': array([1.5])}
+
+    With ``columns`` (the planner's column pruning, :mod:`topology.pruning`) a batch holds
+    only those columns, selected before any is converted; a batch missing one of them is
+    read whole (the step that reads it then fails as it would have).
+
+    >>> next(arrow_batches([t], start="ts", columns={"ts"}))
+    {'ts': array([1000000, None], dtype=object)}
     """
     if not (isinstance(batch_rows, int) and batch_rows >= 1):
         raise ValueError(f"batch_rows={batch_rows!r}: give an int >= 1 (rows per batch)")
@@ -191,6 +199,8 @@ def arrow_batches(
         pieces = batch.to_batches(max_chunksize=batch_rows) if isinstance(batch, pa.Table) \
             else [batch.slice(i, batch_rows) for i in range(0, batch.num_rows, batch_rows)]
         for piece in pieces:
+            if columns is not None and set(columns) <= set(piece.schema.names):
+                piece = piece.select([c for c in piece.schema.names if c in columns])
             if piece.num_rows:
                 yield _piece(piece, names, columnar, start_column)
 
@@ -210,3 +220,33 @@ def arrow_row_batches(
     """
     return arrow_batches(batches, start, end, batch_rows, columnar=False)
 
+
+
+class TableBatches:
+    """A table's (or record batch's) source batches (:func:`arrow_batches`), read afresh each
+    time it is iterated: ``from_arrow``'s data over a table, which any process can read
+    (fed by a deployed query's host, :data:`topology.nodes.Feed`). :meth:`project` gives the
+    same batches with only some columns, selected before they are converted.
+
+    >>> t = pa.table({"ts": [0, 1], "kwh": [1.5, 2.0], "note": ["a", "b"]})
+    >>> b = TableBatches(t, "ts")
+    >>> next(iter(b.project({"ts", "kwh"})))
+    {'ts': array([0, 1]), 'kwh': array([1.5, 2. ])}
+    """
+
+    feed = "host"
+
+    def __init__(self, table: pa.Table | pa.RecordBatch, start: Any, end: Any = None,
+                 batch_rows: int = DEFAULT_BATCH_ROWS,
+                 columns: frozenset[str] | None = None) -> None:
+        self.table, self.start, self.end, self.batch_rows = table, start, end, batch_rows
+        #: the columns kept (None: all)
+        self.columns = columns
+
+    def __iter__(self) -> Iterator[Any]:
+        return arrow_batches((self.table,), self.start, self.end, self.batch_rows,
+                             columns=self.columns)
+
+    def project(self, columns: Collection[str]) -> TableBatches:
+        return TableBatches(self.table, self.start, self.end, self.batch_rows,
+                            frozenset(columns))

@@ -61,6 +61,7 @@ from . import nodes as n
 from .dag import DagProcessor
 from .fused import FusedDag
 from .plan import Factory, MergePartitions, Plan, Sink, Stage
+from .pruning import pruned_note, pruned_source, source_columns
 from .routing import OutEdge, Partitioner
 
 
@@ -379,13 +380,30 @@ def explain_tree(root: n.Node, steps: dict[int, tuple[n.Node, str]], top: str = 
     return "\n".join(lines)
 
 
-def plan(root: n.Node, *, fuse: bool | str = False, sink: bool = True) -> Plan:
+#: Whether :func:`plan` prunes columns by default (:mod:`topology.pruning`).
+PRUNE_COLUMNS = True
+
+
+def plan(root: n.Node, *, fuse: bool | str = False, sink: bool = True,
+         prune: bool | None = None) -> Plan:
     """Turn the tree under ``root`` into a :class:`Plan`.
 
     With ``sink=True`` a :class:`~operators.publish.Publish` stage named ``sink`` receives the
-    output; otherwise (a ``group_apply`` sub-query) the root's stage is the output.
+    output; otherwise (a ``group_apply`` sub-query) the root's stage is the output. With
+    ``prune`` (default :data:`PRUNE_COLUMNS`) a source of batches reads only the columns the
+    query reads of it (:mod:`topology.pruning`; ``explain()`` names them).
+
+    >>> from topology import Stream, Count
+    >>> s = Stream.from_arrow({"t": [0], "k": [1], "big": ["x"]}, start="t", name="s")
+    >>> q = s.group_apply("k", lambda g: g.tumbling_window(10).aggregate(Count()))
+    >>> plan(q._node).stages["s"].describe
+    "from_rows(rows, start='t', shape='point'), reading only k, t"
+    >>> plan(q._node, prune=False).stages["s"].describe
+    "from_rows(rows, start='t', shape='point')"
     """
     steps = assign_steps(root)
+    reads = (source_columns(root) if (PRUNE_COLUMNS if prune is None else prune) and sink
+             else {})
     stages: dict[str, Stage] = {}
     edges: dict[str, list[OutEdge]] = {}
     sources: list[str] = []
@@ -402,8 +420,12 @@ def plan(root: n.Node, *, fuse: bool | str = False, sink: bool = True) -> Plan:
         factory = builder(node, step)
         if id(node) in late_producers:
             factory = functools.partial(_with_late_stream, factory)
-        stages[step] = Stage(step, factory, max(1, len(ins)), _describe(node, factory),
-                             (node,), role=role, stateless=node.stateless)
+        shown = _describe(node, factory)
+        if isinstance(node, n.FromRows) and id(node) in reads:
+            node = pruned_source(node, reads[id(node)])
+            shown += pruned_note(node)
+        stages[step] = Stage(step, factory, max(1, len(ins)), shown, (node,), role=role,
+                             stateless=node.stateless)
         edges[step] = []
         if node.is_source:
             sources.append(step)

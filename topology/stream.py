@@ -239,7 +239,7 @@ class Stream:
         aggregates per group."""
         import pyarrow as pa
 
-        from .arrow_reader import arrow_batches, check_times
+        from .arrow_reader import TableBatches, arrow_batches, check_times
         from .times import arrow_clock, known_schema
 
         n.check_step_name(name, "from_arrow")
@@ -250,9 +250,8 @@ class Stream:
             data = pa.table(data)
         if isinstance(data, (pa.Table, pa.RecordBatch)):
             check_times(data, start, end)  # now, not half-way through a run
-            table = data  # a table can be read again: each collect() reads it from the start
-            batches: Iterable[Any] = _Batches(lambda: arrow_batches((table,), start, end,
-                                                                    batch_rows))
+            # read afresh at each collect(); the planner may read fewer columns (pruning)
+            batches: Iterable[Any] = TableBatches(data, start, end, batch_rows)
         else:
             batches = arrow_batches(data, start, end, batch_rows)
         clock = arrow_clock(known_schema(data), start)
