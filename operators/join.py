@@ -310,9 +310,9 @@ class Join(BinaryTemporal):
                     getattr(state, "batches", True) or not len(state.sides[1 - port])):
                 one = Columns(np.array([msg.id], dtype=object), np.array([msg.start]),
                               np.array([msg.end]), one_row(msg.payload))
-                out = self._match_columns(one, port, state)
-                if out is not None:
-                    return out
+                found = self._match_columns(one, port, state)
+                if found is not None:
+                    return found
             self._leave_columns()
         seq, rec = self._add(msg, port, None)
         recs = self.recs
