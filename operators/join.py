@@ -64,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from .columns import Columns, map_columns, payload_list
+from .columns import Columns, map_columns, one_row, payload_list
 from .events import Insert, Message, Retract
 from .expr import _Side, evaluate, pair_columns, trace, trace_pair
 from .two_input import (
@@ -97,6 +97,9 @@ class ColumnState:
         self.pid, self.lseq, self.rseq = _EMPTY, _EMPTY, _EMPTY
         self.start, self.end = _EMPTY, _EMPTY
         self.payload: Any = None
+        #: a column batch has arrived (until then, single inserts join these arrays only
+        #: while the other input holds nothing: they make no output yet, so its form is free)
+        self.batches = False
 
     def add_pairs(self, pid: np.ndarray, lseq: np.ndarray, rseq: np.ndarray,
                   start: np.ndarray, end: np.ndarray, payload: Any) -> None:
@@ -148,6 +151,12 @@ class ColumnState:
             assert left.code[i] == right.code[j]
             assert s == max(left.start[i], right.start[j])
             assert e == min(left.end[i], right.end[j]) > s
+
+
+#: A single insert joins the column-wise state while its input holds fewer events than this
+#: there (one-row batches: a small table given as rows) and column batches arrived or the
+#: other input is empty; otherwise, or past it, the per-event state.
+ROWS_INTO_COLUMNS = 512
 
 
 class Join(BinaryTemporal):
@@ -203,6 +212,7 @@ class Join(BinaryTemporal):
     # -- column batches -------------------------------------------------------------------
     def on_columns(self, msg: Columns, port: int) -> list[Message]:
         if self.columns is not None:
+            self.columns.batches = True
             out = self._match_columns(msg, port, self.columns)
             if out is not None:
                 return out
@@ -292,6 +302,17 @@ class Join(BinaryTemporal):
     # -- messages -------------------------------------------------------------------------
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
         if self.columns is not None:
+            # a few rows beside column batches (e.g. a small table of metadata joined with a
+            # column stream) join the arrays as one-row batches, not the whole state per event;
+            # a join of rows only leaves the arrays at its first pair, as before
+            state = self.columns
+            if len(state.sides[port]) < ROWS_INTO_COLUMNS and (
+                    getattr(state, "batches", True) or not len(state.sides[1 - port])):
+                one = Columns(np.array([msg.id], dtype=object), np.array([msg.start]),
+                              np.array([msg.end]), one_row(msg.payload))
+                found = self._match_columns(one, port, state)
+                if found is not None:
+                    return found
             self._leave_columns()
         seq, rec = self._add(msg, port, None)
         recs = self.recs
