@@ -235,8 +235,10 @@ class KeyedWindowAggregate(Processor):
         self.udm = self.call.udm
         self.incremental = self.call.incremental
         self.time_sensitive = self.call.time_sensitive
-        #: the UDM's column-wise add (built-in aggregates; see operators.aggregates)
-        self.add_ranges = (self.udm.add_ranges
+        #: the UDM's column-wise add (built-in aggregates; see operators.aggregates): the
+        #: insert-only one where it has it (no state here ever sees a remove, so Min and Max
+        #: keep only the extreme)
+        self.add_ranges = (getattr(self.udm, "add_insert_only_ranges", self.udm.add_ranges)
                            if self.incremental and isinstance(self.udm, ColumnAggregate)
                            else None)
         #: how results become rows
