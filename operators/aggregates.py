@@ -104,6 +104,13 @@ class _Builtin(IncrementalAggregate):
         them. This default is :meth:`add_ranges`."""
         return self.add_ranges(states, columns, n, lo, hi)
 
+    def window_results(self, states: list[Any], window: Window) -> list[Any]:
+        """:meth:`window_result` of many states of one window (what the keyed window
+        aggregate asks at once)."""
+        if type(self).window_result is IncrementalAggregate.window_result:
+            return list(map(self.result, states))
+        return [self.window_result(s, window) for s in states]
+
     def compute(self, values: Iterable[Any]) -> Any:
         """The result from scratch: ``result(add(initial_state(), values))``."""
         return self.result(self.add(self.initial_state(), list(values)))
@@ -545,6 +552,18 @@ class Aggregates(_Builtin):
 
     def window_result(self, state: list[Any], window: Window) -> dict[str, Any]:
         return {k: p.window_result(s, window) for (k, p), s in zip(self.parts.items(), state)}
+
+    def window_results(self, states: list[Any], window: Window) -> list[Any]:
+        """The results of many states part by part (one call per part, not per state and
+        part), zipped into one dict per state."""
+        columns = []
+        for i, p in enumerate(self.parts.values()):
+            mine = [s[i] for s in states]
+            many = getattr(p, "window_results", None)
+            columns.append(many(mine, window) if many is not None
+                           else [p.window_result(s, window) for s in mine])
+        names = list(self.parts)
+        return [dict(zip(names, row)) for row in zip(*columns)]
 
     def column_ready(self, columns: Any, n: int) -> bool:
         return self._columnar is not None and all(p.column_ready(columns, n)
