@@ -758,7 +758,7 @@ class _Extreme(_Builtin):
         return SortedList()
 
     def copy_state(self, state: SortedList | _Best) -> SortedList | _Best:
-        return _Best(state.key) if type(state) is _Best else state.copy()
+        return _Best(state.key) if isinstance(state, _Best) else state.copy()
 
     def _merged(self, state: _Best, keys: list[Any]) -> _Best:
         """The insert-only ``state`` with ``keys`` added: the extreme of the two."""
@@ -829,6 +829,7 @@ class _Extreme(_Builtin):
         best = self._range_extremes(cols, lo, hi)
         ties = tuple(-1 if c.dtype.kind == "b" else 2 if c.dtype.kind == "f" else 0
                      for c in cols)
+        keys: list[tuple[int, Any, Any]]
         if type(got) is tuple:
             keys = [(0, v, ties) for v in zip(*(c.tolist() for c in best))]
         else:
@@ -936,7 +937,7 @@ class Min(_Extreme):
     """
 
     def result(self, state: SortedList | _Best) -> Any:
-        if type(state) is _Best:
+        if isinstance(state, _Best):
             flag, value, _ = state.key
             return math.nan if flag else value
         if not state:
@@ -961,7 +962,7 @@ class Max(_Extreme):
     """
 
     def result(self, state: SortedList | _Best) -> Any:
-        if type(state) is _Best:
+        if isinstance(state, _Best):
             flag, value, _ = state.key
             return math.nan if flag else value
         if not state:

@@ -590,7 +590,7 @@ class KeyedWindowAggregate(Processor):
             try:
                 many = getattr(udm, "window_results", None)
                 if many is not None:
-                    return many(list(by_key.values()), window)  # type: ignore[no-any-return]
+                    return many(list(by_key.values()), window)
                 window_result = udm.window_result
                 return [window_result(state, window) for state in by_key.values()]
             except Exception:  # noqa: BLE001 (raised again below, naming the group)
