@@ -95,6 +95,22 @@ class _Builtin(IncrementalAggregate):
         rows, bounds = _range_rows(lo, hi)
         return self.add_groups(states, map_columns(columns, lambda c: c[rows]), bounds)
 
+    def add_insert_only_ranges(self, states: list[Any], columns: Any, n: int,
+                               lo: Sequence[int], hi: Sequence[int]) -> list[Any] | None:
+        """:meth:`add_ranges` for an operator whose states never see a :meth:`remove` (the
+        keyed window aggregate: inserts only, never a retraction): a state may then keep less
+        than the window's values (Min and Max keep only the extreme). The states it returns
+        take :meth:`add`, :meth:`result` and :meth:`copy_state`, and :meth:`remove` fails on
+        them. This default is :meth:`add_ranges`."""
+        return self.add_ranges(states, columns, n, lo, hi)
+
+    def window_results(self, states: list[Any], window: Window) -> list[Any]:
+        """:meth:`window_result` of many states of one window (what the keyed window
+        aggregate asks at once)."""
+        if type(self).window_result is IncrementalAggregate.window_result:
+            return list(map(self.result, states))
+        return [self.window_result(s, window) for s in states]
+
     def compute(self, values: Iterable[Any]) -> Any:
         """The result from scratch: ``result(add(initial_state(), values))``."""
         return self.result(self.add(self.initial_state(), list(values)))
@@ -537,6 +553,18 @@ class Aggregates(_Builtin):
     def window_result(self, state: list[Any], window: Window) -> dict[str, Any]:
         return {k: p.window_result(s, window) for (k, p), s in zip(self.parts.items(), state)}
 
+    def window_results(self, states: list[Any], window: Window) -> list[Any]:
+        """The results of many states part by part (one call per part, not per state and
+        part), zipped into one dict per state."""
+        columns = []
+        for i, p in enumerate(self.parts.values()):
+            mine = [s[i] for s in states]
+            many = getattr(p, "window_results", None)
+            columns.append(many(mine, window) if many is not None
+                           else [p.window_result(s, window) for s in mine])
+        names = list(self.parts)
+        return [dict(zip(names, row)) for row in zip(*columns)]
+
     def column_ready(self, columns: Any, n: int) -> bool:
         return self._columnar is not None and all(p.column_ready(columns, n)
                                                   for p in self._columnar)
@@ -555,6 +583,16 @@ class Aggregates(_Builtin):
             return None  # checked first: no part may add when another cannot
         per_part = [p.add_ranges([None if s is None else s[i] for s in states],
                                  columns, n, lo, hi)
+                    for i, p in enumerate(self._columnar)]
+        return [list(group) for group in zip(*per_part)]
+
+    def add_insert_only_ranges(self, states: list[Any], columns: Any, n: int,
+                               lo: Sequence[int], hi: Sequence[int]) -> list[Any] | None:
+        """:meth:`add_ranges` with each part's ``add_insert_only_ranges`` (where it has one)."""
+        if self._columnar is None or not self.column_ready(columns, n):
+            return None  # checked first: no part may add when another cannot
+        per_part = [getattr(p, "add_insert_only_ranges", p.add_ranges)(
+                        [None if s is None else s[i] for s in states], columns, n, lo, hi)
                     for i, p in enumerate(self._columnar)]
         return [list(group) for group in zip(*per_part)]
 
@@ -628,6 +666,16 @@ def _sorted_add(sl: SortedList, key: Any, who: str, value: Any) -> None:
                         f"function) that reads comparable values") from None
 
 
+def _number_columns(got: Any, n: int) -> tuple[np.ndarray, ...] | None:
+    """The field's value ``got`` (a column, or a tuple of columns for a field giving a tuple)
+    as a tuple of ``n``-row bool or number columns, or None."""
+    cols = got if type(got) is tuple else (got,)
+    if cols and all(isinstance(c, np.ndarray) and c.shape == (n,) and c.dtype.kind in "biuf"
+                    for c in cols):
+        return cols
+    return None
+
+
 def _presorted(got: Any, bounds: Sequence[int]) -> np.ndarray | None:
     """The permutation ordering the rows of each group ``bounds[j]:bounds[j + 1]`` by the
     field's value (ties in arrival order), where numpy's order is Python's: number and bool
@@ -672,6 +720,26 @@ def _sorted_remove(sl: SortedList, key: Any, who: str, value: Any) -> None:
                          f"every time)") from None
 
 
+class _Best:
+    """An insert-only Min/Max state (:meth:`_Builtin.add_insert_only_ranges`): the order key
+    (:func:`_extreme_key`) of the extreme alone, where the general state keeps every value's
+    key so that a removal can reveal the next one."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: tuple[int, Any, Any]) -> None:
+        self.key = key
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Best, (self.key,))
+
+    def __repr__(self) -> str:
+        return f"_Best({self.key!r})"
+
+    def __len__(self) -> int:
+        return 1
+
+
 class _Extreme(_Builtin):
     """Min and Max: the window's values in a sorted multiset (a SortedList of
     :func:`_extreme_key`), so removing the current extreme reveals the next one in O(log n),
@@ -689,8 +757,17 @@ class _Extreme(_Builtin):
     def initial_state(self) -> SortedList:
         return SortedList()
 
-    def copy_state(self, state: SortedList) -> SortedList:
-        return state.copy()
+    def copy_state(self, state: SortedList | _Best) -> SortedList | _Best:
+        return _Best(state.key) if isinstance(state, _Best) else state.copy()
+
+    def _merged(self, state: _Best, keys: list[Any]) -> _Best:
+        """The insert-only ``state`` with ``keys`` added: the extreme of the two."""
+        try:
+            return _Best(self._extreme([state.key, *keys]))
+        except TypeError as e:
+            raise TypeError(f"{self.udm_name}: cannot order the window's values ({e}); pass a "
+                            f"field (a key, attribute or function) that reads comparable "
+                            f"values") from None
 
     def compute(self, values: Iterable[Any]) -> Any:
         """The result from scratch: the extreme key of the values, no sorted state. Values
@@ -707,6 +784,9 @@ class _Extreme(_Builtin):
             return super().compute(values)
         return self.result(best)
 
+    #: Max (else Min)
+    _largest = False
+
     @staticmethod
     def _extreme(keys: list[Any]) -> Any:
         raise NotImplementedError
@@ -722,11 +802,55 @@ class _Extreme(_Builtin):
                                 f"pass a field (a key, attribute or function) that reads "
                                 f"comparable values")
             keys.append(_extreme_key(v))
+        if type(state) is _Best:
+            return self._merged(state, keys)
         _sorted_update(state, keys, who)
         return state
 
     def column_ready(self, columns: Any, n: int) -> bool:
-        return self._keys(evaluate(trace(self._get), columns, n), n) is not None
+        got = evaluate(trace(self._get), columns, n)
+        if n and _number_columns(got, n) is not None:  # (no None among numbers: no keys to build)
+            return True
+        return self._keys(got, n) is not None
+
+    def add_insert_only_ranges(self, states: list[Any], columns: Any, n: int,
+                               lo: Sequence[int], hi: Sequence[int]) -> list[Any] | None:
+        """Each range's extreme found column-wise (a ``reduceat``, or for a tuple of columns
+        a ``lexsort`` within the ranges), kept alone as the state (:class:`_Best`): no order
+        key per value, no sorted state. Number columns only, floats without NaN or zero (their
+        rank among equal values is :func:`_tie`'s business), and states that are new or
+        insert-only; anything else takes :meth:`add_ranges`."""
+        got = evaluate(trace(self._get), columns, n)
+        cols = _number_columns(got, n)
+        if (cols is None or not n or not all(s is None or type(s) is _Best for s in states)
+                or any(c.dtype.kind == "f" and (np.isnan(c).any() or not c.all())
+                       for c in cols)):
+            return self.add_ranges(states, columns, n, lo, hi)
+        best = self._range_extremes(cols, lo, hi)
+        ties = tuple(-1 if c.dtype.kind == "b" else 2 if c.dtype.kind == "f" else 0
+                     for c in cols)
+        keys: list[tuple[int, Any, Any]]
+        if type(got) is tuple:
+            keys = [(0, v, ties) for v in zip(*(c.tolist() for c in best))]
+        else:
+            keys = [(0, v, ties[0]) for v in best[0].tolist()]
+        return [_Best(k) if s is None else self._merged(s, [k]) for s, k in zip(states, keys)]
+
+    def _range_extremes(self, cols: tuple[np.ndarray, ...], lo: Sequence[int],
+                        hi: Sequence[int]) -> tuple[np.ndarray, ...]:
+        """Per range ``lo[j]:hi[j]`` (never empty) the row values of its extreme: one column
+        by a ``reduceat``; a tuple of columns (compared item by item, as tuples compare) by a
+        ``lexsort`` of the ranges' rows, the range's last (Max) or first (Min) row."""
+        rows, bounds = _range_rows(lo, hi)
+        first = np.asarray(bounds[:-1], dtype=np.int64)
+        if len(cols) == 1:
+            reduce = np.maximum if self._largest else np.minimum
+            return (reduce.reduceat(cols[0][rows], first),)
+        group = np.repeat(np.arange(len(first)), np.diff(np.asarray(bounds)))
+        order = np.lexsort((*(c[rows] for c in reversed(cols)), group))
+        at = order[np.asarray(bounds[1:], dtype=np.int64) - 1 if self._largest
+                   else first]
+        return tuple(c[rows[at]] for c in cols)
 
     def add_groups(self, states: list[Any], columns: Any,
                    bounds: Sequence[int]) -> list[Any] | None:
@@ -740,6 +864,9 @@ class _Extreme(_Builtin):
         out = []
         for j, state in enumerate(states):
             part = keys[bounds[j]:bounds[j + 1]]
+            if type(state) is _Best:
+                out.append(self._merged(state, part))
+                continue
             if state is None:  # a new group's state: its keys sorted once (not twice)
                 try:
                     out.append(SortedList(part))
@@ -788,6 +915,10 @@ class _Extreme(_Builtin):
 
     def remove(self, state: SortedList, values: list[Any]) -> SortedList:
         get, who = self._get, self.udm_name
+        if type(state) is _Best:
+            raise ValueError(f"{who}.remove: this state keeps only the extreme (an insert-only "
+                             f"operator made it with add_insert_only_ranges), so nothing can "
+                             f"be removed from it; use add_ranges for states that see removals")
         for p in values:
             v = get(p)
             _sorted_remove(state, _extreme_key(v), who, v)
@@ -805,7 +936,10 @@ class Min(_Extreme):
     (-0.0, 2)
     """
 
-    def result(self, state: SortedList) -> Any:
+    def result(self, state: SortedList | _Best) -> Any:
+        if isinstance(state, _Best):
+            flag, value, _ = state.key
+            return math.nan if flag else value
         if not state:
             return None
         flag, value, _ = state[0]
@@ -827,11 +961,16 @@ class Max(_Extreme):
     (0, 2.0)
     """
 
-    def result(self, state: SortedList) -> Any:
+    def result(self, state: SortedList | _Best) -> Any:
+        if isinstance(state, _Best):
+            flag, value, _ = state.key
+            return math.nan if flag else value
         if not state:
             return None
         flag, value, _ = state[-1]
         return math.nan if flag else value
+
+    _largest = True
 
     @staticmethod
     def _extreme(keys: list[Any]) -> Any:

@@ -235,8 +235,10 @@ class KeyedWindowAggregate(Processor):
         self.udm = self.call.udm
         self.incremental = self.call.incremental
         self.time_sensitive = self.call.time_sensitive
-        #: the UDM's column-wise add (built-in aggregates; see operators.aggregates)
-        self.add_ranges = (self.udm.add_ranges
+        #: the UDM's column-wise add (built-in aggregates; see operators.aggregates): the
+        #: insert-only one where it has it (no state here ever sees a remove, so Min and Max
+        #: keep only the extreme)
+        self.add_ranges = (getattr(self.udm, "add_insert_only_ranges", self.udm.add_ranges)
                            if self.incremental and isinstance(self.udm, ColumnAggregate)
                            else None)
         #: how results become rows
@@ -551,29 +553,49 @@ class KeyedWindowAggregate(Processor):
             return []
         out: list[Message] = []
         sent = self.sent
-        last = None
         produced = self._produced if self.intervals else None
-        for n, k in sorted(self.touched, key=lambda nk: nk[0]):
+        per_window: dict[int, list[Hashable]] = {}
+        for n, k in self.touched:
             if produced is not None and not produced(n, k):  # touched again when its
                 continue  # frontier reaches it
-            if n != last:  # the window, its states and its rows sent: once per window
-                s, e = self._row_lifetime(n)
-                window = self._window(n)
-                states = self.open[n]
-                by_key = sent.setdefault(n, {})
-                last = n
-            result = self._result(n, k, states[k], window)
-            payload = (k, result) if self.keyed else result
-            before = by_key.get(k)
-            if before is not None:
-                if identical(before[1], payload):  # 2 -> 2.0 is a change: correct it
-                    continue
-                out.append(_new(Retract, (before[0], s, e, s, before[1])))
-            oid = self.ids.mint()
-            out.append(_new(Insert, (oid, s, e, payload)))
-            by_key[k] = (oid, payload)
+            per_window.setdefault(n, []).append(k)
         self.touched.clear()
+        keyed, ids = self.keyed, self.ids
+        for n in sorted(per_window):  # the window, its states and its rows sent: once each
+            keys = per_window[n]
+            s, e = self._row_lifetime(n)
+            states = self.open[n]
+            by_key = sent.setdefault(n, {})
+            results = self._results(n, {k: states[k] for k in keys})
+            for k, result in zip(keys, results):
+                payload = (k, result) if keyed else result
+                before = by_key.get(k)
+                if before is not None:
+                    if identical(before[1], payload):  # 2 -> 2.0 is a change: correct it
+                        continue
+                    out.append(_new(Retract, (before[0], s, e, s, before[1])))
+                oid = ids.mint()
+                out.append(_new(Insert, (oid, s, e, payload)))
+                by_key[k] = (oid, payload)
         return out
+
+    def _results(self, n: int, by_key: dict[Hashable, Any]) -> list[Any]:
+        """Window ``n``'s results of the groups ``by_key`` (key -> state), in its order: an
+        incremental aggregate's in one call (``window_results`` where the UDM has it: the
+        built-ins answer part by part), else one call per group; a failing group is found
+        again by :meth:`_result`, which names it."""
+        window = self._window(n)
+        if self.incremental:
+            udm: Any = self.udm
+            try:
+                many = getattr(udm, "window_results", None)
+                if many is not None:
+                    return many(list(by_key.values()), window)
+                window_result = udm.window_result
+                return [window_result(state, window) for state in by_key.values()]
+            except Exception:  # noqa: BLE001 (raised again below, naming the group)
+                pass
+        return [self._result(n, k, state, window) for k, state in by_key.items()]
 
     def _row_lifetime(self, n: int) -> tuple[int, int]:
         g = self.grid
@@ -621,15 +643,7 @@ class KeyedWindowAggregate(Processor):
         aggregate's results are taken in one pass (a failing key is found again by
         :meth:`_result`, which names it)."""
         s, e = self._row_lifetime(n)
-        window = self._window(n)
-        if self.incremental:
-            window_result = self.udm.window_result  # type: ignore[attr-defined]
-            try:
-                results = [window_result(state, window) for state in by_key.values()]
-            except Exception:  # noqa: BLE001 (raised again below, naming the group)
-                results = [self._result(n, k, state) for k, state in by_key.items()]
-        else:
-            results = [self._result(n, k, state) for k, state in by_key.items()]
+        results = self._results(n, by_key)
         ids = self.ids
         first = ids.next_id
         ids.next_id = first + len(results)
