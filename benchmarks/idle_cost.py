@@ -97,6 +97,58 @@ def ray_workers() -> list[psutil.Process]:
     return out
 
 
+_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def thread_times(pid: int) -> dict[int, tuple[float, int]]:
+    """``{tid: (cpu seconds, voluntary context switches)}`` of every thread of ``pid``
+    (/proc/PID/task: Linux only; empty elsewhere). A voluntary switch is a thread going to
+    sleep: the count of its wake-ups."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                vol = next(int(line.split()[1]) for line in f
+                           if line.startswith("voluntary_ctxt_switches"))
+        except (OSError, StopIteration, ValueError):
+            continue
+        out[int(tid)] = ((int(fields[11]) + int(fields[12])) / _HZ, vol)
+    return out
+
+
+def main_thread_share(pids: list[int], before: dict[int, dict[int, tuple[float, int]]],
+                      after: dict[int, dict[int, tuple[float, int]]], elapsed: float
+                      ) -> tuple[float, float, float]:
+    """Per process: % of a core of its main thread (Ray's task-execution loop, where the
+    ``CoreWorker.CheckSignal`` timer fires every 10 ms), that thread's wake-ups a second,
+    and % of a core of all its other threads."""
+    main = wakes = rest = 0.0
+    n = 0
+    for pid in pids:
+        b, a = before.get(pid, {}), after.get(pid, {})
+        if pid not in a or pid not in b:
+            continue
+        n += 1
+        main += a[pid][0] - b[pid][0]
+        wakes += a[pid][1] - b[pid][1]
+        rest += sum(a[t][0] - b[t][0] for t in a if t in b and t != pid)
+    if not n:
+        return 0.0, 0.0, 0.0
+    return (main / elapsed * 100 / n, wakes / elapsed / n, rest / elapsed * 100 / n)
+
+
+def timer_wakes(queries: list[Any]) -> dict[tuple[str, str], int]:
+    """cedar's own wake-ups so far: every step's timer loop iterations (``stats()``)."""
+    return {(q.name, step): st.get("timer_wakes", 0) for q in queries
+            for step, st in q.stats().items()}
+
+
 def cpu_seconds(procs: list[psutil.Process]) -> dict[int, float]:
     times = {}
     for p in procs:
@@ -131,7 +183,15 @@ def main() -> None:
     ap.add_argument("--fuse", choices=sorted(FUSE), default="none",
                     help="deploy(fuse=...): none (one actor per step, the default), "
                          "stateless, chains or all")
+    ap.add_argument("--ray-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Ray setting for this instance and its workers (repeatable), "
+                         "e.g. RAY_task_events_report_interval_ms=60000: to measure a lever")
     args = ap.parse_args()
+    for kv in args.ray_env:
+        key, sep, value = kv.partition("=")
+        if not sep or not key.startswith("RAY_"):
+            ap.error(f"--ray-env {kv!r}: write RAY_<setting>=<value>")
+        os.environ[key] = value  # before ray.init: the raylet and the workers inherit it
 
     import ray
 
@@ -164,9 +224,15 @@ def main() -> None:
             except psutil.Error:
                 pass
         load0 = os.getloadavg()[0]
+        wakes0, w0 = timer_wakes(queries), time.monotonic()
+        threads0 = {p.pid: thread_times(p.pid) for p in procs}
         before, t0 = cpu_seconds(procs), time.monotonic()
         time.sleep(args.seconds)
         after, elapsed = cpu_seconds(procs), time.monotonic() - t0
+        threads1 = {p.pid: thread_times(p.pid) for p in procs}
+        wakes1, w_elapsed = timer_wakes(queries), time.monotonic() - w0
+        cedar_wakes = (sum(wakes1[k] - wakes0.get(k, 0) for k in wakes1) / w_elapsed
+                       / max(1, len(wakes1)))
         used = {pid: after[pid] - before[pid] for pid in after if pid in before}
         operators = [pid for pid in used if names.get(pid, "").startswith("ray::OperatorShell")]
         hosts = [pid for pid in used if names.get(pid, "").startswith("ray::QueryHost")]
@@ -197,12 +263,23 @@ def main() -> None:
         print(f"a do-nothing Ray actor (Ray's floor): {floor:.3f} % of a core each "
               f"({len(bare_pids)} measured); cedar's own per operator actor: "
               f"{per_op - floor:+.3f} %")
+        op_main, op_main_wakes, op_rest = main_thread_share(operators, threads0, threads1,
+                                                            elapsed)
+        bare_main, bare_main_wakes, bare_rest = main_thread_share(sorted(bare_pids), threads0,
+                                                                  threads1, elapsed)
+        print(f"per process, main thread (Ray's task loop: its 10 ms CheckSignal timer) / "
+              f"other threads: operator actor {op_main:.3f} % ({op_main_wakes:.0f} wake-ups/s)"
+              f" / {op_rest:.3f} %; do-nothing actor {bare_main:.3f} % "
+              f"({bare_main_wakes:.0f} wake-ups/s) / {bare_rest:.3f} %")
+        print(f"cedar's own timer: {cedar_wakes:.2f} wake-ups/s per actor "
+              f"({len(wakes1)} actors)")
         print(f"per idle step (fuse={args.fuse}: {steps} steps in {len(operators)} operator "
               f"actors and {len(hosts)} hosts): {per_step:.3f} % of a core")
         print(f"RESULT idle_cost fuse={args.fuse} queries={len(queries)} steps={steps} "
               f"actors={n_actors} per_step_pct={per_step:.3f} "
               f"per_actor_pct={per_actor:.3f} per_operator_pct={per_op:.3f} "
               f"ray_floor_pct={floor:.3f} cedar_own_pct={per_op - floor:.3f} "
+              f"main_thread_pct={op_main:.3f} cedar_timer_wakes_per_s={cedar_wakes:.2f} "
               f"total_pct={total:.2f} load={load0:.2f}")
     finally:
         _never.set()
