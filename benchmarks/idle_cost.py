@@ -34,6 +34,25 @@ actors): 0.63 % of a core with one actor per step (``--fuse none``), 0.55 % with
 all`` (15 actors: the join's two sources, the partitions and every sink keep theirs). The
 floor is per process, so a step costs under 0.1 % only when a stage runs more than ~6 steps.
 
+Where an idle actor's CPU goes (2026-11-26, load average ~10, this benchmark's per-thread
+split from /proc/PID/task/TID/schedstat, nanosecond run times): an operator actor 0.556 % of
+a core, a do-nothing actor 0.517 %; of that the main thread 0.38 % at ~100 runs a second:
+``strace`` of an idle bare actor's main thread shows it re-arming a 10 ms timerfd in
+``CoreWorker::RunTaskExecutionLoop``'s io_context (``CoreWorker.CheckSignal``, which takes
+the GIL for ``PyErr_CheckSignals``); Ray's other threads (worker.io ~11 wake-ups/s, the gRPC
+pollers ~5/s each) make the other ~0.15 %. cedar's own timer: 0 wake-ups a second per
+actor (``stats()["timer_wakes"]``; tests/actors/test_idle_ray.py bounds it at 1/s).
+
+Ray settings as levers (``--ray-env``; bare actors, A/B 40 s each): task events and metrics
+every 60 s, ``RAY_event_stats=0``, the core worker's internal heartbeat at 10 s, event-loop
+lag collection and gRPC connection checks at 60 s: 0.587 % per process against 0.600 %
+without (noise); the main thread still runs ~100 times a second, worker.io still ~11. None
+reaches the 10 ms check, which is hard-coded. So one Ray worker process costs ~0.5 % of a core
+idle whatever cedar does, five times the 0.1 % asked; a step costs under 0.1 % only when
+more than ~6 steps share a process (``deploy(fuse=...)`` today, within one query; steps of
+different queries sharing an actor would be the next lever), or with a Ray whose worker
+loop checks signals without a 10 ms timer.
+
 The machine's load is printed beside the figure (other processes share its cores; the
 measure counts only this instance's workers, but a loaded machine delays their wake-ups).
 """
@@ -97,13 +116,10 @@ def ray_workers() -> list[psutil.Process]:
     return out
 
 
-_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def thread_times(pid: int) -> dict[int, tuple[float, int]]:
-    """``{tid: (cpu seconds, voluntary context switches)}`` of every thread of ``pid``
-    (/proc/PID/task: Linux only; empty elsewhere). A voluntary switch is a thread going to
-    sleep: the count of its wake-ups."""
+def thread_times(pid: int) -> dict[int, tuple[float, int, str]]:
+    """``{tid: (cpu seconds, times run, thread name)}`` of every thread of ``pid``, from
+    /proc/PID/task/TID/schedstat (the scheduler's nanosecond run time, not 10 ms ticks, and
+    how many times the thread was put on a CPU: its wake-ups). Linux only; empty elsewhere."""
     out = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
@@ -111,19 +127,18 @@ def thread_times(pid: int) -> dict[int, tuple[float, int]]:
         return out
     for tid in tids:
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{pid}/task/{tid}/status") as f:
-                vol = next(int(line.split()[1]) for line in f
-                           if line.startswith("voluntary_ctxt_switches"))
-        except (OSError, StopIteration, ValueError):
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                run_ns, _, slices = f.read().split()[:3]
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+        except (OSError, ValueError):
             continue
-        out[int(tid)] = ((int(fields[11]) + int(fields[12])) / _HZ, vol)
+        out[int(tid)] = (int(run_ns) / 1e9, int(slices), "main" if int(tid) == pid else name)
     return out
 
 
-def main_thread_share(pids: list[int], before: dict[int, dict[int, tuple[float, int]]],
-                      after: dict[int, dict[int, tuple[float, int]]], elapsed: float
+def main_thread_share(pids: list[int], before: dict[int, dict[int, tuple[float, int, str]]],
+                      after: dict[int, dict[int, tuple[float, int, str]]], elapsed: float
                       ) -> tuple[float, float, float]:
     """Per process: % of a core of its main thread (Ray's task-execution loop, where the
     ``CoreWorker.CheckSignal`` timer fires every 10 ms), that thread's wake-ups a second,
@@ -141,6 +156,26 @@ def main_thread_share(pids: list[int], before: dict[int, dict[int, tuple[float, 
     if not n:
         return 0.0, 0.0, 0.0
     return (main / elapsed * 100 / n, wakes / elapsed / n, rest / elapsed * 100 / n)
+
+
+def by_thread_name(pids: list[int], before: dict[int, dict[int, tuple[float, int, str]]],
+                   after: dict[int, dict[int, tuple[float, int, str]]], elapsed: float
+                   ) -> list[tuple[str, float, float]]:
+    """Per thread name, most costly first: % of a core per process and runs a second per
+    process (summed over the threads of that name in a process)."""
+    cpu: dict[str, float] = {}
+    runs: dict[str, float] = {}
+    n = 0
+    for pid in pids:
+        b, a = before.get(pid, {}), after.get(pid, {})
+        n += bool(a)
+        for tid, (sec, slices, name) in a.items():
+            if tid in b:
+                cpu[name] = cpu.get(name, 0.0) + sec - b[tid][0]
+                runs[name] = runs.get(name, 0.0) + slices - b[tid][1]
+    n = max(1, n)
+    return sorted(((k, cpu[k] / elapsed * 100 / n, runs[k] / elapsed / n) for k in cpu),
+                  key=lambda r: -r[1])
 
 
 def timer_wakes(queries: list[Any]) -> dict[tuple[str, str], int]:
@@ -271,6 +306,9 @@ def main() -> None:
               f"other threads: operator actor {op_main:.3f} % ({op_main_wakes:.0f} wake-ups/s)"
               f" / {op_rest:.3f} %; do-nothing actor {bare_main:.3f} % "
               f"({bare_main_wakes:.0f} wake-ups/s) / {bare_rest:.3f} %")
+        print("  operator actor's threads, per process: " + "; ".join(
+            f"{name} {pct:.3f} % ({runs:.0f}/s)"
+            for name, pct, runs in by_thread_name(operators, threads0, threads1, elapsed)[:6]))
         print(f"cedar's own timer: {cedar_wakes:.2f} wake-ups/s per actor "
               f"({len(wakes1)} actors)")
         print(f"per idle step (fuse={args.fuse}: {steps} steps in {len(operators)} operator "
