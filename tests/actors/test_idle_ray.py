@@ -67,3 +67,20 @@ def test_idle_deployed_steps_do_not_wake_cedar_code(ray_session, fuse):
         never.set()
         for q in queries:
             q.stop()
+
+
+def test_an_idle_checkpointed_query_fetches_from_its_sink_rarely(ray_session, tmp_path):
+    """The supervisor's watcher waits on one fetch from the sink at a time; an idle query's
+    sink answers one per ``FETCH_S`` (10 s; 2 s cost the sink ~0.1 % of a core)."""
+    never = threading.Event()
+    q = _shapes(never)[2].deploy("idle-test-ckpt", checkpoint_dir=str(tmp_path))
+    try:
+        sup = q.supervisor
+        assert hasattr(sup, "fetches"), "a driver-fed query's supervisor runs in the driver"
+        time.sleep(1.0)
+        first = sup.fetches
+        time.sleep(6.0)
+        assert sup.fetches - first <= 1, f"{sup.fetches - first} fetches from an idle sink"
+    finally:
+        never.set()
+        q.stop()
