@@ -43,6 +43,11 @@ the GIL for ``PyErr_CheckSignals``); Ray's other threads (worker.io ~11 wake-ups
 pollers ~5/s each) make the other ~0.15 %. cedar's own timer: 0 wake-ups a second per
 actor (``stats()["timer_wakes"]``; tests/actors/test_idle_ray.py bounds it at 1/s).
 
+With ``--checkpoint`` (2026-11-26, load ~15-20, 30 s): the supervisor's watcher fetched from
+each idle sink every 2 s: the five sinks cost 0.833 % each against a do-nothing actor's
+0.658 %; with a fetch every 10 s (actors/supervisor.py FETCH_S) the costliest actor measured
+0.633 % against 0.567 %, cedar's own +0.017 % per operator actor (+0.048 % before).
+
 Ray settings as levers (``--ray-env``; bare actors, A/B 40 s each): task events and metrics
 every 60 s, ``RAY_event_stats=0``, the core worker's internal heartbeat at 10 s, event-loop
 lag collection and gRPC connection checks at 60 s: 0.587 % per process against 0.600 %
