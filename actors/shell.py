@@ -799,6 +799,7 @@ class OperatorShell:
                 in_ended=sorted(proc.in_ended or ()) if proc is not None else [],
                 cti_wall=self.cti_wall, push_wall=self.push_wall,
                 out_edges=[(t.dst, t.port) for t in self.targets],
+                timer_wakes=self.timer_wakes,  # the timer's loop iterations (idle cost)
             )
             if proc is not None and proc.stats is not None:
                 s["source"] = dict(proc.stats)

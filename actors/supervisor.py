@@ -51,8 +51,10 @@ from .config import ShellConfig
 from .wire import decode
 
 #: Seconds one fetch waits for output (it returns as soon as output is released or the query
-#: ends or fails; a failure or death elsewhere ends the wait through the vigils).
-FETCH_S = 2.0
+#: ends or fails; a failure or death elsewhere ends the wait through the vigils). An idle
+#: query's sink answers one fetch per FETCH_S: 2 s cost it ~0.1 % of a core above Ray's floor
+#: (benchmarks/idle_cost.py --checkpoint).
+FETCH_S = 10.0
 #: What :meth:`Supervisor._step_error` says of a step whose actor is gone.
 DEAD = "a step is dead"
 #: Seconds one vigil call waits for its step to fail before it is renewed.
@@ -92,6 +94,8 @@ class Supervisor:
         self.new_output = threading.Condition()
         self._inflight: dict[str, deque[Any]] = {}
         self._suspect = threading.Event()
+        #: the fetches the watcher has sent to the sink (an idle query: one per FETCH_S)
+        self.fetches = 0
         self._threads: list[threading.Thread] = []
         #: step -> its pending vigil call (see the module docstring; the watcher's own)
         self._vigils: dict[str, Any] = {}
@@ -255,6 +259,7 @@ class Supervisor:
         while not self.stop_event.is_set():
             try:
                 ref = self.handles[self.sink_step].fetch_from.remote(self.pos, FETCH_S)
+                self.fetches += 1
                 step, error = self.sink_step, None
                 while True:  # the fetch, or a step that fails or dies meanwhile
                     ready, _ = ray.wait([ref, *self._renew_vigils()], num_returns=1)

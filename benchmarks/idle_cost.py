@@ -34,6 +34,30 @@ actors): 0.63 % of a core with one actor per step (``--fuse none``), 0.55 % with
 all`` (15 actors: the join's two sources, the partitions and every sink keep theirs). The
 floor is per process, so a step costs under 0.1 % only when a stage runs more than ~6 steps.
 
+Where an idle actor's CPU goes (2026-11-26, load average ~10, this benchmark's per-thread
+split from /proc/PID/task/TID/schedstat, nanosecond run times): an operator actor 0.556 % of
+a core, a do-nothing actor 0.517 %; of that the main thread 0.38 % at ~100 runs a second:
+``strace`` of an idle bare actor's main thread shows it re-arming a 10 ms timerfd in
+``CoreWorker::RunTaskExecutionLoop``'s io_context (``CoreWorker.CheckSignal``, which takes
+the GIL for ``PyErr_CheckSignals``); Ray's other threads (worker.io ~11 wake-ups/s, the gRPC
+pollers ~5/s each) make the other ~0.15 %. cedar's own timer: 0 wake-ups a second per
+actor (``stats()["timer_wakes"]``; tests/actors/test_idle_ray.py bounds it at 1/s).
+
+With ``--checkpoint`` (2026-11-26, load ~15-20, 30 s): the supervisor's watcher fetched from
+each idle sink every 2 s: the five sinks cost 0.833 % each against a do-nothing actor's
+0.658 %; with a fetch every 10 s (actors/supervisor.py FETCH_S) the costliest actor measured
+0.633 % against 0.567 %, cedar's own +0.017 % per operator actor (+0.048 % before).
+
+Ray settings as levers (``--ray-env``; bare actors, A/B 40 s each): task events and metrics
+every 60 s, ``RAY_event_stats=0``, the core worker's internal heartbeat at 10 s, event-loop
+lag collection and gRPC connection checks at 60 s: 0.587 % per process against 0.600 %
+without (noise); the main thread still runs ~100 times a second, worker.io still ~11. None
+reaches the 10 ms check, which is hard-coded. So one Ray worker process costs ~0.5 % of a core
+idle whatever cedar does, five times the 0.1 % asked; a step costs under 0.1 % only when
+more than ~6 steps share a process (``deploy(fuse=...)`` today, within one query; steps of
+different queries sharing an actor would be the next lever), or with a Ray whose worker
+loop checks signals without a 10 ms timer.
+
 The machine's load is printed beside the figure (other processes share its cores; the
 measure counts only this instance's workers, but a loaded machine delays their wake-ups).
 """
@@ -97,6 +121,74 @@ def ray_workers() -> list[psutil.Process]:
     return out
 
 
+def thread_times(pid: int) -> dict[int, tuple[float, int, str]]:
+    """``{tid: (cpu seconds, times run, thread name)}`` of every thread of ``pid``, from
+    /proc/PID/task/TID/schedstat (the scheduler's nanosecond run time, not 10 ms ticks, and
+    how many times the thread was put on a CPU: its wake-ups). Linux only; empty elsewhere."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                run_ns, _, slices = f.read().split()[:3]
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        out[int(tid)] = (int(run_ns) / 1e9, int(slices), "main" if int(tid) == pid else name)
+    return out
+
+
+def main_thread_share(pids: list[int], before: dict[int, dict[int, tuple[float, int, str]]],
+                      after: dict[int, dict[int, tuple[float, int, str]]], elapsed: float
+                      ) -> tuple[float, float, float]:
+    """Per process: % of a core of its main thread (Ray's task-execution loop, where the
+    ``CoreWorker.CheckSignal`` timer fires every 10 ms), that thread's wake-ups a second,
+    and % of a core of all its other threads."""
+    main = wakes = rest = 0.0
+    n = 0
+    for pid in pids:
+        b, a = before.get(pid, {}), after.get(pid, {})
+        if pid not in a or pid not in b:
+            continue
+        n += 1
+        main += a[pid][0] - b[pid][0]
+        wakes += a[pid][1] - b[pid][1]
+        rest += sum(a[t][0] - b[t][0] for t in a if t in b and t != pid)
+    if not n:
+        return 0.0, 0.0, 0.0
+    return (main / elapsed * 100 / n, wakes / elapsed / n, rest / elapsed * 100 / n)
+
+
+def by_thread_name(pids: list[int], before: dict[int, dict[int, tuple[float, int, str]]],
+                   after: dict[int, dict[int, tuple[float, int, str]]], elapsed: float
+                   ) -> list[tuple[str, float, float]]:
+    """Per thread name, most costly first: % of a core per process and runs a second per
+    process (summed over the threads of that name in a process)."""
+    cpu: dict[str, float] = {}
+    runs: dict[str, float] = {}
+    n = 0
+    for pid in pids:
+        b, a = before.get(pid, {}), after.get(pid, {})
+        n += bool(a)
+        for tid, (sec, slices, name) in a.items():
+            if tid in b:
+                cpu[name] = cpu.get(name, 0.0) + sec - b[tid][0]
+                runs[name] = runs.get(name, 0.0) + slices - b[tid][1]
+    n = max(1, n)
+    return sorted(((k, cpu[k] / elapsed * 100 / n, runs[k] / elapsed / n) for k in cpu),
+                  key=lambda r: -r[1])
+
+
+def timer_wakes(queries: list[Any]) -> dict[tuple[str, str], int]:
+    """cedar's own wake-ups so far: every step's timer loop iterations (``stats()``)."""
+    return {(q.name, step): st.get("timer_wakes", 0) for q in queries
+            for step, st in q.stats().items()}
+
+
 def cpu_seconds(procs: list[psutil.Process]) -> dict[int, float]:
     times = {}
     for p in procs:
@@ -131,7 +223,15 @@ def main() -> None:
     ap.add_argument("--fuse", choices=sorted(FUSE), default="none",
                     help="deploy(fuse=...): none (one actor per step, the default), "
                          "stateless, chains or all")
+    ap.add_argument("--ray-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Ray setting for this instance and its workers (repeatable), "
+                         "e.g. RAY_task_events_report_interval_ms=60000: to measure a lever")
     args = ap.parse_args()
+    for kv in args.ray_env:
+        key, sep, value = kv.partition("=")
+        if not sep or not key.startswith("RAY_"):
+            ap.error(f"--ray-env {kv!r}: write RAY_<setting>=<value>")
+        os.environ[key] = value  # before ray.init: the raylet and the workers inherit it
 
     import ray
 
@@ -164,9 +264,15 @@ def main() -> None:
             except psutil.Error:
                 pass
         load0 = os.getloadavg()[0]
+        wakes0, w0 = timer_wakes(queries), time.monotonic()
+        threads0 = {p.pid: thread_times(p.pid) for p in procs}
         before, t0 = cpu_seconds(procs), time.monotonic()
         time.sleep(args.seconds)
         after, elapsed = cpu_seconds(procs), time.monotonic() - t0
+        threads1 = {p.pid: thread_times(p.pid) for p in procs}
+        wakes1, w_elapsed = timer_wakes(queries), time.monotonic() - w0
+        cedar_wakes = (sum(wakes1[k] - wakes0.get(k, 0) for k in wakes1) / w_elapsed
+                       / max(1, len(wakes1)))
         used = {pid: after[pid] - before[pid] for pid in after if pid in before}
         operators = [pid for pid in used if names.get(pid, "").startswith("ray::OperatorShell")]
         hosts = [pid for pid in used if names.get(pid, "").startswith("ray::QueryHost")]
@@ -197,12 +303,26 @@ def main() -> None:
         print(f"a do-nothing Ray actor (Ray's floor): {floor:.3f} % of a core each "
               f"({len(bare_pids)} measured); cedar's own per operator actor: "
               f"{per_op - floor:+.3f} %")
+        op_main, op_main_wakes, op_rest = main_thread_share(operators, threads0, threads1,
+                                                            elapsed)
+        bare_main, bare_main_wakes, bare_rest = main_thread_share(sorted(bare_pids), threads0,
+                                                                  threads1, elapsed)
+        print(f"per process, main thread (Ray's task loop: its 10 ms CheckSignal timer) / "
+              f"other threads: operator actor {op_main:.3f} % ({op_main_wakes:.0f} wake-ups/s)"
+              f" / {op_rest:.3f} %; do-nothing actor {bare_main:.3f} % "
+              f"({bare_main_wakes:.0f} wake-ups/s) / {bare_rest:.3f} %")
+        print("  operator actor's threads, per process: " + "; ".join(
+            f"{name} {pct:.3f} % ({runs:.0f}/s)"
+            for name, pct, runs in by_thread_name(operators, threads0, threads1, elapsed)[:6]))
+        print(f"cedar's own timer: {cedar_wakes:.2f} wake-ups/s per actor "
+              f"({len(wakes1)} actors)")
         print(f"per idle step (fuse={args.fuse}: {steps} steps in {len(operators)} operator "
               f"actors and {len(hosts)} hosts): {per_step:.3f} % of a core")
         print(f"RESULT idle_cost fuse={args.fuse} queries={len(queries)} steps={steps} "
               f"actors={n_actors} per_step_pct={per_step:.3f} "
               f"per_actor_pct={per_actor:.3f} per_operator_pct={per_op:.3f} "
               f"ray_floor_pct={floor:.3f} cedar_own_pct={per_op - floor:.3f} "
+              f"main_thread_pct={op_main:.3f} cedar_timer_wakes_per_s={cedar_wakes:.2f} "
               f"total_pct={total:.2f} load={load0:.2f}")
     finally:
         _never.set()

@@ -218,6 +218,8 @@ def test_idle_cost_runs_and_prints_the_cost_per_idle_step(tmp_path):
     # (a query fed by this driver, as these are, has no host actor)
     assert steps == want_steps and stages <= actors <= stages + 5
     assert float(got["per_step_pct"]) >= 0
+    # where the CPU goes: Ray's main thread (Linux /proc), and cedar's own timer, asleep
+    assert float(got["main_thread_pct"]) >= 0 and float(got["cedar_timer_wakes_per_s"]) <= 2
 
 
 def test_nexmark_times_cedar_best_of_its_runs_and_says_how_many():
