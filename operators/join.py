@@ -308,8 +308,10 @@ class Join(BinaryTemporal):
             state = self.columns
             if len(state.sides[port]) < ROWS_INTO_COLUMNS and (
                     getattr(state, "batches", True) or not len(state.sides[1 - port])):
-                one = Columns(np.array([msg.id], dtype=object), np.array([msg.start]),
-                              np.array([msg.end]), one_row(msg.payload))
+                ids = np.empty(1, dtype=object)
+                ids[0] = msg.id  # np.array([id]) would unpack a tuple id into a row
+                one = Columns(ids, np.array([msg.start]), np.array([msg.end]),
+                              one_row(msg.payload))
                 found = self._match_columns(one, port, state)
                 if found is not None:
                     return found

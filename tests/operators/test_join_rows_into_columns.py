@@ -84,3 +84,12 @@ def test_past_the_limit_rows_take_the_per_event_path(monkeypatch):
     assert op.columns is not None
     op.process([Insert("m2", 0, 10, {"k": 2, "v": 2})], 1)
     assert op.columns is None
+
+
+def test_a_row_with_a_tuple_id_joins_column_wise_under_its_own_id() -> None:
+    # a tuple id must stay one id in the one-row batch (np.array([id]) makes it a row of two)
+    j = Join(on=None)
+    j.process([Insert(("a", 0), 10, 20, 1)], 0)
+    assert j.columns is not None and j.columns.sides[0].ids.tolist() == [("a", 0)]
+    out = j.process([Insert(("b", 1), 15, 30, 2), Cti(40)], 1)
+    assert to_cht(out) == [(15, 20, (1, 2))]
