@@ -211,6 +211,7 @@ class OperatorShell:
         #: ``why`` says how long ago a step moved (topology/why.py)
         self.cti_wall: float | None = None
         self.push_wall: float | None = None
+        self.finished_wall: float | None = None  # when every input had ended (time.time())
         self._oldest: float | None = None  # when the oldest buffered message arrived
         self._poll: Callable[[float], list[Message]] | None = None  # the processor's poll
         self._next_poll: float | None = None  # when (time.monotonic()) to poll next
@@ -472,7 +473,7 @@ class OperatorShell:
                 self._failed(exc)
         if self.trace is not None:
             self.trace.flush()
-        self.finished = True
+        self.finished, self.finished_wall = True, time.time()
         self._hand_out(self.barriers.release())
         self._wake.notify_all()
         return ready
@@ -798,6 +799,7 @@ class OperatorShell:
                 in_ctis=None if proc is None or proc.in_ctis is None else list(proc.in_ctis),
                 in_ended=sorted(proc.in_ended or ()) if proc is not None else [],
                 cti_wall=self.cti_wall, push_wall=self.push_wall,
+                finished_wall=self.finished_wall,
                 out_edges=[(t.dst, t.port) for t in self.targets],
                 timer_wakes=self.timer_wakes,  # the timer's loop iterations (idle cost)
             )

@@ -303,15 +303,28 @@ def _timed_chunks(items: Iterable[Any], size: int, flush_s: float,
 
 
 def _feed_thread(sender: _Sender, items: Iterable[Any], batch_size: int, flush_s: float,
-                 stop: threading.Event, errors: list[str],
-                 batched: bool = False) -> threading.Thread:
-    """Feeds ``items`` (rows or messages; with ``batched``, ready batches) to ``sender``."""
+                 stop: threading.Event, errors: list[str], batched: bool = False,
+                 gate: threading.Event | None = None,
+                 primed: threading.Event | None = None) -> threading.Thread:
+    """Feeds ``items`` (rows or messages; with ``batched``, ready batches) to ``sender``.
+    With a ``gate`` (a held query) the thread opens the source and reads its first batch
+    at once (a Spark source plans its read then: the files, the order of their row groups),
+    and sends nothing before the gate opens (``Query.start()``); ``primed`` is set once the
+    first batch is read (or failed)."""
     def run() -> None:
         try:
             batches = iter(items) if batched else _timed_chunks(items, batch_size, flush_s, stop)
             try:
-                for batch in batches:
+                try:
+                    first = [next(batches, END)] if gate is not None else []
+                finally:
+                    if primed is not None:
+                        primed.set()
+                while gate is not None and not gate.wait(0.5):
                     if stop.is_set():
+                        return
+                for batch in itertools.chain(first, batches):
+                    if stop.is_set() or batch is END:
                         break
                     sender.send(batch)
             finally:
@@ -623,6 +636,11 @@ def _supervise(plan: Plan, name: str, settings: ShellConfig, root: str,
     return _SupervisedJob(plan, name, settings, ck.normalize(root), **options)
 
 
+#: How long ``deploy(..., hold=True)`` waits for its sources' first batches (a source that
+#: has no row yet, such as a generator waiting for input, is not waited for longer).
+PRIME_S = 10.0
+
+
 @dataclasses.dataclass
 class _FeedJob:
     """A query's feeding without checkpoints: each source's data to its actor, from the
@@ -645,7 +663,9 @@ class _FeedJob:
 
     def start(self, resume: bool = False) -> _Feeders:
         feeders = _Feeders([], threading.Event(), [], self)
-        if not self.held:
+        if self.held:
+            feeders.prepare()
+        else:
             feeders.go()
         return feeders
 
@@ -659,22 +679,44 @@ class _Feeders:
     errors: list[str]
     job: _FeedJob
     started: bool = False
+    #: opened by :meth:`go`: the prepared feeders of a held query send from then on
+    gate: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+    def prepare(self) -> None:
+        """A held query: a thread per source the driver feeds opens it and reads its first
+        batch now, and sends it when :meth:`go` opens the gate. Waits (up to ``PRIME_S``)
+        until every first batch is read, so that the run starts with its input ready."""
+        primed = []
+        for handle, rows, data, batched in (f for f, pull in zip(self.job.feeds, self.job.pull)
+                                            if not pull):
+            primed.append(self._feed(handle, rows, data, batched))
+        deadline = time.monotonic() + PRIME_S
+        for event in primed:
+            event.wait(max(0.0, deadline - time.monotonic()))
 
     def go(self) -> None:
         """Start feeding (once): the sources that read their own data start reading it,
-        and a thread per other source feeds it."""
+        and a thread per other source feeds it (started by :meth:`prepare` when held)."""
         if self.started or self.stop_event.is_set():
             return
         self.started = True
         job = self.job
         fed = _start_pulls([f[0] for f in job.feeds],
                            [f[2] if p else None for f, p in zip(job.feeds, job.pull)])
-        for handle, rows, data, batched in (f for f, by_driver in zip(job.feeds, fed)
-                                            if by_driver):
-            sender = _Sender(handle, rows, job.settings.max_in_flight)
-            self.threads.append(_feed_thread(sender, data, job.settings.batch_size,
-                                             job.settings.flush_s, self.stop_event,
-                                             self.errors, batched=batched))
+        for (handle, rows, data, batched), by_driver, pull in zip(job.feeds, fed, job.pull):
+            if by_driver and (pull or not job.held):  # not prepared yet
+                self._feed(handle, rows, data, batched)
+        self.gate.set()
+
+    def _feed(self, handle: Any, rows: bool, data: Any, batched: bool) -> threading.Event:
+        """Start a thread feeding ``data`` to ``handle``; returns the event set when its
+        first batch is read (held) or at once."""
+        settings, primed = self.job.settings, threading.Event()
+        self.threads.append(_feed_thread(
+            _Sender(handle, rows, settings.max_in_flight), data, settings.batch_size,
+            settings.flush_s, self.stop_event, self.errors, batched=batched,
+            gate=self.gate if self.job.held else None, primed=primed))
+        return primed
 
     def feed_errors(self) -> list[str]:
         return list(self.errors)

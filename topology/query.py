@@ -157,6 +157,7 @@ class Query:
         #: the sources the host feeds (:meth:`_host_fed`), and since when they took nothing
         self._fed: list[str] | None = None
         self._drain: tuple[float, dict[str, int]] | None = None
+        self._checked = 0.0  # when wait() last asked every step (at most every CHECK_S)
 
     def __reduce__(self) -> Any:
         raise TypeError(
@@ -294,23 +295,23 @@ class Query:
         kind, step, reason = self._diagnose()
         return f"failed: step {step}: {reason}" if kind == "failed" else kind
 
-    def _diagnose(self) -> tuple[str, str | None, str | None]:
-        """(state, failed step, reason): see :meth:`state`."""
+    def _diagnose(self, wait_s: float = STATS_WAIT_S) -> tuple[str, str | None, str | None]:
+        """(state, failed step, reason): see :meth:`state`. A step that does not answer
+        within ``wait_s`` is busy (its stats wait for the batch it is working on), not dead."""
         if self.supervisor is not None:
             return self._diagnose_supervised()
         import ray
 
         handles = dict(self._handles)
         refs = {step: h.stats.remote() for step, h in handles.items()}
+        answered, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=wait_s)
         stats: dict[str, dict[str, Any] | None] = {}
         dead = []
         for step, ref in refs.items():
             try:
-                stats[step] = ray.get(ref, timeout=STATS_WAIT_S)
+                stats[step] = ray.get(ref) if ref in answered else None  # None: busy
             except ray.exceptions.RayActorError:
                 dead.append(step)
-            except ray.exceptions.GetTimeoutError:
-                stats[step] = None  # busy, not dead
         sink = stats.get(self.sink_step)
         if sink is not None and sink["finished"] and not sink["error"]:
             return "finished", None, None
@@ -456,17 +457,18 @@ class Query:
                 if done or (deadline is not None and time.monotonic() >= deadline):
                     return bool(done)
 
-        checked = 0.0
         while True:
+            # never past the deadline: a step busy with a long batch answers after it
+            wait_s = STATS_WAIT_S if deadline is None else max(0.05, deadline - time.monotonic())
             try:
-                s = ray.get(self._sink.stats.remote(), timeout=STATS_WAIT_S)
+                s = ray.get(self._sink.stats.remote(), timeout=wait_s)
                 if s["finished"] and not s["error"]:
                     return True
             except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                 s = None
-            if s is None or s["error"] or time.monotonic() - checked > CHECK_S:
-                checked = time.monotonic()
-                kind, step, reason = self._diagnose()
+            if s is None or s["error"] or time.monotonic() - self._checked > CHECK_S:
+                self._checked = time.monotonic()
+                kind, step, reason = self._diagnose(wait_s)
                 if kind == "finished":
                     return True
                 if kind == "failed":

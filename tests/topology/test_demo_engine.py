@@ -45,6 +45,53 @@ def test_a_held_query_takes_no_input_until_started(ray_session, fed_by):
 
 
 @pytest.mark.ray
+def test_a_held_query_opens_its_source_before_it_starts(ray_session):
+    # deploy(hold=True) is start-up: the driver's feeder opens the source and reads its
+    # first batch before deploy returns (a Spark source plans its read), but sends nothing
+    # before start()
+    pulled = []
+
+    def rows():
+        for r in _rows(300):
+            pulled.append(r["ts"])
+            yield r
+
+    q = Stream.from_rows(rows(), start="ts").deploy("held-open", hold=True, detached=False,
+                                                    history=True)
+    try:
+        assert pulled  # deploy returned with the first batch read
+        time.sleep(0.5)
+        assert _received(q) == 0 and not q.wait(timeout_s=0)
+        q.start()
+        assert q.wait(timeout_s=60) and _received(q) == 300 and len(q.snapshot()) == 300
+    finally:
+        q.stop()
+
+
+def _slow(row):
+    if row["ts"] == 0:
+        time.sleep(3.0)
+    return True
+
+
+@pytest.mark.ray
+def test_wait_keeps_its_timeout_while_a_step_is_busy(ray_session):
+    # a step's stats answer only between batches: wait(timeout_s=0) must not wait for a
+    # long batch to end to find out whether the query failed (the demo polls it)
+    q = Stream.from_rows(_rows(50), start="ts").where(_slow).deploy(
+        "busy-wait", detached=False, history=True)
+    try:
+        time.sleep(1.0)  # the where is inside its 3 s batch
+        t0 = time.monotonic()
+        assert not q.wait(timeout_s=0)
+        assert not q.wait(timeout_s=0.2)
+        assert time.monotonic() - t0 < 1.5
+        assert q.wait(timeout_s=60) and len(q.snapshot()) == 50
+    finally:
+        q.stop()
+
+
+@pytest.mark.ray
 def test_hold_with_a_checkpoint_is_refused(ray_session, tmp_path):
     with pytest.raises(ValueError, match="hold=True is for queries without checkpoint_dir"):
         Stream.from_rows(_rows(3), start="ts").deploy("held-ckpt", hold=True,
