@@ -1,0 +1,25 @@
+"""An actor's first batch does only its work: what the data path imports lazily is imported
+while the query is set up (``OperatorShell.configure``), not when the first batch comes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+_SCRIPT = """
+import sys
+from actors.shell import OperatorShell
+from operators.where import Where
+lazy = ("numpy.ma", "pyarrow.compute")
+before = [m in sys.modules for m in lazy]
+OperatorShell().configure({"step": "where#1", "describe": "where", "factory": lambda: Where(bool),
+                           "n_in": 1})
+print(before, [m in sys.modules for m in lazy])
+"""
+
+
+def test_configure_imports_what_the_first_batch_would():
+    # a fresh interpreter: another test may have imported them in this one
+    out = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True,
+                         check=True, cwd=".").stdout.strip()
+    assert out == "[False, False] [True, True]"
