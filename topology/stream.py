@@ -236,7 +236,12 @@ class Stream:
         refused, with how to cast the column, never cut silently). Events
         travel column-wise (``operators.columns.Columns``): the fast path for
         ``where``/``select`` functions that work on whole columns and for windowed
-        aggregates per group."""
+        aggregates per group.
+
+        Times from timestamp or date columns are shown to people as times (``explain``,
+        ``cedar inspect``, pictures); a generator's schema is not known before it runs, so
+        give its schema with ``pyarrow.RecordBatchReader.from_batches(schema, generator)``
+        for its times to be shown as times rather than ticks."""
         import pyarrow as pa
 
         from .arrow_reader import TableBatches, arrow_batches, check_times
