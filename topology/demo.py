@@ -201,6 +201,49 @@ def _finished_at(live: Any) -> float:
     return float(ray.get(live.handles[live.sink_step].stats.remote())["finished_wall"])
 
 
+def deploy_held(topologies: dict[str, Any], fuse: bool | str = "chains",
+                libraries_s: float = 0.0) -> tuple[dict[str, Any], Startup]:
+    """Deploy ``topologies`` held: their actors started and configured, their sources opened,
+    nothing fed yet (:meth:`run_held` starts them); returns the queries (the caller stops
+    them) and the start-up."""
+    t_actors = time.perf_counter()
+    running: dict[str, Any] = {}
+    try:
+        for name, q in topologies.items():
+            running[name] = q.deploy(f"demo-{name}", fuse=fuse, history=True, detached=False,
+                                     hold=True)
+    except BaseException:
+        for live in running.values():
+            live.stop()
+        raise
+    actors = sum(len(live.handles) + (live.host is not None) for live in running.values())
+    return running, Startup(libraries_s, time.perf_counter() - t_actors, actors)
+
+
+def run_held(running: dict[str, Any], readings: int, progress: bool = True) -> float:
+    """Start the held queries together and wait for every one to end; returns the seconds
+    from the start to the last query's end, as its sink saw it. ``readings``: the rows of
+    the readings source (for the progress bar)."""
+    bar = Progress(readings * sum(1 for name in running if name != "faults"))
+    sources = _readings_sources(running)
+    seen: dict[int, dict[str, Any]] = {}
+    t0 = time.time()
+    for live in running.values():
+        live.start()
+    done_names: set[str] = set()
+    while len(done_names) < len(running):
+        for name, live in running.items():
+            if name not in done_names and live.wait(timeout_s=0):
+                done_names.add(name)
+        ended = len(done_names) == len(running)
+        if progress:
+            bar.update(_received(sources, seen), f"{len(done_names)}/{len(running)} queries "
+                       "done", last=ended)
+        if not ended:
+            time.sleep(0.1)
+    return max(_finished_at(live) for live in running.values()) - t0
+
+
 def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
         address: str | None = None, fuse: bool | str = "chains") -> list[dict[str, Any]]:
     """Run the demo; return the summary rows (also printed).
@@ -230,33 +273,9 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
 
     summary = []
     topologies = queries(df, data)
-    t_actors = time.perf_counter()
-    running: dict[str, Any] = {}
+    running, setup = deploy_held(topologies, fuse, libraries_s)
     try:
-        for name, q in topologies.items():
-            running[name] = q.deploy(f"demo-{name}", fuse=fuse, history=True, detached=False,
-                                     hold=True)
-        actors = sum(len(live.handles) + (live.host is not None) for live in running.values())
-        setup = Startup(libraries_s, time.perf_counter() - t_actors, actors)
-        total = len(data.readings) * sum(1 for name in topologies if name != "faults")
-        bar = Progress(total)
-        sources = _readings_sources(running)
-        seen: dict[int, dict[str, Any]] = {}
-        t0 = time.time()
-        for live in running.values():
-            live.start()
-        done_names: set[str] = set()
-        while len(done_names) < len(running):
-            for name, live in running.items():
-                if name not in done_names and live.wait(timeout_s=0):
-                    done_names.add(name)
-            ended = len(done_names) == len(running)
-            bar.update(_received(sources, seen), f"{len(done_names)}/{len(running)} queries "
-                       "done", last=ended)
-            if not ended:
-                time.sleep(0.1)
-        # from the start to the last query's end, as its sink saw it (not when we looked)
-        elapsed = max(_finished_at(live) for live in running.values()) - t0
+        elapsed = run_held(running, len(data.readings))
         outputs = {}
         for name, live in running.items():
             rows = live.snapshot()

@@ -1,0 +1,81 @@
+"""``cedar demo``'s processing rate, several runs in one process (Spark and Ray started once).
+
+Each run deploys the demo's five queries held (:func:`topology.demo.deploy_held`: actors
+started and configured, sources opened), starts them together
+(:func:`~topology.demo.run_held`) and times from the start to the last sink's end, as
+``cedar demo`` reports it; start-up is not in the figure. Beside each run it prints the CPU
+seconds of every query's actors during the run, and of this driver, so that the queries that
+bound the rate are seen. The target (issue #26): >= 200k events/s.
+
+    python -m benchmarks.demo_rate              # 5 runs
+    python -m benchmarks.demo_rate --runs 3 --meters 40 --minutes 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import psutil
+
+from topology import demo
+from topology.deploy import ensure_ray
+
+from .join_throughput import machine
+
+
+def _cpu(pids: dict[str, list[int]]) -> dict[str, float]:
+    out = {}
+    for name, ps in pids.items():
+        total = 0.0
+        for pid in ps:
+            try:
+                t = psutil.Process(pid).cpu_times()
+                total += t.user + t.system
+            except psutil.NoSuchProcess:
+                pass
+        out[name] = total
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--meters", type=int, default=40)
+    ap.add_argument("--minutes", type=int, default=60)
+    args = ap.parse_args(argv)
+    print(machine())
+    data = demo.generate(args.meters, args.minutes)
+    with demo._quiet_libraries():
+        spark = demo.local_spark(quiet=True)
+        ensure_ray(None, quiet=True)
+    df = demo.write_readings(spark, data, os.path.join(tempfile.mkdtemp(), "readings.parquet"))
+    events = len(data.readings) * 4 + len(data.states)
+    rates = []
+    for r in range(args.runs):
+        topologies = demo.queries(df, data)
+        running, _ = demo.deploy_held(topologies)
+        try:
+            pids = {name: [s["pid"] for s in live.stats().values()]
+                    for name, live in running.items()}
+            cpu0, me0 = _cpu(pids), time.process_time()
+            elapsed = demo.run_held(running, len(data.readings), progress=False)
+            cpu, me = _cpu(pids), time.process_time() - me0
+        finally:
+            for live in running.values():
+                live.stop()
+        rates.append(events / elapsed)
+        per = ", ".join(f"{k} {cpu[k] - cpu0[k]:.2f}" for k in cpu)
+        print(f"run {r + 1}: {events:,} events in {elapsed:.3f} s = {events / elapsed:,.0f} "
+              f"events/s; CPU s of the run: {per}, driver {me:.2f}; load {os.getloadavg()[0]:.1f}")
+    print(f"RESULT demo_eps={statistics.median(rates):.0f} runs={args.runs} "
+          f"best_eps={max(rates):.0f} events={events}")
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
