@@ -59,6 +59,7 @@ compared with another value of its window's times.
 
 from __future__ import annotations
 
+import itertools
 import math
 from bisect import bisect_left
 from collections.abc import Callable, Hashable
@@ -148,9 +149,10 @@ class KeyedCountExtreme(Processor):
         self.key = field_getter(key)
         self.spec = spec
         self.n = spec.n
-        self.udm: Any = resolve(udm)
-        self.largest = type(self.udm) is Max
-        self._get = self.udm._get
+        resolved: Any = resolve(udm)
+        self.udm = resolved
+        self.largest = type(resolved) is Max
+        self._get = resolved._get
         self._field = trace(self._get)
         self.keys: dict[Hashable, _Key] = {}
         self.ids = Ids(self.name)
@@ -404,7 +406,7 @@ class KeyedCountExtreme(Processor):
                     head += 1
                 found.append(result([keys[deque[head]]]))
         except TypeError:
-            for a, b in zip(values, values[1:]):
+            for a, b in itertools.pairwise(values):
                 self._better(a, b)  # names the value that does not order
             raise
         return found
@@ -486,7 +488,8 @@ class KeyedCountExtreme(Processor):
             lo = max(0, n - 1 - rec.base)
             assert all(w is None for w in rec.wid[:lo]), "an incomplete window has output"
             assert all(w is not None for w in rec.wid[lo:]), "a complete window lacks output"
-            assert not rec.kind or not times or _kind_of(rec.vals) == rec.kind, f"kind of {k!r} is wrong"
+            assert not rec.kind or not times or _kind_of(rec.vals) == rec.kind, (
+                f"kind of {k!r} is wrong")
 
 
 def _sliding_extreme(x: np.ndarray, n: int, largest: bool) -> np.ndarray:
