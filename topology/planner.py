@@ -186,7 +186,8 @@ def _b_group_apply(node: n.GroupApply, step: str) -> Factory:
                                  name=step)
     if (isinstance(sub, n.Window) and isinstance(sub.inputs[0], n.GroupInput)
             and insert_lengths(node.inputs[0]) is not None
-            and supports_count_extremes(sub.spec, sub.udm, sub.kind, sub.on_error)):
+            and supports_count_extremes(sub.spec, sub.udm, sub.kind, sub.on_error,
+                                        sub.policy.final)):
         return functools.partial(KeyedCountExtreme, node.key, sub.spec, sub.udm, name=step)
     keyed = (_keyed(sub, node.inputs[0]) if isinstance(sub, n.Window)
              and isinstance(sub.inputs[0], n.GroupInput) else None)

@@ -51,10 +51,10 @@ distinct times any key holds before ``c`` (at most ``n - 1``): the least of the 
 operators' output CTIs (a key not seen yet would give ``c + n - 1``), which is what
 ``group_apply`` sends.
 
-Only Min and Max (exactly those built-ins) with ``on_error="raise"`` qualify
-(:func:`supports`); a retraction is a planner bug and fails loudly. A value that does not
-order (None, a string beside numbers) fails the query as on the general path, when it is
-compared with another value of its window's times.
+Only Min and Max (exactly those built-ins) with ``on_error="raise"`` and the default
+``emit="speculative"`` qualify (:func:`supports`); a retraction is a planner bug and fails
+loudly. A value that does not order (None, a string beside numbers) fails the query as on the
+general path, when it is compared with another value of its window's times.
 """
 
 from __future__ import annotations
@@ -85,9 +85,13 @@ _new = tuple.__new__
 _I64 = 2**63
 
 
-def supports(spec: Any, udm: Any, kind: str, on_error: str) -> bool:
+def supports(spec: Any, udm: Any, kind: str, on_error: str, final: bool = False) -> bool:
     """Whether :class:`KeyedCountExtreme` computes ``count_window(spec).aggregate(udm)`` per
-    key over an insert-only stream: by start, Min or Max, failing loudly."""
+    key over an insert-only stream: by start, Min or Max, failing loudly, speculative (with
+    ``emit="final"``, ``final``, the general path holds each row until a CTI makes it final
+    and never retracts it, which the planner counts on downstream)."""
+    if final:
+        return False
     try:
         resolved = resolve(udm)
     except Exception:  # noqa: BLE001 (the general path reports a bad UDM)

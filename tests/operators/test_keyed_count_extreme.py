@@ -191,7 +191,27 @@ def test_supports_min_and_max_by_start_only():
     assert not supports(CountWindow(30, "end"), Max("v"), "aggregate", "raise")
     assert not supports(CountWindow(30), Count(), "aggregate", "raise")
     assert not supports(CountWindow(30), Max("v"), "aggregate", "dead_letter")
+    assert not supports(CountWindow(30), Max("v"), "aggregate", "raise", final=True)
     assert not supports(CountWindow(30), Max("v"), "apply", "raise")
+
+
+def test_the_planner_chooses_it_for_speculative_rows_over_inserts_only():
+    rows = [{"k": 1, "t": 1, "v": 2.0}]
+    points = Stream.from_rows(rows, start="t")
+    chosen = "keyed count window extreme"
+    assert chosen in points.group_apply(
+        "k", lambda g: g.count_window(3).aggregate(Min("v"))).explain()
+    # emit="final": the general path's rows are never retracted (the planner counts on it)
+    assert chosen not in points.group_apply(
+        "k", lambda g: g.count_window(3, emit="final").aggregate(Min("v"))).explain()
+    # a stream that may retract (edges), by end, or another aggregate: the general path
+    edges = Stream.from_rows(rows, start="t", shape="edge", id="k")
+    assert chosen not in edges.group_apply(
+        "k", lambda g: g.count_window(3).aggregate(Min("v"))).explain()
+    assert chosen not in points.group_apply(
+        "k", lambda g: g.count_window(3, by="end").aggregate(Min("v"))).explain()
+    assert chosen not in points.group_apply(
+        "k", lambda g: g.count_window(3).aggregate(Count())).explain()
 
 
 def _meters(seed=3, meters=7, per_meter=300):
