@@ -54,6 +54,8 @@ from operators.windows import HoppingWindow, make_window
 from operators.windows.keyed import KeyedWindowAggregate, supports
 from operators.windows.keyed_count import KeyedEndAggregate
 from operators.windows.keyed_count import supports as supports_ends
+from operators.windows.keyed_count_start import KeyedCountExtreme
+from operators.windows.keyed_count_start import supports as supports_count_extremes
 from operators.windows.keyed_session import KeyedSessionAggregate, supports_sessions
 from operators.windows.spec import CountWindow, SessionWindow
 
@@ -182,6 +184,11 @@ def _b_group_apply(node: n.GroupApply, step: str) -> Factory:
             and supports_ends(sub.spec, sub.udm, sub.kind, sub.on_error)):
         return functools.partial(KeyedEndAggregate, node.key, sub.udm, policy=sub.policy,
                                  name=step)
+    if (isinstance(sub, n.Window) and isinstance(sub.inputs[0], n.GroupInput)
+            and insert_lengths(node.inputs[0]) is not None
+            and supports_count_extremes(sub.spec, sub.udm, sub.kind, sub.on_error,
+                                        sub.policy.final)):
+        return functools.partial(KeyedCountExtreme, node.key, sub.spec, sub.udm, name=step)
     keyed = (_keyed(sub, node.inputs[0]) if isinstance(sub, n.Window)
              and isinstance(sub.inputs[0], n.GroupInput) else None)
     if keyed is not None and isinstance(sub, n.Window):
@@ -212,6 +219,8 @@ def _describe(node: n.Node, factory: Factory) -> str:
         return f"{node.describe()} as one keyed session aggregate (all groups at once)"
     if getattr(factory, "func", None) is KeyedEndAggregate:
         return f"{node.describe()} as one keyed by-end count window (all groups at once)"
+    if getattr(factory, "func", None) is KeyedCountExtreme:
+        return f"{node.describe()} as one keyed count window extreme (all groups at once)"
     if getattr(factory, "func", None) is KeyedWindowAggregate:
         if not factory.keywords.get("keyed", True):  # type: ignore[attr-defined]
             what = "interval" if factory.keywords.get("intervals") else "point"  # type: ignore[attr-defined]
