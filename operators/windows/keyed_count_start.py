@@ -22,7 +22,8 @@ step: the distinct times held, the extreme value at each, and the output of the 
     >>> out = op.process([Insert(1, 1, 2, ("a", 1)), Insert(2, 3, 4, ("a", 4)),
     ...                   Insert(3, 4, 5, ("b", 2)), Insert(4, 6, 7, ("a", 3)),
     ...                   Insert(5, 3, 4, ("a", 9)), Cti(7)])
-    >>> sorted((m.start, m.payload) for m in out if isinstance(m, Insert))
+    >>> from operators.columns import expand  # the new windows of a batch: one column batch
+    >>> sorted((m.start, m.payload) for m in expand(out) if isinstance(m, Insert))
     [(3, ('a', 9)), (6, ('a', 9))]
 
 Every message only merges its events into these lists and notes, per key, the times it
@@ -44,6 +45,9 @@ such numbers of the same kind are computed together: one array of each affected 
 Herk / Gil-Werman: prefix and suffix extremes of blocks of ``n``). Any other value (NaN,
 signed zeros, bools, mixed types, objects) takes the per-key Python path over the values'
 order keys, whose rules (NaN above every number, the first of equal keys wins) are the UDM's.
+The windows a batch adds (in-order input) leave as one column batch of ``(key, result)``
+rows when the keys are strings or ints and the results numbers of one kind, so that the sink
+stores them as columns (13k of the demo's rows: ~0.15 s of the sink's CPU as inserts).
 
 **CTIs**, as in count.py: after ``Cti(c)`` a key keeps the ``n - 1`` distinct times before
 ``c`` and every later one; the output CTI is ``c + max(0, n - 1 - r)`` with ``r`` the most
@@ -77,6 +81,7 @@ from ..processor import Processor
 from ..udm import field_getter, resolve
 from .count import _same
 from .evaluate import Ids
+from .keyed import _number_column
 from .spec import CountWindow
 
 __all__ = ["KeyedCountExtreme", "supports"]
@@ -165,6 +170,8 @@ class KeyedCountExtreme(Processor):
         #: per key touched in this batch: [the first time appended after its latest (all
         #: later times are new too) or None, the other times changed]
         self._dirty: dict[Hashable, list[Any]] = {}
+        #: a flush's new windows (first id, their end times, key, results): :meth:`_new_rows`
+        self._new: list[tuple[int, list[int], Hashable, list[Any]]] = []
 
     # -- merging events ---------------------------------------------------------------------
     def _state(self, key: Hashable) -> _Key:
@@ -367,7 +374,7 @@ class KeyedCountExtreme(Processor):
         for kind, jobs in numeric.items():
             if jobs:
                 out.extend(self._numeric(jobs, kind))
-        return out
+        return out + self._new_rows()
 
     def _numeric(self, jobs: list[tuple[_Key, int, int]], kind: str) -> list[Message]:
         """The windows of the runs ``jobs`` (a key's windows ending at ``a..b``) whose values
@@ -427,8 +434,8 @@ class KeyedCountExtreme(Processor):
             ids.next_id = first + len(results)
             wid[a:b] = range(first, first + len(results))
             wres[a:b] = results
-            return [_new(Insert, (FreshId(name, first + j), t, t + 1, (key, r)))
-                    for j, (t, r) in enumerate(zip(times[a:b], results))]
+            self._new.append((first, times[a:b], key, results))  # sent by _new_rows
+            return []
         out: list[Message] = []
         for j, r in zip(range(a, b), results):
             old = wid[j]
@@ -443,6 +450,36 @@ class KeyedCountExtreme(Processor):
             wres[j] = r
             out.append(_new(Insert, (FreshId(name, oid), t, t + 1, (key, r))))
         return out
+
+    def _new_rows(self) -> list[Message]:
+        """The new windows of a flush (:meth:`_emit`): one column batch when every key is a
+        string or every key an int, and every result a float or every result an int (so
+        that a join or the sink after it stays column-wise), else one insert per window."""
+        new, self._new = self._new, []
+        if not new:
+            return []
+        keys = [k for _, ts, k, _ in new for _ in ts]
+        results = [r for *_, rs in new for r in rs]
+        res = _number_column(results)
+        kinds = {type(k) for k in keys}
+        if res is None or (kinds != {str} and kinds != {int}):
+            name = self.ids.name
+            return [_new(Insert, (FreshId(name, first + j), t, t + 1, (key, r)))
+                    for first, ts, key, rs in new for j, (t, r) in enumerate(zip(ts, rs))]
+        key_col = np.empty(len(keys), dtype=object) if kinds == {str} else None
+        if key_col is not None:
+            key_col[:] = keys
+        else:
+            key_col = _number_column(keys)
+            if key_col is None:  # ints beyond int64
+                key_col = np.empty(len(keys), dtype=object)
+                key_col[:] = keys
+        ids = np.empty(len(keys), dtype=object)
+        ids[:] = [FreshId(self.ids.name, first + j) for first, ts, *_ in new
+                  for j in range(len(ts))]
+        starts = np.fromiter((t for _, ts, *_ in new for t in ts), dtype=np.int64,
+                             count=len(keys))
+        return [Columns(ids, starts, None, (key_col, res))]  # type: ignore[list-item]
 
     # -- CTIs -------------------------------------------------------------------------------
     def on_cti(self, time: int, port: int) -> list[Message]:
