@@ -53,6 +53,7 @@ built-in adds the ranges column-wise (``add_ranges``: prefix sums); any other UD
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Callable, Hashable, Iterable
 from itertools import pairwise
 from typing import Any
@@ -106,6 +107,13 @@ class _Members:
             return
         if (old and starts[0] < old[-1]) or (not in_order and any(
                 b < a for a, b in pairwise(starts))):
+            if 8 * len(starts) < len(old):  # a few late events (one at a time): insert them
+                at, held = bisect_right, self.payloads
+                for s, p in zip(starts, payloads):
+                    i = at(old, s)  # after the equal starts: they arrived before it
+                    old.insert(i, s)
+                    held.insert(i, p)
+                return
             every = old + starts
             order = sorted(range(len(every)), key=every.__getitem__)  # stable: arrival order
             payloads = self.payloads + payloads
@@ -123,6 +131,7 @@ class _Members:
 
     def __len__(self) -> int:
         return len(self.starts)
+
 
 #: Starts within ±2**61 ticks keep the window arithmetic inside int64 (else: Python ints).
 _SAFE = 2**61
