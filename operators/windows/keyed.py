@@ -39,6 +39,15 @@ key + 1)``, so a long event's later windows appear as time reaches them. Each ev
 batch is copied once per window it overlaps (an event spans few windows: the planner bounds
 it). An edge event (end ∞) or a retraction is a planner bug and fails loudly.
 
+**UDOs** (``kind="apply"``, over points: an :class:`~operators.udm.Operator`, a function
+returning a list, or a :class:`~operators.udm.TimeSensitiveOperator` whose stamps the
+``window``/``point_end`` output drops). As for a non-incremental aggregate, a window keeps its
+events' starts and payloads per key, in the order the general path gives them to the UDM (by
+start, equal starts in arrival order); each (window, key) a batch touched is computed once at
+the batch's end, and its rows replace the rows sent before by the smallest difference
+(:func:`~operators.windows.evaluate.diff`, as the general window operator corrects its
+output). With ``emit="final"`` a window's rows are sent once, at the CTI that closes it.
+
 On a :class:`~operators.columns.Columns` batch the key function runs once on the columns when
 it can (see :func:`~operators.columns.apply_columns`) and the events are grouped by (window,
 key) with numpy: sorted once by key and pane (``gcd(size, hop)`` ticks, so a window is a run
