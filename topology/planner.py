@@ -133,7 +133,8 @@ def _b_window(node: n.Window, step: str) -> Factory:
     keyed = _keyed(node, node.inputs[0])
     if keyed is not None:
         return functools.partial(KeyedWindowAggregate, _one_group, node.spec, node.udm,
-                                 policy=node.policy, keyed=False, name=step, **keyed)
+                                 policy=node.policy, keyed=False, name=step, kind=node.kind,
+                                 **keyed)
     return functools.partial(make_window, node.spec, node.udm, kind=cast(Any, node.kind),
                              policy=node.policy, name=step, on_error=cast(Any, node.on_error))
 
@@ -193,7 +194,7 @@ def _b_group_apply(node: n.GroupApply, step: str) -> Factory:
              and isinstance(sub.inputs[0], n.GroupInput) else None)
     if keyed is not None and isinstance(sub, n.Window):
         return functools.partial(KeyedWindowAggregate, node.key, sub.spec, sub.udm,
-                                 policy=sub.policy, name=step, **keyed)
+                                 policy=sub.policy, name=step, kind=sub.kind, **keyed)
     return functools.partial(GroupApply, node.key, subquery_factory(node.sub, step), name=step)
 
 
@@ -222,9 +223,14 @@ def _describe(node: n.Node, factory: Factory) -> str:
     if getattr(factory, "func", None) is KeyedCountExtreme:
         return f"{node.describe()} as one keyed count window extreme (all groups at once)"
     if getattr(factory, "func", None) is KeyedWindowAggregate:
+        udo = factory.keywords.get("kind") == "apply"  # type: ignore[attr-defined]
         if not factory.keywords.get("keyed", True):  # type: ignore[attr-defined]
             what = "interval" if factory.keywords.get("intervals") else "point"  # type: ignore[attr-defined]
+            if udo:
+                return f"{node.describe()} as a column-wise window UDO ({what} input)"
             return f"{node.describe()} as a column-wise window aggregate ({what} input)"
+        if udo:
+            return f"{node.describe()} as one keyed window UDO (all groups at once)"
         return f"{node.describe()} as one keyed window aggregate (all groups at once)"
     return node.describe()
 

@@ -39,6 +39,15 @@ key + 1)``, so a long event's later windows appear as time reaches them. Each ev
 batch is copied once per window it overlaps (an event spans few windows: the planner bounds
 it). An edge event (end ∞) or a retraction is a planner bug and fails loudly.
 
+**UDOs** (``kind="apply"``, over points: an :class:`~operators.udm.Operator`, a function
+returning a list, or a :class:`~operators.udm.TimeSensitiveOperator` whose stamps the
+``window``/``point_end`` output drops). As for a non-incremental aggregate, a window keeps its
+events' starts and payloads per key, in the order the general path gives them to the UDM (by
+start, equal starts in arrival order); each (window, key) a batch touched is computed once at
+the batch's end, and its rows replace the rows sent before by the smallest difference
+(:func:`~operators.windows.evaluate.diff`, as the general window operator corrects its
+output). With ``emit="final"`` a window's rows are sent once, at the CTI that closes it.
+
 On a :class:`~operators.columns.Columns` batch the key function runs once on the columns when
 it can (see :func:`~operators.columns.apply_columns`) and the events are grouped by (window,
 key) with numpy: sorted once by key and pane (``gcd(size, hop)`` ticks, so a window is a run
@@ -53,7 +62,9 @@ built-in adds the ranges column-wise (``add_ranges``: prefix sums); any other UD
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Callable, Hashable, Iterable
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -68,12 +79,14 @@ from ..udm import (
     Aggregate,
     ColumnAggregate,
     IncrementalAggregate,
+    Operator,
     TimeSensitiveAggregate,
+    TimeSensitiveOperator,
     Window,
     field_getter,
     resolve,
 )
-from .evaluate import Ids, WindowUdm
+from .evaluate import Ids, WindowUdm, diff
 from .index import Grid
 from .spec import DEFAULT_POLICY, HoppingWindow, WindowPolicy
 
@@ -84,8 +97,51 @@ _new = tuple.__new__
 _EVERY = object()
 
 
-def _by_time(value: tuple[int, int, Any]) -> tuple[int, int]:
-    return value[0], value[1]
+class _Members:
+    """A window's events for a non-incremental UDM, as it is given them: their starts and
+    payloads in time order, ties in arrival order (what the general window operator passes:
+    members sorted by ``(start, end)``, stably). A batch's events are added at once; the lists
+    are sorted again only when they arrive out of order."""
+
+    __slots__ = ("payloads", "starts")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.payloads: list[Any] = []
+
+    def add(self, starts: list[int], payloads: list[Any], in_order: bool = False) -> None:
+        """Add events in arrival order (``in_order``: already sorted by start)."""
+        old = self.starts
+        if not starts:
+            return
+        if (old and starts[0] < old[-1]) or (not in_order and any(
+                b < a for a, b in pairwise(starts))):
+            if 8 * len(starts) < len(old):  # a few late events (one at a time): insert them
+                at, held = bisect_right, self.payloads
+                for s, p in zip(starts, payloads):
+                    i = at(old, s)  # after the equal starts: they arrived before it
+                    old.insert(i, s)
+                    held.insert(i, p)
+                return
+            every = old + starts
+            order = sorted(range(len(every)), key=every.__getitem__)  # stable: arrival order
+            payloads = self.payloads + payloads
+            self.starts = [every[i] for i in order]
+            self.payloads = [payloads[i] for i in order]
+        else:
+            old += starts
+            self.payloads += payloads
+
+    def __getstate__(self) -> tuple[list[int], list[Any]]:
+        return self.starts, self.payloads
+
+    def __setstate__(self, state: tuple[list[int], list[Any]]) -> None:
+        self.starts, self.payloads = state
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
 #: Starts within ±2**61 ticks keep the window arithmetic inside int64 (else: Python ints).
 _SAFE = 2**61
 
@@ -100,7 +156,23 @@ def supports(spec: Any, udm: Any, kind: str, policy: WindowPolicy, on_error: str
     point lies inside each of its windows, so every clipping policy gives it the lifetime
     ``[s, s + 1)``. Over intervals only incremental, time-insensitive ones do (every built-in
     but TimeWeightedAverage): what they see does not depend on clipping or on the order of
-    the members."""
+    the members.
+
+    ``kind="apply"`` (a UDO: an :class:`~operators.udm.Operator`, a plain function returning
+    a list, or a :class:`~operators.udm.TimeSensitiveOperator`, whose own stamps the
+    ``window``/``point_end`` output drops) qualifies over points only, under the same
+    conditions."""
+    if kind == "apply":
+        if intervals:
+            return False
+        try:
+            call = WindowUdm(udm, "apply", policy.for_window(spec))
+        except Exception:  # noqa: BLE001 (the general path reports a bad UDM)
+            return False
+        return (isinstance(spec, HoppingWindow) and on_error == "raise"
+                and call.output.name in ("window", "point_end") and not call.incremental
+                and isinstance(call.udm, (Operator, TimeSensitiveOperator))
+                and max(abs(spec.size), abs(spec.hop), abs(spec.alignment)) < _SAFE)
     try:
         resolved = resolve(udm)
     except Exception:  # noqa: BLE001 (the general path reports a bad UDM)
@@ -206,19 +278,37 @@ def _float_codes(keys: np.ndarray) -> tuple[list[Any], np.ndarray]:
     return names, rank[which.reshape(-1)].astype(np.int64, copy=False)
 
 
+def _recorder(by_key: dict[Hashable, list[tuple[FreshId, Any]]]
+              ) -> Callable[[Hashable, tuple[Any, int, int, Any]], None]:
+    """The ``sent`` callback of :func:`~operators.windows.evaluate.diff` for a UDO's rows of
+    one window: a row ``(id, start, end, payload)`` that stands for key ``k`` is kept in
+    ``by_key[k]`` as ``(id, payload)``."""
+    def sent(k: Hashable, row: tuple[Any, int, int, Any]) -> None:
+        by_key.setdefault(k, []).append((row[0], row[3]))
+    return sent
+
+
 class KeyedWindowAggregate(Processor):
     """One hopping (or tumbling) window aggregate per value of ``key(payload)``, over point
     events; payloads become ``(key, result)``, as ``group_apply`` gives them (with
     ``keyed=False``, one group and the bare result: a window aggregate without group_apply)."""
 
-    _state_fields = ("open", "ids", "seq", "sent", "cti", "latest")
+    _state_fields = ("open", "ids", "sent", "cti", "latest")
 
     def __init__(self, key: Callable[[Any], Hashable] | str, spec: HoppingWindow, udm: Any,
                  policy: WindowPolicy = DEFAULT_POLICY, keyed: bool = True,
-                 intervals: bool = False, name: str | None = None) -> None:
+                 intervals: bool = False, name: str | None = None,
+                 kind: str = "aggregate") -> None:
         super().__init__(name)
         self.keyed = keyed
         policy = policy.for_window(spec)
+        if kind == "apply" and not supports(spec, udm, kind, policy, "raise", intervals):
+            raise ValueError(
+                f"KeyedWindowAggregate(kind='apply') takes a UDO (an Operator, a function "
+                f"returning a list, or a TimeSensitiveOperator under output 'window' or "
+                f"'point_end') over points, got {udm!r}; use the general window operator")
+        #: a UDO (``kind="apply"``): zero or more rows per window and key
+        self.apply = kind == "apply"
         if intervals and not supports(spec, udm, "aggregate", policy, "raise", intervals=True):
             raise ValueError(
                 f"KeyedWindowAggregate(intervals=True) takes an incremental, time-insensitive "
@@ -231,7 +321,7 @@ class KeyedWindowAggregate(Processor):
         self.key = field_getter(key)
         self.spec = spec
         self.grid = Grid(spec.size, spec.hop, spec.alignment)
-        self.call = WindowUdm(udm, "aggregate", policy)
+        self.call = WindowUdm(udm, kind, policy)
         self.udm = self.call.udm
         self.incremental = self.call.incremental
         self.time_sensitive = self.call.time_sensitive
@@ -243,12 +333,12 @@ class KeyedWindowAggregate(Processor):
                            else None)
         #: how results become rows
         self.output = self.call.output
-        #: window number -> key -> UDM state (incremental) or [(start, seq, payload)]
+        #: window number -> key -> UDM state (incremental) or its events (:class:`_Members`)
         self.open: dict[int, dict[Hashable, Any]] = {}
         self.ids = Ids(self.name)
-        self.seq = 0
-        #: speculative: window number -> key -> (id, payload) of the row sent for it
-        self.sent: dict[int, dict[Hashable, tuple[FreshId, Any]]] = {}
+        #: speculative: window number -> key -> (id, payload) of the row sent for it (a UDO:
+        #: the list of its rows' (id, payload))
+        self.sent: dict[int, dict[Hashable, Any]] = {}
         #: speculative: the (window number, key) groups this batch changed
         self.touched: set[tuple[int, Hashable]] = set()
         #: intervals: the last input CTI, and per key the latest start + 1 where it is later;
@@ -347,7 +437,8 @@ class KeyedWindowAggregate(Processor):
                 distinct_keys = [names[c] for c in distinct_keys]
             for k, t in zip(distinct_keys, top.tolist()):
                 self._advance(k, t + 1)
-        ranged = None if ends is not None else self._ranges(starts, keys)
+        ranged = None if ends is not None else self._ranges(starts, keys,
+                                                            by_start=not self.incremental)
         if ranged is None:  # intervals, or keys or panes too far apart to code: a copy of a
             # row per window
             windows, group_keys, rows, bounds = self._sorted(starts, keys, ends)
@@ -376,12 +467,23 @@ class KeyedWindowAggregate(Processor):
                 if not self.final:
                     self.touched.update(zip(windows, group_keys))
                 return []
-        values = self._values(starts.tolist(), msg.payloads())
-        ordered = [values[i] for i in rows.tolist()]
-        self._add({(n, k): ordered[a:b] for n, k, a, b in zip(windows, group_keys, lo, hi)})
+        if self.incremental:
+            values = self._values(starts.tolist(), msg.payloads())
+            ordered = [values[i] for i in rows.tolist()]
+            self._add({(n, k): ordered[a:b] for n, k, a, b in
+                       zip(windows, group_keys, lo, hi)})
+            return []
+        # the events themselves: rows sorted by (key, start) when ranged (see _ranges), so
+        # each group's slice is in time order already
+        payloads, at = msg.payloads(), starts.tolist()
+        index = rows.tolist()
+        ordered_starts = [at[i] for i in index]
+        ordered = [payloads[i] for i in index]
+        self._add_members(windows, group_keys, ordered_starts, ordered, lo, hi,
+                          in_order=ranged is not None)
         return []
 
-    def _ranges(self, starts: np.ndarray, keys: np.ndarray
+    def _ranges(self, starts: np.ndarray, keys: np.ndarray, by_start: bool = False
                 ) -> tuple[list[int], list[Any], np.ndarray, list[int], list[int]] | None:
         """The (window number, key) groups of a batch as ranges of one ordering of its rows.
 
@@ -390,7 +492,9 @@ class KeyedWindowAggregate(Processor):
         each (window, key) group in consecutive rows: group ``j`` is rows ``lo[j]:hi[j]`` of
         ``rows`` (an event of several hopping windows lies in several ranges, never copied).
         Returns the groups' window numbers and keys (sorted by window, then key), ``rows``,
-        ``lo`` and ``hi``; None when the keys or panes span too much to code in an int64."""
+        ``lo`` and ``hi``; None when the keys or panes span too much to code in an int64.
+        ``by_start``: rows sorted by (key, start), arrival order within equal starts (a
+        pane's rows in time order, as a non-incremental UDM is given them)."""
         g = self.grid
         pane = math.gcd(g.size, g.hop)
         h, z = g.hop // pane, g.size // pane
@@ -411,8 +515,11 @@ class KeyedWindowAggregate(Processor):
             return None
         combined = codes * span_j + (panes - j0)
         size = span_k * span_j
-        order = np.argsort(combined.astype(np.uint16) if size <= 2**16 else combined,
-                           kind="stable")  # a 16-bit stable sort is a radix sort: O(n)
+        if by_start:  # (key, start) order is (key, pane) order too: panes grow with starts
+            order = np.lexsort((starts, codes))  # stable
+        else:
+            order = np.argsort(combined.astype(np.uint16) if size <= 2**16 else combined,
+                               kind="stable")  # a 16-bit stable sort is a radix sort: O(n)
         combined = combined[order]
         first = np.flatnonzero(np.r_[True, combined[1:] != combined[:-1]])
         group_code, group_pane = np.divmod(combined[first], span_j)
@@ -484,8 +591,8 @@ class KeyedWindowAggregate(Processor):
 
     def _add(self, groups: dict[tuple[int, Hashable], list[Any]]) -> None:
         """Add each group's values to its window's state: payloads to an incremental UDM's
-        state; ``(start, payload)`` to a non-incremental one's list, kept as ``(start, seq,
-        payload)`` so that the UDM sees the values in time order, ties in arrival order."""
+        state; ``(start, payload)`` (in arrival order) to a non-incremental one's
+        :class:`_Members`, which the UDM sees in time order, ties in arrival order."""
         udm, open_ = self.udm, self.open
         if not self.final:
             self.touched.update(groups)
@@ -502,10 +609,32 @@ class KeyedWindowAggregate(Processor):
                 except Exception as exc:
                     raise self._error(n, k, "add", exc) from exc
             else:
-                seq = self.seq
-                by_key.setdefault(k, []).extend((s, seq + j, p) for j, (s, p) in
-                                                enumerate(values))
-                self.seq = seq + len(values)
+                members = by_key.get(k)
+                if members is None:
+                    members = by_key[k] = _Members()
+                members.add([s for s, _ in values], [p for _, p in values])
+
+    def _add_members(self, windows: list[int], keys: list[Hashable], starts: list[int],
+                     payloads: list[Any], lo: list[int], hi: list[int],
+                     in_order: bool) -> None:
+        """A non-incremental UDM: group ``j`` (window ``windows[j]``, key ``keys[j]``) gets
+        the events ``lo[j]:hi[j]`` of ``starts`` and ``payloads`` (``in_order``: each such
+        range is sorted by start, arrival order within equal starts)."""
+        open_ = self.open
+        by_key: dict[Hashable, Any] = {}
+        last = None
+        for n, k, a, b in zip(windows, keys, lo, hi):
+            if n != last:
+                by_key = open_.get(n)  # type: ignore[assignment]
+                if by_key is None:
+                    by_key = open_[n] = {}
+                last = n
+            members = by_key.get(k)
+            if members is None:
+                members = by_key[k] = _Members()
+            members.add(starts[a:b], payloads[a:b], in_order)
+        if not self.final:
+            self.touched.update(zip(windows, keys))
 
     # -- CTIs and output --------------------------------------------------------------------
     def end_batch(self) -> list[Message]:
@@ -561,6 +690,8 @@ class KeyedWindowAggregate(Processor):
             per_window.setdefault(n, []).append(k)
         self.touched.clear()
         keyed, ids = self.keyed, self.ids
+        if self.apply:
+            return self._correct_rows(per_window)
         for n in sorted(per_window):  # the window, its states and its rows sent: once each
             keys = per_window[n]
             s, e = self._row_lifetime(n)
@@ -577,6 +708,29 @@ class KeyedWindowAggregate(Processor):
                 oid = ids.mint()
                 out.append(_new(Insert, (oid, s, e, payload)))
                 by_key[k] = (oid, payload)
+        return out
+
+    def _correct_rows(self, per_window: dict[int, list[Hashable]]) -> list[Message]:
+        """Speculative, a UDO: each touched group's rows now replace the rows sent before,
+        by the smallest difference (:func:`~operators.windows.evaluate.diff`, as the general
+        window operator corrects its output): a row that stays is not touched."""
+        out: list[Message] = []
+        keyed, ids, sent = self.keyed, self.ids, self.sent
+        for n in sorted(per_window):
+            keys = per_window[n]
+            s, e = self._row_lifetime(n)
+            states = self.open[n]
+            by_key = sent.setdefault(n, {})
+            results = self._results(n, {k: states[k] for k in keys})
+            pool: list[tuple[Any, int, int, Any, Hashable]] = []
+            new: list[tuple[Hashable, tuple[int, int, Any]]] = []
+            for k, rows in zip(keys, results):
+                before = by_key.pop(k, None)
+                if before:
+                    pool += [(oid, s, e, p, k) for oid, p in before]
+                new += [(k, (s, e, (k, r) if keyed else r)) for r in rows]
+            if pool or new:
+                out += [msg for msg, _ in diff(pool, new, ids, _recorder(by_key))]
         return out
 
     def _results(self, n: int, by_key: dict[Hashable, Any]) -> list[Any]:
@@ -645,6 +799,12 @@ class KeyedWindowAggregate(Processor):
         s, e = self._row_lifetime(n)
         results = self._results(n, by_key)
         ids = self.ids
+        if self.apply:  # a UDO: each of its payloads is one row
+            mint = ids.mint
+            if self.keyed:
+                return [_new(Insert, (mint(), s, e, (k, r)))
+                        for k, rows in zip(by_key, results) for r in rows]
+            return [_new(Insert, (mint(), s, e, r)) for rows in results for r in rows]
         first = ids.next_id
         ids.next_id = first + len(results)
         name = ids.name
@@ -668,12 +828,18 @@ class KeyedWindowAggregate(Processor):
         try:
             if self.incremental:
                 return call.result(state, window)[0]
-            ordered = sorted(state, key=_by_time)
             if self.time_sensitive:
-                return call.compute([(s, s + 1, p) for s, _, p in ordered], window)[0]
-            return call.compute([p for _, _, p in ordered], window)[0]
+                results = call.compute([(s, s + 1, p) for s, p in
+                                        zip(state.starts, state.payloads)], window)
+            else:
+                results = call.compute(list(state.payloads), window)
         except Exception as exc:
             raise self._error(n, k, "result" if self.incremental else "compute", exc) from exc
+        if not self.apply:
+            return results[0]
+        if call.stamped:  # a time-sensitive UDO's events: window rows keep the payloads
+            return [p for _, _, p in results]
+        return results
 
     def _window(self, n: int) -> Window:
         g = self.grid
