@@ -21,7 +21,9 @@ final) check that
   the proof turned off, so each group runs its own window operator);
 * the operator the planner chose, fed the join's own output batch by batch (across a
   checkpoint and restore), has after every batch the general operator's CHT so far and its
-  output CTI.
+  output CTI (``emit="speculative"``; with ``"final"`` at the end: the general window sends
+  final rows later);
+* on Ray, a few of the same queries give the general path's CHT.
 """
 
 from __future__ import annotations
@@ -221,6 +223,17 @@ def test_a_join_proved_insert_only_holds_only_inserts(query, seed):
                               for s in shapes)
         if lengths == 1:
             assert _fast_path(q.explain()), q.explain()
+
+
+@pytest.mark.ray
+@settings(max_examples=max(3, EXAMPLES // 40), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(query=queries())
+def test_on_ray_a_proved_join_query_equals_the_general_path(ray_session, query):
+    """The same queries on Ray (an actor per step: the join's inputs interleave as they
+    arrive, its column batches cross actors) against the general path inline."""
+    *_, q = query
+    assert_equivalent(_collect(q, "ray"), _general(q))
 
 
 def test_what_the_planner_proves_of_joins():
