@@ -38,6 +38,10 @@ class KeyCodes:
     ([1, 0, 1], [0, 2])
     >>> kc.keys
     [1, 3, 2.5]
+    >>> kc.encode(np.array(["a", 3, "a", True], dtype=object)).tolist()  # True == 1
+    [3, 1, 3, 0]
+    >>> kc.encode(np.array(["a", float("nan")], dtype=object)) is None  # NaN: per event
+    True
     """
 
     __slots__ = ("base", "codes", "keys", "lookup")
@@ -75,13 +79,20 @@ class KeyCodes:
             codes = np.fromiter(map(self._code, uniq.tolist()), dtype=np.int64,
                                 count=len(uniq))
             return codes[inverse.reshape(-1)]
+        values = column.tolist()
         try:
-            values = column.tolist()
-            if any(type(v) is float and v != v for v in values):
-                return None
-            return np.fromiter(map(self._code, values), dtype=np.int64, count=len(values))
+            # the keys seen before are looked up without a Python call each (a string key
+            # column of a few meters, joined batch after batch), the others coded one by one
+            found = list(map(self.codes.get, values))
+            if None in found:
+                for i in [i for i, c in enumerate(found) if c is None]:
+                    v = values[i]
+                    if type(v) is float and v != v:  # (a NaN is never coded: never found)
+                        return None
+                    found[i] = self._code(v)
         except TypeError:  # an unhashable key: the per-event path raises it
             return None
+        return np.array(found, dtype=np.int64)
 
 
     def _integers(self, column: np.ndarray) -> np.ndarray | None:
