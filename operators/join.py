@@ -79,7 +79,15 @@ from .two_input import (
     START,
     BinaryTemporal,
 )
-from .two_input_columns import ColumnEvents, KeyCodes, concat_payload, overlapping_pairs
+from .two_input_columns import (
+    ColumnEvents,
+    KeyCodes,
+    overlapping_pairs,
+    payload_like,
+    payload_parts,
+    put_rows,
+    same_form,
+)
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 #: the share of a side's events that may stay in its arrays once freed (:meth:`ColumnState.free`)
@@ -100,13 +108,36 @@ class ColumnState:
         #: a column batch has arrived (until then, single inserts join these arrays only
         #: while the other input holds nothing: they make no output yet, so its form is free)
         self.batches = False
+        #: the buffers behind the pair arrays (pid, lseq, rseq, start, end, payload columns),
+        #: with room to spare (see :class:`~operators.two_input_columns.ColumnEvents`); None:
+        #: the arrays themselves
+        self._bufs: list[np.ndarray] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a snapshot holds the pairs, not the spare room of their buffers
+        return {**self.__dict__, "_bufs": None}
 
     def add_pairs(self, pid: np.ndarray, lseq: np.ndarray, rseq: np.ndarray,
                   start: np.ndarray, end: np.ndarray, payload: Any) -> None:
-        self.pid = np.concatenate([self.pid, pid])
-        self.lseq, self.rseq = np.concatenate([self.lseq, lseq]), np.concatenate([self.rseq, rseq])
-        self.start, self.end = np.concatenate([self.start, start]), np.concatenate([self.end, end])
-        self.payload = payload
+        """Add pairs; ``payload``: their payload columns, of the form of the ones held
+        (:func:`~operators.two_input_columns.same_form`). Written after the pairs held, in
+        buffers with room to spare: a join whose pairs stay (a reference table with no CTI
+        yet) copied every pair at every batch."""
+        n = len(self.pid)
+        mores = [pid, lseq, rseq, start, end, *payload_parts(payload)]
+        if n == 0:
+            bufs = [np.zeros(0, dtype=m.dtype) for m in mores]
+        elif self._bufs is None:
+            bufs = [self.pid, self.lseq, self.rseq, self.start, self.end,
+                    *payload_parts(self.payload)]
+        else:
+            bufs = self._bufs
+        bufs = [put_rows(b, n, m) for b, m in zip(bufs, mores, strict=True)]
+        self._bufs = bufs
+        total = n + len(pid)
+        self.pid, self.lseq, self.rseq, self.start, self.end = (b[:total] for b in bufs[:5])
+        self.payload = payload_like(payload if n == 0 else self.payload,
+                                    [b[:total] for b in bufs[5:]])
 
     def free(self, limits: tuple[int, int], now: bool = False) -> None:
         """Free the events ending before their input's limit, and the pairs they were in
@@ -127,6 +158,7 @@ class ColumnState:
             self.start, self.end = self.start[keep], self.end[keep]
             self.payload = (map_columns(self.payload, lambda c: c[keep]) if len(self.pid)
                             else None)
+            self._bufs = None  # (new arrays: the next pairs are written after these)
 
     @staticmethod
     def _freed(side: ColumnEvents, limit: int, now: bool) -> np.ndarray:
@@ -237,11 +269,10 @@ class Join(BinaryTemporal):
             return None
         i, j = found
         count = len(i)
-        pay = joined = None
+        pay = None
         if count:
             pay = self._pair_payload(msg.payload, i, other.payload, j, port)
-            joined = concat_payload(state.payload, pay) if len(state.pid) else pay
-            if joined is None:
+            if len(state.pid) and not same_form(state.payload, pay):
                 return None
         seqs = np.arange(self.next_seq, self.next_seq + n, dtype=np.int64)
         if not own.append(seqs, codes, starts, ends, msg.ids, msg.payload):
@@ -255,7 +286,7 @@ class Join(BinaryTemporal):
         start = np.maximum(starts[i], other.start[j])
         end = np.minimum(ends[i], other.end[j])
         lseq, rseq = (seqs[i], other.seq[j]) if port == 0 else (other.seq[j], seqs[i])
-        state.add_pairs(pid, lseq, rseq, start, end, joined)
+        state.add_pairs(pid, lseq, rseq, start, end, pay)
         return [Columns(pid, start, end, pay)]  # type: ignore[list-item]  # stands for inserts
 
     def _pair_payload(self, mine: Any, i: np.ndarray, theirs: Any, j: np.ndarray,

@@ -38,6 +38,10 @@ class KeyCodes:
     ([1, 0, 1], [0, 2])
     >>> kc.keys
     [1, 3, 2.5]
+    >>> kc.encode(np.array(["a", 3, "a", True], dtype=object)).tolist()  # True == 1
+    [3, 1, 3, 0]
+    >>> kc.encode(np.array(["a", float("nan")], dtype=object)) is None  # NaN: per event
+    True
     """
 
     __slots__ = ("base", "codes", "keys", "lookup")
@@ -75,13 +79,20 @@ class KeyCodes:
             codes = np.fromiter(map(self._code, uniq.tolist()), dtype=np.int64,
                                 count=len(uniq))
             return codes[inverse.reshape(-1)]
+        values = column.tolist()
         try:
-            values = column.tolist()
-            if any(type(v) is float and v != v for v in values):
-                return None
-            return np.fromiter(map(self._code, values), dtype=np.int64, count=len(values))
+            # the keys seen before are looked up without a Python call each (a string key
+            # column of a few meters, joined batch after batch), the others coded one by one
+            found = list(map(self.codes.get, values))
+            if None in found:
+                for i in [i for i, c in enumerate(found) if c is None]:
+                    v = values[i]
+                    if type(v) is float and v != v:  # (a NaN is never coded: never found)
+                        return None
+                    found[i] = self._code(v)
         except TypeError:  # an unhashable key: the per-event path raises it
             return None
+        return np.array(found, dtype=np.int64)
 
 
     def _integers(self, column: np.ndarray) -> np.ndarray | None:
@@ -134,7 +145,7 @@ def concat_payload(a: Any, b: Any) -> Any:
     return tuple(joined) if isinstance(a, tuple) else joined[0]
 
 
-def _parts(payload: Any) -> list[np.ndarray]:
+def payload_parts(payload: Any) -> list[np.ndarray]:
     """The columns of payload columns, in order."""
     if payload is None:
         return []
@@ -143,7 +154,7 @@ def _parts(payload: Any) -> list[np.ndarray]:
     return list(payload) if isinstance(payload, tuple) else [payload]
 
 
-def _like(payload: Any, cols: list[np.ndarray]) -> Any:
+def payload_like(payload: Any, cols: list[np.ndarray]) -> Any:
     """``cols`` in the form of ``payload`` (a dict of the same names, a tuple, one column)."""
     if payload is None:
         return None
@@ -152,7 +163,7 @@ def _like(payload: Any, cols: list[np.ndarray]) -> Any:
     return tuple(cols) if isinstance(payload, tuple) else cols[0]
 
 
-def _same_form(a: Any, b: Any) -> bool:
+def same_form(a: Any, b: Any) -> bool:
     """Whether payload columns ``b`` can follow ``a``: the same form, names and dtypes
     (an int column followed by a float one would change its values)."""
     if (a is None) != (b is None):
@@ -161,11 +172,11 @@ def _same_form(a: Any, b: Any) -> bool:
         return False
     if isinstance(a, dict) and list(a) != list(b):
         return False
-    pa, pb = _parts(a), _parts(b)
+    pa, pb = payload_parts(a), payload_parts(b)
     return len(pa) == len(pb) and all(x.dtype == y.dtype for x, y in zip(pa, pb))
 
 
-def _put(buf: np.ndarray, n: int, more: np.ndarray) -> np.ndarray:
+def put_rows(buf: np.ndarray, n: int, more: np.ndarray) -> np.ndarray:
     """``buf`` (its first ``n`` rows held) with ``more`` written after them: in place while
     it has room, else in a buffer twice as large, so that appending costs O(batch)."""
     m = len(more)
@@ -208,15 +219,15 @@ class ColumnEvents:
         if len(set(new_ids)) != len(new_ids) or not self.idset.isdisjoint(new_ids):
             return False
         n = len(self)
-        if n and not _same_form(self.payload, payload):
+        if n and not same_form(self.payload, payload):
             return False
         form = payload if n == 0 else self.payload
         mores = [seq.astype(np.int64), code.astype(np.int64), start.astype(np.int64),
-                 end.astype(np.int64), ids.astype(object), *_parts(payload)]
+                 end.astype(np.int64), ids.astype(object), *payload_parts(payload)]
         bufs = self._bufs
         if bufs is None or n == 0 or len(bufs) != len(mores):
             bufs = [np.zeros(0, dtype=m.dtype) for m in mores]
-        bufs = [_put(b, n, m) for b, m in zip(bufs, mores)]
+        bufs = [put_rows(b, n, m) for b, m in zip(bufs, mores)]
         self._view(bufs, n + len(new_ids), form)
         self.idset.update(new_ids)
         self._order = None
@@ -226,7 +237,7 @@ class ColumnEvents:
         """The arrays as the first ``n`` rows of ``bufs`` (payload in the form of ``form``)."""
         self._bufs = bufs
         self.seq, self.code, self.start, self.end, self.ids = (b[:n] for b in bufs[:5])
-        self.payload = _like(form, [b[:n] for b in bufs[5:]])
+        self.payload = payload_like(form, [b[:n] for b in bufs[5:]])
 
     def keep(self, mask: np.ndarray) -> np.ndarray:
         """Keep the events where ``mask`` is true (the others are freed); returns the sequence
@@ -239,7 +250,7 @@ class ColumnEvents:
         self.start, self.end, self.ids = self.start[mask], self.end[mask], self.ids[mask]
         self.payload = map_columns(self.payload, lambda c: c[mask]) if len(self.seq) else None
         self._bufs = ([self.seq, self.code, self.start, self.end, self.ids,
-                       *_parts(self.payload)] if len(self.seq) else None)
+                       *payload_parts(self.payload)] if len(self.seq) else None)
         if self._order is not None:  # still sorted once the freed events are taken out
             order, code, start, end = self._order
             kept = mask[order]

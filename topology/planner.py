@@ -238,20 +238,39 @@ def _describe(node: n.Node, factory: Factory) -> str:
 def insert_lengths(node: n.Node) -> int | None:
     """The longest lifetime of ``node``'s stream when it holds only inserts (``MAX_TIME``:
     any, edges included), or None when it may hold retractions. A rows source of points or
-    intervals never retracts, nor does a ``union`` of such streams; ``where``, ``select`` and
-    ``shift`` keep lengths (or cut them at
+    intervals never retracts, nor does one of edges without an ``end`` column (every row opens
+    an edge ``[s, ∞)`` that no row can close), nor a ``union`` of such streams; ``where``,
+    ``select`` and ``shift`` keep lengths (or cut them at
     the end of the axis); ``to_points``, ``clip_duration`` and ``alter_lifetime`` with an
-    ``int`` duration bound them and emit a retraction only for one they receive.
+    ``int`` duration bound them and emit a retraction only for one they receive. A ``join``
+    retracts only when an input does (freeing state on CTIs emits nothing), and an output
+    lifetime is the intersection of its two inputs', so no longer than the shorter: a point
+    joined with anything is a point (or nothing).
 
     >>> from topology import Stream
-    >>> insert_lengths(Stream.from_rows([], start="t").alter_lifetime(duration=30)._node)
+    >>> points = Stream.from_rows([], start="t")
+    >>> insert_lengths(points.alter_lifetime(duration=30)._node)
     30
     >>> insert_lengths(Stream.from_rows([], start="t", end="u", shape="edge", id="k")
     ...                .to_points()._node) is None  # to_points passes full retractions
     True
+    >>> table = Stream.from_rows([], start="t", shape="edge", id="k")  # edges never closed
+    >>> insert_lengths(table._node) == MAX_TIME, insert_lengths(points.join(table)._node)
+    (True, 1)
+    >>> insert_lengths(points.alter_lifetime(duration=30).join(
+    ...     points.alter_lifetime(duration=20), on=("k", "k"))._node)
+    20
+    >>> insert_lengths(points.join(Stream.from_rows([], start="t", end="u", shape="edge",
+    ...                                             id="k"))._node) is None  # edges close
+    True
     """
     if isinstance(node, n.FromRows):
+        if node.shape == "edge":  # (an edge is closed only by a row with an end)
+            return MAX_TIME if node.end is None else None
         return {"point": 1, "interval": MAX_TIME}.get(node.shape)
+    if isinstance(node, n.Join):  # the intersections of inserts, never retracted
+        both = [insert_lengths(i) for i in node.inputs]
+        return None if None in both else min(cast(list[int], both))
     if isinstance(node, (n.Window, n.GroupApply)):
         return _final_rows_length(node)
     if isinstance(node, n.Union):  # passes inserts as they are (e.g. the parts of from_spark)

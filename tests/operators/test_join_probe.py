@@ -89,3 +89,38 @@ def test_free_drops_exactly_the_pairs_of_freed_events(seed, limit_left, limit_ri
     assert state.payload is None if not expected else \
         state.payload.tolist() == [p * 10 for p, _, _ in expected]
 
+
+
+def test_pairs_are_written_after_the_ones_held_not_copied_with_them():
+    """Pairs that stay (a reference table that sends no CTI yet keeps every pair) are not
+    copied at each batch: the new ones go after them in buffers with room to spare, and a
+    snapshot holds the pairs, not the spare room; after a free, pairs go after the kept ones."""
+    import copy
+
+    state = ColumnState()
+    state.add_pairs(np.arange(3), np.arange(3), np.arange(3) + 10, np.zeros(3, np.int64),
+                    np.ones(3, np.int64), {"v": np.arange(3) * 1.5})
+    first = state.pid
+    state.add_pairs(np.arange(3, 5), np.arange(3, 5), np.arange(3, 5) + 10,
+                    np.zeros(2, np.int64), np.ones(2, np.int64), {"v": np.arange(3, 5) * 1.5})
+    assert np.shares_memory(first, state.pid) and np.shares_memory(
+        state.payload["v"], state.payload["v"][:3])
+    assert first.tolist() == [0, 1, 2] and state.pid.tolist() == [0, 1, 2, 3, 4]
+    assert state.payload["v"].tolist() == [0.0, 1.5, 3.0, 4.5, 6.0]
+    saved = copy.deepcopy(state)
+    assert saved._bufs is None and saved.pid.tolist() == [0, 1, 2, 3, 4]
+    for st_ in (state, saved):
+        st_.add_pairs(np.array([5]), np.array([5]), np.array([15]), np.zeros(1, np.int64),
+                      np.ones(1, np.int64), {"v": np.array([7.5])})
+        assert st_.pid.tolist() == [0, 1, 2, 3, 4, 5]
+        assert st_.rseq.tolist() == [10, 11, 12, 13, 14, 15]
+        assert st_.payload["v"].tolist() == [0.0, 1.5, 3.0, 4.5, 6.0, 7.5]
+    state.sides[0].append(np.arange(6), np.zeros(6, np.int64), np.zeros(6, np.int64),
+                          np.array([1, 9, 1, 9, 9, 9]), np.arange(6).astype(object),
+                          {"x": np.arange(6)})
+    state.free((5, 0), now=True)  # left events 0 and 2 end before 5: their pairs go
+    assert state.pid.tolist() == [1, 3, 4, 5]
+    state.add_pairs(np.array([6]), np.array([1]), np.array([16]), np.zeros(1, np.int64),
+                    np.ones(1, np.int64), {"v": np.array([9.0])})
+    assert state.pid.tolist() == [1, 3, 4, 5, 6] and state.lseq.tolist() == [1, 3, 4, 5, 1]
+    assert state.payload["v"].tolist() == [1.5, 4.5, 6.0, 7.5, 9.0]
