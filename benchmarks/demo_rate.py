@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--meters", type=int, default=40)
     ap.add_argument("--minutes", type=int, default=60)
+    ap.add_argument("--fuse", default="chains", help="deploy(fuse=...): chains (the demo's), "
+                    "all, none")
     args = ap.parse_args(argv)
     print(machine())
     data = demo.generate(args.meters, args.minutes)
@@ -63,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     rates = []
     for r in range(args.runs):
         topologies = demo.queries(df, data)
-        running, _ = demo.deploy_held(topologies)
+        fuse = {"none": False}.get(args.fuse, args.fuse)
+        running, setup = demo.deploy_held(topologies, fuse)
         try:
             pids = {name: [s["pid"] for s in live.stats().values()]
                     for name, live in running.items()}
@@ -77,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         per = ", ".join(f"{k} {cpu[k] - cpu0[k]:.2f}" for k in cpu)
         print(f"run {r + 1}: {events:,} events in {elapsed:.3f} s = {events / elapsed:,.0f} "
               f"events/s; CPU s of the run: {per}, driver {me:.2f}, whole machine "
-              f"{machine_cpu:.2f}; load {os.getloadavg()[0]:.1f}")
+              f"{machine_cpu:.2f} ({setup.actors} actors); load {os.getloadavg()[0]:.1f}")
     print(f"RESULT demo_eps={statistics.median(rates):.0f} runs={args.runs} "
           f"best_eps={max(rates):.0f} events={events}")
     spark.stop()

@@ -27,6 +27,7 @@ source's output then never crosses actors). ``collect()`` on Ray fuses unless to
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any, cast
@@ -643,6 +644,21 @@ def _fuse_chains(p: Plan, stateful: bool) -> Plan:
     return Plan(stages, edges, [new_id[s] for s in p.sources], new_id[p.sink], p.logical)
 
 
+def _without_data(stage: Stage) -> Stage:
+    """``stage`` as a fused part's actor holds it: its factory, and of its logical nodes only
+    a source's, without its data. The driver or the query's host feeds the data (a Spark
+    DataFrame cannot travel), and a node's inputs would carry the whole tree above it, down
+    to the sources' data."""
+    node = stage.source
+    if isinstance(node, n.FromRows):
+        node = dataclasses.replace(node, rows=())
+    elif isinstance(node, n.FromEvents):
+        node = dataclasses.replace(node, messages=())
+    elif node is None:
+        node = n.GroupInput(inputs=())  # a placeholder, as a part's entries have
+    return dataclasses.replace(stage, nodes=(node,))
+
+
 def _fuse_parts(p: Plan) -> Plan:
     """Run each connected part of ``p`` of two or more stages as one :class:`FusedDag`
     stage: the stages but the sink and a partitioned group_apply's partitions, linked by
@@ -714,7 +730,7 @@ def _fuse_parts(p: Plan) -> Plan:
             sub_edges[entry] = [OutEdge(dst, port)]
             sub_sources.append(entry)
         for s in order:
-            sub_stages[s] = p.stages[s]
+            sub_stages[s] = _without_data(p.stages[s])
             sub_edges[s] = [e for e in p.edges[s] if e.dst in inside]
         sub = Plan(sub_stages, sub_edges, source or sub_sources, next(iter(exits)))
         stages[sid] = Stage(sid, functools.partial(FusedDag, sub, sid, bool(source)), len(ins),

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from operators.aggregates import Count
+from operators.aggregates import Count, Sum
 from operators.cht import to_cht
 from operators.errors import OperatorError
 from operators.events import MAX_TIME
@@ -202,3 +202,24 @@ def test_a_row_without_a_time_is_a_dead_letter_naming_the_column(spark, ray_sess
         assert sorted(p["k"] for _, _, p in q.snapshot()) == ["a", "c"]
     finally:
         q.stop()
+
+
+@pytest.mark.ray
+def test_a_from_spark_query_fused_into_one_actor(spark, ray_session):
+    # deploy(fuse="all") sends each fused part's plan to its actor: the plan once carried the
+    # source's logical node with its data (the DataFrame, which cannot leave the driver)
+    rows = [{"ts": i * 1_000, "k": f"m{i % 3}", "v": float(i % 7)} for i in range(3_000)]
+    df = spark.createDataFrame(pa.Table.from_pylist(rows))
+    meta = Stream.from_rows([{"k": f"m{i}", "ts": 0, "g": i % 2} for i in range(3)],
+                            start="ts", id="k", shape="edge", name="meta")
+    q = (Stream.from_spark(df, start="ts", advance=AdvanceTime(every=500))
+         .join(meta, on=("k", "k"), select=lambda r, m: {"g": m["g"], "v": r["v"]})
+         .group_apply(lambda r: r["g"], lambda g: g.tumbling_window(100_000)
+                      .aggregate(Sum("v"))))
+    assert "one process:" in q.plan(fuse="all").explain()
+    live = q.deploy("spark-fused-all", fuse="all", history=True, detached=False)
+    try:
+        assert live.wait(timeout_s=120)
+        assert_equivalent(live.snapshot(), q.collect(runtime="inline"))
+    finally:
+        live.stop()
