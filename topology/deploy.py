@@ -864,7 +864,10 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     With ``hold`` the query's actors (and its host) are started and configured, but no
     source is fed until :meth:`Query.start() <topology.query.Query.start>`: several queries
     can be put in place first and then run together, their start-up apart from their run
-    (``cedar demo`` times them so). Not with ``checkpoint_dir``.
+    (``cedar demo`` times them so). The sources this process feeds are opened and their
+    first batch read before ``deploy`` returns (up to ``PRIME_S``: a Spark source plans its
+    read then), and the actors import what their first batch would. Not with
+    ``checkpoint_dir``.
 
     ``batch_size``, ``max_in_flight``, ``flush_ms`` and ``checkpoint_every`` (None: the
     default) make the :class:`~actors.config.ShellConfig` of the actors; a bad one is
