@@ -53,8 +53,9 @@ def _column(rng, kind, n):
 
 @st.composite
 def streams(draw):
-    """Physical streams of point inserts: column batches (each of one value kind) from an
-    ingress with CTIs, some expanded into single inserts."""
+    """Physical streams of point (or interval) inserts: column batches (each of one value
+    kind) from an ingress with CTIs, some expanded into single inserts. Intervals: the
+    planner sends any insert-only stream here, and membership is by start."""
     n = draw(st.integers(1, 400))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     t = np.arange(n, dtype=np.int64) // draw(st.sampled_from([1, 2, 5])) \
@@ -65,11 +66,17 @@ def streams(draw):
     cut = sorted(set(draw(st.lists(st.integers(1, max(1, n - 1)), max_size=4))))
     kinds = draw(st.lists(st.sampled_from(KINDS), min_size=len(cut) + 1,
                           max_size=len(cut) + 1))
-    src = Ingress(start="t", advance=AdvanceTime(every=draw(st.sampled_from([16, 64, 256])),
-                                                 delay=draw(st.integers(0, 20))))
+    intervals = draw(st.booleans())
+    ends = t + rng.integers(1, 30, n)
+    src = Ingress(start="t", end="e" if intervals else None,
+                  shape="interval" if intervals else "point",
+                  advance=AdvanceTime(every=draw(st.sampled_from([16, 64, 256])),
+                                      delay=draw(st.integers(0, 20))))
     msgs = []
     for (a, b), kind in zip(zip([0, *cut], [*cut, n]), kinds):
         batch = {"t": t[a:b], "k": keys[a:b], "v": _column(rng, kind, b - a)}
+        if intervals:
+            batch["e"] = ends[a:b]
         for m in src.push_columns(batch):
             if type(m) is not Columns:
                 msgs.append(m)
