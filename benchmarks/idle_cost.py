@@ -75,7 +75,7 @@ from typing import Any
 
 import psutil
 
-from topology import AdvanceTime, Count, Stream
+from topology import AdvanceTime, Count, StepHosts, Stream
 
 MINUTE = 60_000_000
 _never = threading.Event()
@@ -223,6 +223,10 @@ def main() -> None:
     ap.add_argument("--fuse", choices=sorted(FUSE), default="none",
                     help="deploy(fuse=...): none (one actor per step, the default), "
                          "stateless, chains or all")
+    ap.add_argument("--hosts", type=int, default=0,
+                    help="deploy(hosts=StepHosts(count=N)): every step in a slot of N shared "
+                         "host actors (0: an actor per stage)")
+    ap.add_argument("--slots", type=int, default=32, help="slots per host with --hosts")
     ap.add_argument("--ray-env", action="append", default=[], metavar="KEY=VALUE",
                     help="a Ray setting for this instance and its workers (repeatable), "
                          "e.g. RAY_task_events_report_interval_ms=60000: to measure a lever")
@@ -243,12 +247,16 @@ def main() -> None:
     shapes = _shapes()
     queries = []
     ckpt = tempfile.mkdtemp(prefix="cedar-idle-") if args.checkpoint else None
+    pool = StepHosts(args.hosts, args.slots, name="idle-cost") if args.hosts else None
     try:
         for i in range(args.queries):
-            options = {"checkpoint_dir": ckpt} if ckpt else {}
-            queries.append(shapes[i % len(shapes)].deploy(f"idle-{i}", fuse=FUSE[args.fuse],
-                                                          **options))
-        actors = sum(len(q.steps) for q in queries)
+            options: dict[str, Any] = {"checkpoint_dir": ckpt} if ckpt else {}
+            if pool is not None:
+                options["hosts"] = pool
+            shape = _shapes()[i % len(shapes)]  # its own sources: a generator feeds one query
+            queries.append(shape.deploy(f"idle-{i}", fuse=FUSE[args.fuse],
+                                        **options))
+        actors = sum(len(q.steps) for q in queries) if pool is None else args.hosts
         steps = sum(len(shapes[i % len(shapes)].plan().stages) for i in range(len(queries)))
         from actors.shell import ACTOR_OPTIONS
 
@@ -274,7 +282,8 @@ def main() -> None:
         cedar_wakes = (sum(wakes1[k] - wakes0.get(k, 0) for k in wakes1) / w_elapsed
                        / max(1, len(wakes1)))
         used = {pid: after[pid] - before[pid] for pid in after if pid in before}
-        operators = [pid for pid in used if names.get(pid, "").startswith("ray::OperatorShell")]
+        operators = [pid for pid in used if names.get(pid, "").startswith(
+            ("ray::OperatorShell", "ray::StepHost"))]
         hosts = [pid for pid in used if names.get(pid, "").startswith("ray::QueryHost")]
         floor = (sum(used[p] for p in bare_pids if p in used) / elapsed * 100
                  / max(1, len(bare_pids)))
@@ -316,9 +325,10 @@ def main() -> None:
             for name, pct, runs in by_thread_name(operators, threads0, threads1, elapsed)[:6]))
         print(f"cedar's own timer: {cedar_wakes:.2f} wake-ups/s per actor "
               f"({len(wakes1)} actors)")
-        print(f"per idle step (fuse={args.fuse}: {steps} steps in {len(operators)} operator "
-              f"actors and {len(hosts)} hosts): {per_step:.3f} % of a core")
-        print(f"RESULT idle_cost fuse={args.fuse} queries={len(queries)} steps={steps} "
+        where = f"{len(operators)} step hosts" if pool else f"{len(operators)} operator actors"
+        print(f"per idle step (fuse={args.fuse}: {steps} steps in {where} and {len(hosts)} "
+              f"query hosts): {per_step:.3f} % of a core")
+        print(f"RESULT idle_cost fuse={args.fuse} step_hosts={args.hosts} queries={len(queries)} steps={steps} "
               f"actors={n_actors} per_step_pct={per_step:.3f} "
               f"per_actor_pct={per_actor:.3f} per_operator_pct={per_op:.3f} "
               f"ray_floor_pct={floor:.3f} cedar_own_pct={per_op - floor:.3f} "
@@ -331,6 +341,8 @@ def main() -> None:
                 q.stop()
             except Exception as exc:  # noqa: BLE001 - report and go on stopping
                 print(f"stopping {q!r} failed: {exc}")
+        if pool is not None:
+            pool.shutdown()
         ray.shutdown()
         if ckpt:
             shutil.rmtree(ckpt, ignore_errors=True)

@@ -41,6 +41,7 @@ from operators.udm import (
 
 from .checker import CheckFailed, check
 from .inline_runtime import Collected, DeadLetterWarning, RunReport
+from .step_hosts import StepHosts
 from .stream import Stream, WindowedStream
 from .tracing import Trace
 
@@ -67,6 +68,7 @@ __all__ = [  # the messages, the builder, AdvanceTime, the aggregates, the UDM b
     "Query",
     "Retract",
     "RunReport",
+    "StepHosts",
     "Stream",
     "StreamOperator",
     "Sum",

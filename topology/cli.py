@@ -254,7 +254,7 @@ def _run(args: Any) -> int:
 def _status(args: Any) -> int:
     import ray
 
-    from .registry import NAMESPACE, actor_name, ensure_ray, list_queries
+    from .registry import actor_name, ensure_ray, list_queries, step_actor
     from .times import parse_tz, show_time
 
     try:
@@ -268,7 +268,7 @@ def _status(args: Any) -> int:
         print("no cedar queries are running")
     for name in names:
         try:  # its output CTI, in the query's time: a few words, never a failure
-            sink = ray.get_actor(actor_name(name, "sink"), namespace=NAMESPACE)
+            sink = step_actor(actor_name(name, "sink"))
             info, stats = cast(Any, ray.get([sink.manifest.remote(), sink.stats.remote()],
                                             timeout=5))
         except Exception:  # noqa: BLE001 - a query stopping while we look: its name alone

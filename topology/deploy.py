@@ -54,7 +54,9 @@ from .registry import (
     actor_states,
     driver_alive,
     ensure_ray,
+    kill_actor,
     list_queries,
+    step_actor,
     unsubscribe,
 )
 from .routing import Router
@@ -350,7 +352,7 @@ def _subscribe_published(plan: Plan, handles: dict[str, Any],
         src = plan.stages[step].source
         if isinstance(src, n.Published):
             try:
-                pub = ray.get_actor(actor_name(src.query, "sink"), namespace=NAMESPACE)
+                pub = step_actor(actor_name(src.query, "sink"))
             except ValueError:
                 raise ValueError(
                     f"{step}: no running query is named {src.query!r}; deploy it first with "
@@ -488,11 +490,9 @@ def _collect_checkpointed(plan: Plan, settings: ShellConfig, root: str,
 
 
 def _kill(handles: Iterable[Any]) -> None:
-    import ray
-
     for h in handles:
         try:
-            ray.kill(h, no_restart=True)
+            kill_actor(h)
         except Exception:  # noqa: BLE001 - dead already
             pass
 
@@ -810,7 +810,7 @@ def _replace(name: str, root: str | None) -> None:
     roots = {root} if root is not None else set()
     subs: list[tuple[str, str]] = []
     try:
-        sink = ray.get_actor(actor_name(name, "sink"), namespace=NAMESPACE)
+        sink = step_actor(actor_name(name, "sink"))
         info = cast(dict[str, Any], ray.get(sink.manifest.remote(), timeout=10))
         if info.get("checkpoint_dir"):
             roots.add(info["checkpoint_dir"])
@@ -828,7 +828,7 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
                 flush_ms: float | None = None, checkpoint_dir: str | None = None,
                 checkpoint_every: int | None = None,
                 placement: str | dict[str, str] = "spread", trace: Any = None,
-                replace: bool = False, hold: bool = False) -> Any:
+                replace: bool = False, hold: bool = False, hosts: Any = None) -> Any:
     """Start ``plan`` as the live query ``name`` and return its :class:`~topology.query.Query`.
 
     A name belongs to one query until that query is stopped: a deploy of a name that a query
@@ -869,6 +869,11 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     read then), and the actors import what their first batch would. Not with
     ``checkpoint_dir``.
 
+    With ``hosts`` (a :class:`~topology.step_hosts.StepHosts`) every step runs in a slot of
+    a shared host actor instead of an actor of its own: many idle queries cost what their
+    hosts' few processes cost (:mod:`topology.step_hosts`). Such a query runs until stopped,
+    detached or not. Not with ``checkpoint_dir`` (a host lost takes every query it holds).
+
     ``batch_size``, ``max_in_flight``, ``flush_ms`` and ``checkpoint_every`` (None: the
     default) make the :class:`~actors.config.ShellConfig` of the actors; a bad one is
     refused here, naming it, before anything starts.
@@ -879,6 +884,10 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
                          f"deploy it without hold")
     if not name or "/" in name:
         raise ValueError(f"deploy({name!r}): a query name must be non-empty and without '/'")
+    if hosts is not None and checkpoint_dir is not None:
+        raise ValueError(f"deploy({name!r}): hosts= is for queries without checkpoint_dir (a "
+                         f"checkpointed query restarts its own actors after a failure); deploy "
+                         f"it without hosts")
     settings = ShellConfig.of(batch_size=batch_size, max_in_flight=max_in_flight,
                               flush_ms=flush_ms, checkpoint_every=checkpoint_every)
     ensure_ray()
@@ -890,7 +899,8 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     token = _claim(name, root, bool(local))
     try:
         return _deploy(plan, name, settings, root, fed, local, token, detached=detached,
-                       history=history, placement=placement, trace=trace, hold=hold)
+                       history=history, placement=placement, trace=trace, hold=hold,
+                       hosts=hosts)
     except BaseException:
         if root is not None:
             ck.release_claim(root, name, token)
@@ -899,7 +909,8 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
 
 def _deploy(plan: Plan, name: str, settings: ShellConfig, root: str | None, fed: list[str],
             local: list[str], token: str, *, detached: bool, history: bool,
-            placement: str | dict[str, str], trace: Any, hold: bool = False) -> Any:
+            placement: str | dict[str, str], trace: Any, hold: bool = False,
+            hosts: Any = None) -> Any:
     """:func:`deploy_plan` once the name is claimed."""
     import functools
 
@@ -934,8 +945,11 @@ def _deploy(plan: Plan, name: str, settings: ShellConfig, root: str | None, fed:
         host = _start_host(name, location, detached=detached, restartable=True)
         return Query(name, ray.get(host.call.remote("current_handles")), sink=plan.sink,
                      explain=info["explain"], host=host, claim=(root, token))
-    lifetime = "detached" if detached else None
-    handles = _named_shells(name, list(plan.stages), lifetime, _placement(placement))
+    if hosts is None:
+        lifetime = "detached" if detached else None
+        handles = _named_shells(name, list(plan.stages), lifetime, _placement(placement))
+    else:
+        handles = _hosted_shells(name, list(plan.stages), hosts, detached)
     host = None
     try:
         _configure(plan, handles, settings, info)
@@ -970,6 +984,21 @@ def _named_shells(name: str, steps: list[str], lifetime: str | None,
     except ray.exceptions.ActorAlreadyExistsError:
         _kill(handles.values())
         raise _taken(name, actor_states(name)) from None
+    return handles
+
+
+def _hosted_shells(name: str, steps: list[str], hosts: Any, detached: bool) -> dict[str, Any]:
+    """A slot of ``hosts`` per step (:meth:`StepHosts.take
+    <topology.step_hosts.StepHosts.take>`), refused while a query holds ``name``. Not
+    ``detached``: the slots are freed when this process exits (the hosts live on)."""
+    import atexit
+
+    states = actor_states(name)
+    if states:
+        raise _taken(name, states)
+    handles: dict[str, Any] = hosts.take(name, steps)
+    if not detached:
+        atexit.register(_kill, list(handles.values()))
     return handles
 
 

@@ -31,7 +31,9 @@ from .registry import (
     actor_name,
     actor_states,
     ensure_ray,
+    kill_actor,
     list_queries,
+    step_actor,
     unsubscribe,
 )
 
@@ -84,7 +86,6 @@ def stop_by_name(name: str, timeout_s: float = 30.0) -> None:
     nothing again — with no restart, and return once Ray has confirmed each one dead (its
     name released). An actor that appears meanwhile (a host's restart under way) is killed
     too. Raises :class:`NameTaken` if some actor is still there after ``timeout_s``."""
-    import ray
 
     deadline = time.monotonic() + timeout_s
     while True:
@@ -96,8 +97,7 @@ def stop_by_name(name: str, timeout_s: float = 30.0) -> None:
                             f"still there: {states}")
         for step in sorted(states, key=lambda s: s != HOST_STEP):  # the host first
             try:
-                ray.kill(ray.get_actor(actor_name(name, step), namespace=NAMESPACE),
-                         no_restart=True)
+                kill_actor(step_actor(actor_name(name, step)))
             except Exception:  # noqa: BLE001 - dead meanwhile
                 pass
         time.sleep(0.05)
@@ -517,7 +517,7 @@ class Query:
                 pass
         for h in ([self.host] if self.host is not None else []) + handles:
             try:
-                ray.kill(h, no_restart=True)
+                kill_actor(h)
             except Exception:  # noqa: BLE001
                 pass
         self.handles = {}
@@ -534,7 +534,6 @@ class Query:
     def _name_is_ours(self, handles: list[Any]) -> bool:
         """Whether the actors now named after this query are this query's (not those of a
         query deployed under the same name since, with ``replace=True``)."""
-        import ray
 
         if self._claim is not None:
             from actors import checkpoint as ck
@@ -542,7 +541,7 @@ class Query:
             held = ck.read_claim(self._claim[0], self.name)
             return held is None or held.get("token") == self._claim[1]
         try:
-            sink = ray.get_actor(actor_name(self.name, self.sink_step), namespace=NAMESPACE)
+            sink = step_actor(actor_name(self.name, self.sink_step))
         except ValueError:
             return True
         return sink._actor_id in {h._actor_id for h in handles}
@@ -580,12 +579,11 @@ def attach(name: str, address: str | None = None, wait_s: float = ATTACH_WAIT_S)
 def _attach_now(name: str) -> Query:
     import ray
 
-    sink = ray.get_actor(actor_name(name, "sink"), namespace=NAMESPACE)
+    sink = step_actor(actor_name(name, "sink"))
     info = cast(dict[str, Any], ray.get(sink.manifest.remote(), timeout=STATS_WAIT_S))
     if "actors" not in info:
         raise ValueError("its sink is being configured")  # a recovery under way
-    handles = {step: ray.get_actor(actor, namespace=NAMESPACE)
-               for step, actor in info["actors"].items()}
+    handles = {step: step_actor(actor) for step, actor in info["actors"].items()}
     try:
         host = ray.get_actor(info["host"], namespace=NAMESPACE) if "host" in info else None
     except ValueError:

@@ -6,6 +6,7 @@ connecting to Ray, listing the running queries and detaching from a publisher. S
 from __future__ import annotations
 
 import os
+from typing import Any
 
 #: The Ray namespace of every cedar actor.
 NAMESPACE = "cedar"
@@ -17,8 +18,8 @@ HOST_STEP = "~host"
 HEAD_RESOURCE = "node:__internal_head__"
 
 __all__ = ["FETCH_WAIT_S", "HEAD_RESOURCE", "HOST_STEP", "NAMESPACE", "actor_name",
-           "actor_nodes", "actor_states", "driver_alive", "ensure_ray", "list_queries",
-           "unsubscribe"]
+           "actor_nodes", "actor_states", "driver_alive", "ensure_ray", "hosted", "kill_actor",
+           "list_queries", "step_actor", "unsubscribe"]
 
 
 def ensure_ray(address: str | None = None, quiet: bool = False) -> None:
@@ -68,12 +69,14 @@ def actor_states(query: str) -> dict[str, str]:
     prefix = actor_name(query, "")
     names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
              if a.get("namespace") == NAMESPACE and a.get("name", "").startswith(prefix)}
+    slots = {n: "ALIVE" for n in hosted() if n.startswith(prefix)}  # in a live host
     if not names:
-        return {}
+        return {n[len(prefix):]: st for n, st in sorted(slots.items())}
     states = {a["Name"]: a["State"] for a in state.actors().values()
               if a.get("Name") in names and a.get("State") != "DEAD"}
     # a name with no live record yet is being created
-    return {n[len(prefix):]: states.get(n, "PENDING_CREATION") for n in sorted(names)}
+    states = {n: states.get(n, "PENDING_CREATION") for n in names} | slots
+    return {n[len(prefix):]: states[n] for n in sorted(states)}
 
 
 def driver_alive(job_id: str) -> bool:
@@ -87,11 +90,60 @@ def list_queries() -> list[str]:
     """The names of the queries running on the connected cluster."""
     import ray
 
-    names = []
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+             if a.get("namespace") == NAMESPACE] + list(hosted())
+    return sorted(n[: -len("/sink")] for n in names if n.endswith("/sink"))
+
+
+def hosted() -> dict[str, Any]:
+    """Actor name (``<query>/<step>``) -> :class:`~actors.step_host.HostedStep`, for every
+    step held in a slot of a step host of the connected cluster (``deploy(..., hosts=)``,
+    :mod:`topology.step_hosts`). A host that does not answer (dead, or starting) holds none."""
+    import ray
+
+    from actors.step_host import HOST_PREFIX, HostedStep
+
+    hosts = []
     for a in ray.util.list_named_actors(all_namespaces=True):
-        if a.get("namespace") == NAMESPACE and a.get("name", "").endswith("/sink"):
-            names.append(a["name"][: -len("/sink")])
-    return sorted(names)
+        if a.get("namespace") == NAMESPACE and a.get("name", "").startswith(HOST_PREFIX):
+            try:
+                hosts.append(ray.get_actor(a["name"], namespace=NAMESPACE))
+            except ValueError:  # gone meanwhile
+                pass
+    out: dict[str, Any] = {}
+    for host in hosts:
+        try:
+            names = ray.get(host.names.remote(), timeout=10)
+        except Exception:  # noqa: BLE001 - a dead host holds nothing
+            continue
+        out.update({name: HostedStep(host, slot) for name, slot in names.items()})
+    return out
+
+
+def step_actor(name: str) -> Any:
+    """The actor named ``name`` (``<query>/<step>``, namespace ``cedar``) or the slot of a
+    step host that holds that name; ValueError if there is neither (as ``ray.get_actor``)."""
+    import ray
+
+    try:
+        return ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        found = hosted().get(name)
+        if found is None:
+            raise
+        return found
+
+
+def kill_actor(handle: Any) -> None:
+    """Stop a step's actor for good, or free its slot when it is hosted (the host lives on)."""
+    import ray
+
+    from actors.step_host import HostedStep
+
+    if isinstance(handle, HostedStep):
+        handle.host.close.remote(handle.slot)
+    else:
+        ray.kill(handle, no_restart=True)
 
 
 def unsubscribe(subs: list[tuple[str, str]]) -> None:
@@ -100,7 +152,7 @@ def unsubscribe(subs: list[tuple[str, str]]) -> None:
 
     for publisher, token in subs:
         try:
-            pub = ray.get_actor(actor_name(publisher, "sink"), namespace=NAMESPACE)
+            pub = step_actor(actor_name(publisher, "sink"))
             ray.get(pub.unsubscribe.remote(token))
         except Exception:  # noqa: BLE001 - the publisher is gone: nothing to detach from
             pass

@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
-from .registry import NAMESPACE, actor_name, ensure_ray, list_queries
+from .registry import actor_name, ensure_ray, list_queries, step_actor
 from .times import TIMESTAMPS, parse_tz, show_duration, show_time
 
 #: Output rows shown per query.
@@ -172,7 +172,6 @@ class Monitor:
                 del kept[key]
 
     def _sample(self) -> dict[str, Any]:
-        import ray
 
         queries: dict[str, Any] = {}
         names = list_queries()
@@ -181,8 +180,7 @@ class Monitor:
         sent: set[Key] = set()
         for name in names:
             try:
-                sinks[name] = sink = ray.get_actor(actor_name(name, "sink"),
-                                                   namespace=NAMESPACE)
+                sinks[name] = sink = step_actor(actor_name(name, "sink"))
                 self._ask((name, "manifest", ""), sink.manifest.remote, sent)
             except Exception as exc:  # noqa: BLE001 - a query stopping while we look
                 queries[name] = {"error": f"its sink cannot be reached: {_problem(exc)}"}
@@ -206,7 +204,7 @@ class Monitor:
                 if key in self._asked:
                     continue
                 try:
-                    handle = ray.get_actor(actor, namespace=NAMESPACE)
+                    handle = step_actor(actor)
                 except Exception as exc:  # noqa: BLE001 - the step's actor is gone
                     gone[key] = f"its actor is gone ({_problem(exc)})"
                     continue
@@ -313,7 +311,7 @@ class Monitor:
         import ray
 
         try:
-            sink = ray.get_actor(actor_name(query, "sink"), namespace=NAMESPACE)
+            sink = step_actor(actor_name(query, "sink"))
             info = cast(dict[str, Any], ray.get(sink.manifest.remote(), timeout=PAGE_WAIT_S))
         except Exception as exc:  # noqa: BLE001 - no such query, or it is stopping
             raise LookupError(f"no query {query!r} is running here "
@@ -323,7 +321,7 @@ class Monitor:
             raise LookupError(f"query {query!r} has no step {step!r}; its steps are "
                               f"{', '.join(sorted(actors))}")
         try:
-            return ray.get_actor(actors[step], namespace=NAMESPACE), info
+            return step_actor(actors[step]), info
         except Exception as exc:  # noqa: BLE001 - the step's actor is gone
             raise LookupError(f"the actor of step {step!r} is gone ({_problem(exc)})"
                               ) from None

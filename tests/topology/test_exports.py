@@ -14,7 +14,7 @@ PUBLIC = {
     "Aggregates", "Avg", "Count", "Max", "Min", "Sum", "TimeWeightedAverage", "TopK",
     "Aggregate", "IncrementalAggregate", "Operator", "TimeSensitiveAggregate",
     "TimeSensitiveOperator", "Window", "register", "check", "CheckFailed",
-    "StreamOperator",
+    "StreamOperator", "StepHosts",
     "Collected", "DeadLetterWarning", "RunReport",
 }
 ROOT = pathlib.Path(__file__).resolve().parents[2]

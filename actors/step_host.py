@@ -1,0 +1,149 @@
+"""Steps of many queries in one Ray actor: a worker process's idle cost shared by its steps.
+
+An idle Ray worker process costs ~0.5 % of a core whatever it runs (its core worker wakes the
+main thread every 10 ms, its gRPC and io threads wake too: ``benchmarks/idle_cost.py``), so
+one actor per step costs every idle step that much. A :class:`StepHost` holds up to
+``capacity`` operator shells (:class:`~actors.shell.OperatorShell`), each a *slot* that
+another query's step can take: a cluster with a thousand idle steps on 16 hosts burns what
+16 processes burn.
+
+A slot behaves as a shell actor does. Each has its own threads: Ray concurrency groups
+``data<i>`` (one thread: the calls of one caller run in order, as in a shell actor's default
+group), ``control<i>``, ``io<i>`` and ``watch<i>``, so a slot waiting on its downstream never
+blocks another slot's data path (two slots of one host may feed each other). Callers reach a
+slot through a :class:`HostedStep`, which has the shell actor's methods
+(``step.push.remote(port, blob)``) and is passed to other actors like a handle.
+
+The host knows the actor name (``<query>/<step>``) of each slot it holds (:meth:`names`),
+which is how :mod:`topology.registry` finds hosted steps. A failure inside a step is that
+step's (the shell reports it); a host process that dies takes its slots' steps with it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from .shell import ACTOR_OPTIONS, OperatorShell
+
+#: The concurrency groups of one slot and their threads (as a shell actor's groups).
+SLOT_GROUPS = {"data": 1, "control": 1, "io": 2, "watch": 1}
+#: The Ray actor names of hosts start with this (namespace ``cedar``).
+HOST_PREFIX = "~steps/"
+
+
+def _group_of(method: Any) -> str:
+    return getattr(method, "__ray_concurrency_group__", None) or "data"
+
+
+#: The shell's methods a slot answers, with the group each runs in.
+SHELL_METHODS: dict[str, str] = {
+    name: _group_of(getattr(OperatorShell, name)) for name in dir(OperatorShell)
+    if not name.startswith("_") and callable(getattr(OperatorShell, name))}
+
+
+def host_options(capacity: int) -> dict[str, Any]:
+    """The ``ray.remote`` options of a host of ``capacity`` slots."""
+    groups = {f"{g}{i}": n for i in range(capacity) for g, n in SLOT_GROUPS.items()}
+    return {**ACTOR_OPTIONS, "concurrency_groups": groups, "max_concurrency": 1}
+
+
+class StepHost:
+    """Up to ``capacity`` operator shells, slot ``i`` answering in groups ``*<i>``. Its own
+    methods (:meth:`open`, :meth:`close`, :meth:`names`) run in the default group, one at a
+    time."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.shells: dict[int, OperatorShell] = {}  # made on first use, kept for the next
+        self.held: dict[str, int] = {}  # actor name -> slot
+        self._lock = threading.Lock()
+
+    def open(self, names: list[str]) -> list[int] | None:
+        """Slots for the actor names ``names`` (all of them, or None when fewer are free);
+        raises ValueError if this host already holds one of the names."""
+        with self._lock:
+            taken = [a for a in names if a in self.held]
+            if taken:
+                raise ValueError(f"{taken[0]!r} is held already")
+            free = [i for i in range(self.capacity) if i not in self.held.values()]
+            if len(free) < len(names):
+                return None
+            for a, i in zip(names, free):
+                self.held[a] = i
+                if i not in self.shells:
+                    self.shells[i] = OperatorShell()
+            return free[:len(names)]
+
+    def close(self, slot: int) -> None:
+        """Free ``slot``: its processor and edges dropped (a late call to it does nothing)."""
+        with self._lock:
+            for a, i in list(self.held.items()):
+                if i == slot:
+                    del self.held[a]
+        shell = self.shells.get(slot)
+        if shell is not None:
+            shell.reset()
+
+    def names(self) -> dict[str, int]:
+        """Actor name -> slot, for every slot held."""
+        with self._lock:
+            return dict(self.held)
+
+    def free(self) -> int:
+        """How many slots are free."""
+        with self._lock:
+            return self.capacity - len(self.held)
+
+    def ping(self) -> str:
+        return "ok"
+
+
+def _forward(name: str) -> Any:
+    def call(self: StepHost, slot: int, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.shells[slot], name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+for _name in SHELL_METHODS:
+    if _name != "ping":
+        setattr(StepHost, _name, _forward(_name))
+
+
+class _SlotMethod:
+    def __init__(self, method: Any, slot: int) -> None:
+        self.method, self.slot = method, slot
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self.method.remote(self.slot, *args, **kwargs)
+
+
+class HostedStep:
+    """Slot ``slot`` of the host actor ``host``, called as a shell actor's handle is."""
+
+    def __init__(self, host: Any, slot: int) -> None:
+        self.host, self.slot = host, slot
+        self._methods: dict[str, _SlotMethod] = {}
+
+    def __getattr__(self, name: str) -> _SlotMethod:
+        group = SHELL_METHODS.get(name)
+        if group is None or name.startswith("_"):
+            raise AttributeError(name)
+        method = self._methods.get(name)
+        if method is None:
+            handle = getattr(self.host, name).options(concurrency_group=f"{group}{self.slot}")
+            method = self._methods[name] = _SlotMethod(handle, self.slot)
+        return method
+
+    @property
+    def _actor_id(self) -> tuple[Any, int]:
+        """Who this is (for comparing handles): the host's actor id and the slot."""
+        return (self.host._actor_id, self.slot)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (HostedStep, (self.host, self.slot))
+
+    def __repr__(self) -> str:
+        return f"HostedStep(slot {self.slot} of {self.host!r})"

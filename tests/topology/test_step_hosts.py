@@ -1,0 +1,157 @@
+"""Queries deployed on shared step hosts (``deploy(..., hosts=StepHosts(...))``): the same
+output as on actors of their own, found by name as any query is, composable, stopped by slot,
+and no deadlock when slots of one host feed each other under backpressure."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from operators.events import Cti, Insert
+from operators.ingress import AdvanceTime
+from tests.kit import assert_equivalent
+from topology import Count, StepHosts, Stream, attach
+from topology.query import NameTaken
+from topology.registry import actor_states, list_queries
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def hosts(ray_session):
+    pool = StepHosts(count=2, capacity=8, name="tests")
+    yield pool
+    pool.shutdown()
+
+
+def _free(pool):
+    import ray
+
+    return sum(ray.get([h.free.remote() for h in pool.actors()]))
+
+
+def _keyed(n=3000):
+    rows = [{"k": i % 7, "ts": i * 10, "v": i % 5} for i in range(n)]
+    return (Stream.from_rows(rows, start="ts", advance=AdvanceTime(every=50))
+            .where(lambda r: r["v"] != 3)
+            .group_apply(lambda r: r["k"], lambda g: g.tumbling_window(500).aggregate(Count())))
+
+
+def test_hosted_queries_give_the_output_of_their_own_actors(hosts):
+    free = _free(hosts)
+    a = _keyed().deploy("hosted-a", hosts=hosts, history=True)
+    b = _keyed().join(Stream.from_events([Insert(k, 0, 10**9, {"k": k}) for k in range(7)]
+                                         + [Cti(10**9)]),
+                      on=(lambda r: r[0], "k"), select=lambda r, m: (m["k"], r[1]))
+    b_live = b.deploy("hosted-b", hosts=hosts, history=True, batch_size=64, max_in_flight=1)
+    try:
+        assert a.wait(60) and b_live.wait(60)
+        # every step is a slot: one process per host, not one per step
+        pids = {s["pid"] for q in (a, b_live) for s in q.stats().values()}
+        assert len(pids) <= hosts.count
+        assert _free(hosts) == free - len(a.handles) - len(b_live.handles)
+        assert_equivalent(a.snapshot(), _keyed().collect(runtime="inline"))
+        assert_equivalent(b_live.snapshot(), b.collect(runtime="inline"))
+        # found by name as any deployed query is
+        assert {"hosted-a", "hosted-b"} <= set(list_queries())
+        assert set(actor_states("hosted-a")) >= {"sink", "where#1"}
+        assert attach("hosted-a").snapshot() == a.snapshot()
+        with pytest.raises(NameTaken):
+            _keyed().deploy("hosted-a", hosts=hosts)
+    finally:
+        a.stop()
+        b_live.stop()
+    assert _free(hosts) == free  # the slots are free again, the hosts live on
+    assert "hosted-a" not in list_queries() and actor_states("hosted-b") == {}
+
+
+def test_slots_of_one_host_feed_each_other_under_backpressure(ray_session):
+    # one host: every edge goes from a slot to another slot of the same process, each batch
+    # of 8 rows waits for the one before it (max_in_flight=1): the slots' own data threads
+    pool = StepHosts(count=1, capacity=6, name="one")
+    try:
+        q = _keyed(2000)
+        live = q.deploy("one-host", hosts=pool, history=True, batch_size=8, max_in_flight=1)
+        try:
+            assert live.wait(120)
+            assert_equivalent(live.snapshot(), _keyed(2000).collect(runtime="inline"))
+        finally:
+            live.stop()
+    finally:
+        pool.shutdown()
+
+
+def _queue_rows(q):
+    while (row := q.get()) is not None:
+        yield row
+
+
+def test_a_query_composed_on_a_hosted_one(hosts):
+    feed: queue.Queue = queue.Queue()
+    pub = (Stream.from_rows(_queue_rows(feed), start="t", advance=AdvanceTime(every=5))
+           .select(lambda r: r["t"]).deploy("hosted-pub", hosts=hosts, history=True))
+    sub = None
+    try:
+        sub = (Stream.published("hosted-pub").select(lambda t: t * 100)
+               .deploy("hosted-sub", hosts=hosts, history=True))
+        for t in range(50):
+            feed.put({"t": t})
+        feed.put(None)
+        assert pub.wait(60) and sub.wait(60)
+        assert sorted(p for _, _, p in sub.snapshot()) == [t * 100 for t in range(50)]
+    finally:
+        feed.put(None)
+        pub.stop()
+        if sub is not None:
+            sub.stop()
+
+
+ATTACH_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import ray, topology
+    ray.init(address=sys.argv[1], namespace="cedar", logging_level="ERROR")
+    q = topology.attach(sys.argv[2])
+    print(json.dumps(dict(steps=sorted(q.stats()), rows=len(q.snapshot()),
+                          queries=topology.query.list_queries())))
+""")
+
+
+def test_another_driver_attaches_to_a_hosted_query(hosts, tmp_path):
+    live = _keyed(500).deploy("hosted-seen", hosts=hosts, history=True)
+    try:
+        assert live.wait(60)
+        script = tmp_path / "attach.py"
+        script.write_text(ATTACH_SCRIPT)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        import ray
+
+        address = ray.get_runtime_context().gcs_address
+        done = subprocess.run([sys.executable, str(script), address, "hosted-seen"], env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        seen = json.loads(done.stdout.strip().splitlines()[-1])
+        assert seen["steps"] == sorted(live.stats())
+        assert seen["rows"] == len(live.snapshot()) > 0
+        assert "hosted-seen" in seen["queries"]
+    finally:
+        live.stop()
+
+
+def test_a_full_pool_and_a_checkpointed_query_are_refused(ray_session, tmp_path):
+    pool = StepHosts(count=1, capacity=2, name="small")
+    try:
+        with pytest.raises(ValueError, match="too few free slots"):
+            _keyed().deploy("too-big", hosts=pool)
+        assert _free(pool) == 2 and actor_states("too-big") == {}  # nothing kept
+        with pytest.raises(ValueError, match="without checkpoint_dir"):
+            _keyed().deploy("ckpt", hosts=pool, checkpoint_dir=str(tmp_path))
+    finally:
+        pool.shutdown()
+    with pytest.raises(ValueError, match="at least 1"):
+        StepHosts(count=0)

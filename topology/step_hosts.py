@@ -1,0 +1,106 @@
+"""Step hosts: Ray actors that run the steps of many queries (:mod:`actors.step_host`).
+
+``q.deploy(name, hosts=StepHosts())`` puts every step of the query in a slot of a shared host
+instead of an actor of its own. An idle Ray worker process costs ~0.5 % of a core whatever it
+runs, so a thousand idle steps in their own actors burn five cores; in 16 hosts, what 16
+processes burn. The price: the steps of one host share its process (its cores through one
+Python interpreter), and a host that dies takes every step it holds. Use hosts for many
+small or mostly idle queries; give a busy query actors of its own (the default).
+
+The hosts are detached named actors (``~steps/<pool>/<i>``, namespace ``cedar``): every
+driver that names the same pool shares them, and ``cedar status``, ``cedar ui`` and
+``attach()`` find hosted queries as they find the others. A hosted query runs until it is
+stopped (``Query.stop()``, ``cedar stop``), whether deployed ``detached`` or not; the
+hosts stay until :meth:`StepHosts.shutdown`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+from .registry import NAMESPACE, actor_name, ensure_ray
+
+
+@functools.cache
+def _host_class(capacity: int) -> Any:
+    """The remote class of hosts of ``capacity`` slots (Ray exports a class once)."""
+    import ray
+
+    from actors.step_host import StepHost, host_options
+
+    return ray.remote(**host_options(capacity))(StepHost)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepHosts:
+    """A pool of ``count`` host actors of ``capacity`` slots (steps) each, named ``name``."""
+
+    count: int = 2
+    capacity: int = 32
+    name: str = "default"
+
+    def __post_init__(self) -> None:
+        if self.count < 1 or self.capacity < 1:
+            raise ValueError(f"StepHosts(count={self.count}, capacity={self.capacity}): "
+                             f"both must be at least 1")
+        if not self.name or "/" in self.name:
+            raise ValueError(f"StepHosts(name={self.name!r}): a non-empty name without '/'")
+
+    def actors(self) -> list[Any]:
+        """The pool's host actors, started if they are not running (by this or another
+        driver: a host that exists is reused as it is, whatever capacity it was made with)."""
+
+        from actors.step_host import HOST_PREFIX
+
+        ensure_ray()
+        cls = _host_class(self.capacity)
+        return [cls.options(name=f"{HOST_PREFIX}{self.name}/{i}", namespace=NAMESPACE,
+                            lifetime="detached", get_if_exists=True).remote(self.capacity)
+                for i in range(self.count)]
+
+    def take(self, query: str, steps: list[str]) -> dict[str, Any]:
+        """A slot for every step of ``query``, each in the host with the most free slots
+        then; raises ValueError if the pool has fewer free slots than ``steps``."""
+        import ray
+
+        from actors.step_host import HostedStep
+
+        hosts = self.actors()
+        free = ray.get([h.free.remote() for h in hosts])
+        wanted: dict[int, list[str]] = {}
+        for step in steps:
+            i = max(range(len(hosts)), key=lambda k: free[k])
+            free[i] -= 1
+            wanted.setdefault(i, []).append(step)
+        got: dict[str, Any] = {}
+        try:
+            for i, group in wanted.items():
+                slots = ray.get(hosts[i].open.remote([actor_name(query, s) for s in group]))
+                if slots is None:
+                    raise ValueError(
+                        f"deploy({query!r}): the step hosts {self.name!r} have too few free "
+                        f"slots for its {len(steps)} steps ({self.count} hosts of "
+                        f"{self.capacity}); stop a hosted query or use a pool with more "
+                        f"(StepHosts(count=..., capacity=..., name=...))")
+                got.update({s: HostedStep(hosts[i], k) for s, k in zip(group, slots)})
+        except BaseException:
+            for h in got.values():
+                h.host.close.remote(h.slot)
+            raise
+        return got
+
+    def shutdown(self) -> None:
+        """Kill the pool's hosts, and with them every step they hold."""
+        import ray
+
+        from actors.step_host import HOST_PREFIX
+
+        ensure_ray()
+        for i in range(self.count):
+            try:
+                ray.kill(ray.get_actor(f"{HOST_PREFIX}{self.name}/{i}", namespace=NAMESPACE),
+                         no_restart=True)
+            except ValueError:  # none
+                pass
