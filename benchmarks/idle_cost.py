@@ -328,7 +328,8 @@ def main() -> None:
         where = f"{len(operators)} step hosts" if pool else f"{len(operators)} operator actors"
         print(f"per idle step (fuse={args.fuse}: {steps} steps in {where} and {len(hosts)} "
               f"query hosts): {per_step:.3f} % of a core")
-        print(f"RESULT idle_cost fuse={args.fuse} step_hosts={args.hosts} queries={len(queries)} steps={steps} "
+        print(f"RESULT idle_cost fuse={args.fuse} step_hosts={args.hosts} "
+              f"queries={len(queries)} steps={steps} "
               f"actors={n_actors} per_step_pct={per_step:.3f} "
               f"per_actor_pct={per_actor:.3f} per_operator_pct={per_op:.3f} "
               f"ray_floor_pct={floor:.3f} cedar_own_pct={per_op - floor:.3f} "
