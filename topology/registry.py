@@ -103,7 +103,7 @@ def hosted() -> dict[str, Any]:
 
     from actors.step_host import HOST_PREFIX, HostedStep
 
-    hosts = []
+    hosts: list[Any] = []
     for a in ray.util.list_named_actors(all_namespaces=True):
         if a.get("namespace") == NAMESPACE and a.get("name", "").startswith(HOST_PREFIX):
             try:
@@ -113,10 +113,10 @@ def hosted() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for host in hosts:
         try:
-            names = ray.get(host.names.remote(), timeout=10)
+            held: dict[str, int] = ray.get(host.names.remote(), timeout=10)
         except Exception:  # noqa: BLE001 - a dead host holds nothing
             continue
-        out.update({name: HostedStep(host, slot) for name, slot in names.items()})
+        out.update({name: HostedStep(host, slot) for name, slot in held.items()})
     return out
 
 
