@@ -15,8 +15,12 @@ slot through a :class:`HostedStep`, which has the shell actor's methods
 (``step.push.remote(port, blob)``) and is passed to other actors like a handle.
 
 The host knows the actor name (``<query>/<step>``) of each slot it holds (:meth:`names`),
-which is how :mod:`topology.registry` finds hosted steps. A failure inside a step is that
-step's (the shell reports it); a host process that dies takes its slots' steps with it.
+which is how :mod:`topology.registry` finds hosted steps. A slot freed (:meth:`close`) and
+taken again is a new *generation*: a call made for the old one (a batch an upstream step of
+the stopped query still had in flight, a publisher that has not heard its subscriber went)
+raises :class:`SlotGone`, as a call to a killed actor raises, and reaches nothing. A failure
+inside a step is that step's (the shell reports it); a host process that dies takes its
+slots' steps with it.
 """
 
 from __future__ import annotations
@@ -48,6 +52,10 @@ def host_options(capacity: int) -> dict[str, Any]:
     return {**ACTOR_OPTIONS, "concurrency_groups": groups, "max_concurrency": 1}
 
 
+class SlotGone(RuntimeError):
+    """A call for a slot that was freed (the step was stopped)."""
+
+
 class StepHost:
     """Up to ``capacity`` operator shells, slot ``i`` answering in groups ``*<i>``. Its own
     methods (:meth:`open`, :meth:`close`, :meth:`names`) run in the default group, one at a
@@ -57,11 +65,12 @@ class StepHost:
         self.capacity = capacity
         self.shells: dict[int, OperatorShell] = {}  # made on first use, kept for the next
         self.held: dict[str, int] = {}  # actor name -> slot
+        self.generation: dict[int, int] = {}  # slot -> how many times it was taken
         self._lock = threading.Lock()
 
-    def open(self, names: list[str]) -> list[int] | None:
-        """Slots for the actor names ``names`` (all of them, or None when fewer are free);
-        raises ValueError if this host already holds one of the names."""
+    def open(self, names: list[str]) -> list[tuple[int, int]] | None:
+        """``(slot, generation)`` for each of the actor names ``names`` (all of them, or None
+        when fewer slots are free); raises ValueError if this host holds one of the names."""
         with self._lock:
             taken = [a for a in names if a in self.held]
             if taken:
@@ -71,13 +80,17 @@ class StepHost:
                 return None
             for a, i in zip(names, free):
                 self.held[a] = i
+                self.generation[i] = self.generation.get(i, 0) + 1
                 if i not in self.shells:
                     self.shells[i] = OperatorShell()
-            return free[:len(names)]
+            return [(i, self.generation[i]) for i in free[:len(names)]]
 
-    def close(self, slot: int) -> None:
-        """Free ``slot``: its processor and edges dropped (a late call to it does nothing)."""
+    def close(self, slot: int, generation: int) -> None:
+        """Free ``slot`` if it is still in ``generation``: its processor and edges dropped."""
         with self._lock:
+            if self.generation.get(slot) != generation:
+                return  # freed already (and maybe taken again)
+            self.generation[slot] += 1  # what was sent for the step no longer reaches it
             for a, i in list(self.held.items()):
                 if i == slot:
                     del self.held[a]
@@ -85,22 +98,22 @@ class StepHost:
         if shell is not None:
             shell.reset()
 
-    def names(self) -> dict[str, int]:
-        """Actor name -> slot, for every slot held."""
+    def names(self) -> dict[str, tuple[int, int]]:
+        """Actor name -> ``(slot, generation)``, for every slot held."""
         with self._lock:
-            return dict(self.held)
+            return {a: (i, self.generation[i]) for a, i in self.held.items()}
 
     def free(self) -> int:
         """How many slots are free."""
         with self._lock:
             return self.capacity - len(self.held)
 
-    def ping(self) -> str:
-        return "ok"
 
 
 def _forward(name: str) -> Any:
-    def call(self: StepHost, slot: int, *args: Any, **kwargs: Any) -> Any:
+    def call(self: StepHost, slot: int, generation: int, *args: Any, **kwargs: Any) -> Any:
+        if self.generation.get(slot) != generation:
+            raise SlotGone(f"slot {slot} of this step host was freed: its step was stopped")
         return getattr(self.shells[slot], name)(*args, **kwargs)
 
     call.__name__ = call.__qualname__ = name
@@ -108,23 +121,23 @@ def _forward(name: str) -> Any:
 
 
 for _name in SHELL_METHODS:
-    if _name != "ping":
-        setattr(StepHost, _name, _forward(_name))
+    setattr(StepHost, _name, _forward(_name))
 
 
 class _SlotMethod:
-    def __init__(self, method: Any, slot: int) -> None:
-        self.method, self.slot = method, slot
+    def __init__(self, method: Any, slot: int, generation: int) -> None:
+        self.method, self.slot, self.generation = method, slot, generation
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
-        return self.method.remote(self.slot, *args, **kwargs)
+        return self.method.remote(self.slot, self.generation, *args, **kwargs)
 
 
 class HostedStep:
-    """Slot ``slot`` of the host actor ``host``, called as a shell actor's handle is."""
+    """Slot ``slot`` (in its ``generation``) of the host actor ``host``, called as a shell
+    actor's handle is."""
 
-    def __init__(self, host: Any, slot: int) -> None:
-        self.host, self.slot = host, slot
+    def __init__(self, host: Any, slot: int, generation: int) -> None:
+        self.host, self.slot, self.generation = host, slot, generation
         self._methods: dict[str, _SlotMethod] = {}
 
     def __getattr__(self, name: str) -> _SlotMethod:
@@ -134,16 +147,20 @@ class HostedStep:
         method = self._methods.get(name)
         if method is None:
             handle = getattr(self.host, name).options(concurrency_group=f"{group}{self.slot}")
-            method = self._methods[name] = _SlotMethod(handle, self.slot)
+            method = self._methods[name] = _SlotMethod(handle, self.slot, self.generation)
         return method
 
     @property
-    def _actor_id(self) -> tuple[Any, int]:
-        """Who this is (for comparing handles): the host's actor id and the slot."""
-        return (self.host._actor_id, self.slot)
+    def _actor_id(self) -> tuple[Any, int, int]:
+        """Who this is (for comparing handles): the host's actor id, the slot, its generation."""
+        return (self.host._actor_id, self.slot, self.generation)
+
+    def close(self) -> None:
+        """Free the slot (the step is stopped; the host lives on)."""
+        self.host.close.remote(self.slot, self.generation)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (HostedStep, (self.host, self.slot))
+        return (HostedStep, (self.host, self.slot, self.generation))
 
     def __repr__(self) -> str:
-        return f"HostedStep(slot {self.slot} of {self.host!r})"
+        return f"HostedStep(slot {self.slot}.{self.generation} of {self.host!r})"

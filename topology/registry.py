@@ -113,10 +113,10 @@ def hosted() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for host in hosts:
         try:
-            held: dict[str, int] = ray.get(host.names.remote(), timeout=10)
+            held: dict[str, tuple[int, int]] = ray.get(host.names.remote(), timeout=10)
         except Exception:  # noqa: BLE001 - a dead host holds nothing
             continue
-        out.update({name: HostedStep(host, slot) for name, slot in held.items()})
+        out.update({name: HostedStep(host, *slot) for name, slot in held.items()})
     return out
 
 
@@ -141,7 +141,7 @@ def kill_actor(handle: Any) -> None:
     from actors.step_host import HostedStep
 
     if isinstance(handle, HostedStep):
-        handle.host.close.remote(handle.slot)
+        handle.close()
     else:
         ray.kill(handle, no_restart=True)
 

@@ -84,10 +84,10 @@ class StepHosts:
                         f"slots for its {len(steps)} steps ({self.count} hosts of "
                         f"{self.capacity}); stop a hosted query or use a pool with more "
                         f"(StepHosts(count=..., capacity=..., name=...))")
-                got.update({s: HostedStep(hosts[i], k) for s, k in zip(group, slots)})
+                got.update({s: HostedStep(hosts[i], *k) for s, k in zip(group, slots)})
         except BaseException:
             for h in got.values():
-                h.host.close.remote(h.slot)
+                h.close()
             raise
         return got
 

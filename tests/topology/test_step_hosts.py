@@ -112,6 +112,28 @@ def test_a_query_composed_on_a_hosted_one(hosts):
             sub.stop()
 
 
+def test_a_freed_slot_refuses_calls_made_for_its_old_step(ray_session):
+    import ray
+
+    pool = StepHosts(count=1, capacity=4, name="reuse")
+    try:
+        first = _keyed(200).deploy("gen-1", hosts=pool, history=True)
+        assert first.wait(60)
+        old = first.handles["where#1"]
+        first.stop()
+        second = _keyed(300).deploy("gen-2", hosts=pool, history=True)  # the same slots
+        try:
+            assert second.handles["where#1"].slot == old.slot
+            with pytest.raises(ray.exceptions.RayTaskError, match="was freed"):
+                ray.get(old.push.remote(0, b"a batch the stopped query still had in flight"))
+            assert second.wait(60)
+            assert_equivalent(second.snapshot(), _keyed(300).collect(runtime="inline"))
+        finally:
+            second.stop()
+    finally:
+        pool.shutdown()
+
+
 ATTACH_SCRIPT = textwrap.dedent("""
     import json, sys
     import ray, topology
