@@ -21,7 +21,7 @@ import time
 
 import psutil
 
-from topology import demo
+from topology import StepHosts, demo
 from topology.deploy import ensure_ray
 
 from .join_throughput import machine
@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minutes", type=int, default=60)
     ap.add_argument("--fuse", default="chains", help="deploy(fuse=...): chains (the demo's), "
                     "all, none")
+    ap.add_argument("--hosts", type=int, default=0, help="deploy(hosts=StepHosts(count=N)): "
+                    "the queries' steps in N shared step hosts (0: an actor per stage)")
     args = ap.parse_args(argv)
     print(machine())
     data = demo.generate(args.meters, args.minutes)
@@ -66,10 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.runs):
         topologies = demo.queries(df, data)
         fuse = {"none": False}.get(args.fuse, args.fuse)
-        running, setup = demo.deploy_held(topologies, fuse)
+        pool = StepHosts(args.hosts, 16, name="demo-rate") if args.hosts else None
+        running, setup = demo.deploy_held(topologies, fuse, hosts=pool)
         try:
-            pids = {name: [s["pid"] for s in live.stats().values()]
+            pids = {name: sorted({s["pid"] for s in live.stats().values()})
                     for name, live in running.items()}
+            if pool is not None:  # the queries share the hosts' processes
+                pids = {"step hosts": sorted({p for ps in pids.values() for p in ps})}
             cpu0, me0, all0 = _cpu(pids), time.process_time(), _busy()
             elapsed = demo.run_held(running, len(data.readings), progress=False)
             cpu, me, machine_cpu = _cpu(pids), time.process_time() - me0, _busy() - all0
@@ -83,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{machine_cpu:.2f} ({setup.actors} actors); load {os.getloadavg()[0]:.1f}")
     print(f"RESULT demo_eps={statistics.median(rates):.0f} runs={args.runs} "
           f"best_eps={max(rates):.0f} events={events}")
+    if args.hosts:
+        StepHosts(args.hosts, 16, name="demo-rate").shutdown()
     spark.stop()
     return 0
 

@@ -5,7 +5,8 @@ point readings of every meter (a few late, a few broken), edge events for the me
 (a fault opens an edge that a repair closes later, and an edge is corrected by a retraction
 of its end), and the meters' metadata. Spark writes the readings to parquet and reads them back
 (its row groups merged by pyarrow in time order, no row through the JVM) as the source of five
-queries that run on Ray, each chain of single-input steps in one actor (``fuse="chains"``):
+queries that run on Ray, each chain of single-input steps one stage (``fuse="chains"``), the
+stages of all five in a few shared step hosts (:mod:`topology.step_hosts`):
 
 * ``meter_averages``  — per meter, a tumbling 5-minute ``Avg`` of the consumption;
 * ``anomalies``       — per meter, a spike-detecting UDO over hopping 5-minute windows;
@@ -202,21 +203,23 @@ def _finished_at(live: Any) -> float:
 
 
 def deploy_held(topologies: dict[str, Any], fuse: bool | str = "chains",
-                libraries_s: float = 0.0) -> tuple[dict[str, Any], Startup]:
+                libraries_s: float = 0.0, hosts: Any = None) -> tuple[dict[str, Any], Startup]:
     """Deploy ``topologies`` held: their actors started and configured, their sources opened,
     nothing fed yet (:meth:`run_held` starts them); returns the queries (the caller stops
-    them) and the start-up."""
+    them) and the start-up. ``hosts``: the :class:`~topology.step_hosts.StepHosts` their
+    steps run in (None: an actor per stage)."""
     t_actors = time.perf_counter()
     running: dict[str, Any] = {}
     try:
         for name, q in topologies.items():
             running[name] = q.deploy(f"demo-{name}", fuse=fuse, history=True, detached=False,
-                                     hold=True)
+                                     hold=True, hosts=hosts)
     except BaseException:
         for live in running.values():
             live.stop()
         raise
-    actors = sum(len(live.handles) + (live.host is not None) for live in running.values())
+    actors = sum(live.host is not None for live in running.values()) + (
+        hosts.count if hosts is not None else sum(len(live.handles) for live in running.values()))
     return running, Startup(libraries_s, time.perf_counter() - t_actors, actors)
 
 
@@ -273,7 +276,12 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
 
     summary = []
     topologies = queries(df, data)
-    running, setup = deploy_held(topologies, fuse, libraries_s)
+    hosts = demo_hosts()
+    try:
+        running, setup = deploy_held(topologies, fuse, libraries_s, hosts)
+    except BaseException:
+        hosts.shutdown()
+        raise
     try:
         elapsed = run_held(running, len(data.readings))
         outputs = {}
@@ -287,6 +295,7 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
     finally:
         for live in running.values():
             live.stop()
+        hosts.shutdown()
     events = len(data.readings) * (len(topologies) - 1) + len(data.states)
     print_summary(summary, events, elapsed, setup)
     pictures = explain(data, out)
@@ -300,6 +309,16 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
               "pip install -e '.[viz]')")
     print_next_steps(out, pictures)
     return summary
+
+
+def demo_hosts() -> Any:
+    """The step hosts the demo's queries run in: one process per core and one more. Their
+    13 steps in actors of their own were 15 processes on this 2-core machine, and Ray's own
+    work per process and per call, not the queries', bounded the rate (``python -m
+    benchmarks.demo_rate --hosts N`` compares)."""
+    from .step_hosts import StepHosts
+
+    return StepHosts(count=(os.cpu_count() or 2) + 1, capacity=16, name="demo")
 
 
 def write_readings(spark: Any, data: DemoData, path: str) -> Any:
