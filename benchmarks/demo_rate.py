@@ -54,8 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minutes", type=int, default=60)
     ap.add_argument("--fuse", default="chains", help="deploy(fuse=...): chains (the demo's), "
                     "all, none")
-    ap.add_argument("--hosts", type=int, default=0, help="deploy(hosts=StepHosts(count=N)): "
-                    "the queries' steps in N shared step hosts (0: an actor per stage)")
+    ap.add_argument("--hosts", type=int, default=None, help="deploy(hosts=StepHosts(count=N)): "
+                    "the queries' steps in N shared step hosts (default: the demo's, one per "
+                    "core and one more; 0: an actor per stage)")
     args = ap.parse_args(argv)
     print(machine())
     data = demo.generate(args.meters, args.minutes)
@@ -68,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.runs):
         topologies = demo.queries(df, data)
         fuse = {"none": False}.get(args.fuse, args.fuse)
-        pool = StepHosts(args.hosts, 16, name="demo-rate") if args.hosts else None
+        pool = demo.demo_hosts() if args.hosts is None else \
+            StepHosts(args.hosts, 16, name="demo-rate") if args.hosts else None
         running, setup = demo.deploy_held(topologies, fuse, hosts=pool)
         try:
             pids = {name: sorted({s["pid"] for s in live.stats().values()})
@@ -81,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for live in running.values():
                 live.stop()
+            if pool is not None:  # as cedar demo does: each run starts its hosts afresh
+                pool.shutdown()
         rates.append(events / elapsed)
         per = ", ".join(f"{k} {cpu[k] - cpu0[k]:.2f}" for k in cpu)
         print(f"run {r + 1}: {events:,} events in {elapsed:.3f} s = {events / elapsed:,.0f} "
@@ -88,8 +92,6 @@ def main(argv: list[str] | None = None) -> int:
               f"{machine_cpu:.2f} ({setup.actors} actors); load {os.getloadavg()[0]:.1f}")
     print(f"RESULT demo_eps={statistics.median(rates):.0f} runs={args.runs} "
           f"best_eps={max(rates):.0f} events={events}")
-    if args.hosts:
-        StepHosts(args.hosts, 16, name="demo-rate").shutdown()
     spark.stop()
     return 0
 

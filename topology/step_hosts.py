@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from typing import Any
 
 from .registry import NAMESPACE, actor_name, ensure_ray
@@ -91,16 +92,24 @@ class StepHosts:
             raise
         return got
 
-    def shutdown(self) -> None:
-        """Kill the pool's hosts, and with them every step they hold."""
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Kill the pool's hosts, and with them every step they hold; returns once their
+        names are free (a pool of the same name made next starts new hosts)."""
         import ray
 
         from actors.step_host import HOST_PREFIX
 
         ensure_ray()
-        for i in range(self.count):
-            try:
-                ray.kill(ray.get_actor(f"{HOST_PREFIX}{self.name}/{i}", namespace=NAMESPACE),
-                         no_restart=True)
-            except ValueError:  # none
-                pass
+        names = [f"{HOST_PREFIX}{self.name}/{i}" for i in range(self.count)]
+        deadline = time.monotonic() + timeout_s
+        while names:
+            for name in list(names):
+                try:
+                    ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+                except ValueError:  # none (any more)
+                    names.remove(name)
+            if names:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"StepHosts({self.name!r}).shutdown(): still there "
+                                       f"after {timeout_s:.0f} s: {names}")
+                time.sleep(0.05)
