@@ -17,8 +17,17 @@ actor's cost above that floor is cedar's own:
     python -m benchmarks.idle_cost --fuse all           # deploy(fuse="all"): fewer actors
 
 It also prints the cost per idle *step* (the queries' steps, sinks included, unfused): what a
-cluster with many idle steps burns. Ray's floor is per process, so only fusion (several steps
-in one actor, ``deploy(fuse=...)``, docs/runtime.md) brings a step under it.
+cluster with many idle steps burns. Ray's floor is per process, so only sharing a process
+brings a step under it: fusion within a query (``deploy(fuse=...)``) or step hosts across
+queries (``--hosts N``: ``deploy(hosts=StepHosts(count=N))``, docs/runtime.md):
+
+    python -m benchmarks.idle_cost --queries 10 --hosts 2
+
+Step hosts (2026-11-26 19:27 UTC, load ~2, 20 s): 10 queries, 42 idle steps: 1.083 % of a
+core per step in actors of their own (45.5 % of a core in all), 0.048 % per step in 2 hosts
+(2.0 % in all; each host 0.98 % against a do-nothing actor's 0.91 %: a host's ~100 idle
+threads, one set per slot, cost nothing while they wait). 5 queries, 21 steps: 0.745 % per
+step against 0.079 % in 2 hosts.
 
 Measured 2026-11-26 on the 2-core build machine under a load average of ~70 (5 queries, 21
 operator actors): before the shell's timer slept until its deadlines, the source with an idle
