@@ -31,6 +31,7 @@ from .registry import (
     actor_name,
     actor_states,
     ensure_ray,
+    hosted,
     kill_actor,
     list_queries,
     step_actor,
@@ -583,7 +584,8 @@ def _attach_now(name: str) -> Query:
     info = cast(dict[str, Any], ray.get(sink.manifest.remote(), timeout=STATS_WAIT_S))
     if "actors" not in info:
         raise ValueError("its sink is being configured")  # a recovery under way
-    handles = {step: step_actor(actor) for step, actor in info["actors"].items()}
+    slots = hosted()
+    handles = {step: step_actor(actor, slots) for step, actor in info["actors"].items()}
     try:
         host = ray.get_actor(info["host"], namespace=NAMESPACE) if "host" in info else None
     except ValueError:

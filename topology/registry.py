@@ -86,12 +86,14 @@ def driver_alive(job_id: str) -> bool:
     return any(j.get("JobID") == job_id and not j.get("IsDead") for j in state.jobs())
 
 
-def list_queries() -> list[str]:
-    """The names of the queries running on the connected cluster."""
+def list_queries(slots: dict[str, Any] | None = None) -> list[str]:
+    """The names of the queries running on the connected cluster (``slots``: what
+    :func:`hosted` answered, when the caller asked it already)."""
     import ray
 
-    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-             if a.get("namespace") == NAMESPACE] + list(hosted())
+    names: list[str] = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                        if a.get("namespace") == NAMESPACE]
+    names += list(hosted() if slots is None else slots)
     return sorted(n[: -len("/sink")] for n in names if n.endswith("/sink"))
 
 
@@ -120,15 +122,16 @@ def hosted() -> dict[str, Any]:
     return out
 
 
-def step_actor(name: str) -> Any:
+def step_actor(name: str, slots: dict[str, Any] | None = None) -> Any:
     """The actor named ``name`` (``<query>/<step>``, namespace ``cedar``) or the slot of a
-    step host that holds that name; ValueError if there is neither (as ``ray.get_actor``)."""
+    step host that holds that name; ValueError if there is neither (as ``ray.get_actor``).
+    ``slots``: what :func:`hosted` answered, when the caller looks up many names at once."""
     import ray
 
     try:
         return ray.get_actor(name, namespace=NAMESPACE)
     except ValueError:
-        found = hosted().get(name)
+        found = (hosted() if slots is None else slots).get(name)
         if found is None:
             raise
         return found

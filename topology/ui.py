@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
-from .registry import actor_name, ensure_ray, list_queries, step_actor
+from .registry import actor_name, ensure_ray, hosted, list_queries, step_actor
 from .times import TIMESTAMPS, parse_tz, show_duration, show_time
 
 #: Output rows shown per query.
@@ -174,13 +174,14 @@ class Monitor:
     def _sample(self) -> dict[str, Any]:
 
         queries: dict[str, Any] = {}
-        names = list_queries()
+        slots = hosted()  # the steps in step hosts, asked once per sample
+        names = list_queries(slots)
         self._forget(names)
         sinks: dict[str, Any] = {}
         sent: set[Key] = set()
         for name in names:
             try:
-                sinks[name] = sink = step_actor(actor_name(name, "sink"))
+                sinks[name] = sink = step_actor(actor_name(name, "sink"), slots)
                 self._ask((name, "manifest", ""), sink.manifest.remote, sent)
             except Exception as exc:  # noqa: BLE001 - a query stopping while we look
                 queries[name] = {"error": f"its sink cannot be reached: {_problem(exc)}"}
@@ -204,7 +205,7 @@ class Monitor:
                 if key in self._asked:
                     continue
                 try:
-                    handle = step_actor(actor)
+                    handle = step_actor(actor, slots)
                 except Exception as exc:  # noqa: BLE001 - the step's actor is gone
                     gone[key] = f"its actor is gone ({_problem(exc)})"
                     continue

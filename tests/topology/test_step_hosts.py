@@ -19,6 +19,7 @@ from tests.kit import assert_equivalent
 from topology import Count, StepHosts, Stream, attach
 from topology.query import NameTaken
 from topology.registry import actor_states, list_queries
+from topology.ui import Monitor
 
 pytestmark = pytest.mark.ray
 
@@ -62,6 +63,10 @@ def test_hosted_queries_give_the_output_of_their_own_actors(hosts):
         assert {"hosted-a", "hosted-b"} <= set(list_queries())
         assert set(actor_states("hosted-a")) >= {"sink", "where#1"}
         assert attach("hosted-a").snapshot() == a.snapshot()
+        # the web view shows a hosted query's steps as any query's
+        seen = Monitor().sample(0)["queries"]["hosted-a"]
+        assert "error" not in seen and seen["rows"]
+        assert seen["steps"]["where#1"]["answering"] and seen["steps"]["sink"]["finished"]
         with pytest.raises(NameTaken):
             _keyed().deploy("hosted-a", hosts=hosts)
     finally:
