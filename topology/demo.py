@@ -276,26 +276,21 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
 
     summary = []
     topologies = queries(df, data)
-    hosts = demo_hosts()
-    try:
+    with demo_hosts() as hosts:
         running, setup = deploy_held(topologies, fuse, libraries_s, hosts)
-    except BaseException:
-        hosts.shutdown()
-        raise
-    try:
-        elapsed = run_held(running, len(data.readings))
-        outputs = {}
-        for name, live in running.items():
-            rows = live.snapshot()
-            outputs[name] = rows
-            path = os.path.join(out, name)
-            write(spark, rows, path, mode="overwrite")
-            summary.append({"output": name, "rows": len(rows), "late": len(live.late()),
-                            "dead_letters": len(live.dead_letters()), "path": path})
-    finally:
-        for live in running.values():
-            live.stop()
-        hosts.shutdown()
+        try:
+            elapsed = run_held(running, len(data.readings))
+            outputs = {}
+            for name, live in running.items():
+                rows = live.snapshot()
+                outputs[name] = rows
+                path = os.path.join(out, name)
+                write(spark, rows, path, mode="overwrite")
+                summary.append({"output": name, "rows": len(rows), "late": len(live.late()),
+                                "dead_letters": len(live.dead_letters()), "path": path})
+        finally:
+            for live in running.values():
+                live.stop()
     events = len(data.readings) * (len(topologies) - 1) + len(data.states)
     print_summary(summary, events, elapsed, setup)
     pictures = explain(data, out)

@@ -36,7 +36,8 @@ def _host_class(capacity: int) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class StepHosts:
-    """A pool of ``count`` host actors of ``capacity`` slots (steps) each, named ``name``."""
+    """A pool of ``count`` host actors of ``capacity`` slots (steps) each, named ``name``.
+    As a context manager it shuts its hosts down at the end of the block."""
 
     count: int = 2
     capacity: int = 32
@@ -91,6 +92,12 @@ class StepHosts:
                 h.close()
             raise
         return got
+
+    def __enter__(self) -> StepHosts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Kill the pool's hosts, and with them every step they hold; returns once their

@@ -26,9 +26,8 @@ pytestmark = pytest.mark.ray
 
 @pytest.fixture(scope="module")
 def hosts(ray_session):
-    pool = StepHosts(count=2, capacity=8, name="tests")
-    yield pool
-    pool.shutdown()
+    with StepHosts(count=2, capacity=8, name="tests") as pool:
+        yield pool
 
 
 def _free(pool):
@@ -79,17 +78,14 @@ def test_hosted_queries_give_the_output_of_their_own_actors(hosts):
 def test_slots_of_one_host_feed_each_other_under_backpressure(ray_session):
     # one host: every edge goes from a slot to another slot of the same process, each batch
     # of 8 rows waits for the one before it (max_in_flight=1): the slots' own data threads
-    pool = StepHosts(count=1, capacity=6, name="one")
-    try:
-        q = _keyed(2000)
-        live = q.deploy("one-host", hosts=pool, history=True, batch_size=8, max_in_flight=1)
+    with StepHosts(count=1, capacity=6, name="one") as pool:
+        live = _keyed(2000).deploy("one-host", hosts=pool, history=True, batch_size=8,
+                                   max_in_flight=1)
         try:
             assert live.wait(120)
             assert_equivalent(live.snapshot(), _keyed(2000).collect(runtime="inline"))
         finally:
             live.stop()
-    finally:
-        pool.shutdown()
 
 
 def _queue_rows(q):
@@ -120,8 +116,7 @@ def test_a_query_composed_on_a_hosted_one(hosts):
 def test_a_freed_slot_refuses_calls_made_for_its_old_step(ray_session):
     import ray
 
-    pool = StepHosts(count=1, capacity=4, name="reuse")
-    try:
+    with StepHosts(count=1, capacity=4, name="reuse") as pool:
         first = _keyed(200).deploy("gen-1", hosts=pool, history=True)
         assert first.wait(60)
         old = first.handles["where#1"]
@@ -135,8 +130,6 @@ def test_a_freed_slot_refuses_calls_made_for_its_old_step(ray_session):
             assert_equivalent(second.snapshot(), _keyed(300).collect(runtime="inline"))
         finally:
             second.stop()
-    finally:
-        pool.shutdown()
 
 
 ATTACH_SCRIPT = textwrap.dedent("""
@@ -171,14 +164,11 @@ def test_another_driver_attaches_to_a_hosted_query(hosts, tmp_path):
 
 
 def test_a_full_pool_and_a_checkpointed_query_are_refused(ray_session, tmp_path):
-    pool = StepHosts(count=1, capacity=2, name="small")
-    try:
+    with StepHosts(count=1, capacity=2, name="small") as pool:
         with pytest.raises(ValueError, match="too few free slots"):
             _keyed().deploy("too-big", hosts=pool)
         assert _free(pool) == 2 and actor_states("too-big") == {}  # nothing kept
         with pytest.raises(ValueError, match="without checkpoint_dir"):
             _keyed().deploy("ckpt", hosts=pool, checkpoint_dir=str(tmp_path))
-    finally:
-        pool.shutdown()
     with pytest.raises(ValueError, match="at least 1"):
         StepHosts(count=0)
