@@ -18,7 +18,8 @@ from typing import Any
 
 from benchmarks import deps
 from benchmarks import workloads as wl
-from benchmarks.run import MB, cedar_processes, start_ray
+from benchmarks.common import start_ray
+from benchmarks.run import MB, cedar_processes
 
 
 def _labels(query: Any) -> dict[int, str]:

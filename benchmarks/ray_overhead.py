@@ -4,7 +4,7 @@ The benchmark's W1 (``benchmarks.workloads.w1`` over generated columns, 2M event
 runs once inline and twice on Ray to warm up (actors started, imports done, the object
 store's first use), then ``--runs`` times inline and on Ray in turn, so that each pair of
 runs shares the machine's load (others' test suites may share its cores). Ray's workers run
-at nice 0 like the inline run (:func:`benchmarks.run.start_ray`). Every Ray run is cut into
+at nice 0 like the inline run (:func:`benchmarks.common.start_ray`). Every Ray run is cut into
 phases, timed on the driver by wrapping :mod:`topology.deploy`'s steps (not by copying them):
 
 * ``plan``: the query planned, Ray connected;
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
                          "py-spy must be on PATH)")
     args = ap.parse_args(argv)
 
-    from benchmarks.run import start_ray
+    from benchmarks.common import start_ray
     from topology import deploy
 
     cols = wl.points(args.events, args.keys, seed=1)

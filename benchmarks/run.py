@@ -59,8 +59,8 @@ from operators.events import Cti
 
 from . import deps  # first: psutil before Ray's vendored copy (see benchmarks.deps)
 from . import workloads as wl
+from .common import REPO, say, start_ray, timed
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "benchmarks", "RESULTS.md")
 MARKER = "<!-- analysis -->"
 MB = 1024 * 1024
@@ -128,16 +128,6 @@ class Report:
         self.eps.setdefault(workload, {})[variant] = events / seconds
         say(f"  {workload} {variant:<12} {events:>10,} events in {seconds:7.2f} s = "
             f"{events / seconds:>11,.0f} events/s")
-
-
-def say(text: str) -> None:
-    print(text, flush=True)
-
-
-def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
 
 
 def best_of(report: Report, name: str, variant: str, fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -362,20 +352,6 @@ def run_flink(report: Report, data: Data, workdir: str, inline_outs: dict[str, l
 
 
 # -- (b) Ray --------------------------------------------------------------------------------------
-def start_ray() -> None:
-    import ray
-
-    # actors unpickle the suite's functions (benchmarks.workloads): let the workers import it
-    path = os.environ.get("PYTHONPATH", "")
-    # Ray starts its workers at nice 15: on a machine others share, the actors would get a
-    # fraction of the CPU the inline run (a) gets at nice 0; compare them at equal priority
-    os.environ.setdefault("RAY_worker_niceness", "0")
-    if REPO not in path.split(os.pathsep):
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, path) if p)
-    ray.init(address="local", num_cpus=2, include_dashboard=False, namespace="cedar",
-             logging_level="ERROR")
-
-
 def run_ray(report: Report, data: Data, inline_outs: dict[str, list[Any]]) -> None:
     say("ray (b): collect() defaults")
     warm = {"W1": wl.w1(wl.source(wl.head(data.w1_cols, 20_000))),

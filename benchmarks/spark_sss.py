@@ -160,7 +160,7 @@ def sss(spark: Any, build: Callable[..., Any], *paths: str, out: str | None = No
 # -- Spark's output beside cedar's ----------------------------------------------------------------
 def read_back(out: str) -> list[dict[str, Any]]:
     """The rows Spark wrote to the parquet sink ``out``, as dicts (timestamps as ticks)."""
-    from .nexmark.run import read_rows
+    from .common import read_rows
 
     return read_rows(out)
 

@@ -218,9 +218,11 @@ def deploy_held(topologies: dict[str, Any], fuse: bool | str = "chains",
         for live in running.values():
             live.stop()
         raise
+    steps = sum(len(live.handles) for live in running.values())
     actors = sum(live.host is not None for live in running.values()) + (
-        hosts.count if hosts is not None else sum(len(live.handles) for live in running.values()))
-    return running, Startup(libraries_s, time.perf_counter() - t_actors, actors)
+        hosts.count if hosts is not None else steps)
+    detail = "" if hosts is None else f" (their {steps} stages in {hosts.count} step hosts)"
+    return running, Startup(libraries_s, time.perf_counter() - t_actors, actors, detail)
 
 
 def run_held(running: dict[str, Any], readings: int, progress: bool = True) -> float:
@@ -307,13 +309,13 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
 
 
 def demo_hosts() -> Any:
-    """The step hosts the demo's queries run in: one process per core and one more. Their
-    13 steps in actors of their own were 15 processes on this 2-core machine, and Ray's own
-    work per process and per call, not the queries', bounded the rate (``python -m
-    benchmarks.demo_rate --hosts N`` compares)."""
+    """The step hosts the demo's queries run in: one process per core and one more (at most
+    8). Their 13 steps in actors of their own were 15 processes on this 2-core machine, and
+    Ray's own work per process and per call, not the queries', bounded the rate (``python
+    -m benchmarks.demo_rate --hosts N`` compares)."""
     from .step_hosts import StepHosts
 
-    return StepHosts(count=(os.cpu_count() or 2) + 1, capacity=16, name="demo")
+    return StepHosts(count=min((os.cpu_count() or 2) + 1, 8), capacity=16, name="demo")
 
 
 def write_readings(spark: Any, data: DemoData, path: str) -> Any:
@@ -337,6 +339,7 @@ class Startup:
     libraries_s: float
     actors_s: float
     actors: int
+    detail: str = ""  # where the queries' stages run, when not an actor each
 
 
 def meter_pictures(data: DemoData, outputs: dict[str, list[Any]], out: str) -> dict[str, str]:
@@ -442,7 +445,8 @@ def print_summary(summary: list[dict[str, Any]], events: int, elapsed: float,
           f"({events / elapsed:,.0f} events/s, all queries together)")
     if setup is not None:
         print(f"  start-up before that: {setup.libraries_s:.1f} s starting Spark and Ray, "
-              f"{setup.actors_s:.1f} s starting the queries' {setup.actors} actors")
+              f"{setup.actors_s:.1f} s starting the queries' {setup.actors} actors"
+              f"{setup.detail}")
 
 
 #: Spark's log4j2 settings while the demo runs: errors only.

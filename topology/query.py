@@ -96,9 +96,10 @@ def stop_by_name(name: str, timeout_s: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise NameTaken(f"query {name!r} could not be stopped within {timeout_s:.0f} s: "
                             f"still there: {states}")
+        slots = hosted()
         for step in sorted(states, key=lambda s: s != HOST_STEP):  # the host first
             try:
-                kill_actor(step_actor(actor_name(name, step)))
+                kill_actor(step_actor(actor_name(name, step), slots))
             except Exception:  # noqa: BLE001 - dead meanwhile
                 pass
         time.sleep(0.05)

@@ -113,9 +113,11 @@ def hosted() -> dict[str, Any]:
             except ValueError:  # gone meanwhile
                 pass
     out: dict[str, Any] = {}
-    for host in hosts:
+    asked = [host.names.remote() for host in hosts]
+    answered, _ = ray.wait(asked, num_returns=len(asked), timeout=10) if asked else ([], [])
+    for host, ref in zip(hosts, asked):
         try:
-            held: dict[str, tuple[int, int]] = ray.get(host.names.remote(), timeout=10)
+            held: dict[str, tuple[int, int]] = ray.get(ref) if ref in answered else {}
         except Exception:  # noqa: BLE001 - a dead host holds nothing
             continue
         out.update({name: HostedStep(host, *slot) for name, slot in held.items()})

@@ -39,7 +39,7 @@ from typing import Any
 from operators.cht import check_equivalent, to_cht
 from operators.columns import expand
 
-from ..run import say, start_ray, timed
+from ..common import read_rows, say, start_ray, timed
 from . import generator as gen
 from . import queries as nq
 
@@ -99,21 +99,6 @@ def run_sss(df: Any, sink: str, out: str | None = None) -> float:
         return time.perf_counter() - t0
     finally:
         shutil.rmtree(ckpt, ignore_errors=True)
-
-
-def read_rows(path: str) -> list[dict[str, Any]]:
-    """Parquet rows written by Spark as dicts, timestamps as ticks (µs since the epoch)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(path)
-    cols = {}
-    for name in table.column_names:
-        col = table[name]
-        if pa.types.is_timestamp(col.type):
-            col = col.cast(pa.timestamp("us", tz=col.type.tz)).cast(pa.int64())
-        cols[name] = col.to_pylist()
-    return [dict(zip(cols, values)) for values in zip(*cols.values())] if cols else []
 
 
 def compare(q: nq.Query, cedar: list[Any], spark: list[dict[str, Any]], latest: int) -> str:
