@@ -172,3 +172,19 @@ def test_a_full_pool_and_a_checkpointed_query_are_refused(ray_session, tmp_path)
             _keyed().deploy("ckpt", hosts=pool, checkpoint_dir=str(tmp_path))
     with pytest.raises(ValueError, match="at least 1"):
         StepHosts(count=0)
+
+
+def test_the_command_line_sees_inspects_and_stops_a_hosted_query(hosts, capsys):
+    from topology.cli import main
+
+    free = _free(hosts)
+    q = Stream.from_events([Insert("a", 0, 50, 7), Cti(10)]).shift(1).deploy(
+        "cli-hosted", hosts=hosts, history=True)
+    assert q.wait(timeout_s=30)
+    assert main(["status"]) == 0
+    assert "cli-hosted" in capsys.readouterr().out.split()
+    assert main(["inspect", "cli-hosted"]) == 0
+    assert "[1, 51)  7" in capsys.readouterr().out
+    assert main(["stop", "cli-hosted"]) == 0
+    assert "stopped cli-hosted" in capsys.readouterr().out
+    assert _free(hosts) == free and "cli-hosted" not in list_queries()
