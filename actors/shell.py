@@ -189,6 +189,21 @@ def _arrow_memory_pool() -> None:
         pass
 
 
+_frozen = False
+
+
+def _freeze_once() -> None:
+    """What is alive when the process's first shell is made (Ray's and the imported modules'
+    ~80k objects) lives as long as the process: kept out of the collector, a full collection
+    no longer walks it (~40 ms each in a Ray worker, about one per 2M events of the W1
+    benchmark's keyed window). Once: a step host makes shells while other slots run, and
+    their state must stay collectable."""
+    global _frozen
+    if not _frozen:
+        gc.freeze()
+        _frozen = True
+
+
 class OperatorShell:
     """Hosts one processor of a plan; see the module docstring for the protocol."""
 
@@ -205,10 +220,7 @@ class OperatorShell:
         #: the Ray node this actor runs on
         self.node = ray.get_runtime_context().get_node_id()
         _keep_freed_memory()
-        # what is alive now (Ray's and the imported modules' ~80k objects) lives as long as
-        # the actor: kept out of the collector, a full collection no longer walks it (~40 ms
-        # each in a Ray worker, about one per 2M events of the W1 benchmark's keyed window)
-        gc.freeze()
+        _freeze_once()
         self._reset()
 
     # -- configuration ----------------------------------------------------------------------
