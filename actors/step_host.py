@@ -49,7 +49,7 @@ SHELL_METHODS: dict[str, str] = {
 def host_options(capacity: int) -> dict[str, Any]:
     """The ``ray.remote`` options of a host of ``capacity`` slots."""
     groups = {f"{g}{i}": n for i in range(capacity) for g, n in SLOT_GROUPS.items()}
-    return {**ACTOR_OPTIONS, "concurrency_groups": groups, "max_concurrency": 1}
+    return {**ACTOR_OPTIONS, "concurrency_groups": groups}
 
 
 class SlotGone(RuntimeError):
@@ -75,7 +75,8 @@ class StepHost:
             taken = [a for a in names if a in self.held]
             if taken:
                 raise ValueError(f"{taken[0]!r} is held already")
-            free = [i for i in range(self.capacity) if i not in self.held.values()]
+            used = set(self.held.values())
+            free = [i for i in range(self.capacity) if i not in used]
             if len(free) < len(names):
                 return None
             for a, i in zip(names, free):
@@ -107,7 +108,6 @@ class StepHost:
         """How many slots are free."""
         with self._lock:
             return self.capacity - len(self.held)
-
 
 
 def _forward(name: str) -> Any:

@@ -871,8 +871,9 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
 
     With ``hosts`` (a :class:`~topology.step_hosts.StepHosts`) every step runs in a slot of
     a shared host actor instead of an actor of its own: many idle queries cost what their
-    hosts' few processes cost (:mod:`topology.step_hosts`). Such a query runs until stopped,
-    detached or not. Not with ``checkpoint_dir`` (a host lost takes every query it holds).
+    hosts' few processes cost (:mod:`topology.step_hosts`). Not detached, its slots are
+    freed when this process exits. Not with ``checkpoint_dir`` (a host lost takes every
+    query it holds).
 
     ``batch_size``, ``max_in_flight``, ``flush_ms`` and ``checkpoint_every`` (None: the
     default) make the :class:`~actors.config.ShellConfig` of the actors; a bad one is

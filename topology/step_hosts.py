@@ -10,8 +10,9 @@ small or mostly idle queries; give a busy query actors of its own (the default).
 The hosts are detached named actors (``~steps/<pool>/<i>``, namespace ``cedar``): every
 driver that names the same pool shares them, and ``cedar status``, ``cedar ui`` and
 ``attach()`` find hosted queries as they find the others. A hosted query runs until it is
-stopped (``Query.stop()``, ``cedar stop``), whether deployed ``detached`` or not; the
-hosts stay until :meth:`StepHosts.shutdown`.
+stopped (``Query.stop()``, ``cedar stop``); deployed with ``detached=False``, its slots are
+also freed when the deploying process exits. The hosts stay until
+:meth:`StepHosts.shutdown`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,14 @@
 """What the tests of live, deployed queries share: rows fed through a queue, waiting for a
-condition, a ``where`` that holds its batch, and the headless Chromium the web view's tests
-drive (the ``page`` fixture, in ``conftest.py``)."""
+condition, a ``where`` that holds its batch, a second driver's script, and the headless
+Chromium the web view's tests drive (the ``page`` fixture, in ``conftest.py``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import queue
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -42,3 +45,19 @@ def stall_at(t: int, marker: str, entered: str) -> Callable[[dict[str, Any]], bo
                 time.sleep(0.05)
         return True
     return predicate
+
+
+def second_driver(script: str, tmp_path: Any, *args: str) -> Any:
+    """Run ``script`` in another Python process connected to this test session's Ray (its
+    address is the script's first argument, ``args`` the next ones) and return the JSON of
+    its last printed line."""
+    import ray
+
+    path = tmp_path / "driver.py"
+    path.write_text(script)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    address = ray.get_runtime_context().gcs_address
+    done = subprocess.run([sys.executable, str(path), address, *args], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

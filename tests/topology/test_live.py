@@ -3,11 +3,7 @@ driver while data flows, dynamic composition, partitioned group_apply, errors an
 
 from __future__ import annotations
 
-import json
-import os
 import queue
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -17,6 +13,7 @@ import pytest
 from operators.events import Cti, Insert
 from operators.ingress import AdvanceTime
 from tests.kit import assert_equivalent
+from tests.topology.live_kit import second_driver
 from topology import Stream, attach
 
 pytestmark = pytest.mark.ray
@@ -113,14 +110,7 @@ def test_stats_and_snapshot_from_a_second_driver_while_data_flows(ray_session, t
          .where(lambda r: r["v"] != 3).deploy("flowing"))
     try:
         _wait_for(lambda: q.stats()["sink"]["events_in"] > 0, what="first output")
-        script = tmp_path / "attach.py"
-        script.write_text(ATTACH_SCRIPT)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-        address = ray_session.get_runtime_context().gcs_address
-        done = subprocess.run([sys.executable, str(script), address, "flowing"], env=env,
-                              capture_output=True, text=True, timeout=120, check=False)
-        assert done.returncode == 0, done.stderr[-3000:]
-        seen = json.loads(done.stdout.strip().splitlines()[-1])
+        seen = second_driver(ATTACH_SCRIPT, tmp_path, "flowing")
         assert seen["steps"] == ["from_rows#0", "sink", "where#1"]
         assert 0 < seen["src"][0] < seen["src"][1]  # data flowed between the two calls
         assert not seen["finished"] and seen["snapshot"] > 0

@@ -4,11 +4,7 @@ and no deadlock when slots of one host feed each other under backpressure."""
 
 from __future__ import annotations
 
-import json
-import os
 import queue
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -16,6 +12,7 @@ import pytest
 from operators.events import Cti, Insert
 from operators.ingress import AdvanceTime
 from tests.kit import assert_equivalent
+from tests.topology.live_kit import second_driver
 from topology import Count, StepHosts, Stream, attach
 from topology.query import NameTaken
 from topology.registry import actor_states, list_queries
@@ -146,16 +143,7 @@ def test_another_driver_attaches_to_a_hosted_query(hosts, tmp_path):
     live = _keyed(500).deploy("hosted-seen", hosts=hosts, history=True)
     try:
         assert live.wait(60)
-        script = tmp_path / "attach.py"
-        script.write_text(ATTACH_SCRIPT)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-        import ray
-
-        address = ray.get_runtime_context().gcs_address
-        done = subprocess.run([sys.executable, str(script), address, "hosted-seen"], env=env,
-                              capture_output=True, text=True, timeout=120, check=False)
-        assert done.returncode == 0, done.stderr[-3000:]
-        seen = json.loads(done.stdout.strip().splitlines()[-1])
+        seen = second_driver(ATTACH_SCRIPT, tmp_path, "hosted-seen")
         assert seen["steps"] == sorted(live.stats())
         assert seen["rows"] == len(live.snapshot()) > 0
         assert "hosted-seen" in seen["queries"]
