@@ -27,6 +27,11 @@ rows they kept. In-order input therefore costs a sort per batch and a few Python
     ...                    Insert(4, 12, 13, "a"), Cti(20)]))
     [(0, 7, ('a', 2)), (3, 8, ('b', 1)), (12, 17, ('a', 1))]
 
+Keys are grouped as ``group_apply`` groups them (:func:`~operators.group_apply.group_key`):
+every NaN key, and every tuple key with NaN in the same places, is one group, column-wise (the
+key column coded by :func:`~operators.windows.keyed._codes` or ``_float_codes``), event by
+event and across a checkpoint.
+
 ``emit="speculative"`` (the default): every session a batch touched gets its current row at
 the end of the batch (the row sent before is retracted, as is the row of a session merged into
 another). ``emit="final"``: a session's row is sent once, when a CTI reaches its end; at the
@@ -47,10 +52,11 @@ import numpy as np
 from ..columns import Columns, apply_columns, concat, map_columns, payload_list
 from ..errors import OperatorError
 from ..events import Cti, FreshId, Insert, Message, Retract, add_time
+from ..group_apply import group_key
 from ..processor import Processor
 from ..udm import IncrementalAggregate, Window, field_getter, resolve
 from .evaluate import Ids, WindowUdm
-from .keyed import _codes
+from .keyed import _codes, _float_codes
 from .spec import DEFAULT_POLICY, SessionWindow, WindowPolicy
 
 __all__ = ["KeyedSessionAggregate", "supports_sessions"]
@@ -176,7 +182,7 @@ class KeyedSessionAggregate(Processor):
             raise ValueError(f"{msg!r} is not a point event; the keyed session aggregate takes "
                              f"only points (the planner chose it for a point source, so this "
                              f"is a bug: report it)")
-        k = self.key(msg.payload)
+        k = group_key(self.key(msg.payload))  # NaN keys: one group (a NaN equals nothing)
         sessions = self.sessions.get(k)
         reached = self._reached(sessions, s, s) if sessions else []
         base = reached[0] if len(reached) == 1 else None
@@ -204,9 +210,13 @@ class KeyedSessionAggregate(Processor):
         if int(starts.max()) >= _SAFE or int(starts.min()) <= -_SAFE:
             return super().on_columns(msg, port)
         keys = apply_columns(self.key, msg)
-        named = _codes(keys) if isinstance(keys, np.ndarray) and keys.dtype.kind in "OUS" \
-            else None
-        if named is not None:
+        named = None
+        if isinstance(keys, np.ndarray):
+            if keys.dtype.kind in "OUS":
+                named = _codes(keys)
+            elif keys.dtype.kind == "f" and np.isnan(keys).any():
+                named = _float_codes(keys)  # NaN keys: one group, as on the per-event path
+        if named is not None:  # strings, other objects, NaN: grouped by their int codes
             names, keys = named
         if not (isinstance(keys, np.ndarray) and keys.dtype.kind in "biu"):
             return super().on_columns(msg, port)  # floats, objects: per event
@@ -441,6 +451,11 @@ class KeyedSessionAggregate(Processor):
     def snapshot(self) -> dict[str, Any]:
         assert not self._touched and not self._retired, "snapshot taken in the middle of a step"
         return super().snapshot()
+
+    def restore(self, state: dict[str, Any]) -> None:
+        super().restore(state)
+        # a NaN key read back from a checkpoint is another NaN object: make it NAN_KEY again
+        self.sessions = {group_key(k): v for k, v in self.sessions.items()}
 
     def _check(self) -> None:
         assert not self._touched and not self._retired, "changes left after a batch"
