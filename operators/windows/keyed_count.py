@@ -396,6 +396,14 @@ class KeyedEndAggregate(Processor):
             return self.columns.size()
         return sum(len(r[W_MEMBERS]) for r in self.windows.values()) + len(self.windows)
 
+    def restore(self, state: dict[str, Any]) -> None:
+        super().restore(state)
+        # a NaN key read back from a checkpoint is another NaN object: make it NAN_KEY again,
+        # in the windows and in the heap of ends (which pops windows by its key)
+        self.windows = {(group_key(k), end): rec for (k, end), rec in self.windows.items()}
+        for _, key in self.ends:
+            key.key = group_key(key.key)
+
     def _check(self) -> None:
         if self.columns is not None:
             assert not self.windows and not self.ends, "per-event windows beside held columns"
