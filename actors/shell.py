@@ -61,7 +61,7 @@ from typing import Any
 import ray
 
 from operators.columns import Columns, count_events
-from operators.errors import OperatorError
+from operators.errors import OperatorError, SourceFailed
 from operators.events import MIN_TIME, Cti, Message
 from operators.processor import Processor
 from operators.publish import Publish
@@ -365,9 +365,7 @@ class OperatorShell:
                             if self.proc is not proc or self.error is not None:
                                 return
                             with self._lock:
-                                self._failed(OperatorError(
-                                    f"step {self.step!r} ({self.describe}): reading its "
-                                    f"source failed: {type(exc).__name__}: {exc}"))
+                                self._failed(SourceFailed(self.step, self.describe, exc))
                             self._forward_failure()
                         return
                     with self._send_lock:
@@ -519,7 +517,9 @@ class OperatorShell:
         return ready
 
     def fail(self, port: int, message: str) -> None:
-        """An upstream step failed: record the first failure and pass it on."""
+        """An upstream step failed, or the data fed to this source raised where it is read
+        (the feeding process says so: :class:`~operators.errors.SourceFailed`): record the
+        first failure and pass it on."""
         with self._send_lock:
             with self._lock:
                 if self.error is not None:

@@ -44,6 +44,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from operators.errors import SourceFailed
 from operators.feeds import END, round_robin
 
 from . import checkpoint as ck
@@ -215,6 +216,13 @@ class Supervisor:
                     self._send(("e", epoch))
             if not self.stop_event.is_set():
                 self._send(("end",))
+        except SourceFailed as exc:  # a source's data raised: that step fails the query
+            self._fail(f"query {self.name!r} failed in {exc}", exc.step, str(exc))
+            with self.lock:
+                try:  # and its failure travels down the query, as a step's own does
+                    self.handles[exc.step].fail.remote(0, str(exc))
+                except Exception:  # noqa: BLE001 - its actor is gone: the query failed anyway
+                    pass
         except Exception as exc:  # noqa: BLE001 - the source data failed: report it
             self._fail(f"feeding the sources failed: {type(exc).__name__}: {exc}", "sources")
 
@@ -311,7 +319,10 @@ class Supervisor:
     def _recover_or_fail(self) -> bool:
         """Recover; a recovery that fails (actors that cannot start, a run stopped or
         replaced meanwhile) fails the query with its reason instead of ending the watch
-        silently. Returns whether the query goes on."""
+        silently. Returns whether the query goes on: not once it was stopped (its actors
+        were killed on purpose) or has failed (a source that raised: nothing to replay)."""
+        if self.stop_event.is_set() or self.failure is not None:
+            return False
         try:
             self._recover()
             return True

@@ -32,3 +32,18 @@ class LateEvent(NamedTuple):
 
 class OperatorError(RuntimeError):
     """An operator (or a user function inside it) failed; the message names the step."""
+
+
+class SourceFailed(OperatorError):
+    """The data of source ``step`` raised while it was read (a generator that raised, a file
+    that could not be read): the query fails, naming the source, as a step whose function
+    raised does. The exception that was raised is the ``__cause__``.
+
+        >>> str(SourceFailed("from_rows#0", "from_rows(rows, start='t')", OSError("gone")))
+        "step 'from_rows#0' (from_rows(rows, start='t')): reading its source failed: OSError: gone"
+    """
+
+    def __init__(self, step: str, describe: str, exc: BaseException) -> None:
+        super().__init__(f"step {step!r} ({describe}): reading its source failed: "
+                         f"{type(exc).__name__}: {exc}")
+        self.step = step

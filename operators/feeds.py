@@ -10,12 +10,17 @@ that has run out.
     [[(0, 'a'), (1, 'x')], [(0, 'b'), (1, END)], [(0, END)]]
     >>> list(chunks(range(5), 2))
     [[0, 1], [2, 3], [4]]
+
+A source's data that raises while it is read fails the query naming that source
+(:func:`guarded`), on every runtime.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
+
+from .errors import SourceFailed
 
 
 class _End:
@@ -57,3 +62,38 @@ def chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
             buf = []
     if buf:
         yield buf
+
+
+def guarded(items: Iterable[Any], step: str, describe: str) -> Iterator[Any]:
+    """``items`` as they come; an exception raised while they are read (a generator of the
+    user's that raised) becomes :class:`~operators.errors.SourceFailed` naming source
+    ``step``, with the exception as its cause. Closing it before its end closes ``items`` (a
+    streaming source releases its query).
+
+        >>> def broken():
+        ...     yield 1
+        ...     raise ValueError("no meter")
+        >>> feed = guarded(broken(), "from_rows#0", "from_rows(rows)")
+        >>> next(feed)
+        1
+        >>> try:
+        ...     next(feed)
+        ... except SourceFailed as exc:
+        ...     print(f"{exc.step}: {exc}")
+        from_rows#0: step 'from_rows#0' (from_rows(rows)): reading its source failed: ...
+    """
+    it = iter(items)
+    while True:
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        except Exception as exc:
+            raise SourceFailed(step, describe, exc) from exc
+        try:
+            yield item
+        except GeneratorExit:  # closed before its end: so is the source
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+            raise

@@ -36,9 +36,9 @@ from actors.config import ShellConfig
 from actors.host import save_job
 from actors.wire import decode, encode, encode_rows
 from operators.columns import expand
-from operators.errors import OperatorError
+from operators.errors import OperatorError, SourceFailed
 from operators.events import Message
-from operators.feeds import END, round_robin
+from operators.feeds import END, guarded, round_robin
 from operators.publish import Publish
 
 from . import nodes as n
@@ -189,6 +189,11 @@ class _Sender:
         self.handle, self.rows, self.max = handle, rows, max_in_flight
         self.inflight: deque[Any] = deque()
 
+    def fail(self, error: SourceFailed) -> None:
+        """The source's data raised where it is read: the source step fails with ``error``
+        (behind the batches sent before it), and its failure travels down the query."""
+        self.handle.fail.remote(0, str(error))
+
     def send(self, batch: list[Any]) -> None:
         import ray
 
@@ -268,9 +273,11 @@ def _feed_round_robin(plan: Plan, handles: dict[str, Any], settings: ShellConfig
 def _timed_chunks(items: Iterable[Any], size: int, flush_s: float,
                   stop: threading.Event) -> Iterator[list[Any]]:
     """Batches of at most ``size`` items; a partial batch is released ``flush_s`` after its
-    first item, so a slow source (a generator that waits for rows) keeps its latency low."""
+    first item, so a slow source (a generator that waits for rows) keeps its latency low.
+    An exception raised while ``items`` are read is raised here, after the items before it."""
     q: queue.Queue[Any] = queue.Queue(maxsize=4 * size)
     done = object()
+    failed: list[BaseException] = []
 
     def read() -> None:
         try:
@@ -278,6 +285,8 @@ def _timed_chunks(items: Iterable[Any], size: int, flush_s: float,
                 if stop.is_set():
                     break
                 q.put(item)
+        except BaseException as exc:  # noqa: BLE001 - raised in the consumer's thread
+            failed.append(exc)
         finally:
             q.put(done)
 
@@ -302,20 +311,26 @@ def _timed_chunks(items: Iterable[Any], size: int, flush_s: float,
             buf = []
     if buf and not stop.is_set():
         yield buf
+    if failed and not stop.is_set():
+        raise failed[0]
 
 
-def _feed_thread(sender: _Sender, items: Iterable[Any], batch_size: int, flush_s: float,
-                 stop: threading.Event, errors: list[str], batched: bool = False,
+def _feed_thread(sender: _Sender, feed: _Feed, batch_size: int, flush_s: float,
+                 stop: threading.Event, errors: list[tuple[str, str]],
                  gate: threading.Event | None = None,
                  primed: threading.Event | None = None) -> threading.Thread:
-    """Feeds ``items`` (rows or messages; with ``batched``, ready batches) to ``sender``.
+    """Feeds ``feed``'s data (rows or messages; batched, ready batches) to ``sender``.
     With a ``gate`` (a held query) the thread opens the source and reads its first batch
     at once (a Spark source plans its read then: the files, the order of their row groups),
     and sends nothing before the gate opens (``Query.start()``); ``primed`` is set once the
-    first batch is read (or failed)."""
+    first batch is read (or failed). Data that raises while it is read fails the source
+    step (:class:`~operators.errors.SourceFailed`, passed down the query as a step's own
+    failure is); every failure is also kept in ``errors`` as ``(step, reason)``."""
     def run() -> None:
         try:
-            batches = iter(items) if batched else _timed_chunks(items, batch_size, flush_s, stop)
+            items = guarded(feed.data, feed.step, feed.describe)
+            batches = items if feed.batched else \
+                _timed_chunks(items, batch_size, flush_s, stop)
             try:
                 try:
                     first = [next(batches, END)] if gate is not None else []
@@ -333,9 +348,14 @@ def _feed_thread(sender: _Sender, items: Iterable[Any], batch_size: int, flush_s
                 close_feeds([batches])
             if not stop.is_set():
                 sender.end()
-        except Exception as exc:  # the query was stopped, or the source data failed  # noqa: BLE001
+        except SourceFailed as exc:
             if not stop.is_set():
-                errors.append(f"feeding the source failed: {type(exc).__name__}: {exc}")
+                errors.append((feed.step, str(exc)))
+                sender.fail(exc)
+        except Exception as exc:  # the query was stopped, or its actor is gone  # noqa: BLE001
+            if not stop.is_set():
+                errors.append((feed.step, f"feeding the source failed: "
+                                          f"{type(exc).__name__}: {exc}"))
 
     t = threading.Thread(target=run, name="cedar-feeder", daemon=True)
     t.start()
@@ -641,13 +661,25 @@ def _supervise(plan: Plan, name: str, settings: ShellConfig, root: str,
 PRIME_S = 10.0
 
 
+@dataclasses.dataclass(frozen=True)
+class _Feed:
+    """One source to feed: its step, what it is (for errors), its actor, whether that takes
+    rows, its data, and whether the data is ready batches."""
+
+    step: str
+    describe: str
+    handle: Any
+    rows: bool
+    data: Any
+    batched: bool
+
+
 @dataclasses.dataclass
 class _FeedJob:
     """A query's feeding without checkpoints: each source's data to its actor, from the
     query's host (the sources any process can read) or from this driver (the others)."""
 
-    #: (the source's actor, whether it takes rows, its data, whether the data is batches)
-    feeds: list[tuple[Any, bool, Any, bool]]
+    feeds: list[_Feed]
     settings: ShellConfig
     #: whether each feed's actor reads its data itself (:func:`_pulls`), when it can travel
     pull: list[bool] = dataclasses.field(default_factory=list)
@@ -657,8 +689,9 @@ class _FeedJob:
     @classmethod
     def of(cls, plan: Plan, handles: dict[str, Any], steps: list[str],
            settings: ShellConfig) -> _FeedJob:
-        feeds = [(handles[s], isinstance(plan.stages[s].source, n.FromRows), feed_of(plan, s),
-                  getattr(plan.stages[s].source, "batched", False)) for s in steps]
+        feeds = [_Feed(s, plan.stages[s].describe, handles[s],
+                       isinstance(plan.stages[s].source, n.FromRows), feed_of(plan, s),
+                       getattr(plan.stages[s].source, "batched", False)) for s in steps]
         return cls(feeds, settings, [_pulls(plan, s) is not None for s in steps])
 
     def start(self, resume: bool = False) -> _Feeders:
@@ -676,7 +709,8 @@ class _Feeders:
 
     threads: list[threading.Thread]
     stop_event: threading.Event
-    errors: list[str]
+    #: (source step, reason) of each feed that failed
+    errors: list[tuple[str, str]]
     job: _FeedJob
     started: bool = False
     #: opened by :meth:`go`: the prepared feeders of a held query send from then on
@@ -686,10 +720,7 @@ class _Feeders:
         """A held query: a thread per source the driver feeds opens it and reads its first
         batch now, and sends it when :meth:`go` opens the gate. Waits (up to ``PRIME_S``)
         until every first batch is read, so that the run starts with its input ready."""
-        primed = []
-        for handle, rows, data, batched in (f for f, pull in zip(self.job.feeds, self.job.pull)
-                                            if not pull):
-            primed.append(self._feed(handle, rows, data, batched))
+        primed = [self._feed(f) for f, pull in zip(self.job.feeds, self.job.pull) if not pull]
         deadline = time.monotonic() + PRIME_S
         for event in primed:
             event.wait(max(0.0, deadline - time.monotonic()))
@@ -701,24 +732,25 @@ class _Feeders:
             return
         self.started = True
         job = self.job
-        fed = _start_pulls([f[0] for f in job.feeds],
-                           [f[2] if p else None for f, p in zip(job.feeds, job.pull)])
-        for (handle, rows, data, batched), by_driver, pull in zip(job.feeds, fed, job.pull):
+        fed = _start_pulls([f.handle for f in job.feeds],
+                           [f.data if p else None for f, p in zip(job.feeds, job.pull)])
+        for feed, by_driver, pull in zip(job.feeds, fed, job.pull):
             if by_driver and (pull or not job.held):  # not prepared yet
-                self._feed(handle, rows, data, batched)
+                self._feed(feed)
         self.gate.set()
 
-    def _feed(self, handle: Any, rows: bool, data: Any, batched: bool) -> threading.Event:
-        """Start a thread feeding ``data`` to ``handle``; returns the event set when its
+    def _feed(self, feed: _Feed) -> threading.Event:
+        """Start a thread feeding ``feed`` to its actor; returns the event set when its
         first batch is read (held) or at once."""
         settings, primed = self.job.settings, threading.Event()
         self.threads.append(_feed_thread(
-            _Sender(handle, rows, settings.max_in_flight), data, settings.batch_size,
-            settings.flush_s, self.stop_event, self.errors, batched=batched,
+            _Sender(feed.handle, feed.rows, settings.max_in_flight), feed,
+            settings.batch_size, settings.flush_s, self.stop_event, self.errors,
             gate=self.gate if self.job.held else None, primed=primed))
         return primed
 
-    def feed_errors(self) -> list[str]:
+    def feed_errors(self) -> list[tuple[str, str]]:
+        """(source step, reason) of each feed that failed."""
         return list(self.errors)
 
     def stop(self, kill: bool = False) -> None:

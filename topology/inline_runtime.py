@@ -25,7 +25,7 @@ from actors.config import ShellConfig
 from actors.recorder import TraceSettings
 from operators.columns import count_events, expand
 from operators.events import MIN_TIME, Insert, Message, Retract
-from operators.feeds import END, chunks, round_robin
+from operators.feeds import END, chunks, guarded, round_robin
 
 from . import nodes as n
 from .dag import DagProcessor
@@ -205,11 +205,14 @@ def feed_of(plan: Plan, step: str) -> Iterable[Any]:
 
 def source_batches(plan: Plan, step: str, batch_size: int) -> Iterator[Any]:
     """The batches a source stage consumes: its own batches for a batched source (column
-    batches of ``from_arrow``/``from_spark``), else lists of ``batch_size`` rows/messages."""
+    batches of ``from_arrow``/``from_spark``), else lists of ``batch_size`` rows/messages.
+    Data that raises while it is read raises :class:`~operators.errors.SourceFailed` naming
+    ``step``."""
     src = plan.stages[step].source
+    items = guarded(feed_of(plan, step), step, plan.stages[step].describe)
     if getattr(src, "batched", False):
-        return iter(feed_of(plan, step))
-    return chunks(feed_of(plan, step), batch_size)
+        return items
+    return chunks(items, batch_size)
 
 
 def run_inline(plan: Plan, batch_size: int = DEFAULT_BATCH,

@@ -229,9 +229,6 @@ class Query:
         for f in self._feeding:
             f.go()
 
-    def _feed_errors(self) -> list[str]:
-        return [e for f in self._feeding for e in f.feed_errors()]
-
     def snapshot(self) -> list[tuple[int, int, Any]]:
         """The output CHT as ``(start, end, payload)`` rows: every row alive at the current
         output CTI (end ≥ CTI), plus the final rows when deployed with ``history=True``."""
@@ -327,8 +324,9 @@ class Query:
                 errors = f.feed_errors()
             except ray.exceptions.RayActorError:  # the host is gone
                 return self._host_gone(stats)
-            if errors:
-                return "failed", HOST_STEP if isinstance(f, _Remote) else "sources", errors[0]
+            if errors:  # (source step, reason): what no actor has heard of yet
+                step, reason = errors[0]
+                return "failed", str(step), str(reason)
         return "running", None, None
 
     def _host_gone(self, stats: dict[str, dict[str, Any] | None]) -> tuple[str, str | None,
