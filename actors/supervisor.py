@@ -68,14 +68,17 @@ class Supervisor:
     configures them (``restore``: epoch or 0); ``feeds_from(rounds)`` returns (step, iterator
     of encoded batches) per fed source, each read from its beginning and the first ``rounds``
     rounds skipped. ``settings`` gives ``checkpoint_every`` and the in-flight window of the
-    feeding (:class:`~actors.config.ShellConfig`)."""
+    feeding (:class:`~actors.config.ShellConfig`). ``manifest`` is what the query's sink says
+    of it (its steps' actors, explain, claim, ...): the supervisor answers it too, so that a
+    driver reaches the query's released output when its sink is gone."""
 
     def __init__(self, *, name: str, steps: list[str], sink: str, root: str,
                  start_actors: Callable[[int], dict[str, Any]],
                  configure: Callable[[dict[str, Any], int], None],
                  feeds_from: Callable[[int], list[tuple[str, Iterator[bytes]]]],
-                 settings: ShellConfig) -> None:
+                 settings: ShellConfig, manifest: dict[str, Any] | None = None) -> None:
         self.name, self.steps, self.sink_step, self.root = name, steps, sink, root
+        self._manifest = dict(manifest or {})
         self._start_actors, self._configure = start_actors, configure
         self._feeds_from, self.every = feeds_from, settings.checkpoint_every
         self.max_in_flight = settings.max_in_flight
@@ -160,6 +163,11 @@ class Supervisor:
                 "logged": len(self.log)}
 
     # -- what a Query asks (here or through the host actor) --------------------------------------
+    def manifest(self) -> dict[str, Any]:
+        """The query's manifest, as its sink gives it (:meth:`OperatorShell.manifest
+        <actors.shell.OperatorShell.manifest>`)."""
+        return dict(self._manifest)
+
     def current_handles(self) -> dict[str, Any]:
         with self.lock:
             return dict(self.handles)

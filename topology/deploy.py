@@ -582,7 +582,7 @@ class _SupervisedJob:
         sup = Supervisor(name=self.name, steps=list(self.plan.stages), sink=self.plan.sink,
                          root=self.root, start_actors=self.start_actors,
                          configure=self.configure, feeds_from=self.feeds_from,
-                         settings=self.settings)
+                         settings=self.settings, manifest=self.info)
         try:
             sup.start(resume)
         except BaseException:

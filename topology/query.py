@@ -65,7 +65,8 @@ ATTACH_GRACE_S = 5.0
 
 class QueryUnavailable(RuntimeError):
     """``attach(name)``: the query's actors are there, but it cannot be reached (still
-    recovering after the wait, or its sink is gone)."""
+    recovering after the wait, or its sink or a step is gone and no supervisor in a host
+    stands for them: a query without checkpoints)."""
 
 
 class NameTaken(ValueError):
@@ -577,21 +578,48 @@ def attach(name: str, address: str | None = None, wait_s: float = ATTACH_WAIT_S)
 
 
 def _attach_now(name: str) -> Query:
+    """The handle of ``name`` now, or ValueError / a Ray error while it cannot be reached.
+    A checkpointed query is reached through its host, whose supervisor knows its current
+    actors and holds its released output: a step killed once the query finished (nothing
+    restarts it then) or a sink that is gone does not hide that output."""
     import ray
 
-    sink = step_actor(actor_name(name, "sink"))
-    info = cast(dict[str, Any], ray.get(sink.manifest.remote(), timeout=STATS_WAIT_S))
+    slots = hosted()
+    info = _manifest(name, slots)
     if "actors" not in info:
         raise ValueError("its sink is being configured")  # a recovery under way
-    slots = hosted()
-    handles = {step: step_actor(actor, slots) for step, actor in info["actors"].items()}
     try:
         host = ray.get_actor(info["host"], namespace=NAMESPACE) if "host" in info else None
     except ValueError:
         host = None  # its sources were all fed by the driver, or it has no sources to feed
+    try:
+        handles = {step: step_actor(actor, slots) for step, actor in info["actors"].items()}
+    except ValueError:  # a step is gone: its supervisor knows what stands in its place
+        if host is None or "checkpoint_dir" not in info:
+            raise
+        handles = cast(dict[str, Any], ray.get(host.call.remote("current_handles"),
+                                               timeout=STATS_WAIT_S))
     feeding = None if host is None or "checkpoint_dir" in info else [_Remote(host)]
     claim = (info["checkpoint_dir"], info["claim"]) if "checkpoint_dir" in info and \
         "claim" in info else None
     return Query(name, handles, sink=info.get("sink", "sink"), explain=info.get("explain", ""),
                  subscriptions=[(s[0], s[1]) for s in info.get("subscriptions", ())],
                  host=host, feeding=feeding, claim=claim)
+
+
+def _manifest(name: str, slots: dict[str, Any]) -> dict[str, Any]:
+    """What the sink of ``name`` says of the query (:meth:`OperatorShell.manifest
+    <actors.shell.OperatorShell.manifest>`); when the sink is gone, what the supervisor in
+    the query's host keeps of it (a checkpointed query). ValueError when neither answers."""
+    import ray
+
+    try:
+        sink = step_actor(actor_name(name, "sink"), slots)
+        return cast(dict[str, Any], ray.get(sink.manifest.remote(), timeout=STATS_WAIT_S))
+    except (ValueError, ray.exceptions.RayActorError):
+        host = ray.get_actor(actor_name(name, HOST_STEP), namespace=NAMESPACE)
+        try:
+            return cast(dict[str, Any], ray.get(host.call.remote("manifest"),
+                                                timeout=STATS_WAIT_S))
+        except ray.exceptions.RayTaskError:  # no supervisor there: not checkpointed
+            raise ValueError("its sink is gone") from None

@@ -9,13 +9,17 @@ Each case ends in a clear state — ``Query.state()`` is ``"finished"`` or
   killed before: failed, naming the host;
 * the host of a checkpointed query is killed for good: failed, naming the host;
 * ``attach()`` while Ray restarts the host of a checkpointed query: a handle, "recovering";
-* the recoveries of a checkpointed query are counted across restarts of its host.
+* the recoveries of a checkpointed query are counted across restarts of its host;
+* a checkpointed query whose operator (or sink) is killed once it finished is still read,
+  whole, by ``attach(name).output()`` from another driver (issue 41, item 5).
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import signal
+import textwrap
 import time
 
 import pytest
@@ -24,6 +28,7 @@ from operators.cht import to_cht
 from tests.kit import assert_equivalent
 from tests.reliability.test_recovery import check_exactly_once, wait_events, window_join
 from tests.reliability.test_redeploy import host_state, kill_just_after_commit
+from tests.topology.live_kit import second_driver
 from topology import attach
 from topology.query import QueryFailed
 
@@ -164,5 +169,41 @@ def test_recoveries_are_counted_across_host_restarts(ray_session, tmp_path):
         assert len(recs) == 3 and recs[-1].get("resumed")
         assert live.stats()["sink"]["recoveries"] == 3
         check_exactly_once(live.output(), expected)
+    finally:
+        live.stop()
+
+
+READ_OUTPUT = textwrap.dedent("""
+    import json, pickle, sys
+
+    import ray
+
+    from topology import attach
+
+    ray.init(address=sys.argv[1], namespace="cedar", logging_level="ERROR")
+    q = attach(sys.argv[2])
+    with open(sys.argv[3], "wb") as f:
+        pickle.dump(q.output(), f)
+    print(json.dumps({"state": q.state()}))
+""")
+
+
+@pytest.mark.parametrize("victim", ["join", "sink"])
+def test_a_checkpointed_query_killed_as_it_finished_is_read_from_another_driver(
+        ray_session, tmp_path, expected, victim):
+    """deploy ── ... ── finished ── kill -9 <victim> ── attach() elsewhere ── output()
+    The supervisor has released the whole output, saved beside the checkpoints: another
+    driver reaches it through the query's host, whichever step is gone."""
+    name = f"fail-end-{victim}"
+    live = window_join(N).deploy(name, checkpoint_dir=str(tmp_path / "ck"),
+                                 checkpoint_every=2, batch_size=500)
+    try:
+        assert live.wait(120) is True
+        os.kill(live.stats()[step_of(live, victim)]["pid"], signal.SIGKILL)
+        path = tmp_path / "output.pkl"
+        got = second_driver(READ_OUTPUT, tmp_path, name, str(path))
+        assert got["state"] == "finished"
+        check_exactly_once(pickle.loads(path.read_bytes()), expected)
+        assert live.state() == "finished"
     finally:
         live.stop()
