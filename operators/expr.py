@@ -13,11 +13,12 @@ comparisons ``< <= > >= == !=`` and ``& | ^``, it runs column-wise. Anything els
 tracing fail and the function runs per event, always: ``and``/``or``/``not``/``if`` and
 chained comparisons (they ask ``bool()`` of a column), ``**``, calls (``math.sqrt``,
 ``round``, ``len``, ``str`` and its methods, f-strings), ``.get``, ``in``, and any bool
-constant: ``p["v"] is None``, ``isinstance(p["v"], int)`` (and a literal ``True``) give one,
-decided once on the stand-in instead of per payload. (What operator overloading cannot see
-stays a leak where no bool shows: ``"a" if p["v"] is None else "b"`` traces to ``"b"``.)
-``col("v")`` builds the same
-expressions explicitly, and ``explain()`` says per step which way it runs and why.
+constant (a literal ``True``). What operator overloading cannot see is watched in every
+Python function the call enters: a test of what the payload *is* (``isinstance``, ``type``,
+``hasattr``, ``is``, ``match``) and a ``try`` would let the stand-in take another branch than
+a payload (``p["v"] if isinstance(p, dict) else 0`` would trace to ``0``), so they run per
+event too. ``col("v")`` builds the same expressions explicitly, and ``explain()`` says per
+step which way it runs and why.
 
 **Which batches.** An expression is evaluated on the columns only when every step is exact
 for *these* values; otherwise that batch runs per event (and raises where a payload raises):
@@ -46,14 +47,18 @@ for *these* values; otherwise that batch runs per event (and raises where a payl
 from __future__ import annotations
 
 import contextvars
+import dis
 import functools
 import operator
+import sys
 from collections.abc import Callable
+from types import CodeType
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Expr", "col", "evaluate", "pair_columns", "trace", "trace_pair", "why_per_event"]
+__all__ = ["Expr", "col", "evaluate", "pair_columns", "trace", "trace_pair", "tracing",
+           "why_per_event"]
 
 #: Integers beyond this are not all exact as float64: the column path declines them.
 _EXACT = 2**53
@@ -175,8 +180,17 @@ for _name in _BINARY:
     setattr(Expr, f"__{_name}__", _fwd)
     if _name in _REFLECTED:
         setattr(Expr, f"__r{_name}__", _ref)
+def _unary(name: str) -> Callable[[Expr], Expr]:
+    def apply(self: Expr) -> Expr:
+        return Op(name, self)
+
+    return apply
+
+
 for _name in ("neg", "pos", "abs", "invert"):
-    setattr(Expr, f"__{_name}__", functools.partialmethod(lambda self, n: Op(n, self), _name))
+    # (a closure of this module, not functools.partialmethod: tracing watches every Python
+    # function outside this module, and partialmethod's own code uses getattr)
+    setattr(Expr, f"__{_name}__", _unary(_name))
 
 
 #: Python's own operator for each node name: what an expression means on one payload.
@@ -191,19 +205,92 @@ def _trace(fn: Callable[[Any], Any]) -> tuple[Any, str | None]:
     field = getattr(fn, "field", _NO_FIELD)  # operators.udm.field_getter of a name
     if field is not _NO_FIELD:
         return Field(field), None
-    token = _TRACING.set(True)
     try:
-        out = fn(Field())
+        with tracing() as watch:
+            out = fn(Field())
+        watch.check()
         return _result(out), None
     except NotElementwise as exc:
         return None, str(exc)
     except Exception as exc:  # noqa: BLE001 - anything else a stand-in payload cannot do
         return None, f"{type(exc).__name__}: {exc}"
-    finally:
-        _TRACING.reset(token)
 
 
 _NO_FIELD = object()
+
+
+class _Watch:
+    """Watches every Python function that a traced call enters (``sys.settrace``) for what
+    lets a stand-in payload take another branch than a real one without a bool showing:
+
+    * a type test — ``isinstance``, ``type``, ``hasattr``, ``getattr``, ``callable``,
+      ``issubclass``, ``__class__`` among the names it uses, an ``is`` or a ``match``
+      statement: the stand-in is no dict, tuple or None, so the test answers for it, not for
+      the payload;
+    * exception handling — a ``try`` (or ``with``) block: a helper that catches the error
+      the stand-in raises returns its fallback, and one that reads another field when the
+      first fails reads a column that tracing never saw.
+
+    Either makes the function run per event (:meth:`check`). cedar's own expression code
+    (this module) is not watched: its operators are what tracing records."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and self.reason is None:
+            code = frame.f_code
+            if code.co_filename != __file__:
+                self.reason = _branches(code)
+        return None  # no line events: only the calls are looked at
+
+    def check(self) -> None:
+        if self.reason is not None:
+            raise NotElementwise(self.reason)
+
+
+#: The names with which a function asks what a value *is*, not what it holds.
+_TYPE_TESTS = ("isinstance", "type", "hasattr", "getattr", "callable", "issubclass",
+               "__class__")
+
+
+def _branches(code: CodeType) -> str | None:
+    """Why ``code`` may branch on what a payload is (see :class:`_Watch`), or None."""
+    where = code.co_name if code.co_name != "<lambda>" else "the lambda"
+    tests = [n for n in _TYPE_TESTS if n in code.co_names]
+    if tests:
+        return (f"tests what the payload is ({tests[0]} in {where}): the stand-in payload of "
+                "tracing would answer it, not the payload")
+    ops = {op.opname for op in dis.get_instructions(code)}
+    if any(op == "IS_OP" or op.endswith("_NONE") for op in ops):  # (`is None` in an if)
+        return (f"tests identity (`is` in {where}): the stand-in payload of tracing would "
+                "answer it once, not each payload")
+    if any(op.startswith("MATCH_") for op in ops):
+        return (f"matches the payload's shape (a match statement in {where}): the stand-in "
+                "payload of tracing would answer it, not the payload")
+    if code.co_exceptiontable:
+        return (f"handles exceptions (a try or with block in {where}): a real payload may "
+                "take another branch than the stand-in payload of tracing")
+    return None
+
+
+class tracing:  # (lower case: it reads as a function, ``with tracing() as watch:``)
+    """Call a function on stand-in payloads inside ``with tracing() as watch:``: bool
+    constants are refused and every Python function it enters is watched (:class:`_Watch`);
+    ``watch.check()`` afterwards raises :class:`NotElementwise` where the trace may not be
+    what a payload gives. (A class of this module, not a generator: the watch sees no frame
+    of its own.)"""
+
+    def __enter__(self) -> _Watch:
+        self._watch = _Watch()
+        self._token = _TRACING.set(True)
+        self._previous = sys.gettrace()
+        sys.settrace(self._watch)
+        return self._watch
+
+    def __exit__(self, *exc: object) -> None:
+        sys.settrace(self._previous)
+        _TRACING.reset(self._token)
 
 
 #: Whether a user function is being traced (then a bool constant is refused: explicit
@@ -270,13 +357,13 @@ class _Side(Field):
 
 @functools.lru_cache(maxsize=1024)
 def _cached_pair(fn: Callable[[Any, Any], Any]) -> Any:
-    token = _TRACING.set(True)
     try:
-        return _result(fn(_Side("l"), _Side("r")))
+        with tracing() as watch:
+            out = fn(_Side("l"), _Side("r"))
+        watch.check()
+        return _result(out)
     except Exception:  # noqa: BLE001 - not element-wise, or more than a stand-in can do
         return None
-    finally:
-        _TRACING.reset(token)
 
 
 def trace_pair(fn: Callable[[Any, Any], Any]) -> Any:

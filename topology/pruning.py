@@ -38,7 +38,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from operators import aggregates as agg
-from operators.expr import Const, Expr, Field, Op, trace
+from operators.expr import Const, Expr, Field, Op, trace, tracing
 
 from . import nodes as n
 
@@ -116,25 +116,20 @@ def function_reads(fn: Any) -> Reads:
         return frozenset((field,))
     if not callable(fn) or getattr(fn, "batchwise", False):
         return None
-    code = getattr(fn, "__code__", None)
-    if code is None or bool(getattr(code, "co_exceptiontable", None)):
-        return None  # not plain Python, or a try/with: it may read what tracing never saw
-    traced = trace(fn)
+    if getattr(fn, "__code__", None) is None:
+        return None  # not plain Python: what it reads is not to be seen
+    traced = trace(fn)  # (None for a try anywhere in the call: it may read what tracing never saw)
     if traced is None:
         return None
     keys = _expr_keys(traced)
     if keys is None:
         return None
-    from operators.expr import _TRACING  # the tracer's own mode, as trace() calls it
-
     recorder = _Recorder()
-    token = _TRACING.set(True)
     try:
-        fn(recorder)
+        with tracing():
+            fn(recorder)
     except Exception:  # noqa: BLE001 - traced once already: any surprise reads everything
         return None
-    finally:
-        _TRACING.reset(token)
     return _names([*keys, *recorder.seen])
 
 

@@ -189,6 +189,13 @@ def test_other_types_run_per_event_and_pass_through(column):
         _per_event(Select(lambda p: (p["k"] + 1, p["v"])), batch)
 
 
+def _or_zero(x):
+    try:
+        return int(x)
+    except TypeError:
+        return 0
+
+
 @pytest.mark.parametrize(("fn", "why"), [
     (lambda p: p["v"] > 1 and p["v"] < 3, "truth of a whole column"),
     (lambda p: 0 < p["v"] < 3, "truth of a whole column"),
@@ -200,9 +207,16 @@ def test_other_types_run_per_event_and_pass_through(column):
     (lambda p: f"k{p['k']}", "formats a field"),
     (lambda p: str(p["k"]), "turns a field into a string"),
     # (these traced to a constant bool decided on the stand-in: every row kept, or none)
-    (lambda p: p["v"] is not None, "an `is` or isinstance test"),
+    (lambda p: p["v"] is not None, "tests identity"),
     (lambda p: isinstance(p["v"], int) | (p["v"] > 1), "an `is` or isinstance test"),
-    (lambda p: (p["k"], p["v"] is None), "an `is` or isinstance test"),
+    (lambda p: (p["k"], p["v"] is None), "tests identity"),
+    (lambda p: True, "an `is` or isinstance test"),
+    # (these took the stand-in's branch with no bool showing: every row got 0)
+    (lambda p: p["v"] if isinstance(p, dict) else 0, "isinstance in the lambda"),
+    (lambda p: p["v"] if type(p) is dict else 0, "type in the lambda"),
+    (lambda p: p["v"] if hasattr(p, "keys") else 0, "hasattr in the lambda"),
+    (lambda p: "a" if p["v"] is None else "b", "tests identity"),
+    (lambda p: _or_zero(p["v"]), "a try or with block in _or_zero"),
 ])
 def test_what_is_not_elementwise_runs_per_event_and_says_why(fn, why):
     assert trace(fn) is None

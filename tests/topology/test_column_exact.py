@@ -62,3 +62,55 @@ def test_explain_says_how_each_step_runs():
     text = q.explain()
     assert "column-wise" in text
     assert "per event" in text and "truth of a whole column" in text
+
+
+# -- functions whose branch depends on what the payload is (finding 1 of round four) -----------
+def _as_int(x):
+    try:
+        return int(x)
+    except TypeError:  # the stand-in field is no int: traced, this branch gave a constant 0
+        return 0
+
+
+def _v_or_zero(p):
+    match p:
+        case {"v": v}:
+            return v
+        case _:
+            return 0
+
+
+def _v_or_w(p):  # reads "w" only when "v" fails: pruning "w" made a null fail on columns only
+    try:
+        return p["v"] + 1
+    except TypeError:
+        return p["w"]
+
+
+#: each gives [1, 2, 3] on the payloads {"v": 1}, {"v": 2}, {"v": 3}; traced on the stand-in
+#: payload, each took the other branch and ran column-wise as the constant 0
+BRANCHING = {
+    "isinstance of the payload": lambda p: p["v"] if isinstance(p, dict) else 0,
+    "type() of the payload": lambda p: p["v"] if type(p) is dict else 0,
+    "hasattr on the payload": lambda p: p["v"] if hasattr(p, "keys") else 0,
+    "__class__ of the payload": lambda p: p["v"] if p.__class__ is dict else 0,
+    "a helper that catches": lambda p: _as_int(p["v"]),
+    "a match statement": _v_or_zero,
+}
+
+
+@pytest.mark.parametrize("fn", sorted(BRANCHING))
+def test_a_function_that_branches_on_the_payload_gives_the_rows_answer(runtime, fn):
+    cols = {"t": np.arange(3, dtype=np.int64), "v": np.array([1, 2, 3], np.int64)}
+    for src in (Stream.from_arrow(pa.table(cols), start="t"),
+                Stream.from_rows([row_at(cols, i) for i in range(3)], start="t")):
+        q = src.select(BRANCHING[fn])
+        assert sorted(p for _, _, p in to_cht(q.collect(runtime))) == [1, 2, 3]
+        assert "column-wise" not in q.explain().split("select")[-1]
+
+
+def test_a_column_read_inside_a_try_is_not_pruned(runtime):
+    cols = {"t": np.arange(3, dtype=np.int64), "v": np.array([1, None, 3], dtype=object),
+            "w": np.array([10, 20, 30], np.int64)}
+    got = Stream.from_arrow(pa.table(cols), start="t").select(lambda p: _v_or_w(p)).collect(runtime)
+    assert sorted(p for _, _, p in to_cht(got)) == [2, 4, 20]
