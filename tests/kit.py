@@ -13,14 +13,50 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from operators.cht import check_equivalent, to_cht, validate
 from operators.events import MAX_TIME, Cti, Insert, Message, Retract
 from operators.processor import Processor
 
-#: Hypothesis examples per property test: hundreds in CI, more with CEDAR_EXAMPLES=5000.
-EXAMPLES = int(os.environ.get("CEDAR_EXAMPLES", "200"))
+# -- Hypothesis profiles ------------------------------------------------------------------------
+#: Examples per property test that runs in process, by profile: ``dev`` for the default tier
+#: (the README's ``python -m pytest``), ``ci`` for the full run (``.ci/run``), ``nightly`` for a
+#: long hunt. Pick one with ``--hypothesis-profile=NAME`` or ``CEDAR_PROFILE=NAME``.
+PROFILES = {"dev": 40, "ci": 200, "nightly": 5000}
+#: How many times costlier one example is than one in process, by the settings a test takes:
+#: ``PROPERTY`` (an operator or query in process), ``HEAVY`` (a large input, a process of its
+#: own), ``ON_RAY`` (a query on Ray: each example deploys actors; or one case of a table of a
+#: hundred). A test never names a count.
+COSTS = {"PROPERTY": 1, "HEAVY": 5, "ON_RAY": 20}
+#: The fewest examples any property test runs, whatever its cost and profile.
+FLOOR = 3
+
+for _name, _examples in PROFILES.items():
+    settings.register_profile(_name, max_examples=_examples, deadline=None)
+settings.load_profile(os.environ.get("CEDAR_PROFILE", "dev"))
+
+
+def examples(cost: str = "PROPERTY") -> int:
+    """The examples a property test of ``cost`` (a key of :data:`COSTS`) runs under the
+    profile loaded now."""
+    return max(FLOOR, settings().max_examples // COSTS[cost])
+
+
+def scale() -> int:
+    """How many times the loaded profile's examples are ``ci``'s (at least 1): what a test's
+    time limit is multiplied by."""
+    return max(1, settings().max_examples // PROFILES["ci"])
+
+
+def __getattr__(name: str) -> Any:
+    """``PROPERTY``, ``HEAVY`` and ``ON_RAY``: the settings of a property test of that cost
+    under the loaded profile, read when a test module is imported (after pytest has loaded
+    ``--hypothesis-profile``). Use as ``@ON_RAY`` or ``@settings(ON_RAY, derandomize=True)``."""
+    if name in COSTS:
+        return settings(max_examples=examples(name), deadline=None)
+    raise AttributeError(name)
 
 INF = MAX_TIME
 

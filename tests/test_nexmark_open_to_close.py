@@ -11,14 +11,14 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from benchmarks.nexmark import generator as gen
 from benchmarks.nexmark import queries as nq
 from operators.cht import to_cht
 from operators.ingress import AdvanceTime
-from tests.kit import EXAMPLES
+from tests.kit import PROPERTY
 from topology import Stream
 
 T0 = gen.BASE_TICKS
@@ -74,7 +74,7 @@ def streams(t: dict[str, Any], every: int) -> tuple[Stream, Stream]:
 
 
 @pytest.mark.parametrize("query", sorted(PAIRS))
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(t=tables(), every=st.integers(1, 12), columns=st.booleans())
 def test_one_join_gives_the_two_joins_events(query: str, t: dict[str, Any], every: int,
                                              columns: bool) -> None:

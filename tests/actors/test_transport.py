@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from actors.shell import OperatorShell
@@ -20,11 +20,11 @@ from operators.events import MIN_TIME, Cti, FreshId, Insert
 from operators.publish import Publish
 from operators.union import Union
 from operators.where import Where
-from tests.kit import EXAMPLES, assert_equivalent, physical_streams
+from tests.kit import PROPERTY, assert_equivalent, physical_streams
 from topology.routing import OutEdge, Partitioner, Router, stable_hash
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(stream=physical_streams(payloads=st.one_of(st.integers(), st.text(max_size=3),
                                                   st.dictionaries(st.text(max_size=2),
                                                                   st.integers(), max_size=2))))
@@ -45,7 +45,7 @@ _KINDS = (
     st.builds(Cti, st.integers(0, 9)))
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(messages=st.lists(st.one_of(*(st.lists(k, max_size=12) for k in _KINDS)),
                          max_size=6).map(lambda segs: [m for seg in segs for m in seg]))
 def test_runs_of_inserts_travel_as_columns_and_come_back_as_they_were(messages):
@@ -99,7 +99,7 @@ def test_stable_hash_is_the_same_in_another_process():
     assert stable_hash(2.0) == stable_hash(2) == stable_hash(2)  # equal keys, one partition
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(stream=physical_streams(), n=st.integers(1, 4))
 def test_partitions_split_events_by_key_and_broadcast_ctis(stream, n):
     part = Partitioner(lambda p: p % 3, n)
@@ -114,7 +114,7 @@ def test_partitions_split_events_by_key_and_broadcast_ctis(stream, n):
         type(m) is Cti for m in stream)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(stream=physical_streams(), data=st.data())
 def test_a_newcomer_sees_the_alive_events_then_the_live_stream(stream, data):
     #   publisher:  ──── prefix ────┤ cut: Cti c ├──── rest ────

@@ -11,13 +11,13 @@ import pickle
 from typing import Any
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from actors.wire import decode, encode
 from operators.columns import Columns, expand
 from operators.events import Cti, FreshId
-from tests.kit import EXAMPLES
+from tests.kit import PROPERTY
 
 ORIGINS = st.sampled_from(["keyed_window", "w", ("a", 1), 7])
 
@@ -71,7 +71,7 @@ def _messages(batch: list[Any]) -> list[Any]:
 
 
 @given(batches())
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 def test_fresh_ids_arrive_as_sent(batch: list[Any]) -> None:
     got = _messages(decode(_through_ray(encode(batch))))
     sent = _messages(batch)

@@ -9,13 +9,13 @@ import pickle
 
 import numpy as np
 import pyarrow as pa
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from actors.wire import decode, encode
 from operators.columns import Columns, expand, restored_column
 from operators.events import Cti
-from tests.kit import EXAMPLES
+from tests.kit import PROPERTY
 
 WORDS = st.lists(st.one_of(st.none(), st.text(max_size=6)), min_size=1, max_size=30)
 
@@ -47,7 +47,7 @@ def _through_ray(batch):
     return decode(pickle.loads(pickle.dumps(encode(batch), protocol=5)))
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(batch=string_batches())
 def test_packed_string_columns_arrive_as_sent(batch):
     got = _through_ray(batch)

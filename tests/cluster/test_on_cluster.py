@@ -1,6 +1,7 @@
-"""The Ray test bodies of the suite, run again on a three-node cluster (see ``conftest.py``):
-the differential tests of every operator family against the reference evaluators, and the
-runtime tests; results must equal the inline runtime's. Plus where the actors ran."""
+"""The runtime tests of the suite, run again on a three-node cluster (see ``conftest.py``):
+results must equal the inline runtime's. Plus where the actors ran, and node loss. (The
+operators' differential tests are not run again here: they prove the operators, which the
+cluster does not change, and the runtime tests prove the placement and transport.)"""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import random
 
 import pytest
 
-import tests.topology.test_differential as differential
 import tests.topology.test_runtimes as runtimes
 from operators.aggregates import Count
 from operators.cht import to_cht
@@ -17,7 +17,6 @@ from topology import Stream
 from topology.registry import actor_nodes
 
 # the same test functions, collected here so that they use this folder's ray_session
-globals().update({k: v for k, v in vars(differential).items() if k.startswith("test_ray")})
 globals().update({k: v for k, v in vars(runtimes).items() if k.startswith("test_")})
 
 

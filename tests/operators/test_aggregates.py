@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import (
@@ -34,7 +34,7 @@ from operators.aggregates import (
 )
 from operators.events import MAX_TIME
 from operators.udm import IncrementalAggregate, Window, registered, resolve
-from tests.kit import EXAMPLES
+from tests.kit import HEAVY, PROPERTY
 
 INTS = st.integers(-10**6, 10**6)
 FLOATS = st.floats(-1e200, 1e200, allow_nan=False, allow_infinity=False)
@@ -111,14 +111,14 @@ def exact_mean(values: list[Any]) -> Any:
 
 
 # -- property tests ---------------------------------------------------------------------------
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(st.data())
 def test_count(data: st.DataObject) -> None:
     drive(data, Count(), st.integers(), len)
 
 
 @pytest.mark.parametrize("how", FIELDS)
-@settings(max_examples=EXAMPLES // 2, deadline=None)
+@HEAVY
 @given(data=st.data())
 def test_sum(how: str, data: st.DataObject) -> None:
     wrap, field = FIELDS[how]
@@ -127,7 +127,7 @@ def test_sum(how: str, data: st.DataObject) -> None:
 
 
 @pytest.mark.parametrize("how", FIELDS)
-@settings(max_examples=EXAMPLES // 2, deadline=None)
+@HEAVY
 @given(data=st.data())
 def test_avg(how: str, data: st.DataObject) -> None:
     wrap, field = FIELDS[how]
@@ -143,7 +143,7 @@ def resolve_field(how: str) -> Callable[[Any], Any]:
 
 @pytest.mark.parametrize("how", FIELDS)
 @pytest.mark.parametrize("kind", ["min", "max"])
-@settings(max_examples=EXAMPLES // 2, deadline=None)
+@HEAVY
 @given(data=st.data())
 def test_min_max(kind: str, how: str, data: st.DataObject) -> None:
     wrap, field = FIELDS[how]
@@ -187,7 +187,7 @@ TOPK_PAYLOADS = {
 
 @pytest.mark.parametrize("how", TOPK_PAYLOADS)
 @pytest.mark.parametrize("descending", [True, False])
-@settings(max_examples=EXAMPLES // 2, deadline=None)
+@HEAVY
 @given(data=st.data(), k=st.integers(1, 4))
 def test_topk(how: str, descending: bool, k: int, data: st.DataObject) -> None:
     payloads, by, score = TOPK_PAYLOADS[how]
@@ -213,7 +213,7 @@ def clipped_events(draw: st.DrawFn, window: Window) -> tuple[int, int, Any]:
     return (start, end, {"v": draw(NUMBERS)})
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(data=st.data(), start=st.integers(-100, 100), length=st.integers(1, 40))
 def test_time_weighted_average(data: st.DataObject, start: int, length: int) -> None:
     window = Window(start, start + length)
@@ -229,7 +229,7 @@ def test_time_weighted_average(data: st.DataObject, start: int, length: int) -> 
           result=lambda state: twa.window_result(state, window))
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(st.lists(st.tuples(FLOATS, st.integers(0, 3))), st.randoms(use_true_random=False))
 def test_results_do_not_depend_on_delta_order(values: list[Any], rnd: Any) -> None:
     # A window sees the same multiset through different histories (arrival order, retractions
@@ -478,7 +478,7 @@ _items = st.one_of(st.integers(), st.floats(allow_nan=False), st.booleans(), st.
                    st.sampled_from([0.0, -0.0]).map(lambda f: __import__("numpy").float32(f)))
 
 
-@settings(max_examples=EXAMPLES)
+@PROPERTY
 @given(st.recursive(_items, lambda inner: st.tuples(inner, inner) | st.tuples(inner),
                     max_leaves=8))
 def test_the_tie_of_tuples_and_plain_items_follows_the_rule(value):
@@ -491,7 +491,7 @@ def test_the_tie_of_tuples_and_plain_items_follows_the_rule(value):
         assert _extreme_key(value) == (0, value, _rule_tie(value))
 
 
-@settings(max_examples=EXAMPLES)
+@PROPERTY
 @given(st.lists(st.tuples(st.integers(-3, 3), st.booleans(), st.integers(0, 2**40)),
                 min_size=1, max_size=8), st.sampled_from([(0, 2), (0, 1, 2), (1,), (2, 0)]))
 def test_min_max_keys_of_int_tuple_columns_are_the_per_value_keys(rows, fields):

@@ -7,14 +7,14 @@ how later right events split, shorten and remove earlier output.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.anti_join import AntiJoin
 from operators.cht import to_cht
 from operators.events import Cti, Insert, Retract
 from tests import reference_joins as ref
-from tests.kit import EXAMPLES, INF, assert_equivalent, run_operator
+from tests.kit import HEAVY, INF, PROPERTY, assert_equivalent, run_operator
 from tests.reference_joins import assert_snapshot_equivalent, final_cti, two_inputs
 
 KV = st.fixed_dictionaries({"k": st.integers(0, 2), "v": st.integers(0, 3)})
@@ -38,7 +38,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(inputs=two_inputs(payloads=KV), data=st.data())
 def test_anti_join_matches_reference(case, inputs, data):
     factory, reference, _ = CASES[case]
@@ -53,7 +53,7 @@ def test_anti_join_matches_reference(case, inputs, data):
     assert final_cti(out) == min(final_cti(left), final_cti(right))
 
 
-@settings(max_examples=EXAMPLES // 2, deadline=None)
+@HEAVY
 @given(inputs=two_inputs(payloads=st.integers(0, 3)))
 def test_state_is_empty_once_both_inputs_pass_every_end(inputs):
     pairs, left, right = inputs

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 
 from operators.cht import (
     InvalidStream,
@@ -15,7 +15,7 @@ from operators.cht import (
     validate,
 )
 from operators.events import MAX_TIME, Cti, Insert, Retract
-from tests.kit import EXAMPLES, physical_streams
+from tests.kit import PROPERTY, physical_streams
 
 
 def test_equivalence_ignores_ids_order_and_speculation():
@@ -64,7 +64,7 @@ def test_validator_names_the_position():
         v.check(Insert(1, 0, 5, None))
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(physical_streams())
 def test_generated_streams_are_valid_and_fully_retracted_ids_vanish(stream):
     validate(stream)

@@ -16,7 +16,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import Count, Max, Min, Sum, TimeWeightedAverage
@@ -34,7 +34,15 @@ from operators.udm import (
 from operators.windows import CountWindow
 from operators.windows.count import CountWindowOperator
 from tests import reference_count as ref
-from tests.kit import EXAMPLES, INF, assert_equivalent, final_time, physical_streams, run_operator
+from tests.kit import (
+    INF,
+    ON_RAY,
+    PROPERTY,
+    assert_equivalent,
+    final_time,
+    physical_streams,
+    run_operator,
+)
 from topology import Stream
 
 
@@ -198,7 +206,7 @@ GROUPS = {g: sorted(c for c in CASES if c.split("_", 1)[1] == g)
 
 
 @pytest.mark.parametrize("group", sorted(GROUPS))
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(stream=STREAMS, data=st.data())
 def test_count_window_matches_reference(group, stream, data):
     cut = data.draw(st.integers(0, len(stream)), label="restore_at")
@@ -206,7 +214,7 @@ def test_count_window_matches_reference(group, stream, data):
         _check_case(case, stream, cut)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(stream=STREAMS_NO_EDGES, data=st.data())
 def test_count_window_without_edges(stream, data):
     cut = data.draw(st.integers(0, len(stream)), label="restore_at")
@@ -216,7 +224,7 @@ def test_count_window_without_edges(stream, data):
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@settings(max_examples=max(5, EXAMPLES // 20), deadline=None)
+@ON_RAY
 @given(stream=STREAMS)
 def test_builder_query_matches_reference(case, stream):
     _, reference, query = CASES[case]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import Max, Min
@@ -18,7 +18,7 @@ from operators.events import Cti, Insert, Retract
 from operators.windows import CountWindow
 from operators.windows.count import CountWindowOperator
 from tests import reference_count as ref
-from tests.kit import EXAMPLES, assert_equivalent
+from tests.kit import PROPERTY, assert_equivalent
 
 #: values whose keys tie across types (1, 1.0, np.float64(1.0); 0.0 and -0.0) and NaN
 VALUES = st.sampled_from([0, 1, 2, 1.0, 2.0, -0.0, 0.0, np.float64(1.0), np.float64(2.0),
@@ -66,7 +66,7 @@ def _run(udm, n, stream, sliding):
     return out
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(stream=batches(), n=st.integers(1, 5), which=st.sampled_from([Max, Min]))
 def test_sliding_extreme_sends_what_the_general_path_sends(stream, n, which):
     fast = _run(which("v"), n, stream, sliding=True)

@@ -6,14 +6,21 @@ scenarios that read like timelines; state freed behind CTIs."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.cht import to_cht, validate
 from operators.distinct import Distinct
 from operators.events import MAX_TIME, Cti, Insert, Retract
 from tests import reference_scan as ref
-from tests.kit import EXAMPLES, assert_equivalent, final_time, physical_streams, run_operator
+from tests.kit import (
+    ON_RAY,
+    PROPERTY,
+    assert_equivalent,
+    final_time,
+    physical_streams,
+    run_operator,
+)
 from topology import Stream
 
 #: few payloads, so that equal ones overlap and touch often; narrow streams for ties
@@ -50,7 +57,7 @@ def _check(stream, cut, key):
     assert all(o[1] >= c for o in held), "an interval ending before the CTI is still held"
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(stream=STREAMS, data=st.data())
 def test_distinct_matches_reference(stream, data):
     cut = data.draw(st.integers(0, len(stream)), label="restore_at")
@@ -58,7 +65,7 @@ def test_distinct_matches_reference(stream, data):
     _check(stream, cut, parity)
 
 
-@settings(max_examples=max(5, EXAMPLES // 10), deadline=None)
+@ON_RAY
 @given(stream=STREAMS)
 def test_distinct_through_the_builder(stream):
     out = Stream.from_events(stream).distinct().collect(runtime="inline")

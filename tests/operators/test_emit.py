@@ -8,7 +8,7 @@ default, and ``emit="final"`` gives one final row per window on both, never retr
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import Count, Sum
@@ -22,7 +22,7 @@ from operators.windows import (
     tumbling_window,
 )
 from operators.windows.final_output import FinalOutput
-from tests.kit import EXAMPLES, assert_equivalent, physical_streams
+from tests.kit import PROPERTY, assert_equivalent, physical_streams
 from topology import Stream
 from topology.dag import DagProcessor
 
@@ -76,7 +76,7 @@ SPECS = {"hopping": hopping_window(6, 2), "tumbling": tumbling_window(5),
          "snapshot": snapshot_window(), "count": count_window(3)}
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(stream=physical_streams(), spec=st.sampled_from(sorted(SPECS)),
        data=st.data())
 def test_final_output_is_the_speculative_cht_without_retractions(stream, spec, data):

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.anti_join import AntiJoin
@@ -28,7 +28,7 @@ from operators.left_join import LeftJoin
 from operators.processor import Processor
 from operators.union import Union
 from tests import reference_joins as ref
-from tests.kit import EXAMPLES, assert_equivalent, physical_streams
+from tests.kit import HEAVY, assert_equivalent, physical_streams
 from tests.operators.test_join_columns import batches
 from tests.reference_joins import final_cti, two_inputs
 
@@ -238,7 +238,7 @@ def _last_batch(feed: list[tuple[int, list[Any]]], port: int) -> int:
 
 
 @pytest.mark.parametrize("case", sorted(OPERATORS))
-@settings(max_examples=max(10, EXAMPLES // 2), deadline=None)
+@HEAVY
 @given(inputs=two_inputs(payloads=KV), data=st.data())
 def test_the_cht_does_not_depend_on_where_an_input_ends(case, inputs, data):
     factory, reference = OPERATORS[case]
@@ -255,7 +255,7 @@ def test_the_cht_does_not_depend_on_where_an_input_ends(case, inputs, data):
     assert final_cti(out) == max(final_cti(left), final_cti(right))
 
 
-@settings(max_examples=max(10, EXAMPLES // 2), deadline=None)
+@HEAVY
 @given(streams=st.lists(physical_streams(max_steps=15), min_size=3, max_size=3),
        data=st.data())
 def test_a_union_of_three_is_unchanged_by_where_two_inputs_end(streams, data):
@@ -272,7 +272,7 @@ def test_a_union_of_three_is_unchanged_by_where_two_inputs_end(streams, data):
     assert final_cti(out) == max(final_cti(s) for s in streams)
 
 
-@settings(max_examples=max(10, EXAMPLES // 2), deadline=None)
+@HEAVY
 @given(inputs=two_inputs(payloads=KV), data=st.data())
 def test_import_ctis_gives_the_same_output_wherever_an_input_ends(inputs, data):
     pairs, _, _ = inputs

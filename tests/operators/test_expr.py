@@ -21,7 +21,7 @@ from operators.events import Insert
 from operators.expr import Expr, col, evaluate, trace, why_per_event
 from operators.select import Select
 from operators.where import Where
-from tests.kit import EXAMPLES
+from tests.kit import PROPERTY
 
 NUMERIC = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
            "float16", "float32", "float64", "bool"]
@@ -103,8 +103,7 @@ def _same(x, y):
     return x == y and (not isinstance(x, float) or math.copysign(1, x) == math.copysign(1, y))
 
 
-@settings(max_examples=EXAMPLES * 4, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(PROPERTY, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(data=st.data())
 def test_columns_give_exactly_what_each_payload_gives(data):
     cols, n = data.draw(tables())

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.cht import to_cht, validate
@@ -19,7 +19,7 @@ from operators.columns import expand
 from operators.events import MAX_TIME, Cti, Insert, Retract
 from operators.full_outer_join import FullOuterJoin
 from tests import reference_joins as ref
-from tests.kit import EXAMPLES, assert_equivalent, run_operator
+from tests.kit import HEAVY, PROPERTY, assert_equivalent, run_operator
 from tests.operators.test_join_columns import batches, streams
 from tests.reference_joins import assert_snapshot_equivalent, final_cti, two_inputs
 from topology import Stream
@@ -60,7 +60,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(inputs=two_inputs(payloads=KV), data=st.data())
 def test_full_outer_join_matches_reference(case, inputs, data):
     factory, reference, _ = CASES[case]
@@ -85,7 +85,7 @@ COLUMN_CASES = {
 
 @pytest.mark.parametrize("case", sorted(COLUMN_CASES))
 @pytest.mark.parametrize("retractions", [False, True])
-@settings(max_examples=max(10, EXAMPLES // 4), deadline=None)
+@HEAVY
 @given(data=st.data())
 def test_column_batches_give_the_reference_cht(case, retractions, data):
     factory, reference = COLUMN_CASES[case]

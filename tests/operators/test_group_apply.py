@@ -8,7 +8,7 @@ the input CHT, and the same query for the fluent builder (``s`` is a ``topology.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.alter_lifetime import AlterLifetime
@@ -24,7 +24,7 @@ from operators.where import Where
 from operators.windows import make_window, tumbling_window
 from tests import reference as ref1
 from tests import reference_joins as ref
-from tests.kit import EXAMPLES, INF, assert_equivalent, physical_streams, run_operator
+from tests.kit import INF, PROPERTY, assert_equivalent, physical_streams, run_operator
 from tests.reference_joins import final_cti
 
 
@@ -100,7 +100,7 @@ CTI_MAP = {"where": lambda c: c, "where_select": lambda c: c, "shift_back": lamb
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(stream=physical_streams(payloads=st.integers(0, 8)), data=st.data())
 def test_group_apply_matches_reference(case, stream, data):
     factory, reference, _ = CASES[case]
@@ -113,7 +113,7 @@ def test_group_apply_matches_reference(case, stream, data):
         assert final_cti(out) == CTI_MAP[case](final_cti(stream))
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(stream=physical_streams(payloads=st.integers(0, 8)))
 def test_every_closed_group_is_dropped(stream):
     # past a CTI beyond every end, only groups with open (∞) events or sub-query state remain

@@ -8,13 +8,13 @@ refused when the query is built."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.cht import to_cht, validate
 from operators.events import MIN_TIME, Cti, Insert, Retract
 from operators.ingress import ImportCti
-from tests.kit import EXAMPLES, assert_equivalent, run_operator
+from tests.kit import PROPERTY, assert_equivalent, run_operator
 from tests.reference_joins import final_cti, two_inputs
 from topology import AdvanceTime, Stream
 
@@ -64,7 +64,7 @@ def reference(pairs, policy):
 
 
 @pytest.mark.parametrize("policy", ["drop", "adjust"])
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(inputs=two_inputs(), data=st.data())
 def test_import_matches_reference(policy, inputs, data):
     pairs, left, right = inputs

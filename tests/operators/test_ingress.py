@@ -10,21 +10,20 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import os
 import random
 from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.cht import cht_diff, to_cht, validate
 from operators.errors import DeadLetter, LateEvent
 from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Retract
 from operators.ingress import AdvanceTime, Ingress, ingest, to_ticks
+from tests.kit import PROPERTY
 
-EXAMPLES = int(os.environ.get("CEDAR_EXAMPLES", "200"))
 INF = MAX_TIME
 US = 1_000_000  # ticks per second
 
@@ -597,7 +596,7 @@ def run_steps(config: dict[str, Any], steps: list[tuple[Any, ...]],
     return out, src
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(scenario=scenarios(), data=st.data())
 def test_ingress_matches_the_reference(scenario, data):
     config, steps = scenario
@@ -634,7 +633,7 @@ def test_ingress_matches_the_reference(scenario, data):
     assert again == out
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(starts=st.lists(st.integers(-50, 50), max_size=30), seed=st.integers(0, 2**16))
 def test_batching_does_not_change_the_output(starts, seed):
     rows = [{"s": s} for s in starts]

@@ -9,13 +9,13 @@ with the same late records, dead letters and counters, whether the vectorised pa
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.columns import Columns, expand
 from operators.events import MAX_TIME
 from operators.ingress import AdvanceTime, Ingress
-from tests.kit import EXAMPLES
+from tests.kit import PROPERTY
 
 ADVANCES = st.builds(
     AdvanceTime,
@@ -56,7 +56,7 @@ def _rows(batch):
     return [dict(zip(names, vals)) for vals in zip(*(batch[k].tolist() for k in names))]
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(batches=column_batches(), advance=ADVANCES,
        shape=st.sampled_from(["point", "interval"]))
 def test_columns_ingest_exactly_like_rows(batches, advance, shape):

@@ -5,14 +5,14 @@ Nexmark Q17's prices are ints: its sums and averages took the per-payload path."
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import Avg, Sum
-from tests.kit import EXAMPLES
+from tests.kit import PROPERTY
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(values=st.lists(st.integers(-(2**40), 2**40), min_size=1, max_size=60),
        cuts=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 60)), min_size=1, max_size=5),
        agg=st.sampled_from([Sum, Avg]), seeded=st.booleans())

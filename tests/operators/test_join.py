@@ -9,7 +9,7 @@ evaluator over the two input CHTs, and the same query for the fluent builder (``
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.cht import to_cht
@@ -17,7 +17,7 @@ from operators.errors import OperatorError
 from operators.events import Cti, Insert, Retract
 from operators.join import Join
 from tests import reference_joins as ref
-from tests.kit import EXAMPLES, INF, assert_equivalent, run_operator
+from tests.kit import HEAVY, INF, PROPERTY, assert_equivalent, run_operator
 from tests.reference_joins import final_cti, two_inputs
 
 #: payloads with a small key domain, so that matches happen
@@ -49,7 +49,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(inputs=two_inputs(payloads=KV), data=st.data())
 def test_join_matches_reference(case, inputs, data):
     factory, reference, _ = CASES[case]
@@ -61,7 +61,7 @@ def test_join_matches_reference(case, inputs, data):
     assert final_cti(out) == min(final_cti(left), final_cti(right))
 
 
-@settings(max_examples=EXAMPLES // 2, deadline=None)
+@HEAVY
 @given(inputs=two_inputs(payloads=st.integers(0, 3)))
 def test_state_is_empty_once_both_inputs_pass_every_end(inputs):
     # both inputs end with a CTI past every finite end: only open edge events (end ∞) remain

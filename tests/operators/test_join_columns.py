@@ -9,7 +9,7 @@ import random
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.cht import to_cht
@@ -17,7 +17,7 @@ from operators.columns import Columns, expand
 from operators.events import Cti, Insert
 from operators.join import Join
 from tests import reference_joins as ref
-from tests.kit import EXAMPLES, assert_equivalent, physical_streams
+from tests.kit import PROPERTY, assert_equivalent, physical_streams
 from tests.reference_joins import final_cti
 
 KV = st.fixed_dictionaries({"k": st.integers(0, 2), "v": st.integers(0, 3)})
@@ -113,7 +113,7 @@ def run(on, select, feed, restore_at):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("retractions", [False, True])
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(data=st.data())
 def test_column_batches_give_the_per_event_cht(case, retractions, data):
     on, select = CASES[case]

@@ -7,12 +7,12 @@ to 100 years) sorted all of it after every batch, quadratic in the run's length.
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.join import ColumnState
 from operators.two_input_columns import ColumnEvents, overlapping_pairs
-from tests.kit import EXAMPLES
+from tests.kit import PROPERTY
 
 
 def _side(rng: np.random.Generator, n: int, codes: int, first_seq: int = 0) -> ColumnEvents:
@@ -29,7 +29,7 @@ def _brute(side: ColumnEvents, code, start, end) -> set[tuple[int, int]]:
             if side.code[j] == code[i] and side.start[j] < end[i] and side.end[j] > start[i]}
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 300), m=st.integers(1, 40),
        codes=st.integers(1, 60), sorted_first=st.booleans())
 def test_the_probe_finds_every_overlapping_pair_of_the_same_key(seed, n, m, codes,
@@ -57,7 +57,7 @@ def test_a_small_batch_does_not_sort_a_large_side():
     assert side._order is None  # only the candidates were sorted, not the 10,000 events
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(seed=st.integers(0, 2**32 - 1), limit_left=st.integers(0, 70),
        limit_right=st.integers(0, 70), now=st.booleans())
 def test_free_drops_exactly_the_pairs_of_freed_events(seed, limit_left, limit_right, now):

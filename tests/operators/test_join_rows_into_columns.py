@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators import join as join_module
@@ -17,7 +17,7 @@ from operators.cht import to_cht
 from operators.events import Cti, Insert
 from operators.join import Join
 from tests import reference_joins as ref
-from tests.kit import EXAMPLES, assert_equivalent
+from tests.kit import PROPERTY, assert_equivalent
 from tests.operators.test_join_columns import CASES, _columns, run, streams
 from tests.reference_joins import final_cti
 
@@ -47,7 +47,7 @@ def mixed(pairs, rng: random.Random, float_right: bool, rows: float):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("retractions", [False, True])
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(data=st.data())
 def test_rows_among_column_batches_give_the_per_event_cht(case, retractions, data):
     on, select = CASES[case]

@@ -19,7 +19,7 @@ import pickle
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import Count, Max, Min
@@ -31,7 +31,7 @@ from operators.ingress import AdvanceTime, Ingress
 from operators.windows import CountWindow
 from operators.windows.count import CountWindowOperator
 from operators.windows.keyed_count_start import KeyedCountExtreme, _sliding_extreme, supports
-from tests.kit import EXAMPLES, assert_equivalent
+from tests.kit import PROPERTY, assert_equivalent
 from topology import Stream, planner
 
 KINDS = ["int", "float", "special", "bool", "mixed"]
@@ -123,7 +123,7 @@ def _ctis(msgs):
     return [m.time for m in msgs if type(m) is Cti]
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(stream=streams(), n=st.integers(1, 7), which=st.sampled_from([Max, Min]),
        sizes=st.lists(st.integers(1, 6), min_size=1, max_size=4), restore=st.integers(0, 8))
 def test_equals_the_general_path_after_every_batch(stream, n, which, sizes, restore):
@@ -152,7 +152,7 @@ def test_equals_the_general_path_after_every_batch(stream, n, which, sizes, rest
     assert _ctis(got) and _ctis(got)[-1] == _ctis(want)[-1]
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(x=st.lists(st.integers(-5, 5), min_size=1, max_size=60), n=st.integers(1, 12),
        largest=st.booleans())
 def test_sliding_extreme_is_the_extreme_of_each_window(x, n, largest):

@@ -14,7 +14,7 @@ import pickle
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import Aggregates, Count, Max, Min, Sum
@@ -25,7 +25,7 @@ from operators.group_apply import GroupApply
 from operators.windows import CountWindow, WindowPolicy
 from operators.windows.count import CountWindowOperator
 from operators.windows.keyed_count import KeyedEndAggregate, supports
-from tests.kit import EXAMPLES, assert_equivalent, physical_streams, run_operator
+from tests.kit import PROPERTY, assert_equivalent, physical_streams, run_operator
 from tests.operators.test_count_window import Multiset
 from topology import Stream
 
@@ -67,7 +67,7 @@ def run_fast(factory, stream, sizes, restore):
     return out
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(stream=physical_streams(payloads=PAYLOADS, max_steps=40), udm=st.sampled_from(sorted(UDMS)),
        key=st.sampled_from(sorted(KEYS)), seed=st.integers(0, 3),
        sizes=st.lists(st.integers(1, 8), min_size=1, max_size=4), restore=st.integers(0, 20),
@@ -134,7 +134,7 @@ def test_the_planner_runs_group_apply_of_a_by_end_count_window_keyed():
                       [(s, e, (k, v)) for (s, e, k), v in expected.items()])
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(stream=physical_streams(payloads=PAYLOADS, max_steps=40, retractions=False),
        udm=st.sampled_from(sorted(UDMS)), key=st.sampled_from(sorted(KEYS)),
        split=st.integers(1, 6))
@@ -217,7 +217,7 @@ def _with_int_ids(stream):
     return [m._replace(id=int(m.id[1:])) if type(m) is Insert else m for m in stream]
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(stream=physical_streams(payloads=ROWS, max_steps=40, retractions=False),
        udm=st.sampled_from(["max", "min"]), field=st.sampled_from(sorted(FIELDS)),
        split=st.integers(1, 8), int_ids=st.booleans(), alone=st.integers(-1, 12),

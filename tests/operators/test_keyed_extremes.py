@@ -16,7 +16,7 @@ import pickle
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from benchmarks.nexmark import generator as gen
@@ -30,7 +30,7 @@ from operators.group_apply import GroupApply
 from operators.ingress import AdvanceTime, Ingress
 from operators.windows import WindowPolicy, hopping_window, make_window
 from operators.windows.keyed import KeyedWindowAggregate
-from tests.kit import EXAMPLES, assert_equivalent
+from tests.kit import PROPERTY, assert_equivalent
 from tests.operators.test_keyed_window import run_keyed
 
 
@@ -86,7 +86,7 @@ def extremes(field):
     return Aggregates(lo=Min(FIELDS[field]), hi=Max(FIELDS[field]), n=Count())
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(batches=sources(), size=st.integers(1, 12), hop=st.integers(1, 12),
        field=st.sampled_from(sorted(FIELDS)), emit=st.sampled_from(["speculative", "final"]),
        delay=st.integers(0, 10), restore=st.booleans())
@@ -108,7 +108,7 @@ def test_insert_only_extremes_equal_the_general_window(batches, size, hop, field
         assert_equivalent(run_keyed(fast, stream, step, restore), expected)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(batches=sources(), size=st.integers(1, 12), field=st.sampled_from(sorted(FIELDS)))
 def test_per_event_states_then_column_batches(batches, size, field):
     """Events of the first batch one Insert at a time (their states are the general sorted
@@ -128,7 +128,7 @@ def test_per_event_states_then_column_batches(batches, size, field):
     assert_equivalent(out, expected)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(batches=sources(), size=st.integers(1, 12), hop=st.integers(1, 12),
        length=st.integers(1, 15), field=st.sampled_from(sorted(FIELDS)))
 def test_interval_lifetimes(batches, size, hop, length, field):

@@ -5,7 +5,7 @@ counted per window) keeps its column-wise state; the CHT is the one of the ``Ins
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import Count, Max, Sum
@@ -14,7 +14,7 @@ from operators.events import Cti
 from operators.join import Join
 from operators.windows import WindowPolicy, tumbling_window
 from operators.windows.keyed import KeyedWindowAggregate
-from tests.kit import EXAMPLES, assert_equivalent
+from tests.kit import PROPERTY, assert_equivalent
 
 FINAL = WindowPolicy(emit="final")
 
@@ -33,7 +33,7 @@ def _points(rows: list[tuple[int, int, float]]) -> Columns:
                    (np.array([k for _, k, _ in rows]), np.array([v for _, _, v in rows])))
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(rows=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 4),
                                st.floats(-5, 5, allow_nan=False)), max_size=40),
        udm=st.sampled_from(["count", "sum", "max"]))

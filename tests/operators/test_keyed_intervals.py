@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import Aggregates, Avg, Count, Max, Min, Sum, TimeWeightedAverage
@@ -26,7 +26,7 @@ from operators.group_apply import GroupApply
 from operators.ingress import AdvanceTime, Ingress
 from operators.windows import WindowPolicy, hopping_window, make_window, tumbling_window
 from operators.windows.keyed import KeyedWindowAggregate, supports
-from tests.kit import EXAMPLES, assert_equivalent
+from tests.kit import PROPERTY, assert_equivalent
 from tests.operators.test_keyed_window import reference_per_key, run_keyed
 from tests.reference_windows import window as reference_window
 
@@ -51,7 +51,7 @@ def interval_sources(draw):
     return [{k: c[a:b] for k, c in cols.items()} for a, b in zip([0, *cut], [*cut, n])]
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(batches=interval_sources(), size=st.integers(1, 30), hop=st.integers(1, 30),
        alignment=st.integers(-7, 7), udm=st.sampled_from(sorted(UDMS)),
        key=st.sampled_from(sorted([*KEYS, "one group"])),

@@ -17,7 +17,7 @@ import pickle
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import Aggregates, Avg, Count, Max, Min, Sum, TimeWeightedAverage
@@ -30,7 +30,7 @@ from operators.ingress import AdvanceTime, Ingress
 from operators.udm import field_getter
 from operators.windows import SessionWindow, WindowPolicy, make_window
 from operators.windows.keyed_session import KeyedSessionAggregate, supports_sessions
-from tests.kit import EXAMPLES, assert_equivalent
+from tests.kit import PROPERTY, assert_equivalent
 from tests.operators.test_keyed_window import point_sources, run_keyed
 from tests.reference_session import session_window as reference_session
 from topology import Stream
@@ -50,7 +50,7 @@ def point_sources_with_nan(draw):
     return [{**b, "f": np.where(b["k"] % 3 == 0, np.nan, b["k"] / 2)} for b in batches]
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(batches=point_sources_with_nan(), gap=st.integers(1, 40), udm=st.sampled_from(sorted(UDMS)),
        key=st.sampled_from(sorted(KEYS)), output=st.sampled_from(["window", "point_end"]),
        delay=st.integers(0, 30), restore=st.booleans(),

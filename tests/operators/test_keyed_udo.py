@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.cht import row_key, to_cht, validate
@@ -33,7 +33,7 @@ from operators.ingress import AdvanceTime, Ingress
 from operators.udm import Operator, TimeSensitiveOperator, field_getter
 from operators.windows import WindowPolicy, hopping_window, make_window, tumbling_window
 from operators.windows.keyed import KeyedWindowAggregate, supports
-from tests.kit import EXAMPLES
+from tests.kit import HEAVY, PROPERTY
 from tests.reference_windows import window as reference_window
 from topology import demo
 
@@ -138,7 +138,7 @@ def run_both(fast_factory, general, steps, restore_at, emit, expected_end):
     return out
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(batches=point_sources(), size=st.integers(1, 30), hop=st.integers(1, 30),
        alignment=st.integers(-7, 7), udo=st.sampled_from(sorted(UDOS)),
        key=st.sampled_from(sorted(KEYS)), output=st.sampled_from(["window", "point_end"]),
@@ -182,7 +182,7 @@ def test_keyed_udo_equals_group_apply_of_the_window(batches, size, hop, alignmen
         assert to_cht(out) == expected
 
 
-@settings(max_examples=max(EXAMPLES // 4, 10), deadline=None)
+@HEAVY
 @given(batches=point_sources(), size=st.integers(1, 20), hop=st.integers(1, 20),
        udo=st.sampled_from(sorted(UDOS)), output=st.sampled_from(["window", "point_end"]),
        emit=st.sampled_from(["speculative", "final"]))

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import Aggregates, Avg, Count, Max, Min, Sum, TimeWeightedAverage
@@ -26,7 +26,7 @@ from operators.ingress import AdvanceTime, Ingress
 from operators.udm import TimeSensitiveAggregate, field_getter
 from operators.windows import WindowPolicy, hopping_window, make_window, tumbling_window
 from operators.windows.keyed import KeyedWindowAggregate, supports
-from tests.kit import EXAMPLES, assert_equivalent
+from tests.kit import PROPERTY, assert_equivalent
 from tests.reference_windows import window as reference_window
 
 
@@ -97,7 +97,7 @@ def point_sources(draw):
     return [{k: c[a:b] for k, c in cols.items()} for a, b in zip([0, *cut], [*cut, n])]
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(batches=point_sources(), size=st.integers(1, 30), hop=st.integers(1, 30),
        alignment=st.integers(-7, 7), udm=st.sampled_from(sorted(UDMS)),
        key=st.sampled_from(sorted(KEYS)), output=st.sampled_from(["window", "point_end"]),
@@ -170,7 +170,7 @@ def test_what_the_planner_may_replace():
                         WindowPolicy(output="compressed"), "raise")
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(st.lists(st.lists(st.floats(allow_nan=False, allow_infinity=False)
                          | st.integers(-5, 5).map(float), min_size=1, max_size=6),
                 min_size=1, max_size=5),
@@ -192,7 +192,7 @@ def test_column_wise_sums_are_exactly_the_per_value_sums(groups, start_full):
     assert [(s.n, s.n_float) for s in got] == [(s.n, s.n_float) for s in expected]
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(batches=point_sources(), size=st.integers(1, 30), hop=st.integers(1, 30),
        alignment=st.integers(-7, 7), udm=st.sampled_from(sorted(UDMS)),
        output=st.sampled_from(["window", "point_end"]), delay=st.integers(0, 30),

@@ -10,14 +10,14 @@ import pickle
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.cht import validate
 from operators.events import MAX_TIME, Cti, Insert
 from operators.ingress import AdvanceTime, LateOut
 from operators.sources import RowsSource
-from tests.kit import EXAMPLES
+from tests.kit import PROPERTY
 from tests.reliability import assert_accounted, run_dag
 from topology import Stream
 
@@ -46,7 +46,7 @@ def _stated(r, shape):
     return (r["e"], r["e"] + 1) if "e" in r else (r["t"], MAX_TIME)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(st.lists(row, max_size=40), st.sampled_from(["point", "interval", "edge"]), advances,
        st.sampled_from([1, 3, 64]))
 def test_the_late_stream_holds_exactly_the_late_rows(rows, shape, advance, batch):
@@ -70,7 +70,7 @@ def test_the_late_stream_holds_exactly_the_late_rows(rows, shape, advance, batch
         assert (m.start, m.end) == _stated(rec.item, shape)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(st.lists(row, max_size=40), st.sampled_from(["point", "interval", "edge"]), advances,
        st.randoms(use_true_random=False))
 def test_a_restored_source_sends_the_same_late_stream(rows, shape, advance, rnd):

@@ -7,14 +7,14 @@ events), and a timeline of matched and unmatched parts trading places.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.cht import to_cht
 from operators.events import Cti, Insert, Retract
 from operators.left_join import LeftJoin
 from tests import reference_joins as ref
-from tests.kit import EXAMPLES, assert_equivalent, run_operator
+from tests.kit import PROPERTY, assert_equivalent, run_operator
 from tests.reference_joins import assert_snapshot_equivalent, final_cti, two_inputs
 
 KV = st.fixed_dictionaries({"k": st.integers(0, 2), "v": st.integers(0, 3)})
@@ -39,7 +39,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(inputs=two_inputs(payloads=KV), data=st.data())
 def test_left_join_matches_reference(case, inputs, data):
     factory, reference, _ = CASES[case]

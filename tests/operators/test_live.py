@@ -4,14 +4,14 @@ it reports (the validator's), and a heap that does not grow with retracted ends.
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.cht import to_cht
 from operators.columns import Columns
 from operators.events import MAX_TIME, Insert, Retract
 from operators.live import LiveEvents
-from tests.kit import EXAMPLES, physical_streams
+from tests.kit import PROPERTY, physical_streams
 
 
 def _columns(inserts: list[Insert]) -> Columns:
@@ -21,7 +21,7 @@ def _columns(inserts: list[Insert]) -> Columns:
                    pay)
 
 
-@settings(max_examples=EXAMPLES)
+@PROPERTY
 @given(physical_streams(), st.sampled_from([0.0, 0.7]), st.randoms(use_true_random=False))
 def test_live_events_match_the_cht_and_free_what_ctis_make_final(stream, columns, rnd) -> None:
     # with columns > 0, runs of inserts come as checked column batches (insert_columns): they

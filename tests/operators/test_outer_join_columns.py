@@ -22,7 +22,7 @@ from operators.ingress import AdvanceTime, Ingress
 from operators.left_join import LeftJoin
 from operators.two_input_columns import ColumnEvents, overlapping_pairs, uncovered
 from tests import reference_joins as ref
-from tests.kit import EXAMPLES, assert_equivalent
+from tests.kit import HEAVY, ON_RAY, PROPERTY, assert_equivalent
 from tests.operators.test_join_columns import batches, streams
 from tests.reference_joins import final_cti
 from topology import Stream
@@ -81,7 +81,7 @@ def run(factory, feed, restore_at):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("retractions", [False, True])
-@settings(max_examples=max(10, EXAMPLES // 4), deadline=None)
+@HEAVY
 @given(data=st.data())
 def test_column_batches_give_the_reference_cht(case, retractions, data):
     factory, reference = CASES[case]
@@ -99,7 +99,7 @@ def test_column_batches_give_the_reference_cht(case, retractions, data):
         assert _on_columns(op)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(st.lists(st.tuples(st.integers(0, 40), st.integers(1, 30)), min_size=1, max_size=6),
        st.lists(st.tuples(st.integers(0, 5), st.integers(-5, 45), st.integers(1, 30)),
                 max_size=20))
@@ -133,7 +133,7 @@ def _spans(draw, max_size):
     return out
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(_spans(12), _spans(6))
 def test_overlapping_pairs_finds_every_overlap(held, new):
     # the vectorised search (shared with the join) against all pairs, times near both ends
@@ -224,7 +224,7 @@ def _vk(a, b):
     return (a["k"], a["v"], None if b is None else b["v"])
 
 
-@settings(max_examples=max(4, EXAMPLES // 40), deadline=None, derandomize=True, database=None,
+@settings(ON_RAY, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(left=_point_tables(), right=_point_tables(), life=st.tuples(st.integers(1, 40),
                                                                    st.integers(1, 80)),

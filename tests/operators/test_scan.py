@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import Count
@@ -20,7 +20,14 @@ from operators.events import MAX_TIME, Cti, Insert, Retract
 from operators.scan import Scan
 from operators.udm import StreamOperator, register
 from tests import reference_scan as ref
-from tests.kit import EXAMPLES, assert_equivalent, final_time, physical_streams, run_operator
+from tests.kit import (
+    ON_RAY,
+    PROPERTY,
+    assert_equivalent,
+    final_time,
+    physical_streams,
+    run_operator,
+)
 from topology import Stream
 
 STREAMS = st.one_of(physical_streams(), physical_streams(span=6, max_length=6))
@@ -59,7 +66,7 @@ CASES = {
 
 
 # -- against the reference ----------------------------------------------------------------------
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(stream=STREAMS, data=st.data())
 def test_scan_matches_reference(stream, data):
     cut = data.draw(st.integers(0, len(stream)), label="restore_at")
@@ -80,7 +87,7 @@ def test_scan_matches_reference(stream, data):
         assert len(op.pending) == 0, "every event starts before the final CTI"
 
 
-@settings(max_examples=max(5, EXAMPLES // 10), deadline=None)
+@ON_RAY
 @given(stream=STREAMS)
 def test_scan_per_key_through_the_builder(stream):
     out = (Stream.from_events(stream)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from benchmarks.nexmark import queries as nq
@@ -22,7 +22,7 @@ from operators.errors import OperatorError
 from operators.events import Cti, Insert, Retract
 from operators.scan import ColumnScan, Scan, columns_of
 from tests import reference_scan as ref
-from tests.kit import EXAMPLES, assert_equivalent, final_time, physical_streams, run_operator
+from tests.kit import PROPERTY, assert_equivalent, final_time, physical_streams, run_operator
 from topology import Stream
 
 ROWS = st.builds(lambda v, k: {"v": v, "k": k}, st.integers(0, 5), st.sampled_from("abc"))
@@ -96,7 +96,7 @@ def batched(stream: list[Any], rng: random.Random) -> list[Any]:
     return out
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(stream=STREAMS, seed=st.integers(0, 2**16))
 def test_column_scan_matches_the_reference_per_event(stream, seed):
     messages = batched(stream, random.Random(seed))
@@ -196,7 +196,7 @@ def bid_stream(bids: list[tuple[int, ...]], cuts: list[int]) -> list[Any]:
     return [*out, Cti(100)]
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(bids=BIDS, cuts=st.lists(st.integers(0, 60), max_size=4))
 def test_q18_and_q19_column_scans_match_their_steps_per_bid(bids, cuts):
     stream = bid_stream(bids, cuts)

@@ -12,7 +12,7 @@ UDMs return their whole input, so a wrong membership, clipping or delta shows in
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import Count, Max, Sum, TimeWeightedAverage
@@ -23,7 +23,14 @@ from operators.windows import SessionWindow, WindowPolicy, make_window
 from operators.windows.final_output import FinalOutput
 from operators.windows.session import SessionWindowOperator
 from tests import reference_session as ref
-from tests.kit import EXAMPLES, assert_equivalent, final_time, physical_streams, run_operator
+from tests.kit import (
+    ON_RAY,
+    PROPERTY,
+    assert_equivalent,
+    final_time,
+    physical_streams,
+    run_operator,
+)
 from tests.operators.test_count_window import (
     ClippedEvents,
     ClippedMultiset,
@@ -140,7 +147,7 @@ def check_case(name: str, stream, cut: int, seed: int) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(stream=STREAMS, data=st.data())
 def test_session_window_matches_reference(name, stream, data):
     cut = data.draw(st.integers(0, len(stream)), label="restore_at")
@@ -148,7 +155,7 @@ def test_session_window_matches_reference(name, stream, data):
     check_case(name, stream, cut, seed)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(stream=STREAMS, name=st.sampled_from(sorted(CASES)), data=st.data())
 def test_emit_final_is_the_speculative_cht_without_retractions(stream, name, data):
     case = CASES[name]
@@ -176,7 +183,7 @@ def test_emit_final_is_the_speculative_cht_without_retractions(stream, name, dat
 
 @pytest.mark.parametrize("name", ["g3_values", "g7_values_max9", "g3_incremental_clipped",
                                   "g4_udo_stamped", "g3_count_point_end"])
-@settings(max_examples=max(5, EXAMPLES // 20), deadline=None)
+@ON_RAY
 @given(stream=STREAMS)
 def test_builder_query_matches_reference(name, stream):
     case = CASES[name]

@@ -15,14 +15,14 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 
 from operators.aggregates import Aggregates, Avg, Count, Max, TopK
 from operators.events import Insert
 from operators.udm import IncrementalAggregate
 from operators.windows import SnapshotWindow, SnapshotWindowOperator, WindowPolicy
 from tests import reference_windows as ref
-from tests.kit import EXAMPLES, assert_equivalent, physical_streams, run_operator
+from tests.kit import HEAVY, assert_equivalent, physical_streams, run_operator
 
 
 class Bag(IncrementalAggregate):
@@ -81,7 +81,7 @@ CASES = [(name, clip) for name, (_, clips) in UDAS.items() for clip in clips]
 
 # many events overlapping on a short span, endpoints out of order, lifetimes corrected
 @pytest.mark.parametrize(("udm_name", "clip"), CASES)
-@settings(max_examples=max(EXAMPLES // 4, 10), deadline=None)
+@HEAVY
 @given(stream=physical_streams(max_steps=80, span=8, max_length=40))
 def test_shared_state_matches_reference(udm_name, clip, stream):
     udm = UDAS[udm_name][0]

@@ -14,7 +14,7 @@ import random
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import Count
@@ -25,7 +25,7 @@ from operators.columns import Columns, expand, row_at
 from operators.events import MAX_TIME, Cti, Insert
 from operators.shift import Shift
 from operators.to_points import ToPoints
-from tests.kit import EXAMPLES, assert_equivalent, final_time, physical_streams
+from tests.kit import PROPERTY, assert_equivalent, final_time, physical_streams
 from tests.operators.test_span_operators import CASES
 from topology import Stream
 
@@ -82,7 +82,7 @@ SPAN = sorted(c for c, row in CASES.items()
 
 
 @pytest.mark.parametrize("case", SPAN)
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(stream=physical_streams(), data=st.data())
 def test_column_batches_give_the_per_event_cht(case, stream, data):
     factory, reference, _ = CASES[case]

@@ -8,7 +8,7 @@ and validates the output (no message behind an output CTI, retractions match the
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.alter_lifetime import AlterLifetime
@@ -20,7 +20,7 @@ from operators.shift import Shift
 from operators.to_points import ToPoints
 from operators.where import Where
 from tests import reference as ref
-from tests.kit import EXAMPLES, INF, assert_equivalent, final_time, physical_streams, run_operator
+from tests.kit import INF, PROPERTY, assert_equivalent, final_time, physical_streams, run_operator
 
 #: case -> (operator factory, reference on CHT rows, the same query on a topology Stream);
 #: tests/topology/test_differential.py runs the query_fn column through collect() inline and
@@ -70,7 +70,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(stream=physical_streams(), data=st.data())
 def test_span_operator_matches_reference(case, stream, data):
     factory, reference, _ = CASES[case]
@@ -144,7 +144,7 @@ def test_shift_keeps_infinity():
     assert Shift(-4).process([Insert("a", 10, MAX_TIME, 1)]) == [Insert("a", 6, MAX_TIME, 1)]
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(st.lists(st.integers(-50, 50), min_size=1, max_size=40), st.integers(1, 30))
 def test_alter_lifetime_of_columns_equals_it_event_by_event(starts, duration):
     import numpy as np

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators import columns as oc
 from operators.columns import arrow_column, portable_column, restored_column, string_values
-from tests.kit import EXAMPLES
+from tests.kit import PROPERTY
 
 WORDS = st.lists(st.one_of(st.none(), st.text(max_size=12)), min_size=1, max_size=400)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(words=WORDS, rows=st.integers(0, 9_000), seed=st.integers(0, 2**32 - 1),
        sliced=st.integers(0, 50))
 def test_string_values_are_to_pylist(words, rows, seed, sliced):

@@ -7,14 +7,14 @@ reference takes one CHT per input.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.cht import to_cht
 from operators.events import Cti, Insert, Retract
 from operators.union import Union
 from tests import reference_joins as ref
-from tests.kit import EXAMPLES, assert_equivalent, physical_streams, run_operator
+from tests.kit import HEAVY, PROPERTY, assert_equivalent, physical_streams, run_operator
 from tests.reference_joins import final_cti, two_inputs
 
 CASES = {
@@ -23,7 +23,7 @@ CASES = {
 }
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(inputs=two_inputs(), data=st.data())
 def test_union_of_two_matches_reference(inputs, data):
     factory, reference, _ = CASES["two"]
@@ -34,7 +34,7 @@ def test_union_of_two_matches_reference(inputs, data):
     assert final_cti(out) == min(final_cti(left), final_cti(right))
 
 
-@settings(max_examples=EXAMPLES // 2, deadline=None)
+@HEAVY
 @given(streams=st.lists(physical_streams(max_steps=15), min_size=3, max_size=3),
        data=st.data())
 def test_union_of_three_matches_reference(streams, data):

@@ -31,7 +31,7 @@ from operators.columns import Columns, expand
 from operators.events import Cti, Insert, Retract
 from operators.union import Union, tag_id
 from tests import reference_joins as ref
-from tests.kit import EXAMPLES, assert_equivalent, physical_streams
+from tests.kit import ON_RAY, PROPERTY, assert_equivalent, physical_streams
 from tests.operators.test_keyed_window import reference_per_key
 from tests.reference_joins import final_cti
 from topology import Stream
@@ -131,7 +131,7 @@ def _run(k, feed, restore_at):
     return out
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(data=st.data())
 def test_column_batches_give_the_per_event_output(data):
     pairs, streams = data.draw(inputs())
@@ -190,8 +190,7 @@ def _source_cht(stream: Stream):
 
 
 @pytest.mark.timeout(600)
-@settings(max_examples=max(EXAMPLES // 20, 5), deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(ON_RAY, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(left=tables(), other=tables(), rows=st.integers(1, 8), right=physical_streams(
     payloads=st.fixed_dictionaries({"k": st.integers(0, 2), "v": st.integers(0, 5)}),
     max_steps=15))
@@ -211,8 +210,7 @@ def test_a_union_of_column_sources_and_a_column_anti_join_matches_the_reference(
 
 
 @pytest.mark.timeout(600)
-@settings(max_examples=max(EXAMPLES // 20, 5), deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(ON_RAY, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(parts=st.lists(tables(), min_size=2, max_size=3), size=st.integers(1, 12),
        rows=st.integers(1, 8))
 def test_the_keyed_window_path_over_a_union_of_point_sources(runtime, parts, size, rows):

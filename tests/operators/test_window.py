@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from operators.aggregates import Avg, Count, Max, TimeWeightedAverage, TopK
@@ -39,7 +39,15 @@ from operators.windows import (
     make_window,
 )
 from tests import reference_windows as ref
-from tests.kit import EXAMPLES, INF, assert_equivalent, final_time, physical_streams, run_operator
+from tests.kit import (
+    HEAVY,
+    INF,
+    ON_RAY,
+    assert_equivalent,
+    final_time,
+    physical_streams,
+    run_operator,
+)
 
 
 # -- small UDMs of every kind ---------------------------------------------------------------------
@@ -248,9 +256,9 @@ def _time_sensitive(name: str) -> bool:
     return bool(getattr(CASES[name][0]().udm, "time_sensitive", False))
 
 
-# 93 cases: EXAMPLES // 6 each keeps the file well under a minute (CEDAR_EXAMPLES=1600 passed)
+# 93 cases: HEAVY examples each keep the file well under a minute
 @pytest.mark.parametrize("case", sorted(CASES))
-@settings(max_examples=max(EXAMPLES // 6, 10), deadline=None)
+@HEAVY
 @given(stream=physical_streams(), data=st.data())
 def test_window_matches_reference(case, stream, data):
     factory, reference, _ = CASES[case]
@@ -269,7 +277,7 @@ def test_window_matches_reference(case, stream, data):
 # the operator evaluates the windows a batch touches once, at the end of the batch and before
 # each CTI: the whole stream as one batch must mean the same
 @pytest.mark.parametrize("case", sorted(CASES))
-@settings(max_examples=max(EXAMPLES // 20, 5), deadline=None)
+@ON_RAY
 @given(stream=physical_streams())
 def test_one_batch_matches_reference(case, stream):
     factory, reference, _ = CASES[case]
@@ -285,7 +293,7 @@ SPECULATIVE = [n for n in sorted(CASES) if "-echo-" in n or "-countsum-" in n
 
 
 @pytest.mark.parametrize("case", SPECULATIVE)
-@settings(max_examples=max(EXAMPLES // 16, 5), deadline=None)
+@ON_RAY
 @given(stream=physical_streams(final_cti=False))
 def test_speculative_output_matches_reference_after_every_message(case, stream):
     # without waiting for CTIs: after each message the output so far is the reference of the
@@ -374,7 +382,7 @@ def test_cti_at_infinity_over_an_open_edge_is_refused_not_a_hang():
                       [(5, MAX_TIME, 1)])
 
 
-@settings(max_examples=max(EXAMPLES // 4, 10), deadline=None)
+@HEAVY
 @given(stream=physical_streams(), spec=st.sampled_from(sorted(SPECS)),
        output=st.sampled_from(["window", "point_end", "compressed"]),
        clip=st.sampled_from(["none", "right"]))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import Sum
@@ -32,7 +32,7 @@ from operators.windows.keyed import KeyedWindowAggregate
 from operators.windows.keyed_session import KeyedSessionAggregate
 from operators.windows.spec import WindowPolicy
 from operators.windows.window_of import in_window, spec_from_dict, window_of
-from tests.kit import EXAMPLES
+from tests.kit import PROPERTY
 
 
 class WindowAndMembers(TimeSensitiveAggregate):
@@ -111,7 +111,7 @@ def _check(spec: Any, output: str, rows: list[tuple[int, int, Any]],
         assert got == set(ids), (spec, output, (s, e), w, got, ids)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(spec=specs, data=st.data(), stream=streams())
 def test_window_of_is_the_window_the_operator_evaluated(spec: Any, data: Any,
                                                         stream: Any) -> None:
@@ -130,7 +130,7 @@ def test_window_of_is_the_window_the_operator_evaluated(spec: Any, data: Any,
         _check(spec, "compressed", _run(op, msgs, cut), live, exact_policy=True)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(spec=st.one_of(
     st.builds(HoppingWindow, st.integers(1, 8), st.integers(1, 8), st.integers(-3, 3)),
     st.builds(SessionWindow, st.integers(1, 6))),  # (the keyed path: no max_duration)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import (
@@ -32,7 +32,7 @@ from operators.ingress import AdvanceTime, Ingress
 from operators.udm import IncrementalAggregate
 from operators.windows import WindowPolicy, hopping_window, make_window
 from operators.windows.keyed import KeyedWindowAggregate
-from tests.kit import EXAMPLES
+from tests.kit import HEAVY, PROPERTY
 from tests.operators.test_keyed_window import reference_per_key
 
 
@@ -75,7 +75,7 @@ finite = (st.floats(allow_nan=False, allow_infinity=False)
           | st.sampled_from([0.0, -0.0, 1e-300, -1e300, 2.0**-1022, 5e-324]))
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(values=st.lists(finite, min_size=1, max_size=40)
        | st.lists(st.integers(-2**20, 2**20).map(lambda i: i / 1024)  # narrow exponents:
                   | st.floats(0.1, 1), min_size=1, max_size=40),  # prefix sums
@@ -142,7 +142,7 @@ def sources(draw):
     return [{c: col[a:b] for c, col in cols.items()} for a, b in zip([0, *cut], [*cut, n])]
 
 
-@settings(max_examples=max(20, EXAMPLES // 4), deadline=None)
+@HEAVY
 @given(batches=sources(), hop=st.integers(1, 12), multiple=st.integers(1, 6),
        extra=st.sampled_from([0, 0, 1, 5]), alignment=st.integers(-9, 9),
        udm=st.sampled_from(sorted(UDMS)), every=st.sampled_from([64, 1000, 5000]),

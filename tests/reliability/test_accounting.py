@@ -9,14 +9,14 @@ import pickle
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.cht import validate
 from operators.events import Cti, Insert, Retract
 from operators.ingress import AdvanceTime
 from operators.sources import EventsSource, RowsSource
-from tests.kit import EXAMPLES, assert_equivalent, physical_streams
+from tests.kit import ON_RAY, PROPERTY, assert_equivalent, physical_streams
 from tests.reliability import TERMS, assert_accounted, records, run_dag
 from topology import Stream
 
@@ -49,7 +49,7 @@ def _feed_with_checkpoint(make, items, rnd, check):
     return out, src
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(st.lists(row, max_size=40), st.sampled_from(["point", "interval", "edge"]),
        st.builds(AdvanceTime, every=st.sampled_from([1, 2, 5]), delay=st.integers(0, 6),
                  policy=st.sampled_from(["drop", "adjust"])),
@@ -122,7 +122,7 @@ def _mixed(good):
                      for m in [x for at, x in ins if at == i] + good[i:i + 1]])
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(physical_streams(max_steps=20).flatmap(_mixed), st.randoms(use_true_random=False))
 def test_a_messages_source_accounts_after_every_batch_and_across_a_checkpoint(msgs, rnd):
     def check(src, fed):
@@ -197,7 +197,7 @@ def test_on_ray_stats_late_and_dead_letters_account_for_every_input(ray_session)
 
 
 @pytest.mark.ray
-@settings(max_examples=3, deadline=None)
+@ON_RAY
 @given(st.lists(row, max_size=15), st.integers(0, 2**16))
 def test_on_ray_random_rows_account_like_inline(ray_session, rows, seed):
     rows = [dict(r, v=i + 1) if isinstance(r, dict) else r for i, r in enumerate(rows)]

@@ -9,7 +9,7 @@ import math
 import pickle
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from operators.aggregates import Count, Sum
@@ -36,7 +36,7 @@ from operators.windows import (
     snapshot_window,
     tumbling_window,
 )
-from tests.kit import EXAMPLES, assert_equivalent
+from tests.kit import PROPERTY, assert_equivalent
 from tests.reliability import assert_accounted, records, run_dag
 from topology import Stream
 
@@ -247,7 +247,7 @@ def _raw_fields(kind):
         lambda tp: tuple.__new__(kind, ("x", *tp[0], *tp[1])))
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(st.sampled_from([Insert, Retract, Cti]).flatmap(_raw_fields))
 @example(tuple.__new__(Insert, ("x", 1, 1, None)))  # the edges of each rule, for certain
 @example(tuple.__new__(Insert, ("x", MAX_TIME - 1, MAX_TIME, None)))

@@ -12,7 +12,7 @@ import math
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import Count
@@ -20,13 +20,13 @@ from operators.cht import to_cht
 from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Retract
 from operators.ingress import AdvanceTime
 from operators.windows import snapshot_window
-from tests.kit import EXAMPLES, assert_equivalent, physical_streams
+from tests.kit import PROPERTY, assert_equivalent, physical_streams, scale
 from tests.reference_windows import window as reference_window
 from tests.reliability import assert_accounted, records, run_dag
 from topology import Stream
 from topology.arrow_reader import arrow_row_batches
 
-pytestmark = pytest.mark.timeout(60 * max(1, EXAMPLES // 200))
+pytestmark = pytest.mark.timeout(60 * scale())
 
 # -- junk rows -------------------------------------------------------------------------------------
 times = st.one_of(
@@ -50,7 +50,7 @@ advances = st.builds(AdvanceTime, every=st.sampled_from([None, 1, 3]),
                      delay=st.integers(-1, 5), policy=st.sampled_from(["drop", "adjust"]))
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(rows, st.sampled_from(["point", "interval", "edge"]), advances, st.integers(1, 9))
 def test_junk_rows_never_crash_and_every_row_is_accounted_for(data, shape, advance, batch):
     source = Stream.from_rows(data, start="t", end=None if shape == "point" else "e",
@@ -125,7 +125,7 @@ def spoiled(draw):
     return valid, out, n_junk
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(spoiled(), st.integers(1, 9))
 def test_junk_messages_are_dead_letters_and_change_nothing_else(case, batch):
     valid, messages, n_junk = case
@@ -226,7 +226,7 @@ def _expected_ticks(kind, unit, value):
     return t if MIN_TIME <= t < MAX_TIME else None
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(arrow_tables(), st.integers(1, 7))
 def test_junk_arrow_tables_are_ingested_exactly_or_dead_lettered(case, batch_rows):
     table, kind, unit, values = case
@@ -261,7 +261,7 @@ def test_arrow_times_outside_the_axis_are_dead_letters_not_wrapped(typ, value):
     assert len(records(dag, "dead_letters")) == 1
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(arrow_tables(), st.integers(1, 7))
 def test_junk_arrow_tables_ingest_column_wise_as_row_wise(case, batch_rows):
     # from_arrow sends good batches column-wise and bad ones as rows: the same events, the

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import IncrementalAggregate
@@ -18,7 +18,7 @@ from operators.events import Cti, Insert, Retract
 from operators.select import Select
 from operators.udm import Aggregate, TimeSensitiveOperator
 from operators.windows import count_window, snapshot_window, tumbling_window
-from tests.kit import EXAMPLES, assert_equivalent, physical_streams
+from tests.kit import HEAVY, assert_equivalent, physical_streams
 from tests.reference_windows import window as reference_window
 from tests.reliability import records, run_dag
 from topology import Stream
@@ -138,7 +138,7 @@ def _expected(stream, spec, shape):
     return out
 
 
-@settings(max_examples=EXAMPLES // 2, deadline=None)
+@HEAVY
 @given(physical_streams(payloads=st.integers(0, 5), max_steps=20))
 def test_dead_lettering_equals_the_reference_without_the_failing_windows(stream):
     # a CHT-level property on random physical streams (disorder, edges, retractions)

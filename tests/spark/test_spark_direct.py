@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.kit import EXAMPLES
+from tests.kit import PROPERTY
 from topology import spark_source
 
 SCHEMA = pa.schema([("ts", pa.int64()), ("k", pa.string()), ("v", pa.int64())])
@@ -74,8 +74,7 @@ def layouts(draw):
     return rows, chunks, draw(st.integers(1, 4)), draw(st.integers(1, 20))
 
 
-@settings(max_examples=max(EXAMPLES, 30), deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(PROPERTY, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(layout=layouts(), limit=st.integers(1, 150))
 def test_the_merged_row_groups_are_the_rows_sorted_by_time(tmp_path_factory, layout, limit):
     # the merge against a sort of the whole table: null times first, then every row in time

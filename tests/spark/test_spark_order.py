@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from operators.aggregates import Count
 from operators.cht import to_cht
 from operators.ingress import AdvanceTime
-from tests.kit import EXAMPLES, assert_equivalent
+from tests.kit import ON_RAY, assert_equivalent
 from topology import Stream
 
 pytestmark = pytest.mark.spark
@@ -55,8 +55,7 @@ def tables(draw):
     return rows, shape
 
 
-@settings(max_examples=max(EXAMPLES // 20, 3), deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(ON_RAY, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(table=tables(), split=st.integers(1, 5), partition_rows=st.integers(1, 30),
        every=st.integers(1, 6), delay=st.integers(0, 5), size=st.integers(1, 12),
        seed=st.integers(0, 2**16))

@@ -27,7 +27,7 @@ from operators.cht import to_cht
 from operators.errors import OperatorError
 from operators.events import MAX_TIME
 from operators.ingress import AdvanceTime
-from tests.kit import EXAMPLES, assert_equivalent
+from tests.kit import ON_RAY, assert_equivalent
 from topology import Stream
 from topology.stream import _Batches
 
@@ -62,8 +62,8 @@ def _time_key(row: dict) -> int:
 
 
 @pytest.mark.timeout(240)
-@settings(max_examples=max(EXAMPLES // 40, 3), deadline=None, print_blob=True,
-          phases=[Phase.explicit, Phase.reuse, Phase.generate],  # each example runs Spark
+@settings(ON_RAY, print_blob=True, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          # each example runs Spark
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(table=tables(), split=st.integers(1, 5), sources=st.sampled_from([2, 4]),
        every=st.integers(1, 6), delay=st.integers(0, 5), size=st.integers(1, 12),

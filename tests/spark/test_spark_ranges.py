@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from operators.aggregates import Count
 from operators.ingress import AdvanceTime
-from tests.kit import EXAMPLES, assert_equivalent
+from tests.kit import ON_RAY, assert_equivalent
 from topology import Stream, spark_source
 
 pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -68,8 +68,7 @@ def tables(draw):
     return rows
 
 
-@settings(max_examples=max(EXAMPLES // 20, 4), deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(ON_RAY, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(rows=tables(), files=st.integers(1, 4), group_rows=st.integers(1, 12),
        partition_rows=st.integers(2, 30), how=st.sampled_from(["direct", "scan", "sort"]),
        clustered=st.booleans(), every=st.integers(1, 6), delay=st.integers(0, 5),

@@ -19,13 +19,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.cht import to_cht
 from operators.columns import Columns, expand
 from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Retract
-from tests.kit import EXAMPLES, physical_streams
+from tests.kit import HEAVY, PROPERTY, physical_streams
 from topology.spark_sink import (
     FinalRowsSink,
     _stage,
@@ -194,7 +194,7 @@ def test_recovery_removes_uncommitted_files(tmp_path) -> None:
     assert read_rows(path) == [(0, 2, 1), (1, 5, 2), (7, 8, 3)]
 
 
-@settings(max_examples=EXAMPLES // 2, deadline=None)
+@HEAVY
 @given(stream=physical_streams(), data=st.data())
 def test_exactly_once_across_crashes(stream, data) -> None:
     """Crash after a random prefix; the new sink restarts from the beginning or from a
@@ -437,7 +437,7 @@ def assert_same_table(got: pa.Table, want: pa.Table) -> None:
 
 
 @given(st.integers(0, 2**32 - 1))
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 def test_column_path_equals_row_path_on_random_outputs(seed: int) -> None:
     out = random_output(seed)
     want = cht_to_arrow(to_cht(list(expand(out))))
@@ -530,7 +530,7 @@ FIELD_VALUES = st.one_of(st.integers(-3, 3), st.floats(allow_nan=False, width=32
 @given(keys=st.lists(FIELD_NAMES, min_size=1, max_size=4, unique=True),
        paired=st.booleans(), odd=st.sampled_from([None, "keys", "scalar", "nested"]),
        data=st.data())
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 def test_uniform_payloads_are_converted_field_by_field_as_row_by_row(keys, paired, odd,
                                                                      data) -> None:
     """Rows whose payloads are all dicts of one set of keys (or group pairs of them) take the

@@ -11,7 +11,7 @@ corrections, deletions). The sink's final events are explained by
 with every row carrying its causes: at every instant the same payloads must be alive for the
 same source events. Every cause must also reach the sources and call itself complete.
 
-``CEDAR_EXAMPLES`` scales the number of examples (a few hundred in all by default).
+The Hypothesis profile sets the number of examples (tests/kit.py: a few hundred in all in ``ci``).
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import Count
 from operators.events import Cti, Insert, Message, Retract
 from tests import reference_causes as ref
-from tests.kit import EXAMPLES, physical_streams
+from tests.kit import HEAVY, physical_streams
 from topology import Stream
 from topology.debug import Recording
 
@@ -100,7 +100,6 @@ SHAPES: dict[str, tuple[Query, Reference]] = {
 }
 
 #: Examples per shape: a few hundred in all by default.
-SHAPE_EXAMPLES = max(10, EXAMPLES // 8)
 
 PAYLOADS = st.fixed_dictionaries({"k": st.integers(0, 2), "v": st.integers(0, 4)})
 
@@ -161,7 +160,7 @@ def check_shape(shape: str, left: list[Message], right: list[Message], batch: in
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-@settings(max_examples=SHAPE_EXAMPLES, deadline=None)
+@HEAVY
 @given(left=STREAMS, right=physical_streams(payloads=PAYLOADS, max_steps=16, id_prefix="r"),
        batch=st.sampled_from([1, 2, 3, 4096]))
 def test_root_causes_match_the_reference(shape, left, right, batch):

@@ -9,10 +9,10 @@ import sys
 import textwrap
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 
 from operators.cht import to_cht, validate
-from tests.kit import EXAMPLES, physical_streams
+from tests.kit import PROPERTY, physical_streams
 from topology import (
     MAX_TIME,
     AdvanceTime,
@@ -114,7 +114,7 @@ def test_messages_with_retractions_and_edges():
     assert report.ok and "restored" in report.runs
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 @given(physical_streams())
 def test_shuffling_keeps_a_valid_stream_with_the_same_cht(msgs):
     out = _shuffle(msgs, random.Random(len(msgs)))

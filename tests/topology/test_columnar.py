@@ -19,7 +19,7 @@ from operators.events import Insert
 from operators.ingress import AdvanceTime, Ingress
 from operators.windows import hopping_window
 from operators.windows.keyed import KeyedWindowAggregate
-from tests.kit import EXAMPLES, assert_equivalent
+from tests.kit import ON_RAY, assert_equivalent
 from tests.operators.test_keyed_window import reference_per_key
 from tests.reference_joins import join as join_reference
 from tests.reference_windows import window as reference_window
@@ -98,7 +98,7 @@ def _point_tables(draw):
     return {"t": t, "k": rng.integers(0, 5, n), "v": rng.random(n)}
 
 
-@settings(max_examples=max(5, EXAMPLES // 20), deadline=None, derandomize=True, database=None,
+@settings(ON_RAY, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(cols=_point_tables(), size=st.integers(1, 60), hop=st.integers(1, 60),
        delay=st.integers(0, 40), partitions=st.sampled_from([1, 3]))
@@ -127,7 +127,7 @@ def _ingested(cols, advance):
     return list(expand(src.push(cols) + src.end()))
 
 
-@settings(max_examples=max(5, EXAMPLES // 20), deadline=None, derandomize=True, database=None,
+@settings(ON_RAY, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(cols=_point_tables(), size=st.integers(1, 60), hop=st.integers(1, 60),
        delay=st.integers(0, 40), emit=st.sampled_from(["speculative", "final"]))
@@ -151,7 +151,7 @@ def _untraced_pair(a, b):
     return (a["k"], a["v"] if a["v"] > b["v"] else b["v"])
 
 
-@settings(max_examples=max(5, EXAMPLES // 20), deadline=None, derandomize=True, database=None,
+@settings(ON_RAY, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(left=_point_tables(), right=_point_tables(), life=st.integers(1, 80),
        delay=st.integers(0, 40), select=st.sampled_from([None, _pair, _untraced_pair]))

@@ -4,11 +4,11 @@ Every operator test module under ``tests/operators`` keeps a ``CASES`` table of
 ``(factory, reference, query_fn)``. Here each case's ``query_fn`` is applied to
 ``Stream.from_events(input)`` (one stream per input port), the plan is executed with
 ``collect(runtime=...)`` and the output must have the CHT the from-scratch reference computes —
-the same bodies for ``runtime="inline"`` (many Hypothesis examples) and ``runtime="ray"``
-(:data:`RAY_STREAMS` random, non-trivial inputs per operator family — drawn afresh each run,
-over the family's cases — on the
-session's Ray instance, in small batches so that batching, the in-flight window and
-multi-input interleaving across actors are exercised).
+the same bodies for ``runtime="inline"`` (Hypothesis examples per case) and ``runtime="ray"``
+(non-trivial inputs per operator family, each for a case of the family, derandomized: the same
+runs each time, as many as the profile gives a test ``ON_RAY``; on the session's Ray instance,
+in small batches so that batching, the in-flight window and multi-input interleaving across
+actors are exercised).
 """
 
 from __future__ import annotations
@@ -16,23 +16,17 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
-import random
-import warnings
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tests.operators
 from operators.cht import to_cht, validate
 from operators.events import Cti, Insert
-from tests.kit import EXAMPLES, assert_equivalent, physical_streams
+from tests.kit import ON_RAY, assert_equivalent, physical_streams
 from topology import Stream
-
-#: Examples per case: inline runs are cheap; on Ray each input is a run of the query.
-INLINE_EXAMPLES = max(5, EXAMPLES // 20)
-RAY_STREAMS = max(25, EXAMPLES // 4)
 
 
 def _suites() -> dict[str, tuple[Any, ...]]:
@@ -105,23 +99,16 @@ def check_case(case: str, streams: list[list[Any]], runtime: str, batch_size: in
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@settings(max_examples=INLINE_EXAMPLES, deadline=None)
+@ON_RAY  # (a hundred cases: each gets a few examples)
 @given(data=st.data())
 def test_inline_matches_reference(case, data):
     streams = data.draw(_inputs(case), label="inputs")
     check_case(case, streams, "inline", batch_size=data.draw(st.sampled_from([1, 3, 64])))
 
 
-def _nontrivial(case: str) -> list[list[Any]]:
-    """Random inputs for ``case`` (not Hypothesis' simplest ones): every input stream holds at
-    least three events."""
-    strategy = _inputs(case)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # .example() outside @given: random on purpose
-        while True:
-            streams = strategy.example()
-            if all(sum(type(m) is Insert for m in s) >= 3 for s in streams):
-                return streams
+def _nontrivial(streams: list[list[Any]]) -> bool:
+    """Every input stream holds at least three events (not Hypothesis' simplest inputs)."""
+    return all(sum(type(m) is Insert for m in s) >= 3 for s in streams)
 
 
 FAMILIES = sorted({case.split(":")[0] for case in CASES})
@@ -129,18 +116,16 @@ FAMILIES = sorted({case.split(":")[0] for case in CASES})
 
 @pytest.mark.ray
 @pytest.mark.parametrize("family", FAMILIES)
-def test_ray_matches_reference(ray_session, family):
-    """:data:`RAY_STREAMS` random inputs for the family's cases, dealt round robin over the
-    cases in a random order."""
-    cases = [c for c in sorted(CASES) if c.split(":")[0] == family]
-    random.shuffle(cases)
-    for i in range(max(RAY_STREAMS, len(cases))):
-        case = cases[i % len(cases)]
-        streams = _nontrivial(case)
-        try:
-            check_case(case, streams, "ray", batch_size=4)
-        except AssertionError as exc:
-            raise AssertionError(f"{case}: {exc}\ninputs: {streams!r}") from exc
+@settings(ON_RAY, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.filter_too_much])
+@given(data=st.data())
+def test_ray_matches_reference(ray_session, family, data):
+    """Non-trivial inputs for the family's cases, the same each run (derandomized)."""
+    case = data.draw(st.sampled_from([c for c in sorted(CASES) if c.split(":")[0] == family]),
+                     label="case")
+    streams = data.draw(_inputs(case).filter(_nontrivial), label="inputs")
+    check_case(case, streams, "ray", batch_size=4)
 
 
 def test_every_operator_family_has_cases():

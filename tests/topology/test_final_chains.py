@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import Count, Max, Sum
 from operators.cht import to_cht
-from tests.kit import EXAMPLES
+from tests.kit import HEAVY
 from topology import AdvanceTime, Stream
 
 
@@ -43,7 +43,7 @@ def _query(table: pa.Table, emit: str, then: str, first: str = "hopping"):
     return counts.tumbling_window(2).aggregate(udm)
 
 
-@settings(max_examples=max(10, EXAMPLES // 4), deadline=None)
+@HEAVY
 @given(rows=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 3)), min_size=1,
                      max_size=60),
        then=st.sampled_from(["max", "sum", "count"]), first=st.sampled_from(["hopping", "count"]))

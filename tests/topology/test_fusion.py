@@ -13,14 +13,14 @@ import warnings
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import Count, Sum
 from operators.chain import Chain, SourceChain
 from operators.cht import to_cht, validate
 from operators.events import MAX_TIME, Cti, Insert
-from tests.kit import EXAMPLES, assert_equivalent, physical_streams
+from tests.kit import ON_RAY, assert_equivalent, physical_streams
 from tests.topology.test_differential import CASES, _inputs, _reference_reads_streams
 from topology import Stream
 from topology.fused import FusedDag
@@ -144,7 +144,7 @@ def test_a_bad_level_is_refused_naming_the_choices(fuse):
 
 # -- the same CHT ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-@settings(max_examples=max(5, EXAMPLES // 20), deadline=None)
+@ON_RAY
 @given(msgs=physical_streams(), batch=st.sampled_from([1, 3, 64]))
 def test_inline_every_level_has_the_unfused_cht(shape, msgs, batch):
     query = SHAPES[shape](Stream.from_events(msgs, name="src"))
@@ -156,7 +156,7 @@ def test_inline_every_level_has_the_unfused_cht(shape, msgs, batch):
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@settings(max_examples=3, deadline=None)
+@ON_RAY
 @given(data=st.data())
 def test_every_operator_fused_with_its_sources_matches_its_reference(case, data):
     """The differential suite's cases (one operator over its sources each), at "chains"
@@ -220,7 +220,7 @@ def _run_restored(stage_factory: Any, msgs: list[Any], restore_at: int, seed: in
 
 @pytest.mark.parametrize(("fuse", "shape"), [("chains", "linear"), ("all", "linear"),
                                              ("all", "diamond"), ("all", "self_join")])
-@settings(max_examples=max(5, EXAMPLES // 20), deadline=None)
+@ON_RAY
 @given(msgs=physical_streams(max_steps=40), at=st.floats(0, 1), seed=st.integers(0, 9))
 def test_a_fused_stage_restored_mid_stream_goes_on_as_if_never_stopped(fuse, shape, msgs, at,
                                                                      seed):

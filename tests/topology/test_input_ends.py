@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.cht import to_cht, validate
@@ -20,7 +20,7 @@ from operators.errors import OperatorError
 from operators.events import MAX_TIME, Cti, Insert, Message
 from operators.ingress import AdvanceTime
 from tests import reference_joins as ref
-from tests.kit import EXAMPLES, assert_equivalent, physical_streams
+from tests.kit import ON_RAY, assert_equivalent, physical_streams
 from tests.reference_joins import final_cti
 from tests.topology.live_kit import rows, wait_for
 from topology import Stream
@@ -141,7 +141,7 @@ def short_and_long(draw: Any) -> tuple[list[Message], list[Message], int]:
 
 
 @pytest.mark.parametrize("case", sorted(QUERIES))
-@settings(max_examples=max(5, EXAMPLES // 10), deadline=None)
+@ON_RAY
 @given(inputs=short_and_long())
 def test_inline_the_cht_is_the_references_and_the_cti_follows_the_open_input(case, inputs):
     left, right, longer = inputs
@@ -153,7 +153,7 @@ def test_inline_the_cht_is_the_references_and_the_cti_follows_the_open_input(cas
 
 @pytest.mark.ray
 @pytest.mark.parametrize("case", sorted(QUERIES))
-@settings(max_examples=max(2, EXAMPLES // 100), deadline=None)
+@ON_RAY
 @given(inputs=short_and_long())
 def test_on_ray_the_cht_is_the_references_wherever_the_ends_arrive(ray_session, case, inputs):
     left, right, _ = inputs

@@ -42,7 +42,7 @@ from operators.columns import Columns, expand
 from operators.events import MAX_TIME, Insert, Retract
 from operators.ingress import AdvanceTime
 from tests import reference_joins as ref
-from tests.kit import EXAMPLES, assert_equivalent
+from tests.kit import HEAVY, ON_RAY, assert_equivalent
 from topology import Stream, planner
 
 SHAPES = ("point", "interval", "lifetime", "open edge", "edge")
@@ -160,8 +160,7 @@ def _fast_path(text: str) -> bool:
                                    "keyed session aggregate", "column-wise session aggregate"))
 
 
-@settings(max_examples=max(10, EXAMPLES // 4), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(HEAVY, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(query=queries(), seed=st.integers(0, 2**32 - 1))
 def test_a_join_proved_insert_only_holds_only_inserts(query, seed):
     shapes, left, right, joined, q = query
@@ -226,8 +225,7 @@ def test_a_join_proved_insert_only_holds_only_inserts(query, seed):
 
 
 @pytest.mark.ray
-@settings(max_examples=max(3, EXAMPLES // 40), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(ON_RAY, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(query=queries())
 def test_on_ray_a_proved_join_query_equals_the_general_path(ray_session, query):
     """The same queries on Ray (an actor per step: the join's inputs interleave as they

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import topology.planner as planner
@@ -20,7 +20,7 @@ from operators.aggregates import Aggregates, Count, Max, Sum
 from operators.cht import to_cht
 from operators.expr import col
 from operators.ingress import AdvanceTime
-from tests.kit import EXAMPLES
+from tests.kit import PROPERTY
 from topology import Stream
 from topology.pruning import function_reads, project_batch, source_columns
 
@@ -130,7 +130,7 @@ def test_the_source_reads_what_the_query_reads(name: str) -> None:
 
 
 @given(st.sampled_from(sorted(PIPELINES)), ROWS, st.integers(1, 9))
-@settings(max_examples=EXAMPLES, deadline=None)
+@PROPERTY
 def test_pruned_output_is_the_unpruned_output(name: str, rows: list[Any], batch: int) -> None:
     data = table(rows)
     try:
