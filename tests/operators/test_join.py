@@ -3,7 +3,8 @@ state-freeing rules.
 
 ``CASES`` maps a case name to ``(factory, reference, query)``: the operator, the reference
 evaluator over the two input CHTs, and the same query for the fluent builder (``l``, ``r`` are
-``topology.Stream`` objects), so the runtime tests can run the same cases on Ray.
+``topology.Stream`` objects), so the runtime tests can run the same cases on Ray. The property
+test over the cases is shared by every binary operator: ``test_binary_operators.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from operators.errors import OperatorError
 from operators.events import Cti, Insert, Retract
 from operators.join import Join
 from tests import reference_joins as ref
-from tests.kit import HEAVY, INF, PROPERTY, assert_equivalent, run_operator
+from tests.kit import HEAVY, INF, assert_equivalent
 from tests.reference_joins import final_cti, two_inputs
 
 #: payloads with a small key domain, so that matches happen
@@ -46,19 +47,6 @@ CASES = {
               lambda l, r: ref.join(l, r, on=None, select=_pair_v),
               lambda l, r: l.join(r, on=None, select=_pair_v)),
 }
-
-
-@pytest.mark.parametrize("case", sorted(CASES))
-@PROPERTY
-@given(inputs=two_inputs(payloads=KV), data=st.data())
-def test_join_matches_reference(case, inputs, data):
-    factory, reference, _ = CASES[case]
-    pairs, left, right = inputs
-    cut = data.draw(st.integers(0, len(pairs)), label="restore_at")
-    out = run_operator(factory, pairs, seed=cut, restore_at=cut)
-    assert_equivalent(out, reference(to_cht(left), to_cht(right)))
-    # liveliness: the output CTI reaches the smaller of the two final input CTIs
-    assert final_cti(out) == min(final_cti(left), final_cti(right))
 
 
 @HEAVY

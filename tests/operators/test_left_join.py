@@ -6,16 +6,12 @@ events), and a timeline of matched and unmatched parts trading places.
 
 from __future__ import annotations
 
-import pytest
-from hypothesis import given
 from hypothesis import strategies as st
 
-from operators.cht import to_cht
 from operators.events import Cti, Insert, Retract
 from operators.left_join import LeftJoin
 from tests import reference_joins as ref
-from tests.kit import PROPERTY, assert_equivalent, run_operator
-from tests.reference_joins import assert_snapshot_equivalent, final_cti, two_inputs
+from tests.kit import assert_equivalent
 
 KV = st.fixed_dictionaries({"k": st.integers(0, 2), "v": st.integers(0, 3)})
 
@@ -36,20 +32,6 @@ CASES = {
               lambda l, r: ref.left_join(l, r, on=None, select=_vv),
               lambda l, r: l.left_join(r, on=None, select=_vv)),
 }
-
-
-@pytest.mark.parametrize("case", sorted(CASES))
-@PROPERTY
-@given(inputs=two_inputs(payloads=KV), data=st.data())
-def test_left_join_matches_reference(case, inputs, data):
-    factory, reference, _ = CASES[case]
-    pairs, left, right = inputs
-    cut = data.draw(st.integers(0, len(pairs)), label="restore_at")
-    out = run_operator(factory, pairs, seed=cut, restore_at=cut)
-    expected = reference(to_cht(left), to_cht(right))
-    assert_snapshot_equivalent(out, expected)
-    assert_equivalent(out, expected)
-    assert final_cti(out) == min(final_cti(left), final_cti(right))
 
 
 def test_matched_and_unmatched_parts_trade_places():
