@@ -87,6 +87,10 @@ ACTOR_OPTIONS: dict[str, Any] = {
 }
 #: How long the timer waits for the data path before it tries again.
 TICK_S = 0.005
+#: How long a control read (stats, inspect, trace flush) waits for the data path to let go
+#: of the step's state before it answers without it: a step busy in one long batch (or a
+#: function that hangs) answers from what it last reported, and says it is busy.
+BUSY_WAIT_S = 0.2
 #: glibc's malloc in an actor: allocations from this size on are mapped on their own, and freed
 #: memory above the heap's top is given back to the system from this size on (see
 #: :func:`_keep_freed_memory`).
@@ -251,6 +255,10 @@ class OperatorShell:
         self.cti_wall: float | None = None
         self.push_wall: float | None = None
         self.finished_wall: float | None = None  # when every input had ended (time.time())
+        #: since when (time.time()) the data path is inside the processor (None: it is not)
+        self.busy_since: float | None = None
+        #: the last full answer of :meth:`stats`: a busy step answers from it
+        self._last_stats: dict[str, Any] | None = None
         self._oldest: float | None = None  # when the oldest buffered message arrived
         self._poll: Callable[[float], list[Message]] | None = None  # the processor's poll
         self._next_poll: float | None = None  # when (time.monotonic()) to poll next
@@ -445,16 +453,18 @@ class OperatorShell:
                 decode_rows(blob) if self.rows_input else decode(blob)
             self.counts["events_in"] += count_events(batch)
             self.counts["batches_in"] += 1
-            self.push_wall = time.time()
+            self.push_wall = self.busy_since = time.time()
             try:
                 if self.trace is None:
                     out = self.proc.process(batch, port)
                 else:
                     out = self.trace.process(self.proc, batch, port, not self.rows_input)
+                self.busy_since = None
                 if self._poll is not None:
                     self._schedule_poll(time.monotonic())
                 ready = self._emit(out, force=False)
             except Exception as exc:  # noqa: BLE001 - reported downstream with the step
+                self.busy_since = None
                 self._failed(exc)
                 ready = []
         self._send(ready)
@@ -822,8 +832,13 @@ class OperatorShell:
     # -- control ------------------------------------------------------------------------------
     @ray.method(concurrency_group="control")
     def stats(self) -> dict[str, Any]:
-        """Events in/out, the output CTI, the state size, late and dead-letter counts."""
-        with self._lock:
+        """Events in/out, the output CTI, the state size, late and dead-letter counts;
+        ``busy`` (and ``busy_s``, seconds) when the step is inside one batch and did not let
+        go of its state within :data:`BUSY_WAIT_S`: the answer is then what it last
+        reported, with the counters it has moved since (see :meth:`_busy_stats`)."""
+        if not self._lock.acquire(timeout=BUSY_WAIT_S):
+            return self._busy_stats()
+        try:
             proc = self.proc
             sent = [(t.dst, ref) for t in self.targets for ref in list(t.inflight)]
             s: dict[str, Any] = dict(
@@ -845,6 +860,8 @@ class OperatorShell:
             )
             if proc is not None and proc.stats is not None:
                 s["source"] = dict(proc.stats)
+        finally:
+            self._lock.release()
         # the calls sent and not answered yet (a sent call stays in ``inflight`` until the
         # edge is full, so its length alone would stay at max_in_flight once it was reached)
         # per out-edge too, against the limit; and where the step's trace goes (None: off)
@@ -856,6 +873,29 @@ class OperatorShell:
             s["in_flight"] = len(waiting)
             for dst, ref in sent:
                 s["in_flight_to"][dst] = s["in_flight_to"].get(dst, 0) + (ref in waiting)
+        s.update(busy=False, busy_s=None)
+        self._last_stats = s
+        return dict(s)
+
+    def _busy_stats(self) -> dict[str, Any]:
+        """:meth:`stats` while the data path holds the step's state: the last full answer
+        (the state size, in-flight counts and in-CTIs as they were then), with what can be
+        read without the lock now (the counters, the output CTI, finished, the error), and
+        ``busy=True``, ``busy_s``: how long the current batch has run (None: not in a batch,
+        the step is sending or checkpointing)."""
+        first: dict[str, Any] = {
+            "step": self.step, "operator": self.describe, "pid": os.getpid(),
+            "node": self.node, "state_size": 0, "late": 0, "dead_letters": 0, "buffered": 0,
+            "in_flight": 0, "subscribers": 0, "epoch": None, "restored_from": None,
+            "in_ctis": None, "in_ended": [], "timer_wakes": 0, "trace": None,
+            "out_edges": [(t.dst, t.port) for t in self.targets], "in_flight_to": {},
+            "max_in_flight": self.settings.max_in_flight}  # never answered in full yet
+        s = dict(self._last_stats or first)
+        since = self.busy_since
+        s.update(dict(self.counts), cti=self.out_cti, finished=self.finished,
+                 error=self.error, cti_wall=self.cti_wall, push_wall=self.push_wall,
+                 finished_wall=self.finished_wall, busy=True,
+                 busy_s=None if since is None else max(0.0, time.time() - since))
         return s
 
     @ray.method(concurrency_group="control")
@@ -884,16 +924,22 @@ class OperatorShell:
             return list(self.proc.late if kind == "late" else self.proc.dead_letters)
 
     @ray.method(concurrency_group="control")
-    def inspect(self, read: Any) -> Any:
+    def inspect(self, read: Any, wait_s: float | None = None) -> Any:
         """``read(processor)`` under the lock (None without one): a driver's read-only look
-        at what stats do not carry (``why`` reads a source's AdvanceTime and late times)."""
-        with self._lock:
+        at what stats do not carry (``why`` reads a source's AdvanceTime and late times).
+        With ``wait_s``: None as well when the data path keeps the lock longer (busy)."""
+        if not self._lock.acquire(timeout=-1 if wait_s is None else wait_s):
+            return None
+        try:
             return read(self.proc) if self.proc is not None else None
+        finally:
+            self._lock.release()
 
     @ray.method(concurrency_group="control")
     def manifest(self) -> dict[str, Any]:
-        with self._lock:
-            return dict(self.info)
+        """What ``deploy`` told the step of its query (set by :meth:`configure` only: read
+        without waiting for a batch)."""
+        return dict(self.info)
 
     @ray.method(concurrency_group="control")
     def error_info(self) -> tuple[str | None, str | None]:
@@ -902,9 +948,15 @@ class OperatorShell:
 
     @ray.method(concurrency_group="control")
     def flush_trace(self) -> str | None:
-        """Write the trace rows kept so far as a parquet part (tracing on); returns its path."""
-        with self._lock:
+        """Write the trace rows kept so far as a parquet part (tracing on); returns its path.
+        A step busy in one batch longer than :data:`BUSY_WAIT_S` keeps them for later (a
+        stop does not wait for a function that hangs)."""
+        if self.trace is None or not self._lock.acquire(timeout=BUSY_WAIT_S):
+            return None
+        try:
             return self.trace.flush() if self.trace is not None else None
+        finally:
+            self._lock.release()
 
     @ray.method(concurrency_group="watch")
     def until_failed(self, timeout_s: float) -> str | None:

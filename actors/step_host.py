@@ -21,11 +21,19 @@ the stopped query still had in flight, a publisher that has not heard its subscr
 raises :class:`SlotGone`, as a call to a killed actor raises, and reaches nothing. A failure
 inside a step is that step's (the shell reports it); a host process that dies takes its
 slots' steps with it.
+
+A slot is freed at once, but its data thread may still be inside the stopped step's batch
+(a user function that hangs): the slot is then *stuck* (:meth:`StepHost.stuck`) and taken by
+no query until that call returns, when it is reset and free again. The host's own methods
+(:meth:`~StepHost.open`, :meth:`~StepHost.close`, :meth:`~StepHost.names`,
+:meth:`~StepHost.free`) never wait for a slot's threads, so one stuck slot never hides or
+blocks the other slots' queries.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from .shell import ACTOR_OPTIONS, OperatorShell
@@ -58,14 +66,18 @@ class SlotGone(RuntimeError):
 
 class StepHost:
     """Up to ``capacity`` operator shells, slot ``i`` answering in groups ``*<i>``. Its own
-    methods (:meth:`open`, :meth:`close`, :meth:`names`) run in the default group, one at a
-    time."""
+    methods (:meth:`open`, :meth:`close`, :meth:`names`, :meth:`free`, :meth:`stuck`) run
+    in the default group, one at a time, and take only the host's own lock: none of them
+    waits for a slot."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.shells: dict[int, OperatorShell] = {}  # made on first use, kept for the next
         self.held: dict[str, int] = {}  # actor name -> slot
         self.generation: dict[int, int] = {}  # slot -> how many times it was taken
+        #: slot -> (actor name of the stopped step, when it was stopped: time.time()) for a
+        #: freed slot whose shell is not reset yet (its data thread is still in a batch)
+        self._stuck: dict[int, tuple[str, float]] = {}
         self._lock = threading.Lock()
 
     def open(self, names: list[str]) -> list[tuple[int, int]] | None:
@@ -75,7 +87,7 @@ class StepHost:
             taken = [a for a in names if a in self.held]
             if taken:
                 raise ValueError(f"{taken[0]!r} is held already")
-            used = set(self.held.values())
+            used = set(self.held.values()) | set(self._stuck)
             free = [i for i in range(self.capacity) if i not in used]
             if len(free) < len(names):
                 return None
@@ -87,17 +99,32 @@ class StepHost:
             return [(i, self.generation[i]) for i in free[:len(names)]]
 
     def close(self, slot: int, generation: int) -> None:
-        """Free ``slot`` if it is still in ``generation``: its processor and edges dropped."""
+        """Free ``slot`` if it is still in ``generation``: its name is released at once (a
+        call made for it raises :class:`SlotGone` from now on), and its processor and edges
+        are dropped by a thread of their own once the slot's data thread is out of the
+        step's batch. Until then the slot is :meth:`stuck` and no query takes it. Returns at
+        once: a step whose function hangs never blocks the host."""
         with self._lock:
             if self.generation.get(slot) != generation:
                 return  # freed already (and maybe taken again)
             self.generation[slot] += 1  # what was sent for the step no longer reaches it
-            for a, i in list(self.held.items()):
-                if i == slot:
-                    del self.held[a]
-        shell = self.shells.get(slot)
-        if shell is not None:
+            names = [a for a, i in self.held.items() if i == slot]
+            for a in names:
+                del self.held[a]
+            shell = self.shells.get(slot)
+            if shell is None:
+                return
+            self._stuck[slot] = (names[0] if names else f"slot {slot}", time.time())
+        threading.Thread(target=self._reset, args=(slot, shell), daemon=True,
+                         name=f"cedar-free-slot-{slot}").start()
+
+    def _reset(self, slot: int, shell: OperatorShell) -> None:
+        """Drop the stopped step of ``slot`` (waits for its data thread) and free the slot."""
+        try:
             shell.reset()
+        finally:
+            with self._lock:
+                self._stuck.pop(slot, None)
 
     def names(self) -> dict[str, tuple[int, int]]:
         """Actor name -> ``(slot, generation)``, for every slot held."""
@@ -105,9 +132,17 @@ class StepHost:
             return {a: (i, self.generation[i]) for a, i in self.held.items()}
 
     def free(self) -> int:
-        """How many slots are free."""
+        """How many slots are free (neither held nor :meth:`stuck`)."""
         with self._lock:
-            return self.capacity - len(self.held)
+            return self.capacity - len(self.held) - len(self._stuck)
+
+    def stuck(self) -> dict[str, tuple[int, float]]:
+        """Actor name of a stopped step -> ``(slot, seconds since it was stopped)``, for
+        every slot whose data thread is still in that step's batch (a function that does
+        not return): freed, but taken by no query until the call returns."""
+        now = time.time()
+        with self._lock:
+            return {a: (i, now - t) for i, (a, t) in self._stuck.items()}
 
 
 def _forward(name: str) -> Any:

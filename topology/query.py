@@ -57,6 +57,10 @@ _HOST_DEAD = ("the query's host is gone for good (killed with no restart, or its
               "saved under its checkpoint_dir")
 
 
+#: Seconds ``stop()`` waits for the slots of a hosted query's steps to be out of their
+#: batches before it says which are stuck (:class:`StuckSlotWarning`).
+SLOT_FREE_S = 2.0
+
 #: Seconds ``attach()`` waits for a recovering query to be whole again.
 ATTACH_WAIT_S = 60.0
 #: Seconds ``attach()`` retries a query that is not recovering but not reachable either.
@@ -72,6 +76,13 @@ class QueryUnavailable(RuntimeError):
 class NameTaken(ValueError):
     """``deploy(name)`` of a name that a query holds: running, finished but not stopped, or
     recovering (its host or an operator being restarted). The message says how to stop it."""
+
+
+class StuckSlotWarning(UserWarning):
+    """``Query.stop()`` of a hosted query one of whose steps is still inside a batch (a
+    function that does not return): the query is stopped and its name is free, but that
+    step's slot stays taken until the call returns (:meth:`StepHosts.stuck
+    <topology.step_hosts.StepHosts.stuck>`)."""
 
 
 class QueryFailed(OperatorError):
@@ -531,6 +542,46 @@ class Query:
             from actors import checkpoint as ck
 
             ck.release_claim(self._claim[0], self.name, self._claim[1])
+        self._say_stuck(handles)
+
+    def _say_stuck(self, handles: list[Any]) -> None:
+        """Warn (:class:`StuckSlotWarning`) of the steps among ``handles`` whose slot of a
+        step host is still inside their batch after :data:`SLOT_FREE_S`: freed, their name
+        free, but their slot taken by no query until the call returns."""
+        import warnings
+
+        import ray
+
+        from actors.step_host import HostedStep
+
+        slots: dict[Any, tuple[Any, set[int]]] = {}
+        for h in handles:
+            if isinstance(h, HostedStep):
+                slots.setdefault(h.host._actor_id, (h.host, set()))[1].add(h.slot)
+        mine = actor_name(self.name, "")
+        deadline = time.monotonic() + SLOT_FREE_S
+        while slots:
+            stuck: dict[str, tuple[int, float]] = {}
+            try:
+                for host, ours in slots.values():
+                    stuck.update({a: v for a, v in ray.get(host.stuck.remote(),
+                                                           timeout=STATS_WAIT_S).items()
+                                  if a.startswith(mine) and v[0] in ours})
+            except Exception:  # noqa: BLE001 - a host gone holds nothing
+                return
+            if not stuck:
+                return
+            if time.monotonic() > deadline:
+                steps = ", ".join(f"{a[len(mine):]} (slot {i}, stopped {age:.0f} s ago)"
+                                  for a, (i, age) in sorted(stuck.items()))
+                warnings.warn(StuckSlotWarning(
+                    f"stop({self.name!r}): the query is stopped and its name is free, but "
+                    f"{steps} is still inside a batch (its function has not returned): its "
+                    f"slot is taken by no query until the call returns (the host's other "
+                    f"slots run on; StepHosts.stuck() lists such slots, and "
+                    f"StepHosts.shutdown() ends them with the hosts)"), stacklevel=3)
+                return
+            time.sleep(0.1)
 
     def _name_is_ours(self, handles: list[Any]) -> bool:
         """Whether the actors now named after this query are this query's (not those of a

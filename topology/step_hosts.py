@@ -85,14 +85,27 @@ class StepHosts:
                     raise ValueError(
                         f"deploy({query!r}): the step hosts {self.name!r} have too few free "
                         f"slots for its {len(steps)} steps ({self.count} hosts of "
-                        f"{self.capacity}); stop a hosted query or use a pool with more "
-                        f"(StepHosts(count=..., capacity=..., name=...))")
+                        f"{self.capacity}; a slot whose stopped step is still inside a "
+                        f"batch is not free: StepHosts.stuck()); stop a hosted query or use "
+                        f"a pool with more (StepHosts(count=..., capacity=..., name=...))")
                 got.update({s: HostedStep(hosts[i], *k) for s, k in zip(group, slots)})
         except BaseException:
             for h in got.values():
                 h.close()
             raise
         return got
+
+    def stuck(self) -> dict[str, tuple[int, float]]:
+        """Actor name (``<query>/<step>``) -> ``(slot, seconds since it was stopped)`` of
+        every slot of the pool whose stopped step is still inside a batch (a function that
+        does not return): no query takes it until the call returns
+        (:meth:`actors.step_host.StepHost.stuck`)."""
+        import ray
+
+        out: dict[str, tuple[int, float]] = {}
+        for part in ray.get([h.stuck.remote() for h in self.actors()], timeout=30):
+            out.update(part)
+        return out
 
     def __enter__(self) -> StepHosts:
         return self

@@ -4,17 +4,20 @@ and no deadlock when slots of one host feed each other under backpressure."""
 
 from __future__ import annotations
 
+import os
 import queue
 import textwrap
+import time
+import warnings
 
 import pytest
 
 from operators.events import Cti, Insert
 from operators.ingress import AdvanceTime
 from tests.kit import assert_equivalent
-from tests.topology.live_kit import second_driver
+from tests.topology.live_kit import second_driver, stall_at, wait_for
 from topology import Count, StepHosts, Stream, attach
-from topology.query import NameTaken
+from topology.query import NameTaken, StuckSlotWarning
 from topology.registry import actor_states, list_queries
 from topology.ui import Monitor
 
@@ -176,3 +179,43 @@ def test_the_command_line_sees_inspects_and_stops_a_hosted_query(hosts, capsys):
     assert main(["stop", "cli-hosted"]) == 0
     assert "stopped cli-hosted" in capsys.readouterr().out
     assert _free(hosts) == free and "cli-hosted" not in list_queries()
+
+
+def test_a_stopped_step_whose_function_hangs_blocks_nothing_else_of_its_host(ray_session,
+                                                                           tmp_path):
+    # one host; "hung"'s where() holds its batch until the test removes the marker. Stopping
+    # it frees its name at once and says its slot is stuck; the host's other query stays
+    # listed and reachable, and a new deploy takes the free slots, not the stuck one
+    marker, entered = str(tmp_path / "hold"), str(tmp_path / "entered")
+    open(marker, "w").close()
+    rows = [{"t": t} for t in range(20)]
+    hung = calm = later = None
+    with StepHosts(count=1, capacity=8, name="hang") as pool:
+        try:
+            calm = _keyed(200).deploy("calm", hosts=pool, history=True)
+            assert calm.wait(60)
+            hung = (Stream.from_rows(rows, start="t").where(stall_at(5, marker, entered))
+                    .deploy("hung", hosts=pool))
+            wait_for(lambda: os.path.exists(entered), 30, "the hanging batch")
+            stuck_slot = hung.handles["where#1"].slot
+            began = time.monotonic()
+            with pytest.warns(StuckSlotWarning, match=r"where#1 \(slot \d+.*inside a batch"):
+                hung.stop()
+            assert time.monotonic() - began < 10
+            assert actor_states("hung") == {}  # the name is free
+            assert "calm" in list_queries() and "hung" not in list_queries()
+            assert attach("calm").snapshot() == calm.snapshot()
+            assert set(pool.stuck()) == {"hung/where#1"}
+            began = time.monotonic()
+            later = Stream.from_events([Insert("a", 0, 5, 1), Cti(10)]).deploy(
+                "later", hosts=pool, history=True)
+            assert later.wait(30) and time.monotonic() - began < 15
+            assert stuck_slot not in {h.slot for h in later.handles.values()}
+        finally:
+            os.remove(marker)  # the function returns: the stuck slot is reset and free
+            for q in (hung, calm, later):
+                if q is not None:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", StuckSlotWarning)
+                        q.stop()
+        wait_for(lambda: not pool.stuck() and _free(pool) == 8, 30, "the stuck slot free")
