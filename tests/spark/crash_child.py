@@ -166,8 +166,8 @@ def collect_query(source: Any) -> Any:
 
 
 def collect_run(cfg: dict[str, Any]) -> None:
-    """One ``collect()`` over the streaming source; its rows, ``[start, meter, kwh]``, go to
-    ``out/run-<ns>.json`` once it returned (a temporary name, then a rename)."""
+    """One ``collect()`` over the streaming source; its inserts, ``[start, end, meter, kwh]``,
+    go to ``out/run-<ns>.json`` once it returned (a temporary name, then a rename)."""
     import time
 
     from operators.events import Insert
@@ -183,7 +183,8 @@ def collect_run(cfg: dict[str, Any]) -> None:
     src = Stream.from_spark(df, start="ts", advance=AdvanceTime(every=50),
                             checkpoint=cfg["work"])
     out = collect_query(src).collect(runtime=cfg["runtime"])
-    got = [[m.start, m.payload["meter"], m.payload["kwh"]] for m in out if type(m) is Insert]
+    got = [[m.start, m.end, m.payload["meter"], m.payload["kwh"]] for m in out
+           if type(m) is Insert]
     os.makedirs(cfg["out"], exist_ok=True)
     path = os.path.join(cfg["out"], f"run-{time.time_ns()}.json")
     with open(path + ".tmp", "w", encoding="utf-8") as f:
