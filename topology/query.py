@@ -78,6 +78,12 @@ class NameTaken(ValueError):
     recovering (its host or an operator being restarted). The message says how to stop it."""
 
 
+class QueryStopped(RuntimeError):
+    """A call on the handle of a query that was stopped (by this handle, another one, or
+    ``cedar stop``): its steps are gone. Deploy it again, or ``attach()`` to the query that
+    holds the name now."""
+
+
 class StuckSlotWarning(UserWarning):
     """``Query.stop()`` of a hosted query one of whose steps is still inside a batch (a
     function that does not return): the query is stopped and its name is free, but that
@@ -172,6 +178,24 @@ class Query:
         self._fed: list[str] | None = None
         self._drain: tuple[float, dict[str, int]] | None = None
         self._checked = 0.0  # when wait() last asked every step (at most every CHECK_S)
+        self._stopped = False  # stop() was called on this handle
+
+    def _get(self, refs: Any, timeout: float | None = None) -> Any:
+        """``ray.get(refs)``; a step whose slot was freed (the query was stopped, maybe by
+        another process) raises :class:`QueryStopped`, not Ray's error around ``SlotGone``."""
+        import ray
+
+        from actors.step_host import SlotGone
+
+        try:
+            return ray.get(refs, timeout=timeout)
+        except SlotGone:
+            raise self._stopped_error() from None
+
+    def _stopped_error(self) -> QueryStopped:
+        return QueryStopped(
+            f"query {self.name!r} was stopped: its steps are gone. Deploy it again, or "
+            f"topology.attach({self.name!r}) to the query that holds the name now")
 
     def __reduce__(self) -> Any:
         raise TypeError(
@@ -213,6 +237,8 @@ class Query:
 
     @property
     def _sink(self) -> Any:
+        if self._stopped:
+            raise self._stopped_error()
         return self.handles[self.sink_step]
 
     def explain(self) -> str:
@@ -225,10 +251,10 @@ class Query:
         ``error`` (sources add their ingress counters under ``source``). A checkpointed query
         adds to every step ``recoveries`` (restarts so far), ``recovery_s`` (the last one's
         duration: from noticing the death to the replay sent) and ``checkpoint_epoch``."""
-        import ray
-
+        if self._stopped:
+            raise self._stopped_error()
         refs = {step: h.stats.remote() for step, h in self.handles.items()}
-        out = {step: ray.get(ref) for step, ref in refs.items()}
+        out = {step: self._get(ref) for step, ref in refs.items()}
         if self.supervisor is not None:
             extra = self.supervisor.stats()
             for s in out.values():
@@ -244,9 +270,7 @@ class Query:
     def snapshot(self) -> list[tuple[int, int, Any]]:
         """The output CHT as ``(start, end, payload)`` rows: every row alive at the current
         output CTI (end ≥ CTI), plus the final rows when deployed with ``history=True``."""
-        import ray
-
-        rows: list[tuple[int, int, Any]] = ray.get(self._sink.rows.remote())
+        rows: list[tuple[int, int, Any]] = self._get(self._sink.rows.remote())
         return rows
 
     def late(self) -> list[Any]:
@@ -268,11 +292,18 @@ class Query:
         times (:class:`topology.why.Explanation`: ``print()`` it, or ``to_dict()``). ``step``
         asks about another step's output (whether it is speculative is then unknown: only
         the sink keeps its output). ``cedar why NAME --at TIME`` prints the same."""
-        import ray
+        from actors.step_host import SlotGone
 
+        try:
+            return self._why(at, step, tz)
+        except SlotGone:
+            raise self._stopped_error() from None
+
+    def _why(self, at: Any, step: str | None, tz: str | _dt.tzinfo | None) -> Explanation:
         from .why import WHY_LATE_LIMIT, actor_progress, explain, reach_of, span_of
 
-        clock = ray.get(self._sink.manifest.remote(), timeout=STATS_WAIT_S).get("clock", "ticks")
+        clock = self._get(self._sink.manifest.remote(), timeout=STATS_WAIT_S).get("clock",
+                                                                                 "ticks")
         handles = self.handles
         rows = self.snapshot() if step in (None, self.sink_step) else None
         if at is None:  # the next output of the step: ask for its CTI first
@@ -287,10 +318,10 @@ class Query:
         return explain(progress, at, step=step, rows=rows, tz=tz)
 
     def _records(self, kind: str) -> list[Any]:
-        import ray
-
+        if self._stopped:
+            raise self._stopped_error()
         refs = [h.records.remote(kind) for h in self.handles.values()]
-        return [r for rs in ray.get(refs) for r in rs]
+        return [r for rs in self._get(refs) for r in rs]
 
     def error(self) -> str | None:
         """The query's failure in cedar's words — ``query 'q' failed: step S: reason`` — or
@@ -301,17 +332,23 @@ class Query:
     def state(self) -> str:
         """Where the query is: ``"running"``, ``"recovering"`` (a checkpointed query whose
         host or operators Ray or its supervisor is starting again), ``"finished"`` (its input
-        ended and its output is complete) or ``"failed: step S: reason"``. Never raises a Ray
-        error: a dead actor is a state too."""
+        ended and its output is complete), ``"failed: step S: reason"`` (S: the step that
+        raised, not one its failure reached) or ``"stopped"`` (stopped by this handle, or
+        a hosted query stopped by another process). Never raises a Ray error: a dead actor
+        is a state too."""
         kind, step, reason = self._diagnose()
         return f"failed: step {step}: {reason}" if kind == "failed" else kind
 
     def _diagnose(self, wait_s: float = STATS_WAIT_S) -> tuple[str, str | None, str | None]:
         """(state, failed step, reason): see :meth:`state`. A step that does not answer
         within ``wait_s`` is busy (its stats wait for the batch it is working on), not dead."""
+        if self._stopped:
+            return "stopped", None, None
         if self.supervisor is not None:
             return self._diagnose_supervised()
         import ray
+
+        from actors.step_host import SlotGone
 
         handles = dict(self._handles)
         refs = {step: h.stats.remote() for step, h in handles.items()}
@@ -323,14 +360,16 @@ class Query:
                 stats[step] = ray.get(ref) if ref in answered else None  # None: busy
             except ray.exceptions.RayActorError:
                 dead.append(step)
+            except SlotGone:  # its slot was freed: stopped by another handle
+                return "stopped", None, None
         sink = stats.get(self.sink_step)
         if sink is not None and sink["finished"] and not sink["error"]:
             return "finished", None, None
         if dead:
             return "failed", dead[0], _DIED
-        for step, s in stats.items():
-            if s is not None and s["error"]:
-                return "failed", step, str(s["error"])
+        failed = _first_failed(stats)
+        if failed is not None:
+            return "failed", failed, str(stats[failed]["error"])  # type: ignore[index]
         for f in self._feeding:
             try:
                 errors = f.feed_errors()
@@ -473,7 +512,7 @@ class Query:
             # never past the deadline: a step busy with a long batch answers after it
             wait_s = STATS_WAIT_S if deadline is None else max(0.05, deadline - time.monotonic())
             try:
-                s = ray.get(self._sink.stats.remote(), timeout=wait_s)
+                s = self._get(self._sink.stats.remote(), timeout=wait_s)
                 if s["finished"] and not s["error"]:
                     return True
             except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
@@ -485,6 +524,8 @@ class Query:
                     return True
                 if kind == "failed":
                     raise QueryFailed(self.name, step, reason)  # type: ignore[arg-type]
+                if kind == "stopped":
+                    raise self._stopped_error()
             if deadline is not None and time.monotonic() > deadline:
                 return False
             time.sleep(0.02)
@@ -533,6 +574,7 @@ class Query:
             except Exception:  # noqa: BLE001
                 pass
         self.handles = {}
+        self._stopped = True
         if not ours:
             return
         # ray.kill returns before the actor is dead and its name released; a host that Ray
@@ -597,6 +639,19 @@ class Query:
         except ValueError:
             return True
         return sink._actor_id in {h._actor_id for h in handles}
+
+
+def _first_failed(stats: dict[str, dict[str, Any] | None]) -> str | None:
+    """The step whose own error failed the query: a failed step none of whose direct
+    upstream steps failed (a failure travels downstream, every step it reaches records it),
+    the first in ``stats``' order when there are several; None if no step failed."""
+    failed = [s for s, st in stats.items() if st is not None and st["error"]]
+    ups: dict[str, set[str]] = {}
+    for step, st in stats.items():
+        for dst, _ in (st or {}).get("out_edges", ()):
+            ups.setdefault(dst, set()).add(step)
+    origins = [s for s in failed if not ups.get(s, set()) & set(failed)]
+    return next(iter(origins or failed), None)
 
 
 def attach(name: str, address: str | None = None, wait_s: float = ATTACH_WAIT_S) -> Query:

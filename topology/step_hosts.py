@@ -22,7 +22,7 @@ import functools
 import time
 from typing import Any
 
-from .registry import NAMESPACE, actor_name, ensure_ray
+from .registry import HOST_STEP, NAMESPACE, actor_name, ensure_ray
 
 
 @functools.cache
@@ -93,7 +93,7 @@ class StepHosts:
             for h in got.values():
                 h.close()
             raise
-        return got
+        return {s: got[s] for s in steps}  # in the plan's order, whatever host took them
 
     def stuck(self) -> dict[str, tuple[int, float]]:
         """Actor name (``<query>/<step>``) -> ``(slot, seconds since it was stopped)`` of
@@ -114,14 +114,17 @@ class StepHosts:
         self.shutdown()
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
-        """Kill the pool's hosts, and with them every step they hold; returns once their
-        names are free (a pool of the same name made next starts new hosts)."""
+        """Kill the pool's hosts, and with them every step they hold, and the query hosts
+        (``<query>/~host``, which feed a query's list or file sources) of the queries they
+        hold; returns once all their names are free (a pool of the same name made next
+        starts new hosts, and the queries' names can be deployed again)."""
         import ray
 
         from actors.step_host import HOST_PREFIX
 
         ensure_ray()
         names = [f"{HOST_PREFIX}{self.name}/{i}" for i in range(self.count)]
+        names += [actor_name(q, HOST_STEP) for q in self._queries(names)]
         deadline = time.monotonic() + timeout_s
         while names:
             for name in list(names):
@@ -134,3 +137,25 @@ class StepHosts:
                     raise TimeoutError(f"StepHosts({self.name!r}).shutdown(): still there "
                                        f"after {timeout_s:.0f} s: {names}")
                 time.sleep(0.05)
+
+    def _queries(self, hosts: list[str]) -> list[str]:
+        """The names of the queries whose steps the hosts named ``hosts`` hold (running or
+        stuck); a host that does not answer within a few seconds holds none."""
+        import ray
+
+        handles: list[Any] = []
+        for name in hosts:
+            try:
+                handles.append(ray.get_actor(name, namespace=NAMESPACE))
+            except ValueError:  # not running
+                pass
+        asked: list[Any] = [h.names.remote() for h in handles]
+        asked += [h.stuck.remote() for h in handles]
+        done, _ = ray.wait(asked, num_returns=len(asked), timeout=5) if asked else ([], [])
+        queries: set[str] = set()
+        for ref in done:
+            try:
+                queries.update(a.split("/", 1)[0] for a in ray.get(ref))
+            except Exception:  # noqa: BLE001 - a host dead meanwhile holds nothing
+                pass
+        return sorted(queries)

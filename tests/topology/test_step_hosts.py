@@ -17,7 +17,7 @@ from operators.ingress import AdvanceTime
 from tests.kit import assert_equivalent
 from tests.topology.live_kit import second_driver, stall_at, wait_for
 from topology import Count, StepHosts, Stream, attach
-from topology.query import NameTaken, StuckSlotWarning
+from topology.query import NameTaken, QueryFailed, QueryStopped, StuckSlotWarning
 from topology.registry import actor_states, list_queries
 from topology.ui import Monitor
 
@@ -219,3 +219,54 @@ def test_a_stopped_step_whose_function_hangs_blocks_nothing_else_of_its_host(ray
                         warnings.simplefilter("ignore", StuckSlotWarning)
                         q.stop()
         wait_for(lambda: not pool.stuck() and _free(pool) == 8, 30, "the stuck slot free")
+
+
+def _raise_at_3(row):
+    if row["t"] == 3:
+        raise ValueError("row 3 is bad")
+    return True
+
+
+def test_a_query_over_two_hosts_fails_naming_the_step_that_raised(ray_session):
+    # from_rows and the window in host 0, where#1 (which raises) and select#3 in host 1: the
+    # failure reaches every step downstream of where#1, and only where#1 is the culprit
+    rows = [{"t": t} for t in range(10)]
+    with StepHosts(count=2, capacity=4, name="two") as pool:
+        q = (Stream.from_rows(rows, start="t").where(_raise_at_3).tumbling_window(2)
+             .aggregate(Count()).select(lambda c: c + 1).deploy("fails-in-2", hosts=pool))
+        try:
+            with pytest.raises(QueryFailed) as failed:
+                q.wait(60)
+            assert failed.value.step == "where#1" and "row 3 is bad" in failed.value.reason
+            assert q.state().startswith("failed: step where#1: ")
+        finally:
+            q.stop()
+
+
+def test_a_stopped_hosted_query_says_so_on_every_handle(hosts):
+    live = _keyed(200).deploy("stopped-hosted", hosts=hosts, history=True)
+    other = attach("stopped-hosted")
+    try:
+        assert live.wait(60)
+    finally:
+        live.stop()
+    for q in (other, live):  # stopped by another handle, and by itself
+        assert q.state() == "stopped"
+        for call in (q.stats, q.snapshot, q.dead_letters, q.why, lambda q=q: q.wait(5)):
+            with pytest.raises(QueryStopped, match="'stopped-hosted' was stopped"):
+                call()
+
+
+def test_shutdown_ends_the_query_hosts_of_the_queries_it_held(ray_session):
+    # rows in a list are fed by the query's own host actor (<query>/~host): the pool's
+    # shutdown ends it too, so nothing of the query is left and its name is free
+    rows = [{"t": t} for t in range(100)]
+    with StepHosts(count=1, capacity=4, name="ends") as pool:
+        q = Stream.from_rows(rows, start="t").deploy("list-fed", hosts=pool, history=True)
+        assert q.wait(60)
+        assert "~host" in actor_states("list-fed")
+    assert actor_states("list-fed") == {}
+    with StepHosts(count=1, capacity=4, name="ends") as pool:
+        again = Stream.from_rows(rows, start="t").deploy("list-fed", hosts=pool, history=True)
+        assert again.wait(60)
+        again.stop()
