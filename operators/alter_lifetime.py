@@ -50,6 +50,7 @@ from .errors import DeadLetter
 from .events import MAX_TIME, MIN_TIME, FreshId, Insert, Message, Retract
 from .expr import evaluate, trace
 from .processor import Processor
+from .ticks import Duration, to_duration
 
 #: Ends computed from an open end that land beyond this (year ~148,000) count as ∞.
 _FAR_FUTURE = MAX_TIME // 2
@@ -69,22 +70,17 @@ class AlterLifetime(Processor):
     def __init__(
         self,
         start: StartFn | None = None,
-        duration: int | DurationFn | None = None,
+        duration: Duration | DurationFn | None = None,
         name: str | None = None,
     ) -> None:
         super().__init__(name)
-        if isinstance(duration, bool) or not (
-            duration is None or isinstance(duration, int) or callable(duration)
-        ):
-            raise TypeError(
-                f"alter_lifetime: duration must be an int number of ticks, a function "
-                f"(start, end) -> ticks, or None; got {duration!r}"
-            )
-        if isinstance(duration, int) and duration <= 0:
-            raise ValueError(
-                f"alter_lifetime: duration {duration} would make every lifetime empty; "
-                f"use a positive number of ticks"
-            )
+        if not callable(duration):
+            try:  # a duration <= 0 would make every lifetime empty
+                ticks: int | None = to_duration(duration, "alter_lifetime", "duration",
+                                                positive=True, optional=True)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"{exc}; or a function (start, end) -> ticks, or None") from None
+            duration = ticks
         if start is not None and not callable(start):
             raise TypeError(
                 f"alter_lifetime: start must be a function of the start time, got {start!r}; "

@@ -17,16 +17,13 @@ import numpy as np
 from .columns import Columns
 from .events import MAX_TIME, Insert, Message, Retract, add_time
 from .processor import Processor
+from .ticks import Duration, to_duration
 
 
 class ClipDuration(Processor):
-    def __init__(self, limit: int, name: str | None = None) -> None:
+    def __init__(self, limit: Duration, name: str | None = None) -> None:
         super().__init__(name)
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
-            raise ValueError(
-                f"clip_duration: limit must be a positive int number of ticks, got {limit!r}"
-            )
-        self.limit = limit
+        self.limit = to_duration(limit, "clip_duration", "limit", positive=True)
 
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
         end = min(msg.end, add_time(msg.start, self.limit))

@@ -29,13 +29,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from .columns import payload_list, row_at
 from .errors import DeadLetter, LateEvent
-from .events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract, fmt_time
+from .events import MAX_TIME, MIN_TIME, TICKS_PER_SECOND, Cti, Insert, Message, Retract, fmt_time
 from .processor import Processor, Stateful
-from .ticks import TIME_HELP, to_ticks
+from .ticks import DURATION_HELP, TIME_HELP, to_duration, to_ticks
 
 __all__ = ["POLICIES", "SHAPES", "AdvanceTime", "ImportCti", "Ingress", "LateOut", "LateStream",
            "ingest", "late_markers", "to_ticks"]
@@ -72,6 +73,11 @@ class AdvanceTime:
     * ``idle_timeout`` (seconds of the caller's wall clock): when no rows arrived for that
       long, :meth:`Ingress.poll` emits a CTI one tick past the latest event.
 
+    ``interval`` and ``delay`` are spans of event time and ``idle_timeout`` one of wall-clock
+    time: each may be written as a ``timedelta`` or a string such as ``"5 min"``
+    (:func:`operators.ticks.to_duration`); a plain number stays what it was, ticks for
+    ``interval`` and ``delay``, seconds for ``idle_timeout``.
+
     "Latest start" is the largest start (as read from the row) of the events accepted so far
     (processed or adjusted; dropped and dead-lettered rows do not move time). A CTI is only
     emitted when it moves time forward. With neither ``every`` nor ``interval`` the source
@@ -79,6 +85,8 @@ class AdvanceTime:
 
     >>> AdvanceTime(every=1, delay=-1)
     AdvanceTime(every=1, interval=None, delay=-1, policy='drop', idle_timeout=None)
+    >>> AdvanceTime(interval="1 min", delay="5 s", idle_timeout="250 ms")
+    AdvanceTime(every=None, interval=60000000, delay=5000000, policy='drop', idle_timeout=0.25)
     >>> AdvanceTime(every=0)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
@@ -92,6 +100,14 @@ class AdvanceTime:
     idle_timeout: float | None = None
 
     def __post_init__(self) -> None:
+        for arg in ("interval", "delay"):  # a timedelta or "5 min" as ticks
+            value = getattr(self, arg)
+            if value is not None and not _is_int(value) and not isinstance(value, float):
+                object.__setattr__(self, arg, to_duration(value, "AdvanceTime", arg))
+        t = self.idle_timeout
+        if isinstance(t, (str, timedelta)) or type(t).__name__ == "timedelta64":
+            ticks = to_duration(t, "AdvanceTime", "idle_timeout", positive=True)
+            object.__setattr__(self, "idle_timeout", ticks / TICKS_PER_SECOND)
         if self.every is not None and not (_is_int(self.every) and self.every >= 1):
             raise ValueError(
                 f"AdvanceTime(every={self.every!r}): every must be an int >= 1 (a CTI after "
@@ -100,12 +116,13 @@ class AdvanceTime:
         if self.interval is not None and not (_is_int(self.interval) and self.interval >= 1):
             raise ValueError(
                 f"AdvanceTime(interval={self.interval!r}): interval must be an int >= 1 "
-                f"(ticks of event time between CTIs) or None for no time-based CTIs"
+                f"(ticks of event time between CTIs) or a positive duration, or None for no "
+                f"time-based CTIs; {DURATION_HELP}"
             )
         if not _is_int(self.delay):
             raise TypeError(
-                f"AdvanceTime(delay={self.delay!r}): delay must be an int number of ticks "
-                f"(convert a timedelta with td // timedelta(microseconds=1))"
+                f"AdvanceTime(delay={self.delay!r}): delay must be an int number of ticks or "
+                f"a duration; {DURATION_HELP}"
             )
         if self.policy not in POLICIES:
             raise ValueError(
@@ -117,7 +134,8 @@ class AdvanceTime:
                               or not math.isfinite(t) or t <= 0):
             raise ValueError(
                 f"AdvanceTime(idle_timeout={t!r}): idle_timeout must be a positive number of "
-                f"seconds, or None for no idle CTIs"
+                f"seconds (of the wall clock), a timedelta or a string such as '30 s', or None "
+                f"for no idle CTIs"
             )
 
 

@@ -28,15 +28,15 @@ from __future__ import annotations
 import numpy as np
 
 from .alter_lifetime import SAFE, AlterLifetime
+from .ticks import Duration, to_duration
 
 
 class Shift(AlterLifetime):
-    def __init__(self, delta: int, name: str | None = None) -> None:
-        if isinstance(delta, bool) or not isinstance(delta, int):
-            raise TypeError(f"shift: delta must be an int number of ticks, got {delta!r}")
+    def __init__(self, delta: Duration, name: str | None = None) -> None:
+        ticks: int = to_duration(delta, "shift", "delta")
         super().__init__(name=name)
-        self.delta = delta
-        self.what = f"shift({delta})"
+        self.delta = ticks
+        self.what = f"shift({ticks})"
 
     def map_start(self, s: int) -> int:
         return s + self.delta

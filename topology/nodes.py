@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from operators.expr import why_per_event
+from operators.ticks import format_duration
 from operators.udm import field_getter
 from operators.windows.spec import (
     DEFAULT_POLICY,
@@ -167,8 +168,10 @@ class Node:
         """The readable part of the step id: the verb (a window's kind and verb)."""
         return self.verb
 
-    def describe(self) -> str:
-        """One line for :meth:`Stream.explain`: the verb and its arguments."""
+    def describe(self, clock: str | None = None) -> str:
+        """One line for :meth:`Stream.explain`: the verb and its arguments, durations in
+        units (``1 min``) when the query's ``clock`` is ``"timestamps"``, else in ticks
+        (:mod:`topology.times`)."""
         return self.verb
 
     def trace_info(self) -> dict[str, Any]:
@@ -207,6 +210,14 @@ def trace_chain(nodes: Sequence[Node]) -> dict[str, Any]:
 def _fn(f: Any) -> str:
     name = getattr(f, "__name__", None) or repr(f)
     return name if len(name) <= 40 else name[:37] + "..."
+
+
+def _duration(ticks: int, clock: str | None) -> str:
+    """A duration argument as ``explain()`` shows it: exactly, in units (``1 h 30 min``) when
+    the query's times are timestamps; the ticks when its clock is plain integers."""
+    from .times import TIMESTAMPS
+
+    return format_duration(ticks) if clock == TIMESTAMPS else str(ticks)
 
 
 def _how(f: Any) -> str:
@@ -257,7 +268,7 @@ class FromEvents(Node):
     def feed(self) -> Feed:
         return who_feeds(self.messages)
 
-    def describe(self) -> str:
+    def describe(self, clock: str | None = None) -> str:
         if self.batched:
             return f"from_events({self.messages!r})"
         return f"from_events({len(self.messages)} messages)"
@@ -286,7 +297,7 @@ class FromRows(Node):
     is_source: ClassVar[bool] = True
     trace_kind: ClassVar[str] = "source"
 
-    def describe(self) -> str:
+    def describe(self, clock: str | None = None) -> str:
         n = f"{len(self.rows)} rows" if hasattr(self.rows, "__len__") else "rows"
         return f"from_rows({n}, start={self.start!r}, shape={self.shape!r})"
 
@@ -300,7 +311,7 @@ class Published(Node):
     is_source: ClassVar[bool] = True
     trace_kind: ClassVar[str] = "source"
 
-    def describe(self) -> str:
+    def describe(self, clock: str | None = None) -> str:
         return f"published({self.query!r})"
 
 
@@ -327,7 +338,7 @@ class Where(Node):
         super().__post_init__()
         check_function("where", "pred", self.pred, "of the payload returning a bool")
 
-    def describe(self) -> str:
+    def describe(self, clock: str | None = None) -> str:
         return f"where({_fn(self.pred)}) {_how(self.pred)}"
 
 
@@ -343,7 +354,7 @@ class Select(Node):
         super().__post_init__()
         check_function("select", "fn", self.fn, "of the payload returning the new payload")
 
-    def describe(self) -> str:
+    def describe(self, clock: str | None = None) -> str:
         return f"select({_fn(self.fn)}) {_how(self.fn)}"
 
 
@@ -358,10 +369,12 @@ class AlterLifetime(Node):
         from operators.alter_lifetime import AlterLifetime
 
         super().__post_init__()
-        AlterLifetime(self.start, self.duration)  # its checks name start= and duration=
+        op = AlterLifetime(self.start, self.duration)  # its checks name start= and duration=
+        object.__setattr__(self, "duration", op.duration)  # "5 min" held as ticks
 
-    def describe(self) -> str:
-        d = _fn(self.duration) if callable(self.duration) else repr(self.duration)
+    def describe(self, clock: str | None = None) -> str:
+        d = _fn(self.duration) if callable(self.duration) else \
+            "None" if self.duration is None else _duration(self.duration, clock)
         s = _fn(self.start) if self.start is not None else "None"
         return f"alter_lifetime(start={s}, duration={d})"
 
@@ -377,10 +390,10 @@ class Shift(Node):
         from operators.shift import Shift
 
         super().__post_init__()
-        Shift(self.delta)  # its check names delta=
+        object.__setattr__(self, "delta", Shift(self.delta).delta)  # its check names delta=
 
-    def describe(self) -> str:
-        return f"shift({self.delta})"
+    def describe(self, clock: str | None = None) -> str:
+        return f"shift({_duration(self.delta, clock)})"
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -389,7 +402,7 @@ class ToPoints(Node):
     stateless: ClassVar[bool] = True
     trace_kind: ClassVar[str] = "span"
 
-    def describe(self) -> str:
+    def describe(self, clock: str | None = None) -> str:
         return "to_points()"
 
 
@@ -404,10 +417,10 @@ class ClipDuration(Node):
         from operators.clip_duration import ClipDuration
 
         super().__post_init__()
-        ClipDuration(self.limit)  # its check names limit=
+        object.__setattr__(self, "limit", ClipDuration(self.limit).limit)  # it names limit=
 
-    def describe(self) -> str:
-        return f"clip_duration({self.limit})"
+    def describe(self, clock: str | None = None) -> str:
+        return f"clip_duration({_duration(self.limit, clock)})"
 
 
 # -- windows --------------------------------------------------------------------------------------
@@ -463,10 +476,11 @@ class Window(Node):
         return {**super().trace_info(), "spec": _spec_info(self.spec),
                 "output": self.output or default_output(self.spec), "keyed": False}
 
-    def describe(self) -> str:
+    def describe(self, clock: str | None = None) -> str:
         udm = getattr(self.udm, "udm_name", None) if not isinstance(self.udm, str) else self.udm
-        opts = self.policy.describe(self.spec)
-        return f"{self.label}({self.spec!r}, {udm or _fn(self.udm)}{opts})"
+        spec = self.spec.describe(lambda ticks: _duration(ticks, clock))
+        opts = (f", {spec}" if spec else "") + self.policy.describe(self.spec)
+        return f"{self.label}({udm or _fn(self.udm)}{opts})"
 
 
 def _spec_info(spec: Any) -> dict[str, Any]:
@@ -498,7 +512,7 @@ class Join(Node):
         check_function("join", "select", self.select, "(left, right) -> payload",
                        optional=True)
 
-    def describe(self) -> str:
+    def describe(self, clock: str | None = None) -> str:
         on = "cross" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
         return f"join({on})"
 
@@ -513,7 +527,7 @@ class AntiJoin(Node):
         super().__post_init__()
         check_on("anti_join", self.on)
 
-    def describe(self) -> str:
+    def describe(self, clock: str | None = None) -> str:
         on = "any" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
         return f"anti_join({on})"
 
@@ -535,7 +549,7 @@ class LeftJoin(Node):
         check_function("left_join", "select", self.select, "(left, right) -> payload",
                        optional=True)
 
-    def describe(self) -> str:
+    def describe(self, clock: str | None = None) -> str:
         on = "cross" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
         return f"left_join({on})"
 
@@ -553,7 +567,7 @@ class FullOuterJoin(Node):
         check_function("full_outer_join", "select", self.select, "(left, right) -> payload",
                        optional=True)
 
-    def describe(self) -> str:
+    def describe(self, clock: str | None = None) -> str:
         on = "cross" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
         return f"full_outer_join({on})"
 
@@ -573,7 +587,7 @@ class ImportCti(Node):
                              f"events are dropped) or 'adjust' (late intervals start at the "
                              f"imported CTI)")
 
-    def describe(self) -> str:
+    def describe(self, clock: str | None = None) -> str:
         return f"import_ctis(policy={self.policy!r})"
 
 
@@ -591,7 +605,7 @@ class Union(Node):
     verb: ClassVar[str] = "union"
     trace_kind: ClassVar[str] = "union"
 
-    def describe(self) -> str:
+    def describe(self, clock: str | None = None) -> str:
         return f"union({len(self.inputs)} inputs)"
 
 
@@ -625,7 +639,7 @@ class GroupApply(Node):
             raise ValueError(f"group_apply(partitions={p!r}): give an int >= 1 (the number of "
                              f"actors the keys are spread over)")
 
-    def describe(self) -> str:
+    def describe(self, clock: str | None = None) -> str:
         parts = f", partitions={self.partitions}" if self.partitions != 1 else ""
         return f"group_apply({_fn(self.key)}{parts}) key {_how(self.key)}"
 
@@ -648,7 +662,7 @@ class Scan(Node):
         super().__post_init__()
         as_stream_operator(self.step, self.initial, self.tie)  # refuse a bad argument here
 
-    def describe(self) -> str:
+    def describe(self, clock: str | None = None) -> str:
         from operators.scan import as_stream_operator
 
         tie = "" if self.tie is None else f", tie={_fn(self.tie)}"
@@ -671,7 +685,7 @@ class Distinct(Node):
             raise TypeError(f"distinct: key={self.key!r}: give a function of the payload, a "
                             f"field name or an index (or None: the whole payload)")
 
-    def describe(self) -> str:
+    def describe(self, clock: str | None = None) -> str:
         return "distinct()" if self.key is None else f"distinct(key={_fn(self.key)})"
 
 

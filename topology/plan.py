@@ -27,7 +27,7 @@ class Sink(n.Node):
     verb: ClassVar[str] = "sink"
     trace_kind: ClassVar[str] = "sink"
 
-    def describe(self) -> str:
+    def describe(self, clock: str | None = None) -> str:
         return "publish"
 
 
@@ -40,7 +40,7 @@ class MergePartitions(n.Node):
     verb: ClassVar[str] = "merge"
     trace_kind: ClassVar[str] = "union"
 
-    def describe(self) -> str:
+    def describe(self, clock: str | None = None) -> str:
         return f"merge {self.partitions} partitions"
 
 

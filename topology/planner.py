@@ -213,27 +213,28 @@ def _b_distinct(node: n.Distinct, step: str) -> Factory:
     return functools.partial(Distinct, node.key, name=step)
 
 
-def _describe(node: n.Node, factory: Factory) -> str:
-    """The stage's line in ``explain()``: the node, and the fast path when one was chosen."""
+def _describe(node: n.Node, factory: Factory, clock: str | None) -> str:
+    """The stage's line in ``explain()``: the node (its durations as the query's ``clock``
+    shows them), and the fast path when one was chosen."""
     if getattr(factory, "func", None) is KeyedSessionAggregate:
         if not factory.keywords.get("keyed", True):  # type: ignore[attr-defined]
-            return f"{node.describe()} as a column-wise session aggregate (point input)"
-        return f"{node.describe()} as one keyed session aggregate (all groups at once)"
+            return f"{node.describe(clock)} as a column-wise session aggregate (point input)"
+        return f"{node.describe(clock)} as one keyed session aggregate (all groups at once)"
     if getattr(factory, "func", None) is KeyedEndAggregate:
-        return f"{node.describe()} as one keyed by-end count window (all groups at once)"
+        return f"{node.describe(clock)} as one keyed by-end count window (all groups at once)"
     if getattr(factory, "func", None) is KeyedCountExtreme:
-        return f"{node.describe()} as one keyed count window extreme (all groups at once)"
+        return f"{node.describe(clock)} as one keyed count window extreme (all groups at once)"
     if getattr(factory, "func", None) is KeyedWindowAggregate:
         udo = factory.keywords.get("kind") == "apply"  # type: ignore[attr-defined]
         if not factory.keywords.get("keyed", True):  # type: ignore[attr-defined]
             what = "interval" if factory.keywords.get("intervals") else "point"  # type: ignore[attr-defined]
             if udo:
-                return f"{node.describe()} as a column-wise window UDO ({what} input)"
-            return f"{node.describe()} as a column-wise window aggregate ({what} input)"
+                return f"{node.describe(clock)} as a column-wise window UDO ({what} input)"
+            return f"{node.describe(clock)} as a column-wise window aggregate ({what} input)"
         if udo:
-            return f"{node.describe()} as one keyed window UDO (all groups at once)"
-        return f"{node.describe()} as one keyed window aggregate (all groups at once)"
-    return node.describe()
+            return f"{node.describe(clock)} as one keyed window UDO (all groups at once)"
+        return f"{node.describe(clock)} as one keyed window aggregate (all groups at once)"
+    return node.describe(clock)
 
 
 def insert_lengths(node: n.Node) -> int | None:
@@ -390,8 +391,32 @@ def assign_steps(root: n.Node) -> dict[int, tuple[n.Node, str]]:
     return out
 
 
-def explain_tree(root: n.Node, steps: dict[int, tuple[n.Node, str]], top: str = "sink") -> str:
-    """The logical tree, root first, as an indented outline (shared inputs shown once)."""
+def tree_clock(root: n.Node) -> str:
+    """The clock of the query under ``root`` (:attr:`topology.plan.Plan.clock`, read from the
+    logical tree): ``"timestamps"`` when a source's times came from timestamps, else
+    ``"ticks"``."""
+    from .times import TICKS, TIMESTAMPS, source_clock
+
+    seen: set[int] = set()
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.is_source and source_clock(node) == TIMESTAMPS:
+            return TIMESTAMPS
+        todo.extend(node.inputs)
+    return TICKS
+
+
+def explain_tree(root: n.Node, steps: dict[int, tuple[n.Node, str]], top: str = "sink",
+                 clock: str | None = None) -> str:
+    """The logical tree, root first, as an indented outline (shared inputs shown once), its
+    durations as ``clock`` shows them (default: the tree's own, :func:`tree_clock`). A
+    ``group_apply``'s sub-query hangs under it, inside the line that leads on to its input.
+    """
+    clock = tree_clock(root) if clock is None else clock
     lines = [top]
     shown: set[int] = set()
 
@@ -402,14 +427,15 @@ def explain_tree(root: n.Node, steps: dict[int, tuple[n.Node, str]], top: str = 
             lines.append(f"{prefix}{branch}{step} (shared, see above)")
             return
         shown.add(id(node))
-        lines.append(f"{prefix}{branch}{step}  {node.describe()}")
+        lines.append(f"{prefix}{branch}{step}  {node.describe(clock)}")
+        below = prefix + ("    " if last else "│   ")
         if isinstance(node, n.GroupApply):
             sub = assign_steps(node.sub)
-            inner = explain_tree(node.sub, sub, top="per group:").splitlines()
-            pad = prefix + ("    " if last else "│   ")
-            lines.extend(pad + "    " + line for line in inner)
+            inner = explain_tree(node.sub, sub, "per group:", clock).splitlines()
+            # the line down to the group_apply's input runs past its sub-query
+            lines.extend(below + ("│   " if node.inputs else "    ") + line for line in inner)
         for i, child in enumerate(node.inputs):
-            walk(child, prefix + ("    " if last else "│   "), i == len(node.inputs) - 1)
+            walk(child, below, i == len(node.inputs) - 1)
 
     walk(root, "", True)
     return "\n".join(lines)
@@ -437,6 +463,7 @@ def plan(root: n.Node, *, fuse: bool | str = False, sink: bool = True,
     "from_rows(rows, start='t', shape='point')"
     """
     steps = assign_steps(root)
+    clock = tree_clock(root)
     reads = (source_columns(root) if (PRUNE_COLUMNS if prune is None else prune) and sink
              else {})
     stages: dict[str, Stage] = {}
@@ -450,12 +477,12 @@ def plan(root: n.Node, *, fuse: bool | str = False, sink: bool = True,
         ins = [steps[id(i)][1] for i in node.inputs]
         role = "source" if node.is_source else "operator"
         if isinstance(node, n.GroupApply) and node.partitions > 1:
-            _partitioned(node, step, ins[0], stages, edges)
+            _partitioned(node, step, ins[0], stages, edges, clock)
             continue
         factory = builder(node, step)
         if id(node) in late_producers:
             factory = functools.partial(_with_late_stream, factory)
-        shown = _describe(node, factory)
+        shown = _describe(node, factory, clock)
         if isinstance(node, n.FromRows) and id(node) in reads:
             node = pruned_source(node, reads[id(node)])
             shown += pruned_note(node)
@@ -475,13 +502,14 @@ def plan(root: n.Node, *, fuse: bool | str = False, sink: bool = True,
         edges["sink"] = []
         edges[root_step].append(OutEdge("sink", 0))
         out = "sink"
-    p = Plan(stages, edges, sources, out, explain_tree(root, steps, "sink" if sink else "out"))
+    p = Plan(stages, edges, sources, out,
+             explain_tree(root, steps, "sink" if sink else "out", clock))
     level = fuse_level("plan", fuse)
     return _fuse(p, level) if level else p
 
 
 def _partitioned(node: n.GroupApply, step: str, src: str, stages: dict[str, Stage],
-                 edges: dict[str, list[OutEdge]]) -> None:
+                 edges: dict[str, list[OutEdge]], clock: str) -> None:
 
     k = node.partitions
 
@@ -490,7 +518,7 @@ def _partitioned(node: n.GroupApply, step: str, src: str, stages: dict[str, Stag
     for p in range(k):
         pstep = f"{step}[{p}]"
         stages[pstep] = Stage(pstep, factory, 1,
-                              f"{_describe(node, factory)} partition {p} of {k}", (node,))
+                              f"{_describe(node, factory, clock)} partition {p} of {k}", (node,))
         edges[pstep] = [OutEdge(step, p)]
         edges[src].append(OutEdge(pstep, 0, part, p))
     merge = MergePartitions(inputs=(node,), partitions=k)

@@ -12,7 +12,7 @@ return the output messages) or :meth:`Stream.deploy` (a live query on Ray, see
     >>> q = s.where(lambda p: p % 2 == 0).tumbling_window(3).aggregate(Count())
     >>> print(q.explain(stages=False))  # doctest: +ELLIPSIS
     sink
-    └── tumbling.aggregate#2  tumbling.aggregate(HoppingWindow(size=3, hop=3, ...), Count...)
+    └── tumbling.aggregate#2  tumbling.aggregate(Count(), size=3)
         └── where#1  where(<lambda>) [column-wise]
             └── from_events#0  from_events(7 messages)
 """
@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from operators import windows as w
 from operators.events import Message
+from operators.ticks import Duration
 from operators.vectorized import Vectorized
 
 from . import nodes as n
@@ -300,20 +301,23 @@ class Stream:
 
     def alter_lifetime(self, start: Callable[[int], int] | None = None,
                        duration: Any = None, name: str | None = None) -> Stream:
-        """New lifetimes: start ``start(s)``, end ``s' + duration`` (an int or a function
-        ``(s, e) -> ticks``); see :mod:`operators.alter_lifetime`."""
+        """New lifetimes: start ``start(s)``, end ``s' + duration`` (a duration: ticks, a
+        ``timedelta`` or ``"5 min"``; or a function ``(s, e) -> ticks``); see
+        :mod:`operators.alter_lifetime`."""
         return self._then(n.AlterLifetime, start=start, duration=duration, name=name)
 
-    def shift(self, delta: int, name: str | None = None) -> Stream:
-        """Move every lifetime ``delta`` ticks (∞ stays ∞)."""
+    def shift(self, delta: Duration, name: str | None = None) -> Stream:
+        """Move every lifetime by ``delta`` (∞ stays ∞): ticks, a ``timedelta`` or a string
+        such as ``"-5 min"``."""
         return self._then(n.Shift, delta=delta, name=name)
 
     def to_points(self, name: str | None = None) -> Stream:
         """Every event becomes the point ``[start, start + 1)``."""
         return self._then(n.ToPoints, name=name)
 
-    def clip_duration(self, limit: int, name: str | None = None) -> Stream:
-        """Lifetimes longer than ``limit`` ticks are cut to ``[start, start + limit)``."""
+    def clip_duration(self, limit: Duration, name: str | None = None) -> Stream:
+        """Lifetimes longer than ``limit`` (ticks, a ``timedelta`` or ``"1 h"``) are cut to
+        ``[start, start + limit)``."""
         return self._then(n.ClipDuration, limit=limit, name=name)
 
     # -- scan and distinct ---------------------------------------------------------------
@@ -365,17 +369,27 @@ class Stream:
         n.check_window_spec(spec)
         return WindowedStream(self, spec, policy.for_window(spec))
 
-    def hopping_window(self, size: int, hop: int, alignment: int = 0, clip: str | None = None,
-                       output: str | None = None, emit: str | None = None, *,
+    def hopping_window(self, size: Duration, hop: Duration, alignment: Duration = 0,
+                       clip: str | None = None, output: str | None = None,
+                       emit: str | None = None, *,
                        policy: w.WindowPolicy | None = None) -> WindowedStream:
-        """Windows ``[alignment + k·hop, alignment + k·hop + size)``."""
+        """Windows ``[alignment + k·hop, alignment + k·hop + size)``; ``size``, ``hop`` and
+        ``alignment`` are durations: ticks, a ``timedelta`` or a string such as ``"5 min"``."""
         return self.window(w.hopping_window(size, hop, alignment), clip, output, emit,
                            policy=policy)
 
-    def tumbling_window(self, size: int, alignment: int = 0, clip: str | None = None,
+    def tumbling_window(self, size: Duration, alignment: Duration = 0, clip: str | None = None,
                         output: str | None = None, emit: str | None = None, *,
                         policy: w.WindowPolicy | None = None) -> WindowedStream:
-        """Windows ``[alignment + k·size, alignment + (k + 1)·size)``."""
+        """Windows ``[alignment + k·size, alignment + (k + 1)·size)``; ``size`` is a
+        duration: ticks, a ``timedelta`` or a string such as ``"5 min"``.
+
+        >>> from datetime import timedelta
+        >>> s = Stream.from_events([])
+        >>> sizes = ("5 min", timedelta(minutes=5), 300_000_000)
+        >>> {s.tumbling_window(size).spec for size in sizes}
+        {HoppingWindow(size=300000000, hop=300000000, alignment=0)}
+        """
         return self.window(w.tumbling_window(size, alignment), clip, output, emit,
                            policy=policy)
 
@@ -395,14 +409,15 @@ class Stream:
         return self.window(w.count_window(n_starts, by), clip,  # type: ignore[arg-type]
                            output, emit, policy=policy)
 
-    def session_window(self, gap: int, max_duration: int | None = None,
+    def session_window(self, gap: Duration, max_duration: Duration | None = None,
                        clip: str | None = None, output: str | None = None,
                        emit: str | None = None, *,
                        policy: w.WindowPolicy | None = None) -> WindowedStream:
         """Sessions (:mod:`operators.windows.session`): over the distinct start times, a
-        maximal run in which each next start is less than the previous start + ``gap``
-        ticks; the window is ``[first start, last start + gap)``, cut at ``first start +
-        max_duration`` when given (an event starting there or later opens a new session).
+        maximal run in which each next start is less than the previous start + ``gap`` (a
+        duration, as ``max_duration``: ticks, a ``timedelta`` or ``"30 s"``); the window is
+        ``[first start, last start + gap)``, cut at ``first start + max_duration`` when given
+        (an event starting there or later opens a new session).
         An event belongs to the session holding its start. A session that grows, or two
         that a late event bridges, are corrected by retractions; ``emit="final"`` outputs a
         session once a CTI passes its end. Bad arguments fail here, naming the argument.
@@ -414,10 +429,10 @@ class Stream:
         >>> to_cht = __import__("operators.cht", fromlist=["to_cht"]).to_cht
         >>> to_cht(s.session_window(5).aggregate(Count()).collect(runtime="inline"))
         [(0, 7, 2), (10, 15, 1)]
-        >>> s.session_window(0)
+        >>> s.session_window(0)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: session_window: gap must be a positive int number of ticks, got 0
+        ValueError: session_window(gap=0): gap must be a positive duration, got 0 ticks; ...
         """
         return self.window(w.session_window(gap, max_duration), clip, output, emit,
                            policy=policy)

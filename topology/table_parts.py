@@ -17,7 +17,7 @@ from . import planner
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class UnionOfParts(n.Union):
-    def describe(self) -> str:
+    def describe(self, clock: str | None = None) -> str:
         return f"union({len(self.inputs)} parts of one table)"
 
 

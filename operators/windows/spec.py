@@ -15,6 +15,10 @@ window                                windows W of the time axis                
                                       min(last start + gap, first + max))``
 ====================================  =========================================  ===================
 
+Every size, hop, gap and duration is a span of time: an int of ticks (1 tick = 1 µs), a
+``datetime.timedelta`` or a string such as ``"5 min"`` (:func:`operators.ticks.to_duration`),
+held as ticks; a bad one is refused naming the function that was called and the argument.
+
 These are plain, immutable config objects; :func:`operators.windows.make_window` builds the
 operator for one of them. What a window operator does with its windows -- how it cuts member
 lifetimes (``clip=``), how it stamps results (``output=``) and when it sends them (``emit=``)
@@ -25,13 +29,21 @@ takes it whole.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
+
+from ..ticks import to_duration
 
 
-def _positive(what: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{what} must be a positive int number of ticks, got {value!r}")
+def _durations(spec: Any, call: str, *names: str) -> None:
+    """Hold the fields ``names`` of a frozen spec as ticks, read by
+    :func:`~operators.ticks.to_duration` (positive; ``max_duration`` may be None), the error
+    naming ``call``."""
+    for name in names:
+        value = to_duration(getattr(spec, name), call, name, positive=True,
+                            optional=name == "max_duration")
+        object.__setattr__(spec, name, value)
 
 
 @dataclass(frozen=True)
@@ -43,14 +55,20 @@ class HoppingWindow:
     alignment: int = 0
 
     def __post_init__(self) -> None:
-        _positive("hopping_window: size", self.size)
-        _positive("hopping_window: hop", self.hop)
-        if isinstance(self.alignment, bool) or not isinstance(self.alignment, int):
-            raise ValueError(f"hopping_window: alignment must be an int, got {self.alignment!r}")
+        _durations(self, "hopping_window", "size", "hop")
+        object.__setattr__(self, "alignment",
+                           to_duration(self.alignment, "hopping_window", "alignment"))
 
     @property
     def kind(self) -> str:
         return "tumbling" if self.size == self.hop else "hopping"
+
+    def describe(self, show: Callable[[int], str] = str) -> str:
+        """Its arguments for ``explain()``, durations written by ``show``."""
+        align = f", alignment={show(self.alignment)}" if self.alignment else ""
+        if self.size == self.hop:
+            return f"size={show(self.size)}{align}"
+        return f"size={show(self.size)}, hop={show(self.hop)}{align}"
 
 
 @dataclass(frozen=True)
@@ -60,6 +78,9 @@ class SnapshotWindow:
     @property
     def kind(self) -> str:
         return "snapshot"
+
+    def describe(self, show: Callable[[int], str] = str) -> str:
+        return ""
 
 
 @dataclass(frozen=True)
@@ -79,6 +100,9 @@ class CountWindow:
     def kind(self) -> str:
         return "count"
 
+    def describe(self, show: Callable[[int], str] = str) -> str:
+        return f"n={self.n}" + (f", by={self.by!r}" if self.by != "start" else "")
+
 
 @dataclass(frozen=True)
 class SessionWindow:
@@ -91,29 +115,38 @@ class SessionWindow:
     max_duration: int | None = None
 
     def __post_init__(self) -> None:
-        _positive("session_window: gap", self.gap)
-        if self.max_duration is not None:
-            _positive("session_window: max_duration", self.max_duration)
-            if self.max_duration < self.gap:
-                raise ValueError(
-                    f"session_window: max_duration ({self.max_duration!r}) must be at least "
-                    f"the gap ({self.gap!r}): a session lasts at least one gap after its "
-                    f"first event; pass a larger max_duration, or none")
+        _durations(self, "session_window", "gap", "max_duration")
+        if self.max_duration is not None and self.max_duration < self.gap:
+            raise ValueError(
+                f"session_window(max_duration=...): max_duration ({self.max_duration!r}) must "
+                f"be at least the gap ({self.gap!r}): a session lasts at least one gap after "
+                f"its first event; pass a larger max_duration, or none")
 
     @property
     def kind(self) -> str:
         return "session"
 
+    def describe(self, show: Callable[[int], str] = str) -> str:
+        most = "" if self.max_duration is None else f", max_duration={show(self.max_duration)}"
+        return f"gap={show(self.gap)}{most}"
+
 
 WindowSpec = HoppingWindow | SnapshotWindow | CountWindow | SessionWindow
 
 
-def hopping_window(size: int, hop: int, alignment: int = 0) -> HoppingWindow:
+def hopping_window(size: Any, hop: Any, alignment: Any = 0) -> HoppingWindow:
+    """Windows of ``size`` every ``hop`` (durations: ticks, a timedelta or ``"5 min"``)."""
     return HoppingWindow(size, hop, alignment)
 
 
-def tumbling_window(size: int, alignment: int = 0) -> HoppingWindow:
-    return HoppingWindow(size, size, alignment)
+def tumbling_window(size: Any, alignment: Any = 0) -> HoppingWindow:
+    """Windows of ``size`` end to end (a duration: ticks, a timedelta or ``"5 min"``).
+
+    >>> tumbling_window("1 min") == tumbling_window(60_000_000)
+    True
+    """
+    ticks = to_duration(size, "tumbling_window", "size", positive=True)
+    return HoppingWindow(ticks, ticks, to_duration(alignment, "tumbling_window", "alignment"))
 
 
 def snapshot_window() -> SnapshotWindow:
@@ -124,7 +157,7 @@ def count_window(n: int, by: Literal["start", "end"] = "start") -> CountWindow:
     return CountWindow(n, by)
 
 
-def session_window(gap: int, max_duration: int | None = None) -> SessionWindow:
+def session_window(gap: Any, max_duration: Any = None) -> SessionWindow:
     return SessionWindow(gap, max_duration)
 
 
