@@ -18,6 +18,7 @@ from operators.aggregates import (
     Aggregates,
     Avg,
     Count,
+    CountDistinct,
     Max,
     Min,
     Sum,
@@ -38,6 +39,8 @@ from operators.udm import (
     Window,
     register,
 )
+from operators.vectorized import per_value
+from operators.windows import WindowPolicy
 
 from .checker import CheckFailed, check
 from .inline_runtime import Collected, DeadLetterWarning, RunReport
@@ -58,6 +61,7 @@ __all__ = [  # the messages, the builder, AdvanceTime, the aggregates, the UDM b
     "CheckFailed",
     "Collected",
     "Count",
+    "CountDistinct",
     "Cti",
     "DeadLetterWarning",
     "IncrementalAggregate",
@@ -78,12 +82,14 @@ __all__ = [  # the messages, the builder, AdvanceTime, the aggregates, the UDM b
     "TopK",
     "Trace",
     "Window",
+    "WindowPolicy",
     "WindowedStream",
     "attach",
     "check",
     "check_equivalent",
     "col",
     "equivalent",
+    "per_value",
     "register",
     "to_cht",
 ]
