@@ -300,12 +300,23 @@ class Query:
             raise self._stopped_error() from None
 
     def _why(self, at: Any, step: str | None, tz: str | _dt.tzinfo | None) -> Explanation:
-        from .why import WHY_LATE_LIMIT, actor_progress, explain, reach_of, span_of
+        from .why import (
+            FACTS_WAIT_S,
+            WHY_LATE_LIMIT,
+            actor_progress,
+            explain,
+            keeps_history,
+            reach_of,
+            span_of,
+        )
 
         clock = self._get(self._sink.manifest.remote(), timeout=STATS_WAIT_S).get("clock",
                                                                                  "ticks")
         handles = self.handles
         rows = self.snapshot() if step in (None, self.sink_step) else None
+        # a sink without history lets its final rows go (a busy sink: None, counted so too)
+        released = rows is not None and not self._get(
+            self._sink.inspect.remote(keeps_history, FACTS_WAIT_S), timeout=STATS_WAIT_S)
         if at is None:  # the next output of the step: ask for its CTI first
             first = actor_progress(handles, self.sink_step, clock, limit=0)
             mine = first.steps.get(step or self.sink_step)
@@ -315,7 +326,7 @@ class Query:
         lo, hi = reach_of(span, rows or ())
         progress = actor_progress(handles, self.sink_step, clock, query=self.name, lo=lo,
                                   hi=hi, limit=WHY_LATE_LIMIT)
-        return explain(progress, at, step=step, rows=rows, tz=tz)
+        return explain(progress, at, step=step, rows=rows, tz=tz, released=released)
 
     def _records(self, kind: str) -> list[Any]:
         if self._stopped:

@@ -713,10 +713,12 @@ setInterval(refresh, 1000);
 
 # -- the why panel: click a step (its row or its box) to see why its output is not final ----------
 #: The panel's script, added to the page before ``</body>``: it asks ``/api/why`` about the
-#: step clicked, every 2 s while one is selected, and shows the answer with ``textContent``.
+#: step clicked, every 2 s while one is selected (never again while an answer is awaited),
+#: and shows the answer with ``textContent``: busy steps say so (``why`` answers from what a
+#: step busy in one long batch last reported).
 WHY_PANEL = """<section id="why" data-role="why" hidden>
 <h2 data-role="why-title"></h2><p data-role="why-status"></p><p data-role="why-culprit"></p>
-<table data-role="why-hops"></table><p data-role="why-advice"></p>
+<table data-role="why-hops"></table><p data-role="why-busy"></p><p data-role="why-advice"></p>
 <ul data-role="why-late"></ul></section>
 <script nonce="NONCE">
 "use strict";
@@ -743,6 +745,9 @@ function whyShow(d) {
     }
     hops.appendChild(tr);
   }
+  part("why-busy").textContent = (d.busy || []).map(b => "busy: " + b.step
+    + " has been inside one batch" + (b.shown ? " for " + b.shown : "")
+    + ": its figures are from its last report").join("; ");
   part("why-advice").textContent = d.advice ? "idle source: " + d.advice : "";
   const late = part("why-late");
   late.replaceChildren();
@@ -751,12 +756,17 @@ function whyShow(d) {
     late.appendChild(li);
   }
 }
+let whyWaiting = null;  // the step whose answer is awaited: asked again only once it came
 async function whyAsk() {
   if (!whySel) return;
+  const key = whySel.query + "\\n" + whySel.step;
+  if (whyWaiting === key) return;
+  whyWaiting = key;
   const url = "/api/why?query=" + encodeURIComponent(whySel.query) + "&step="
     + encodeURIComponent(whySel.step);
   try { whyShow(await (await fetch(url)).json()); }
   catch (e) { whyShow({error: "cannot reach the server: " + e}); }
+  finally { if (whyWaiting === key) whyWaiting = null; }
 }
 document.addEventListener("click", ev => {
   const at = ev.target.closest("section[data-query] [data-step]");

@@ -55,11 +55,12 @@ if TYPE_CHECKING:
     from .plan import Plan
 
 __all__ = ["Explanation", "Hop", "Late", "Progress", "SourceFacts", "StepProgress",
-           "actor_progress", "explain", "inline_progress", "step_facts"]
+           "actor_progress", "explain", "inline_progress", "keeps_history", "step_facts"]
 
-#: Statuses of an output (see the module docstring).
-FINAL, SPECULATIVE, NOT_PRODUCED, NOT_FINAL = ("final", "speculative", "not yet produced",
-                                               "not final")
+#: Statuses of an output (see the module docstring); FAILED: not final, and the query
+#: failed (nothing more comes).
+FINAL, SPECULATIVE, NOT_PRODUCED, NOT_FINAL, FAILED = (
+    "final", "speculative", "not yet produced", "not final", "failed")
 #: Late events listed in an explanation (the count says how many there are in all).
 LATE_SHOWN = 20
 #: Late events a deployed query's step sends for one explanation.
@@ -70,6 +71,8 @@ ROWS_SHOWN = 5
 IDLE_CHOICES_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 #: Characters of a payload shown.
 PAYLOAD_CHARS = 80
+#: Seconds a step busy in one batch is waited for to read its source facts (late events).
+FACTS_WAIT_S = 0.5
 
 
 # -- what the runtimes report ---------------------------------------------------------------------
@@ -112,7 +115,10 @@ class StepProgress:
     in), the wall time (``time.time()``) of its last output CTI advance ``cti_wall`` and of its
     last input batch ``push_wall``, whether its input ended (``finished``), the input ports that
     ended before the others (``in_ended``: they hold nothing back), the batches it has sent and
-    not had taken (``in_flight``), its ``state_size``, and a source's facts."""
+    not had taken (``in_flight``), its ``state_size``, and a source's facts. A step inside one
+    long batch (or a function that hangs) reports what it last reported: ``busy`` then, and
+    ``busy_s`` the seconds its batch has run (None: unknown). ``error``: its failure, if it
+    failed (its own, or one that reached it from upstream)."""
 
     step: str
     describe: str = ""
@@ -125,6 +131,9 @@ class StepProgress:
     state_size: int = 0
     source: SourceFacts | None = None
     in_ended: tuple[int, ...] = ()
+    busy: bool = False
+    busy_s: float | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +150,16 @@ class Progress:
     ended: bool = False
     query: str = ""
     taken: float = field(default_factory=time.time)
+
+    def failed(self) -> tuple[str, str] | None:
+        """``(step, error)`` of the step whose own failure failed the query: a failed step
+        none of whose inputs failed (a failure travels downstream); None: nothing failed."""
+        failed = [s for s, p in self.steps.items() if p.error]
+        for s in failed:
+            if not any(self.steps[up].error for _, up in self.inputs.get(s, ())
+                       if up in self.steps):
+                return s, str(self.steps[s].error)
+        return (failed[0], str(self.steps[failed[0]].error)) if failed else None
 
     def upstream(self, step: str) -> set[str]:
         """Every step ``step`` reads from, directly or not (``step`` included)."""
@@ -199,6 +218,14 @@ class Explanation:
     late_count: int = 0
     #: whether the step's output rows were known (the output step's are)
     known: bool = True
+    #: whether output rows that became final were let go (a sink without history=True):
+    #: a final time may have had output that is no longer shown
+    released: bool = False
+    #: the step that failed the query and its error (None: nothing failed)
+    failed: tuple[str, str] | None = None
+    #: ``(step, seconds)`` of each step (of those this output reads) inside one long batch:
+    #: its figures are from its last report (seconds None: unknown)
+    busy: tuple[tuple[str, float | None], ...] = ()
 
     @property
     def final(self) -> bool:
@@ -219,13 +246,19 @@ class Explanation:
         if self.status == FINAL:
             lines.append(f"  its output CTI {self._t(self.cti)} has passed it: it will not "
                          f"change any more")
+        elif self.status == FAILED:
+            lines.append(f"  its output CTI is {self._t(self.cti)}, and the query failed: "
+                         f"no CTI will pass {self._t(self.hi - 1)}")
         else:
             lines.append(f"  its output CTI is {self._t(self.cti)}; it is final once a CTI "
                          f"passes {self._t(self.hi - 1)}")
         for s, e, p in self.rows:
             lines.append(f"  output [{self._t(s)}, {self._t(e)}) {p}")
-        if self.status == FINAL and not self.rows and self.known:
+        if self.status == FINAL and not self.rows and self.known and not self.released:
             lines.append("  no output covers it (and none will)")
+        elif self.status == FINAL and self.released:
+            lines.append("  output rows that became final are not kept (deploy with "
+                         "history=True to keep them): those that covered it are not shown")
         if self.culprit is not None:
             lines.append(f"held back by {self.culprit}: {self.reason}")
         if self.hops:
@@ -243,6 +276,10 @@ class Explanation:
                 if h.holds:
                     line += f"; {h.holds}"
                 lines.append(line)
+        for who, secs in self.busy:
+            took = "" if secs is None else f" for {_seconds(secs)}"
+            lines.append(f"busy: {who} has been inside one batch{took}: its figures are from "
+                         f"its last report")
         if self.advice:
             lines.append(f"idle source: {self.advice}")
         if self.late_count:
@@ -270,6 +307,9 @@ class Explanation:
         d["late"] = [dict(dataclasses.asdict(r), text=_late_text(r, self._t))
                      for r in self.late]
         d["idle_shown"] = None if self.idle_s is None else _seconds(self.idle_s)
+        d["busy"] = [{"step": s, "seconds": secs,
+                      "shown": None if secs is None else _seconds(secs)}
+                     for s, secs in self.busy]
         d["tz"] = None if self.tz is None else str(self.tz)
         return _jsonable(d)
 
@@ -334,12 +374,15 @@ def reach_of(span: tuple[int, int], rows: Iterable[tuple[int, int, Any]]) -> tup
 
 def explain(progress: Progress, at: Any = None, *, step: str | None = None,
             rows: Iterable[tuple[int, int, Any]] | None = None, now: float | None = None,
-            tz: str | _dt.tzinfo | None = None) -> Explanation:
+            tz: str | _dt.tzinfo | None = None, released: bool = False) -> Explanation:
     """Why the output of ``step`` (default: the query's output) at ``at`` — a time (ticks, a
     datetime or an ISO-8601 string), a window ``(start, end)``, or None: the step's output
     CTI, i.e. what holds its next output — is final or not, and what holds it back.
     ``rows`` are the step's output ``(start, end, payload)`` rows when known (they decide
-    between speculative and not yet produced); ``now`` is the wall clock (default: now)."""
+    between speculative and not yet produced); ``released``: rows that became final were
+    let go (only the alive ones are in ``rows``); ``now`` is the wall clock (default: now).
+    When the query failed, an output that is not final is ``"failed"``, held back by the
+    step that failed."""
     step = step or progress.output
     if step not in progress.steps:
         raise ValueError(f"why(step={step!r}): no such step; the steps are "
@@ -359,7 +402,11 @@ def explain(progress: Progress, at: Any = None, *, step: str | None = None,
         status = SPECULATIVE if covering else NOT_PRODUCED
     hops: list[Hop] = []
     culprit, reason, idle_s, advice = None, "", None, None
-    if status != FINAL:
+    failed = progress.failed()
+    if status != FINAL and failed is not None:
+        status, culprit = FAILED, failed[0]
+        reason = f"the query failed at this step, so no CTI moves any more: {failed[1]}"
+    elif status != FINAL:
         hops, culprit, reason, idle_s, advice = _walk(progress, step, hi, now, tz)
     # late events of the sources this step reads whose original lifetimes touch the output
     reach = reach_of((lo, hi), covering)
@@ -372,7 +419,10 @@ def explain(progress: Progress, at: Any = None, *, step: str | None = None,
         clock=progress.clock, tz=tz,
         rows=tuple((s, e, _short(p)) for s, e, p in covering[:ROWS_SHOWN]),
         hops=tuple(hops), culprit=culprit, reason=reason, idle_s=idle_s, advice=advice,
-        late=tuple(late[:LATE_SHOWN]), late_count=len(late), known=rows is not None)
+        late=tuple(late[:LATE_SHOWN]), late_count=len(late), known=rows is not None,
+        released=released and status == FINAL, failed=failed,
+        busy=tuple((s, progress.steps[s].busy_s) for s in progress.steps
+                   if s in reads and progress.steps[s].busy))
 
 
 def _in_ctis(progress: Progress, step: str) -> tuple[tuple[int, str, int], ...]:
@@ -536,6 +586,15 @@ def step_facts(proc: Processor, lo: int = MIN_TIME, hi: int = MAX_TIME,
     return SourceFacts(advance, latest, tuple(late), len(records))
 
 
+def keeps_history(proc: Processor) -> bool:
+    """Whether ``proc`` is a sink that keeps its final rows (``history=True``): without it,
+    a row is let go once a CTI passes its end, so ``why`` of a final time cannot list it.
+    Runs in the sink's actor (:meth:`actors.shell.OperatorShell.inspect`)."""
+    from operators.publish import Publish
+
+    return isinstance(proc, Publish) and proc.history
+
+
 def _message_lifetime(rec: Any) -> tuple[int, int] | None:
     item = rec.item
     return (item.start, item.end) if isinstance(item, (Insert, Retract)) else None
@@ -590,13 +649,18 @@ def actor_progress(handles: Mapping[str, Any], output: str, clock: str, *, query
                    ended: bool = False, lo: int = MIN_TIME, hi: int = MAX_TIME,
                    limit: int | None = None, timeout_s: float = 30.0) -> Progress:
     """The :class:`Progress` of a plan on Ray, from every actor's ``stats()`` and
-    :func:`step_facts` (late events overlapping ``[lo, hi)``, at most ``limit`` per step)."""
+    :func:`step_facts` (late events overlapping ``[lo, hi)``, at most ``limit`` per step).
+    A step busy in one long batch does not wait for it: it answers from its last report
+    (``busy``), without its source facts. A step that does not answer within ``timeout_s``
+    (its process stuck) raises :class:`TimeoutError` naming it."""
     import ray
 
     steps = list(handles)
-    stats = ray.get([handles[s].stats.remote() for s in steps], timeout=timeout_s)
+    stats = _answers(ray, [handles[s].stats.remote() for s in steps], steps, timeout_s,
+                     "its stats")
     read = functools.partial(step_facts, lo=lo, hi=hi, limit=limit)
-    facts = ray.get([handles[s].inspect.remote(read) for s in steps], timeout=timeout_s)
+    facts = _answers(ray, [handles[s].inspect.remote(read, FACTS_WAIT_S) for s in steps],
+                     steps, timeout_s, "its late events")
     inputs: dict[str, set[tuple[int, str]]] = {}
     out = {}
     for step, st, f in zip(steps, stats, facts):
@@ -607,8 +671,21 @@ def actor_progress(handles: Mapping[str, Any], output: str, clock: str, *, query
             step, st.get("operator", ""), cti=st["cti"],
             in_ctis=None if ins is None else tuple(ins), cti_wall=st.get("cti_wall"),
             push_wall=st.get("push_wall"), finished=bool(st["finished"]),
-            in_flight=int(st.get("in_flight", 0)), state_size=int(st.get("state_size", 0)),
-            source=f, in_ended=tuple(st.get("in_ended") or ()))
+            in_flight=int(st.get("in_flight", 0)), state_size=int(st.get("state_size") or 0),
+            source=f, in_ended=tuple(st.get("in_ended") or ()), busy=bool(st.get("busy")),
+            busy_s=st.get("busy_s"), error=st.get("error"))
     return Progress(out, {s: tuple(sorted(v)) for s, v in inputs.items()}, output, clock,
                     ended=ended, query=query)
+
+
+def _answers(ray: Any, refs: list[Any], steps: list[str], timeout_s: float,
+             what: str) -> list[Any]:
+    """``ray.get(refs)`` of one call per step; a step that has not answered after
+    ``timeout_s`` raises :class:`TimeoutError` naming it (not Ray's ``GetTimeoutError``)."""
+    done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    late = [s for s, ref in zip(steps, refs) if ref not in done]
+    if late:
+        raise TimeoutError(f"why: step {late[0]} did not send {what} within {timeout_s:.0f} s "
+                           f"(its process is stuck or gone); ask again later")
+    return list(ray.get(refs))
 

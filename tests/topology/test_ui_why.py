@@ -76,3 +76,31 @@ def test_the_why_panel_names_the_idle_input_of_a_join(ray_session, page):
         rf.put(None)
         server.shutdown()
         q.stop()
+
+
+def test_the_why_panel_asks_again_only_once_it_has_its_answer(page):
+    # a why that takes long (a busy step, a slow cluster) must not pile up: the panel asks
+    # every 2 s, but not while its last question is unanswered. No server: the page and its
+    # /api/why are routed here, and the answer is held back
+    from topology.ui import WHY_PANEL
+
+    held: list = []
+    html = ('<html><body><section data-query="q"><table><tr data-step="sink">'
+            '<td class="step">sink</td></tr></table></section>'
+            + WHY_PANEL.replace(' nonce="NONCE"', "") + "</body></html>")
+    page.route("http://cedar.test/", lambda route: route.fulfill(
+        status=200, content_type="text/html", body=html))
+    page.route("http://cedar.test/api/why*", lambda route: held.append(route))
+    page.goto("http://cedar.test/")
+    page.click('tr[data-step="sink"] td.step')
+    page.wait_for_timeout(5_000)  # two more turns of the 2 s timer
+    assert len(held) == 1
+    held[0].fulfill(status=200, content_type="application/json", body=json.dumps(
+        {"what": "sink at 5", "status": "not yet produced", "cti_shown": "4", "culprit": None,
+         "hops": [], "advice": None, "late": [],
+         "busy": [{"step": "where#1", "seconds": 40.0, "shown": "40 s"}]}))
+    page.wait_for_function("""() => document.querySelector('#why [data-role="why-busy"]')
+                              .textContent.includes('where#1 has been inside one batch')""",
+                           timeout=10_000)
+    page.wait_for_timeout(2_500)
+    assert len(held) == 2  # answered: the timer asks again

@@ -310,3 +310,81 @@ def test_an_input_that_ended_is_never_the_culprit():
     p = Progress(steps, {"join": ((0, "left"), (1, "right"))}, "join", "ticks")
     e = explain(p, 500, rows=[])
     assert (e.status, e.culprit, e.hops[0].min_from) == ("not yet produced", "left", "left")
+
+
+# -- a busy step, a failed query, a final time whose row was let go -----------------------------
+#
+#   from_rows 0..19 ─▶ where#1 (holds its batch at t=5 until the test lets go) ─▶ sink
+#   why() answers at once from what where#1 last reported, and says it is busy
+
+def test_why_of_a_step_busy_in_one_batch_answers_at_once_and_says_so(ray_session, tmp_path):
+    import os
+
+    from tests.topology.live_kit import stall_at
+
+    marker, entered = str(tmp_path / "hold"), str(tmp_path / "entered")
+    open(marker, "w").close()
+    rows = [{"t": t} for t in range(20)]
+    q = (Stream.from_rows(rows, start="t").where(stall_at(5, marker, entered))
+         .deploy("why-busy", history=True))
+    try:
+        _wait_for(lambda: os.path.exists(entered), 30, "the batch that holds")
+        time.sleep(0.5)
+        began = time.monotonic()
+        e = q.why()
+        assert time.monotonic() - began < 5
+        assert [s for s, _ in e.busy] == ["where#1"], str(e)
+        assert "busy: where#1 has been inside one batch for" in str(e)
+        assert q.stats()["where#1"]["busy"] and q.state() == "running"
+        assert json.loads(json.dumps(e.to_dict()))["busy"][0]["step"] == "where#1"
+    finally:
+        os.remove(marker)
+    try:
+        assert q.wait(60)
+        assert not q.stats()["where#1"]["busy"]
+    finally:
+        q.stop()
+
+
+def _bad_row(row):
+    if row["t"] == 3:
+        raise ValueError("row 3 is bad")
+    return True
+
+
+def test_why_of_a_failed_query_says_it_failed_and_where(ray_session):
+    from topology.query import QueryFailed
+
+    rows = [{"t": t} for t in range(10)]
+    q = Stream.from_rows(rows, start="t").where(_bad_row).select(lambda r: r).deploy("why-fail")
+    try:
+        with pytest.raises(QueryFailed):
+            q.wait(60)
+        e = q.why()
+        assert (e.status, e.culprit) == ("failed", "where#1"), str(e)
+        assert "the query failed" in str(e) and "row 3 is bad" in e.reason
+    finally:
+        q.stop()
+
+
+#   rows  [0, 5) a   [20, 25) b      CTI 30 ─ without history the sink lets [0, 5) go:
+#   why(2) is final, and must not claim that no output covers it
+
+@pytest.mark.parametrize("history", [False, True])
+def test_why_of_a_final_time_whose_row_was_let_go(ray_session, history):
+    from operators.events import Cti, Insert
+
+    q = Stream.from_events([Insert("a", 0, 5, "a"), Insert("b", 20, 25, "b"), Cti(30)]).deploy(
+        f"why-released-{history}", history=history)
+    try:
+        assert q.wait(60)
+        e = q.why(2)
+        assert e.status == "final"
+        assert "no output covers it" not in str(e)
+        if history:
+            assert [p for _, _, p in e.rows] == ["'a'"]
+            assert "no output covers it (and none will)" in str(q.why(10))  # nothing there
+        else:
+            assert "not kept (deploy with history=True" in str(e)
+    finally:
+        q.stop()
