@@ -36,7 +36,7 @@ import inspect
 import pickle
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,11 @@ from .stream import Stream
 
 #: Every way :func:`check` runs a query, in the order it runs them.
 VARIANTS = ("batches", "shuffled", "partitions", "restored", "final", "columns", "ray")
+
+
+#: The line above the printed reproduction: it runs with plain python, pytest not needed.
+REPRODUCTION_HEAD = ("As a test: save it as test_query.py and run `python test_query.py` "
+                     "(plain python, or `pytest test_query.py` after `pip install pytest`):")
 
 
 class CheckFailed(AssertionError):
@@ -89,7 +94,7 @@ class CheckReport:
                       f"({len(self.minimal)} of the input's items):",
                       *(f"    {item!r}" for item in self.minimal),
                       "", str(self.minimal_difference), "",
-                      "As a test (run it with pytest):", "", str(self.reproduction)]
+                      REPRODUCTION_HEAD, "", str(self.reproduction)]
         return "\n".join(lines)
 
 
@@ -151,9 +156,10 @@ def _rewrite(node: n.Node, change: Callable[[n.Node], dict[str, Any]],
     return out
 
 
-def _shuffle(messages: Sequence[Message], rng: random.Random) -> list[Message]:
-    """The messages between two CTIs in a random order that keeps each event's own messages
-    in theirs: a physical stream with the same CHT and the same CTIs."""
+def _shuffle(messages: Sequence[Message], rng: random.Random | None) -> list[Message]:
+    """The messages between two CTIs in a random order (``rng``; None: the events in the
+    reverse of their order) that keeps each event's own messages in theirs: a physical stream
+    with the same CHT and the same CTIs."""
     out: list[Message] = []
     segment: list[Message] = []
 
@@ -163,7 +169,7 @@ def _shuffle(messages: Sequence[Message], rng: random.Random) -> list[Message]:
             lanes.setdefault(m.id, []).append(m)  # type: ignore[union-attr]
         heads = list(lanes.values())
         while heads:
-            lane = heads[rng.randrange(len(heads))]
+            lane = heads[rng.randrange(len(heads)) if rng is not None else -1]
             out.append(lane.pop(0))
             if not lane:
                 heads.remove(lane)
@@ -217,14 +223,16 @@ def _variants(query: Callable[[Stream], Stream], inp: _Input, seed: int, shuffle
         "batches": lambda: query(Stream.from_events(msgs)).collect(runtime="inline",
                                                                    batch_size=1),
     }
-    for k in range(shuffles):
-        rng = random.Random(seed * 1000 + k)
-        shuffled = _shuffle(msgs, rng)
+    # the reversed order first: it swaps any two events that share a CTI period, whatever
+    # the input, so a minimal input of two rows fails however the seeds would shuffle it
+    for k in range(-1, shuffles):
+        shuffled = _shuffle(msgs, None if k < 0 else random.Random(seed * 1000 + k))
 
         def inline_run(s: list[Message] = shuffled) -> list[Message]:
             return query(Stream.from_events(s)).collect(runtime="inline")
 
-        runs[f"shuffled (seed {seed * 1000 + k})"] = inline_run
+        runs["shuffled (reversed)" if k < 0 else f"shuffled (seed {seed * 1000 + k})"] = \
+            inline_run
     if _has(root, n.GroupApply):
         rng = random.Random(seed)
 
@@ -272,16 +280,44 @@ def _differs(query: Callable[[Stream], Stream], inp: _Input, variant: str, seed:
     return cht_diff(got, base)
 
 
+def _kind(variant: str) -> str:
+    """A variant's kind: ``"shuffled"`` for ``"shuffled (seed 3)"``, what ``variants=`` names."""
+    return variant.split(" ")[0]
+
+
+def _differs_as(query: Callable[[Stream], Stream], inp: _Input, variant: str, seed: int,
+                shuffles: int, ray: bool) -> tuple[str, str] | None:
+    """The first run of ``variant``'s kind (any of the ``shuffles`` seeds of ``seed``: the
+    reproduction runs them all) that differs from the inline run on ``inp``, and how."""
+    kind = _kind(variant)
+    names = [variant] + [v for v in _variants(query, inp, seed, shuffles, False)
+                         if _kind(v) == kind and v != variant]
+    for name in names:
+        diff = _differs(query, inp, name, seed, shuffles, ray)
+        if diff:
+            return name, diff
+    return None
+
+
 def _outcome(result: list[Message] | str) -> str:
     return result if isinstance(result, str) else f"{len(result)} messages"
 
 
 def _shrink(query: Callable[[Stream], Stream], inp: _Input, variant: str, seed: int,
             shuffles: int, ray: bool, budget_s: float) -> _Input:
-    """Delta debugging (Zeller's ddmin) over the input's units: the smallest input found
-    within ``budget_s`` on which ``variant`` still differs."""
+    """The smallest input found within ``budget_s`` on which a run of ``variant``'s kind still
+    differs: delta debugging (Zeller's ddmin) over the input's units, then, until nothing
+    more goes, one or two units kept alone, and single units, pairs and runs of consecutive
+    units removed. The last pass matters: removing one row moves the CTIs a source makes every
+    N rows and reshuffles the arrival order, so a row that is not needed may only go together
+    with others (the N rows before a pair that must share a CTI period)."""
     units = inp.units()
     deadline = time.monotonic() + budget_s
+
+    def still_differs(rest: list[list[Any]]) -> bool:
+        trial = _Input(tuple(m for u in rest for m in u), inp.source)
+        return _differs_as(query, trial, variant, seed, shuffles, ray) is not None
+
     chunks = 2
     while len(units) >= 2 and time.monotonic() < deadline:
         size = max(1, len(units) // chunks)
@@ -290,20 +326,42 @@ def _shrink(query: Callable[[Stream], Stream], inp: _Input, variant: str, seed: 
             if time.monotonic() >= deadline:
                 break
             rest = units[:lo] + units[lo + size:]
-            trial = _Input(tuple(m for u in rest for m in u), inp.source)
-            if _differs(query, trial, variant, seed, shuffles, ray):
+            if still_differs(rest):
                 units, chunks, removed = rest, max(chunks - 1, 2), True
                 break
         if not removed:
             if size == 1:
                 break
             chunks = min(len(units), chunks * 2)
+    removed = True
+    while removed and len(units) >= 2 and time.monotonic() < deadline:
+        removed = False
+        for rest in _smaller(units):
+            if time.monotonic() >= deadline:
+                break
+            if still_differs(rest):
+                units, removed = rest, True
+                break
     return _Input(tuple(m for u in units for m in u), inp.source)
+
+
+def _smaller(units: list[list[Any]]) -> Iterator[list[list[Any]]]:
+    """The inputs :func:`_shrink` tries last, smallest first: one unit, or two, kept alone;
+    then one unit, a run of consecutive units, or two units removed."""
+    n = len(units)
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    yield from ([units[i]] for i in range(n))
+    yield from ([units[i], units[j]] for i, j in pairs if n > 2)
+    yield from (units[:i] + units[j:] for size in range(n - 1, 0, -1)
+                for i in range(n - size + 1) for j in (i + size,))
+    yield from ([u for k, u in enumerate(units) if k not in (i, j)] for i, j in pairs
+                if j > i + 1)
 
 
 def _reproduction(query: Callable[[Stream], Stream], inp: _Input, variant: str,
                   seed: int) -> str:
-    """A pytest test that reruns the failing variant on the minimal input."""
+    """A test that reruns the failing variant on the minimal input: a pytest test, which
+    plain ``python`` runs too (``pip install .[viz]`` has no pytest)."""
     module = inspect.getmodule(query)
     name = getattr(query, "__name__", "query")
     if module is not None and module.__name__ not in ("__main__", "builtins") \
@@ -326,7 +384,9 @@ def _reproduction(query: Callable[[Stream], Stream], inp: _Input, variant: str,
             f"def test_{name}_does_not_depend_on_how_it_runs():\n"
             f"    data = [\n        {data},\n    ]\n"
             f"    check({name}, data{source}, variants=[{variant.split(' ')[0]!r}], "
-            f"seed={seed}, ray={variant == 'ray'})\n")
+            f"seed={seed}, ray={variant == 'ray'})\n\n\n"
+            f"if __name__ == \"__main__\":  # python test_query.py: no pytest needed\n"
+            f"    test_{name}_does_not_depend_on_how_it_runs()\n")
 
 
 # -- the entry point ----------------------------------------------------------------------------
@@ -383,8 +443,9 @@ def check(query: Callable[[Stream], Stream], data: Sequence[Any], *, start: Any 
         variant = next(iter(report.differences))
         small = _shrink(query, inp, variant, seed, shuffles, variant == "ray", shrink_s)
         report.minimal = list(small.data)
-        report.minimal_difference = _differs(query, small, variant, seed, shuffles,
-                                             variant == "ray")
+        found = _differs_as(query, small, variant, seed, shuffles, variant == "ray")
+        report.minimal_difference = f"{found[0]}: {found[1]}" if found else \
+            _differs(query, small, variant, seed, shuffles, variant == "ray")
         report.reproduction = _reproduction(query, small, variant, seed)
         if raise_on_difference:
             raise CheckFailed(report)

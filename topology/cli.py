@@ -427,6 +427,10 @@ def _check(args: Any) -> int:
     options = dict(getattr(module, "CHECK", {}))
     options.setdefault("seed", args.seed)
     options["ray"] = args.ray and options.get("ray", True)
+    wrong = _check_options(args.script, module.data, options)
+    if wrong:
+        print(f"cedar check: {wrong}", file=sys.stderr)
+        return 2
     try:
         report = check(module.query, module.data, **options)
     except CheckFailed as failed:
@@ -434,6 +438,38 @@ def _check(args: Any) -> int:
         return 1
     print(report.describe())
     return 0
+
+
+def _check_options(script: str, data: Any, options: dict[str, Any]) -> str | None:
+    """What is wrong with a check script's ``CHECK`` for its ``data``, said as what to write
+    in the script; None when nothing is (the checks of topology.check itself follow)."""
+    import inspect
+    import json
+    import os
+
+    from .checker import check
+
+    base = os.path.basename(script)
+    try:
+        inspect.signature(check).bind(None, data, **options)
+    except TypeError as exc:
+        return (f"{base}'s CHECK = {{...}} holds keyword arguments of topology.check (start=, "
+                f"end=, shape=, id=, advance=, variants=, seed=, shuffles=, shrink_s=): {exc}")
+    rows = list(data)[:1] if isinstance(data, (list, tuple)) else []
+    if options.get("start") is not None or not rows or \
+            type(rows[0]).__name__ in ("Insert", "Retract", "Cti"):
+        return None
+    first = rows[0]
+    columns = list(first) if isinstance(first, dict) else []
+    guess = next((c for c in columns if str(c).lower() in ("ts", "t", "time", "timestamp",
+                                                           "start", "event_time")),
+                 columns[0] if columns else "ts")
+    seen = f" (its first row has {', '.join(map(repr, columns))})" if columns else ""
+    add = f"CHECK = {{\"start\": {json.dumps(guess)}}}"
+    return (f"{base}'s data are rows, and cedar needs the column that gives each row's start "
+            f"time{seen}: add\n\n    {add}\n\nto {base} (a column name or a function row -> "
+            f"time; end=, shape=, id= and advance= go there too, as in Stream.from_rows), or "
+            f"make data a list of Insert/Retract/Cti messages")
 
 
 def _why(args: Any) -> int:

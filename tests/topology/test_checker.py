@@ -25,7 +25,7 @@ from topology import (
     Sum,
     check,
 )
-from topology.checker import _shuffle
+from topology.checker import REPRODUCTION_HEAD, _shuffle
 
 ROWS = [{"ts": (t * 7) % 50, "k": t % 4, "v": t} for t in range(60)]
 
@@ -59,7 +59,9 @@ def test_a_temporal_query_gives_the_same_cht_every_way():
     report = check(per_key, ROWS, start="ts", advance=AdvanceTime(every=15), ray=False)
     assert report.ok
     assert {"batches", "partitions", "restored", "final", "columns"} <= set(report.runs)
-    assert sum(v.startswith("shuffled") for v in report.runs) == 3
+    # three seeds, and every CTI period's events in reverse
+    assert sum(v.startswith("shuffled") for v in report.runs) == 4
+    assert "shuffled (reversed)" in report.runs
     assert report.skipped == {"ray": "ray=False"}
 
 
@@ -72,6 +74,19 @@ def test_an_arrival_order_dependent_udm_is_caught_and_shrunk():
     assert report.minimal is not None and len(report.minimal) == 2
     assert report.minimal[0]["ts"] // 10 == report.minimal[1]["ts"] // 10
     assert "only in actual" in str(failed.value)
+
+
+def test_the_minimal_input_keeps_no_row_the_failure_does_not_need():
+    """Issue 41 item 14: ddmin stopped at 5 rows here (removing any one of the 3 rows before
+    the pair moves the CTIs AdvanceTime(every=3) makes, so no single removal kept the
+    failure); two rows in one window, swapped, are all it takes."""
+    rng = random.Random(7)
+    rows = [{"ts": rng.randrange(200), "v": t} for t in range(200)]
+    with pytest.raises(CheckFailed) as failed:
+        check(last_per_window, rows, start="ts", advance=AdvanceTime(every=3), ray=False)
+    small = failed.value.report.minimal
+    assert small is not None and len(small) == 2, small
+    assert small[0]["ts"] // 10 == small[1]["ts"] // 10
 
 
 def test_the_reproduction_runs_and_fails_the_same_way():
@@ -164,8 +179,12 @@ def test_the_command_line(tmp_path):
                           "--no-ray"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 1, run.stderr
     assert "from myquery import query" in run.stdout
-    repro = run.stdout.split("As a test (run it with pytest):")[1]
+    repro = run.stdout.split(REPRODUCTION_HEAD)[1]
     (tmp_path / "test_repro.py").write_text(repro)
+    # plain python runs it too (`pip install .[viz]` has no pytest) and fails the same way
+    plain = subprocess.run([sys.executable, str(tmp_path / "test_repro.py")],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert plain.returncode == 1 and "CheckFailed" in plain.stderr, plain.stderr
     again = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                             str(tmp_path / "test_repro.py")], capture_output=True, text=True,
                            cwd=tmp_path, timeout=300)
@@ -179,3 +198,21 @@ def test_the_command_line(tmp_path):
     ok = subprocess.run([sys.executable, "-m", "topology.cli", "check", str(good), "--no-ray"],
                         capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0 and "all with the same CHT" in ok.stdout, ok.stdout + ok.stderr
+
+
+def test_the_command_line_says_what_to_add_when_check_lacks_the_start(tmp_path):
+    """Issue 41 item 14: rows without CHECK = {"start": ...} gave a raw traceback."""
+    script = tmp_path / "nostart.py"
+    script.write_text("from topology import Count\n"
+                      "def query(s):\n"
+                      "    return s.tumbling_window(10).aggregate(Count())\n"
+                      "data = [{'v': t, 'ts': t % 37} for t in range(10)]\n")
+    run = subprocess.run([sys.executable, "-m", "topology.cli", "check", str(script), "--no-ray"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert 'CHECK = {"start": "ts"}' in run.stderr and "nostart.py" in run.stderr
+    script.write_text(script.read_text() + "CHECK = {'strat': 'ts'}\n")
+    typo = subprocess.run([sys.executable, "-m", "topology.cli", "check", str(script), "--no-ray"],
+                          capture_output=True, text=True, timeout=300)
+    assert typo.returncode == 2 and "Traceback" not in typo.stderr, typo.stderr
+    assert "'strat'" in typo.stderr
