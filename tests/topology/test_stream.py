@@ -55,6 +55,35 @@ def test_explain_shows_the_tree_and_the_stages():
         "where#1:0, shift#2:0" in text
 
 
+def test_explain_keeps_a_group_apply_joined_to_its_input_past_its_sub_query():
+    """Issue 41 item 14: the sub-query hung between a group_apply and its input with no line
+    through it, so the input (a from_rows source) read as part of the group's subtree."""
+    src = Stream.from_rows([{"t": 0, "k": 1}], start="t", name="main")
+    ref = Stream.from_rows([{"t": 0, "k": 1}], start="t", name="ref")
+    q = src.group_apply("k", lambda g: g.union(g.shift(1))).union(ref)
+    assert q.explain(stages=False).splitlines() == [
+        "sink",
+        "└── union#3  union(2 inputs)",
+        "    ├── group_apply#1  group_apply('k') key [column-wise]",
+        "    │   │   per group:",
+        "    │   │   └── union#2  union(2 inputs)",
+        "    │   │       ├── group#0  group",
+        "    │   │       └── shift#1  shift(1)",
+        "    │   │           └── group#0 (shared, see above)",
+        "    │   └── main  from_rows(1 rows, start='t', shape='point')",
+        "    └── ref  from_rows(1 rows, start='t', shape='point')",
+    ]
+    # a sub-query that reads another source (refused when planned) is drawn the same way
+    joined = src.group_apply("k", lambda g: g.join(ref, on=("k", "k")))
+    assert joined.explain(stages=False).splitlines()[2:] == [
+        "    │   per group:",
+        "    │   └── join#2  join(on=('k', 'k'))",
+        "    │       ├── group#0  group",
+        "    │       └── ref  from_rows(1 rows, start='t', shape='point')",
+        "    └── main  from_rows(1 rows, start='t', shape='point')",
+    ]
+
+
 def test_fusion_merges_stateless_neighbours_only():
     q = (Stream.from_events(EVENTS).where(lambda p: p > 1).select(lambda p: p * 2).shift(1)
          .alter_lifetime(duration=2).to_points().clip_duration(1))
