@@ -121,6 +121,13 @@ class Collected(list[Any]):
     accounting: dict[str, dict[str, int]]
     #: every step's CTIs at the end of the run, for :meth:`why` (None: not recorded)
     progress: Progress | None
+    #: the run's token over streaming ``from_spark`` sources with a checkpoint (the same for
+    #: a run delivered again after a kill), None without one (``Stream.collect``)
+    run: int | None = None
+
+    def commit(self) -> None:
+        """``collect(commit=False)``: commit the run of its streaming Spark sources, once the
+        rows are stored (nothing to do otherwise, or a second time)."""
 
     def __init__(self, messages: Iterable[Any] = (), report: RunReport | None = None,
                  progress: Progress | None = None) -> None:

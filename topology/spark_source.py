@@ -981,12 +981,34 @@ class SparkStreamFeeder:
         :attr:`run` counts one more. Without a checkpoint location, nothing to do."""
         if self.checkpoint_location is None:
             return
+        try:
+            on_disk = load_checkpoint(self._state_path())
+        except FileNotFoundError:
+            on_disk = {"run": 0, "last_batch_id": -1}
+        if (on_disk.get("run", 0), on_disk["last_batch_id"]) != (self.run, self.last_batch_id):
+            raise RuntimeError(
+                f"SparkStreamFeeder.commit_run: the stream checkpointed at "
+                f"{self.checkpoint_location!r} went on after this run (a later run over it "
+                f"replayed or committed it); this run's commit would undo that")
         if self._saved_ingress is not None:
             self.ingress.restore(self._saved_ingress)
         self._held = None
         self.run += 1
-        self._save_state()
+        self._save_state()  # the commit (one atomic write); the log is no longer needed
+        # (a kill before it is deleted leaves it to the next run: :meth:`_clean_log`)
         _delete_dir(self._run_dir())
+
+    def _clean_log(self) -> None:
+        """Delete the micro-batch logs no held run replays: those a run left when it was
+        killed after its commit and before it deleted them (never read again, they were
+        only leaked)."""
+        if self.checkpoint_location is None:
+            return
+        keep = set() if self._held is None else {f"{b}.pkl" for b in self._held["batches"]}
+        if keep:
+            _delete_files_but(self._run_dir(), keep)
+        else:
+            _delete_dir(self._run_dir())
 
     # -- one micro-batch ----------------------------------------------------------------------
     def ingest(self, table: pa.Table, now: float | None = None) -> list[Message]:
@@ -1053,6 +1075,7 @@ class SparkStreamFeeder:
         committed when this one ends).
         """
         held = self.checkpoint_location is not None and (hold or self._held is not None)
+        self._clean_log()
         start = self.ingress.snapshot()
         replay: list[int] = []
         if self._held is not None:  # a held run died: the same stream again, from its start
@@ -1238,6 +1261,28 @@ def _delete_dir(location: str) -> None:
         fs.delete_dir(where)
     except (FileNotFoundError, OSError):
         pass  # nothing logged
+
+
+def _fs_of(location: str) -> tuple[Any, str]:
+    if "://" in location:
+        return pafs.FileSystem.from_uri(location)
+    return pafs.LocalFileSystem(), os.path.abspath(location)
+
+
+def _delete_files_but(location: str, keep: set[str]) -> None:
+    """Delete the files directly in folder ``location`` (a path or storage URI) whose names
+    are not in ``keep``; nothing when it does not exist."""
+    fs, where = _fs_of(location)
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(where, allow_not_found=True))
+    except (FileNotFoundError, OSError):
+        return
+    for info in infos:
+        if info.type == pafs.FileType.File and info.base_name not in keep:
+            try:
+                fs.delete_file(info.path)
+            except (FileNotFoundError, OSError):
+                pass
 
 
 def _state_path(checkpoint: str) -> str:

@@ -542,7 +542,7 @@ class Stream:
 
     def collect(self, runtime: str = "ray", *, fuse: bool | str | None = None,
                 batch_size: int | None = None, trace: Any = None, columns: bool = False,
-                **options: Any) -> Collected:
+                commit: bool = True, **options: Any) -> Collected:
         """Run the query to the end of its sources and return the output messages
         (``columns=True``: the output's column batches as :class:`~operators.columns.Columns`,
         each standing for its inserts, instead of one ``Insert`` per event).
@@ -565,16 +565,27 @@ class Stream:
         ``fuse="chains"`` or ``"all"`` fuse deeper (docs/runtime.md, "Fusion").
 
         Over a streaming ``from_spark(..., checkpoint=PATH)`` the run is committed only when
-        ``collect()`` returns its output: a run that fails or is killed before commits
-        nothing, and the next ``collect()`` delivers its events again (docs/spark.md).
+        ``collect()`` returns its output, as its last act: a run that fails or is killed
+        before commits nothing, and the next ``collect()`` delivers its events again
+        (docs/spark.md). With ``commit=False`` the run stays held after ``collect()``
+        returned, until the caller, having stored the rows, calls ``out.commit()``; a run
+        killed before that is delivered again by the next ``collect()``, under the same
+        ``out.run`` (the run's token: store the rows under it, replacing what is there, and
+        no kill anywhere loses or duplicates a row).
         """
         _check_runtime("collect", runtime)
         _check_fuse("collect", fuse)
-        with _held_runs(self._node) as commit:
+        if not isinstance(commit, bool):
+            raise TypeError(f"collect(commit={commit!r}): give True or False")
+        with _held_runs(self._node) as held:
             out = self._run(runtime, fuse=fuse, batch_size=batch_size, trace=trace,
                             columns=columns, **options)
-            commit()
-        out.report.warn("collect()", "collect(...).", stacklevel=2)
+            out.report.warn("collect()", "collect(...).", stacklevel=2)
+            out.run = held.run
+            if not commit:
+                out.commit = held.later()  # type: ignore[method-assign]
+            else:
+                held()  # the commit: nothing between it and the hand-over
         return out
 
     def _run(self, runtime: str, *, fuse: bool | str | None = None,
@@ -767,24 +778,43 @@ class _Batches:
 
 
 @contextmanager
-def _held_runs(node: n.Node) -> Iterator[Callable[[], None]]:
+def _held_runs(node: n.Node) -> Iterator[_Commit]:
     """Hold the runs of the query's streaming Spark sources with a checkpoint (those not
     held already, by ``to_spark_stream``) until the caller has delivered the output: the
     callable yielded commits them. A run not committed (an error, a kill) is replayed whole
     by the next run over the checkpoint (:class:`topology.spark_source.SparkStreamFeeder`)."""
     held = [s for s in _spark_streams(node) if s.checkpoint is not None and not s.held]
-    for s in held:
-        s.hold()
-
-    def commit() -> None:
-        for s in held:
-            s.commit_run()
-
+    runs = [s.hold() for s in held]
+    commit = _Commit(held, sum(runs) if runs else None)
     try:
         yield commit
     finally:  # a run not committed stays held on disk, for the next run to replay
         for s in held:
             s.held, s.last = False, None
+
+
+class _Commit:
+    """Commits the held runs of a query's streaming Spark sources (:func:`_held_runs`);
+    ``run`` is their token (the sum of the sources' committed runs before this one: a run
+    replayed after a kill has the same token), None without such a source."""
+
+    def __init__(self, streams: list[_SparkStream], run: int | None) -> None:
+        self.streams, self.run = streams, run
+
+    def __call__(self) -> None:
+        for s in self.streams:
+            s.commit_run()
+
+    def later(self) -> Callable[[], None]:
+        """A commit of this run's feeders, for after the ``with`` (``collect(commit=False)``'s
+        ``out.commit``); committing twice does nothing more."""
+        feeders = [s.last for s in self.streams if s.last is not None]
+
+        def commit() -> None:
+            while feeders:
+                feeders.pop(0).commit_run()
+
+        return commit
 
 
 def _spark_streams(node: n.Node) -> list[_SparkStream]:

@@ -11,7 +11,9 @@ the exactly-once sink, meant to be killed with ``SIGKILL`` and started again.
   ``to_spark_stream``, inline;
 * ``mode="collect"``: the same streaming source -> a filter -> ``collect()`` (inline, or on a
   local Ray instance), whose rows the child then delivers as a JSON file of its own in
-  ``out`` (written atomically): what a caller of ``collect()`` does with its output.
+  ``out`` (written atomically): what a caller of ``collect()`` does with its output; with
+  ``ack`` it collects with ``commit=False``, stores the rows under the run's token and then
+  commits the run (``out.commit()``).
 
 ``kill`` = ``{"point": NAME, "n": N}`` wraps one function of the engine, in this process only,
 so that its N-th call ends the process with ``SIGKILL`` at a chosen moment (the points are in
@@ -75,6 +77,12 @@ def _feeder() -> Any:
     return SparkStreamFeeder
 
 
+def _stream() -> Any:
+    from topology import Stream
+
+    return Stream
+
+
 def _source_module() -> Any:
     import topology.spark_source as source
 
@@ -95,8 +103,13 @@ POINTS: dict[str, tuple[Callable[[], Any], str, str]] = {
     "feeder.before": (_feeder, "_save_state", "before"),
     # Spark committed micro-batch n-1 and runs the next one, not handed over yet
     "spark.next": (_source_module, "_frame_to_arrow", "before"),
-    # the sink committed the run's end; the feeder has not committed the run yet
+    # the sink committed the run's end (or the caller of collect(commit=False) stored the
+    # rows); the feeder has not committed the run yet
     "pair.end": (_feeder, "commit_run", "before"),
+    # the feeder committed the run (its state written); nothing after it yet
+    "feeder.committed": (_feeder, "commit_run", "after"),
+    # collect() returned its rows; the caller has not stored them yet
+    "collect.returned": (_stream, "collect", "after"),
 }
 
 
@@ -182,14 +195,20 @@ def collect_run(cfg: dict[str, Any]) -> None:
     df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(cfg["input"])
     src = Stream.from_spark(df, start="ts", advance=AdvanceTime(every=50),
                             checkpoint=cfg["work"])
-    out = collect_query(src).collect(runtime=cfg["runtime"])
+    ack = bool(cfg.get("ack"))
+    out = collect_query(src).collect(runtime=cfg["runtime"], commit=not ack)
     got = [[m.start, m.end, m.payload["meter"], m.payload["kwh"]] for m in out
            if type(m) is Insert]
     os.makedirs(cfg["out"], exist_ok=True)
-    path = os.path.join(cfg["out"], f"run-{time.time_ns()}.json")
+    # with ``ack`` the caller stores the rows under the run's token (a run delivered again
+    # replaces its file), then commits the run
+    name = f"run-{out.run:06d}.json" if ack else f"run-{time.time_ns()}.json"
+    path = os.path.join(cfg["out"], name)
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(got, f)
     os.replace(path + ".tmp", path)
+    if ack:
+        out.commit()
 
 
 def main(config_path: str) -> None:

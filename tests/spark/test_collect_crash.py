@@ -43,10 +43,10 @@ def _k(point: str, n: int) -> dict[str, Any]:
     return {"point": point, "n": n}
 
 
-def collect_case(tmp: Path, runtime: str, seed: int = 1) -> dict[str, Any]:
+def collect_case(tmp: Path, runtime: str, seed: int = 1, ack: bool = False) -> dict[str, Any]:
     return {"mode": "collect", "runtime": runtime, "out": str(tmp / "out"),
             "work": str(tmp / "ckpt"), "input": str(tmp / "in"), "seed": seed,
-            "events": EVENTS}
+            "events": EVENTS, "ack": ack}
 
 
 def expected(seed: int) -> Counter[tuple[Any, ...]]:
@@ -68,11 +68,11 @@ def delivered(folder: str) -> tuple[Counter[tuple[Any, ...]], int]:
     return got, len(names)
 
 
-def collect_runs(tmp: Path, runtime: str, kills: list[list[Any]],
-                 seed: int = 1) -> tuple[Counter[tuple[Any, ...]], int, int]:
+def collect_runs(tmp: Path, runtime: str, kills: list[list[Any]], seed: int = 1,
+                 ack: bool = False) -> tuple[Counter[tuple[Any, ...]], int, int]:
     """Two runs of the stream (files 0-3, then 4-5 arrive), each killed as planned and
     restarted until it finishes; the rows delivered, the runs that delivered, the kills."""
-    cfg = collect_case(tmp, runtime, seed)
+    cfg = collect_case(tmp, runtime, seed, ack)
     write_inputs(tmp / "in", seed, 0, 4)
     killed = finish(cfg, tmp, kills[0])
     write_inputs(tmp / "in", seed, 4, FILES)
@@ -113,6 +113,30 @@ def test_collect_killed_at_a_commit_delivers_every_row_once(tmp_path, runtime, k
     assert_exactly_once(got, expected(1))
     assert killed == len(kills[0]) + len(kills[1])
     assert runs == 2  # the killed runs delivered nothing; each finished run once
+
+
+@pytest.mark.parametrize("runtime,kills", [
+    # run 1: collect() returned, the rows not stored yet; then stored, the run not committed;
+    # run 2: committed (its log not deleted), nothing after it: a third, empty run follows
+    ("inline", [[_k("collect.returned", 1), _k("pair.end", 1)], [_k("feeder.committed", 1)]]),
+    pytest.param("ray", [[_k("collect.returned", 1)], [_k("pair.end", 1)]],
+                 marks=pytest.mark.ray),
+])
+def test_collect_committed_by_the_caller_loses_no_row_at_any_kill(tmp_path, runtime,
+                                                                  kills) -> None:
+    """``collect()`` committed the run just before it returned, so a kill between its commit
+    and the hand-over lost the run's rows: committed, never returned, not late (issue #41,
+    item 3). The commit is now ``collect()``'s last act, and ``collect(commit=False)`` leaves
+    it to the caller, after it stored the rows under ``out.run``: a run killed before the
+    commit is delivered again under the same token, which replaces its file, and a kill
+    anywhere loses no row and duplicates none."""
+    got, _, killed = collect_runs(tmp_path, runtime, kills, ack=True)
+    assert_exactly_once(got, expected(1))
+    assert killed == len(kills[0]) + len(kills[1])
+    names = sorted(os.listdir(tmp_path / "out"))
+    assert names[:2] == ["run-000000.json", "run-000001.json"], names
+    log = tmp_path / "ckpt" / "cedar_run"  # nothing held: no log left behind
+    assert not log.exists() or not os.listdir(log), os.listdir(log)
 
 
 @pytest.mark.skipif(not SWEEP, reason="the random sweep of collect() runs with "

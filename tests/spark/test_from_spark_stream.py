@@ -110,6 +110,42 @@ def test_a_failed_run_is_delivered_again_whole_with_no_duplicate_and_no_gap(spar
     assert _inserts(query(fail_at=None).collect(runtime="inline")) == [] and seen == []
 
 
+def test_a_run_killed_after_its_commit_leaves_no_log_behind(spark, tmp_path,
+                                                            monkeypatch) -> None:
+    """A run committed, and killed before its micro-batch log was deleted, left the log's
+    files behind: never replayed (the state says no run is held) and never deleted, next to
+    the next run's log. The next run now starts by deleting every log file that no held run
+    replays (issue #41, item 3)."""
+    import topology.spark_source as spark_source
+
+    source, checkpoint = str(tmp_path / "in"), str(tmp_path / "checkpoint")
+    log = os.path.join(checkpoint, "cedar_run")
+    os.makedirs(source)
+    write_file(source, "a.parquet", [0, 1, 2], 0)
+
+    def run(fail: bool = False) -> list:
+        def record(r: dict) -> float:
+            if fail and r["kwh"] >= 6:
+                raise RuntimeError("the query fails on purpose")
+            return r["kwh"]
+
+        src = Stream.from_spark(_stream(spark, source), start="ts", advance=ADVANCE,
+                                checkpoint=checkpoint)
+        return src.select(record).collect(runtime="inline")
+
+    with monkeypatch.context() as m:  # killed right after the commit: nothing deleted
+        m.setattr(spark_source, "_delete_dir", lambda location: None)
+        first = run()
+    assert [i.payload for i in _inserts(first)] == [0.0, 1.0, 2.0]
+    assert stream_records(checkpoint)["last_batch_id"] == 0
+    write_file(source, "b.parquet", [3, 4, 5], 3)
+    write_file(source, "c.parquet", [6, 7, 8], 6)
+    with pytest.raises(RuntimeError, match="on purpose"):
+        run(fail=True)  # held: micro-batch 1 logged, fails in 2, the run not committed
+    assert sorted(os.listdir(log)) == ["1.pkl"]  # not run 1's 0.pkl beside it
+    assert [i.payload for i in _inserts(run())] == [3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+
+
 def test_a_streaming_dataframe_needs_a_checkpoint(spark, tmp_path) -> None:
     df = _stream(spark, str(tmp_path))
     with pytest.raises(ValueError, match=r"needs checkpoint=PATH.*checkpoint=None explicitly"):
