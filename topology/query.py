@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 STATS_WAIT_S = 10.0
 #: Seconds between two full checks of every step while ``Query.wait()`` waits.
 CHECK_S = 0.5
+#: Seconds one of those checks waits for the steps' stats (a busy step answers at once from
+#: its last report; one that does not answer by then is taken to be busy).
+DIAGNOSE_WAIT_S = 1.0
 #: Seconds a dead host's last calls may take to reach the sources it fed.
 HOST_DRAIN_S = 3.0
 #: Why a step whose actor is gone failed (a query without checkpoints).
@@ -520,25 +523,29 @@ class Query:
                     return bool(done)
 
         while True:
-            # never past the deadline: a step busy with a long batch answers after it
-            wait_s = STATS_WAIT_S if deadline is None else max(0.05, deadline - time.monotonic())
+            # never past the deadline (but time for a last look at the sink once it passed)
+            rest = None if deadline is None else deadline - time.monotonic()
+            wait_s = STATS_WAIT_S if rest is None else min(STATS_WAIT_S, max(0.5, rest))
             try:
                 s = self._get(self._sink.stats.remote(), timeout=wait_s)
                 if s["finished"] and not s["error"]:
                     return True
             except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                 s = None
+            if rest is not None and rest <= 0:
+                return False  # the sink, just asked, has not finished
             if s is None or s["error"] or time.monotonic() - self._checked > CHECK_S:
                 self._checked = time.monotonic()
-                kind, step, reason = self._diagnose(wait_s)
+                # a round of checks never takes the rest of the deadline: a step that does
+                # not answer soon (its control thread taken) is only busy, and the sink is
+                # asked again before the deadline is called
+                kind, step, reason = self._diagnose(min(wait_s, DIAGNOSE_WAIT_S))
                 if kind == "finished":
                     return True
                 if kind == "failed":
                     raise QueryFailed(self.name, step, reason)  # type: ignore[arg-type]
                 if kind == "stopped":
                     raise self._stopped_error()
-            if deadline is not None and time.monotonic() > deadline:
-                return False
             time.sleep(0.02)
 
     def flush_trace(self) -> None:

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from tests.topology.live_kit import rows as _rows
+from tests.topology.live_kit import stall_at
 from tests.topology.live_kit import wait_for as _wait_for
 from topology import AdvanceTime, Count, Stream
 from topology.routing import stable_hash
@@ -320,8 +321,6 @@ def test_an_input_that_ended_is_never_the_culprit():
 def test_why_of_a_step_busy_in_one_batch_answers_at_once_and_says_so(ray_session, tmp_path):
     import os
 
-    from tests.topology.live_kit import stall_at
-
     marker, entered = str(tmp_path / "hold"), str(tmp_path / "entered")
     open(marker, "w").close()
     rows = [{"t": t} for t in range(20)]
@@ -387,4 +386,47 @@ def test_why_of_a_final_time_whose_row_was_let_go(ray_session, history):
         else:
             assert "not kept (deploy with history=True" in str(e)
     finally:
+        q.stop()
+
+
+def _hold_while(marker):
+    """A read for ``inspect`` that keeps the step's control thread while ``marker`` exists."""
+    def read(proc):
+        import os
+        import time
+
+        while os.path.exists(marker):
+            time.sleep(0.05)
+    return read
+
+
+def test_wait_with_a_deadline_sees_the_end_a_second_handle_sees(ray_session, tmp_path):
+    # where#1 holds its batch for ~1.5 s; meanwhile from_rows#0's control thread is kept
+    # busy (as by a diagnosis that waits for it), so its stats do not answer. The query
+    # ends at ~1.5 s: wait(8) must say True, as attach().wait() does, not spend its whole
+    # deadline waiting for one step's stats and then say False
+    import os
+    import threading
+
+    from topology import attach
+
+    marker, entered = str(tmp_path / "hold"), str(tmp_path / "entered")
+    control = str(tmp_path / "control")
+    for path in (marker, control):
+        open(path, "w").close()
+    rows = [{"t": t} for t in range(20)]
+    q = (Stream.from_rows(rows, start="t").where(stall_at(5, marker, entered))
+         .deploy("wait-agrees", history=True))
+    try:
+        _wait_for(lambda: os.path.exists(entered), 30, "the batch that holds")
+        q.handles["from_rows#0"].inspect.remote(_hold_while(control))
+        threading.Timer(1.5, os.remove, (marker,)).start()
+        began = time.monotonic()
+        assert q.wait(8) is True
+        assert time.monotonic() - began < 6
+        assert attach("wait-agrees").wait(8) is True
+    finally:
+        for path in (marker, control):
+            if os.path.exists(path):
+                os.remove(path)
         q.stop()
