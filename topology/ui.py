@@ -248,7 +248,10 @@ class Monitor:
                         (name, step), deque(maxlen=HISTORY_POINTS))
                     ring.append((wall, rate_in, rate_out))
                 status = ("failed: " + _short(str(s["error"])) if s.get("error")
-                          else "finished" if s.get("finished") else "running")
+                          else "finished" if s.get("finished") else
+                          "busy in one batch" + ("" if s.get("busy_s") is None else
+                                                 f" for {s['busy_s']:.0f} s")
+                          if s.get("busy") else "running")
             else:
                 s = self._known.get(key, {})
                 if kind == "waiting":
@@ -269,6 +272,7 @@ class Monitor:
                 "recoveries": s.get("recoveries", 0 if s else None),
                 "finished": s.get("finished", False), "error": s.get("error"),
                 "answering": kind == "ok", "traced": bool(s.get("trace")),
+                "busy": bool(s.get("busy")) if kind == "ok" else False,
                 "rates": self._rates(name, step, wall),
             }
         for step, row in steps.items():
@@ -659,8 +663,8 @@ function render(data) {
     for (const f of FIELDS) head.appendChild(el("th", f.replaceAll("_", " ")));
     table.appendChild(head);
     for (const [step, s] of Object.entries(q.steps)) {
-      const tr = el("tr", null, {"data-step": step,
-                                 class: s.error ? "failed" : s.answering ? "" : "stuck"});
+      const tr = el("tr", null, {
+        "data-step": step, class: s.error ? "failed" : s.answering && !s.busy ? "" : "stuck"});
       tr.appendChild(el("td", step, {class: "step", title: s.operator}));
       for (const f of FIELDS) {
         const td = el("td", null, {"data-field": f});
