@@ -100,8 +100,10 @@ class Monitor:
     """Samples the running queries: per step its stats, and the rates since the last sample.
 
     Each refresh sends its calls to every actor at once and waits for them together, at most
-    :data:`ANSWER_S`: a step that has not answered by then (busy in one long batch, say) shows
-    as "not answering" with its last known numbers while the other steps and queries update.
+    :data:`ANSWER_S`. A step busy in one long batch answers at once from its last report
+    (``busy``) and shows as "busy in one batch"; one that has not answered by then (its
+    process stuck) shows as "not answering" with its last known numbers while the other steps
+    and queries update.
     A call not answered yet is not sent again: the next refreshes look whether it came (at no
     cost), so a stuck step slows no refresh after the first.
     """
