@@ -2,13 +2,21 @@
 one PyFlink is installed in: its pinned pyarrow and pandas differ from cedar's). It imports
 nothing of cedar: ``python flink_job.py SPEC.json RESULT.json``.
 
-The spec lists jobs: per job its source tables (CSV files, one ``CREATE TABLE`` each, the
-time column ``BIGINT`` µs turned into a ``TIMESTAMP_LTZ(3)`` rowtime with a ``WATERMARK``),
-a SQL query, how many timed runs, and optionally a file to write the query's final rows to.
-Each timed run inserts the query into a ``blackhole`` sink and waits for the job to end: the
-wall time from submission to the end of the output, and Flink's own net job runtime. The
-first ``TableEnvironment`` (the JVM's start) is timed apart. The rows for the comparison come
-from a separate, untimed run (see :func:`final_rows`).
+Flink runs as the Nexmark project runs it (:data:`NEXMARK_CONF`: object reuse, mini-batch,
+split distinct aggregation, heap state), in one warm ``TableEnvironment`` for every job and
+run of the process: the JVM's start and the first environment are timed apart.
+
+The spec lists the parallelisms to run (``[1, 2]``) and jobs: per job its source tables (CSV
+files, one ``CREATE TEMPORARY TABLE`` each, the time column ``BIGINT`` µs turned into a
+``TIMESTAMP_LTZ(3)`` rowtime with a ``WATERMARK``), a SQL query, optionally the same tables over a
+small input (``warm_tables``: the query runs once on them at each parallelism first, untimed,
+as cedar's warm-up run does), how many timed runs at each parallelism, and optionally a file
+to write the query's final rows to. Each timed run inserts
+the query into a ``blackhole`` sink and waits for the job to end: Flink's own net job runtime
+(``JobExecutionResult.getNetRuntime``: from the job's start to its end, without the
+compilation and the local cluster's start) and, beside it, the wall time from submission to
+the end of the output. The rows for the comparison come from a separate, untimed run at the
+first parallelism (see :func:`final_rows`).
 """
 
 from __future__ import annotations
@@ -20,27 +28,55 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 import traceback
 from typing import Any
 
+#: The Flink configuration the Nexmark project publishes for its runs
+#: (``nexmark-flink/src/main/resources/conf/flink-conf.yaml`` / ``sql-client-defaults``), as
+#: far as it concerns one local process: object reuse, mini-batch (2 s, 50,000 rows), split
+#: distinct aggregation, heap (``hashmap``) state.
+NEXMARK_CONF = {
+    "pipeline.object-reuse": "true",
+    "table.exec.mini-batch.enabled": "true",
+    "table.exec.mini-batch.allow-latency": "2 s",
+    "table.exec.mini-batch.size": "50000",
+    "table.optimizer.distinct-agg.split.enabled": "true",
+    "state.backend.type": "hashmap",
+}
 
-def environment(parallelism: int) -> Any:
+
+def environment() -> Any:
+    """The one ``TableEnvironment`` of this process, configured as :data:`NEXMARK_CONF`."""
+    from pyflink.common import Configuration
     from pyflink.table import EnvironmentSettings, TableEnvironment
 
-    env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+    given = Configuration()
+    for key, value in NEXMARK_CONF.items():
+        given.set_string(key, value)
+    env = TableEnvironment.create(EnvironmentSettings.new_instance().in_streaming_mode()
+                                  .with_configuration(given).build())
     conf = env.get_config()
-    conf.set("parallelism.default", str(parallelism))
+    for key, value in NEXMARK_CONF.items():  # and in the table config, which jobs are given
+        conf.set(key, value)
     conf.set("table.local-time-zone", "UTC")
-    conf.set("table.exec.resource.default-parallelism", str(parallelism))
     return env
 
 
+def set_parallelism(env: Any, parallelism: int) -> None:
+    """The parallelism of the jobs submitted from now on (read at each job's planning)."""
+    conf = env.get_config()
+    conf.set("parallelism.default", str(parallelism))
+    conf.set("table.exec.resource.default-parallelism", str(parallelism))
+
+
 def create_tables(env: Any, tables: list[dict[str, Any]]) -> None:
+    """The job's source tables, replacing any of the same name (an earlier job's, which may
+    read another size of the same stream)."""
     for t in tables:
         cols = ",\n  ".join(f"`{name}` {kind}" for name, kind in t["columns"])
         delay = t.get("watermark_ms", 0)
+        env.execute_sql(f"DROP TEMPORARY TABLE IF EXISTS `{t['name']}`")
         env.execute_sql(f"""
 CREATE TEMPORARY TABLE `{t['name']}` (
   {cols},
@@ -64,18 +100,22 @@ def plain(value: Any) -> Any:
     return value
 
 
-def final_rows(env: Any, sql: str, scratch: str) -> tuple[list[str], list[list[Any]]]:
-    """The query's rows once its changelog is applied. An insert-only query writes them as
-    JSON lines through the filesystem connector, read back here; an updating one (which that
-    sink refuses) comes through ``to_pandas``, which applies the changelog in the JVM. Both
-    move the rows in bulk: ``collect()``'s iterator costs a py4j round trip per row (minutes
-    for a million rows)."""
+def final_rows(env: Any, sql: str, scratch: str) -> dict[str, Any]:
+    """The query's rows once its changelog is applied, as ``{"columns": names, "rows":
+    [[value, ...], ...]}`` or ``{"columns": names, "kinds": type names, "json_files": paths}``.
+    An insert-only query writes them as JSON lines through the filesystem connector into
+    ``scratch``, left there for the caller to read in bulk (:func:`benchmarks.flink.read_rows`:
+    parsing millions of lines here, in Python, took minutes); an updating one (which that sink
+    refuses) comes through ``to_pandas``, which applies the changelog in the JVM. Both move
+    the rows in bulk: ``collect()``'s iterator costs a py4j round trip per row (minutes for a
+    million rows)."""
     from pyflink.table import Schema, TableDescriptor
 
     table = env.sql_query(sql)
     schema = table.get_schema()
     names = list(schema.get_field_names())
     kinds = [type(t).__name__ for t in schema.get_field_data_types()]
+    env.execute_sql("DROP TEMPORARY TABLE IF EXISTS `cedar_rows`")
     try:
         env.create_temporary_table("cedar_rows", TableDescriptor.for_connector("filesystem")
                                    .schema(Schema.new_builder().from_row_data_type(
@@ -87,30 +127,15 @@ def final_rows(env: Any, sql: str, scratch: str) -> tuple[list[str], list[list[A
             raise
         frame = table.to_pandas()
         rows = frame.astype(object).where(frame.notna(), None).values.tolist()
-        return names, [[plain(v) for v in row] for row in rows]
-    rows = []
-    for root, _, files in os.walk(scratch):
-        for name in sorted(files):
-            if name.startswith("."):
-                continue
-            with open(os.path.join(root, name)) as f:
-                for line in f:
-                    record = json.loads(line)
-                    rows.append([from_json(record.get(n), k) for n, k in zip(names, kinds)])
-    return names, rows
-
-
-def from_json(value: Any, kind: str) -> Any:
-    """A value of the JSON format as :func:`plain` gives it: a timestamp (written as
-    ``2024-01-01 00:00:00.000[Z]``) as µs since the epoch, UTC."""
-    if value is None or "Timestamp" not in kind:
-        return value
-    return plain(dt.datetime.fromisoformat(value.replace("Z", "+00:00")))
+        return {"columns": names, "rows": [[plain(v) for v in row] for row in rows]}
+    files = [os.path.join(root, name) for root, _, found in os.walk(scratch)
+             for name in sorted(found) if not name.startswith(".")]
+    return {"columns": names, "kinds": kinds, "json_files": files}
 
 
 def timed_run(env: Any, sql: str) -> tuple[float, float | None]:
     """Seconds from submission to the end of the job's output into a blackhole sink, and the
-    job's net runtime as Flink reports it."""
+    job's net runtime as Flink reports it (None if it cannot be read)."""
     table = env.sql_query(sql)
     from pyflink.table import TableDescriptor
 
@@ -131,31 +156,36 @@ def timed_run(env: Any, sql: str) -> tuple[float, float | None]:
 def main(spec_path: str, result_path: str) -> int:
     with open(spec_path) as f:
         spec = json.load(f)
-    parallelism = int(spec.get("parallelism", 1))
-    out: dict[str, Any] = {"jobs": {}}
+    parallelisms = [int(p) for p in spec.get("parallelisms", [1])]
+    out: dict[str, Any] = {"jobs": {}, "conf": NEXMARK_CONF, "parallelisms": parallelisms}
     t0 = time.perf_counter()
-    environment(parallelism)
+    env = environment()
     out["startup_s"] = time.perf_counter() - t0
     for job in spec["jobs"]:
         name = job["name"]
-        res: dict[str, Any] = {"runs": [], "net": []}
+        # per parallelism (as a string: JSON's keys), every run's wall and net seconds
+        res: dict[str, Any] = {"runs": {}, "net": {}}
         try:
-            for _ in range(int(job.get("repeat", 1))):
-                env = environment(parallelism)
-                create_tables(env, job["tables"])
-                wall, net = timed_run(env, job["sql"])
-                res["runs"].append(wall)
-                res["net"].append(net)
+            if job.get("warm_tables"):  # the same query on a small input first: not timed
+                create_tables(env, job["warm_tables"])
+                for parallelism in parallelisms:
+                    set_parallelism(env, parallelism)
+                    timed_run(env, job["sql"])
+            create_tables(env, job["tables"])
+            for parallelism in parallelisms:
+                set_parallelism(env, parallelism)
+                walls, nets = res["runs"].setdefault(str(parallelism), []), \
+                    res["net"].setdefault(str(parallelism), [])
+                for _ in range(int(job.get("repeat", 1))):
+                    wall, net = timed_run(env, job["sql"])
+                    walls.append(wall)
+                    nets.append(net)
             if job.get("rows_to"):
-                env = environment(parallelism)
-                create_tables(env, job["tables"])
-                scratch = tempfile.mkdtemp(prefix="cedar-flink-rows-")
-                try:
-                    names, rows = final_rows(env, job["sql"], scratch)
-                finally:
-                    shutil.rmtree(scratch, ignore_errors=True)
+                set_parallelism(env, parallelisms[0])
+                scratch = job["rows_to"] + ".d"  # the caller's folder: it reads and deletes
+                shutil.rmtree(scratch, ignore_errors=True)
                 with open(job["rows_to"], "w") as f:
-                    json.dump({"columns": names, "rows": rows}, f)
+                    json.dump(final_rows(env, job["sql"], scratch), f)
         except Exception as exc:  # noqa: BLE001 - one failing job must not stop the others
             res["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
             res["trace"] = traceback.format_exc()[-2000:]

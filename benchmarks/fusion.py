@@ -25,8 +25,12 @@ from operators.columns import expand
 from .idle_cost import cpu_seconds, ray_workers
 from .nexmark import generator as gen
 from .nexmark import queries as nq
-from .nexmark.run import QUICK_DELAY, cedar_query
+from .nexmark.run import cedar_query
 
+#: An event every 500 µs of event time (not Nexmark's 100 µs): 100,000 events span 50 s, so
+#: the 10 s windows of Q5 and Q7 close several times (the suite's --quick spacing until issue
+#: 36 made --quick 1M events at Nexmark's own spacing).
+QUICK_DELAY = 500
 LEVELS = {"none": False, "stateless": "stateless", "chains": "chains", "all": "all"}
 
 

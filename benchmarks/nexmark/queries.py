@@ -64,13 +64,14 @@ WATERMARK = "0 seconds"
 # -- sources ---------------------------------------------------------------------------------------
 def sources(tables: dict[str, Any]) -> dict[str, Stream]:
     """The cedar sources over the generated Arrow tables: ``person``, ``auction``, ``bid``
-    (points at ``date_time``), ``auction_iv`` (auctions over ``[date_time, expires)``) and,
-    where the tables have it, Q13's ``side_input`` (points at ``date_time``);
-    a CTI every :data:`CTI_EVERY` events, no delay (the tables are sorted by time)."""
+    (points at ``date_time``; ``bid`` where the tables have it), ``auction_iv`` (auctions over
+    ``[date_time, expires)``) and, where the tables have it, Q13's ``side_input`` (points at
+    ``date_time``); a CTI every :data:`CTI_EVERY` events, no delay (the tables are sorted by
+    time)."""
     adv = AdvanceTime(every=CTI_EVERY)
     out = {name: Stream.from_arrow(tables[name], start="date_time", shape="point",
                                    advance=adv, name=name)
-           for name in ("person", "auction", "bid")}
+           for name in ("person", "auction", "bid") if name in tables}
     out["auction_iv"] = Stream.from_arrow(tables["auction"], start="date_time", end="expires",
                                           shape="interval", advance=adv, name="auction_iv")
     if "side_input" in tables:
