@@ -254,7 +254,7 @@ def _run(args: Any) -> int:
 def _status(args: Any) -> int:
     import ray
 
-    from .registry import actor_name, ensure_ray, list_queries, step_actor
+    from .registry import actor_name, ensure_ray, list_queries, step_actor, stuck_slots
     from .times import parse_tz, show_time
 
     try:
@@ -275,6 +275,9 @@ def _status(args: Any) -> int:
             print(name)
             continue
         print(f"{name}  output CTI {show_time(stats.get('cti'), info.get('clock'), tz) or '-'}")
+    for actor, (slot, age) in sorted(stuck_slots().items()):
+        print(f"stuck slot {slot}: {actor} was stopped {age:.0f} s ago and its function has "
+              f"not returned; no query takes the slot until it does")
     return 0
 
 

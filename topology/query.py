@@ -251,7 +251,9 @@ class Query:
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per step: ``events_in``, ``events_out``, ``batches_in``/``out``, ``cti`` (the output
         CTI), ``state_size``, ``late``, ``dead_letters``, ``in_flight``, ``finished``,
-        ``error`` (sources add their ingress counters under ``source``). A checkpointed query
+        ``error`` (sources add their ingress counters under ``source``), ``busy`` and
+        ``busy_s`` (a step inside one long batch answers at once from its last report, with
+        the counters it moved since, and says for how long). A checkpointed query
         adds to every step ``recoveries`` (restarts so far), ``recovery_s`` (the last one's
         duration: from noticing the death to the replay sent) and ``checkpoint_epoch``."""
         if self._stopped:

@@ -19,7 +19,7 @@ HEAD_RESOURCE = "node:__internal_head__"
 
 __all__ = ["FETCH_WAIT_S", "HEAD_RESOURCE", "HOST_STEP", "NAMESPACE", "actor_name",
            "actor_nodes", "actor_states", "driver_alive", "ensure_ray", "hosted", "kill_actor",
-           "list_queries", "step_actor", "unsubscribe"]
+           "list_queries", "step_actor", "stuck_slots", "unsubscribe"]
 
 
 def ensure_ray(address: str | None = None, quiet: bool = False) -> None:
@@ -121,6 +121,33 @@ def hosted() -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - a dead host holds nothing
             continue
         out.update({name: HostedStep(host, *slot) for name, slot in held.items()})
+    return out
+
+
+def stuck_slots() -> dict[str, tuple[int, float]]:
+    """Actor name (``<query>/<step>``) of a stopped step -> ``(slot, seconds since it was
+    stopped)``, for every slot of the step hosts of the connected cluster whose data thread
+    is still inside that step's batch (a function that has not returned): taken by no query
+    until it returns (:meth:`actors.step_host.StepHost.stuck`). Hosts that do not answer
+    within a few seconds are left out."""
+    import ray
+
+    from actors.step_host import HOST_PREFIX
+
+    asked: list[Any] = []
+    for a in ray.util.list_named_actors(all_namespaces=True):
+        if a.get("namespace") == NAMESPACE and a.get("name", "").startswith(HOST_PREFIX):
+            try:
+                asked.append(ray.get_actor(a["name"], namespace=NAMESPACE).stuck.remote())
+            except ValueError:  # gone meanwhile
+                pass
+    answered, _ = ray.wait(asked, num_returns=len(asked), timeout=5) if asked else ([], [])
+    out: dict[str, tuple[int, float]] = {}
+    for ref in answered:
+        try:
+            out.update(ray.get(ref))
+        except Exception:  # noqa: BLE001 - a dead host holds nothing
+            pass
     return out
 
 

@@ -182,7 +182,7 @@ def test_the_command_line_sees_inspects_and_stops_a_hosted_query(hosts, capsys):
 
 
 def test_a_stopped_step_whose_function_hangs_blocks_nothing_else_of_its_host(ray_session,
-                                                                           tmp_path):
+                                                                           tmp_path, capsys):
     # one host; "hung"'s where() holds its batch until the test removes the marker. Stopping
     # it frees its name at once and says its slot is stuck; the host's other query stays
     # listed and reachable, and a new deploy takes the free slots, not the stuck one
@@ -206,6 +206,12 @@ def test_a_stopped_step_whose_function_hangs_blocks_nothing_else_of_its_host(ray
             assert "calm" in list_queries() and "hung" not in list_queries()
             assert attach("calm").snapshot() == calm.snapshot()
             assert set(pool.stuck()) == {"hung/where#1"}
+            from topology.cli import main
+
+            assert main(["status"]) == 0
+            said = capsys.readouterr().out
+            assert "calm" in said.split() and "hung" not in said.split()
+            assert f"stuck slot {stuck_slot}: hung/where#1 was stopped" in said
             began = time.monotonic()
             later = Stream.from_events([Insert("a", 0, 5, 1), Cti(10)]).deploy(
                 "later", hosts=pool, history=True)
