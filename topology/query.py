@@ -453,18 +453,16 @@ class Query:
         """An iterator of output messages: with ``snapshot``, first the events alive at the
         current output CTI (Inserts, then that CTI), then the live stream. It ends when the
         query's input ends, or after ``timeout_s`` seconds without output."""
-        import ray
-
         if self.supervisor is not None:
             return self._subscribe_supervised(timeout_s)
         sink = self._sink
-        pull = ray.get(sink.open_pull.remote(snapshot))
+        pull = self._get(sink.open_pull.remote(snapshot))
 
         def messages() -> Iterator[Message]:
             quiet_since = time.monotonic()
             try:
                 while True:
-                    blob, finished, error = ray.get(sink.fetch.remote(pull, FETCH_WAIT_S))
+                    blob, finished, error = self._get(sink.fetch.remote(pull, FETCH_WAIT_S))
                     msgs = list(expand(decode(blob)))  # column batches pass the sink whole
                     yield from msgs
                     if error is not None:

@@ -258,7 +258,8 @@ def test_a_stopped_hosted_query_says_so_on_every_handle(hosts):
         live.stop()
     for q in (other, live):  # stopped by another handle, and by itself
         assert q.state() == "stopped"
-        for call in (q.stats, q.snapshot, q.dead_letters, q.why, lambda q=q: q.wait(5)):
+        for call in (q.stats, q.snapshot, q.dead_letters, q.why, lambda q=q: q.wait(5),
+                     lambda q=q: next(iter(q.subscribe()))):
             with pytest.raises(QueryStopped, match="'stopped-hosted' was stopped"):
                 call()
 
