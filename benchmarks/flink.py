@@ -318,7 +318,7 @@ WHERE l.k = r.k
 
 
 def workload_jobs(inputs: dict[str, list[tuple[str, list[list[str]]]]], rows_dir: str | None,
-                  repeat: int = 2,
+                  repeat: int = 1,
                   warm: dict[str, list[tuple[str, list[list[str]]]]] | None = None) -> list[Job]:
     """W1-W3 as Flink jobs: ``inputs[name]`` is the workload's CSV folders with their columns
     (:func:`write_csv`), one for W1 and W2 (table ``w``), two for W3 (``w`` and ``w2``);

@@ -363,7 +363,7 @@ def run_flink(report: Report, data: Data, workdir: str, inline_outs: dict[str, l
         f"TableEnvironment, Nexmark's configuration ("
         + ", ".join(f"`{k}: {v}`" for k, v in result.conf.items())
         + f"); parallelism {' and '.join(map(str, fl.PARALLELISMS))}, "
-        f"{jobs[0].repeat} runs each into blackhole after an untimed run on a small input; "
+        f"{jobs[0].repeat} run(s) each into blackhole after an untimed run on a small input; "
         "the shortest net job runtime counts")
     for name in ("W1", "W2", "W3"):
         if name in result.errors:
@@ -735,7 +735,7 @@ def render(report: Report, info: dict[str, str], command: str, total_s: float) -
         "MiniCluster (PyFlink, `benchmarks/flink.py`) over the same rows as CSV, configured "
         "as Nexmark runs Flink (object reuse, mini-batch 2 s / 50,000 rows, split distinct "
         "aggregation, heap state), one warm `TableEnvironment` for every run, each query "
-        "first run once untimed on a small input, then 2 runs at parallelism 1 and 2 at "
+        "first run once untimed on a small input, then once at parallelism 1 and once at "
         "parallelism 2 into `blackhole`: the shortest **net job runtime** counts "
         "(`JobExecutionResult.getNetRuntime`: without the plan's compilation and the local "
         "cluster's start), the wall time from submission to the end beside it in the notes; "
@@ -864,9 +864,9 @@ def render(report: Report, info: dict[str, str], command: str, total_s: float) -
             f"events), inline, on Ray (CHT checked equal to inline), in Spark SSS "
             f"(`availableNow`, timed into `noop`, then run again into parquet, read back and "
             f"compared with cedar's output) and in Flink SQL (Nexmark's configuration, one "
-            f"warm environment, after an untimed run on 5,000 events; 2 runs at parallelism "
-            f"1 and 2 each, the shortest net job runtime counts: `Flink net / wall s` gives "
-            f"each parallelism's shortest net and wall times, the one that counts in bold; "
+            f"warm environment, after an untimed run on 5,000 events; a run at parallelism "
+            f"1 and one at 2, the shorter net job runtime counts: `Flink net / wall s` gives "
+            f"each parallelism's net and wall times, the one that counts in bold; "
             f"its rows collected at parallelism 1 and compared with cedar's). The ratios are "
             f"cedar on Ray ÷ Spark SSS and ÷ Flink in events/s; the smallest to Spark is "
             f"`nexmark_ratio_min`."),
