@@ -184,8 +184,9 @@ def main(spec_path: str, result_path: str) -> int:
                 set_parallelism(env, parallelisms[0])
                 scratch = job["rows_to"] + ".d"  # the caller's folder: it reads and deletes
                 shutil.rmtree(scratch, ignore_errors=True)
-                with open(job["rows_to"], "w") as f:
-                    json.dump(final_rows(env, job["sql"], scratch), f)
+                rows = final_rows(env, job["sql"], scratch)
+                with open(job["rows_to"], "w") as f:  # only once they are all there
+                    json.dump(rows, f)
         except Exception as exc:  # noqa: BLE001 - one failing job must not stop the others
             res["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
             res["trace"] = traceback.format_exc()[-2000:]
