@@ -192,8 +192,12 @@ def collect_run(cfg: dict[str, Any]) -> None:
         import ray
 
         ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
-    df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(cfg["input"])
-    src = Stream.from_spark(df, start="ts", advance=AdvanceTime(every=50),
+    reader = spark.readStream.schema(SCHEMA)
+    if cfg.get("max_files", 1) is not None:  # one file per micro-batch, or as Spark packs
+        reader = reader.option("maxFilesPerTrigger", cfg.get("max_files", 1))
+    df = reader.parquet(cfg["input"])
+    src = Stream.from_spark(df, start="ts",
+                            advance=AdvanceTime(every=50, idle_timeout=cfg.get("idle")),
                             checkpoint=cfg["work"])
     ack = bool(cfg.get("ack"))
     out = collect_query(src).collect(runtime=cfg["runtime"], commit=not ack)
