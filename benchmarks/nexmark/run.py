@@ -64,16 +64,17 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DEFAULT_EVENTS = 1_000_000
 #: Events of the stream each query runs on (persons + auctions + bids, Nexmark's proportions):
 #: a size at which Flink's net job runtime (Nexmark's configuration, the better of
-#: parallelism 1 and 2) should be at least 5 s on a quiet machine. Sized on 2026-11-28 from
-#: the CPU seconds Flink's JVM spent on each query at 1M events (parallelism 1, after a
-#: warm-up; RESULTS.md, issue 36), which a loaded machine does not inflate the way it
-#: inflates run times: ~9 CPU s or more at the chosen size; a query at that at 1M stays at
-#: 1M. Q3 and Q8 read only persons and auctions (8 % of the events): 20M events give them
-#: 1.6M.
+#: parallelism 1 and 2) should be at least 5 s on a quiet machine. Sized on 2026-11-28
+#: (RESULTS.md, issue 36) from Flink's net runtimes at 1M events measured at a load of 17-28,
+#: taken as 2.3-3x a quiet machine's, checked against the CPU seconds Flink's JVM spent on
+#: each query at 1M at a load of 5-8 (which include ~2 s of planning and cluster start) and
+#: against Q0 at 8M (net 50 s at a load of 15): ~6 s quiet or more. Q3 and Q8 read only
+#: persons and auctions (8 % of the events): 20M events give them 1.6M.
 FULL_EVENTS: dict[str, int] = {
-    "Q1": 5_000_000, "Q2": 4_000_000, "Q10": 4_000_000, "Q22": 4_000_000, "Q12": 3_000_000,
-    "Q0": 2_000_000, "Q5": 2_000_000, "Q11": 2_000_000, "Q13": 2_000_000, "Q14": 2_000_000,
-    "Q17": 2_000_000, "Q18": 2_000_000, "Q19": 2_000_000, "Q21": 2_000_000,
+    "Q1": 8_000_000, "Q2": 8_000_000, "Q22": 8_000_000, "Q10": 5_000_000,
+    "Q0": 3_000_000, "Q11": 3_000_000, "Q12": 3_000_000, "Q14": 3_000_000, "Q21": 3_000_000,
+    "Q4": 2_000_000, "Q5": 2_000_000, "Q13": 2_000_000, "Q17": 2_000_000, "Q18": 2_000_000,
+    "Q19": 2_000_000, "Q20": 2_000_000,
     "Q3": 20_000_000, "Q8": 20_000_000,
 }
 #: --quick: every query at 1M events (the suite's size before issue 36), Nexmark's 100 µs apart.
