@@ -195,6 +195,7 @@ def test_idle_cost_counts_steps_and_the_actors_each_fusion_level_deploys():
     assert counts == [(21, 21), (21, 17), (21, 15), (21, 15)]
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_idle_cost_runs_and_prints_the_cost_per_idle_step(tmp_path):
     """The benchmark itself, briefly, in a process of its own (it starts its own Ray)."""

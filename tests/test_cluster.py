@@ -8,7 +8,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
 
 
 def test_the_ray_tests_pass_on_a_three_node_cluster():

@@ -41,6 +41,7 @@ def _shapes(never: threading.Event) -> list[Stream]:
     return [keyed, join, quiet]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fuse", [False, "all"])
 def test_idle_deployed_steps_do_not_wake_cedar_code(ray_session, fuse):
     never = threading.Event()

@@ -67,7 +67,8 @@ BOUNDED: dict[str, tuple[Callable[[], Processor], int]] = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(BOUNDED))
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if BOUNDED[c][1] >= 10**6
+                                  else c for c in sorted(BOUNDED)])  # (a million events: slow)
 def test_state_stays_bounded(case):
     factory, n = BOUNDED[case]
     op = factory()

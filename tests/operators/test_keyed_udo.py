@@ -298,6 +298,7 @@ def test_the_planner_runs_the_demo_anomalies_keyed(emit, runtime, monkeypatch):
     assert got == want
 
 
+@pytest.mark.slow
 def test_a_killed_keyed_udo_actor_recovers_same_cht(ray_session, tmp_path):
     """On Ray with checkpoints: the keyed window UDO's actor is killed mid-stream and
     restarts from its pickled state; the output is the fault-free run's, each row once."""

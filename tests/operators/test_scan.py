@@ -272,6 +272,7 @@ def running_total(total, p):
     return total + p["v"], [total + p["v"]]
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_a_killed_scan_actor_recovers_its_state_from_the_checkpoint(ray_session, tmp_path):
     from tests.reliability.test_recovery import check_exactly_once, readings, run_with_kill

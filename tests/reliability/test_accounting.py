@@ -196,6 +196,7 @@ def test_on_ray_stats_late_and_dead_letters_account_for_every_input(ray_session)
         q.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 @ON_RAY
 @given(st.lists(row, max_size=15), st.integers(0, 2**16))

@@ -18,7 +18,7 @@ import pytest
 
 from tests.reliability.test_recovery import check_exactly_once, window_join
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 N = int(os.environ.get("CEDAR_CHAOS_EVENTS", "50000"))
 #: seconds allowed per 50k events (for the kills, then for the end of the run)

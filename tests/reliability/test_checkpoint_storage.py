@@ -5,6 +5,7 @@ actor and recovers from the checkpoint in the bucket."""
 from __future__ import annotations
 
 import pyarrow.fs as pafs
+import pytest
 
 from actors import checkpoint as ck
 from tests.reliability.test_recovery import check_exactly_once, run_with_kill, window_join
@@ -34,6 +35,7 @@ def test_checkpoint_files_on_an_object_store(s3_root):
     assert ck.epochs(s3_root, "q") == []
 
 
+@pytest.mark.slow
 def test_a_query_recovers_from_checkpoints_in_the_bucket(ray_session, s3_root):
     expected = window_join(20_000).collect(runtime="inline")
     out, _, recs = run_with_kill("s3-recovery", window_join(20_000), s3_root, "ray",

@@ -90,6 +90,7 @@ def test_a_host_killed_after_feeding_everything_leaves_a_finished_query(ray_sess
         q.stop()
 
 
+@pytest.mark.slow
 def test_a_host_killed_before_the_input_ended_fails_the_query(ray_session):
     import ray
 
@@ -122,6 +123,7 @@ def test_a_checkpointed_query_whose_host_is_gone_for_good_fails(ray_session, tmp
         q.stop()
 
 
+@pytest.mark.slow
 def test_attach_during_a_host_restart_gives_a_recovering_query(ray_session, tmp_path,
                                                                expected):
     name = "fail-attach"
@@ -146,6 +148,7 @@ def test_attach_during_a_host_restart_gives_a_recovering_query(ray_session, tmp_
         live.stop()
 
 
+@pytest.mark.slow
 def test_recoveries_are_counted_across_host_restarts(ray_session, tmp_path):
     """Two operator kills and one host kill: three recoveries, after the host's restart too."""
     import ray

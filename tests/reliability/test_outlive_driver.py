@@ -23,7 +23,7 @@ from tests.kit import assert_equivalent
 from tests.reliability.test_recovery import check_exactly_once, wait_events, window_join
 from topology import attach
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 N = 20_000
 

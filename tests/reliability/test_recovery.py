@@ -104,6 +104,7 @@ def test_checkpointed_run_without_faults_equals_plain_run(ray_session, tmp_path,
     assert os.listdir(tmp_path) == []  # collect() forgets its checkpoints
 
 
+@pytest.mark.slow
 def test_killed_window_actor_recovers_same_cht(ray_session, tmp_path, expected_20k):
     out, stats, recs = run_with_kill("rec-window", window_join(20_000), tmp_path, "ray",
                                      "group_apply", 8_000)
@@ -112,12 +113,14 @@ def test_killed_window_actor_recovers_same_cht(ray_session, tmp_path, expected_2
     assert all(s["recoveries"] == 1 and s["recovery_s"] > 0 for s in stats.values())
 
 
+@pytest.mark.slow
 def test_killed_join_actor_recovers_same_cht(ray_session, tmp_path, expected_20k):
     out, _, recs = run_with_kill("rec-join", window_join(20_000), tmp_path, "ray", "join", 200)
     check_exactly_once(out, expected_20k)
     assert len(recs) == 1
 
 
+@pytest.mark.slow
 def test_sigkilled_operator_process_recovers(ray_session, tmp_path, expected_20k):
     out, stats, recs = run_with_kill("rec-sigkill", window_join(20_000), tmp_path, "sigkill",
                                      "group_apply", 10_000)

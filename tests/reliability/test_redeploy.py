@@ -28,7 +28,7 @@ import pytest
 from tests.reliability.test_recovery import check_exactly_once, wait_events, window_join
 from topology.query import NameTaken
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 N = 12_000
 SEEDS = int(os.environ.get("CEDAR_CRASH_SEEDS", "2"))

@@ -108,6 +108,7 @@ def test_the_reference_is_the_stream_and_drops_rows_late() -> None:
                      marks=pytest.mark.ray),
     ] if SWEEP else []),
 ])
+@pytest.mark.slow
 def test_collect_killed_at_a_commit_delivers_every_row_once(tmp_path, runtime, kills) -> None:
     got, runs, killed = collect_runs(tmp_path, runtime, kills)
     assert_exactly_once(got, expected(1))
@@ -122,6 +123,7 @@ def test_collect_killed_at_a_commit_delivers_every_row_once(tmp_path, runtime, k
     pytest.param("ray", [[_k("collect.returned", 1)], [_k("pair.end", 1)]],
                  marks=pytest.mark.ray),
 ])
+@pytest.mark.slow
 def test_collect_committed_by_the_caller_loses_no_row_at_any_kill(tmp_path, runtime,
                                                                   kills) -> None:
     """``collect()`` committed the run just before it returned, so a kill between its commit

@@ -188,6 +188,7 @@ def test_inline_sink_killed_at_random_moments(tmp_path, reference, seed) -> None
     same(output(cfg["out"]), reference[0])
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_ray_sink_killed_at_chosen_points_and_at_random(tmp_path, reference) -> None:
     """On Ray the child starts its own local instance; the kill takes it down too."""
@@ -317,6 +318,7 @@ def _k(point: str, n: int) -> dict[str, Any]:
         [[_k("sink.log", 4)], [_k("sink.log", 1), _k("feeder.before", 1)]],
     ] if SWEEP else []),
 ])
+@pytest.mark.slow
 def test_streaming_source_and_sink_killed_at_chosen_points(tmp_path, pair_reference,
                                                            kills) -> None:
     got, killed = pair_runs(tmp_path, kills)
