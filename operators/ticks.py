@@ -36,7 +36,9 @@ from .events import MAX_TIME, MIN_TIME, TICKS_PER_SECOND
 
 __all__ = [
     "DURATION_HELP",
+    "TICKS",
     "TICKS_PER_DAY",
+    "TIMESTAMPS",
     "TIME_HELP",
     "UNITS",
     "Duration",
@@ -46,6 +48,12 @@ __all__ = [
     "to_duration",
     "to_ticks",
 ]
+
+#: The clock of a query whose times came from timestamps (ticks are µs since the epoch): its
+#: times and durations are shown in units (topology/times.py).
+TIMESTAMPS = "timestamps"
+#: The clock of a query with plain integer time: shown as integers.
+TICKS = "ticks"
 
 #: Ticks per day, the unit of a date.
 TICKS_PER_DAY = 86_400 * TICKS_PER_SECOND

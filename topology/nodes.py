@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from operators.expr import why_per_event
-from operators.ticks import format_duration
+from operators.ticks import TIMESTAMPS, format_duration
 from operators.udm import field_getter
 from operators.windows.spec import (
     DEFAULT_POLICY,
@@ -215,8 +215,6 @@ def _fn(f: Any) -> str:
 def _duration(ticks: int, clock: str | None) -> str:
     """A duration argument as ``explain()`` shows it: exactly, in units (``1 h 30 min``) when
     the query's times are timestamps; the ticks when its clock is plain integers."""
-    from .times import TIMESTAMPS
-
     return format_duration(ticks) if clock == TIMESTAMPS else str(ticks)
 
 

@@ -30,14 +30,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from operators.events import MAX_TIME, MIN_TIME
+from operators.ticks import TICKS, TIMESTAMPS
 
 __all__ = ["TICKS", "TIMESTAMPS", "parse_time", "parse_tz", "show_duration", "show_time",
            "source_clock"]
 
-#: The clock of a query whose times came from timestamps (ticks are µs since the epoch).
-TIMESTAMPS = "timestamps"
-#: The clock of a query with plain integer time.
-TICKS = "ticks"
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 
