@@ -221,8 +221,9 @@ class OperatorShell:
         self._armed = threading.Event()
         #: how often the timer thread woke up (idle, it sleeps: tests count this)
         self.timer_wakes = 0
-        #: the Ray node this actor runs on
-        self.node = ray.get_runtime_context().get_node_id()
+        #: the Ray node this actor runs on (None for a shell made outside Ray, as tests do:
+        #: asking Ray would start one, or join whatever cluster /tmp/ray last recorded)
+        self.node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
         _keep_freed_memory()
         _freeze_once()
         self._reset()
