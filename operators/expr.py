@@ -180,6 +180,8 @@ for _name in _BINARY:
     setattr(Expr, f"__{_name}__", _fwd)
     if _name in _REFLECTED:
         setattr(Expr, f"__r{_name}__", _ref)
+
+
 def _unary(name: str) -> Callable[[Expr], Expr]:
     def apply(self: Expr) -> Expr:
         return Op(name, self)
