@@ -168,7 +168,7 @@ class Result:
     (``seconds``: the shortest net runtime over every parallelism, or the shortest wall time
     where Flink gave no net runtime), the parallelism that gave it, the wall time beside it
     (``wall_s``: the shortest at that parallelism), each parallelism's :class:`Timing`, the
-    error if any, and the rows (dicts) where they were collected."""
+    error if any, and where the rows are where they were collected (:meth:`rows`)."""
 
     startup_s: float | None = None
     conf: dict[str, str] = field(default_factory=dict)
@@ -178,7 +178,14 @@ class Result:
     best_parallelism: dict[str, int] = field(default_factory=dict)
     by_parallelism: dict[str, dict[int, Timing]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
-    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: where each job's rows are (read by :meth:`rows`, one job at a time: millions of rows
+    #: of every job at once would not fit in memory)
+    rows_at: dict[str, str] = field(default_factory=dict)
+
+    def rows(self, name: str) -> list[dict[str, Any]]:
+        """The rows of job ``name`` (dicts; none if they were not collected)."""
+        path = self.rows_at.get(name)
+        return read_rows(path) if path else []
 
     def describe(self, name: str) -> str:
         """``net 5.12 s (wall 6.30 s) at parallelism 2; p1 net 6.01 / wall 7.20 s`` ..."""
@@ -243,7 +250,7 @@ def run_jobs(jobs: list[Job], python: str | None = None, timeout_s: float = 3600
             result.seconds[job.name] = nets[best] if nets else by_p[best].wall_s
             result.wall_s[job.name] = by_p[best].wall_s
             if job.rows_to and os.path.exists(job.rows_to):
-                result.rows[job.name] = read_rows(job.rows_to)
+                result.rows_at[job.name] = job.rows_to
         return result
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -374,7 +374,7 @@ def run_flink(report: Report, data: Data, workdir: str, inline_outs: dict[str, l
         report.flink[name] = result.describe(name)
         report.notes.append(f"Flink {name} (net / wall s): {result.describe(name)}")
         try:
-            verdict = sp.compare(name, to_cht(inline_outs[name]), result.rows.get(name, []))
+            verdict = sp.compare(name, to_cht(inline_outs[name]), result.rows(name))
         except AssertionError as exc:
             verdict = f"{name}: Flink's output DIFFERS: {exc}"
         report.spark_checks.append(f"Flink {verdict}")
