@@ -510,6 +510,12 @@ def _collect_checkpointed(plan: Plan, settings: ShellConfig, root: str,
 
 
 def _kill(handles: Iterable[Any]) -> None:
+    import ray
+
+    if not ray.is_initialized():
+        # (at exit, after ray.shutdown(): a call would start Ray again, or join whatever
+        # cluster /tmp/ray last recorded, and hang there when it is gone)
+        return
     for h in handles:
         try:
             kill_actor(h)

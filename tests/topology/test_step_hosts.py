@@ -277,3 +277,31 @@ def test_shutdown_ends_the_query_hosts_of_the_queries_it_held(ray_session):
         again = Stream.from_rows(rows, start="t").deploy("list-fed", hosts=pool, history=True)
         assert again.wait(60)
         again.stop()
+
+
+_EXIT_AFTER_SHUTDOWN = """
+import ray
+from topology import Count, StepHosts, Stream
+ray.init(address="local", num_cpus=2, include_dashboard=False, namespace="cedar")
+pool = StepHosts(count=1, capacity=4, name="exit-check")
+q = Stream.from_rows([{"t": i} for i in range(100)], start="t").tumbling_window(10) \\
+    .aggregate(Count())
+q.deploy("exit-check", hosts=pool, detached=False).wait(60)
+ray.shutdown()
+"""
+
+
+def test_a_process_that_shut_ray_down_exits_without_calling_ray_again(tmp_path):
+    """A hosted query deployed with detached=False frees its slots at the process's exit;
+    after ray.shutdown() there is nothing to free, and a call would start Ray again, or join
+    the cluster /tmp/ray last recorded (hanging when that one is gone)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    run = subprocess.run([sys.executable, "-c", _EXIT_AFTER_SHUTDOWN], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "Connecting to existing Ray cluster" not in run.stderr, run.stderr[-3000:]
+    assert run.stderr.count("Started a local Ray instance") == 1, run.stderr[-3000:]
