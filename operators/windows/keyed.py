@@ -278,6 +278,20 @@ def _float_codes(keys: np.ndarray) -> tuple[list[Any], np.ndarray]:
     return names, rank[which.reshape(-1)].astype(np.int64, copy=False)
 
 
+def named_codes(keys: Any) -> tuple[list[Any], np.ndarray] | None:
+    """A batch's key column as the distinct keys and each row's int code where the keys are
+    not plain numbers — strings and other objects (:func:`_codes`), or floats holding NaN,
+    which are one group as on the per-event path (:func:`_float_codes`) — else None (the
+    column's numbers are the codes themselves, or the keys are not a column)."""
+    if not isinstance(keys, np.ndarray):
+        return None
+    if keys.dtype.kind in "OUS":
+        return _codes(keys)
+    if keys.dtype.kind == "f" and np.isnan(keys).any():
+        return _float_codes(keys)
+    return None
+
+
 def _recorder(by_key: dict[Hashable, list[tuple[FreshId, Any]]]
               ) -> Callable[[Hashable, tuple[Any, int, int, Any]], None]:
     """The ``sent`` callback of :func:`~operators.windows.evaluate.diff` for a UDO's rows of
@@ -417,12 +431,7 @@ class KeyedWindowAggregate(Processor):
                 not self.intervals or int(ends.max()) >= _SAFE))):
             return super().on_columns(msg, port)  # the per-event path names the culprit
         keys = apply_columns(self.key, msg)
-        named = None
-        if isinstance(keys, np.ndarray):
-            if keys.dtype.kind in "OUS":
-                named = _codes(keys)
-            elif keys.dtype.kind == "f" and np.isnan(keys).any():
-                named = _float_codes(keys)  # NaN keys: one group, as on the per-event path
+        named = named_codes(keys)
         if named is not None:  # strings, other objects, NaN: grouped by their int codes
             names, keys = named
         if not (isinstance(keys, np.ndarray) and keys.dtype.kind in "biuf"):

@@ -29,7 +29,7 @@ rows they kept. In-order input therefore costs a sort per batch and a few Python
 
 Keys are grouped as ``group_apply`` groups them (:func:`~operators.group_apply.group_key`):
 every NaN key, and every tuple key with NaN in the same places, is one group, column-wise (the
-key column coded by :func:`~operators.windows.keyed._codes` or ``_float_codes``), event by
+key column coded by :func:`~operators.windows.keyed.named_codes`), event by
 event and across a checkpoint.
 
 ``emit="speculative"`` (the default): every session a batch touched gets its current row at
@@ -56,7 +56,7 @@ from ..group_apply import group_key
 from ..processor import Processor
 from ..udm import IncrementalAggregate, Window, field_getter, resolve
 from .evaluate import Ids, WindowUdm
-from .keyed import _codes, _float_codes
+from .keyed import named_codes
 from .spec import DEFAULT_POLICY, SessionWindow, WindowPolicy
 
 __all__ = ["KeyedSessionAggregate", "supports_sessions"]
@@ -210,12 +210,7 @@ class KeyedSessionAggregate(Processor):
         if int(starts.max()) >= _SAFE or int(starts.min()) <= -_SAFE:
             return super().on_columns(msg, port)
         keys = apply_columns(self.key, msg)
-        named = None
-        if isinstance(keys, np.ndarray):
-            if keys.dtype.kind in "OUS":
-                named = _codes(keys)
-            elif keys.dtype.kind == "f" and np.isnan(keys).any():
-                named = _float_codes(keys)  # NaN keys: one group, as on the per-event path
+        named = named_codes(keys)
         if named is not None:  # strings, other objects, NaN: grouped by their int codes
             names, keys = named
         if not (isinstance(keys, np.ndarray) and keys.dtype.kind in "biu"):
