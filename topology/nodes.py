@@ -23,8 +23,9 @@ import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
+from operators.events import MAX_TIME
 from operators.expr import why_per_event
 from operators.ticks import TIMESTAMPS, format_duration
 from operators.udm import field_getter
@@ -36,6 +37,8 @@ from operators.windows.spec import (
     SnapshotWindow,
     WindowPolicy,
 )
+
+from .reads import NOTHING, Reads, function_reads, needs, udm_reads, union, walk
 
 #: A step name names the step's Ray actor ``<query>/<step>``, its trace files and its line in
 #: stats and errors: no ``/`` (a phantom query ``<query>/a`` would appear), no ``~`` (the
@@ -174,11 +177,33 @@ class Node:
         (:mod:`topology.times`)."""
         return self.verb
 
+    # -- the facts the planner, pruning and the debugger read (docs/architecture.md) ----------
+    # Each node type states its own; the defaults are the safe answers (tests/topology/
+    # test_node_facts.py holds every type to what its operator can state).
+    def lengths(self) -> int | None:
+        """The longest lifetime of the step's output when it holds only inserts (``MAX_TIME``:
+        any, edges included), or None when it may hold retractions (the default). The keyed
+        fast paths (:mod:`topology.rules`) take insert-only input."""
+        return None
+
+    def reads(self, out: Reads, port: int) -> Reads:
+        """The payload columns the step needs of its input ``port`` when its consumers need
+        ``out`` of its output (:mod:`topology.reads`); None, every column, by default."""
+        return None
+
+    def keys(self) -> tuple[Any, ...] | None:
+        """The key function of each input port when the step keys its input (its events
+        meet only events of equal keys: a group_apply's groups, a join's ``on``), else None
+        (the default)."""
+        return None
+
     def trace_info(self) -> dict[str, Any]:
-        """What ``plan.json`` says of this node's step: its :attr:`trace_kind`, its type
-        (``node``) and the arguments the debugger reads (a window's spec and output policy, a
-        join's payload shape, a group_apply's sub-query); node types add theirs."""
-        info: dict[str, Any] = {"kind": self.trace_kind, "node": type(self).__name__}
+        """What ``plan.json`` says of this node's step: its :attr:`trace_kind` (the
+        debugger's cause rule), its type (``node``) and the arguments the debugger reads (a
+        window's spec and output policy, a join's payload shape, a group_apply's sub-query);
+        node types add theirs."""
+        info: dict[str, Any] = {"kind": self.trace_kind, "node": type(self).__name__,
+                                "keyed": self.keys() is not None}
         if self.trace_kind == "span":
             info["keeps_time"] = self.keeps_time
             info["drops"] = self.drops
@@ -295,6 +320,12 @@ class FromRows(Node):
     is_source: ClassVar[bool] = True
     trace_kind: ClassVar[str] = "source"
 
+    def lengths(self) -> int | None:
+        # rows never retract, but an edge is closed by a later row with its end
+        if self.shape == "edge":
+            return MAX_TIME if self.end is None else None
+        return {"point": 1, "interval": MAX_TIME}.get(self.shape)
+
     def describe(self, clock: str | None = None) -> str:
         n = f"{len(self.rows)} rows" if hasattr(self.rows, "__len__") else "rows"
         return f"from_rows({n}, start={self.start!r}, shape={self.shape!r})"
@@ -336,6 +367,12 @@ class Where(Node):
         super().__post_init__()
         check_function("where", "pred", self.pred, "of the payload returning a bool")
 
+    def lengths(self) -> int | None:
+        return self.inputs[0].lengths()
+
+    def reads(self, out: Reads, port: int) -> Reads:
+        return union(out, function_reads(self.pred))
+
     def describe(self, clock: str | None = None) -> str:
         return f"where({_fn(self.pred)}) {_how(self.pred)}"
 
@@ -351,6 +388,12 @@ class Select(Node):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_function("select", "fn", self.fn, "of the payload returning the new payload")
+
+    def lengths(self) -> int | None:
+        return self.inputs[0].lengths()
+
+    def reads(self, out: Reads, port: int) -> Reads:
+        return function_reads(self.fn)
 
     def describe(self, clock: str | None = None) -> str:
         return f"select({_fn(self.fn)}) {_how(self.fn)}"
@@ -369,6 +412,18 @@ class AlterLifetime(Node):
         super().__post_init__()
         op = AlterLifetime(self.start, self.duration)  # its checks name start= and duration=
         object.__setattr__(self, "duration", op.duration)  # "5 min" held as ticks
+
+    def lengths(self) -> int | None:
+        # a duration bounds the lifetimes; a retraction comes only for one received
+        inner, d = self.inputs[0].lengths(), self.duration
+        return None if inner is None else inner if d is None else d if isinstance(d, int) \
+            else MAX_TIME
+
+    def reads(self, out: Reads, port: int) -> Reads:
+        for f in (self.start, self.duration):
+            if callable(f):
+                out = union(out, function_reads(f))
+        return out
 
     def describe(self, clock: str | None = None) -> str:
         d = _fn(self.duration) if callable(self.duration) else \
@@ -390,6 +445,12 @@ class Shift(Node):
         super().__post_init__()
         object.__setattr__(self, "delta", Shift(self.delta).delta)  # its check names delta=
 
+    def lengths(self) -> int | None:
+        return self.inputs[0].lengths()  # (or cut at the end of the axis)
+
+    def reads(self, out: Reads, port: int) -> Reads:
+        return out
+
     def describe(self, clock: str | None = None) -> str:
         return f"shift({_duration(self.delta, clock)})"
 
@@ -399,6 +460,12 @@ class ToPoints(Node):
     verb: ClassVar[str] = "to_points"
     stateless: ClassVar[bool] = True
     trace_kind: ClassVar[str] = "span"
+
+    def lengths(self) -> int | None:
+        return None if self.inputs[0].lengths() is None else 1
+
+    def reads(self, out: Reads, port: int) -> Reads:
+        return out
 
     def describe(self, clock: str | None = None) -> str:
         return "to_points()"
@@ -416,6 +483,13 @@ class ClipDuration(Node):
 
         super().__post_init__()
         object.__setattr__(self, "limit", ClipDuration(self.limit).limit)  # it names limit=
+
+    def lengths(self) -> int | None:
+        inner = self.inputs[0].lengths()
+        return None if inner is None else min(self.limit, inner)
+
+    def reads(self, out: Reads, port: int) -> Reads:
+        return out
 
     def describe(self, clock: str | None = None) -> str:
         return f"clip_duration({_duration(self.limit, clock)})"
@@ -465,14 +539,37 @@ class Window(Node):
         kind = getattr(self.spec, "kind", "window")
         return f"{kind}.{self.kind}"
 
+    def lengths(self) -> int | None:
+        """Rows sent final (``emit="final"``, output ``"window"`` or ``"point_end"``) of a
+        hopping, tumbling or count window are inserts only, each its window (its size: a
+        count window's varies: not stated) or a point at its end; speculative rows are
+        retracted.
+
+        >>> from topology import Stream, Count
+        >>> s = Stream.from_rows([], start="t")
+        >>> s.tumbling_window(10, emit="final").aggregate(Count())._node.lengths()
+        10
+        >>> s.tumbling_window(10).aggregate(Count())._node.lengths() is None
+        True
+        """
+        p = self.policy
+        if not isinstance(self.spec, (HoppingWindow, CountWindow)) or not (
+                p.final and p.window_rows):
+            return None
+        if p.output == "point_end":
+            return 1
+        return self.spec.size if isinstance(self.spec, HoppingWindow) else None
+
+    def reads(self, out: Reads, port: int) -> Reads:
+        return udm_reads(self.udm) if self.kind == "aggregate" else None
+
     def trace_info(self) -> dict[str, Any]:
         """Its spec (kind and fields, :func:`~operators.windows.window_of.spec_from_dict`
-        reads them back), its output policy (the default filled in) and ``keyed``: False
-        (a group_apply's window is keyed by its group)."""
+        reads them back) and its output policy (the default filled in)."""
         from operators.windows.window_of import default_output
 
         return {**super().trace_info(), "spec": _spec_info(self.spec),
-                "output": self.output or default_output(self.spec), "keyed": False}
+                "output": self.output or default_output(self.spec)}
 
     def describe(self, clock: str | None = None) -> str:
         udm = getattr(self.udm, "udm_name", None) if not isinstance(self.udm, str) else self.udm
@@ -500,6 +597,14 @@ class Join(Node):
     verb: ClassVar[str] = "join"
     trace_kind: ClassVar[str] = "join"
 
+    def lengths(self) -> int | None:
+        # intersections of inserts, never retracted (freeing state on CTIs emits nothing)
+        both = [i.lengths() for i in self.inputs]
+        return None if None in both else min(cast(list[int], both))
+
+    def keys(self) -> tuple[Any, ...] | None:
+        return self.on
+
     def trace_info(self) -> dict[str, Any]:
         # pairs: the payloads are (left, right), the debugger matches them
         return {**super().trace_info(), "pairs": self.select is None}
@@ -525,6 +630,9 @@ class AntiJoin(Node):
         super().__post_init__()
         check_on("anti_join", self.on)
 
+    def keys(self) -> tuple[Any, ...] | None:
+        return self.on
+
     def describe(self, clock: str | None = None) -> str:
         on = "any" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
         return f"anti_join({on})"
@@ -537,6 +645,9 @@ class LeftJoin(Node):
     default: Any = None
     verb: ClassVar[str] = "left_join"
     trace_kind: ClassVar[str] = "left_join"
+
+    def keys(self) -> tuple[Any, ...] | None:
+        return self.on
 
     def trace_info(self) -> dict[str, Any]:
         return {**super().trace_info(), "pairs": self.select is None}
@@ -565,6 +676,12 @@ class FullOuterJoin(Node):
         check_function("full_outer_join", "select", self.select, "(left, right) -> payload",
                        optional=True)
 
+    def keys(self) -> tuple[Any, ...] | None:
+        return self.on
+
+    def trace_info(self) -> dict[str, Any]:
+        return {**super().trace_info(), "pairs": self.select is None}
+
     def describe(self, clock: str | None = None) -> str:
         on = "cross" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
         return f"full_outer_join({on})"
@@ -585,6 +702,13 @@ class ImportCti(Node):
                              f"events are dropped) or 'adjust' (late intervals start at the "
                              f"imported CTI)")
 
+    def lengths(self) -> int | None:
+        # input 0's events, a late interval's start moved up ("adjust"): no longer
+        return self.inputs[0].lengths()
+
+    def reads(self, out: Reads, port: int) -> Reads:
+        return out if port == 0 else NOTHING  # of the leader, only its CTIs
+
     def describe(self, clock: str | None = None) -> str:
         return f"import_ctis(policy={self.policy!r})"
 
@@ -597,11 +721,22 @@ class Late(Node):
     verb: ClassVar[str] = "late"
     trace_kind: ClassVar[str] = "late"
 
+    def lengths(self) -> int | None:
+        return MAX_TIME  # the late inserts, as they came (a late stream holds no retraction)
+
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Union(Node):
     verb: ClassVar[str] = "union"
     trace_kind: ClassVar[str] = "union"
+
+    def lengths(self) -> int | None:
+        # passes inserts as they are (e.g. the parts of from_spark)
+        each = [i.lengths() for i in self.inputs]
+        return None if None in each else max(cast(list[int], each))
+
+    def reads(self, out: Reads, port: int) -> Reads:
+        return out
 
     def describe(self, clock: str | None = None) -> str:
         return f"union({len(self.inputs)} inputs)"
@@ -628,6 +763,21 @@ class GroupApply(Node):
             line.append(node)
             node = node.inputs[0]
         return {**super().trace_info(), "sub": trace_chain(line[::-1])}
+
+    def lengths(self) -> int | None:
+        # each group's output as the sub-query states it (its group input states nothing)
+        return self.sub.lengths()
+
+    def reads(self, out: Reads, port: int) -> Reads:
+        group = [g for g in walk(self.sub) if isinstance(g, GroupInput)]
+        read = needs(self.sub, None)
+        sub: Reads = NOTHING
+        for g in group:
+            sub = union(sub, read.get(id(g)))
+        return union(function_reads(self.key), sub if group else None)
+
+    def keys(self) -> tuple[Any, ...] | None:
+        return (self.key,)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -660,6 +810,9 @@ class Scan(Node):
         super().__post_init__()
         as_stream_operator(self.step, self.initial, self.tie)  # refuse a bad argument here
 
+    def lengths(self) -> int | None:
+        return 1  # points at its input events' starts, final: never retracted
+
     def describe(self, clock: str | None = None) -> str:
         from operators.scan import as_stream_operator
 
@@ -683,6 +836,13 @@ class Distinct(Node):
             raise TypeError(f"distinct: key={self.key!r}: give a function of the payload, a "
                             f"field name or an index (or None: the whole payload)")
 
+    def reads(self, out: Reads, port: int) -> Reads:
+        # its output payloads are input payloads; without a key it compares them whole
+        return None if self.key is None else union(out, function_reads(self.key))
+
+    def keys(self) -> tuple[Any, ...] | None:
+        return None if self.key is None else (self.key,)
+
     def describe(self, clock: str | None = None) -> str:
         return "distinct()" if self.key is None else f"distinct(key={_fn(self.key)})"
 
@@ -690,8 +850,8 @@ class Distinct(Node):
 #: Every node type a plan may hold (the planner has one function for each).
 NODE_TYPES: tuple[type[Node], ...] = (
     FromEvents, FromRows, Published, GroupInput, Where, Select, AlterLifetime, Shift, ToPoints,
-    ClipDuration, Window, Join, AntiJoin, LeftJoin, Union, GroupApply,
-    Scan, Distinct,
+    ClipDuration, Window, Join, AntiJoin, LeftJoin, FullOuterJoin, ImportCti, Late, Union,
+    GroupApply, Scan, Distinct,
 )
 __all__ = [t.__name__ for t in NODE_TYPES] + ["NODE_TYPES", "SINK_STEP", "Node", "check_function",
                                               "check_key", "check_on", "check_query_name",

@@ -66,6 +66,8 @@ class Stage:
     nodes: tuple[n.Node, ...]
     role: str = "operator"  # "source", "operator" or "sink"
     stateless: bool = False
+    #: The fast path the planner chose (:mod:`topology.rules`), or None: the general operator.
+    variant: str | None = None
 
     def __post_init__(self) -> None:
         if not self.nodes:

@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from operators.alter_lifetime import AlterLifetime
 from operators.anti_join import AntiJoin
 from operators.chain import Chain, FusedChain, SourceChain
 from operators.clip_duration import ClipDuration
-from operators.events import MAX_TIME
 from operators.full_outer_join import FullOuterJoin
 from operators.group_apply import GroupApply
 from operators.ingress import ImportCti, LateStream
@@ -51,14 +50,7 @@ from operators.to_points import ToPoints
 from operators.udm import field_getter
 from operators.union import Union
 from operators.where import Where
-from operators.windows import HoppingWindow, make_window
-from operators.windows.keyed import KeyedWindowAggregate, supports
-from operators.windows.keyed_count import KeyedEndAggregate
-from operators.windows.keyed_count import supports as supports_ends
-from operators.windows.keyed_count_start import KeyedCountExtreme
-from operators.windows.keyed_count_start import supports as supports_count_extremes
-from operators.windows.keyed_session import KeyedSessionAggregate, supports_sessions
-from operators.windows.spec import CountWindow, SessionWindow
+from operators.windows import make_window
 
 from . import nodes as n
 from .dag import DagProcessor
@@ -66,6 +58,7 @@ from .fused import FusedDag
 from .plan import Factory, MergePartitions, Plan, Sink, Stage
 from .pruning import pruned_note, pruned_source, source_columns
 from .routing import OutEdge, Partitioner
+from .rules import choose
 
 
 # -- one builder per node type ----------------------------------------------------------------
@@ -93,49 +86,7 @@ def _b_clip(node: n.ClipDuration, step: str) -> Factory:
     return functools.partial(ClipDuration, node.limit, name=step)
 
 
-def _one_group(payload: Any) -> int:
-    """The key of a window aggregate outside group_apply: every event in one group."""
-    return 0
-
-
-#: The keyed window aggregate takes intervals whose lifetime (plus a window) spans at most
-#: this many hops: it adds each event to every window it overlaps at once.
-KEYED_WINDOWS_PER_EVENT = 64
-
-
-def _keyed(window: n.Window, node: n.Node) -> dict[str, bool] | None:
-    """How :class:`KeyedWindowAggregate` runs ``window`` over ``node``'s stream — ``{}`` over
-    points, ``{"intervals": True}`` over inserts of bounded lifetimes — or None (the general
-    window operator)."""
-    w = window
-    if _points(node):
-        return {} if supports(w.spec, w.udm, w.kind, w.policy, w.on_error) else None
-    length = insert_lengths(node)
-    if (length is None or not isinstance(w.spec, HoppingWindow)
-            or length + w.spec.size > KEYED_WINDOWS_PER_EVENT * w.spec.hop
-            or not supports(w.spec, w.udm, w.kind, w.policy, w.on_error, intervals=True)):
-        return None
-    return {"intervals": True}
-
-
-# -- session windows: the keyed column-wise path over points (KeyedSessionAggregate) -------------
-def _keyed_sessions(window: n.Window, node: n.Node) -> bool:
-    """Whether :class:`KeyedSessionAggregate` runs the session ``window`` over ``node``'s
-    stream: points, and an aggregate it takes (:func:`supports_sessions`)."""
-    w = window
-    return (isinstance(w.spec, SessionWindow) and _points(node)
-            and supports_sessions(w.spec, w.udm, w.kind, w.policy, w.on_error))
-
-
 def _b_window(node: n.Window, step: str) -> Factory:
-    if _keyed_sessions(node, node.inputs[0]):
-        return functools.partial(KeyedSessionAggregate, _one_group, node.spec, node.udm,
-                                 policy=node.policy, keyed=False, name=step)
-    keyed = _keyed(node, node.inputs[0])
-    if keyed is not None:
-        return functools.partial(KeyedWindowAggregate, _one_group, node.spec, node.udm,
-                                 policy=node.policy, keyed=False, name=step, kind=node.kind,
-                                 **keyed)
     return functools.partial(make_window, node.spec, node.udm, kind=cast(Any, node.kind),
                              policy=node.policy, name=step, on_error=cast(Any, node.on_error))
 
@@ -177,25 +128,6 @@ def _b_union(node: n.Union, step: str) -> Factory:
 
 
 def _b_group_apply(node: n.GroupApply, step: str) -> Factory:
-    sub = node.sub
-    if (isinstance(sub, n.Window) and isinstance(sub.inputs[0], n.GroupInput)
-            and _keyed_sessions(sub, node.inputs[0])):
-        return functools.partial(KeyedSessionAggregate, node.key, sub.spec, sub.udm,
-                                 policy=sub.policy, name=step)
-    if (isinstance(sub, n.Window) and isinstance(sub.inputs[0], n.GroupInput)
-            and supports_ends(sub.spec, sub.udm, sub.kind, sub.on_error)):
-        return functools.partial(KeyedEndAggregate, node.key, sub.udm, policy=sub.policy,
-                                 name=step)
-    if (isinstance(sub, n.Window) and isinstance(sub.inputs[0], n.GroupInput)
-            and insert_lengths(node.inputs[0]) is not None
-            and supports_count_extremes(sub.spec, sub.udm, sub.kind, sub.on_error,
-                                        sub.policy.final)):
-        return functools.partial(KeyedCountExtreme, node.key, sub.spec, sub.udm, name=step)
-    keyed = (_keyed(sub, node.inputs[0]) if isinstance(sub, n.Window)
-             and isinstance(sub.inputs[0], n.GroupInput) else None)
-    if keyed is not None and isinstance(sub, n.Window):
-        return functools.partial(KeyedWindowAggregate, node.key, sub.spec, sub.udm,
-                                 policy=sub.policy, name=step, kind=sub.kind, **keyed)
     return functools.partial(GroupApply, node.key, subquery_factory(node.sub, step), name=step)
 
 
@@ -211,116 +143,6 @@ def _b_distinct(node: n.Distinct, step: str) -> Factory:
     from operators.distinct import Distinct
 
     return functools.partial(Distinct, node.key, name=step)
-
-
-def _describe(node: n.Node, factory: Factory, clock: str | None) -> str:
-    """The stage's line in ``explain()``: the node (its durations as the query's ``clock``
-    shows them), and the fast path when one was chosen."""
-    if getattr(factory, "func", None) is KeyedSessionAggregate:
-        if not factory.keywords.get("keyed", True):  # type: ignore[attr-defined]
-            return f"{node.describe(clock)} as a column-wise session aggregate (point input)"
-        return f"{node.describe(clock)} as one keyed session aggregate (all groups at once)"
-    if getattr(factory, "func", None) is KeyedEndAggregate:
-        return f"{node.describe(clock)} as one keyed by-end count window (all groups at once)"
-    if getattr(factory, "func", None) is KeyedCountExtreme:
-        return f"{node.describe(clock)} as one keyed count window extreme (all groups at once)"
-    if getattr(factory, "func", None) is KeyedWindowAggregate:
-        udo = factory.keywords.get("kind") == "apply"  # type: ignore[attr-defined]
-        if not factory.keywords.get("keyed", True):  # type: ignore[attr-defined]
-            what = "interval" if factory.keywords.get("intervals") else "point"  # type: ignore[attr-defined]
-            if udo:
-                return f"{node.describe(clock)} as a column-wise window UDO ({what} input)"
-            return f"{node.describe(clock)} as a column-wise window aggregate ({what} input)"
-        if udo:
-            return f"{node.describe(clock)} as one keyed window UDO (all groups at once)"
-        return f"{node.describe(clock)} as one keyed window aggregate (all groups at once)"
-    return node.describe(clock)
-
-
-def insert_lengths(node: n.Node) -> int | None:
-    """The longest lifetime of ``node``'s stream when it holds only inserts (``MAX_TIME``:
-    any, edges included), or None when it may hold retractions. A rows source of points or
-    intervals never retracts, nor does one of edges without an ``end`` column (every row opens
-    an edge ``[s, ∞)`` that no row can close), nor a ``union`` of such streams; ``where``,
-    ``select`` and ``shift`` keep lengths (or cut them at
-    the end of the axis); ``to_points``, ``clip_duration`` and ``alter_lifetime`` with an
-    ``int`` duration bound them and emit a retraction only for one they receive. A ``join``
-    retracts only when an input does (freeing state on CTIs emits nothing), and an output
-    lifetime is the intersection of its two inputs', so no longer than the shorter: a point
-    joined with anything is a point (or nothing).
-
-    >>> from topology import Stream
-    >>> points = Stream.from_rows([], start="t")
-    >>> insert_lengths(points.alter_lifetime(duration=30)._node)
-    30
-    >>> insert_lengths(Stream.from_rows([], start="t", end="u", shape="edge", id="k")
-    ...                .to_points()._node) is None  # to_points passes full retractions
-    True
-    >>> table = Stream.from_rows([], start="t", shape="edge", id="k")  # edges never closed
-    >>> insert_lengths(table._node) == MAX_TIME, insert_lengths(points.join(table)._node)
-    (True, 1)
-    >>> insert_lengths(points.alter_lifetime(duration=30).join(
-    ...     points.alter_lifetime(duration=20), on=("k", "k"))._node)
-    20
-    >>> insert_lengths(points.join(Stream.from_rows([], start="t", end="u", shape="edge",
-    ...                                             id="k"))._node) is None  # edges close
-    True
-    """
-    if isinstance(node, n.FromRows):
-        if node.shape == "edge":  # (an edge is closed only by a row with an end)
-            return MAX_TIME if node.end is None else None
-        return {"point": 1, "interval": MAX_TIME}.get(node.shape)
-    if isinstance(node, n.Join):  # the intersections of inserts, never retracted
-        both = [insert_lengths(i) for i in node.inputs]
-        return None if None in both else min(cast(list[int], both))
-    if isinstance(node, (n.Window, n.GroupApply)):
-        return _final_rows_length(node)
-    if isinstance(node, n.Union):  # passes inserts as they are (e.g. the parts of from_spark)
-        lengths = [insert_lengths(i) for i in node.inputs]
-        return max(x for x in lengths if x is not None) if None not in lengths else None
-    if not isinstance(node, (n.Where, n.Select, n.Shift, n.ToPoints, n.ClipDuration,
-                             n.AlterLifetime)):
-        return None
-    inner = insert_lengths(node.inputs[0])
-    if inner is None or isinstance(node, (n.Where, n.Select, n.Shift)):
-        return inner
-    if isinstance(node, n.ToPoints):
-        return 1
-    if isinstance(node, n.ClipDuration):
-        return min(node.limit, inner)
-    d = node.duration
-    return inner if d is None else d if isinstance(d, int) else MAX_TIME
-
-
-def _final_rows_length(node: n.Window | n.GroupApply) -> int | None:
-    """The lifetime of the rows of a hopping, tumbling or count window sent final
-    (``emit="final"``, output ``"window"`` or ``"point_end"``), or of a ``group_apply`` of one
-    over its group input: inserts only, each its window (its size) or a point at its end; None
-    for any other window (speculative rows are retracted).
-
-    >>> from topology import Stream, Count
-    >>> s = Stream.from_rows([], start="t")
-    >>> insert_lengths(s.tumbling_window(10, emit="final").aggregate(Count())._node)
-    10
-    >>> insert_lengths(s.group_apply(str, lambda g: g.hopping_window(10, 2, emit="final")
-    ...                .aggregate(Count())).to_points()._node)
-    1
-    >>> insert_lengths(s.tumbling_window(10).aggregate(Count())._node) is None
-    True
-    """
-    w = node.sub if isinstance(node, n.GroupApply) else node
-    if (not isinstance(w, n.Window) or not isinstance(w.spec, (HoppingWindow, CountWindow))
-            or not w.policy.final or not w.policy.window_rows
-            or (isinstance(node, n.GroupApply) and not isinstance(w.inputs[0], n.GroupInput))):
-        return None
-    if w.policy.output == "point_end":
-        return 1
-    return w.spec.size if isinstance(w.spec, HoppingWindow) else None
-
-
-def _points(node: n.Node) -> bool:
-    """Whether ``node``'s stream holds only point inserts (the keyed window's input)."""
-    return insert_lengths(node) == 1
 
 
 def _b_from_events(node: n.FromEvents, step: str) -> Factory:
@@ -361,6 +183,20 @@ BUILDERS[n.ImportCti] = _b_import_ctis
 BUILDERS[n.Late] = _b_late
 BUILDERS[Sink] = _b_sink
 BUILDERS[MergePartitions] = _b_merge
+
+
+def _physical(node: n.Node, step: str,
+              builder: Callable[[Any, str], Factory]) -> tuple[Factory, str | None]:
+    """``node``'s operator: the first fast path that applies (:mod:`topology.rules`) and its
+    variant, else its general operator (variant None)."""
+    fast = choose(node, step)
+    return (builder(node, step), None) if fast is None else (fast.factory, fast.variant)
+
+
+def _shown(node: n.Node, variant: str | None, clock: str | None) -> str:
+    """The stage's line in ``explain()``: the node (its durations as the query's ``clock``
+    shows them), and the fast path when one was chosen."""
+    return node.describe(clock) + ("" if variant is None else f" as {variant}")
 
 
 # -- the tree walk ------------------------------------------------------------------------------
@@ -479,15 +315,15 @@ def plan(root: n.Node, *, fuse: bool | str = False, sink: bool = True,
         if isinstance(node, n.GroupApply) and node.partitions > 1:
             _partitioned(node, step, ins[0], stages, edges, clock)
             continue
-        factory = builder(node, step)
+        factory, variant = _physical(node, step, builder)
         if id(node) in late_producers:
             factory = functools.partial(_with_late_stream, factory)
-        shown = _describe(node, factory, clock)
+        shown = _shown(node, variant, clock)
         if isinstance(node, n.FromRows) and id(node) in reads:
             node = pruned_source(node, reads[id(node)])
             shown += pruned_note(node)
         stages[step] = Stage(step, factory, max(1, len(ins)), shown, (node,), role=role,
-                             stateless=node.stateless)
+                             stateless=node.stateless, variant=variant)
         edges[step] = []
         if node.is_source:
             sources.append(step)
@@ -514,11 +350,12 @@ def _partitioned(node: n.GroupApply, step: str, src: str, stages: dict[str, Stag
     k = node.partitions
 
     part = Partitioner(field_getter(node.key), k, step)
-    factory = _b_group_apply(node, step)
+    factory, variant = _physical(node, step, _b_group_apply)
     for p in range(k):
         pstep = f"{step}[{p}]"
         stages[pstep] = Stage(pstep, factory, 1,
-                              f"{_describe(node, factory, clock)} partition {p} of {k}", (node,))
+                              f"{_shown(node, variant, clock)} partition {p} of {k}", (node,),
+                              variant=variant)
         edges[pstep] = [OutEdge(step, p)]
         edges[src].append(OutEdge(pstep, 0, part, p))
     merge = MergePartitions(inputs=(node,), partitions=k)
@@ -666,10 +503,16 @@ def _fuse_chains(p: Plan, stateful: bool) -> Plan:
                                 " → ".join(p.stages[m].describe for m in members),
                                 tuple(nd for m in members for nd in p.stages[m].nodes),
                                 role=first.role,
-                                stateless=all(p.stages[m].stateless for m in members))
+                                stateless=all(p.stages[m].stateless for m in members),
+                                variant=_variants(p.stages[m] for m in members))
         edges[sid] = [OutEdge(new_id[e.dst], e.port, e.partition, e.index, e.late)
                       for e in p.edges[last]]
     return Plan(stages, edges, [new_id[s] for s in p.sources], new_id[p.sink], p.logical)
+
+
+def _variants(stages: Iterable[Stage]) -> str | None:
+    """The fast paths of a fused stage's steps (None: all general)."""
+    return " | ".join(st.variant for st in stages if st.variant) or None
 
 
 def _without_data(stage: Stage) -> Stage:
@@ -764,7 +607,8 @@ def _fuse_parts(p: Plan) -> Plan:
         stages[sid] = Stage(sid, functools.partial(FusedDag, sub, sid, bool(source)), len(ins),
                             "one process: " + " | ".join(p.stages[s].describe for s in order),
                             tuple(nd for s in order for nd in p.stages[s].nodes),
-                            role="source" if source else "operator")
+                            role="source" if source else "operator",
+                            variant=_variants(p.stages[s] for s in order))
     # a part takes the place of its last stage (its exit: every other one feeds it), so the
     # plan stays in topological order (the inline runtime finishes the stages in that order)
     last = {new_id[s]: s for s in p.stages}

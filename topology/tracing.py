@@ -46,6 +46,7 @@ def plan_metadata(plan: Plan) -> dict[str, Any]:
     for step, st in plan.stages.items():
         info = st.trace_info()
         info["describe"] = st.describe
+        info["variant"] = st.variant  # the fast path chosen (topology.rules), or None
         info["role"] = st.role
         info["inputs"] = sorted(inputs[step], key=lambda x: x[1])
         steps[step] = info

@@ -1,8 +1,8 @@
 """Windows after a window sent final stay on the column-wise path.
 
 A hopping, tumbling or count window with ``emit="final"`` (alone or per key under ``group_apply``)
-sends inserts only, each over its window (or a point at its end): ``planner.insert_lengths``
-knows their length, so a window after it (through ``to_points``, say) runs as the keyed
+sends inserts only, each over its window (or a point at its end): their ``Node.lengths``
+states their length, so a window after it (through ``to_points``, say) runs as the keyed
 column-wise aggregate, as one over a point source does (Nexmark Q5: the most bids per window,
 the maximum of per-auction counts). The CHT is the one of the general path: the same query
 whose first window is speculative (its rows retract, so the planner must keep the general

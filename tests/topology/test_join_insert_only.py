@@ -1,4 +1,4 @@
-"""The planner's proof that a join's output holds only inserts (``insert_lengths``), and the
+"""The planner's proof that a join's output holds only inserts (``Node.lengths``), and the
 column-wise window aggregates the proof lets run over it.
 
 A ``join`` retracts only when one of its inputs does (freeing state on CTIs emits nothing),
@@ -43,7 +43,7 @@ from operators.events import MAX_TIME, Insert, Retract
 from operators.ingress import AdvanceTime
 from tests import reference_joins as ref
 from tests.kit import HEAVY, ON_RAY, assert_equivalent
-from topology import Stream, planner
+from topology import Stream, planner, rules
 
 SHAPES = ("point", "interval", "lifetime", "open edge", "edge")
 #: lifetimes the planner proves: a point 1 tick, ``alter_lifetime(duration=LIFETIME)``
@@ -145,7 +145,7 @@ def _collect(s: Stream, runtime: str = "inline", **kw):
 def _general(s: Stream, runtime: str = "inline", **kw):
     """``s`` with the proof turned off: every window runs its general operator."""
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(planner, "insert_lengths", lambda node: None)
+        m.setattr(rules, "RULES", ())
         return _collect(s, runtime, **kw)
 
 
@@ -164,7 +164,7 @@ def _fast_path(text: str) -> bool:
 @given(query=queries(), seed=st.integers(0, 2**32 - 1))
 def test_a_join_proved_insert_only_holds_only_inserts(query, seed):
     shapes, left, right, joined, q = query
-    lengths = planner.insert_lengths(joined._node)
+    lengths = joined._node.lengths()
     # the join's own output: what the planner claims (only inserts, none longer than
     # ``lengths``) holds; its CHT is the reference evaluator's
     out = _collect(joined, columns=True)
@@ -185,7 +185,7 @@ def test_a_join_proved_insert_only_holds_only_inserts(query, seed):
     # batch the general operator's CHT and output CTI (no row held back, no CTI ahead)
     fast_factory = _root_factory(q)
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(planner, "insert_lengths", lambda node: None)
+        m.setattr(rules, "RULES", ())
         general_factory = _root_factory(q)
     rng = random.Random(seed)
     # (emit="final": the general window operator sends a final row later than the keyed one
@@ -238,7 +238,9 @@ def test_what_the_planner_proves_of_joins():
     points = Stream.from_rows([], start="t")
     table = Stream.from_rows([], start="t", shape="edge", id="k")
     closing = Stream.from_rows([], start="t", end="u", shape="edge", id="k")
-    lengths = planner.insert_lengths
+    def lengths(node):
+        return node.lengths()
+
     assert lengths(table._node) == MAX_TIME  # edges no row can close
     assert lengths(closing._node) is None
     assert lengths(points.join(table, on=("k", "k"))._node) == 1
