@@ -1,7 +1,9 @@
 """Timeline pictures of a trace: what entered and left one step, drawn on the time axis.
 
-One panel per direction (the step's input above, its output below, sharing the time axis),
-in the style of the temporal-database textbooks::
+One panel per direction (the step's input above, its output below, sharing the time axis;
+a step with several inputs, a join or a union, has one input panel per input, so that an
+idle reference input shows beside the live one), in the style of the temporal-database
+textbooks::
 
     in    a  ├──────────┤                  interval [start, end)
           b       │                        point: a tick
@@ -30,7 +32,8 @@ by their payload shortened readably (``meter=m000 kwh=0.42 …``, ``0.451`` for 
 output ``('m000', 0.451)`` in its key's lane).
 
 Needs matplotlib (``pip install cedar[viz]``). Every drawn element carries a ``gid`` (an
-``id`` in the SVG): ``event-<panel>-<n>`` (``<panel>`` is ``in`` or ``out``, ``<n>`` the
+``id`` in the SVG): ``event-<panel>-<n>`` (``<panel>`` is ``in`` or ``out``, ``in0``,
+``in1``, ... for the inputs of a multi-input step; ``<n>`` the
 event's place in arrival order), ``point-...`` for point ticks, ``open-...`` for the arrow
 of an open event, ``retracted-...`` and ``strike-...`` for retracted parts, ``label-...``,
 ``cti-<panel>-<n>``, ``lane-<panel>-<k>`` for a lane's background, ``density-<panel>`` (and
@@ -115,9 +118,11 @@ class _Event:
 class _Panel:
     """One direction's events and how they are laid out (:func:`_layout`)."""
 
-    direction: str
+    direction: str  # "in" or "out"; "in0", "in1", ... for each input of a multi-input step
     events: list[_Event]
     ctis: list[int]
+    port: int | None = None  # the input port of a multi-input step's panel
+    feeder: str = ""  # the step that feeds that port
     mode: str = "events"  # "events", "lanes" or "density"
     shown: list[tuple[int, _Event]] = field(default_factory=list)  # (n, event) drawn one by one
     lanes: list[tuple[str, int, int]] = field(default_factory=list)  # (name, first row, rows)
@@ -162,14 +167,15 @@ def _keyed(info: dict[str, Any]) -> bool:
         info.get("keyed") is True
 
 
-def _events(rows: list[Row], direction: str, lanes: str | bool | None
+def _events(rows: list[Row], direction: str, lanes: str | bool | None, port: int | None = None
             ) -> tuple[list[_Event], list[int]]:
-    """The events of one direction in arrival order and its CTIs."""
+    """The events of one direction (of one input ``port`` when given) in arrival order and
+    its CTIs."""
     events: dict[tuple[int, str], _Event] = {}
     order: list[_Event] = []
     ctis: list[int] = []
     for r in rows:
-        if r["direction"] != direction:
+        if r["direction"] != direction or (port is not None and r["port"] != port):
             continue
         if r["kind"] == "cti":
             ctis.append(r["start"])
@@ -269,15 +275,25 @@ def timeline(trace: str | Recording, step: str, out: str | None = None,
     info = rec.steps.get(step, {})
     if lanes is None and _keyed(info):
         lanes = True  # (an unkeyed window records one key for all its events: no lanes)
+    # a step with several inputs (a join, a union) draws each input in a panel of its own,
+    # so that one input's events never crowd the other's out of the picture
+    feeds = {int(port): str(src) for src, port in info.get("inputs", ())}
     panels: dict[str, _Panel] = {}
-    for d in ("in", "out"):
-        evs, ctis = _events(rows, d, lanes)
-        panels[d] = _Panel(d, evs, ctis)
+    if len(feeds) > 1:
+        for port in sorted(feeds):
+            evs, ctis = _events(rows, "in", lanes, port)
+            panels[f"in{port}"] = _Panel(f"in{port}", evs, ctis, port, feeds[port])
+    else:
+        evs, ctis = _events(rows, "in", lanes)
+        panels["in"] = _Panel("in", evs, ctis)
+    evs, ctis = _events(rows, "out", lanes)
+    panels["out"] = _Panel("out", evs, ctis)
     if lanes is True and not any(ev.lane for p in panels.values() for ev in p.events):
         raise ValueError(f"step {step!r} records no key: give lanes='FIELD' (a payload "
                          f"field) to draw one lane per value of it")
-    _layout(panels["in"], lanes, limit, [])
-    _layout(panels["out"], lanes, limit, [name for name, _, _ in panels["in"].lanes])
+    first = next(iter(panels.values()))
+    for p in panels.values():
+        _layout(p, lanes, limit, [] if p is first else [name for name, _, _ in first.lanes])
     times = [t for p in panels.values() for t in p.ctis if t < MAX_TIME]
     for p in panels.values():
         for ev in p.events:
@@ -288,12 +304,13 @@ def timeline(trace: str | Recording, step: str, out: str | None = None,
     left, right = lo - pad, hi + 2 * pad
     heights = [p.rows + 1.5 for p in panels.values()]
     fig = Figure(figsize=(10, min(MAX_INCHES, ROW_INCHES * sum(heights) + 1.6)))
-    axes = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": heights})
+    axes = fig.subplots(len(panels), 1, sharex=True, gridspec_kw={"height_ratios": heights})
     clock = rec.clock
     for ax, p in zip(axes, panels.values()):
         ax.patch.set_gid(f"axes-{p.direction}")
         ax.set_xlim(left, right)
-        name = "input" if p.direction == "in" else "output"
+        name = ("output" if p.direction == "out" else "input" if p.port is None else
+                f"input {p.port}\n{_short(p.feeder, 16)}")
         if p.mode == "density":
             _draw_density(ax, p, left, right, clock)
         else:
@@ -314,7 +331,7 @@ def timeline(trace: str | Recording, step: str, out: str | None = None,
     window = _window_info(info)
     if window:
         more = _draw_windows(axes[0], Rectangle, info, panels["out"].events,
-                             panels["in"].events, panels["in"], left, right)
+                             first.events, first, left, right)
         title += f"\n{_window_text(window, clock)} (shaded bands over the input" + (
             f", the first {MAX_WINDOWS} drawn)" if more else ")")
     axes[0].set_title(title, fontsize=9)
@@ -366,7 +383,7 @@ def _draw_event(ax: Any, rect: Any, direction: str, n: int, ev: _Event, right: i
     gid = f"{direction}-{n}"
     i = ev.row
     final, reach = ev.final, ev.reach
-    color = "tab:blue" if direction == "in" else "tab:green"
+    color = "tab:blue" if direction.startswith("in") else "tab:green"
     if ev.end == ev.start + 1 and not ev.ends:
         tick = ax.plot([ev.start, ev.start], [i - 0.35, i + 0.35], color=color,
                        linewidth=2.5, solid_capstyle="butt")[0]
@@ -420,7 +437,7 @@ def _draw_density(ax: Any, p: _Panel, left: int, right: int, clock: str | None) 
     starts = np.fromiter((ev.start for ev in p.events), dtype=np.float64,
                          count=len(p.events))
     counts, _ = np.histogram(starts, edges)
-    color = "tab:blue" if p.direction == "in" else "tab:green"
+    color = "tab:blue" if p.direction.startswith("in") else "tab:green"
     ax.stairs(counts, edges, fill=True, color=color, alpha=0.7).set_gid(
         f"density-{p.direction}")
     cut = np.fromiter((ev.start for ev in p.events if ev.ends), dtype=np.float64)
@@ -450,7 +467,7 @@ def _draw_strips(ax: Any, p: _Panel, left: int, right: int, clock: str | None) -
             if 0 <= k < grid.shape[1]:
                 grid[r, k] += 1
     shown = np.ma.masked_equal(grid, 0)
-    cmap = "Blues" if p.direction == "in" else "Greens"
+    cmap = "Blues" if p.direction.startswith("in") else "Greens"
     ax.imshow(shown, aspect="auto", cmap=cmap, interpolation="nearest", vmin=0,
               vmax=max(1.0, float(grid.max())) * 1.4,  # the fullest slot not black
               extent=(float(edges[0]), float(edges[-1]), len(p.lanes) - 0.5, -0.5)

@@ -166,3 +166,25 @@ def test_the_time_axis_reads_as_times_and_payloads_by_a_chosen_field(tmp_path):
     plain = _axis_labels(out.read_text())
     assert plain and all(re.fullmatch(r"\d{16}", t) for t in plain), plain
     assert "time (ticks)" in out.read_text()
+
+
+def test_a_join_draws_each_of_its_inputs(tmp_path):
+    #   trades  0 1 2 ... 59        (points; more than the picture's 40 rows)
+    #   rates   r [0 ───────────→ ∞  (one edge, arriving after every trade)
+    #   input 0 and input 1 each in a panel of their own: the reference edge is drawn,
+    #   however many trades came before it
+    trades = Stream.from_rows([{"k": 1, "t": t} for t in range(60)], start="t", name="trades")
+    rates = Stream.from_rows([{"k": 1, "t": 0, "rate": 1.1}], start="t", shape="edge", id="k",
+                             name="rates")
+    path = str(tmp_path / "trace")
+    trades.join(rates, on=("k", "k")).collect(runtime="inline", trace=path)
+    out = tmp_path / "join.svg"
+    fig = timeline(path, "join", out=str(out), lanes=False)
+    assert len(fig.axes) == 3
+    g = _groups(out.read_text())
+    assert {"axes-in0", "axes-in1", "axes-out"} <= set(g)
+    assert len([k for k in g if k.startswith("event-in0-")]) == 40  # the limit
+    assert [k for k in g if k.startswith("event-in1-")] == ["event-in1-0"]
+    assert "open-in1-0" in g  # the reference edge runs to ∞
+    labels = [t.get_text() for ax in fig.axes for t in [ax.yaxis.label]]
+    assert labels == ["input 0\ntrades", "input 1\nrates", "output"]
