@@ -24,15 +24,23 @@ window whose members changed while its result did not is explained by its member
   (span operators: the same id) or the members of its window;
 * joins: the left and right events with equal keys whose intersection is the output's
   lifetime (and, with the default ``select``, whose payloads it shows; with another
-  ``select`` every such pair); ``anti_join`` and a left join's unmatched part: the left
-  event that holds it.
+  ``select`` every such pair); ``anti_join`` and a left or full outer join's unmatched part:
+  the left (right) event that holds it;
+* ``late()``: the late event itself, where the cause ends (its producer refused it, and
+  never sent it downstream), ``import_ctis`` the event of its input 0 (its leader
+  gives only CTIs); ``scan``: the input event at the output's start (its state holds what
+  the events before made of it); ``distinct``: the events of the interval's payload (of its
+  key, with ``key=``) inside it.
+
+Each kind of step names its rule in :data:`CAUSE_RULES`; a kind without one (a trace of an
+older cedar) gets every input event overlapping the output, and says so.
 
 Causes are followed upstream through the edges to the sources, whose output events are the
 readings that entered the query. A cause that may miss inputs says why in
 :attr:`Cause.incomplete` (and ``cedar debug --cause`` in ``incomplete:`` lines): a trace bounded
 by ``Trace(start=, end=)`` that cuts a window's range, by ``where=``, by a ``limit=`` a step
 reached, by ``steps=`` that left a step on the way out; a group_apply sub-query that filters
-or moves lifetimes before its window (it is not traced); a step with no rule above.
+or moves lifetimes before its window (it is not traced); a step with no rule.
 
     >>> import tempfile
     >>> from topology import Stream
@@ -241,6 +249,8 @@ class Recording:
             gaps.append(f"step {step!r} was traced up to limit={limit} rows only: later "
                         f"inputs are missing")
         feeds = {port: src for src, port in info.get("inputs", ())}
+        if info.get("kind") == "late":
+            feeds = {}  # its producer refused the events: they entered the query here
         for port, member in self._members(step, info, life, at, gaps):
             src = feeds.get(port)
             up = self._out_row(src, member["id"]) if src is not None else None
@@ -273,37 +283,72 @@ class Recording:
         kind = info.get("kind")
         if kind == "source" or not info.get("inputs"):
             return []
-        idx = self._index(step)
-        oid = row["id"]
-        if kind in ("span", "sink", "alter_lifetime", "union"):
-            found = []
-            for port, iid in idx.same_id(kind, oid, len(info["inputs"])):
-                ev = idx.input_at(port, iid, at)
-                if ev is not None:
-                    found.append((port, ev))
-            if not found:
-                gaps.append(f"step {step!r} has no input event for its output {oid} in the "
-                            f"trace")
-            return found
-        alive = idx.alive(at)
+        rule = CAUSE_RULES.get(kind or "")
+        if rule is not None:
+            return getattr(self, rule)(step, info, row, at, gaps)
+        # a step with no rule: every input event overlapping the output
+        alive = self._index(step).alive(at)
         s, e = row["start"], row["end"]
-        if kind == "window":
-            evs = list(alive.get(0, {}).values())
-            if info.get("keyed"):
-                evs = [ev for ev in evs if ev["key"] == row["key"]]
-            members = self._window_members(step, info, evs, s, e, gaps)
-            return [(0, ev) for ev in members]
-        if kind == "group_apply":
-            return [(0, ev) for ev in self._group_members(step, info, alive, row, gaps)]
-        if kind in ("join", "left_join", "anti_join"):
-            return _join_members(kind, info, alive, row)
-        # other steps: every input event overlapping the output
         what = info.get("node", info.get("class", kind))  # (class: traces before nodes)
         gaps.append(f"step {step!r} ({what}) has no cause rule: every input event overlapping "
                     f"its output is shown")
         self._check_region(step, s, e, gaps)
         return [(p, ev) for p, evs in alive.items() for ev in evs.values()
                 if ev["start"] < e and ev["end"] > s]
+
+    # -- the cause rules (CAUSE_RULES: a step's kind -> its rule) -------------------------------
+    def _by_id(self, step: str, info: dict[str, Any], row: Row, at: float,
+               gaps: list[str]) -> list[tuple[int, Row]]:
+        """The input event the output keeps (the same id, the id it was minted from, the id
+        a union tagged); of an ``import_ctis``, on its input 0 only (its leader gives CTIs)."""
+        kind, oid = info["kind"], row["id"]
+        idx = self._index(step)
+        found = []
+        for port, iid in idx.same_id(kind, oid, len(info["inputs"])):
+            if kind == "import_ctis" and port != 0:
+                continue
+            ev = idx.input_at(port, iid, at)
+            if ev is not None:
+                found.append((port, ev))
+        if not found:
+            gaps.append(f"step {step!r} has no input event for its output {oid} in the trace")
+        return found
+
+    def _by_window(self, step: str, info: dict[str, Any], row: Row, at: float,
+                   gaps: list[str]) -> list[tuple[int, Row]]:
+        evs = list(self._index(step).alive(at).get(0, {}).values())
+        if info.get("keyed"):
+            evs = [ev for ev in evs if ev["key"] == row["key"]]
+        members = self._window_members(step, info, evs, row["start"], row["end"], gaps)
+        return [(0, ev) for ev in members]
+
+    def _by_group(self, step: str, info: dict[str, Any], row: Row, at: float,
+                  gaps: list[str]) -> list[tuple[int, Row]]:
+        alive = self._index(step).alive(at)
+        return [(0, ev) for ev in self._group_members(step, info, alive, row, gaps)]
+
+    def _by_pair(self, step: str, info: dict[str, Any], row: Row, at: float,
+                 gaps: list[str]) -> list[tuple[int, Row]]:
+        return _join_members(info["kind"], info, self._index(step).alive(at), row)
+
+    def _by_start(self, step: str, info: dict[str, Any], row: Row, at: float,
+                  gaps: list[str]) -> list[tuple[int, Row]]:
+        """A scan's output is a point at the start of the input event its ``step`` was
+        given (its state holds what the events before made of it)."""
+        evs = self._index(step).alive(at).get(0, {}).values()
+        return [(0, ev) for ev in evs if ev["start"] == row["start"]]
+
+    def _by_payload(self, step: str, info: dict[str, Any], row: Row, at: float,
+                    gaps: list[str]) -> list[tuple[int, Row]]:
+        """A distinct interval: the input events of its payload (of its key, with ``key=``:
+        the key of the event whose payload it carries) that lie inside it."""
+        s, e = row["start"], row["end"]
+        inside = [ev for ev in self._index(step).alive(at).get(0, {}).values()
+                  if ev["start"] >= s and ev["end"] <= e]
+        mine = [ev for ev in inside if ev["payload_repr"] == row["payload_repr"]]
+        if info.get("keyed") and mine:
+            mine = [ev for ev in inside if ev["key"] == mine[0]["key"]]
+        return [(0, ev) for ev in mine]
 
     def _group_members(self, step: str, info: dict[str, Any], alive: dict[int, dict[str, Row]],
                        row: Row, gaps: list[str]) -> list[Row]:
@@ -523,6 +568,18 @@ class _StepIndex:
 #: The point after every row of a step (its end of trace).
 INF_SEQ = float("inf")
 
+#: The cause rule of each kind of step (:attr:`topology.nodes.Node.trace_kind`, ``kind`` in
+#: ``plan.json``): the :class:`Recording` method that finds the input events of an output.
+#: Every node type's kind has one (tests/topology/test_node_facts.py).
+CAUSE_RULES: dict[str, str] = {
+    "span": "_by_id", "sink": "_by_id", "alter_lifetime": "_by_id", "union": "_by_id",
+    "late": "_by_id", "import_ctis": "_by_id",
+    "window": "_by_window", "group_apply": "_by_group",
+    "join": "_by_pair", "left_join": "_by_pair", "anti_join": "_by_pair",
+    "full_outer_join": "_by_pair",
+    "scan": "_by_start", "distinct": "_by_payload",
+}
+
 
 def _join_members(kind: str, info: dict[str, Any], alive: dict[int, dict[str, Row]],
                   row: Row) -> list[tuple[int, Row]]:
@@ -541,17 +598,31 @@ def _join_members(kind: str, info: dict[str, Any], alive: dict[int, dict[str, Ro
     if shows and len(pairs) > 1:  # payload (l, r): the one it shows
         pairs = [(lv, rv) for lv, rv in pairs
                  if pay == f"({lv['payload_repr']}, {rv['payload_repr']})"] or pairs
-    if kind == "left_join":
-        # its ids are a union's of the join (input 0: even) and the unmatched parts (odd)
-        matched = bool(pairs) if not row["id"].lstrip("-").isdigit() else int(row["id"]) % 2 == 0
-        if not matched:
+    if kind in ("left_join", "full_outer_join"):
+        # its ids are a union's of the join (input 0) and the unmatched parts (1: the left's,
+        # 2: the right's, full outer join only)
+        part = _part(row["id"], 2 if kind == "left_join" else 3)
+        part = (0 if pairs else 1) if part is None else part
+        if part == 1:
             own = [lv for lv in left if pay.startswith(f"({lv['payload_repr']}, ")]
             return [(0, lv) for lv in (own if shows and own else left)]
+        if part == 2:
+            own = [rv for rv in right if pay.endswith(f", {rv['payload_repr']})")]
+            return [(1, rv) for rv in (own if shows and own else right)]
     seen: dict[tuple[int, str], Row] = {}
     for lv, rv in pairs:
         seen.setdefault((0, lv["id"]), lv)
         seen.setdefault((1, rv["id"]), rv)
     return [(port, ev) for (port, _), ev in seen.items()]
+
+
+def _part(id_repr: str, n_inputs: int) -> int | None:
+    """The input of the union that tagged output id ``id_repr`` (:func:`_union_tag`), or
+    None when the id does not say."""
+    if id_repr.lstrip("-").isdigit():
+        return int(id_repr) % n_inputs
+    m = re.match(r"^\((\d+), ", id_repr)
+    return int(m.group(1)) if m else None
 
 
 def _union_tag(id_repr: str, port: int, n_inputs: int) -> str:
