@@ -27,12 +27,15 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from operators.columns import expand
 from operators.events import Message
 
 from . import checkpoint as ck
+
+if TYPE_CHECKING:
+    from .stage_config import StageCheckpoint
 
 #: A call of an input: (port, ``"push"`` | ``"end"`` | ``"barrier"``, its argument).
 Call = tuple[int, str, Any]
@@ -40,16 +43,17 @@ Call = tuple[int, str, Any]
 
 class Barriers:
     """Alignment of ``n_in`` inputs, the held calls, the epoch write and the sink's release
-    (see the module docstring). ``ckpt``: ``{"dir", "query", "sink"}`` or None (off).
+    (see the module docstring). ``ckpt``: where the stage checkpoints
+    (:class:`~actors.stage_config.StageCheckpoint`), or None (off).
     ``push(port, blob)`` and ``end(port)`` process a delivered call; ``aligned(epoch)`` runs
     once every input's barrier ``epoch`` came."""
 
-    def __init__(self, step: str, n_in: int, ckpt: dict[str, Any] | None,
+    def __init__(self, step: str, n_in: int, ckpt: StageCheckpoint | None,
                  push: Callable[[int, Any], None], end: Callable[[int], None],
                  aligned: Callable[[int], None]) -> None:
         self.step, self.n_in, self.ckpt = step, n_in, ckpt
         self._push, self._end, self._aligned = push, end, aligned
-        self.is_sink = bool(ckpt and ckpt.get("sink"))
+        self.is_sink = ckpt is not None and ckpt.sink
         self.epoch = 0  # the last epoch this stage wrote
         self.restored_from = 0
         self.blocked: set[int] = set()  # inputs whose barrier came, waiting for the others
@@ -92,7 +96,7 @@ class Barriers:
     def write(self, epoch: int, state: dict[str, Any]) -> None:
         """Save the stage's ``state`` for ``epoch``, whole or not at all."""
         assert self.ckpt is not None, "write() without a checkpoint directory"
-        ck.save(ck.stage_path(self.ckpt["dir"], self.ckpt["query"], epoch, self.step), state)
+        ck.save(ck.stage_path(self.ckpt.root, self.ckpt.query, epoch, self.step), state)
 
     def committed(self, epoch: int) -> list[Message]:
         """``epoch`` is on disk; a sink releases the epoch's output, returned here."""

@@ -44,6 +44,7 @@ from operators.events import Cti, Insert, Retract
 from operators.processor import Processor
 
 from .files import atomic_path
+from .reprs import safe_repr
 
 #: Rows a recorder keeps in memory before it writes a parquet part.
 PART_ROWS = 65_536
@@ -93,17 +94,10 @@ def json_text(payload: Any) -> str:
     try:
         return _JSON.encode(payload)
     except (TypeError, ValueError):  # e.g. keys that are not strings, circular values
-        return json.dumps(_safe_repr(payload))
+        return json.dumps(safe_repr(payload))
 
 
-def _safe_repr(obj: Any) -> str:
-    try:
-        return repr(obj)
-    except Exception:  # noqa: BLE001 - a trace never fails on a payload
-        return f"<{type(obj).__name__} object>"
-
-
-_JSON = json.JSONEncoder(default=_safe_repr, sort_keys=True)
+_JSON = json.JSONEncoder(default=safe_repr, sort_keys=True)
 
 
 class Recorder:
@@ -203,8 +197,8 @@ class Recorder:
         cti = kind == "cti"
         self.rows.append((
             self.step, direction, port, next(self.seq), self.batch, wall, kind,
-            None if cti else _safe_repr(eid), start, end, new_end,
-            None if cti else json_text(payload), None if cti else _safe_repr(payload), key,
+            None if cti else safe_repr(eid), start, end, new_end,
+            None if cti else json_text(payload), None if cti else safe_repr(payload), key,
             note))
         if len(self.rows) >= PART_ROWS:
             self.flush()
@@ -213,9 +207,9 @@ class Recorder:
         try:
             if direction == "in" and self.keys is not None:
                 fn = self.keys[port] if port < len(self.keys) else self.keys[0]
-                return _safe_repr(fn(payload))
+                return safe_repr(fn(payload))
             if direction == "out" and self.keyed_out and isinstance(payload, tuple):
-                return _safe_repr(payload[0])
+                return safe_repr(payload[0])
         except Exception:  # noqa: BLE001 - the operator reports a key that fails
             return None
         return None

@@ -2,9 +2,13 @@
 
 Every stage of a :class:`~topology.planner.Plan` becomes one
 :class:`~actors.shell.OperatorShell` actor (``ray.remote`` applied here, with the explicit
-options of :data:`actors.shell.ACTOR_OPTIONS`). The driver feeds each source in batches of
-pre-serialized bytes with at most ``max_in_flight`` batches unanswered, then sends the end of
-input, which travels through the plan behind the data.
+options of :data:`actors.shell.ACTOR_OPTIONS`), told what it hosts by a frozen
+:class:`~actors.stage_config.StageConfig` (:func:`stage_config`). The sources are fed in
+batches of pre-serialized bytes with at most ``max_in_flight`` batches unanswered
+(:mod:`topology.feeding`), then the end of input, which travels through the plan behind the
+data. A deployed query first claims its name (:mod:`topology.claims`). Neither entry point
+changes the plan it is given: what a run needs changed (the sink of ``history=True``, the
+stages ``collect()`` runs) is a new plan (:func:`with_history`, :func:`_without_sink`).
 
 * :func:`collect_plan` (``Stream.collect()``) runs a plan to the end and returns the output.
   It borrows warm, anonymous actors from a per-session pool and hands them back reset, so a
@@ -22,29 +26,31 @@ newest complete epoch when an actor dies, replay, no duplicate output; see that 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
-import queue
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, cast
+from typing import Any
 
 from actors import checkpoint as ck
 from actors.config import ShellConfig
 from actors.host import save_job
-from actors.wire import decode, encode, encode_rows
+from actors.stage_config import StageCheckpoint, StageConfig
+from actors.wire import decode
 from operators.columns import expand
-from operators.errors import OperatorError, SourceFailed
+from operators.errors import OperatorError
 from operators.events import Message
-from operators.feeds import END, guarded, round_robin
+from operators.feeds import round_robin
 from operators.publish import Publish
 
 from . import nodes as n
-from .inline_runtime import Collected, close_feeds, feed_of, report_of, source_batches
+from .claims import claim_name, name_taken, replace_query
+from .feeding import DRIVER_FED, FeedJob, driver_sources, encoder, fed_by_cluster, feed_round_robin
+from .inline_runtime import Collected, report_of, source_batches
 from .planner import Plan
-from .query import NameTaken, Query, QueryFailed, _Remote, stop_by_name
+from .query import Query, QueryFailed, _Remote
 from .registry import (
     FETCH_WAIT_S,
     HEAD_RESOURCE,
@@ -52,7 +58,6 @@ from .registry import (
     NAMESPACE,
     actor_name,
     actor_states,
-    driver_alive,
     ensure_ray,
     kill_actor,
     list_queries,
@@ -141,27 +146,44 @@ def release_pool() -> None:
 def _configure(plan: Plan, handles: dict[str, Any], settings: ShellConfig,
                sink_info: dict[str, Any], ckpt: tuple[str, str] | None = None,
                restore: int = 0) -> None:
-    """Configure every stage; with ``ckpt`` = (directory, query) the stages checkpoint, and
-    with ``restore`` > 0 they resume from that epoch's files."""
+    """Configure every stage (its :func:`stage_config`, one call each, awaited together);
+    with ``ckpt`` = (directory, query) the stages checkpoint, and with ``restore`` > 0 they
+    resume from that epoch's files."""
     import ray
 
+    ray.get([handles[step].configure.remote(
+        stage_config(plan, step, handles, settings, sink_info, ckpt, restore))
+        for step in plan.stages])
 
-    refs = []
-    for step, st in plan.stages.items():
-        edges = plan.edges[step]
-        config: dict[str, Any] = {
-            "step": step, "describe": st.describe, "factory": st.factory,
-            "n_in": plan.in_edges(step), "router": Router(edges),
-            "handles": {e.dst: handles[e.dst] for e in edges},
-            "rows": isinstance(st.source, n.FromRows),
-            "info": sink_info if step == plan.sink else {}, "settings": settings,
-        }
-        if ckpt is not None:
-            config["checkpoint"] = {"dir": ckpt[0], "query": ckpt[1], "sink": step == plan.sink}
-            if restore:
-                config["restore"] = ck.stage_path(ckpt[0], ckpt[1], restore, step)
-        refs.append(handles[step].configure.remote(config))
-    ray.get(refs)
+
+def stage_config(plan: Plan, step: str, handles: dict[str, Any], settings: ShellConfig,
+                 sink_info: dict[str, Any], ckpt: tuple[str, str] | None = None,
+                 restore: int = 0) -> StageConfig:
+    """What the actor of ``step`` is told of its stage (:class:`~actors.stage_config.StageConfig`):
+    its processor's factory, its input edges, a router over its out-edges with their actors
+    (``handles``, by step), the actor settings; the sink also gets ``sink_info`` (the query's
+    manifest). With ``ckpt`` = (directory, query) it checkpoints there, and with ``restore``
+    > 0 it resumes from that epoch's file."""
+    st, edges = plan.stages[step], plan.edges[step]
+    checkpoint = restore_from = None
+    if ckpt is not None:
+        checkpoint = StageCheckpoint(ckpt[0], ckpt[1], sink=step == plan.sink)
+        if restore:
+            restore_from = ck.stage_path(ckpt[0], ckpt[1], restore, step)
+    return StageConfig(
+        step=step, factory=st.factory, describe=st.describe, n_in=plan.in_edges(step),
+        router=Router(edges), handles={e.dst: handles[e.dst] for e in edges},
+        rows=isinstance(st.source, n.FromRows), info=sink_info if step == plan.sink else {},
+        settings=settings, checkpoint=checkpoint, restore=restore_from)
+
+
+def with_history(plan: Plan) -> Plan:
+    """``plan`` whose sink keeps the final rows too (``deploy(..., history=True)``): a new
+    plan with a new sink stage; ``plan`` itself is left as it was (the caller may deploy or
+    explain it again)."""
+    sink = dataclasses.replace(plan.stages[plan.sink],
+                               factory=functools.partial(Publish, "sink", history=True))
+    return dataclasses.replace(plan, stages={**plan.stages, plan.sink: sink})
 
 
 def _traced(settings: ShellConfig, plan: Plan, trace: Any) -> ShellConfig:
@@ -176,190 +198,6 @@ def _traced(settings: ShellConfig, plan: Plan, trace: Any) -> ShellConfig:
 
     write_plan(t, plan, runtime="ray")
     return settings.with_trace(t)
-
-
-def _driver_sources(plan: Plan) -> list[str]:
-    return [s for s in plan.sources if not isinstance(plan.stages[s].source, n.Published)]
-
-
-class _Sender:
-    """Sends batches to one source actor with at most ``max_in_flight`` unanswered."""
-
-    def __init__(self, handle: Any, rows: bool, max_in_flight: int) -> None:
-        self.handle, self.rows, self.max = handle, rows, max_in_flight
-        self.inflight: deque[Any] = deque()
-
-    def fail(self, error: SourceFailed) -> None:
-        """The source's data raised where it is read: the source step fails with ``error``
-        (behind the batches sent before it), and its failure travels down the query."""
-        self.handle.fail.remote(0, str(error))
-
-    def send(self, batch: list[Any]) -> None:
-        import ray
-
-        while len(self.inflight) >= self.max:
-            ray.get(self.inflight.popleft())
-        blob = encode_rows(batch) if self.rows else encode(batch)
-        self.inflight.append(self.handle.push.remote(0, blob))
-
-    def end(self) -> None:
-        self.handle.end.remote(0)
-
-
-def _pulls(plan: Plan, step: str) -> Any:
-    """The data of source ``step`` if its actor reads it itself (:meth:`OperatorShell.pull
-    <actors.shell.OperatorShell.pull>`), its feed being ``"actor"`` (the files of
-    ``from_spark(df, sources=N)``); else None (fed batch by batch, as a ``from_arrow`` table
-    is)."""
-    src = plan.stages[step].source
-    return src.rows if isinstance(src, n.FromRows) and src.feed == "actor" else None
-
-
-def _collect_pulls(plan: Plan, steps: list[str]) -> list[Any]:
-    """collect()'s :func:`_pulls`: also the data of a query's only source when any process
-    can read it (``from_arrow`` over a table, whose buffers travel to the actor once through
-    the object store): its actor reads it itself, as a ``from_spark(..., sources=N)`` part.
-    Fed by the driver, every batch of such a source was cut and turned into Python values
-    here, pickled, sent and decoded again in the actor (Q0 at 1M events: ~0.3 s of the
-    driver's CPU). Several sources stay fed in turn by the driver, which keeps them at the
-    same pace."""
-    data = [_pulls(plan, s) for s in steps]
-    if len(steps) == 1 and data[0] is None:
-        src = plan.stages[steps[0]].source
-        if isinstance(src, n.FromRows) and src.feed == "host" and src.batched:
-            data = [src.rows]
-    return data
-
-
-def _start_pulls(handles: list[Any], data: list[Any]) -> list[bool]:
-    """Each source actor whose data is given (not None, see :func:`_pulls`) starts reading it
-    itself, all in parallel; returns, per source, whether the driver still feeds it: no data
-    to pull, or data that cannot travel to an actor (it holds something only this process
-    has)."""
-    import ray
-
-    refs, fed = [], []
-    for h, d in zip(handles, data):
-        try:
-            if d is not None:
-                refs.append(h.pull.remote(d))
-        except TypeError:  # Ray: "Could not serialize the argument ..."
-            d = None
-        fed.append(d is None)
-    ray.get(refs)
-    return fed
-
-
-def _feed_round_robin(plan: Plan, handles: dict[str, Any], settings: ShellConfig) -> None:
-    """collect(): the sources that can read their own data start reading it (in parallel,
-    in their actors); the driver feeds the others to their end, one batch of each in turn."""
-    steps = _driver_sources(plan)
-    fed = _start_pulls([handles[s] for s in steps], _collect_pulls(plan, steps))
-    steps = [s for s, f in zip(steps, fed) if f]
-    senders = [_Sender(handles[s], isinstance(plan.stages[s].source, n.FromRows),
-                       settings.max_in_flight) for s in steps]
-    feeds = [source_batches(plan, s, settings.batch_size) for s in steps]
-    try:
-        for round_ in round_robin(feeds):
-            for i, batch in round_:
-                if batch is END:
-                    senders[i].end()
-                else:
-                    senders[i].send(batch)
-    finally:
-        close_feeds(feeds)
-
-
-def _timed_chunks(items: Iterable[Any], size: int, flush_s: float,
-                  stop: threading.Event) -> Iterator[list[Any]]:
-    """Batches of at most ``size`` items; a partial batch is released ``flush_s`` after its
-    first item, so a slow source (a generator that waits for rows) keeps its latency low.
-    An exception raised while ``items`` are read is raised here, after the items before it."""
-    q: queue.Queue[Any] = queue.Queue(maxsize=4 * size)
-    done = object()
-    failed: list[BaseException] = []
-
-    def read() -> None:
-        try:
-            for item in items:
-                if stop.is_set():
-                    break
-                q.put(item)
-        except BaseException as exc:  # noqa: BLE001 - raised in the consumer's thread
-            failed.append(exc)
-        finally:
-            q.put(done)
-
-    threading.Thread(target=read, name="cedar-source-reader", daemon=True).start()
-    buf: list[Any] = []
-    first = 0.0
-    while not stop.is_set():
-        timeout = None if not buf else max(0.0, first + flush_s - time.monotonic())
-        try:
-            item = q.get(timeout=timeout)
-        except queue.Empty:
-            yield buf
-            buf = []
-            continue
-        if item is done:
-            break
-        if not buf:
-            first = time.monotonic()
-        buf.append(item)
-        if len(buf) >= size:
-            yield buf
-            buf = []
-    if buf and not stop.is_set():
-        yield buf
-    if failed and not stop.is_set():
-        raise failed[0]
-
-
-def _feed_thread(sender: _Sender, feed: _Feed, batch_size: int, flush_s: float,
-                 stop: threading.Event, errors: list[tuple[str, str]],
-                 gate: threading.Event | None = None,
-                 primed: threading.Event | None = None) -> threading.Thread:
-    """Feeds ``feed``'s data (rows or messages; batched, ready batches) to ``sender``.
-    With a ``gate`` (a held query) the thread opens the source and reads its first batch
-    at once (a Spark source plans its read then: the files, the order of their row groups),
-    and sends nothing before the gate opens (``Query.start()``); ``primed`` is set once the
-    first batch is read (or failed). Data that raises while it is read fails the source
-    step (:class:`~operators.errors.SourceFailed`, passed down the query as a step's own
-    failure is); every failure is also kept in ``errors`` as ``(step, reason)``."""
-    def run() -> None:
-        try:
-            items = guarded(feed.data, feed.step, feed.describe)
-            batches = items if feed.batched else \
-                _timed_chunks(items, batch_size, flush_s, stop)
-            try:
-                try:
-                    first = [next(batches, END)] if gate is not None else []
-                finally:
-                    if primed is not None:
-                        primed.set()
-                while gate is not None and not gate.wait(0.5):
-                    if stop.is_set():
-                        return
-                for batch in itertools.chain(first, batches):
-                    if stop.is_set() or batch is END:
-                        break
-                    sender.send(batch)
-            finally:
-                close_feeds([batches])
-            if not stop.is_set():
-                sender.end()
-        except SourceFailed as exc:
-            if not stop.is_set():
-                errors.append((feed.step, str(exc)))
-                sender.fail(exc)
-        except Exception as exc:  # the query was stopped, or its actor is gone  # noqa: BLE001
-            if not stop.is_set():
-                errors.append((feed.step, f"feeding the source failed: "
-                                          f"{type(exc).__name__}: {exc}"))
-
-    t = threading.Thread(target=run, name="cedar-feeder", daemon=True)
-    t.start()
-    return t
 
 
 def _subscribe_published(plan: Plan, handles: dict[str, Any],
@@ -428,7 +266,7 @@ def collect_plan(plan: Plan, *, batch_size: int | None = None,
         sink = handles[plan.sink]
         pull = ray.get(sink.open_pull.remote())
         subs = _subscribe_published(plan, handles, name)
-        _feed_round_robin(plan, handles, settings)
+        feed_round_robin(plan, handles, settings)
         out: list[Message] = []
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
@@ -555,17 +393,6 @@ def _placement(placement: str | dict[str, str]) -> Callable[[str], dict[str, Any
     return options
 
 
-def _fed_by_cluster(plan: Plan, step: str) -> bool:
-    """Whether source ``step`` is fed by the cluster (its host or its own actor), not by this
-    driver: what its node declares (:data:`topology.nodes.Feed`)."""
-    src = plan.stages[step].source
-    return isinstance(src, (n.FromEvents, n.FromRows)) and src.feed != "driver"
-
-
-def _encoder(plan: Plan, step: str) -> Callable[[Any], Any]:
-    return encode_rows if isinstance(plan.stages[step].source, n.FromRows) else encode
-
-
 @dataclasses.dataclass
 class _SupervisedJob:
     """A checkpointed query's driver side: its :class:`~actors.supervisor.Supervisor`, run
@@ -579,7 +406,7 @@ class _SupervisedJob:
     named: bool = False
     detached: bool = False
     placement: str | dict[str, str] = "spread"
-    #: the token of the run's claim on its name (:func:`_claim`), for deployed queries
+    #: the token of the run's claim on its name (:func:`claim_name`), for deployed queries
     claim: str | None = None
 
     def start(self, resume: bool = False) -> Any:
@@ -631,7 +458,7 @@ class _SupervisedJob:
 
     def check_claim(self) -> None:
         """Raise :class:`~topology.query.QueryFailed` if this run no longer holds its name's
-        claim (:func:`_claim`): it was stopped, or replaced by ``deploy(..., replace=True)``."""
+        claim (:func:`claim_name`): it was stopped, or replaced by ``deploy(..., replace=True)``."""
         if self.claim is None:
             return
         held = ck.read_claim(self.root, self.name) or {}
@@ -645,11 +472,11 @@ class _SupervisedJob:
 
     def feeds_from(self, rounds: int) -> list[tuple[str, Iterator[Any]]]:
         """Every fed source read from its beginning, its first ``rounds`` rounds skipped."""
-        steps = _driver_sources(self.plan)
+        steps = driver_sources(self.plan)
         feeds = [source_batches(self.plan, s, self.settings.batch_size) for s in steps]
         for _ in itertools.islice(round_robin(feeds), rounds):
             pass
-        return [(s, map(_encoder(self.plan, s), feed)) for s, feed in zip(steps, feeds)]
+        return [(s, map(encoder(self.plan, s), feed)) for s, feed in zip(steps, feeds)]
 
 
 def _supervise(plan: Plan, name: str, settings: ShellConfig, root: str,
@@ -660,107 +487,6 @@ def _supervise(plan: Plan, name: str, settings: ShellConfig, root: str,
                          "checkpointed (the publisher's stream cannot be replayed); run it "
                          "without checkpoint_dir")
     return _SupervisedJob(plan, name, settings, ck.normalize(root), **options)
-
-
-#: How long ``deploy(..., hold=True)`` waits for its sources' first batches (a source that
-#: has no row yet, such as a generator waiting for input, is not waited for longer).
-PRIME_S = 10.0
-
-
-@dataclasses.dataclass(frozen=True)
-class _Feed:
-    """One source to feed: its step, what it is (for errors), its actor, whether that takes
-    rows, its data, and whether the data is ready batches."""
-
-    step: str
-    describe: str
-    handle: Any
-    rows: bool
-    data: Any
-    batched: bool
-
-
-@dataclasses.dataclass
-class _FeedJob:
-    """A query's feeding without checkpoints: each source's data to its actor, from the
-    query's host (the sources any process can read) or from this driver (the others)."""
-
-    feeds: list[_Feed]
-    settings: ShellConfig
-    #: whether each feed's actor reads its data itself (:func:`_pulls`), when it can travel
-    pull: list[bool] = dataclasses.field(default_factory=list)
-    #: ``deploy(..., hold=True)``: feeding waits for :meth:`_Feeders.go` (``Query.start()``)
-    held: bool = False
-
-    @classmethod
-    def of(cls, plan: Plan, handles: dict[str, Any], steps: list[str],
-           settings: ShellConfig) -> _FeedJob:
-        feeds = [_Feed(s, plan.stages[s].describe, handles[s],
-                       isinstance(plan.stages[s].source, n.FromRows), feed_of(plan, s),
-                       getattr(plan.stages[s].source, "batched", False)) for s in steps]
-        return cls(feeds, settings, [_pulls(plan, s) is not None for s in steps])
-
-    def start(self, resume: bool = False) -> _Feeders:
-        feeders = _Feeders([], threading.Event(), [], self)
-        if self.held:
-            feeders.prepare()
-        else:
-            feeders.go()
-        return feeders
-
-
-@dataclasses.dataclass
-class _Feeders:
-    """The feeding threads of a :class:`_FeedJob` (none until :meth:`go`)."""
-
-    threads: list[threading.Thread]
-    stop_event: threading.Event
-    #: (source step, reason) of each feed that failed
-    errors: list[tuple[str, str]]
-    job: _FeedJob
-    started: bool = False
-    #: opened by :meth:`go`: the prepared feeders of a held query send from then on
-    gate: threading.Event = dataclasses.field(default_factory=threading.Event)
-
-    def prepare(self) -> None:
-        """A held query: a thread per source the driver feeds opens it and reads its first
-        batch now, and sends it when :meth:`go` opens the gate. Waits (up to ``PRIME_S``)
-        until every first batch is read, so that the run starts with its input ready."""
-        primed = [self._feed(f) for f, pull in zip(self.job.feeds, self.job.pull) if not pull]
-        deadline = time.monotonic() + PRIME_S
-        for event in primed:
-            event.wait(max(0.0, deadline - time.monotonic()))
-
-    def go(self) -> None:
-        """Start feeding (once): the sources that read their own data start reading it,
-        and a thread per other source feeds it (started by :meth:`prepare` when held)."""
-        if self.started or self.stop_event.is_set():
-            return
-        self.started = True
-        job = self.job
-        fed = _start_pulls([f.handle for f in job.feeds],
-                           [f.data if p else None for f, p in zip(job.feeds, job.pull)])
-        for feed, by_driver, pull in zip(job.feeds, fed, job.pull):
-            if by_driver and (pull or not job.held):  # not prepared yet
-                self._feed(feed)
-        self.gate.set()
-
-    def _feed(self, feed: _Feed) -> threading.Event:
-        """Start a thread feeding ``feed`` to its actor; returns the event set when its
-        first batch is read (held) or at once."""
-        settings, primed = self.job.settings, threading.Event()
-        self.threads.append(_feed_thread(
-            _Sender(feed.handle, feed.rows, settings.max_in_flight), feed,
-            settings.batch_size, settings.flush_s, self.stop_event, self.errors,
-            gate=self.gate if self.job.held else None, primed=primed))
-        return primed
-
-    def feed_errors(self) -> list[tuple[str, str]]:
-        """(source step, reason) of each feed that failed."""
-        return list(self.errors)
-
-    def stop(self, kill: bool = False) -> None:
-        self.stop_event.set()
 
 
 def _start_host(name: str, job: Any, *, detached: bool, restartable: bool) -> Any:
@@ -781,84 +507,6 @@ def _start_host(name: str, job: Any, *, detached: bool, restartable: bool) -> An
         raise OperatorError(f"deploy({name!r}): the query's host failed to start: "
                             f"{exc}") from None
     return host
-
-
-#: How :func:`_taken` names a supervisor that runs in the deploying process.
-_SUPERVISOR = "~supervisor"
-
-
-def _taken(name: str, states: dict[str, str]) -> NameTaken:
-    """The refusal of ``deploy(name)`` while the query ``name`` holds its name."""
-    recovering = sorted(s for s, st in states.items() if st != "ALIVE")
-    what = "is running"
-    if HOST_STEP in recovering:
-        what += " and recovering (Ray is restarting its host, which then resumes it)"
-    elif _SUPERVISOR in recovering:
-        what += (" and recovering (its supervisor, in the process that deployed it, is "
-                 "starting its actors again)")
-    elif recovering:
-        what += f" and recovering (Ray is starting {', '.join(recovering)})"
-    return NameTaken(
-        f"deploy({name!r}): a query with this name {what}; a new deploy would destroy it. "
-        f"Stop it first with topology.attach({name!r}).stop() (or `cedar stop {name}`), "
-        f"deploy under another name, or deploy(..., replace=True) to stop it and start this "
-        f"one")
-
-
-def _claim(name: str, root: str | None, local: bool) -> str:
-    """Claim ``name`` for a new run and return the claim's token. The named-actor registry
-    says whether a query holds the name: any actor ``<name>/...`` in any state but dead
-    (alive, restarting, being created) holds it. A checkpointed query also holds a claim file
-    in its checkpoint storage (:func:`actors.checkpoint.claim`, created exclusively), so that
-    of two deploys racing past the registry only one goes on to touch the files, and so that
-    a recovery checks the run is still the owner before it starts actors again. A claim file
-    whose owner is gone (no actor of the name, and its driver gone when the supervisor ran
-    there) is taken over."""
-    import ray
-
-    states = actor_states(name)
-    if states:
-        raise _taken(name, states)
-    token = uuid.uuid4().hex
-    if root is None:
-        return token
-    record = {"token": token, "job": ray.get_runtime_context().get_job_id(), "local": local,
-              "created": time.time()}
-    for _ in range(2):
-        held = ck.claim(root, name, record)
-        if held is None:
-            return token
-        if held.get("local") and driver_alive(str(held.get("job"))):
-            # its supervisor runs in that driver, between two generations of actors
-            raise _taken(name, {_SUPERVISOR: "RESTARTING"})
-        states = actor_states(name)
-        if states:
-            raise _taken(name, states)
-        ck.release_claim(root, name, held.get("token"))  # stale: its owner is gone
-    raise _taken(name, actor_states(name) or {"claim": "PENDING_CREATION"})
-
-
-def _replace(name: str, root: str | None) -> None:
-    """``deploy(..., replace=True)``: stop the query holding ``name`` completely — its claim
-    revoked first (so that a recovery under way does not start actors again), its host and
-    every actor killed with no restart, each confirmed dead — before anything of the new run
-    touches a file."""
-    import ray
-
-    roots = {root} if root is not None else set()
-    subs: list[tuple[str, str]] = []
-    try:
-        sink = step_actor(actor_name(name, "sink"))
-        info = cast(dict[str, Any], ray.get(sink.manifest.remote(), timeout=10))
-        if info.get("checkpoint_dir"):
-            roots.add(info["checkpoint_dir"])
-        subs = [(s[0], s[1]) for s in info.get("subscriptions", ())]
-    except Exception:  # noqa: BLE001 - no sink now (a restart under way, or none)
-        pass
-    for r in roots:
-        ck.release_claim(r, name, None)
-    stop_by_name(name, timeout_s=60)
-    unsubscribe(subs)
 
 
 def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool = False,
@@ -931,11 +579,11 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
                               flush_ms=flush_ms, checkpoint_every=checkpoint_every)
     ensure_ray()
     root = None if checkpoint_dir is None else ck.normalize(checkpoint_dir)
-    fed = _driver_sources(plan)
-    local = [s for s in fed if not _fed_by_cluster(plan, s)]
+    fed = driver_sources(plan)
+    local = [s for s in fed if not fed_by_cluster(plan, s)]
     if replace:
-        _replace(name, root)
-    token = _claim(name, root, bool(local))
+        replace_query(name, root)
+    token = claim_name(name, root, bool(local))
     try:
         return _deploy(plan, name, settings, root, fed, local, token, detached=detached,
                        history=history, placement=placement, trace=trace, hold=hold,
@@ -951,13 +599,11 @@ def _deploy(plan: Plan, name: str, settings: ShellConfig, root: str | None, fed:
             placement: str | dict[str, str], trace: Any, hold: bool = False,
             hosts: Any = None) -> Any:
     """:func:`deploy_plan` once the name is claimed."""
-    import functools
-
     import ray
 
     settings = _traced(settings, plan, trace)
     if history:
-        plan.stages[plan.sink].factory = functools.partial(Publish, "sink", history=True)
+        plan = with_history(plan)
     info: dict[str, Any] = {"query": name,
                             "actors": {s: actor_name(name, s) for s in plan.stages},
             "edges": _edges(plan), "explain": plan.explain(), "created": time.time(),
@@ -967,7 +613,7 @@ def _deploy(plan: Plan, name: str, settings: ShellConfig, root: str | None, fed:
                               for s in plan.sources
                               if isinstance(plan.stages[s].source, n.Published)]}
     if local:
-        info["explain"] += "\n" + _DRIVER_FED.format(steps=", ".join(local))
+        info["explain"] += "\n" + DRIVER_FED.format(steps=", ".join(local))
     if root is not None:
         info["checkpoint_dir"] = root
         job = _supervise(plan, name, settings, root, info=info,
@@ -996,12 +642,12 @@ def _deploy(plan: Plan, name: str, settings: ShellConfig, root: str | None, fed:
         remote = [s for s in fed if s not in local]
         if remote:
             host = _start_host(name, dataclasses.replace(
-                _FeedJob.of(plan, handles, remote, settings), held=hold),
+                FeedJob.of(plan, handles, remote, settings), held=hold),
                 detached=detached, restartable=False)
     except BaseException:
         _kill(handles.values())
         raise
-    feed_job = dataclasses.replace(_FeedJob.of(plan, handles, local, settings), held=hold)
+    feed_job = dataclasses.replace(FeedJob.of(plan, handles, local, settings), held=hold)
     feeding = [feed_job.start(),
                None if host is None else _Remote(host)]
     return Query(name, handles, sink=plan.sink, explain=info["explain"], host=host,
@@ -1022,7 +668,7 @@ def _named_shells(name: str, steps: list[str], lifetime: str | None,
                                         lifetime=lifetime, **place(step)).remote()
     except ray.exceptions.ActorAlreadyExistsError:
         _kill(handles.values())
-        raise _taken(name, actor_states(name)) from None
+        raise name_taken(name, actor_states(name)) from None
     return handles
 
 
@@ -1034,16 +680,10 @@ def _hosted_shells(name: str, steps: list[str], hosts: Any, detached: bool) -> d
 
     states = actor_states(name)
     if states:
-        raise _taken(name, states)
+        raise name_taken(name, states)
     handles: dict[str, Any] = hosts.take(name, steps)
     if not detached:
         atexit.register(_kill, list(handles.values()))
     return handles
 
 
-#: What ``explain()`` of a deployed query says of the sources the deploying process feeds.
-_DRIVER_FED = (
-    "fed by the deploying process: {steps} (a generator, an iterator or a Spark DataFrame "
-    "exists only there): the query stops receiving their input when that process exits; rows "
-    "in a list, a pyarrow table or parquet files are read by the query's host in the cluster"
-)

@@ -9,6 +9,7 @@ import pytest
 
 from actors import checkpoint as ck
 from actors.barrier import Barriers
+from actors.stage_config import StageCheckpoint
 from operators.events import Cti, Insert
 
 
@@ -16,7 +17,7 @@ class Stage:
     """Records what the barrier part lets through, in order; at each alignment it writes a
     state as the shell does (the part's own state plus the stage's)."""
 
-    def __init__(self, n_in: int, ckpt: dict[str, Any] | None, write: bool = True) -> None:
+    def __init__(self, n_in: int, ckpt: StageCheckpoint | None, write: bool = True) -> None:
         self.log: list[tuple[Any, ...]] = []
         self.write = write
         self.b = Barriers("window#2", n_in, ckpt, push=self.push, end=self.end,
@@ -35,8 +36,8 @@ class Stage:
             self.released = self.b.committed(epoch)
 
 
-def _ckpt(tmp_path: Any, sink: bool = False) -> dict[str, Any]:
-    return {"dir": str(tmp_path), "query": "q", "sink": sink}
+def _ckpt(tmp_path: Any, sink: bool = False) -> StageCheckpoint:
+    return StageCheckpoint(str(tmp_path), "q", sink)
 
 
 def test_a_barrier_waits_for_every_input_and_holds_the_early_inputs_calls(tmp_path):
@@ -103,7 +104,7 @@ def test_the_sink_releases_an_epochs_output_only_after_writing_it(tmp_path):
 def test_a_failed_write_releases_nothing(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    s = Stage(1, {"dir": str(blocker), "query": "q", "sink": True})
+    s = Stage(1, StageCheckpoint(str(blocker), "q", sink=True))
     s.b.hold_output([Insert("a", 1, 2, "x")])
     with pytest.raises(OSError):
         s.b.deliver(0, "barrier", 1)

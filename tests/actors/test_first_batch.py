@@ -11,11 +11,12 @@ import sys
 _SCRIPT = """
 import sys
 from actors.shell import OperatorShell
+from actors.stage_config import StageConfig
 from operators.where import Where
 lazy = ("numpy.ma", "pyarrow.compute")
 before = [m in sys.modules for m in lazy]
-OperatorShell().configure({"step": "where#1", "describe": "where", "factory": lambda: Where(bool),
-                           "n_in": 1})
+OperatorShell().configure(StageConfig(step="where#1", describe="where",
+                                      factory=lambda: Where(bool)))
 import pyarrow as pa
 print(before, [m in sys.modules for m in lazy], pa.default_memory_pool().backend_name)
 """

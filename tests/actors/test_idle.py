@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 from actors.shell import OperatorShell
+from actors.stage_config import StageConfig
 from actors.wire import decode, encode, encode_rows
 from operators.events import Cti, Insert
 from operators.ingress import AdvanceTime
@@ -32,8 +33,7 @@ def _until(shell: OperatorShell, pull: int, want, timeout_s: float = 10.0) -> li
 
 def test_an_idle_shell_does_not_wake_up():
     shell = OperatorShell()
-    shell.configure({"step": "where#1", "describe": "where", "factory": lambda: Where(bool),
-                     "n_in": 1})
+    shell.configure(StageConfig(step="where#1", describe="where", factory=lambda: Where(bool)))
     pull = shell.open_pull()
     shell.push(0, encode([Insert("a", 0, 1, 1)]))  # no CTI: waits for the flush bound
     assert decode(shell.fetch(pull, timeout_s=0)[0]) == [Insert("a", 0, 1, 1)]
@@ -43,9 +43,9 @@ def test_an_idle_shell_does_not_wake_up():
 
 def test_an_idle_source_fires_its_idle_timeout_on_time_then_sleeps():
     shell = OperatorShell()
-    shell.configure({"step": "from_rows#0", "describe": "from_rows", "rows": True, "n_in": 1,
-                     "factory": lambda: RowsSource(
-                         start="t", advance=AdvanceTime(every=1, idle_timeout=0.3))})
+    shell.configure(StageConfig(step="from_rows#0", describe="from_rows", rows=True,
+                                factory=lambda: RowsSource(
+                                    start="t", advance=AdvanceTime(every=1, idle_timeout=0.3))))
     pull = shell.open_pull()
     # before any row there is nothing to flush: the poll sleeps too
     assert _wakes_over(shell, 0.5) <= 1
@@ -83,8 +83,8 @@ class _Down:
 
 def test_a_failed_step_with_a_waiting_buffer_does_not_spin_its_timer():
     shell = OperatorShell()
-    shell.configure({"step": "where#1", "describe": "where", "n_in": 1,
-                     "factory": lambda: Where(lambda p: p["v"] > 0, name="where#1")})
+    shell.configure(StageConfig(step="where#1", describe="where",
+                                factory=lambda: Where(lambda p: p["v"] > 0, name="where#1")))
     down = _Down()
     shell.readers.subscribe("t", down, 0)
     shell.push(0, encode([Insert("a", 0, 1, {"v": 1})]))  # waits for its flush bound...

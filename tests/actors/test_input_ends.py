@@ -9,6 +9,7 @@ from typing import Any
 
 from actors import checkpoint as ck
 from actors.shell import OperatorShell
+from actors.stage_config import StageCheckpoint, StageConfig
 from actors.wire import decode, encode
 from operators.events import Cti, Message
 from operators.union import Union
@@ -16,8 +17,8 @@ from operators.union import Union
 
 def _union_shell(**config: Any) -> tuple[OperatorShell, int]:
     shell = OperatorShell()
-    shell.configure({"step": "union#2", "describe": "union", "factory": lambda: Union(2),
-                     "n_in": 2, **config})
+    shell.configure(StageConfig(step="union#2", describe="union", factory=lambda: Union(2),
+                                n_in=2, **config))
     return shell, shell.open_pull()
 
 
@@ -45,7 +46,7 @@ def test_the_shell_ends_one_input_and_follows_the_other():
 
 
 def test_an_end_behind_a_barrier_waits_for_the_alignment(tmp_path):
-    ckpt = {"dir": str(tmp_path), "query": "q", "sink": False}
+    ckpt = StageCheckpoint(str(tmp_path), "q", sink=False)
     shell, pull = _union_shell(checkpoint=ckpt)
     shell.push(0, encode([Cti(3)]))
     shell.push(1, encode([Cti(5)]))

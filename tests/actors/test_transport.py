@@ -12,7 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from actors.config import ShellConfig
 from actors.shell import OperatorShell
+from actors.stage_config import StageConfig
 from actors.wire import decode, encode
 from operators.cht import to_cht, validate
 from operators.columns import Columns
@@ -148,8 +150,8 @@ def test_partition_merge_keeps_ids_apart_and_holds_the_cti():
 def test_the_shell_runs_a_processor_and_serves_a_driver_subscription():
     # the shell is a plain class: drive it in-process, its output going to a pull queue
     shell = OperatorShell()
-    shell.configure({"step": "where#1", "describe": "where", "factory": lambda: Where(bool),
-                         "n_in": 1, "batch_size": 2})
+    shell.configure(StageConfig(step="where#1", describe="where", factory=lambda: Where(bool),
+                                settings=ShellConfig(batch_size=2)))
     pull = shell.open_pull()
     shell.push(0, encode([Insert("a", 0, 1, 1), Insert("b", 0, 1, 0), Cti(1)]))
     blob, finished, error = shell.fetch(pull, timeout_s=0)
@@ -162,8 +164,8 @@ def test_the_shell_runs_a_processor_and_serves_a_driver_subscription():
 
 def test_the_shell_reports_an_operator_failure_with_its_step():
     shell = OperatorShell()
-    shell.configure({"step": "select#4", "describe": "select", "n_in": 1,
-                         "factory": lambda: Where(lambda p: p["missing"], name="select#4")})
+    shell.configure(StageConfig(step="select#4", describe="select",
+                                factory=lambda: Where(lambda p: p["missing"], name="select#4")))
     pull = shell.open_pull()
     shell.push(0, encode([Insert("a", 0, 1, {})]))
     _, _, error = shell.fetch(pull, timeout_s=0)

@@ -327,13 +327,14 @@ class _Downstream:
 
 def _shell(edges=(), handles=None):
     from actors.shell import OperatorShell
+    from actors.stage_config import StageConfig
     from topology.routing import Router
 
     shell = OperatorShell()
-    shell.configure({"step": "select#1", "describe": "select(<lambda>)", "n_in": 1,
-                     "router": Router(list(edges)), "handles": handles or {},
-                     "factory": lambda: Select(lambda p: threading.Lock() if p == 3 else p,
-                                               name="select#1")})
+    shell.configure(StageConfig(step="select#1", describe="select(<lambda>)",
+                                router=Router(list(edges)), handles=handles or {},
+                                factory=lambda: Select(lambda p: threading.Lock() if p == 3
+                                                       else p, name="select#1")))
     return shell
 
 

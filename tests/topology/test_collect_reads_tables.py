@@ -11,7 +11,7 @@ import pytest
 
 from operators.cht import check_equivalent
 from operators.columns import expand
-from topology import Stream, deploy
+from topology import Stream, feeding
 
 pytestmark = pytest.mark.ray
 
@@ -31,15 +31,15 @@ def _table(seed: int) -> pa.Table:
 
 @pytest.fixture
 def sent(monkeypatch):
-    """The batches the driver sends to source actors (``deploy._Sender.send``)."""
+    """The batches the driver sends to source actors (``feeding.Sender.send``)."""
     calls: list[int] = []
-    send = deploy._Sender.send
+    send = feeding.Sender.send
 
     def counted(self, batch):  # type: ignore[no-untyped-def]
         calls.append(1)
         return send(self, batch)
 
-    monkeypatch.setattr(deploy._Sender, "send", counted)
+    monkeypatch.setattr(feeding.Sender, "send", counted)
     return calls
 
 

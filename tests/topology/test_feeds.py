@@ -10,7 +10,7 @@ import pytest
 from operators.events import Cti, Insert
 from topology import Stream
 from topology import nodes as n
-from topology.deploy import _fed_by_cluster, _pulls
+from topology.feeding import fed_by_cluster, pulls
 from topology.stream import _Batches
 
 TABLE = pa.table({"t": np.arange(4), "v": np.arange(4.0)})
@@ -39,8 +39,8 @@ def test_each_source_declares_who_feeds_it(stream: Stream, feed: str) -> None:
     assert src.feed == feed  # type: ignore[attr-defined]
     plan = stream.plan()
     step = next(iter(plan.sources))
-    assert _fed_by_cluster(plan, step) == (feed != "driver")
-    assert (_pulls(plan, step) is not None) == (feed == "actor")
+    assert fed_by_cluster(plan, step) == (feed != "driver")
+    assert (pulls(plan, step) is not None) == (feed == "actor")
 
 
 def test_a_declaration_outside_the_vocabulary_is_fed_by_the_driver() -> None:
