@@ -73,6 +73,8 @@ IDLE_CHOICES_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 PAYLOAD_CHARS = 80
 #: Seconds a step busy in one batch is waited for to read its source facts (late events).
 FACTS_WAIT_S = 0.5
+#: The kinds of advice (:attr:`Explanation.advice_kind`).
+IDLE_TIMEOUT, IMPORT_CTIS = "idle_timeout", "import_ctis"
 
 
 # -- what the runtimes report ---------------------------------------------------------------------
@@ -99,13 +101,15 @@ class Late:
 @dataclass(frozen=True)
 class SourceFacts:
     """What ``why`` reads of a source beyond its stats: its ``advance`` (:class:`AdvanceTime`),
-    ``latest`` (the latest start it sent: an idle CTI moves it one tick past), and its late
-    events (``late``, ``late_count`` of them in all)."""
+    ``latest`` (the latest start it sent: an idle CTI moves it one tick past), its late
+    events (``late``, ``late_count`` of them in all) and the ``shape`` of its events
+    (``"point"``, ``"interval"``, ``"edge"``; None: not a rows source)."""
 
     advance: AdvanceTime | None = None
     latest: int | None = None
     late: tuple[Late, ...] = ()
     late_count: int = 0
+    shape: str | None = None
 
 
 @dataclass(frozen=True)
@@ -226,6 +230,16 @@ class Explanation:
     #: ``(step, seconds)`` of each step (of those this output reads) inside one long batch:
     #: its figures are from its last report (seconds None: unknown)
     busy: tuple[tuple[str, float | None], ...] = ()
+    #: what ``advice`` proposes: ``"idle_timeout"`` (an idle source's timeout moves its CTI
+    #: past the output) or ``"import_ctis"`` (an input that lags another one whose events are
+    #: newer, which no idle timeout moves far enough: docs/ctis.md, "CTI import")
+    advice_kind: str | None = None
+
+    def advice_line(self) -> str | None:
+        """The advice as the report and the web view's panel both show it (None: none)."""
+        if not self.advice:
+            return None
+        return f"{_ADVICE_LABEL.get(self.advice_kind or '', 'fix')}: {self.advice}"
 
     @property
     def final(self) -> bool:
@@ -281,7 +295,7 @@ class Explanation:
             lines.append(f"busy: {who} has been inside one batch{took}: its figures are from "
                          f"its last report")
         if self.advice:
-            lines.append(f"idle source: {self.advice}")
+            lines.append(str(self.advice_line()))
         if self.late_count:
             more = (f" (the first {len(self.late)})" if len(self.late) < self.late_count
                     else "")
@@ -307,11 +321,16 @@ class Explanation:
         d["late"] = [dict(dataclasses.asdict(r), text=_late_text(r, self._t))
                      for r in self.late]
         d["idle_shown"] = None if self.idle_s is None else _seconds(self.idle_s)
+        d["advice_text"] = self.advice_line()
         d["busy"] = [{"step": s, "seconds": secs,
                       "shown": None if secs is None else _seconds(secs)}
                      for s, secs in self.busy]
         d["tz"] = None if self.tz is None else str(self.tz)
         return _jsonable(d)
+
+
+#: How the report labels each kind of advice (:attr:`Explanation.advice_kind`).
+_ADVICE_LABEL = {IDLE_TIMEOUT: "idle source", IMPORT_CTIS: "lagging input"}
 
 
 def _jsonable(value: Any) -> Any:
@@ -401,13 +420,13 @@ def explain(progress: Progress, at: Any = None, *, step: str | None = None,
     else:
         status = SPECULATIVE if covering else NOT_PRODUCED
     hops: list[Hop] = []
-    culprit, reason, idle_s, advice = None, "", None, None
+    culprit, reason, idle_s, advice, advice_kind = None, "", None, None, None
     failed = progress.failed()
     if status != FINAL and failed is not None:
         status, culprit = FAILED, failed[0]
         reason = f"the query failed at this step, so no CTI moves any more: {failed[1]}"
     elif status != FINAL:
-        hops, culprit, reason, idle_s, advice = _walk(progress, step, hi, now, tz)
+        hops, culprit, reason, idle_s, advice, advice_kind = _walk(progress, step, hi, now, tz)
     # late events of the sources this step reads whose original lifetimes touch the output
     reach = reach_of((lo, hi), covering)
     reads = progress.upstream(step)
@@ -419,6 +438,7 @@ def explain(progress: Progress, at: Any = None, *, step: str | None = None,
         clock=progress.clock, tz=tz,
         rows=tuple((s, e, _short(p)) for s, e, p in covering[:ROWS_SHOWN]),
         hops=tuple(hops), culprit=culprit, reason=reason, idle_s=idle_s, advice=advice,
+        advice_kind=advice_kind,
         late=tuple(late[:LATE_SHOWN]), late_count=len(late), known=rows is not None,
         released=released and status == FINAL, failed=failed,
         busy=tuple((s, progress.steps[s].busy_s) for s in progress.steps
@@ -444,9 +464,12 @@ def _in_ctis(progress: Progress, step: str) -> tuple[tuple[int, str, int], ...]:
 
 
 def _walk(progress: Progress, step: str, hi: int, now: float, tz: str | _dt.tzinfo | None
-          ) -> tuple[list[Hop], str | None, str, float | None, str | None]:
+          ) -> tuple[list[Hop], str | None, str, float | None, str | None, str | None]:
     """From ``step`` upstream along the smallest input CTI, to what holds the CTI below
-    ``hi``: (hops, culprit, reason, seconds since the culprit last advanced, advice)."""
+    ``hi``: (hops, culprit, reason, seconds since the culprit last advanced, advice, its
+    kind). A source that an idle timeout cannot move past ``hi`` and that lags another input
+    of a step on the way (a join's reference input, idle behind its live input) is advised
+    ``import_ctis``, docs/ctis.md's fix for exactly that case."""
     clock = progress.clock
 
     def t(x: int | None) -> str:
@@ -460,8 +483,17 @@ def _walk(progress: Progress, step: str, hi: int, now: float, tz: str | _dt.tzin
         ins = _in_ctis(progress, cur)
         if not ins:  # a source
             hops.append(Hop(cur, me.describe, me.cti, (), None, None))
-            reason, idle_s, advice = _source_reason(progress, me, hi, now, t)
-            return hops, cur, reason, idle_s, advice
+            reason, idle_s, advice, reach = _source_reason(progress, me, hi, now, t)
+            lead = None if me.finished else _leader(hops)
+            # an idle timeout cannot help when it leaves the source short of the output, and
+            # is no fix for a reference input (events that last: edges, intervals) that the
+            # step's other input leads by more than it can move
+            lasting = me.source is not None and me.source.shape in ("edge", "interval")
+            if lead is not None and (reach is None or (lead[3] > reach and (
+                    reach < hi or lasting))):
+                return hops, cur, reason, idle_s, _import_advice(progress, *lead, t), \
+                    IMPORT_CTIS
+            return hops, cur, reason, idle_s, advice, None if advice is None else IDLE_TIMEOUT
         port, up, m = min(ins, key=lambda x: (x[2], x[0]))
         holds = None
         if me.cti < m:
@@ -476,16 +508,47 @@ def _walk(progress: Progress, step: str, hi: int, now: float, tz: str | _dt.tzin
                 f"its input CTI {t(m)} has passed it, but its output CTI {t(me.cti)} has not: "
                 f"its state holds output that is not final yet (state size {me.state_size}: "
                 f"a window or session not closed, a partition whose groups are open)"), \
-                _ago(me.cti_wall, now), None
+                _ago(me.cti_wall, now), None, None
         sent = progress.steps[up].cti if up in progress.steps else MIN_TIME
         if sent > m:
             waiting = upstream.in_flight if upstream is not None else 0
             return hops, cur, (
                 f"its input {port} from {up} has sent CTI {t(sent)}, but {cur} has processed "
                 f"only up to {t(m)}: it is behind its input ({waiting} batches in flight to "
-                f"it, or one long batch)"), _ago(me.push_wall, now), None
+                f"it, or one long batch)"), _ago(me.push_wall, now), None, None
         cur = up
-    return hops, cur, "the steps feed each other in a cycle", None, None
+    return hops, cur, "the steps feed each other in a cycle", None, None, None
+
+
+def _leader(hops: list[Hop]) -> tuple[Hop, int, str, int] | None:
+    """The step nearest the source on the walk (``hops``, the source last) whose inputs' CTIs
+    diverge: that hop and ``(port, step, CTI)`` of its input furthest ahead; None when no
+    step on the way has an input ahead of the one the walk followed."""
+    for h in reversed(hops[:-1]):
+        if len(h.inputs) < 2 or h.min_cti is None:
+            continue
+        port, up, cti = max(h.inputs, key=lambda x: (x[2], -x[0]))
+        if cti > h.min_cti:
+            return h, port, up, cti
+    return None
+
+
+def _import_advice(progress: Progress, at: Hop, port: int, leader: str, lead_cti: int,
+                   t: Any) -> str:
+    """``import_ctis`` advice for the input of ``at`` that the walk followed, which lags the
+    input ``port`` from ``leader`` (CTI ``lead_cti``)."""
+    lag, lagging = at.min_from, at.min_cti
+    assert lag is not None and lagging is not None
+    ahead = ("" if lagging <= MIN_TIME else
+             f", {show_duration(lead_cti - lagging, progress.clock)} ahead")
+    return (f"{at.step} advances with its slowest input: {lag} (CTI {t(lagging)}) lags "
+            f"{leader} (CTI {t(lead_cti)}{ahead}), and an idle timeout moves {lag} no further "
+            f"than one tick past its latest event. If {lag}'s events really are older (a "
+            f"reference input that changes rarely, its changes applying from when they "
+            f"arrive), let it take {leader}'s CTIs: {lag}.import_ctis({leader}, "
+            f"policy=\"adjust\") on the streams of those steps (docs/ctis.md, \"CTI "
+            f"import\"; its events behind the imported CTI are then late: see its late() "
+            f"stream)")
 
 
 def _ago(wall: float | None, now: float) -> float | None:
@@ -493,9 +556,11 @@ def _ago(wall: float | None, now: float) -> float | None:
 
 
 def _source_reason(progress: Progress, me: StepProgress, hi: int, now: float,
-                   t: Any) -> tuple[str, float | None, str | None]:
-    """Why source ``me``'s CTI is below ``hi``, how long ago it advanced, and the idle-timeout
-    advice (None when an idle timeout would not help)."""
+                   t: Any) -> tuple[str, float | None, str | None, int | None]:
+    """Why source ``me``'s CTI is below ``hi``, how long ago it advanced, the idle-timeout
+    advice (None when an idle timeout would not help), and the CTI an idle timeout moves it
+    to (one tick past its latest event; its CTI when every event is covered; None: no idle
+    timeout applies, it ended or is no rows source)."""
     advanced = _ago(me.cti_wall, now)
     quiet = _ago(me.push_wall, now)
     when = ("it has never emitted a CTI" if advanced is None else
@@ -503,31 +568,31 @@ def _source_reason(progress: Progress, me: StepProgress, hi: int, now: float,
     facts = me.source
     if me.finished:
         return (f"its input ended with CTI {t(me.cti)} (past its last event), so no output "
-                f"at or after {t(me.cti)} becomes final; {when}"), advanced, None
+                f"at or after {t(me.cti)} becomes final; {when}"), advanced, None, None
     rows = "it has received no rows" if quiet is None else \
         f"its last rows came {_seconds(quiet)} ago"
     reason = f"its CTI does not pass {t(hi - 1)}: {when}; {rows}"
     if facts is None or facts.advance is None:
-        return reason, advanced, None
+        return reason, advanced, None, None
     adv = facts.advance
     latest = facts.latest
     pending = latest is not None and latest + 1 > me.cti
     if not pending:
         return (reason + "; every event it received is covered by its CTI, so only newer "
-                         "rows move it (an idle timeout would not)"), advanced, None
+                         "rows move it (an idle timeout would not)"), advanced, None, me.cti
     assert latest is not None
     target = latest + 1
     reach = "" if target >= hi else (f" (still short of {t(hi - 1)}: it has no event that "
                                      f"late yet)")
     if adv.idle_timeout is not None:
         return (reason + f"; its idle_timeout={adv.idle_timeout} s moves it to {t(target)} "
-                         f"after {adv.idle_timeout} s without rows{reach}"), advanced, None
+                         f"after {adv.idle_timeout} s without rows{reach}"), advanced, None, target
     pick = _idle_choice(quiet)
     suggested = dataclasses.replace(adv, idle_timeout=pick)
     advice = (f"{me.step} has {_advance_repr(adv)}; {_advance_repr(suggested)} would have "
               f"moved its CTI to {t(target)} (one tick past its latest event) after "
               f"{pick:g} s without rows{reach}")
-    return reason + f"; events up to {t(latest)} wait for a CTI", advanced, advice
+    return reason + f"; events up to {t(latest)} wait for a CTI", advanced, advice, target
 
 
 def _idle_choice(quiet: float | None) -> float:
@@ -568,8 +633,9 @@ def step_facts(proc: Processor, lo: int = MIN_TIME, hi: int = MAX_TIME,
         top = ingress._top
         advance, latest = ingress.advance, (top if top > MIN_TIME else None)
         lifetime: Any = ingress.late_lifetime
+        shape: str | None = ingress.shape
     elif records:
-        advance, latest, lifetime = None, None, _message_lifetime
+        advance, latest, lifetime, shape = None, None, _message_lifetime, None
     else:
         return None
     late: list[Late] = []
@@ -583,7 +649,7 @@ def step_facts(proc: Processor, lo: int = MIN_TIME, hi: int = MAX_TIME,
             break
         if start is None or (start < hi and end > lo):  # type: ignore[operator]
             late.append(_late(rec, start, end))
-    return SourceFacts(advance, latest, tuple(late), len(records))
+    return SourceFacts(advance, latest, tuple(late), len(records), shape)
 
 
 def keeps_history(proc: Processor) -> bool:

@@ -430,3 +430,56 @@ def test_wait_with_a_deadline_sees_the_end_a_second_handle_sees(ray_session, tmp
             if os.path.exists(path):
                 os.remove(path)
         q.stop()
+
+
+# -- a join whose reference input is idle: import_ctis, not idle_timeout ------------------------
+#
+#   trades  00:00 ... 03:00 (points, CTI every row)          → CTI 03:00
+#   rates   EUR [00:00 ─────────────────────────→ ∞  (an edge; CTI 00:00, then idle)
+#   join    CTI 00:00: it advances with rates, which an idle timeout moves to 00:00.000001 only
+
+def _reference_join(rates_cti: int, latest: int, shape: str = "edge") -> Progress:
+    from operators.ingress import AdvanceTime as Advance
+    from topology.why import SourceFacts
+
+    t0 = 1_767_225_600_000_000
+    hours3 = t0 + 180 * MINUTE
+    return Progress(
+        steps={"trades": StepProgress("trades", cti=hours3, cti_wall=100.0, push_wall=100.0,
+                                      source=SourceFacts(Advance(every=1), hours3,
+                                                         shape="point")),
+               "rates": StepProgress("rates", cti=rates_cti, cti_wall=10.0, push_wall=10.0,
+                                     source=SourceFacts(Advance(every=1), latest, shape=shape)),
+               "join": StepProgress("join", cti=rates_cti, in_ctis=(hours3, rates_cti),
+                                    state_size=5000),
+               "sink": StepProgress("sink", cti=rates_cti, in_ctis=(rates_cti,))},
+        inputs={"join": ((0, "trades"), (1, "rates")), "sink": ((0, "join"),)},
+        output="sink", clock=TIMESTAMPS)
+
+
+@pytest.mark.parametrize("at", [None, "2026-01-01T02:00:00Z"])
+def test_an_idle_reference_input_of_a_join_is_told_to_import_ctis(at):
+    t0 = 1_767_225_600_000_000
+    e = explain(_reference_join(t0, t0), at, rows=[], now=101.0)
+    assert e.culprit == "rates" and e.advice_kind == "import_ctis", str(e)
+    assert e.advice is not None and 'rates.import_ctis(trades, policy="adjust")' in e.advice
+    assert "idle_timeout=" not in e.advice and "3 h ahead" in e.advice
+    assert "docs/ctis.md" in e.advice
+    # the report and the web view's JSON say it in the same words
+    line = e.to_dict()["advice_text"]
+    assert line.startswith("lagging input: join") and line in str(e).splitlines()
+    assert "idle source" not in str(e)
+
+
+def test_a_paused_live_input_whose_events_an_idle_timeout_covers_keeps_that_advice():
+    #   a point input paused at 01:00 with an event waiting for a CTI: the idle timeout makes
+    #   the output at 00:30 final; it is the fix, not import_ctis
+    t0 = 1_767_225_600_000_000
+    e = explain(_reference_join(t0, t0 + 60 * MINUTE, shape="point"), "2026-01-01T00:30:00Z",
+                rows=[], now=101.0)
+    assert e.advice_kind == "idle_timeout" and "idle_timeout=" in (e.advice or "")
+    assert e.to_dict()["advice_text"].startswith("idle source: rates has AdvanceTime(")
+    # asked past what the idle timeout reaches, it cannot help: import_ctis
+    late = explain(_reference_join(t0, t0 + 60 * MINUTE, shape="point"),
+                   "2026-01-01T02:00:00Z", rows=[], now=101.0)
+    assert late.advice_kind == "import_ctis" and "idle_timeout=" not in (late.advice or "")
