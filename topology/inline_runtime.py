@@ -19,7 +19,7 @@ import time
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from actors.config import ShellConfig
 from actors.recorder import TraceSettings
@@ -27,7 +27,6 @@ from operators.columns import count_events, expand
 from operators.events import MIN_TIME, Insert, Message, Retract
 from operators.feeds import END, chunks, guarded, round_robin
 
-from . import nodes as n
 from .dag import DagProcessor
 from .why import inline_progress, last_cti
 
@@ -196,18 +195,15 @@ def procs_records(dag: DagProcessor) -> dict[str, tuple[Any, list[Any], list[Any
 
 
 def feed_of(plan: Plan, step: str) -> Iterable[Any]:
-    """What a source stage consumes: the messages of from_events, the rows of from_rows."""
-    src = plan.stages[step].source
-    if isinstance(src, n.FromEvents):
-        return src.messages
-    if isinstance(src, n.FromRows):
-        return src.rows
-    if isinstance(src, n.Published):
-        raise ValueError(
-            f"{step}: published({src.query!r}) reads a query running on Ray; it cannot run "
-            f"inline (use collect() on Ray, or deploy())"
-        )
-    raise ValueError(f"{step}: {plan.stages[step].describe} has nothing to feed")
+    """What a source stage consumes (:meth:`topology.nodes.Node.source_data`): the messages
+    of from_events, the rows of from_rows."""
+    st = plan.stages[step]
+    if st.source is None:
+        raise ValueError(f"{step}: {st.describe} is not a source")
+    try:
+        return cast(Iterable[Any], st.source.source_data())
+    except ValueError as e:
+        raise ValueError(f"{step}: {e}") from None
 
 
 def source_batches(plan: Plan, step: str, batch_size: int) -> Iterator[Any]:

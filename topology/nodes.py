@@ -197,6 +197,11 @@ class Node:
         (the default)."""
         return None
 
+    def source_data(self) -> Any:
+        """What a source consumes in a run in this process (messages, rows or batches); a
+        ValueError says why a node has nothing to feed here."""
+        raise ValueError(f"{self.describe()} has nothing to feed")
+
     def trace_info(self) -> dict[str, Any]:
         """What ``plan.json`` says of this node's step: its :attr:`trace_kind` (the
         debugger's cause rule), its type (``node``) and the arguments the debugger reads (a
@@ -291,6 +296,9 @@ class FromEvents(Node):
     def feed(self) -> Feed:
         return who_feeds(self.messages)
 
+    def source_data(self) -> Any:
+        return self.messages
+
     def describe(self, clock: str | None = None) -> str:
         if self.batched:
             return f"from_events({self.messages!r})"
@@ -317,6 +325,9 @@ class FromRows(Node):
     @property
     def feed(self) -> Feed:
         return who_feeds(self.rows)
+
+    def source_data(self) -> Any:
+        return self.rows
     is_source: ClassVar[bool] = True
     trace_kind: ClassVar[str] = "source"
 
@@ -339,6 +350,10 @@ class Published(Node):
     verb: ClassVar[str] = "published"
     is_source: ClassVar[bool] = True
     trace_kind: ClassVar[str] = "source"
+
+    def source_data(self) -> Any:
+        raise ValueError(f"published({self.query!r}) reads a query running on Ray; it cannot "
+                         f"run inline (use collect() on Ray, or deploy())")
 
     def describe(self, clock: str | None = None) -> str:
         return f"published({self.query!r})"
