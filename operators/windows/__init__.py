@@ -3,8 +3,9 @@
 ==================  ===========================================================================
 module              holds
 ==================  ===========================================================================
-``spec``            the window specs (hopping, tumbling, snapshot, count, session) and the
-                    :class:`WindowPolicy` (clip, output, emit) every operator takes
+``spec``            the window specs (hopping, tumbling, snapshot, count, session), the
+                    :class:`WindowPolicy` (clip, output, emit) every operator takes and the
+                    :class:`ResolvedPolicy` it is resolved into, once, for its spec
 ``index``           the hopping grid arithmetic and the WindowIndex entry
 ``evaluate``        the UDM call and its error policy, the output policies, the output diff
 ``window_operator`` the WindowIndex machinery hopping and snapshot windows share
@@ -35,13 +36,18 @@ from .spec import (
     DEFAULT_POLICY,
     EMIT_POLICIES,
     OUTPUT_POLICIES,
+    OUTPUTS,
     CountWindow,
     HoppingWindow,
+    OutputPolicy,
+    PolicyArg,
+    ResolvedPolicy,
     SessionWindow,
     SnapshotWindow,
     WindowPolicy,
     WindowSpec,
     count_window,
+    default_output,
     hopping_window,
     session_window,
     snapshot_window,
@@ -52,11 +58,15 @@ __all__ = [
     "CLIP_POLICIES",
     "DEFAULT_POLICY",
     "EMIT_POLICIES",
+    "OUTPUTS",
     "OUTPUT_POLICIES",
     "CountWindow",
     "CountWindowOperator",
     "HoppingWindow",
     "HoppingWindowOperator",
+    "OutputPolicy",
+    "PolicyArg",
+    "ResolvedPolicy",
     "SessionWindow",
     "SessionWindowOperator",
     "SnapshotWindow",
@@ -64,6 +74,7 @@ __all__ = [
     "WindowPolicy",
     "WindowSpec",
     "count_window",
+    "default_output",
     "hopping_window",
     "make_window",
     "session_window",
@@ -73,7 +84,7 @@ __all__ = [
 
 
 def make_window(spec: WindowSpec, udm: Any, *, kind: Literal["aggregate", "apply"] = "aggregate",
-                policy: WindowPolicy | None = None, clip: str | None = None,
+                policy: PolicyArg | None = None, clip: str | None = None,
                 output: str | None = None, name: str | None = None,
                 on_error: Literal["raise", "dead_letter"] = "raise") -> Processor:
     """The operator applying ``udm`` to every window of ``spec`` under ``policy``
@@ -93,31 +104,26 @@ def make_window(spec: WindowSpec, udm: Any, *, kind: Literal["aggregate", "apply
         policy = WindowPolicy.of(clip, output)
     elif clip is not None or output is not None:
         raise TypeError("make_window: give policy=WindowPolicy(...) or clip=/output=, not both")
-    if not isinstance(policy, WindowPolicy):
+    if not isinstance(policy, (WindowPolicy, ResolvedPolicy)):
         raise TypeError(f"make_window(policy={policy!r}): give an "
                         f"operators.windows.WindowPolicy")
-    policy = policy.for_window(spec)
+    resolved = policy.resolve(spec)
     op: Processor
     if isinstance(spec, CountWindow):
-        op = CountWindowOperator(spec, udm, kind=kind, policy=policy, name=name,
+        op = CountWindowOperator(spec, udm, kind=kind, policy=resolved, name=name,
                                  on_error=on_error)
     elif isinstance(spec, SessionWindow):
-        op = SessionWindowOperator(spec, udm, kind=kind, policy=policy, name=name,
+        op = SessionWindowOperator(spec, udm, kind=kind, policy=resolved, name=name,
                                    on_error=on_error)
-    elif isinstance(spec, HoppingWindow) and not policy.compressed:
-        op = HoppingWindowOperator(spec, udm, kind=kind, policy=policy, name=name,
+    elif isinstance(spec, HoppingWindow) and not resolved.compressed:
+        op = HoppingWindowOperator(spec, udm, kind=kind, policy=resolved, name=name,
                                    on_error=on_error)
     elif isinstance(spec, (HoppingWindow, SnapshotWindow)):
-        op = SnapshotWindowOperator(spec, udm, kind=kind, policy=policy, name=name,
+        op = SnapshotWindowOperator(spec, udm, kind=kind, policy=resolved, name=name,
                                     on_error=on_error)
     else:
         raise TypeError(f"make_window: expected a HoppingWindow, SnapshotWindow, CountWindow or "
                         f"SessionWindow from operators.windows, got {spec!r}")
-    if not policy.final:
+    if not resolved.final:
         return op
-    # a row is final once the CTI reaches its end when rows are whole windows that no CTI
-    # lengthens (hopping, tumbling, sessions); snapshot, count and compressed rows only once
-    # the CTI passes it
-    at_end = isinstance(spec, SessionWindow) or (isinstance(spec, HoppingWindow)
-                                                 and not policy.compressed)
-    return FinalOutput(op, final_at_end=at_end)
+    return FinalOutput(op, final_at_end=resolved.final_at_end)

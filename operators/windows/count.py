@@ -59,13 +59,13 @@ from typing import Any, Literal
 
 from sortedcontainers import SortedList
 
-from ..aggregates import Max, Min, _extreme_key
+from ..aggregates import Max, Min, extreme_key
 from ..errors import DeadLetter
 from ..events import MAX_TIME, MIN_TIME, FreshId, Insert, Message, Retract, add_time
 from ..processor import Processor
 from ..udm import Window
 from .evaluate import Ids, WindowUdm, net_change, stored_event
-from .spec import DEFAULT_POLICY, CountWindow, WindowPolicy
+from .spec import DEFAULT_POLICY, CountWindow, PolicyArg
 
 Record = tuple[int, int, Any]  # (start, end, payload) of a live event
 #: events that left and joined the EventIndex at one time: (removed, added), each id -> record
@@ -143,7 +143,7 @@ class CountWindowOperator(Processor):
         udm: Any,
         *,
         kind: Literal["aggregate", "apply"] = "aggregate",
-        policy: WindowPolicy = DEFAULT_POLICY,
+        policy: PolicyArg = DEFAULT_POLICY,
         name: str | None = None,
         on_error: Literal["raise", "dead_letter"] = "raise",
     ) -> None:
@@ -152,7 +152,7 @@ class CountWindowOperator(Processor):
                             f"{spec!r}; build one with operators.windows.count_window(n, by)")
         super().__init__(name or f"count_window({spec.n}, by={spec.by!r})")
         #: clip "full", output "point_end" (the only ones of count windows)
-        self.policy = policy.for_window(spec)
+        self.policy = policy.resolve(spec)
         self.call = WindowUdm(udm, kind, self.policy, on_error)
         self.udm = self.call.udm
         self.spec = spec
@@ -351,7 +351,7 @@ class CountWindowOperator(Processor):
                     got = [get(r[2]) for r in events[t].values()]
                     if any(v is None for v in got):
                         return {}
-                    buckets.append(pick([_extreme_key(v) for v in got]))
+                    buckets.append(pick([extreme_key(v) for v in got]))
                 deque: list[int] = []  # bucket indices, their keys monotonic; front at head
                 head = 0
                 for j, key in enumerate(buckets):

@@ -8,8 +8,8 @@ before by the smallest difference.
   turns an exception into an :class:`~operators.errors.OperatorError` (``on_error="raise"``)
   or a failure reason kept with the window until it is final, then a
   :class:`~operators.errors.DeadLetter`.
-* :class:`OutputPolicy` is one output policy (docs/windows.md): it stamps a window's results
-  as rows and says where a window's rows start, which is what the output CTI is made of.
+* the :class:`~operators.windows.spec.OutputPolicy` of the window's resolved policy
+  (:class:`~operators.windows.spec.ResolvedPolicy`) stamps a window's results as rows.
 * :func:`diff` turns a window's earlier rows and its new ones into retractions and inserts.
 
 The hopping, snapshot, count and keyed operators all use these, so changing what a policy
@@ -26,66 +26,16 @@ from ..errors import DeadLetter, OperatorError
 from ..events import FreshId, Insert, Message, Retract, fmt_time
 from ..payloads import freeze
 from ..udm import UDM, FunctionAggregate, Operator, Window, resolve
-from .spec import WindowPolicy
+from .spec import OUTPUTS, OutputPolicy, Rec, ResolvedPolicy, WindowPolicy
 
-Rec = tuple[int, int, Any]
+__all__ = ["KINDS", "ON_ERROR", "Ids", "Rec", "WindowUdm", "diff", "net_change", "not_behind",
+           "stored_event"]
+
 #: The window a row is about (a Win, or a key standing for one): diff gives back what it got.
 _W = TypeVar("_W", bound=Hashable)
 
 KINDS = ("aggregate", "apply")
 ON_ERROR = ("raise", "dead_letter")
-
-
-class OutputPolicy:
-    """How a window's results become output rows (docs/windows.md, "Output policies").
-
-    ``window``: ``[W.start, W.end)``; ``point_end``: ``[W.end − 1, W.end)``; ``clip``: a
-    time-sensitive UDO's own timestamps cut to the window; ``keep``: its timestamps as they
-    are (none may start before ``W.start``); ``compressed``: ``window`` rows over the owned
-    intervals of consecutive windows (the operator evaluates it as snapshot windows).
-
-    ``name`` is the ``output`` of a :class:`~operators.windows.spec.WindowPolicy`, which
-    checked it.
-    """
-
-    __slots__ = ("keep", "name", "point", "stamps")
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.point = name == "point_end"
-        #: rows keep the UDO's own start: the output CTI is the input CTI
-        self.keep = name == "keep"
-        #: rows carry the UDO's own timestamps (cut to the window or not)
-        self.stamps = name in ("clip", "keep")
-
-    def row_start(self, start: int, end: int) -> int:
-        """Where the rows of window ``[start, end)`` start (when not the UDO's own times)."""
-        return end - 1 if self.point else start
-
-    def rows(self, start: int, end: int, results: list[Any], stamped: bool) -> list[Rec]:
-        """The rows of window ``[start, end)`` for its ``results``: payloads, or ``(start,
-        end, payload)`` events when ``stamped`` (a time-sensitive UDO's)."""
-        if stamped:  # (a time-sensitive UDO's events)
-            if self.keep:
-                return list(results)
-            if self.name == "clip":
-                return [(max(s, start), min(e, end), p) for s, e, p in results
-                        if max(s, start) < min(e, end)]
-            results = [p for _, _, p in results]
-        s = self.row_start(start, end)
-        return [(s, end, p) for p in results]
-
-    def check_stamp(self, s: int, e: int, p: Any, window: Window) -> None:
-        """Reject a UDO's event the policy cannot place (``keep``: starting before W)."""
-        if self.keep and s < window.start:
-            raise ValueError(f"output='keep' rejects the event [{fmt_time(s)}, "
-                             f"{fmt_time(e)}) {p!r}: it starts before its window's start "
-                             f"{fmt_time(window.start)} and could contradict an output CTI; "
-                             f"stamp events at or after the window start, or use "
-                             f"output='clip'")
-
-    def __repr__(self) -> str:
-        return f"OutputPolicy({self.name!r})"
 
 
 class _FunctionOperator(Operator):
@@ -103,21 +53,28 @@ class _FunctionOperator(Operator):
 
 
 class WindowUdm:
-    """A window operator's UDM with its kind, window policy (``policy.output`` filled in:
-    :meth:`~operators.windows.spec.WindowPolicy.for_window`) and error policy; ``output`` is
-    the :class:`OutputPolicy` that stamps its results."""
+    """A window operator's UDM with its kind, window policy (resolved for its window:
+    :meth:`~operators.windows.spec.WindowPolicy.resolve`) and error policy; ``output`` is the
+    :class:`~operators.windows.spec.OutputPolicy` that stamps its results."""
 
-    def __init__(self, udm: Any, kind: str, policy: WindowPolicy,
+    def __init__(self, udm: Any, kind: str, policy: ResolvedPolicy | WindowPolicy,
                  on_error: str = "raise") -> None:
+        """``policy`` may be a WindowPolicy with its output filled in
+        (:meth:`~operators.windows.spec.WindowPolicy.for_window`): the logical node checks
+        its UDM so, where the query names it."""
         if kind not in KINDS:
             raise ValueError(f"kind={kind!r}: use 'aggregate' (one result per window) or "
                              f"'apply' (a UDO: one event per returned payload)")
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error={on_error!r}: use 'raise' or 'dead_letter'")
-        if policy.output is None:
-            raise ValueError(f"WindowUdm needs the policy for its window, with its output "
-                             f"filled in (WindowPolicy.for_window(spec)); got {policy!r}")
-        output = OutputPolicy(policy.output)
+        output: OutputPolicy
+        if isinstance(policy, ResolvedPolicy):
+            output = policy.output
+        elif policy.output is None:
+            raise ValueError(f"WindowUdm needs the policy for its window, resolved "
+                             f"(WindowPolicy.resolve(spec)); got {policy!r}")
+        else:
+            output = OUTPUTS[policy.output]
         try:
             u: UDM = resolve(udm)
         except TypeError as exc:
@@ -134,7 +91,7 @@ class WindowUdm:
             raise ValueError(f"output={output.name!r} keeps the timestamps a time-sensitive UDO "
                              f"stamps on its events, but {u.udm_name} is not a "
                              f"TimeSensitiveOperator; use output='window' or 'point_end'")
-        if output.name == "compressed" and u.time_sensitive:
+        if output.compressed and u.time_sensitive:
             raise ValueError(f"output='compressed' lets consecutive windows with the same member "
                              f"events share one row, which needs a time-insensitive UDM; "
                              f"{u.udm_name} is time-sensitive: use output='window' or "
@@ -188,7 +145,12 @@ class WindowUdm:
                 if not (isinstance(s, int) and isinstance(e, int)) or e <= s:
                     raise ValueError(f"the UDO returned the event {ev!r}; it needs int ticks "
                                      f"with end > start")
-                self.output.check_stamp(s, e, p, window)
+                if self.output.keep and s < window.start:
+                    raise ValueError(f"output='keep' rejects the event [{fmt_time(s)}, "
+                                     f"{fmt_time(e)}) {p!r}: it starts before its window's "
+                                     f"start {fmt_time(window.start)} and could contradict an "
+                                     f"output CTI; stamp events at or after the window start, "
+                                     f"or use output='clip'")
             out.append((s, e, p))
         return out
 

@@ -90,7 +90,7 @@ from ..errors import OperatorError
 from ..events import MAX_TIME, MIN_TIME, Insert, Message, Retract
 from .evaluate import Rec
 from .index import Grid, Win
-from .spec import DEFAULT_POLICY, HoppingWindow, WindowPolicy
+from .spec import DEFAULT_POLICY, HoppingWindow, PolicyArg
 from .window_operator import WindowBase
 
 __all__ = ["HoppingWindowOperator"]
@@ -111,16 +111,16 @@ class HoppingWindowOperator(WindowBase):
 
     def __init__(self, spec: HoppingWindow, udm: Any, *,
                  kind: Literal["aggregate", "apply"] = "aggregate",
-                 policy: WindowPolicy = DEFAULT_POLICY, name: str | None = None,
+                 policy: PolicyArg = DEFAULT_POLICY, name: str | None = None,
                  on_error: Literal["raise", "dead_letter"] = "raise") -> None:
         if not isinstance(spec, HoppingWindow):
             raise TypeError(f"HoppingWindowOperator needs an operators.windows.HoppingWindow, "
                             f"got {spec!r}")
-        policy = policy.for_window(spec)
-        if policy.compressed:
+        resolved = policy.resolve(spec)
+        if resolved.compressed:
             raise ValueError("output='compressed' is evaluated by SnapshotWindowOperator; build "
                              "the operator with operators.windows.make_window")
-        super().__init__(spec, udm, kind, policy,
+        super().__init__(spec, udm, kind, resolved,
                          name or f"{spec.kind}_window({spec.size}, {spec.hop})", on_error)
         self.grid = Grid(spec.size, spec.hop, spec.alignment)
         #: windows starting before the frontier exist (if non-empty): max(CTI, latest start+1)

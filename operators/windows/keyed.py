@@ -88,7 +88,7 @@ from ..udm import (
 )
 from .evaluate import Ids, WindowUdm, diff
 from .index import Grid
-from .spec import DEFAULT_POLICY, HoppingWindow, WindowPolicy
+from .spec import DEFAULT_POLICY, HoppingWindow, PolicyArg
 
 __all__ = ["KeyedWindowAggregate", "supports"]
 
@@ -146,12 +146,11 @@ class _Members:
 _SAFE = 2**61
 
 
-def supports(spec: Any, udm: Any, kind: str, policy: WindowPolicy, on_error: str,
+def supports(spec: Any, udm: Any, kind: str, policy: PolicyArg, on_error: str,
              intervals: bool = False) -> bool:
     """Whether :class:`KeyedWindowAggregate` computes ``window(spec).aggregate(udm)`` (an
-    aggregate, on a hopping or tumbling window, failing loudly, ``policy`` -- for the spec:
-    :meth:`~operators.windows.spec.WindowPolicy.for_window` -- with output ``window`` or
-    ``point_end``) over points, or with
+    aggregate, on a hopping or tumbling window, failing loudly, ``policy`` -- resolved for
+    the spec -- with output ``window`` or ``point_end``) over points, or with
     ``intervals`` over interval inserts. Over points time-sensitive aggregates qualify too: a
     point lies inside each of its windows, so every clipping policy gives it the lifetime
     ``[s, s + 1)``. Over intervals only incremental, time-insensitive ones do (every built-in
@@ -162,29 +161,31 @@ def supports(spec: Any, udm: Any, kind: str, policy: WindowPolicy, on_error: str
     a list, or a :class:`~operators.udm.TimeSensitiveOperator`, whose own stamps the
     ``window``/``point_end`` output drops) qualifies over points only, under the same
     conditions."""
+    if not isinstance(spec, HoppingWindow):
+        return False
+    resolved = policy.resolve(spec)
     if kind == "apply":
         if intervals:
             return False
         try:
-            call = WindowUdm(udm, "apply", policy.for_window(spec))
+            call = WindowUdm(udm, "apply", resolved)
         except Exception:  # noqa: BLE001 (the general path reports a bad UDM)
             return False
-        return (isinstance(spec, HoppingWindow) and on_error == "raise"
-                and call.output.name in ("window", "point_end") and not call.incremental
+        return (on_error == "raise" and resolved.window_rows and not call.incremental
                 and isinstance(call.udm, (Operator, TimeSensitiveOperator))
                 and max(abs(spec.size), abs(spec.hop), abs(spec.alignment)) < _SAFE)
     try:
-        resolved = resolve(udm)
+        u = resolve(udm)
     except Exception:  # noqa: BLE001 (the general path reports a bad UDM)
         return False
     kinds: tuple[type, ...] = (IncrementalAggregate, Aggregate, TimeSensitiveAggregate)
     if intervals:
-        if getattr(resolved, "time_sensitive", False):
+        if getattr(u, "time_sensitive", False):
             return False
         kinds = (IncrementalAggregate,)
-    return (isinstance(spec, HoppingWindow) and kind == "aggregate" and on_error == "raise"
-            and policy.window_rows
-            and isinstance(resolved, kinds)
+    return (kind == "aggregate" and on_error == "raise"
+            and resolved.window_rows
+            and isinstance(u, kinds)
             and max(abs(spec.size), abs(spec.hop), abs(spec.alignment)) < _SAFE)
 
 
@@ -310,32 +311,33 @@ class KeyedWindowAggregate(Processor):
     _state_fields = ("open", "ids", "sent", "cti", "latest")
 
     def __init__(self, key: Callable[[Any], Hashable] | str, spec: HoppingWindow, udm: Any,
-                 policy: WindowPolicy = DEFAULT_POLICY, keyed: bool = True,
+                 policy: PolicyArg = DEFAULT_POLICY, keyed: bool = True,
                  intervals: bool = False, name: str | None = None,
                  kind: str = "aggregate") -> None:
         super().__init__(name)
         self.keyed = keyed
-        policy = policy.for_window(spec)
-        if kind == "apply" and not supports(spec, udm, kind, policy, "raise", intervals):
+        resolved = policy.resolve(spec)
+        if kind == "apply" and not supports(spec, udm, kind, resolved, "raise", intervals):
             raise ValueError(
                 f"KeyedWindowAggregate(kind='apply') takes a UDO (an Operator, a function "
                 f"returning a list, or a TimeSensitiveOperator under output 'window' or "
                 f"'point_end') over points, got {udm!r}; use the general window operator")
         #: a UDO (``kind="apply"``): zero or more rows per window and key
         self.apply = kind == "apply"
-        if intervals and not supports(spec, udm, "aggregate", policy, "raise", intervals=True):
+        if intervals and not supports(spec, udm, "aggregate", resolved, "raise",
+                                      intervals=True):
             raise ValueError(
                 f"KeyedWindowAggregate(intervals=True) takes an incremental, time-insensitive "
                 f"aggregate (a built-in but TimeWeightedAverage), got {udm!r}; use the general "
                 f"window operator")
         #: whether finite interval inserts are taken (else points only)
         self.intervals = intervals
-        self.policy = policy
-        self.final = policy.final
+        self.policy = resolved
+        self.final = resolved.final
         self.key = field_getter(key)
         self.spec = spec
         self.grid = Grid(spec.size, spec.hop, spec.alignment)
-        self.call = WindowUdm(udm, kind, policy)
+        self.call = WindowUdm(udm, kind, resolved)
         self.udm = self.call.udm
         self.incremental = self.call.incremental
         self.time_sensitive = self.call.time_sensitive
@@ -346,7 +348,7 @@ class KeyedWindowAggregate(Processor):
                            if self.incremental and isinstance(self.udm, ColumnAggregate)
                            else None)
         #: how results become rows
-        self.output = self.call.output
+        self.output = resolved.output
         #: window number -> key -> UDM state (incremental) or its events (:class:`_Members`)
         self.open: dict[int, dict[Hashable, Any]] = {}
         self.ids = Ids(self.name)

@@ -77,7 +77,7 @@ from ..two_input_columns import concat_payload
 from ..udm import IncrementalAggregate, Window, field_getter, resolve
 from .count import _same
 from .evaluate import Ids, WindowUdm
-from .spec import DEFAULT_POLICY, CountWindow, WindowPolicy
+from .spec import DEFAULT_POLICY, CountWindow, PolicyArg
 
 __all__ = ["KeyedEndAggregate", "supports"]
 
@@ -116,10 +116,10 @@ class KeyedEndAggregate(Processor):
     _state_fields = ("windows", "ends", "ids", "dead_letters", "columns")
 
     def __init__(self, key: Callable[[Any], Hashable] | str, udm: Any, *,
-                 policy: WindowPolicy = DEFAULT_POLICY, name: str | None = None) -> None:
+                 policy: PolicyArg = DEFAULT_POLICY, name: str | None = None) -> None:
         super().__init__(name or "keyed count_window(1, by='end')")
         self.key = field_getter(key)
-        self.policy = policy.for_window(SPEC)
+        self.policy = policy.resolve(SPEC)
         #: emit="final": each window's row once, when a CTI passes its end (or at finish)
         self.final = self.policy.final
         self.call = WindowUdm(udm, "aggregate", self.policy, "raise")

@@ -38,7 +38,7 @@ the windows ending at them.
 once on the columns when they can (:func:`~operators.columns.apply_columns`); the rows are
 sorted by (key, start) once, and each run of one key and time reduced to its extreme by
 numpy. When the field is an int column, or a float column without NaN or ``-0.0`` (where
-numpy's order is the order of Min's and Max's keys, :func:`~operators.aggregates._extreme_key`,
+numpy's order is the order of Min's and Max's keys, :func:`~operators.aggregates.extreme_key`,
 and equal values are the same value), the windows of every key whose held extremes are all
 such numbers of the same kind are computed together: one array of each affected run's values
 (with the ``n - 1`` before it), and a sliding extreme over it in O(length) numpy steps (van
@@ -71,7 +71,7 @@ from typing import Any
 
 import numpy as np
 
-from ..aggregates import Max, Min, _extreme_key
+from ..aggregates import Max, Min, extreme_key
 from ..columns import Columns, apply_columns
 from ..errors import DeadLetter
 from ..events import FreshId, Insert, Message, Retract, add_time
@@ -192,7 +192,7 @@ class KeyedCountExtreme(Processor):
                             f"the window's values; drop missing values first (where(...)) or "
                             f"pass a field (a key, attribute or function) that reads "
                             f"comparable values")
-        a, b = _extreme_key(v), _extreme_key(old)
+        a, b = extreme_key(v), extreme_key(old)
         try:
             return bool(a > b) if self.largest else bool(a < b)
         except TypeError as e:
@@ -400,7 +400,7 @@ class KeyedCountExtreme(Processor):
         for v in values:
             if v is None:
                 self._better(v, v)  # raises the UDM's error
-            keys.append(_extreme_key(v))
+            keys.append(extreme_key(v))
         found = []
         deque: list[int] = []
         head = 0

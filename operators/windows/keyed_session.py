@@ -57,7 +57,7 @@ from ..processor import Processor
 from ..udm import IncrementalAggregate, Window, field_getter, resolve
 from .evaluate import Ids, WindowUdm
 from .keyed import named_codes
-from .spec import DEFAULT_POLICY, SessionWindow, WindowPolicy
+from .spec import DEFAULT_POLICY, PolicyArg, SessionWindow
 
 __all__ = ["KeyedSessionAggregate", "supports_sessions"]
 
@@ -70,20 +70,21 @@ _SAFE = 2**61
 Chunk = tuple[Any, Any, int, int]
 
 
-def supports_sessions(spec: Any, udm: Any, kind: str, policy: WindowPolicy,
+def supports_sessions(spec: Any, udm: Any, kind: str, policy: PolicyArg,
                       on_error: str) -> bool:
     """Whether :class:`KeyedSessionAggregate` computes ``session_window(spec).aggregate(udm)``
     over points: a session spec without ``max_duration``, an incremental time-insensitive
-    aggregate (every built-in but TimeWeightedAverage), ``policy`` (for the spec:
-    :meth:`~operators.windows.spec.WindowPolicy.for_window`) with output ``window`` or
-    ``point_end``, failing loudly."""
+    aggregate (every built-in but TimeWeightedAverage), ``policy`` (resolved for the spec)
+    with output ``window`` or ``point_end``, failing loudly."""
     try:
         resolved = resolve(udm)
     except Exception:  # noqa: BLE001 (the general path reports a bad UDM)
         return False
-    return (isinstance(spec, SessionWindow) and spec.max_duration is None
+    if not isinstance(spec, SessionWindow):
+        return False
+    return (spec.max_duration is None
             and spec.gap < _SAFE and kind == "aggregate" and on_error == "raise"
-            and policy.window_rows
+            and policy.resolve(spec).window_rows
             and isinstance(resolved, IncrementalAggregate)
             and not getattr(resolved, "time_sensitive", False))
 
@@ -122,25 +123,25 @@ class KeyedSessionAggregate(Processor):
     _state_fields = ("sessions", "ids")
 
     def __init__(self, key: Callable[[Any], Hashable] | str, spec: SessionWindow, udm: Any,
-                 policy: WindowPolicy = DEFAULT_POLICY, keyed: bool = True,
+                 policy: PolicyArg = DEFAULT_POLICY, keyed: bool = True,
                  name: str | None = None) -> None:
         super().__init__(name)
-        policy = policy.for_window(spec)
-        if not supports_sessions(spec, udm, "aggregate", policy, "raise"):
+        resolved = policy.resolve(spec)
+        if not supports_sessions(spec, udm, "aggregate", resolved, "raise"):
             raise ValueError(f"KeyedSessionAggregate takes a session_window without "
                              f"max_duration and an incremental, time-insensitive aggregate "
                              f"(a built-in but TimeWeightedAverage), got {spec!r}, {udm!r}; "
                              f"use the general session window operator")
-        self.policy = policy
-        self.final = policy.final
+        self.policy = resolved
+        self.final = resolved.final
         self.keyed = keyed
         self.key = field_getter(key)
         self.spec = spec
         self.gap = spec.gap
-        self.call = WindowUdm(udm, "aggregate", policy)
+        self.call = WindowUdm(udm, "aggregate", resolved)
         self.udm: Any = self.call.udm
         self.add_ranges = getattr(self.udm, "add_ranges", None)
-        self.output = self.call.output
+        self.output = resolved.output
         self.point = self.output.point
         #: key -> its sessions not final yet, sorted by first start (disjoint, and at least
         #: ``gap`` apart: last + gap <= next first)

@@ -73,7 +73,7 @@ from ..events import MIN_TIME, Insert, Message, Retract, add_time, fmt_time
 from ..processor import Processor
 from ..udm import Window
 from .evaluate import Ids, WindowUdm, diff, net_change, not_behind, stored_event
-from .spec import DEFAULT_POLICY, SessionWindow, WindowPolicy
+from .spec import DEFAULT_POLICY, PolicyArg, SessionWindow
 
 Record = tuple[int, int, Any]  # (start, end, payload) of a live event
 #: events that left and joined the EventIndex at one start time: (removed, added), id -> record
@@ -156,7 +156,7 @@ class SessionWindowOperator(Processor):
 
     def __init__(self, spec: SessionWindow, udm: Any, *,
                  kind: Literal["aggregate", "apply"] = "aggregate",
-                 policy: WindowPolicy = DEFAULT_POLICY, name: str | None = None,
+                 policy: PolicyArg = DEFAULT_POLICY, name: str | None = None,
                  on_error: Literal["raise", "dead_letter"] = "raise") -> None:
         if not isinstance(spec, SessionWindow):
             raise TypeError(f"SessionWindowOperator needs an operators.windows.SessionWindow, "
@@ -165,11 +165,11 @@ class SessionWindowOperator(Processor):
         self.spec = spec
         self.gap = spec.gap
         self.max_duration = spec.max_duration
-        self.policy = policy.for_window(spec)
+        self.policy = policy.resolve(spec)
         self.call = WindowUdm(udm, kind, self.policy, on_error)
         self.udm = self.call.udm
         #: how results become rows
-        self.output = self.call.output
+        self.output = self.policy.output
         self.ts = self.call.time_sensitive
         self.incremental = self.call.incremental
         #: a member's start is never before its session's: only the right end is ever cut

@@ -12,7 +12,7 @@ from sortedcontainers import SortedDict
 from ..events import MAX_TIME, MIN_TIME, Insert, Message, Retract
 from .evaluate import Rec
 from .index import REBUILD, Grid, Win
-from .spec import DEFAULT_POLICY, HoppingWindow, SnapshotWindow, WindowPolicy
+from .spec import DEFAULT_POLICY, HoppingWindow, PolicyArg, SnapshotWindow
 from .window_operator import WindowBase
 
 __all__ = ["SnapshotWindowOperator"]
@@ -38,21 +38,21 @@ class SnapshotWindowOperator(WindowBase):
 
     def __init__(self, spec: HoppingWindow | SnapshotWindow, udm: Any, *,
                  kind: Literal["aggregate", "apply"] = "aggregate",
-                 policy: WindowPolicy = DEFAULT_POLICY, name: str | None = None,
+                 policy: PolicyArg = DEFAULT_POLICY, name: str | None = None,
                  on_error: Literal["raise", "dead_letter"] = "raise") -> None:
         if not isinstance(spec, (HoppingWindow, SnapshotWindow)):
             raise TypeError(f"SnapshotWindowOperator needs a SnapshotWindow, got {spec!r}")
-        policy = policy.for_window(spec)
+        resolved = policy.resolve(spec)
         self.grid: Grid | None = None
         if isinstance(spec, HoppingWindow):
-            if not policy.compressed:
+            if not resolved.compressed:
                 raise ValueError("SnapshotWindowOperator takes a hopping spec only with "
                                  "output='compressed'; use HoppingWindowOperator")
             self.grid = Grid(spec.size, spec.hop, spec.alignment)
             default = f"{spec.kind}_window({spec.size}, {spec.hop}, compressed)"
         else:
             default = "snapshot_window"
-        super().__init__(spec, udm, kind, policy, name or default, on_error)
+        super().__init__(spec, udm, kind, resolved, name or default, on_error)
         #: time -> number of live event endpoints there (times before the CTI are dropped)
         self.endpoints: SortedDict = SortedDict()
 

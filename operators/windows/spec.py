@@ -30,7 +30,7 @@ takes it whole.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..ticks import to_duration
@@ -213,8 +213,9 @@ class WindowPolicy:
       ``"speculative"`` (at once, corrected by retractions) or ``"final"`` (once a CTI passes
       the window; never retracted).
 
-    :meth:`for_window` fills in the window's default and refuses a policy that cannot apply
-    to it; ``Stream.window`` does both where the query is written.
+    :meth:`resolve` fills in the window's default, refuses a policy that cannot apply to it
+    and gives the :class:`ResolvedPolicy` every window operator runs by; ``Stream.window``
+    does it where the query is written.
 
     >>> WindowPolicy(output="point_end").for_window(count_window(3))
     WindowPolicy(clip='full', output='point_end', emit='speculative')
@@ -241,13 +242,17 @@ class WindowPolicy:
         return cls(_DEFAULT_CLIP if clip is None else clip, output,
                    _DEFAULT_EMIT if emit is None else emit)
 
-    def for_window(self, spec: WindowSpec) -> WindowPolicy:
-        """This policy for windows of ``spec``: the output default filled in (``"point_end"``
-        for count windows, ``"window"`` otherwise); a ValueError, naming the argument, when a
-        policy cannot apply (``output="compressed"`` off hopping windows; count windows other
-        than ``output="point_end"``, ``clip="full"``)."""
+    def resolve(self, spec: WindowSpec) -> ResolvedPolicy:
+        """This policy for windows of ``spec``, resolved once: the output default filled in
+        (``"point_end"`` for count windows, ``"window"`` otherwise); a ValueError, naming the
+        argument, when a policy cannot apply (``output="compressed"`` off hopping windows;
+        count windows other than ``output="point_end"``, ``clip="full"``).
+
+        >>> WindowPolicy(emit="final").resolve(tumbling_window(5)).final_row_length
+        5
+        """
         count = isinstance(spec, CountWindow)
-        output = self.output or _default_output(spec)
+        output = self.output or default_output(spec)
         if output == "compressed" and not isinstance(spec, HoppingWindow):
             raise ValueError(f"output='compressed' applies to hopping and tumbling windows "
                              f"only, not to {spec.kind} windows; use output='window' or "
@@ -258,49 +263,189 @@ class WindowPolicy:
         if count and self.clip != "full":
             raise ValueError(f"clip={self.clip!r}: count windows always clip fully (leave clip "
                              f"out or pass clip='full')")
-        return self if output == self.output else replace(self, output=output)
+        policy = self if output == self.output else replace(self, output=output)
+        return ResolvedPolicy(spec, policy)
 
-    # -- what the names mean, for the operators ----------------------------------------------
-    @property
-    def clips_left(self) -> bool:
-        """A member's start is cut to the window's start."""
-        return self.clip in ("left", "full")
-
-    @property
-    def clips_right(self) -> bool:
-        """A member's end is cut to the window's end."""
-        return self.clip in ("right", "full")
-
-    @property
-    def compressed(self) -> bool:
-        """Consecutive hopping windows share rows (``output="compressed"``, evaluated as
-        snapshot windows)."""
-        return self.output == "compressed"
-
-    @property
-    def window_rows(self) -> bool:
-        """Each result is one row stamped by its window (``output`` ``"window"`` or
-        ``"point_end"``), not the UDO's own times nor shared rows: what the keyed
-        column-wise operators produce."""
-        return self.output in ("window", "point_end")
+    def for_window(self, spec: WindowSpec) -> WindowPolicy:
+        """This policy with ``spec``'s default output filled in (:meth:`resolve`, as the
+        policy object the logical node holds)."""
+        return self.resolve(spec).policy
 
     @property
     def final(self) -> bool:
         """Rows are sent once, final (``emit="final"``)."""
         return self.emit == "final"
 
+    @property
+    def window_rows(self) -> bool:
+        """The output (filled in: :meth:`for_window`) stamps each result as one row of its
+        window (:attr:`OutputPolicy.window_rows`); False while the output is not filled in."""
+        return self.output is not None and OUTPUTS[self.output].window_rows
+
     def describe(self, spec: WindowSpec) -> str:
         """The policies that are not ``spec``'s defaults, as keyword arguments (for
         ``explain()``)."""
         return "".join(f", {k}={v!r}" for k, v, d in (
-            ("clip", self.clip, _DEFAULT_CLIP), ("output", self.output, _default_output(spec)),
+            ("clip", self.clip, _DEFAULT_CLIP), ("output", self.output, default_output(spec)),
             ("emit", self.emit, _DEFAULT_EMIT)) if v is not None and v != d)
 
 
-def _default_output(spec: WindowSpec) -> str:
-    """The output policy of ``spec``'s windows when none is given."""
+def default_output(spec: WindowSpec) -> str:
+    """The output policy of ``spec``'s windows when none is given: ``"point_end"`` for count
+    windows, ``"window"`` for the others."""
     return "point_end" if isinstance(spec, CountWindow) else "window"
 
 
 #: The policy of a window written with no ``clip=``, ``output=`` or ``emit=``.
 DEFAULT_POLICY = WindowPolicy()
+
+Rec = tuple[int, int, Any]
+
+
+@dataclass(frozen=True)
+class OutputPolicy:
+    """What one output policy (:data:`OUTPUT_POLICIES`) does: how a window's results become
+    rows, and where its rows start (what the output CTI is made of). One instance per name,
+    in :data:`OUTPUTS`.
+
+    ``window``: ``[W.start, W.end)``; ``point_end``: ``[W.end − 1, W.end)``; ``clip``: a
+    time-sensitive UDO's own timestamps cut to the window; ``keep``: its timestamps as they
+    are (none may start before ``W.start``); ``compressed``: ``window`` rows over the owned
+    intervals of consecutive windows (the operator evaluates it as snapshot windows).
+
+    >>> OUTPUTS["point_end"].rows(0, 10, ["a"], stamped=False)
+    [(9, 10, 'a')]
+    """
+
+    name: str
+    #: each result is one row, the window ``[W.start, W.end)`` (``window``)
+    whole: bool = field(init=False)
+    #: each result is one row, the point at the window's end (``point_end``)
+    point: bool = field(init=False)
+    #: a time-sensitive UDO's own stamps, cut to the window (``clip``)
+    cuts: bool = field(init=False)
+    #: a time-sensitive UDO's own stamps as they are: the output CTI is the input CTI
+    #: (``keep``)
+    keep: bool = field(init=False)
+    #: consecutive hopping windows with the same members share a row (``compressed``)
+    compressed: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        _check_name("output", self.name, OUTPUT_POLICIES, "an output policy")
+        for attr, name in (("whole", "window"), ("point", "point_end"), ("cuts", "clip"),
+                           ("keep", "keep"), ("compressed", "compressed")):
+            object.__setattr__(self, attr, self.name == name)
+
+    @property
+    def stamps(self) -> bool:
+        """Rows carry a time-sensitive UDO's own timestamps (cut to the window or not)."""
+        return self.cuts or self.keep
+
+    @property
+    def window_rows(self) -> bool:
+        """Each result is one row stamped by its window (``window`` or ``point_end``), not the
+        UDO's own times nor shared rows: what the keyed column-wise operators produce."""
+        return self.whole or self.point
+
+    def row_start(self, start: int, end: int) -> int:
+        """Where the rows of window ``[start, end)`` start (when not the UDO's own times)."""
+        return end - 1 if self.point else start
+
+    def rows(self, start: int, end: int, results: list[Any], stamped: bool) -> list[Rec]:
+        """The rows of window ``[start, end)`` for its ``results``: payloads, or ``(start,
+        end, payload)`` events when ``stamped`` (a time-sensitive UDO's)."""
+        if stamped:  # (a time-sensitive UDO's events)
+            if self.keep:
+                return list(results)
+            if self.cuts:
+                return [(max(s, start), min(e, end), p) for s, e, p in results
+                        if max(s, start) < min(e, end)]
+            results = [p for _, _, p in results]
+        s = self.row_start(start, end)
+        return [(s, end, p) for p in results]
+
+
+#: Every output policy, by name.
+OUTPUTS: dict[str, OutputPolicy] = {name: OutputPolicy(name) for name in OUTPUT_POLICIES}
+
+
+@dataclass(frozen=True)
+class ResolvedPolicy:
+    """A :class:`WindowPolicy` resolved for the windows of one ``spec``
+    (:meth:`WindowPolicy.resolve`), answering what the window operators, the keyed fast paths
+    and the planner ask of it; ``policy`` is the WindowPolicy with its output filled in.
+
+    >>> p = WindowPolicy(clip="left").resolve(hopping_window(10, 5))
+    >>> p.output.name, p.clips_left, p.clips_right, p.final
+    ('window', True, False, False)
+    """
+
+    spec: WindowSpec
+    policy: WindowPolicy
+    #: how results become rows
+    output: OutputPolicy = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.policy.output is None:
+            raise ValueError(f"ResolvedPolicy needs the output filled in; build it with "
+                             f"WindowPolicy.resolve(spec), got {self.policy!r}")
+        object.__setattr__(self, "output", OUTPUTS[self.policy.output])
+
+    def resolve(self, spec: WindowSpec) -> ResolvedPolicy:
+        """This policy for ``spec``: itself when it was resolved for ``spec``."""
+        return self if spec == self.spec else self.policy.resolve(spec)
+
+    @property
+    def clips_left(self) -> bool:
+        """A member's start is cut to the window's start (``clip`` ``"left"`` or ``"full"``)."""
+        return self.policy.clip in ("left", "full")
+
+    @property
+    def clips_right(self) -> bool:
+        """A member's end is cut to the window's end (``clip`` ``"right"`` or ``"full"``)."""
+        return self.policy.clip in ("right", "full")
+
+    @property
+    def final(self) -> bool:
+        """Rows are sent once, final (``emit="final"``)."""
+        return self.policy.final
+
+    @property
+    def compressed(self) -> bool:
+        """Consecutive hopping windows share rows (``output="compressed"``, evaluated as
+        snapshot windows)."""
+        return self.output.compressed
+
+    @property
+    def window_rows(self) -> bool:
+        """Each result is one row stamped by its window (:attr:`OutputPolicy.window_rows`)."""
+        return self.output.window_rows
+
+    @property
+    def final_at_end(self) -> bool:
+        """A row is final once the CTI reaches its end: rows are whole windows that no CTI
+        lengthens (hopping and tumbling windows but compressed ones, sessions); snapshot,
+        count and compressed rows only once the CTI passes it."""
+        return isinstance(self.spec, SessionWindow) or (isinstance(self.spec, HoppingWindow)
+                                                        and not self.compressed)
+
+    @property
+    def final_row_length(self) -> int | None:
+        """The lifetime of every row when each is sent once, final, stamped by its window
+        (``emit="final"``, output ``window`` or ``point_end``) of a hopping, tumbling or
+        count window: its size, or 1 for a point; None otherwise (speculative rows are
+        retracted, the others' lengths vary)."""
+        if (not self.final or not self.window_rows
+                or not isinstance(self.spec, (HoppingWindow, CountWindow))):
+            return None
+        if self.output.point:
+            return 1
+        return self.spec.size if isinstance(self.spec, HoppingWindow) else None
+
+    def describe(self) -> str:
+        """The policies that are not the spec's defaults, as keyword arguments."""
+        return self.policy.describe(self.spec)
+
+
+#: What a window operator's ``policy=`` takes: a policy, resolved for its spec when built.
+PolicyArg = WindowPolicy | ResolvedPolicy

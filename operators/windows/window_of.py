@@ -1,7 +1,7 @@
 """Which window made an output row: the inverse of the output policies, defined once.
 
 A window operator stamps the results of window ``W`` as rows under its output policy
-(:class:`~operators.windows.evaluate.OutputPolicy`): ``window`` ``[W.start, W.end)``,
+(:class:`~operators.windows.spec.OutputPolicy`): ``window`` ``[W.start, W.end)``,
 ``point_end`` ``[W.end − 1, W.end)``, ``compressed`` the owned intervals ``[W.end − hop, W.end)``
 of a run of hopping windows, ``clip`` a time-sensitive UDO's own stamps cut to ``W``, ``keep``
 its stamps as they are (none before ``W.start``). :func:`window_of` goes back: from a row's
@@ -33,7 +33,16 @@ from typing import Any, NamedTuple
 from ..events import add_time
 from .index import Grid
 from .session import session_bounds
-from .spec import CountWindow, HoppingWindow, SessionWindow, SnapshotWindow, WindowSpec
+from .spec import (
+    CountWindow,
+    HoppingWindow,
+    OutputPolicy,
+    SessionWindow,
+    SnapshotWindow,
+    WindowPolicy,
+    WindowSpec,
+    default_output,
+)
 
 __all__ = ["WindowRange", "default_output", "in_window", "spec_from_dict", "window_of"]
 
@@ -48,12 +57,6 @@ class WindowRange(NamedTuple):
     exact: bool = True
 
 
-def default_output(spec: WindowSpec) -> str:
-    """The output policy a window of ``spec`` has when none is given (as
-    :func:`~operators.windows.make_window`): ``point_end`` for count windows, else ``window``."""
-    return "point_end" if isinstance(spec, CountWindow) else "window"
-
-
 def window_of(spec: WindowSpec, output: str | None, start: int, end: int,
               members: Iterable[tuple[int, int]] = ()) -> WindowRange:
     """The window of ``spec`` that made an output row ``[start, end)`` under the output policy
@@ -62,23 +65,23 @@ def window_of(spec: WindowSpec, output: str | None, start: int, end: int,
     ``point_end``, ``clip`` or ``keep`` output and count and session windows need them, the
     others ignore them. For ``keep`` the range assumes the UDO stamped its row inside its
     window (a row may start later; it never starts before its window)."""
-    output = output or default_output(spec)
+    out = WindowPolicy(output=output).resolve(spec).output
     s, e = start, end
     if isinstance(spec, HoppingWindow):
-        return _hopping(spec, output, s, e)
-    if output == "window" and not isinstance(spec, CountWindow):
+        return _hopping(spec, out, s, e)
+    if out.whole:
         return WindowRange(s, e)
     lives = list(members)
     if isinstance(spec, SnapshotWindow):
         points = {t for a, b in lives for t in (a, b)}
-        if output == "point_end":
+        if out.point:
             before = [t for t in points if t < e]
             return WindowRange(max(before), e) if before else WindowRange(s, e, False)
         lo = max((t for t in points if t <= s), default=None)
         hi = min((t for t in points if t > s), default=None)
         if lo is None or hi is None:
             return WindowRange(s, e, False)
-        return WindowRange(lo, hi, output == "clip")
+        return WindowRange(lo, hi, out.cuts)
     if isinstance(spec, CountWindow):  # the row is the point at the window's last time
         by = 0 if spec.by == "start" else 1
         times = sorted({life[by] for life in lives if life[by] <= s})
@@ -91,28 +94,28 @@ def window_of(spec: WindowSpec, output: str | None, start: int, end: int,
             hi = add_time(last, spec.gap)
             if spec.max_duration is not None:
                 hi = min(hi, add_time(first, spec.max_duration))
-            if output == "point_end" and hi == e:
+            if out.point and hi == e:
                 return WindowRange(first, hi)
-            if output in ("clip", "keep") and first <= s < hi:
-                return WindowRange(first, hi, output == "clip")
+            if out.stamps and first <= s < hi:
+                return WindowRange(first, hi, out.cuts)
         return WindowRange(s, e, False)
     raise TypeError(f"window_of: expected a window spec of operators.windows, got {spec!r}")
 
 
-def _hopping(spec: HoppingWindow, output: str, s: int, e: int) -> WindowRange:
-    if output == "window":
+def _hopping(spec: HoppingWindow, out: OutputPolicy, s: int, e: int) -> WindowRange:
+    if out.whole:
         return WindowRange(s, e)
-    if output == "point_end":
+    if out.point:
         return WindowRange(e - spec.size, e)
-    if output == "compressed":  # the first window of the run: its owned interval starts at s
+    if out.compressed:  # the first window of the run: its owned interval starts at s
         return WindowRange(s + spec.hop - spec.size, s + spec.hop)
     g = Grid(spec.size, spec.hop, spec.alignment)
     last = g.last_starting_before(s + 1)  # a window holds the row's start...
     # ... and, clip: its end (the row is cut to the window); keep: none starts before its window
-    first = g.first_ending_after(e - 1 if output == "clip" else s)
+    first = g.first_ending_after(e - 1 if out.cuts else s)
     if first > last:
         return WindowRange(s, e, False)
-    return WindowRange(g.start(first), g.end(last), output == "clip" and first == last)
+    return WindowRange(g.start(first), g.end(last), out.cuts and first == last)
 
 
 def in_window(spec: WindowSpec, window: tuple[int, int], start: int, end: int) -> bool:

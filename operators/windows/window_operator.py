@@ -14,9 +14,9 @@ from ..errors import DeadLetter
 from ..events import Message, fmt_time
 from ..processor import Processor
 from ..udm import Window
-from .evaluate import Ids, OutputPolicy, Rec, WindowUdm, diff, not_behind
+from .evaluate import Ids, Rec, WindowUdm, diff, not_behind
 from .index import REBUILD, Win
-from .spec import WindowPolicy, WindowSpec
+from .spec import OutputPolicy, ResolvedPolicy, WindowSpec
 
 
 def _by_time(rec: Rec) -> tuple[int, int]:
@@ -29,17 +29,17 @@ class WindowBase(Processor):
 
     _state_fields: ClassVar[tuple[str, ...]] = ("windows", "closing", "ids", "dead_letters")
 
-    def __init__(self, spec: WindowSpec, udm: Any, kind: str, policy: WindowPolicy,
+    def __init__(self, spec: WindowSpec, udm: Any, kind: str, policy: ResolvedPolicy,
                  name: str | None, on_error: str) -> None:
-        """``policy`` is for ``spec`` (:meth:`WindowPolicy.for_window`, which the hopping and
-        snapshot operators call); its ``emit`` is :class:`~.final_output.FinalOutput`'s."""
+        """``policy`` is resolved for ``spec`` (:meth:`WindowPolicy.resolve`, which the hopping
+        and snapshot operators call); its ``emit`` is :class:`~.final_output.FinalOutput`'s."""
         super().__init__(name)
         self.spec = spec
         self.policy = policy
         self.call = WindowUdm(udm, kind, policy, on_error)
         self.udm = self.call.udm
         #: how results become rows
-        self.output: OutputPolicy = self.call.output
+        self.output: OutputPolicy = policy.output
         self.ts = self.call.time_sensitive
         self.incremental = self.call.incremental
         self.clip_left = policy.clips_left

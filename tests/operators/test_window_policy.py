@@ -4,10 +4,13 @@ carried through a checkpoint (pickled snapshot, restore) unchanged."""
 
 from __future__ import annotations
 
+import ast
 import pickle
+from pathlib import Path
 
 import pytest
 
+import operators
 from operators.aggregates import Count, Sum, TimeWeightedAverage
 from operators.cht import to_cht
 from operators.events import Cti, Insert, Retract
@@ -15,8 +18,10 @@ from operators.windows import (
     CLIP_POLICIES,
     EMIT_POLICIES,
     OUTPUT_POLICIES,
+    OUTPUTS,
     CountWindowOperator,
     HoppingWindowOperator,
+    ResolvedPolicy,
     SessionWindowOperator,
     SnapshotWindowOperator,
     WindowPolicy,
@@ -87,7 +92,51 @@ def test_each_operator_takes_the_policy_whole_and_refuses_what_it_cannot_run():
     with pytest.raises(TypeError, match="not both"):
         make_window(tumbling_window(5), Count(), policy=WindowPolicy(), clip="none")
     op = HoppingWindowOperator(tumbling_window(5), Count(), policy=WindowPolicy(clip="left"))
-    assert op.policy == WindowPolicy("left", "window") and op.clip_left and not op.clip_right
+    assert op.policy == WindowPolicy(clip="left").resolve(tumbling_window(5))
+    assert op.policy.policy == WindowPolicy("left", "window")
+    assert op.clip_left and not op.clip_right
+
+
+def test_a_policy_is_resolved_once_for_its_window_and_answers_what_operators_ask():
+    spec = hopping_window(6, 2)
+    resolved = WindowPolicy(clip="right", emit="final").resolve(spec)
+    assert isinstance(resolved, ResolvedPolicy) and resolved.resolve(spec) is resolved
+    assert resolved.resolve(tumbling_window(5)).spec == tumbling_window(5)
+    assert (resolved.output.name, resolved.clips_left, resolved.clips_right) == (
+        "window", False, True)
+    assert resolved.final and resolved.final_at_end and resolved.final_row_length == 6
+    point = WindowPolicy(output="point_end", emit="final").resolve(count_window(3))
+    assert point.final_row_length == 1 and not point.final_at_end
+    assert WindowPolicy().resolve(spec).final_row_length is None  # speculative: retracted
+    compressed = WindowPolicy(output="compressed", emit="final").resolve(spec)
+    assert compressed.compressed and not compressed.final_at_end
+    assert compressed.final_row_length is None
+    assert OUTPUTS["keep"].stamps and OUTPUTS["clip"].stamps and not OUTPUTS["window"].stamps
+    assert OUTPUTS["point_end"].row_start(0, 10) == 9 and OUTPUTS["window"].row_start(0, 10) == 0
+
+
+_NAMES = {n for d in (CLIP_POLICIES, OUTPUT_POLICIES, EMIT_POLICIES) for n in d}
+
+
+def _compared_names(tree: ast.AST) -> list[tuple[int, str]]:
+    """The policy names a module compares a value with (``==``, ``!=``, ``in``)."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        for side in (node.left, *node.comparators):
+            values = side.elts if isinstance(side, (ast.Tuple, ast.Set, ast.List)) else [side]
+            found += [(node.lineno, v.value) for v in values
+                      if isinstance(v, ast.Constant) and v.value in _NAMES]
+    return found
+
+
+def test_no_policy_name_is_compared_outside_the_spec_module():
+    root = Path(operators.__file__).parent
+    compared = {str(path.relative_to(root)): names for path in sorted(root.rglob("*.py"))
+                if path.name != "spec.py"
+                and (names := _compared_names(ast.parse(path.read_text())))}
+    assert compared == {}
 
 
 def test_emit_final_in_the_policy_makes_the_operator_final():

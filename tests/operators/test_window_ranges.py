@@ -20,10 +20,10 @@ from operators.aggregates import (
     Aggregates,
     Avg,
     Count,
+    ExactSum,
     Max,
     Sum,
     TimeWeightedAverage,
-    _ExactSum,
 )
 from operators.cht import to_cht, validate
 from operators.columns import expand
@@ -61,8 +61,8 @@ UDMS = {"count": Count, "spread": Spread, "max": lambda: Max("v"), "sum": lambda
 
 
 def _exact(state):
-    """A state as plain values, compared exactly (an _ExactSum's scaled integer)."""
-    if isinstance(state, _ExactSum):
+    """A state as plain values, compared exactly (an ExactSum's scaled integer)."""
+    if isinstance(state, ExactSum):
         return state.__getstate__()
     if isinstance(state, list):
         return [_exact(s) for s in state]
