@@ -11,6 +11,10 @@ A source reads rows (dicts) and needs three decisions before the temporal algebr
   emitting a CTI, what happens to an event that arrives behind such a promise, and how a quiet
   source still flushes its last events (the timer of the CTI article, docs/ctis.md).
 
+:class:`AdvanceTime` lives in :mod:`operators.advance_time`, the late stream in
+:mod:`operators.late_stream` and ``import_ctis`` in :mod:`operators.import_ctis`; this module
+names them too.
+
 :class:`Ingress` is the pure state machine: rows in, ``Insert``/``Retract``/``Cti`` messages
 out. It never reads a clock: callers pass their wall time (``now``) to :meth:`Ingress.push`
 and :meth:`Ingress.poll`. Nothing is lost silently (docs/errors.md): each row is processed, dropped
@@ -26,117 +30,24 @@ reason.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
+from .advance_time import DEFAULT_ADVANCE, POLICIES, SHAPES, AdvanceTime
 from .columns import payload_list, row_at
 from .errors import DeadLetter, LateEvent
-from .events import MAX_TIME, MIN_TIME, TICKS_PER_SECOND, Cti, Insert, Message, Retract, fmt_time
-from .processor import Processor, Stateful
-from .ticks import DURATION_HELP, TIME_HELP, to_duration, to_ticks
+from .events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract
+from .import_ctis import ImportCti
+from .late_stream import LateOut, LateStream, late_markers
+from .processor import Stateful
+from .ticks import TIME_HELP, to_ticks
 
 __all__ = ["POLICIES", "SHAPES", "AdvanceTime", "ImportCti", "Ingress", "LateOut", "LateStream",
            "ingest", "late_markers", "to_ticks"]
 
-#: The event shapes a source can produce.
-SHAPES = ("point", "interval", "edge")
-#: What happens to an event that arrives behind the latest CTI.
-POLICIES = ("drop", "adjust")
-
 def _missing(value: Any) -> bool:
     """None, NaN or NaT: how DataFrames spell an empty cell."""
     return value is None or (value != value)
-
-
-def _is_int(value: Any) -> bool:
-    return type(value) is int
-
-
-@dataclass(frozen=True)
-class AdvanceTime:
-    """When a source emits CTIs and what happens to events behind them (docs/ctis.md).
-
-    * ``every=N``: after every N accepted events, ``Cti(latest start − delay)``;
-    * ``interval=T``: whenever the latest start has moved at least T ticks since the last CTI
-      generated this way (or, for the first one, since the first event),
-      ``Cti(latest start − delay)``;
-    * ``delay=D`` ticks: how far behind the latest start the CTI stays, i.e. how much disorder
-      the source tolerates; ``D = -1`` puts the CTI one tick *past* the latest start, which
-      flushes that event but turns every later event with the same start into a late one
-      (the trap of the CTI article);
-    * ``policy``: ``"drop"`` drops an event that starts behind the latest CTI; ``"adjust"``
-      moves its start up to the CTI when its end is still after it (points cannot be moved,
-      they are dropped);
-    * ``idle_timeout`` (seconds of the caller's wall clock): when no rows arrived for that
-      long, :meth:`Ingress.poll` emits a CTI one tick past the latest event.
-
-    ``interval`` and ``delay`` are spans of event time and ``idle_timeout`` one of wall-clock
-    time: each may be written as a ``timedelta`` or a string such as ``"5 min"``
-    (:func:`operators.ticks.to_duration`); a plain number stays what it was, ticks for
-    ``interval`` and ``delay``, seconds for ``idle_timeout``.
-
-    "Latest start" is the largest start (as read from the row) of the events accepted so far
-    (processed or adjusted; dropped and dead-lettered rows do not move time). A CTI is only
-    emitted when it moves time forward. With neither ``every`` nor ``interval`` the source
-    emits only idle CTIs and the final CTI of :meth:`Ingress.end`.
-
-    >>> AdvanceTime(every=1, delay=-1)
-    AdvanceTime(every=1, interval=None, delay=-1, policy='drop', idle_timeout=None)
-    >>> AdvanceTime(interval="1 min", delay="5 s", idle_timeout="250 ms")
-    AdvanceTime(every=None, interval=60000000, delay=5000000, policy='drop', idle_timeout=0.25)
-    >>> AdvanceTime(every=0)  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    ValueError: AdvanceTime(every=0): every must be an int >= 1 (a CTI after every N events) ...
-    """
-
-    every: int | None = None
-    interval: int | None = None
-    delay: int = 0
-    policy: str = "drop"
-    idle_timeout: float | None = None
-
-    def __post_init__(self) -> None:
-        for arg in ("interval", "delay"):  # a timedelta or "5 min" as ticks
-            value = getattr(self, arg)
-            if value is not None and not _is_int(value) and not isinstance(value, float):
-                object.__setattr__(self, arg, to_duration(value, "AdvanceTime", arg))
-        t = self.idle_timeout
-        if isinstance(t, (str, timedelta)) or type(t).__name__ == "timedelta64":
-            ticks = to_duration(t, "AdvanceTime", "idle_timeout", positive=True)
-            object.__setattr__(self, "idle_timeout", ticks / TICKS_PER_SECOND)
-        if self.every is not None and not (_is_int(self.every) and self.every >= 1):
-            raise ValueError(
-                f"AdvanceTime(every={self.every!r}): every must be an int >= 1 (a CTI after "
-                f"every N events) or None for no count-based CTIs"
-            )
-        if self.interval is not None and not (_is_int(self.interval) and self.interval >= 1):
-            raise ValueError(
-                f"AdvanceTime(interval={self.interval!r}): interval must be an int >= 1 "
-                f"(ticks of event time between CTIs) or a positive duration, or None for no "
-                f"time-based CTIs; {DURATION_HELP}"
-            )
-        if not _is_int(self.delay):
-            raise TypeError(
-                f"AdvanceTime(delay={self.delay!r}): delay must be an int number of ticks or "
-                f"a duration; {DURATION_HELP}"
-            )
-        if self.policy not in POLICIES:
-            raise ValueError(
-                f"AdvanceTime(policy={self.policy!r}): policy must be 'drop' (late events "
-                f"are dropped) or 'adjust' (late intervals start at the CTI)"
-            )
-        t = self.idle_timeout
-        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
-                              or not math.isfinite(t) or t <= 0):
-            raise ValueError(
-                f"AdvanceTime(idle_timeout={t!r}): idle_timeout must be a positive number of "
-                f"seconds (of the wall clock), a timedelta or a string such as '30 s', or None "
-                f"for no idle CTIs"
-            )
 
 
 class _Reject(Exception):
@@ -203,7 +114,7 @@ class Ingress(Stateful):
         end: str | Callable[[Any], Any] | None = None,
         shape: str = "point",
         id: str | Callable[[Any], Any] | None = None,
-        advance: AdvanceTime = AdvanceTime(),
+        advance: AdvanceTime = DEFAULT_ADVANCE,
         name: str = "source",
     ) -> None:
         if shape not in SHAPES:
@@ -774,7 +685,7 @@ def ingest(
     end: str | Callable[[Any], Any] | None = None,
     shape: str = "point",
     id: str | Callable[[Any], Any] | None = None,
-    advance: AdvanceTime = AdvanceTime(),
+    advance: AdvanceTime = DEFAULT_ADVANCE,
     name: str = "source",
 ) -> list[Message]:
     """Ingest a whole finite table: one :class:`Ingress`, ``push(rows)``, then ``end()``.
@@ -788,230 +699,3 @@ def ingest(
     """
     source = Ingress(start, end=end, shape=shape, id=id, advance=advance, name=name)
     return source.push(rows) + source.end()
-
-
-# -- the late stream and CTI import ---------------------------------------------------------------
-class LateOut(tuple):
-    """A late event on its way to the late stream (``Stream.late()``): a marker in a producer's
-    output that :class:`topology.routing.Router` sends, as the ``Insert`` it holds, only on the
-    out-edges of the late stream (and never on the others). Only a producer whose step has a
-    late stream (``late_stream = True``, set by the planner) emits them."""
-
-    __slots__ = ()
-
-    def __new__(cls, event: Insert) -> LateOut:
-        return tuple.__new__(cls, (event,))
-
-    @property
-    def event(self) -> Insert:
-        return self[0]
-
-
-def late_markers(records: list[LateEvent], first: int,
-                 lifetime: Callable[[LateEvent], tuple[int, int]]) -> list[Message]:
-    """The late stream's events for ``records[first:]``: ``Insert(n, start, end, payload)``
-    where ``n`` is the record's position among its producer's late records (so ids are
-    unique, and the same after a restore), ``[start, end)`` the original lifetime and the
-    payload ``{"source", "policy", "reason", "payload"}`` (``policy``: ``"dropped"`` or
-    ``"adjusted"``; ``payload``: the row, or the event's payload)."""
-    out: list[Message] = []
-    for n in range(first, len(records)):
-        rec = records[n]
-        start, end = lifetime(rec)
-        item = rec.item
-        payload = item.payload if isinstance(item, (Insert, Retract)) else item
-        out.append(LateOut(Insert(n, start, end, {  # type: ignore[arg-type]
-            "source": rec.where, "policy": rec.action, "reason": rec.reason,
-            "payload": payload})))
-    return out
-
-
-class LateStream(Processor):
-    """The step of ``Stream.late()``: the late events its producer sends on this edge alone,
-    passed on unchanged. Late events lie behind their producer's CTI, anywhere in time, so
-    the late stream promises nothing until its producer ends: its only CTI is at the end of
-    input, past every late event's end (its start + 1 for one that ends at ∞)::
-
-        source    a: [5 ─ 6)   Cti(8)   b: [2 ─ 3) (late: dropped)   c: [9 ─ 10)   end
-        late()                          0: [2 ─ 3) {policy: dropped, ...}          Cti(3)
-    """
-
-    _state_fields = ("horizon",)
-
-    def __init__(self, name: str | None = None) -> None:
-        super().__init__(name)
-        self.horizon = MIN_TIME
-
-    def on_insert(self, msg: Insert, port: int) -> list[Message]:
-        end = msg.end if msg.end < MAX_TIME else msg.start + 1
-        self.horizon = max(self.horizon, end)
-        return [msg]
-
-    def on_retract(self, msg: Retract, port: int) -> list[Message]:
-        raise ValueError("a late stream holds inserts only")
-
-    def on_cti(self, time: int, port: int) -> list[Message]:
-        return []  # (none come: the router sends only late events on this edge)
-
-    def finish(self) -> list[Message]:
-        return self.emit_cti(self.horizon) if self.horizon > MIN_TIME else []
-
-
-class ImportCti(Processor):
-    """``stream.import_ctis(leader, policy=)``: input 0's events with CTIs imported from input
-    1 (StreamInsight's ``AdvanceTimeImportSettings``). The output CTI is the larger of the
-    two inputs' CTIs; input 1's events are not output (only its CTIs are read).
-
-    A stream that rarely changes (a reference table) sends CTIs rarely, and holds back every
-    operator that waits for both inputs' CTIs (a join's output CTI is their minimum).
-    Importing the CTIs of a fast stream lets it advance with that stream::
-
-        leader   x x x Cti(10)  x x Cti(20)   x x x Cti(30)
-        ref      r: [0 ──────────────────────────── ∞)
-        import   r: [0 ── ∞)  Cti(10)       Cti(20)        Cti(30)
-
-    An event of input 0 that arrives behind the imported CTI is *late* and goes through the
-    late policy, as at a source: ``"drop"`` drops it, ``"adjust"`` moves its start up to the
-    CTI when its end is after it (else drops it). A retraction whose sync time (the smaller
-    of its two ends) is behind the CTI is dropped, or under ``"adjust"`` clipped to end no
-    earlier than the CTI when the event still ends after it; one of a dropped event is
-    dropped too. Lateness is a property of the message alone, so freeing the events whose
-    end is behind the CTI changes nothing. Each
-    is recorded in :attr:`late` (counted in the step's ``late`` stat, sent on ``.late()``).
-
-    **An input that ends** (:meth:`~operators.processor.Processor.end_input`) changes nothing
-    here: the output CTI is a maximum, which an input that stopped never holds back. When the
-    leader ends, the CTI it reached stays imported (it was sent downstream: input 0's events
-    behind it stay late) and the output CTI advances with input 0's own CTIs from then on;
-    when input 0 ends, the leader's CTIs still advance the output.
-
-    >>> imp = ImportCti()
-    >>> imp.process([Insert("r", 0, 100, "ref")], 0)
-    [Insert(id='r', start=0, end=100, payload='ref')]
-    >>> imp.process([Insert(1, 10, 11, "x"), Cti(10)], 1)
-    [Cti(time=10)]
-    >>> imp.process([Insert("s", 4, 50, "late")], 0), [x.action for x in imp.late]
-    ([], ['dropped'])
-    """
-
-    n_inputs = 2
-    _state_fields = ("live", "dropped", "late")
-
-    def __init__(self, policy: str = "drop", name: str | None = None) -> None:
-        super().__init__(name)
-        if policy not in POLICIES:
-            raise ValueError(f"import_ctis(policy={policy!r}): policy must be 'drop' (late "
-                             f"events are dropped) or 'adjust' (late intervals start at the "
-                             f"imported CTI)")
-        self.policy = policy
-        #: id -> [start sent, end sent] of the input-0 events whose end may still change
-        self.live: dict[Hashable, list[int]] = {}
-        #: ids of input-0 events dropped as late (their retractions are dropped too)
-        self.dropped: set[Hashable] = set()
-        self.late: list[LateEvent] = []
-        #: the planner sets this when the step has a late stream (``.late()``)
-        self.late_stream = False
-        self._swept = 0
-
-    def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
-        first = len(self.late)
-        out = super().process(batch, port)
-        if self.late_stream and len(self.late) > first:
-            out.extend(late_markers(self.late, first, _message_lifetime))
-        return out
-
-    def _record(self, action: str, msg: Message, why: str, sent: Any = None) -> None:
-        self.late.append(LateEvent(self.name, action, why, msg, sent))
-
-    def on_insert(self, msg: Insert, port: int) -> list[Message]:
-        if port == 1:
-            return []
-        id, start, end, payload = msg
-        cti = self.out_cti
-        if start >= cti:
-            self.live[id] = [start, end]
-            return [msg]
-        if self.policy == "adjust" and end > cti:
-            sent = Insert(id, cti, end, payload)
-            self.live[id] = [cti, end]
-            self._record("adjusted", msg, f"start {fmt_time(start)} is behind the imported "
-                         f"CTI {fmt_time(cti)}; moved to start at the CTI (policy 'adjust')",
-                         sent)
-            return [sent]
-        self.dropped.add(id)
-        why = (f"its end {fmt_time(end)} is not after the CTI either"
-               if self.policy == "adjust" else "policy 'drop'")
-        self._record("dropped", msg, f"start {fmt_time(start)} is behind the imported CTI "
-                     f"{fmt_time(cti)}; {why}")
-        return []
-
-    def on_retract(self, msg: Retract, port: int) -> list[Message]:
-        if port == 1:
-            return []
-        id = msg.id
-        cti = self.out_cti
-        if id in self.dropped:
-            if msg.new_end == msg.start:
-                self.dropped.discard(id)
-            self._record("dropped", msg, f"a retraction of {id!r}, whose insert was dropped "
-                         f"as late (or which a late retraction emptied)")
-            return []
-        live = self.live.get(id)
-        if live is not None and min(live[1], msg.new_end) >= cti:
-            # (not late: the end this step sent, which a late retraction may have kept
-            # short of the one the message names, and the new end are both past the CTI)
-            return self._move(id, live[0], live[1], max(msg.new_end, live[0]), msg)
-        if live is None:  # (freed: its end was behind the CTI, so is this change's)
-            self._record("dropped", msg, f"a retraction of {id!r} behind the imported CTI "
-                         f"{fmt_time(cti)}: the event's end is final (policy '{self.policy}')")
-            return []
-        s, e = live
-        if self.policy == "adjust" and e > cti:
-            sent = self._move(id, s, e, max(msg.new_end, s, cti), msg)
-            if sent:
-                self._record("adjusted", msg, f"a retraction of {id!r} to "
-                             f"{fmt_time(msg.new_end)} is behind the imported CTI "
-                             f"{fmt_time(cti)}; the event now ends at the CTI (policy "
-                             f"'adjust')", sent[0])
-                return sent
-        self._record("dropped", msg, f"a retraction of {id!r} to {fmt_time(msg.new_end)} is "
-                     f"behind the imported CTI {fmt_time(cti)}; the event keeps its end "
-                     f"{fmt_time(e)} (policy '{self.policy}')")
-        return []
-
-    def on_columns(self, msg: Any, port: int) -> list[Message]:
-        return [] if port == 1 else super().on_columns(msg, port)
-
-    def _move(self, id: Hashable, s: int, e: int, target: int, msg: Retract) -> list[Message]:
-        payload = msg.payload
-        if target == e:
-            return []
-        if target == s:
-            del self.live[id]
-            if msg.new_end != msg.start:  # emptied by its moved start: over for good
-                self.dropped.add(id)
-        else:
-            self.live[id][1] = target
-        return [Retract(id, s, e, target, payload)]
-
-    def on_cti(self, time: int, port: int) -> list[Message]:
-        ctis = self.in_ctis or [MIN_TIME, MIN_TIME]
-        out = self.emit_cti(max(ctis))
-        if len(self.live) > 2 * self._swept + 64:  # free the events whose end is final
-            cti = self.out_cti
-            self.live = {k: v for k, v in self.live.items() if v[1] >= cti}
-            self._swept = len(self.live)
-        return out
-
-    def state_size(self) -> int:
-        return len(self.live) + len(self.dropped)
-
-    def _check(self) -> None:
-        for s, e in self.live.values():
-            assert s < e
-        assert not (set(self.live) & self.dropped)
-
-
-def _message_lifetime(rec: LateEvent) -> tuple[int, int]:
-    msg = rec.item
-    return msg.start, msg.end

@@ -29,7 +29,8 @@ from .cht import InvalidStream, StreamValidator
 from .columns import Columns, expand
 from .errors import DeadLetter, LateEvent
 from .events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract
-from .ingress import Ingress, late_markers
+from .ingress import Ingress
+from .late_stream import late_markers
 from .processor import Processor
 
 #: How many ended events' ids a ``from_events`` source remembers to refuse their reuse: its
