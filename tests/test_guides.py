@@ -103,8 +103,8 @@ def test_the_check_catches_a_misspelt_name():
     assert problems("`operators.udmm.ColumnAggregate`") == ["no operators.udmm.ColumnAggregate"]
     assert problems("`operators/windows/keyed.py` `support`") == [
         "no support in operators/windows/keyed.py"]
-    assert problems("`insert_length` in `topology/planner.py`") == [
-        "no insert_length in topology/planner.py"]
+    assert problems("`assign_step` in `topology/planner.py`") == [
+        "no assign_step in topology/planner.py"]
     assert problems("`operators/windows/keyed.py` `supports`, `operators.udm.ColumnAggregate`, "
-                    "`insert_lengths` in `topology/planner.py`, `session_window` in "
+                    "`assign_steps` in `topology/planner.py`, `session_window` in "
                     "`topology/stream.py`, in a block:\n```\n`operators.nope`\n```") == []

@@ -4,7 +4,7 @@ A :class:`topology.nodes.Union` that ``explain()`` shows as the parts of one tab
 as an :class:`operators.union.Union`: while the parts' sources run, the merged CTI is the
 minimum of theirs; at the end of every part, the maximum of their final CTIs -- what one
 source reading the whole table would have ended with. The planner sees through it as through
-any union (``insert_lengths``: a union of point sources is a point source).
+any union (:meth:`~topology.nodes.Node.lengths`: a union of point sources is a point source).
 """
 
 from __future__ import annotations
