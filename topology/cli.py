@@ -12,11 +12,20 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime
+import os
 import runpy
+import socket
 import sys
+import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
+
+#: How long the command line waits for a cluster to answer its first question (seconds):
+#: past it the address is left to Ray, whose own checks then say what is wrong.
+PROBE_S = 5.0
 
 
 def _time(value: str) -> int:
@@ -216,6 +225,180 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+class ClusterRefused(ConnectionError):
+    """The cluster answered, and refused this process: its token authentication is on, and
+    this process has no token or another one."""
+
+
+def _connect(command: str, address: str | None) -> bool:
+    """Connect this process to the Ray cluster at ``address`` for ``cedar COMMAND``, or print
+    why it cannot, with what to do, as ``cedar COMMAND: ...`` on stderr and return False.
+
+    Every command that reads a cluster goes through here, so each fails the same way and in
+    seconds: an address nothing answers at (:func:`topology.ui.connect`: a few seconds, not
+    Ray's minutes of retries); a cluster that turned Ray's token authentication on while this
+    process sends no token (Ray would print ``InvalidAuthToken`` 20 times over 22 s and then a
+    traceback; ``RAY_AUTH_MODE=token`` is the fix). When the address was found rather than
+    given (``auto``), one line on stderr says which cluster that is: its address, when it was
+    started and how many cedar queries run on it, so that a cluster other than the one
+    expected shows at once."""
+    from .ui import connect
+
+    try:
+        _refuse_without_token(address)
+        connect(address)
+    except ConnectionError as exc:
+        print(f"cedar {command}: {exc}", file=sys.stderr)
+        return False
+    if (address or os.environ.get("RAY_ADDRESS") or "auto") == "auto":
+        print(f"cedar {command}: {_which_cluster()}", file=sys.stderr)
+    return True
+
+
+def _refuse_without_token(address: str | None) -> None:
+    """Raise :class:`ClusterRefused` when the cluster at ``address`` answers but refuses this
+    process's token (or its lack of one); do nothing in any other case (connected already,
+    no such cluster, nothing answering: :func:`topology.ui.connect` says what is wrong).
+
+    It asks the cluster's GCS one question with Ray's own client, which sends this process's
+    token exactly as ``ray.init`` would, and takes the refusal from its first answer."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    target = _gcs_address(address)
+    if target is None:
+        return
+    host, _, port = target.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_S).close()
+    except (OSError, ValueError):
+        return
+    answer, words = _ask_gcs(target)
+    if answer == "answered":
+        return
+    if answer == "silent":
+        raise ConnectionError(
+            f"{address!r}: something takes connections at {target} but did not answer as a "
+            f"Ray cluster within {PROBE_S:g} s. Check that the address is the head node's GCS "
+            f"address (HOST:6379 unless `ray start --port` chose another, as `ray status` on "
+            f"the head node shows)")
+    if answer == "error":
+        raise ConnectionError(
+            f"{address!r}: something answers at {target}, but not as a Ray cluster ({words}). "
+            f"Check that the address is the head node's GCS address (HOST:6379 unless `ray "
+            f"start --port` chose another, as `ray status` on the head node shows) and that "
+            f"this machine runs the cluster's Ray version")
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
+        raise ClusterRefused(
+            f"the Ray cluster at {target} refused this machine's token ({words}): it checks "
+            f"tokens, and the one here is not its own. Copy the cluster's token (on its head "
+            f"node: `ray get-auth-token`) to ~/.ray/auth_token here, or point "
+            f"$RAY_AUTH_TOKEN_PATH at a file holding it (or set $RAY_AUTH_TOKEN)")
+    raise ClusterRefused(
+        f"the Ray cluster at {target} turned token authentication on, and this process sent "
+        f"no token ({words}). Run the command with RAY_AUTH_MODE=token, e.g. "
+        f"`RAY_AUTH_MODE=token cedar ...`, with the cluster's token in ~/.ray/auth_token "
+        f"(a cluster started on this machine wrote it there; for a remote one, copy it from "
+        f"the head node: `ray get-auth-token`), or in $RAY_AUTH_TOKEN_PATH or $RAY_AUTH_TOKEN")
+
+
+def _gcs_address(address: str | None) -> str | None:
+    """The HOST:PORT of the GCS ``address`` names (``auto``: the cluster on this machine, or
+    ``$RAY_ADDRESS``); None for Ray Client (``ray://``), for a local instance or when none is
+    found (the connection then says why)."""
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is None or address.startswith("ray://"):
+        return None
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+
+        found = canonicalize_bootstrap_address(address)
+    except Exception:  # noqa: BLE001 - another Ray, or nothing found: connect() says
+        return None
+    return found if found and ":" in found else None
+
+
+def _ask_gcs(target: str) -> tuple[str, str]:
+    """Ask the GCS at ``target`` for its session: ``("answered", "")``, ``("refused", why)``
+    (token authentication refused this process), ``("error", why)`` (it answered, not as a
+    Ray GCS) or ``("silent", "")`` (no answer within :data:`PROBE_S`). Ray's client logs
+    its failures on stderr by itself: those lines are kept off the terminal (the caller says
+    what they mean)."""
+    result: list[BaseException | None] = []
+
+    def ask() -> None:
+        from ray._raylet import GcsClient  # type: ignore[attr-defined]
+
+        try:
+            GcsClient(address=target).internal_kv_get(b"session_name", namespace=b"session",
+                                                       timeout=PROBE_S)
+            result.append(None)
+        except BaseException as exc:  # noqa: BLE001 - judged by the caller
+            result.append(exc)
+
+    with _stderr_hidden():
+        asker = threading.Thread(target=ask, daemon=True, name="cedar-probe")
+        asker.start()
+        asker.join(PROBE_S)
+    if not result:
+        return "silent", ""
+    error = result[0]
+    if error is None:
+        return "answered", ""
+    from ray.exceptions import AuthenticationError
+
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    words = text.split(". ")[0].removeprefix("RPC error: ")
+    if isinstance(error, AuthenticationError) or "InvalidAuthToken" in text:
+        return "refused", words
+    return "error", words
+
+
+@contextlib.contextmanager
+def _stderr_hidden() -> Iterator[None]:
+    """This process's file descriptor 2 into a scratch file for the block (Ray's C++ client
+    writes its own log lines there, which ``sys.stderr`` never sees)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as scratch:
+            os.dup2(scratch.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+
+
+def _which_cluster() -> str:
+    """The connected cluster in one line: its address, when it started (its session's name
+    holds the head node's clock) and how many cedar queries run on it."""
+    import ray
+
+    from .registry import list_queries
+
+    address = ray.get_runtime_context().gcs_address
+    try:
+        from ray._private import worker
+
+        node: Any = worker.global_worker.node
+        session = str(node.session_name)
+        started = datetime.datetime.strptime("_".join(session.split("_")[1:3]),
+                                             "%Y-%m-%d_%H-%M-%S")
+        when = f"started {started:%Y-%m-%d %H:%M:%S} (the head node's clock)"
+    except Exception:  # noqa: BLE001 - another Ray's session names: leave the time out
+        when = "start time unknown"
+    try:
+        count = len(list_queries())
+    except Exception:  # noqa: BLE001 - the answer is for people: leave the count out
+        count = -1
+    queries = "" if count < 0 else f", {count} cedar quer{'y' if count == 1 else 'ies'}"
+    return (f"--address auto found the Ray cluster at {address}, {when}{queries}; give "
+            f"--address HOST:PORT for another")
+
+
 def _demo(args: Any) -> int:
     from .demo import run
 
@@ -242,10 +425,8 @@ def _own_address(args: Any) -> None:
 
 def _run(args: Any) -> int:
     _own_address(args)
-    if args.address:
-        from .registry import ensure_ray
-
-        ensure_ray(args.address)
+    if args.address and not _connect("run", args.address):
+        return 2
     sys.argv = [args.script, *args.args]
     runpy.run_path(args.script, run_name="__main__")
     return 0
@@ -254,7 +435,7 @@ def _run(args: Any) -> int:
 def _status(args: Any) -> int:
     import ray
 
-    from .registry import actor_name, ensure_ray, list_queries, step_actor, stuck_slots
+    from .registry import actor_name, list_queries, step_actor, stuck_slots
     from .times import parse_tz, show_time
 
     try:
@@ -262,7 +443,8 @@ def _status(args: Any) -> int:
     except ValueError as exc:
         print(f"cedar status: {exc}", file=sys.stderr)
         return 2
-    ensure_ray(args.address)
+    if not _connect("status", args.address):
+        return 2
     names = list_queries()
     if not names:
         print("no cedar queries are running")
@@ -291,6 +473,8 @@ def _inspect(args: Any) -> int:
         tz = parse_tz(args.tz)
     except ValueError as exc:
         print(f"cedar inspect: {exc}", file=sys.stderr)
+        return 2
+    if not _connect("inspect", args.address):
         return 2
     q = attach(args.name, args.address)
     manifest = ray.get(q.handles[q.sink_step].manifest.remote())
@@ -332,6 +516,8 @@ def _stop(args: Any) -> int:
     from . import attach
     from .query import QueryUnavailable, stop_by_name
 
+    if not _connect("stop", args.address):
+        return 2
     try:
         attach(args.name, args.address).stop()
     except QueryUnavailable:  # its sink is gone: stop what is left by name
@@ -344,12 +530,9 @@ def _stop(args: Any) -> int:
 
 
 def _ui(args: Any) -> int:
-    from .ui import connect, serve
+    from .ui import serve
 
-    try:
-        connect(args.address)
-    except ConnectionError as exc:
-        print(f"cedar ui: {exc}", file=sys.stderr)
+    if not _connect("ui", args.address):
         return 2
     try:
         server = serve(args.host, args.port, allow_hosts=args.allow_host, tz=args.tz)
@@ -488,6 +671,8 @@ def _why(args: Any) -> int:
         parse_tz(args.tz)
     except ValueError as exc:
         print(f"cedar why: {exc}", file=sys.stderr)
+        return 2
+    if not _connect("why", args.address):
         return 2
     try:
         q = attach(args.name, args.address)

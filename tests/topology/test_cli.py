@@ -71,10 +71,11 @@ def test_inspect_names_the_sources_the_deploying_process_feeds(ray_session, caps
 def test_run_takes_its_address_wherever_it_stands(monkeypatch, tmp_path, capsys):
     # `cedar run SCRIPT.py --address auto` (the README's form): the address is cedar's, the
     # other arguments the script's
-    import topology.registry
+    import topology.cli
 
     seen = []
-    monkeypatch.setattr(topology.registry, "ensure_ray", seen.append)
+    monkeypatch.setattr(topology.cli, "_connect", lambda command, address: seen.append(address)
+                        or True)
     script = tmp_path / "script.py"
     script.write_text("import sys\nprint('argv', sys.argv[1:])\n")
     assert main(["run", str(script), "x", "--address", "10.0.0.1:6379", "y"]) == 0
