@@ -61,7 +61,6 @@ built-in adds the ranges column-wise (``add_ranges``: prefix sums); any other UD
 
 from __future__ import annotations
 
-import math
 from bisect import bisect_right
 from collections.abc import Callable, Hashable, Iterable
 from itertools import pairwise
@@ -88,6 +87,7 @@ from ..udm import (
 )
 from .evaluate import Ids, WindowUdm, diff
 from .index import Grid
+from .keyed_columns import SAFE, named_codes, number_columns, pane_ranges, window_groups
 from .spec import DEFAULT_POLICY, HoppingWindow, PolicyArg
 
 __all__ = ["KeyedWindowAggregate", "supports"]
@@ -142,10 +142,6 @@ class _Members:
         return len(self.starts)
 
 
-#: Starts within ±2**61 ticks keep the window arithmetic inside int64 (else: Python ints).
-_SAFE = 2**61
-
-
 def supports(spec: Any, udm: Any, kind: str, policy: PolicyArg, on_error: str,
              intervals: bool = False) -> bool:
     """Whether :class:`KeyedWindowAggregate` computes ``window(spec).aggregate(udm)`` (an
@@ -173,7 +169,7 @@ def supports(spec: Any, udm: Any, kind: str, policy: PolicyArg, on_error: str,
             return False
         return (on_error == "raise" and resolved.window_rows and not call.incremental
                 and isinstance(call.udm, (Operator, TimeSensitiveOperator))
-                and max(abs(spec.size), abs(spec.hop), abs(spec.alignment)) < _SAFE)
+                and max(abs(spec.size), abs(spec.hop), abs(spec.alignment)) < SAFE)
     try:
         u = resolve(udm)
     except Exception:  # noqa: BLE001 (the general path reports a bad UDM)
@@ -186,111 +182,7 @@ def supports(spec: Any, udm: Any, kind: str, policy: PolicyArg, on_error: str,
     return (kind == "aggregate" and on_error == "raise"
             and resolved.window_rows
             and isinstance(u, kinds)
-            and max(abs(spec.size), abs(spec.hop), abs(spec.alignment)) < _SAFE)
-
-
-def _number_column(values: list[Any]) -> np.ndarray | None:
-    """``values`` as an int64 or float64 column holding exactly them (``tolist()`` gives them
-    back), or None (other types, mixed types, ints beyond int64)."""
-    kinds = {type(v) for v in values}
-    if kinds == {int}:
-        try:
-            return np.array(values, dtype=np.int64)
-        except OverflowError:
-            return None
-    if kinds == {float}:
-        return np.array(values, dtype=np.float64)
-    return None
-
-
-def _number_columns(keys: list[Any], results: list[Any], keyed: bool) -> Any:
-    """The payload columns of final rows ``(key, result)`` (or ``result``) when keys and
-    results are plain numbers, else None (the rows go out as ``Insert`` messages)."""
-    res = _number_column(results)
-    if res is None or not keyed:
-        return res
-    if {type(k) for k in keys} != {int}:  # (a float key may be the one NaN group key)
-        return None
-    ks = _number_column(keys)
-    return None if ks is None else (ks, res)
-
-
-def _group_order(ns: np.ndarray, ks: np.ndarray) -> np.ndarray:
-    """The permutation sorting by (window number, key), stable (arrival order within a
-    group): one stable argsort of a combined int64 key when the keys are small integers,
-    else a lexsort."""
-    if ks.dtype.kind in "iub" and len(ks):
-        k0, k1 = int(ks.min()), int(ks.max())
-        n0, n1 = int(ns.min()), int(ns.max())
-        span = k1 - k0 + 1
-        size = (n1 - n0 + 1) * span
-        if size < 2**62:
-            combined = (ns - n0) * span + (ks.astype(np.int64) - k0)
-            if size <= 2**16:  # numpy's stable sort of 16-bit ints is a radix sort: O(n)
-                combined = combined.astype(np.uint16)
-            return np.argsort(combined, kind="stable")
-    return np.lexsort((np.arange(len(ks)), ks, ns))
-
-
-def _codes(keys: np.ndarray) -> tuple[list[Any], np.ndarray] | None:
-    """Keys that are not numbers (strings, objects) as int codes: the distinct keys, in order
-    of first appearance, and each row's code. Keys are told apart as a dict tells them (the
-    first of equal keys names the group, as on the per-event path); None for an unhashable
-    key (the per-event path then reports it).
-
-    >>> names, codes = _codes(np.array(["b", "a", "b"], dtype=object))
-    >>> names, codes.tolist()
-    (['b', 'a'], [0, 1, 0])
-    >>> names, codes = _codes(np.array([float("nan"), "a", float("nan")], dtype=object))
-    >>> names, codes.tolist()
-    ([nan, 'a'], [0, 1, 0])
-    """
-    index: dict[Any, int] = {}
-    code = index.setdefault
-    try:
-        codes = np.array([code(k, len(index)) for k in keys.tolist()], dtype=np.int64)
-    except TypeError:
-        return None
-    names = list(index)
-    canonical = [group_key(k) for k in names]  # once per distinct key, not per row
-    if any(c is not k for c, k in zip(canonical, names)):  # NaN keys: one group
-        merged: dict[Any, int] = {}
-        remap = np.array([merged.setdefault(c, len(merged)) for c in canonical],
-                         dtype=np.int64)
-        return list(merged), remap[codes]
-    return names, codes
-
-
-def _float_codes(keys: np.ndarray) -> tuple[list[Any], np.ndarray]:
-    """Float keys holding NaN as int codes, as :func:`_codes` gives them: every NaN is one
-    group (:func:`~operators.group_apply.group_key`), and the first of equal keys names the
-    group.
-
-    >>> names, codes = _float_codes(np.array([np.nan, 1.5, np.nan]))
-    >>> names, codes.tolist()
-    ([nan, 1.5], [0, 1, 0])
-    """
-    # np.unique puts every NaN in one group (equal_nan); ``first`` is each group's first row
-    _, first, which = np.unique(keys, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")  # groups in order of first appearance
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
-    names = [group_key(k) for k in keys[first[order]].tolist()]
-    return names, rank[which.reshape(-1)].astype(np.int64, copy=False)
-
-
-def named_codes(keys: Any) -> tuple[list[Any], np.ndarray] | None:
-    """A batch's key column as the distinct keys and each row's int code where the keys are
-    not plain numbers — strings and other objects (:func:`_codes`), or floats holding NaN,
-    which are one group as on the per-event path (:func:`_float_codes`) — else None (the
-    column's numbers are the codes themselves, or the keys are not a column)."""
-    if not isinstance(keys, np.ndarray):
-        return None
-    if keys.dtype.kind in "OUS":
-        return _codes(keys)
-    if keys.dtype.kind == "f" and np.isnan(keys).any():
-        return _float_codes(keys)
-    return None
+            and max(abs(spec.size), abs(spec.hop), abs(spec.alignment)) < SAFE)
 
 
 def _recorder(by_key: dict[Hashable, list[tuple[FreshId, Any]]]
@@ -429,8 +321,8 @@ class KeyedWindowAggregate(Processor):
         if not len(starts):
             return []
         ends = None if msg.points or (msg.ends - starts == 1).all() else msg.ends
-        if (int(starts.max()) >= _SAFE or int(starts.min()) <= -_SAFE or (ends is not None and (
-                not self.intervals or int(ends.max()) >= _SAFE))):
+        if (int(starts.max()) >= SAFE or int(starts.min()) <= -SAFE or (ends is not None and (
+                not self.intervals or int(ends.max()) >= SAFE))):
             return super().on_columns(msg, port)  # the per-event path names the culprit
         keys = apply_columns(self.key, msg)
         named = named_codes(keys)
@@ -448,11 +340,11 @@ class KeyedWindowAggregate(Processor):
                 distinct_keys = [names[c] for c in distinct_keys]
             for k, t in zip(distinct_keys, top.tolist()):
                 self._advance(k, t + 1)
-        ranged = None if ends is not None else self._ranges(starts, keys,
-                                                            by_start=not self.incremental)
+        ranged = None if ends is not None else pane_ranges(self.grid, starts, keys,
+                                                         by_start=not self.incremental)
         if ranged is None:  # intervals, or keys or panes too far apart to code: a copy of a
             # row per window
-            windows, group_keys, rows, bounds = self._sorted(starts, keys, ends)
+            windows, group_keys, rows, bounds = window_groups(self.grid, starts, keys, ends)
             lo, hi = bounds[:-1], bounds[1:]
         else:
             windows, group_keys, rows, lo, hi = ranged
@@ -484,7 +376,7 @@ class KeyedWindowAggregate(Processor):
             self._add({(n, k): ordered[a:b] for n, k, a, b in
                        zip(windows, group_keys, lo, hi)})
             return []
-        # the events themselves: rows sorted by (key, start) when ranged (see _ranges), so
+        # the events themselves: rows sorted by (key, start) when ranged (see pane_ranges), so
         # each group's slice is in time order already
         payloads, at = msg.payloads(), starts.tolist()
         index = rows.tolist()
@@ -493,73 +385,6 @@ class KeyedWindowAggregate(Processor):
         self._add_members(windows, group_keys, ordered_starts, ordered, lo, hi,
                           in_order=ranged is not None)
         return []
-
-    def _ranges(self, starts: np.ndarray, keys: np.ndarray, by_start: bool = False
-                ) -> tuple[list[int], list[Any], np.ndarray, list[int], list[int]] | None:
-        """The (window number, key) groups of a batch as ranges of one ordering of its rows.
-
-        The time axis is cut into panes of ``gcd(size, hop)`` ticks, so that every window is
-        a run of whole panes; rows sorted by (key, pane), arrival order within a pane, put
-        each (window, key) group in consecutive rows: group ``j`` is rows ``lo[j]:hi[j]`` of
-        ``rows`` (an event of several hopping windows lies in several ranges, never copied).
-        Returns the groups' window numbers and keys (sorted by window, then key), ``rows``,
-        ``lo`` and ``hi``; None when the keys or panes span too much to code in an int64.
-        ``by_start``: rows sorted by (key, start), arrival order within equal starts (a
-        pane's rows in time order, as a non-incremental UDM is given them)."""
-        g = self.grid
-        pane = math.gcd(g.size, g.hop)
-        h, z = g.hop // pane, g.size // pane
-        if keys.dtype.kind in "iub":
-            as_int = keys.astype(np.int64, copy=False)
-            k0 = int(as_int.min())
-            if int(as_int.max()) - k0 >= 2**40:
-                return None
-            codes = as_int - k0
-        else:  # floats (no NaN here): code them by rank
-            _, codes = np.unique(keys, return_inverse=True)
-            codes = codes.reshape(-1).astype(np.int64, copy=False)
-        span_k = int(codes.max()) + 1
-        panes = (starts - g.alignment) // pane
-        j0 = int(panes.min())
-        span_j = int(panes.max()) - j0 + 1
-        if span_k * span_j >= 2**61:
-            return None
-        combined = codes * span_j + (panes - j0)
-        size = span_k * span_j
-        if by_start:  # (key, start) order is (key, pane) order too: panes grow with starts
-            order = np.lexsort((starts, codes))  # stable
-        else:
-            order = np.argsort(combined.astype(np.uint16) if size <= 2**16 else combined,
-                               kind="stable")  # a 16-bit stable sort is a radix sort: O(n)
-        combined = combined[order]
-        first = np.flatnonzero(np.r_[True, combined[1:] != combined[:-1]])
-        group_code, group_pane = np.divmod(combined[first], span_j)
-        group_pane += j0
-        # pane j lies in the windows n with n·h <= j < n·h + z
-        last_n = group_pane // h
-        first_n = (group_pane - z) // h + 1
-        width = int((last_n - first_n).max()) + 1
-        if width <= 0:  # every row in a gap between windows (size < hop)
-            return [], [], order, [], []
-        ns = (last_n[:, None] - np.arange(width)[None, :]).ravel()
-        cs = np.repeat(group_code, width)
-        keep = ns >= np.repeat(first_n, width)
-        ns, cs = ns[keep], cs[keep]
-        if not len(ns):
-            return [], [], order, [], []
-        n0 = int(ns.min())
-        span_n = int(ns.max()) - n0 + 1
-        if span_n * span_k >= 2**62:
-            return None
-        groups = np.unique((ns - n0) * span_k + cs)  # sorted by window, then key
-        ns, cs = np.divmod(groups, span_k)
-        ns += n0
-        # window n's panes n·h .. n·h + z - 1 of key c, clipped to the panes of the batch
-        base = cs * span_j
-        lo = np.searchsorted(combined, base + np.clip(ns * h - j0, 0, span_j), "left")
-        hi = np.searchsorted(combined, base + np.clip(ns * h + z - j0, 0, span_j), "left")
-        group_keys = keys[order[lo]].tolist()
-        return ns.tolist(), group_keys, order, lo.tolist(), hi.tolist()
 
     def _groups_per_event(self, msg: Columns) -> dict[tuple[int, Hashable], list[Any]]:
         """The events grouped by (window number, key) with the key function per event."""
@@ -575,30 +400,6 @@ class KeyedWindowAggregate(Processor):
             if self.intervals:
                 self._advance(k, s + 1)
         return groups
-
-    def _sorted(self, starts: np.ndarray, keys: np.ndarray, ends: np.ndarray | None
-                ) -> tuple[list[int], list[Any], np.ndarray, list[int]]:
-        """The (window number, key) groups of a batch of points (``ends`` None) or intervals:
-        their window numbers and keys, the batch rows sorted by group (arrival order within a
-        group; an event of several windows appears once per window) and the group bounds in
-        that order."""
-        g = self.grid
-        last = starts if ends is None else ends - 1
-        hi = (last - g.alignment) // g.hop  # the last window starting at or before e - 1
-        lo = (starts - g.alignment - g.size) // g.hop + 1  # the first ending after s
-        counts = np.maximum(hi - lo + 1, 0)  # none: in a gap between windows (size < hop)
-        total = int(counts.sum())
-        if not total:
-            return [], [], np.empty(0, dtype=np.int64), [0]
-        # each event in counts[i] windows: hi, hi - 1, ..., lo
-        idx = np.repeat(np.arange(len(starts)), counts)
-        ns = hi[idx] - (np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts))
-        ks = keys[idx]
-        order = _group_order(ns, ks)
-        ns, ks, idx = ns[order], ks[order], idx[order]
-        first = np.flatnonzero(np.r_[True, (ns[1:] != ns[:-1]) | (ks[1:] != ks[:-1])])
-        return (ns[first].tolist(), ks[first].tolist(), idx,
-                [*first.tolist(), len(ns)])
 
     def _add(self, groups: dict[tuple[int, Hashable], list[Any]]) -> None:
         """Add each group's values to its window's state: payloads to an incremental UDM's
@@ -819,7 +620,7 @@ class KeyedWindowAggregate(Processor):
         first = ids.next_id
         ids.next_id = first + len(results)
         name = ids.name
-        cols = _number_columns(list(by_key), results, self.keyed)
+        cols = number_columns(list(by_key), results, self.keyed)
         if cols is not None:  # one column batch: a join after it stays column-wise
             m = len(results)
             oids = np.empty(m, dtype=object)

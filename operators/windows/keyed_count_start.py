@@ -6,7 +6,7 @@ of a :class:`~operators.windows.count.CountWindowOperator` per key.
 By start, a count window of a key spans ``n`` consecutive distinct start times of the key's
 events and its result is the point at its last time (count.py's module doc). Min and Max are
 time-insensitive, so an event's end does not matter, and over an input that never retracts
-(what the planner proves, :func:`~topology.planner.insert_lengths`) the events of one distinct
+(what the planner proves, :meth:`~topology.nodes.Node.lengths`) the events of one distinct
 time only ever matter through their extreme. So the operator keeps, per key, four lists in
 step: the distinct times held, the extreme value at each, and the output of the window
 *ending* at each (its id number and result; None while fewer than ``n`` times precede it)::
@@ -81,7 +81,7 @@ from ..processor import Processor
 from ..udm import field_getter, resolve
 from .count import _same
 from .evaluate import Ids
-from .keyed import _number_column
+from .keyed_columns import number_column
 from .spec import CountWindow
 
 __all__ = ["KeyedCountExtreme", "supports"]
@@ -460,7 +460,7 @@ class KeyedCountExtreme(Processor):
             return []
         keys = [k for _, ts, k, _ in new for _ in ts]
         results = [r for *_, rs in new for r in rs]
-        res = _number_column(results)
+        res = number_column(results)
         kinds = {type(k) for k in keys}
         if res is None or (kinds != {str} and kinds != {int}):
             name = self.ids.name
@@ -470,7 +470,7 @@ class KeyedCountExtreme(Processor):
         if key_col is not None:
             key_col[:] = keys
         else:
-            key_col = _number_column(keys)
+            key_col = number_column(keys)
             if key_col is None:  # ints beyond int64
                 key_col = np.empty(len(keys), dtype=object)
                 key_col[:] = keys

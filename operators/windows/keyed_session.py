@@ -29,7 +29,7 @@ rows they kept. In-order input therefore costs a sort per batch and a few Python
 
 Keys are grouped as ``group_apply`` groups them (:func:`~operators.group_apply.group_key`):
 every NaN key, and every tuple key with NaN in the same places, is one group, column-wise (the
-key column coded by :func:`~operators.windows.keyed.named_codes`), event by
+key column coded by :func:`~operators.windows.keyed_columns.named_codes`), event by
 event and across a checkpoint.
 
 ``emit="speculative"`` (the default): every session a batch touched gets its current row at
@@ -56,14 +56,12 @@ from ..group_apply import group_key
 from ..processor import Processor
 from ..udm import IncrementalAggregate, Window, field_getter, resolve
 from .evaluate import Ids, WindowUdm
-from .keyed import named_codes
+from .keyed_columns import SAFE, named_codes
 from .spec import DEFAULT_POLICY, PolicyArg, SessionWindow
 
 __all__ = ["KeyedSessionAggregate", "supports_sessions"]
 
 _new = tuple.__new__
-#: Starts within ±2**61 ticks keep the gap arithmetic inside int64 (else: per event).
-_SAFE = 2**61
 
 #: The rows a session's state was made of: (payload columns, their row count, lo, hi) for
 #: rows lo:hi of a batch, or (None, payloads, 0, 0) for events taken one by one.
@@ -83,7 +81,7 @@ def supports_sessions(spec: Any, udm: Any, kind: str, policy: PolicyArg,
     if not isinstance(spec, SessionWindow):
         return False
     return (spec.max_duration is None
-            and spec.gap < _SAFE and kind == "aggregate" and on_error == "raise"
+            and spec.gap < SAFE and kind == "aggregate" and on_error == "raise"
             and policy.resolve(spec).window_rows
             and isinstance(resolved, IncrementalAggregate)
             and not getattr(resolved, "time_sensitive", False))
@@ -208,7 +206,7 @@ class KeyedSessionAggregate(Processor):
             return []
         if not msg.points and not bool((msg.ends - starts == 1).all()):
             return super().on_columns(msg, port)  # on_insert names the culprit
-        if int(starts.max()) >= _SAFE or int(starts.min()) <= -_SAFE:
+        if int(starts.max()) >= SAFE or int(starts.min()) <= -SAFE:
             return super().on_columns(msg, port)
         keys = apply_columns(self.key, msg)
         named = named_codes(keys)
