@@ -32,7 +32,7 @@ from operators.windows import CountWindow
 from operators.windows.count import CountWindowOperator
 from operators.windows.keyed_count_start import KeyedCountExtreme, _sliding_extreme, supports
 from tests.kit import PROPERTY, assert_equivalent
-from topology import Stream, planner
+from topology import Stream, rules
 
 KINDS = ["int", "float", "special", "bool", "mixed"]
 
@@ -250,7 +250,7 @@ def test_planner_path_equals_the_general_path(which, runtime, monkeypatch):
     assert "keyed count window extreme" in q.explain()
     got = list(expand(q.collect(runtime=runtime)))
     with monkeypatch.context() as m:
-        m.setattr(planner, "supports_count_extremes", lambda *a: False)
+        m.setattr(rules, "supports_count_extremes", lambda *a: False)
         general = _peaks(rows, which("kwh"))
         assert "keyed count window extreme" not in general.explain()
         want = list(expand(general.collect(runtime="inline")))

@@ -270,7 +270,7 @@ def _readings():
 def test_the_planner_runs_the_demo_anomalies_keyed(emit, runtime, monkeypatch):
     """``anomalies`` of the demo, through the planner (inline and on Ray), against the same
     query inline on the general path (GroupApply of one hopping window operator per key)."""
-    import topology.planner as planner
+    import topology.rules as rules
     from topology import Stream
 
     minute = 60 * demo.TICKS_PER_S
@@ -290,7 +290,7 @@ def test_the_planner_runs_the_demo_anomalies_keyed(emit, runtime, monkeypatch):
     assert "keyed window UDO" in query().explain()
     got = run(runtime)
     with monkeypatch.context() as m:
-        m.setattr(planner, "supports", lambda spec, udm, kind, *a, **k: kind != "apply"
+        m.setattr(rules, "supports", lambda spec, udm, kind, *a, **k: kind != "apply"
                   and supports(spec, udm, kind, *a, **k))
         assert "keyed window UDO" not in query().explain()
         want = run("inline")
