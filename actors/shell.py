@@ -92,8 +92,9 @@ class OperatorShell(Inspection, Readers, Checkpointing):
         ``factory``; a checkpointed stage given ``restore`` resumes from that file); returns
         the step id. What the shell hosted before is dropped."""
         if not isinstance(config, StageConfig):
-            raise TypeError(f"configure({type(config).__name__}): pass an "
-                            f"actors.stage_config.StageConfig")
+            raise TypeError(f"configure({type(config).__name__}): pass the stage as an "
+                            f"actors.stage_config.StageConfig (topology.deploy.stage_config "
+                            f"makes one from a plan's stage)")
         import_data_path()
         with self._send_lock, self._lock:
             self._reset()

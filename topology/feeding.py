@@ -40,6 +40,8 @@ from .plan import Plan
 
 
 def driver_sources(plan: Plan) -> list[str]:
+    """The sources of ``plan`` a runtime feeds (all but ``published()`` ones, which another
+    query's sink feeds)."""
     return [s for s in plan.sources if not isinstance(plan.stages[s].source, n.Published)]
 
 
@@ -50,7 +52,15 @@ def fed_by_cluster(plan: Plan, step: str) -> bool:
     return isinstance(src, (n.FromEvents, n.FromRows)) and src.feed != "driver"
 
 
+def batched(plan: Plan, step: str) -> bool:
+    """Whether source ``step``'s data is ready batches (a streaming source's micro-batches,
+    a table's record batches), not rows or messages to cut into batches."""
+    src = plan.stages[step].source
+    return isinstance(src, (n.FromEvents, n.FromRows)) and src.batched
+
+
 def encoder(plan: Plan, step: str) -> Callable[[Any], Any]:
+    """How a batch of source ``step`` is put on the wire: rows or messages (:mod:`actors.wire`)."""
     return encode_rows if isinstance(plan.stages[step].source, n.FromRows) else encode
 
 
@@ -267,9 +277,10 @@ class FeedJob:
     @classmethod
     def of(cls, plan: Plan, handles: dict[str, Any], steps: list[str],
            settings: ShellConfig) -> FeedJob:
+        """The feeds of source ``steps`` of ``plan`` to their actors (``handles``)."""
         feeds = [Feed(s, plan.stages[s].describe, handles[s],
-                       isinstance(plan.stages[s].source, n.FromRows), feed_of(plan, s),
-                       getattr(plan.stages[s].source, "batched", False)) for s in steps]
+                      isinstance(plan.stages[s].source, n.FromRows), feed_of(plan, s),
+                      batched(plan, s)) for s in steps]
         return cls(feeds, settings, [pulls(plan, s) is not None for s in steps])
 
     def start(self, resume: bool = False) -> Feeders:
