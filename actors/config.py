@@ -2,9 +2,10 @@
 
 The driver (:mod:`topology.deploy`) builds one from the keyword options of ``collect()`` /
 ``deploy()`` (:meth:`ShellConfig.of`), so a bad option fails at that call, naming it; the
-same frozen object then goes to every :class:`~actors.shell.OperatorShell` (in its
-``configure``), to the :class:`~actors.supervisor.Supervisor` of a checkpointed query and to
-the jobs a :class:`~actors.host.QueryHost` runs. Nobody else writes a default of these.
+same frozen object then goes to every :class:`~actors.shell.OperatorShell` (in the
+:class:`~actors.stage_config.StageConfig` of its ``configure``), to the
+:class:`~actors.supervisor.Supervisor` of a checkpointed query and to the jobs a
+:class:`~actors.host.QueryHost` runs. Nobody else writes a default of these.
 
 Pure Python (no Ray): it travels to the actors pickled.
 """

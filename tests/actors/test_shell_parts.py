@@ -9,6 +9,8 @@ import ast
 import inspect
 from pathlib import Path
 
+import pytest
+
 from actors.checkpointing import Checkpointing
 from actors.inspection import Inspection
 from actors.outbox import Outbox
@@ -70,8 +72,6 @@ def test_no_part_is_over_400_lines_and_no_module_over_800() -> None:
 
 
 def test_configure_takes_a_stage_config_only() -> None:
-    import pytest
-
     with pytest.raises(TypeError, match=r"configure\(dict\): pass the stage as an "
                                         r"actors.stage_config.StageConfig"):
         OperatorShell().configure({"step": "where#1"})  # type: ignore[arg-type]
