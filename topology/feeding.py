@@ -139,7 +139,7 @@ def feed_round_robin(plan: Plan, handles: dict[str, Any], settings: ShellConfig)
     fed = start_pulls([handles[s] for s in steps], collect_pulls(plan, steps))
     steps = [s for s, f in zip(steps, fed) if f]
     senders = [Sender(handles[s], isinstance(plan.stages[s].source, n.FromRows),
-                       settings.max_in_flight) for s in steps]
+                      settings.max_in_flight) for s in steps]
     feeds = [source_batches(plan, s, settings.batch_size) for s in steps]
     try:
         for round_ in round_robin(feeds):
@@ -153,7 +153,7 @@ def feed_round_robin(plan: Plan, handles: dict[str, Any], settings: ShellConfig)
 
 
 def timed_chunks(items: Iterable[Any], size: int, flush_s: float,
-                  stop: threading.Event) -> Iterator[list[Any]]:
+                 stop: threading.Event) -> Iterator[list[Any]]:
     """Batches of at most ``size`` items; a partial batch is released ``flush_s`` after its
     first item, so a slow source (a generator that waits for rows) keeps its latency low.
     An exception raised while ``items`` are read is raised here, after the items before it."""
@@ -198,9 +198,9 @@ def timed_chunks(items: Iterable[Any], size: int, flush_s: float,
 
 
 def feed_thread(sender: Sender, feed: Feed, batch_size: int, flush_s: float,
-                 stop: threading.Event, errors: list[tuple[str, str]],
-                 gate: threading.Event | None = None,
-                 primed: threading.Event | None = None) -> threading.Thread:
+                stop: threading.Event, errors: list[tuple[str, str]],
+                gate: threading.Event | None = None,
+                primed: threading.Event | None = None) -> threading.Thread:
     """Feeds ``feed``'s data (rows or messages; batched, ready batches) to ``sender``.
     With a ``gate`` (a held query) the thread opens the source and reads its first batch
     at once (a Spark source plans its read then: the files, the order of their row groups),
@@ -322,7 +322,7 @@ class Feeders:
         self.started = True
         job = self.job
         fed = start_pulls([f.handle for f in job.feeds],
-                           [f.data if p else None for f, p in zip(job.feeds, job.pull)])
+                          [f.data if p else None for f, p in zip(job.feeds, job.pull)])
         for feed, by_driver, pull in zip(job.feeds, fed, job.pull):
             if by_driver and (pull or not job.held):  # not prepared yet
                 self._feed(feed)
