@@ -42,6 +42,7 @@ import os
 import re
 import secrets
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -79,8 +80,14 @@ HISTORY_POINTS = 400
 RECORDS_SHOWN = 500
 #: How long the late-events and timeline pages wait for a step's actor.
 PAGE_WAIT_S = 10.0
-#: A step's timeline picture draws the newest this many events that entered it.
+#: A step's timeline picture draws the newest this many events that entered it (per input).
 PICTURE_EVENTS = 30
+#: How far back (seconds) a step's state and CTI are looked at to tell whether it is held: its
+#: inputs' CTIs apart, its state growing and its CTI standing still (:meth:`Monitor._held`);
+#: and how many samples, over how many seconds at least, that takes.
+HELD_S = 15.0
+HELD_SAMPLES = 3
+HELD_MIN_S = 2.0
 
 #: (query, what, step): what is "stats" (of step), "manifest" or "rows" (of the sink)
 Key = tuple[str, str, str]
@@ -122,6 +129,8 @@ class Monitor:
         self._known: dict[Key, Any] = {}
         #: per (query, step): (wall time, events in/s, out/s) of the last HISTORY_S seconds
         self._history: dict[tuple[str, str], deque[tuple[float, float, float]]] = {}
+        #: per (query, step): (wall time, state size, output CTI) of the last HELD_S seconds
+        self._growth: dict[tuple[str, str], deque[tuple[float, int, int]]] = {}
 
     def sample(self, max_age_s: float = 0.5) -> dict[str, Any]:
         with self._lock:
@@ -168,7 +177,7 @@ class Monitor:
         """Drop what is kept of the queries that are no longer running."""
         running = set(names)
         kept: dict[Any, Any]
-        for kept in (self._asked, self._known, self._last, self._history):
+        for kept in (self._asked, self._known, self._last, self._history, self._growth):
             key: Any
             for key in [k for k in kept if k[0] not in running]:
                 del kept[key]
@@ -249,6 +258,9 @@ class Monitor:
                     ring = self._history.setdefault(
                         (name, step), deque(maxlen=HISTORY_POINTS))
                     ring.append((wall, rate_in, rate_out))
+                if s.get("cti") is not None:
+                    self._growth.setdefault((name, step), deque(maxlen=HISTORY_POINTS)).append(
+                        (wall, int(s.get("state_size") or 0), int(s["cti"])))
                 status = ("failed: " + _short(str(s["error"])) if s.get("error")
                           else "finished" if s.get("finished") else
                           "busy in one batch" + ("" if s.get("busy_s") is None else
@@ -278,13 +290,19 @@ class Monitor:
                 "rates": self._rates(name, step, wall),
             }
         for step, row in steps.items():
-            ups = [stats[u]["cti"] for u in inputs.get(step, []) if "cti" in stats.get(u, {})]
-            row["in_cti"] = in_cti = min(ups) if ups else None
+            ups = [(stats[u]["cti"], u) for u in inputs.get(step, [])
+                   if "cti" in stats.get(u, {})]
+            row["in_cti"] = in_cti = min(ups)[0] if ups else None
             row["cti_lag"] = (None if in_cti is None or row["cti"] is None
                               else max(0, in_cti - row["cti"]))
+            # a step with several inputs advances with the slowest: how far its inputs are apart
+            row["inputs_apart"] = apart = (max(ups)[0] - min(ups)[0]) if len(ups) > 1 else None
+            row["held"] = None if apart is None or apart <= 0 or not row["answering"] else \
+                self._held(name, step, min(ups), max(ups), clock, wall)
             row["shown"] = {"cti": show_time(row["cti"], clock, self.tz),
                             "in_cti": show_time(in_cti, clock, self.tz),
-                            "cti_lag": show_duration(row["cti_lag"], clock)}
+                            "cti_lag": show_duration(row["cti_lag"], clock),
+                            "inputs_apart": show_duration(apart, clock)}
         # backpressure: per edge, the batches sent and not yet taken against the limit
         load = {f"{src}>{dst}": [stats[src].get("in_flight_to", {}).get(dst, 0),
                                  stats[src].get("max_in_flight")]
@@ -301,6 +319,29 @@ class Monitor:
                 "rows_note": None if kind == "ok" else
                 "the sink has not answered: the rows shown are older" if rows else
                 "the sink has not answered yet"}
+
+    def _held(self, name: str, step: str, slow: tuple[int, str], fast: tuple[int, str],
+              clock: str | None, wall: float) -> str | None:
+        """Why ``step`` is held, when it is (else None): its inputs' CTIs apart (``slow`` and
+        ``fast``: ``(CTI, upstream step)``), and over the last :data:`HELD_S` seconds its
+        state grew while its output CTI stood still: the most common stall, a join whose
+        reference input is idle (its state grows without bound while its CTI lags the live
+        input; ``why`` says how to fix it)."""
+        ring = self._growth.get((name, step))
+        if not ring:
+            return None
+        while ring and wall - ring[0][0] > HELD_S:
+            ring.popleft()
+        if len(ring) < HELD_SAMPLES or ring[-1][0] - ring[0][0] < HELD_MIN_S:
+            return None
+        (_, first, cti0), (_, last, cti1) = ring[0], ring[-1]
+        if cti1 != cti0 or last <= first or last < max(s for _, s, _ in ring):
+            return None
+        t = functools.partial(show_time, clock=clock, tz=self.tz)
+        return (f"held: its inputs' CTIs are {show_duration(fast[0] - slow[0], clock)} apart "
+                f"({slow[1]} at {t(slow[0])}, {fast[1]} at {t(fast[0])}) and its state grew "
+                f"from {first:,} to {last:,} in {ring[-1][0] - ring[0][0]:.0f} s while its "
+                f"CTI stood still: it waits for {slow[1]} (click it for why, and the fix)")
 
     def _rates(self, name: str, step: str, wall: float) -> list[list[float]]:
         """The step's sparkline: ``[seconds ago, events in/s, out/s]`` per sample of the
@@ -386,10 +427,14 @@ class Monitor:
         except (OSError, KeyError) as exc:
             raise LookupError(f"step {step!r} has recorded nothing in its trace {path!r} yet "
                               f"({exc.args[0] if exc.args else exc})") from None
-        # the newest PICTURE_EVENTS events that entered the step, and the CTIs among them
-        # (a picture of a whole live stream would draw every CTI it ever saw)
-        starts = [r["start"] for r in rec.by_step.get(traced, [])
-                  if r["direction"] == "in" and r["kind"] == "insert"][-PICTURE_EVENTS:]
+        # the newest PICTURE_EVENTS events that entered the step by each input (a join's idle
+        # reference input has its events far behind the live one's: it is drawn too), and
+        # the CTIs among them (a picture of a whole live stream would draw every CTI it saw)
+        by_port: dict[int, list[int]] = {}
+        for r in rec.by_step.get(traced, []):
+            if r["direction"] == "in" and r["kind"] == "insert":
+                by_port.setdefault(r["port"], []).append(r["start"])
+        starts = [t for ts in by_port.values() for t in ts[-PICTURE_EVENTS:]]
         lo, hi = (min(starts), max(starts) + 1) if starts else (None, None)
         with tempfile.TemporaryDirectory(prefix="cedar-ui-") as tmp:
             out = os.path.join(tmp, "timeline.svg")
@@ -548,6 +593,7 @@ PAGE = """<!doctype html>
  td.step, th.step { text-align: left } .rows td { text-align: left; font-family: monospace }
  svg text { font: 12px monospace } .muted { color: #888 }
  tr.stuck td { background: #fec } tr.failed td { background: #fdd }
+ tr.held td { background: #fd9 } p.held { color: #a40 }
 </style></head>
 <body><h1>cedar: running queries</h1>
 <p class="muted">read-only; refreshed every second — <span id="updated"></span></p>
@@ -555,9 +601,9 @@ PAGE = """<!doctype html>
 <script nonce="NONCE">
 "use strict";
 const FIELDS = ["status", "events_in", "events_out", "in_per_s", "out_per_s", "rates", "cti",
-                "cti_lag", "state_size", "in_flight", "late", "dead_letters", "node",
-                "recoveries", "timeline"];
-const HOT = "#d22", WARM = "#e90", COOL = "#888";
+                "cti_lag", "inputs_apart", "state_size", "in_flight", "late", "dead_letters",
+                "node", "recoveries", "timeline"];
+const HOT = "#d22", WARM = "#e90", COOL = "#888", HELD = "#fd9";
 function el(tag, text, attrs) {
   const e = document.createElement(tag);
   if (text !== undefined && text !== null) e.textContent = String(text);
@@ -572,13 +618,26 @@ function svgEl(tag, attrs) {
 function stepUrl(path, query, step, extra) {
   return path + "?" + new URLSearchParams({query: query, step: step, ...(extra || {})});
 }
+function perSecond(v) {
+  // a rate for a scale label: 0, 7.5, 120, 4.3k, 1.2M
+  return v >= 1e6 ? (v / 1e6).toPrecision(2) + "M" : v >= 1e3 ? (v / 1e3).toPrecision(2) + "k"
+    : String(Math.round(v * 10) / 10);
+}
 function sparkline(rates, span) {
-  // events in (blue) and out (green) per second over the last `span` seconds, newest right
-  const W = 120, H = 26;
-  const svg = svgEl("svg", {width: W, height: H, "data-role": "sparkline",
+  // events in (blue) and out (green) per second over the last `span` seconds, newest right;
+  // its scale on the right: the top of the plot and its bottom, in events per second
+  const W = 120, H = 26, L = 58;
+  const svg = svgEl("svg", {width: W + L, height: H, "data-role": "sparkline",
                             "data-points": rates.length});
   svg.appendChild(svgEl("rect", {width: W, height: H, fill: "#f7f7f7"}));
   const top = Math.max(1, ...rates.map(r => Math.max(r[1], r[2])));
+  for (const [y, text, role] of [[9, perSecond(top) + " ev/s", "spark-max"],
+                                 [H - 2, "0 ev/s", "spark-min"]]) {
+    const label = svgEl("text", {x: W + 3, y: y, "data-role": role, fill: "#555",
+                                 style: "font-size: 9px"});
+    label.textContent = text;
+    svg.appendChild(label);
+  }
   for (const [i, color, role] of [[1, "#36c", "in"], [2, "#393", "out"]]) {
     const pts = rates.map(r => ((1 - r[0] / span) * (W - 2) + 1).toFixed(1) + ","
                                + (H - 2 - r[i] / top * (H - 4)).toFixed(1));
@@ -632,9 +691,13 @@ function graph(steps, edges, load) {
   }
   for (const s of names) {
     const g = svgEl("g", {"data-step": s});
-    const fill = steps[s].error ? "#fdd" : !steps[s].answering ? "#fec" : "#eef";
+    const fill = steps[s].error ? "#fdd" : !steps[s].answering ? "#fec"
+      : steps[s].held ? HELD : "#eef";
+    if (steps[s].held) g.setAttribute("data-held", "1");
     g.appendChild(svgEl("rect", {x: pos[s][0], y: pos[s][1], width: 160, height: 28, rx: 4,
-                                 fill: fill, stroke: "#99a"}));
+                                 fill: fill, stroke: steps[s].held ? HOT : "#99a"}));
+    if (steps[s].held) { const tip = svgEl("title"); tip.textContent = steps[s].held;
+                         g.appendChild(tip); }
     const t = svgEl("text", {x: pos[s][0] + 6, y: pos[s][1] + 18});
     t.textContent = s.length > 22 ? s.slice(0, 21) + "…" : s;
     g.appendChild(t);
@@ -666,7 +729,9 @@ function render(data) {
     table.appendChild(head);
     for (const [step, s] of Object.entries(q.steps)) {
       const tr = el("tr", null, {
-        "data-step": step, class: s.error ? "failed" : s.answering && !s.busy ? "" : "stuck"});
+        "data-step": step, class: s.error ? "failed" : !s.answering || s.busy ? "stuck"
+          : s.held ? "held" : ""});
+      if (s.held) { tr.setAttribute("data-held", "1"); tr.setAttribute("title", s.held); }
       tr.appendChild(el("td", step, {class: "step", title: s.operator}));
       for (const f of FIELDS) {
         const td = el("td", null, {"data-field": f});
@@ -686,6 +751,9 @@ function render(data) {
       table.appendChild(tr);
     }
     box.appendChild(table);
+    for (const [step, s] of Object.entries(q.steps)) if (s.held)
+      box.appendChild(el("p", step + " " + s.held, {class: "held", "data-role": "held",
+                                                    "data-step": step}));
     if (!Object.values(q.steps).some(s => s.traced))
       box.appendChild(el("p", "No timeline pictures: this query was deployed without a trace. "
         + "Deploy it with one (q.deploy(" + JSON.stringify(name) + ", trace='DIR')) to link "
@@ -754,7 +822,7 @@ function whyShow(d) {
   part("why-busy").textContent = (d.busy || []).map(b => "busy: " + b.step
     + " has been inside one batch" + (b.shown ? " for " + b.shown : "")
     + ": its figures are from its last report").join("; ");
-  part("why-advice").textContent = d.advice ? "idle source: " + d.advice : "";
+  part("why-advice").textContent = d.advice_text || "";
   const late = part("why-late");
   late.replaceChildren();
   for (const r of d.late) {
@@ -909,6 +977,13 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.stopping = threading.Event()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A browser closed (a tab shut, a page left) while its answer was being written is
+        no error of the server's: nothing to print. Anything else is printed as before."""
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
 
     def shutdown(self) -> None:
         self.stopping.set()

@@ -329,3 +329,29 @@ def test_times_from_timestamps_show_as_times_and_ticks_stay_ticks(ray_session, p
         server.shutdown()
         times.stop()
         ticks.stop()
+
+
+def test_a_browser_that_closes_before_its_answer_prints_no_traceback(ray_session, capfd):
+    # a tab closed (or a page left) while the server answers: the connection is reset under
+    # the server's feet (SO_LINGER 0 sends a RST). It printed "Exception occurred during
+    # processing of request" and a BrokenPipeError / ConnectionResetError traceback
+    import socket
+    import struct
+
+    server = serve(port=0, sample_s=None)
+    port = server.server_address[1]
+    try:
+        for path in ("/api/queries", "/", "/api/why?query=nope&step=sink") * 5:
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()
+        time.sleep(1.0)
+        # the server lives on and answers the next page
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/api/queries", timeout=60).read()
+        assert "queries" in json.loads(body)
+    finally:
+        server.shutdown()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "BrokenPipeError" not in err and \
+        "ConnectionResetError" not in err, err[-2000:]

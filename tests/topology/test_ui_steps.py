@@ -258,3 +258,71 @@ def test_the_rate_history_is_bounded_in_time_and_in_points():
     assert all(age <= HISTORY_S for age, _, _ in rates)
     assert len(rates) < HISTORY_POINTS  # the samples older than HISTORY_S are gone
     assert re.fullmatch(r"\d+", str(len(m._rates("q", "other", now))))
+
+
+def test_a_step_is_held_when_its_inputs_diverge_and_its_state_grows_with_its_cti_still():
+    #   samples, 1 s apart:  state 10 → 20 → 30, CTI 5 throughout, inputs 5 and 9000 apart
+    #   → held. The CTI moving, the state shrinking, or too few samples → not held
+    from topology.ui import HELD_S
+
+    def held(states, ctis, apart=8995):
+        m = Monitor()
+        now = time.time()
+        ring = m._growth[("q", "join")] = deque()
+        for k, (size, cti) in enumerate(zip(states, ctis)):
+            ring.append((now - len(states) + k + 1, size, cti))
+        return m._held("q", "join", (5, "rates"), (5 + apart, "trades"), "ticks", now)
+
+    text = held([10, 20, 30], [5, 5, 5])
+    assert text is not None and text.startswith("held: its inputs' CTIs are 8995 apart")
+    assert "(rates at 5, trades at 9000)" in text and "from 10 to 30" in text
+    assert "waits for rates" in text
+    assert held([10, 20, 30], [5, 6, 7]) is None  # its CTI moves: it is only behind
+    assert held([30, 20, 10], [5, 5, 5]) is None  # its state shrinks
+    assert held([10, 30], [5, 5]) is None  # too few samples to tell
+    assert held([10, 40, 30], [5, 5, 5]) is None  # it grew, but no longer grows
+    # samples older than HELD_S are forgotten
+    m = Monitor()
+    now = time.time()
+    m._growth[("q", "join")] = deque([(now - HELD_S - 5, 1, 5), (now - HELD_S - 4, 2, 5),
+                                       (now - 1, 3, 5)])
+    assert m._held("q", "join", (5, "rates"), (9, "trades"), "ticks", now) is None
+    assert len(m._growth[("q", "join")]) == 1
+
+
+def test_a_sparkline_has_its_scale_and_a_held_step_is_coloured(page):
+    # the page's own script renders a sample as /api/queries serves it (no server: the page
+    # and its API are routed here)
+    from topology.ui import PAGE
+
+    sample = {"time": time.time(), "history_s": HISTORY_S, "queries": {"q": {
+        "edges": {"a": ["join"], "b": ["join"]}, "in_flight": {}, "rows": [],
+        "rows_note": None, "clock": "ticks",
+        "steps": {s: {"operator": s, "status": "running", "answering": True, "busy": False,
+                      "error": None, "traced": False, "rates": rates, "held": held,
+                      "shown": {}}
+                  for s, rates, held in [
+                      ("a", [[30, 1200.0, 1100.0], [10, 2500.0, 2400.0]], None),
+                      ("b", [[30, 0.0, 0.0], [10, 0.0, 0.0]], None),
+                      ("join", [], "held: its inputs' CTIs are 9 apart")]}}}}
+    page.route("http://cedar.test/", lambda route: route.fulfill(
+        status=200, content_type="text/html", body=PAGE.replace(' nonce="NONCE"', "")))
+    page.route("http://cedar.test/api/queries", lambda route: route.fulfill(
+        status=200, content_type="application/json", body=json.dumps(sample)))
+    page.goto("http://cedar.test/")
+    page.wait_for_selector('tr[data-step="a"] svg[data-role="sparkline"]', timeout=30_000)
+
+    def scale(step):
+        spark = f'tr[data-step="{step}"] svg[data-role="sparkline"]'
+        return (page.locator(spark + ' [data-role="spark-max"]').text_content(),
+                page.locator(spark + ' [data-role="spark-min"]').text_content())
+
+    assert scale("a") == ("2.5k ev/s", "0 ev/s")
+    assert scale("b") == ("1 ev/s", "0 ev/s")  # an idle step's scale does not collapse
+    row = page.locator('tr[data-step="join"]')
+    assert row.get_attribute("class") == "held" and row.get_attribute("data-held") == "1"
+    assert page.locator('svg g[data-step="join"]').get_attribute("data-held") == "1"
+    assert page.locator('svg g[data-step="join"] rect').get_attribute("stroke") == HOT
+    assert page.locator('p[data-role="held"]').inner_text() == \
+        "join held: its inputs' CTIs are 9 apart"
+    assert page.locator('tr[data-held]').count() == 1

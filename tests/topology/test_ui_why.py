@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import urllib.error
 import urllib.request
 
@@ -104,3 +105,90 @@ def test_the_why_panel_asks_again_only_once_it_has_its_answer(page):
                            timeout=10_000)
     page.wait_for_timeout(2_500)
     assert len(held) == 2  # answered: the timer asks again
+
+
+@pytest.mark.slow  # ~25 s: a live join, several seconds of samples, the CLI, a picture
+def test_a_join_whose_reference_input_is_idle_is_flagged_and_told_to_import_ctis(
+        ray_session, page, tmp_path, capsys):
+    #   trades  0, 5 min, 10 min, ... (points, CTI every row): hours of trades, still coming
+    #   rates   EUR [0 ──────────────────────────────→ ∞   (an edge, CTI 0; then idle)
+    #   join    CTI 0 however far trades go; every trade stays in its state (rates' CTI never
+    #           passes it): the page flags it, `why` (panel and CLI alike) names import_ctis,
+    #           and its picture draws both inputs
+    import threading
+
+    from topology.cli import main
+
+    minute = 60_000_000
+    tf, rf = queue.Queue(), queue.Queue()
+    trades = Stream.from_rows(_rows(tf), start="t", advance=AdvanceTime(every=1), name="trades")
+    rates = Stream.from_rows(_rows(rf), start="t", shape="edge", id="ccy",
+                             advance=AdvanceTime(every=1), name="rates")
+    q = trades.join(rates, on=("ccy", "ccy")).deploy(
+        "ui-ref", flush_ms=20, trace=str(tmp_path / "trace"))
+    join = next(s for s in q.steps if s.startswith("join"))
+    server = serve(port=0)
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    stop = threading.Event()
+
+    def feed() -> None:
+        k = 0
+        while not stop.wait(0.1):
+            tf.put({"ccy": "EUR", "t": k * 5 * minute, "qty": k})
+            k += 1
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    try:
+        rf.put({"ccy": "EUR", "t": 0, "rate": 1.1})
+        _wait_for(lambda: q.stats()["rates"]["cti"] == 0, what="rates' CTI")
+        feeder.start()
+        page.goto(url)
+        held = f'section[data-query="ui-ref"] tr[data-step="{join}"][data-held]'
+        page.wait_for_selector(held, timeout=60_000)
+        row = page.locator(held)
+        assert row.get_attribute("class") == "held"
+        assert "inputs' CTIs are" in row.get_attribute("title") and \
+            "its state grew" in row.get_attribute("title")
+        apart = row.locator('td[data-field="inputs_apart"]').inner_text()
+        assert int(apart) > 60 * minute  # trades are more than an hour ahead of rates
+        assert page.locator(f'section[data-query="ui-ref"] svg g[data-step="{join}"]'
+                            ).get_attribute("data-held") == "1"
+        note = page.locator('section[data-query="ui-ref"] p[data-role="held"]')
+        assert note.inner_text().startswith(f"{join} held:") and "waits for rates" in \
+            note.inner_text()
+        # a step with one input is never flagged
+        assert page.locator('section[data-query="ui-ref"] tr[data-held]').count() == 1
+        # every sparkline has its scale: its top and its bottom, in events per second
+        spark = 'section[data-query="ui-ref"] tr[data-step="trades"] svg[data-role="sparkline"]'
+        top = page.locator(spark + ' [data-role="spark-max"]').text_content()
+        assert re.fullmatch(r"[\d.]+[kM]? ev/s", top), top
+        assert page.locator(spark + ' [data-role="spark-min"]').text_content() == "0 ev/s"
+        # why: the panel and the CLI name import_ctis in the same words, never idle_timeout
+        note.click()
+        advice = page.locator('#why [data-role="why-advice"]')
+        page.wait_for_function(
+            """() => document.querySelector('#why [data-role="why-advice"]')
+                       .textContent.includes('import_ctis')""", timeout=60_000)
+        shown = advice.inner_text()
+        assert 'rates.import_ctis(trades, policy="adjust")' in shown
+        assert "idle_timeout" not in shown
+        assert main(["why", "ui-ref", "--step", join]) == 0
+        text = capsys.readouterr().out
+        said = next(line for line in text.splitlines() if line.startswith("lagging input:"))
+        # (the times in the two answers may differ by the trades taken in between)
+        assert re.sub(r"CTI \d+", "CTI _", said).split(" ahead")[-1] == \
+            re.sub(r"CTI \d+", "CTI _", shown).split(" ahead")[-1]
+        assert said.startswith(f"lagging input: {join} advances with its slowest input: rates")
+        assert "idle_timeout" not in text
+        # its picture draws both inputs: the trades and the reference edge
+        page.goto(url + f"timeline?query=ui-ref&step={join.replace('#', '%23')}")
+        page.wait_for_selector("#axes-in1", state="attached", timeout=120_000)
+        assert page.locator('[id^="event-in0-"]').count() >= 1
+        assert page.locator('[id^="event-in1-"]').count() == 1
+        assert page.locator("#open-in1-0").count() == 1
+    finally:
+        stop.set()
+        tf.put(None)
+        rf.put(None)
+        server.shutdown()
+        q.stop()
