@@ -10,8 +10,9 @@ is ``"ticks"`` otherwise: plain integer time, shown as the integer it is.
 
 :func:`source_clock` reads a source node's clock (the node records it when its builder knew,
 e.g. from an Arrow or Spark schema; else the first row of a rows source tells), the plan's
-:attr:`~topology.plan.Plan.clock` is ``"timestamps"`` when any source's is; :func:`show_time`
-and :func:`show_duration` are the one formatting of times and durations.
+:attr:`~topology.plan.Plan.clock` is ``"timestamps"`` when any source's is; :func:`show_time`,
+:func:`show_span` (an event's lifetime: ``at T`` for a point) and :func:`show_duration` are
+the one formatting of times, lifetimes and durations.
 
     >>> show_time(1_767_225_600_000_000, "timestamps")
     '2026-01-01T00:00:00Z'
@@ -32,8 +33,8 @@ from typing import Any
 from operators.events import MAX_TIME, MIN_TIME
 from operators.ticks import TICKS, TIMESTAMPS
 
-__all__ = ["TICKS", "TIMESTAMPS", "parse_time", "parse_tz", "show_duration", "show_time",
-           "source_clock"]
+__all__ = ["TICKS", "TIMESTAMPS", "parse_time", "parse_tz", "show_duration", "show_span",
+           "show_time", "source_clock"]
 
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
@@ -98,6 +99,21 @@ def show_time(t: int | None, clock: str | None, tz: str | _dt.tzinfo | None = No
             "milliseconds" if when.microsecond % 1000 == 0 else "microseconds"
         return when.isoformat(timespec=spec).replace("+00:00", "Z")
     return str(t)
+
+
+def show_span(start: int, end: int, clock: str | None,
+              tz: str | _dt.tzinfo | None = None) -> str:
+    """An event's lifetime for people: ``at T`` for a point (it lasts one tick), else
+    ``[start, end)``, each time as :func:`show_time` shows it.
+
+    >>> show_span(1_767_225_600_000_000, 1_767_225_600_000_001, "timestamps")
+    'at 2026-01-01T00:00:00Z'
+    >>> show_span(5, 6, "ticks"), show_span(0, 50, "ticks"), show_span(7, MAX_TIME, "ticks")
+    ('at 5', '[0, 50)', '[7, ∞)')
+    """
+    if end == start + 1:
+        return f"at {show_time(start, clock, tz)}"
+    return f"[{show_time(start, clock, tz)}, {show_time(end, clock, tz)})"
 
 
 _UNITS = ((86_400_000_000, "d"), (3_600_000_000, "h"), (60_000_000, "min"), (1_000_000, "s"),

@@ -53,7 +53,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
 from .registry import actor_name, ensure_ray, hosted, list_queries, step_actor
-from .times import TIMESTAMPS, parse_tz, show_duration, show_time
+from .times import TIMESTAMPS, parse_tz, show_duration, show_span, show_time
 
 #: Output rows shown per query.
 ROWS_SHOWN = 10
@@ -313,8 +313,7 @@ class Monitor:
             self._known[key] = value
         rows = self._known.get(key, [])
         return {"steps": steps, "edges": edges, "clock": clock or "ticks", "in_flight": load,
-                "rows": [[start, end, payload, f"[{show_time(start, clock, self.tz)}, "
-                          f"{show_time(end, clock, self.tz)})"]
+                "rows": [[start, end, payload, show_span(start, end, clock, self.tz)]
                          for start, end, payload in rows],
                 "rows_note": None if kind == "ok" else
                 "the sink has not answered: the rows shown are older" if rows else

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Retract
 
-from .times import TICKS, TIMESTAMPS, parse_time, show_duration, show_time
+from .times import TICKS, TIMESTAMPS, parse_time, show_duration, show_span, show_time
 
 if TYPE_CHECKING:
     from operators.ingress import AdvanceTime
@@ -248,6 +248,9 @@ class Explanation:
     def _t(self, t: int | None) -> str:
         return show_time(t, self.clock, self.tz)
 
+    def _span(self, start: int, end: int) -> str:
+        return show_span(start, end, self.clock, self.tz)
+
     def what(self) -> str:
         """The output asked about, as people read it."""
         if self.hi == self.lo + 1:
@@ -267,7 +270,7 @@ class Explanation:
             lines.append(f"  its output CTI is {self._t(self.cti)}; it is final once a CTI "
                          f"passes {self._t(self.hi - 1)}")
         for s, e, p in self.rows:
-            lines.append(f"  output [{self._t(s)}, {self._t(e)}) {p}")
+            lines.append(f"  output {self._span(s, e)} {p}")
         if self.status == FINAL and not self.rows and self.known and not self.released:
             lines.append("  no output covers it (and none will)")
         elif self.status == FINAL and self.released:
@@ -301,7 +304,7 @@ class Explanation:
                     else "")
             lines.append(f"late events out of it: {self.late_count}{more}")
             for r in self.late:
-                lines.append(f"  {r.where}: {_late_text(r, self._t)}")
+                lines.append(f"  {r.where}: {_late_text(r, self._span)}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -316,9 +319,9 @@ class Explanation:
                           else _seconds(h.min_advanced_s),
                           inputs=[{"port": p, "from": u, "cti": c, "shown": self._t(c)}
                                   for p, u, c in h.inputs]) for h in self.hops]
-        d["rows"] = [{"start": self._t(s), "end": self._t(e), "payload": p}
-                     for s, e, p in self.rows]
-        d["late"] = [dict(dataclasses.asdict(r), text=_late_text(r, self._t))
+        d["rows"] = [{"start": self._t(s), "end": self._t(e), "span": self._span(s, e),
+                      "payload": p} for s, e, p in self.rows]
+        d["late"] = [dict(dataclasses.asdict(r), text=_late_text(r, self._span))
                      for r in self.late]
         d["idle_shown"] = None if self.idle_s is None else _seconds(self.idle_s)
         d["advice_text"] = self.advice_line()
@@ -344,12 +347,12 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _late_text(r: Late, t: Any) -> str:
-    span = ("unknown time" if r.start is None else
-            f"[{t(r.start)}, {t(r.end)})")
-    text = f"{r.action} {span}"
+def _late_text(r: Late, span: Any) -> str:
+    """A late event as people read it: ``dropped at 5``, ``adjusted [5, 25), sent as [20,
+    25)``; ``span(start, end)`` shows a lifetime (:func:`topology.times.show_span`)."""
+    text = f"{r.action} {'unknown time' if r.start is None else span(r.start, r.end)}"
     if r.sent is not None:
-        text += f", sent as [{t(r.sent[0])}, {t(r.sent[1])})"
+        text += f", sent as {span(*r.sent)}"
     return f"{text} {r.payload}"
 
 

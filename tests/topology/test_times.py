@@ -69,3 +69,14 @@ def test_the_demo_report_and_its_traces_read_as_times(tmp_path):
     svg = Path(next(p for k, p in written.items() if k.endswith("5-minute windows"))
                ).read_text(encoding="utf-8")
     assert "time (UTC, 2026-01-01)" in svg and "<!-- kwh=" in svg
+
+
+def test_a_point_reads_at_its_time_and_an_interval_as_its_span():
+    from topology.times import show_span
+
+    t = 1_767_225_600_000_000 + 24 * 60_000_000 + 7_603_172  # 00:24:07.603172
+    assert show_span(t, t + 1, "timestamps") == "at 2026-01-01T00:24:07.603172Z"
+    assert show_span(t, t + 1, "timestamps", "+01:00") == "at 2026-01-01T01:24:07.603172+01:00"
+    assert show_span(t, t + 60_000_000, "timestamps") == \
+        "[2026-01-01T00:24:07.603172Z, 2026-01-01T00:25:07.603172Z)"
+    assert (show_span(3, 4, "ticks"), show_span(3, 9, "ticks")) == ("at 3", "[3, 9)")

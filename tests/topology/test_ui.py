@@ -309,7 +309,8 @@ def test_times_from_timestamps_show_as_times_and_ticks_stay_ticks(ray_session, p
         assert data["ui-times"]["clock"] == "timestamps"
         assert re.fullmatch(r"2026-01-01T00:00:0\d(\.\d+)?Z", shown["cti"]), shown
         assert re.fullmatch(r"[\d.]+ (µs|ms|s|min|h|d)", shown["cti_lag"]), shown
-        assert data["ui-times"]["rows"][0][3].startswith("[2026-01-01T00:00:0")
+        # a point event reads "at T", not "[T, T + 1 µs)"
+        assert re.fullmatch(r"at 2026-01-01T00:00:0\dZ", data["ui-times"]["rows"][0][3])
         _wait_for(lambda: monitor.sample(0)["queries"]["ui-ticks"]["rows"], what="ticks rows")
         plain = monitor.sample(0)["queries"]["ui-ticks"]
         assert plain["clock"] == "ticks"
@@ -321,7 +322,7 @@ def test_times_from_timestamps_show_as_times_and_ticks_stay_ticks(ray_session, p
         page.wait_for_function(f"""() => {{ const c = document.querySelector('{cell}');
             return c && c.textContent.startsWith("2026-01-01T"); }}""", timeout=60_000)
         span = page.locator('section[data-query="ui-times"] td[data-role="span"]').first
-        assert span.inner_text().startswith("[2026-01-01T00:00:0")
+        assert span.inner_text().startswith("at 2026-01-01T00:00:0")
         tick_span = page.locator('section[data-query="ui-ticks"] td[data-role="span"]').first
         assert tick_span.inner_text() == "[0, 50)"
     finally:
