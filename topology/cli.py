@@ -1,9 +1,13 @@
 """The ``cedar`` command line.
 
-    cedar demo                         the main job: smart meters on local Ray and Spark
+    cedar demo [--keep]                the main job: smart meters on local Ray and Spark
+                                       (--keep: then leave its queries running, live)
     cedar run SCRIPT.py [--address A]  run a topology script on a Ray cluster (or locally)
     cedar status [--address A]         list the queries running on a cluster
     cedar inspect NAME [--address A]   stats and a snapshot of one running query
+    cedar stop NAME [--address A]      stop a running query and free its name
+    cedar why NAME [--address A]       why an output is not final (or not there)
+    cedar ui [--address A]             a live web page of the running queries
     cedar debug TRACE [--step S] ...   step through a recorded trace; --cause ID: root cause
     cedar timeline TRACE --step S -o F a picture of one step's input and output (svg, png)
     cedar check SCRIPT.py [--no-ray]   run a query every way the engine may; same CHT each time?
@@ -63,6 +67,14 @@ def _parser() -> argparse.ArgumentParser:
                            "./cedar-demo-output)")
     demo.add_argument("--address", default=None,
                       help="Ray cluster address (default: start a local Ray instance)")
+    demo.add_argument("--keep", action="store_true",
+                      help="then leave the four reading queries running on a live feed of "
+                           "readings (as demo-NAME), print their names and the cedar ui / "
+                           "status / why commands that reach them, and wait until they are "
+                           "stopped (cedar stop NAME) or Ctrl-C")
+    demo.add_argument("--speed", type=float, default=None, metavar="X",
+                      help="with --keep: the live feed runs X times faster than the meters "
+                           "(default 60: a minute of readings a second)")
 
     run = sub.add_parser(
         "run", help="run a topology script",
@@ -400,9 +412,14 @@ def _which_cluster() -> str:
 
 
 def _demo(args: Any) -> int:
-    from .demo import run
+    from .demo import LIVE_SPEED, run
 
-    run(meters=args.meters, minutes=args.minutes, out=args.out, address=args.address)
+    if args.speed is not None and (not args.keep or args.speed <= 0):
+        print("cedar demo: --speed X goes with --keep and must be positive (60: a minute of "
+              "readings a second)", file=sys.stderr)
+        return 2
+    run(meters=args.meters, minutes=args.minutes, out=args.out, address=args.address,
+        keep=args.keep, speed=args.speed or LIVE_SPEED)
     return 0
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import importlib.util
+import json
 import math
 import os
 import random
@@ -29,17 +30,26 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from operators.aggregates import Avg, Count, Max, Sum
 from operators.ingress import AdvanceTime
+from operators.ticks import format_duration
 from operators.udm import Operator
+
+if TYPE_CHECKING:
+    from topology import Stream
 
 TICKS_PER_S = 1_000_000
 READING_EVERY_S = 10
 EPOCH_TICKS = 1_767_225_600 * TICKS_PER_S  # 2026-01-01T00:00:00Z
+#: How far behind the others a late reading arrives.
+LATE_BY_TICKS = 20 * 60 * TICKS_PER_S
+#: The lateness the demo's sources allow (``AdvanceTime(delay=)``): readings overtaken by up
+#: to half a minute are on time, a reading 20 minutes behind is late.
+DELAY_TICKS = 60 * TICKS_PER_S
 
 
 class SpikeDetector(Operator):
@@ -63,9 +73,14 @@ class SpikeDetector(Operator):
 
 @dataclass
 class DemoData:
+    """The demo's input: ``readings`` in arrival order (``late`` of them taken
+    :data:`LATE_BY_TICKS` before they arrived), the meters' fault ``states`` (edges) and the
+    ``meters``' metadata."""
+
     readings: list[dict[str, Any]]
     states: list[dict[str, Any]]
     meters: list[dict[str, Any]]
+    late: int = 0
 
 
 def generate(meters: int = 40, minutes: int = 60, seed: int = 7) -> DemoData:
@@ -95,32 +110,34 @@ def generate(meters: int = 40, minutes: int = 60, seed: int = 7) -> DemoData:
                            "end": repair, "state": "fault"})
     # arrival order: by time, with light disorder (a reading overtakes up to ~20 others)
     readings.sort(key=lambda r: r["ts"] + rng.randrange(30 * TICKS_PER_S))
-    for i in rng.sample(range(len(readings)), k=max(1, len(readings) // 400)):
-        readings[i]["ts"] -= 20 * 60 * TICKS_PER_S  # a late reading, 20 minutes behind
+    # late readings: taken 20 minutes before they arrive, so never before the data starts
+    # (one taken before it would make windows of a time no other reading has)
+    could_be_late = [i for i, r in enumerate(readings) if r["ts"] - LATE_BY_TICKS >= EPOCH_TICKS]
+    late = rng.sample(could_be_late, k=min(len(could_be_late), max(1, len(readings) // 400)))
+    for i in late:
+        readings[i]["ts"] -= LATE_BY_TICKS
     for i in rng.sample(range(len(readings)), k=max(1, len(readings) // 2000)):
         readings[i]["ts"] = None  # a broken reading: no time
     states.sort(key=lambda r: r["ts"] if r["end"] is None else r["end"])
     for m in info:
         del m["base"]
-    return DemoData(readings, states, info)
+    return DemoData(readings, states, info, late=sum(readings[i]["ts"] is not None
+                                                     for i in late))
 
 
-def queries(df: Any, data: DemoData) -> dict[str, Any]:
-    """The demo's five topologies. The four over the readings are built on one
-    ``from_spark`` stream of the DataFrame ``df``: started together, they share one read of
-    it (Spark sorts the table once, :mod:`topology.shared_read`)."""
+def _advance() -> AdvanceTime:
+    """The readings' CTIs: one after every 2,000 readings, :data:`DELAY_TICKS` behind the
+    latest; a reading behind a CTI is late, dropped and recorded."""
+    return AdvanceTime(every=2_000, delay=DELAY_TICKS, policy="drop")
+
+
+def _reading_queries(readings: Callable[[], Stream], meters: list[dict[str, Any]]
+                     ) -> dict[str, Stream]:
+    """The four queries over the readings, each over ``readings()``."""
     from topology import Stream
 
-    advance = AdvanceTime(every=2_000, delay=60 * TICKS_PER_S, policy="drop")
     minute = 60 * TICKS_PER_S
-    source = Stream.from_spark(df, start="ts", advance=advance, name="readings")
-
-    def readings() -> Stream:
-        return source
-
-    meta = Stream.from_rows(data.meters, start="ts", id="meter", shape="edge", name="meters")
-    states = Stream.from_rows(data.states, start="ts", end="end", id="id", shape="edge",
-                              name="meter_states")
+    meta = Stream.from_rows(meters, start="ts", id="meter", shape="edge", name="meters")
     return {
         "meter_averages": readings().group_apply(
             lambda r: r["meter"], lambda g: g.tumbling_window(5 * minute).aggregate(Avg("kwh"))),
@@ -134,9 +151,116 @@ def queries(df: Any, data: DemoData) -> dict[str, Any]:
                          lambda g: g.tumbling_window(15 * minute).aggregate(Sum("kwh"))),
         "peaks": readings().group_apply(
             lambda r: r["meter"], lambda g: g.count_window(30).aggregate(Max("kwh"))),
-        "faults": states.where(lambda s: s["state"] == "fault")
-            .snapshot_window().aggregate(Count()),
     }
+
+
+def queries(df: Any, data: DemoData) -> dict[str, Any]:
+    """The demo's five topologies. The four over the readings are built on one
+    ``from_spark`` stream of the DataFrame ``df``: started together, they share one read of
+    it (Spark sorts the table once, :mod:`topology.shared_read`)."""
+    from topology import Stream
+
+    source = Stream.from_spark(df, start="ts", advance=_advance(), name="readings")
+    states = Stream.from_rows(data.states, start="ts", end="end", id="id", shape="edge",
+                              name="meter_states")
+    return {**_reading_queries(lambda: source, data.meters),
+            "faults": states.where(lambda s: s["state"] == "fault")
+            .snapshot_window().aggregate(Count())}
+
+
+#: How much faster than the meters the live feed of ``cedar demo --keep`` runs: a minute of
+#: readings a second.
+LIVE_SPEED = 60.0
+
+
+class LiveReadings:
+    """An endless feed of the meters' readings as they arrive, ``speed`` times faster than
+    the meters take them (:data:`LIVE_SPEED`: a minute of readings every second), for
+    ``Stream.from_arrow``: each iteration starts the same feed afresh (the same readings for
+    the same ``seed``), as Arrow record batches of :data:`SLOT_TICKS` of readings, each
+    released when the wall clock reaches it.
+
+    Like :func:`generate`'s readings: every :data:`READING_EVERY_S` a reading of each meter,
+    overtaking each other by up to half a minute, a few spikes, one in 400 taken
+    :data:`LATE_BY_TICKS` before it arrives (late: the sources drop and record it), one in
+    2,000 without a time (a dead letter). ``ts`` is a UTC timestamp column, so the queries
+    show their times as times (``cedar ui``, ``status``, ``inspect``, ``why``).
+
+    >>> feed = iter(LiveReadings(meters=2, speed=1e9))
+    >>> batch = next(feed)
+    >>> batch.num_rows, batch.schema.field("ts").type
+    (6, TimestampType(timestamp[us, tz=UTC]))
+    """
+
+    #: The readings' time in one batch (30 s: three readings of each meter).
+    SLOT_TICKS = 30 * TICKS_PER_S
+
+    def __init__(self, meters: int = 40, speed: float = LIVE_SPEED, seed: int = 7,
+                 start: int = EPOCH_TICKS) -> None:
+        import pyarrow as pa
+
+        if speed <= 0:
+            raise ValueError(f"LiveReadings(speed={speed!r}): give a positive speed (readings "
+                             f"time per wall-clock time, e.g. 60 for a minute a second)")
+        self.meters, self.speed, self.seed, self.start = meters, speed, seed, start
+        self.schema = pa.schema([("meter", pa.string()),
+                                 ("ts", pa.timestamp("us", tz="UTC")), ("kwh", pa.float64())])
+
+    def __iter__(self) -> Iterator[Any]:
+        import pyarrow as pa
+
+        rng = random.Random(self.seed)
+        names = [f"m{m:03d}" for m in range(self.meters)]
+        base = {m: 0.2 + 0.8 * rng.random() for m in names}
+        phase = {m: rng.randrange(READING_EVERY_S * TICKS_PER_S) for m in names}
+        began = time.monotonic()
+        slot = 0
+        while True:
+            lo = self.start + slot * self.SLOT_TICKS
+            taken: list[tuple[str, int, float]] = []
+            for m in names:
+                t = lo + phase[m]
+                while t < lo + self.SLOT_TICKS:
+                    kwh = base[m] * (1 + 0.1 * rng.gauss(0, 1))
+                    if rng.random() < 0.004:
+                        kwh *= 6  # a spike for the anomaly detector
+                    taken.append((m, t, round(max(kwh, 0.0), 4)))
+                    t += READING_EVERY_S * TICKS_PER_S
+            taken.sort(key=lambda r: r[1] + rng.randrange(30 * TICKS_PER_S))
+            rows: list[tuple[str, int | None, float]] = []
+            for m, t, kwh in taken:
+                odds = rng.random()
+                if odds < 1 / 400 and t - LATE_BY_TICKS >= self.start:
+                    rows.append((m, t - LATE_BY_TICKS, kwh))  # arrives 20 min late
+                elif odds > 1 - 1 / 2000:
+                    rows.append((m, None, kwh))  # a broken reading: no time
+                else:
+                    rows.append((m, t, kwh))
+            due = began + (slot + 1) * self.SLOT_TICKS / TICKS_PER_S / self.speed
+            wait = due - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            yield pa.record_batch([pa.array([r[0] for r in rows], pa.string()),
+                                   pa.array([r[1] for r in rows], pa.timestamp("us", tz="UTC")),
+                                   pa.array([r[2] for r in rows], pa.float64())],
+                                  schema=self.schema)
+            slot += 1
+
+
+def live_queries(meters: int = 40, speed: float = LIVE_SPEED, seed: int = 7
+                 ) -> dict[str, Stream]:
+    """The demo's four reading queries over a live feed (:class:`LiveReadings`, one per
+    query, the same readings in each): what ``cedar demo --keep`` leaves running. Their
+    sources read the feed as it arrives, so a reading 20 minutes behind is late there."""
+    from topology import Stream
+
+    def readings() -> Stream:
+        return Stream.from_arrow(LiveReadings(meters, speed, seed), start="ts",
+                                 advance=AdvanceTime(every=max(1, 6 * meters),
+                                                     delay=DELAY_TICKS, policy="drop"),
+                                 name="readings")
+
+    return _reading_queries(readings, generate(meters, 1, seed).meters)
 
 
 class Progress:
@@ -250,13 +374,19 @@ def run_held(running: dict[str, Any], readings: int, progress: bool = True) -> f
 
 
 def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
-        address: str | None = None, fuse: bool | str = "chains") -> list[dict[str, Any]]:
+        address: str | None = None, fuse: bool | str = "chains", keep: bool = False,
+        speed: float = LIVE_SPEED) -> list[dict[str, Any]]:
     """Run the demo; return the summary rows (also printed).
 
     Start-up is timed apart from the run: Spark and Ray start, the readings are written, and
     every query's actors are started and configured with their sources held
     (``deploy(..., hold=True)``); then all five queries start together and the clock runs
-    until every one has its final output."""
+    until every one has its final output.
+
+    ``keep``: then deploy the four reading queries again over a live feed of readings
+    (:func:`live_queries`, ``speed`` times faster than the meters) and keep them running,
+    with what to type to watch them (``cedar ui``, ``status``, ``why``), until each is stopped
+    (``cedar stop NAME``) or Ctrl-C (:func:`keep_running`)."""
     from topology.deploy import ensure_ray
     from topology.spark_sink import write
 
@@ -293,19 +423,110 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
         finally:
             for live in running.values():
                 live.stop()
-    events = len(data.readings) * (len(topologies) - 1) + len(data.states)
-    print_summary(summary, events, elapsed, setup)
-    pictures = explain(data, out)
-    pictures.update(meter_pictures(data, outputs, out))
-    if pictures:
-        print("\n  one meter, traced and drawn (cedar debug / cedar timeline read the traces):")
-        for label, path in pictures.items():
-            print(f"  {label:<44} {path}")
-    elif importlib.util.find_spec("matplotlib") is None:
-        print("\n  (the pictures and the anomaly's root cause need matplotlib: "
-              "pip install -e '.[viz]')")
-    print_next_steps(out, pictures)
+        print_summary(summary, data, elapsed, setup)
+        pictures = explain(data, out, outputs["anomalies"])
+        pictures.update(meter_pictures(data, outputs, out))
+        if pictures:
+            print("\n  one anomaly, traced and drawn (cedar debug / cedar timeline read the "
+                  "traces):")
+            for label, path in pictures.items():
+                print(f"  {label:<44} {path}")
+        elif importlib.util.find_spec("matplotlib") is None:
+            print("\n  (the pictures and the anomaly's root cause need matplotlib: "
+                  "pip install -e '.[viz]')")
+        if not keep:
+            print_next_steps(out, pictures)
+            return summary
+        kept = keep_live(meters, speed, fuse, hosts)
+        print_kept(kept, speed, meters)
+        keep_running(kept)
     return summary
+
+
+def keep_live(meters: int, speed: float = LIVE_SPEED, fuse: bool | str = "chains",
+              hosts: Any = None) -> dict[str, Any]:
+    """Deploy :func:`live_queries` as ``demo-NAME`` (in ``hosts``, the step hosts, when given)
+    and return the running queries by name. This process feeds them (their feed is a
+    generator), so they run while it does."""
+    kept: dict[str, Any] = {}
+    try:
+        for name, q in live_queries(meters, speed).items():
+            kept[f"demo-{name}"] = q.deploy(f"demo-{name}", fuse=fuse, history=True,
+                                            detached=False, hosts=hosts)
+    except BaseException:
+        for live in kept.values():
+            live.stop()
+        raise
+    return kept
+
+
+def print_kept(kept: dict[str, Any], speed: float, meters: int) -> None:
+    """Say what ``cedar demo --keep`` left running and what to type to watch and stop it:
+    the commands name this Ray instance's address (``--address auto`` may find another one)
+    and, when the instance checks tokens, ``RAY_AUTH_MODE=token``."""
+    import ray
+
+    address = ray.get_runtime_context().gcs_address
+    auth = "RAY_AUTH_MODE=token " if os.environ.get("RAY_AUTH_MODE", "").lower() == \
+        "token" else ""
+    cedar = f"{auth}cedar"
+    per_s = format_duration(int(speed * TICKS_PER_S))
+    print(f"\n  kept running on a live feed of {meters} meters ({per_s} of readings a second, "
+          f"late and broken readings as they arrive), until stopped:")
+    print("    " + "  ".join(kept))
+    print("\n  watch them from another terminal (this Ray instance is at "
+          f"{address}" + (", and checks tokens" if auth else "") + "):")
+    print(f"    {cedar} ui --address {address}")
+    print("        then open http://127.0.0.1:8766/")
+    print(f"    {cedar} status --address {address}")
+    print(f"    {cedar} inspect demo-anomalies --address {address}")
+    print(f"    {cedar} why demo-meter_averages --address {address}")
+    print(f"  stop them: {cedar} stop NAME --address {address} (each; this command ends "
+          f"when all are stopped), or Ctrl-C here", flush=True)
+
+
+def keep_running(kept: dict[str, Any], poll_s: float = 1.0) -> None:
+    """Wait until none of the ``kept`` queries is deployed any more (``cedar stop NAME``
+    stopped each), or Ctrl-C, which stops those left."""
+    from .registry import list_queries
+
+    restore = _without_stopped_step_errors()
+    try:
+        while set(kept) & set(list_queries()):
+            time.sleep(poll_s)
+        print("  the demo's queries are stopped")
+    except KeyboardInterrupt:
+        print("\n  stopping the demo's queries ...")
+    finally:
+        for live in kept.values():
+            with contextlib.suppress(Exception):  # stopped already
+                live.stop()
+        restore()
+
+
+def _without_stopped_step_errors() -> Callable[[], None]:
+    """While the kept queries run, Ray's notes of calls this process made to a step that a
+    stop took away (``cedar stop NAME`` from another terminal while this process feeds the
+    query: its pushes meet a freed slot or a killed actor) are not printed: Ray would print
+    a traceback for each of dozens of them. Any other error prints as before. Returns what
+    restores Ray's own handler."""
+    from ray._private import worker
+
+    show = worker._unhandled_error_handler
+
+    def handler(e: Exception) -> None:
+        from ray.exceptions import RayActorError
+
+        if isinstance(e, RayActorError) or "SlotGone" in str(e):
+            return  # a step the stop took away
+        show(e)
+
+    worker._unhandled_error_handler = handler
+
+    def restore() -> None:
+        worker._unhandled_error_handler = show
+
+    return restore
 
 
 def demo_hosts() -> Any:
@@ -358,8 +579,9 @@ def meter_pictures(data: DemoData, outputs: dict[str, list[Any]], out: str) -> d
 def print_next_steps(out: str, pictures: dict[str, str]) -> None:
     """The short 'what to try next' the demo ends with."""
     print("\n  what to try next:")
-    print("    cedar ui            a live web page of the queries deployed on the cluster")
-    print("    cedar why NAME      why a deployed query's output is missing or not final")
+    print("    cedar demo --keep   the same queries left running on a live feed, to watch:")
+    print("      cedar ui          a live web page of the queries deployed on the cluster")
+    print("      cedar why NAME    why a deployed query's output is missing or not final")
     if pictures:
         print(f"    the pictures        {out}/*.svg")
         print(f"    cedar timeline      {out}/trace-anomalies --step anomalies -o more.svg")
@@ -373,12 +595,32 @@ def _reading_time(row: dict[str, Any]) -> datetime.datetime:
         microseconds=row["ts"])
 
 
-def explain(data: DemoData, out: str) -> dict[str, str]:
-    """Trace the first meter with an anomaly through ``meter_averages`` and ``anomalies``
-    (inline, its readings only) and write what a reader needs to see why: a timeline picture
-    of its 5-minute windows, the root cause of its first anomaly (the readings of that
-    window) as text and as a picture. Returns what was written, by label (nothing without
-    matplotlib or without an anomaly)."""
+def first_spike(data: DemoData) -> tuple[str, int] | None:
+    """The meter and time of the earliest reading the ``anomalies`` query finds in ``data``
+    (run inline over the readings as the demo reads them: in time order), the one the
+    demo's main picture marks; None without one."""
+    from topology import Stream, to_cht
+
+    from .demo_pictures import first_anomaly
+
+    rows = sorted((r for r in data.readings if r["ts"] is not None), key=lambda r: r["ts"])
+    minute = 60 * TICKS_PER_S
+    found = Stream.from_rows(rows, start="ts", advance=_advance()).group_apply(
+        lambda r: r["meter"],
+        lambda g: g.hopping_window(5 * minute, minute).apply(SpikeDetector()))
+    return first_anomaly(to_cht(found.collect(runtime="inline")))
+
+
+def explain(data: DemoData, out: str, anomalies: list[tuple[int, int, Any]] | None = None
+            ) -> dict[str, str]:
+    """Trace the anomaly the main picture (``meter-readings.svg``) shows, the earliest one of
+    ``anomalies`` (the ``anomalies`` query's output rows; None: found in ``data`` by
+    :func:`first_spike`), through ``meter_averages`` and ``anomalies`` (inline, its meter's
+    readings only, in time order as the demo reads them), and write what a reader needs to
+    see why: the root cause of that anomaly (the readings of the window that judged it) as
+    text, the window as a picture, and the meter's 5-minute windows around it, the anomalous
+    reading marked in each. Returns what was written, by label (nothing without matplotlib
+    or without an anomaly)."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -386,63 +628,136 @@ def explain(data: DemoData, out: str) -> dict[str, str]:
     from topology import Stream
 
     from .debug import Recording
+    from .demo_pictures import first_anomaly
     from .timeline import timeline
     from .times import show_time
 
-    minute = 60 * TICKS_PER_S
-    advance = AdvanceTime(every=2_000, delay=60 * TICKS_PER_S, policy="drop")
-    by_meter: dict[str, list[dict[str, Any]]] = {}
-    for r in data.readings:
-        if r["ts"] is not None:
-            by_meter.setdefault(r["meter"], []).append(r)
-    for meter, rows in sorted(by_meter.items()):  # noqa: B007 - the found meter is used below
-        # its readings' times read as timestamps, so that the traces show times, not ticks
-        readings = Stream.from_rows(rows, start=_reading_time, advance=advance,
-                                    name="readings")
-        anomalies = readings.group_apply(
-            lambda r: r["meter"],
-            lambda g: g.hopping_window(5 * minute, minute).apply(SpikeDetector()),
-            name="anomalies")
-        trace = os.path.join(out, "trace-anomalies")
-        anomalies.collect(runtime="inline", trace=trace)
-        rec = Recording.open(trace)
-        found = rec.events(step="sink", direction="out", kind="insert")
-        if found:
-            break
-    else:
+    spike = first_spike(data) if anomalies is None else first_anomaly(anomalies)
+    if spike is None:
         return {}
-    first = found[0]
+    meter, ts = spike
+    minute = 60 * TICKS_PER_S
+    rows = sorted((r for r in data.readings if r["meter"] == meter and r["ts"] is not None),
+                  key=lambda r: r["ts"])
+    # its readings' times read as timestamps, so that the traces show times, not ticks
+    readings = Stream.from_rows(rows, start=_reading_time, advance=_advance(), name="readings")
+    traced = readings.group_apply(
+        lambda r: r["meter"],
+        lambda g: g.hopping_window(5 * minute, minute).apply(SpikeDetector()),
+        name="anomalies")
+    trace = os.path.join(out, "trace-anomalies")
+    traced.collect(runtime="inline", trace=trace)
+    rec = Recording.open(trace)
+    judged = [e for e in rec.events(step="sink", direction="out", kind="insert")
+              if _spike_of(e) == ts]
+    if not judged:
+        return {}
+    first = min(judged, key=lambda e: e["start"])  # the first window that judged it
+    reading = next(r for r in rows if r["ts"] == ts)
+    mean = json.loads(first["payload"])[1]["mean"]
     cause = rec.root_cause("sink", first["id"])
-    at = show_time(first["start"], rec.clock)
+    at = show_time(ts, rec.clock)
     written = {"anomaly root cause (text)": os.path.join(out, "anomaly-root-cause.txt"),
                f"anomaly at {at} (picture)": os.path.join(out, "anomaly-window.svg"),
                f"{meter} 5-minute windows": os.path.join(out, "meter-windows.svg"),
                "traces": os.path.join(out, "trace-*")}
+    said = (f"the anomaly: {reading['kwh']:.2f} kWh at {at}, the window's mean "
+            f"{mean:.2f} kWh")
     with open(written["anomaly root cause (text)"], "w", encoding="utf-8") as f:
-        f.write(cause.render() + "\n")
-    timeline(rec, "anomalies", out=written[f"anomaly at {at} (picture)"],
-             start=first["start"], end=first["end"])
+        f.write(f"The anomaly the picture meter-readings.svg marks: meter {meter}'s reading at "
+                f"{at}, {reading['kwh']:.2f} kWh, more than 3 standard deviations above the "
+                f"mean of its 5-minute window ({mean:.2f} kWh). Below, the output row and, "
+                f"step by step, the readings that made it; '<==' marks that reading.\n\n")
+        f.write(_mark_reading_line(cause, ts, said) + "\n")
+    figure = timeline(rec, "anomalies", start=first["start"], end=first["end"])
+    _mark_reading(figure, ts, said)
+    figure.savefig(written[f"anomaly at {at} (picture)"])
     averages = readings.group_apply(
         lambda r: r["meter"], lambda g: g.tumbling_window(5 * minute).aggregate(Avg("kwh")),
         name="meter_averages")
     trace = os.path.join(out, "trace-meter-averages")
     averages.collect(runtime="inline", trace=trace)
-    first_ts = min(r["ts"] for r in rows)  # ten minutes: 60 readings, two windows
-    timeline(trace, "meter_averages", out=written[f"{meter} 5-minute windows"],
-             start=first_ts, end=first_ts + 10 * minute, limit=60, label="kwh")
+    lo = ts - (ts - EPOCH_TICKS) % (5 * minute)  # ten minutes: the anomaly's window, the next
+    figure = timeline(trace, "meter_averages", start=lo, end=lo + 10 * minute, limit=60,
+                      label="kwh")
+    _mark_reading(figure, ts, said)
+    figure.savefig(written[f"{meter} 5-minute windows"])
     return written
 
 
-def print_summary(summary: list[dict[str, Any]], events: int, elapsed: float,
+def _spike_of(event: dict[str, Any]) -> int | None:
+    """The time of the reading an ``anomalies`` output event (a trace row) reports."""
+    try:
+        return int(json.loads(event["payload"])[1]["ts"])
+    except (TypeError, ValueError, KeyError, IndexError):
+        return None
+
+
+def _mark_reading_line(cause: Any, ts: int, said: str) -> str:
+    """``cause`` rendered, its line of the reading at ``ts`` marked ``<== said``."""
+    ids = {str(leaf["id"]) for leaf in cause.leaves() if _reading_ts(leaf) == ts}
+    lines = cause.render().splitlines()
+    for i, line in enumerate(lines):
+        words = line.split()
+        if len(words) > 2 and words[0] == "readings" and words[2].removeprefix("id=") in ids:
+            lines[i] = f"{line}   <== {said}"
+    return "\n".join(lines)
+
+
+def _reading_ts(row: dict[str, Any]) -> int | None:
+    try:
+        return int(json.loads(row["payload"])["ts"])
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
+def _mark_reading(figure: Any, ts: int, said: str) -> None:
+    """Mark the reading at ``ts`` (ticks, the pictures' time axis) on every panel of a
+    timeline ``figure``: a red line across each (SVG ids ``anomaly-reading-N``), labelled
+    ``said`` on the first (``anomaly-reading-label``)."""
+    for i, ax in enumerate(figure.axes):
+        ax.axvline(ts, color="#c0392b", linewidth=1.4, linestyle="--", zorder=6,
+                   gid=f"anomaly-reading-{i}")
+    if figure.axes:
+        ax = figure.axes[0]
+        ax.annotate(said, (ts, 1.0), xycoords=("data", "axes fraction"), xytext=(4, -2),
+                    textcoords="offset points", fontsize=7, color="#c0392b", va="top",
+                    gid="anomaly-reading-label",
+                    bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none",
+                          "alpha": 0.85})
+
+
+def print_summary(summary: list[dict[str, Any]], data: DemoData, elapsed: float,
                   setup: Startup | None = None) -> None:
+    """The demo's result: what went in (rows, the broken and the late ones said once, not
+    once per query), each query's output rows, and the time from the start to the last
+    query's results."""
+    readings = len(data.readings)
+    reading_queries = [s for s in summary if s["output"] != "faults"]
+    meters = len({r["meter"] for r in data.readings})
+    broken = sum(r["ts"] is None for r in data.readings)
+    dropped = max((s["late"] for s in reading_queries), default=0)
+    dead = max((s["dead_letters"] for s in reading_queries), default=0)
+    behind = format_duration(LATE_BY_TICKS)
+    print(f"\n  input: {readings:,} readings of {meters} meters (one read of the table for the "
+          f"{len(reading_queries)} queries over them) and {len(data.states):,} meter-state "
+          f"edges")
+    print(f"    {broken:,} without a time: set aside as dead letters ({dead:,} reported by each "
+          f"reading query)")
+    if dropped:
+        print(f"    {dropped:,} late: dropped and recorded (Query.late())")
+    else:
+        print(f"    {data.late:,} taken {behind} before they arrived: none is late here, as a "
+              f"table read in batch has no\n    arrival order (Spark sorts it by time and "
+              f"each takes its place); cedar demo --keep feeds\n    readings as they arrive, "
+              f"and there such a reading is late")
     print()
-    print(f"  {'output':<16}{'rows':>8}{'late':>8}{'dead letters':>14}  parquet")
-    print(f"  {'-' * 16}{'-' * 8}{'-' * 8}{'-' * 14}  {'-' * 30}")
+    print(f"  {'query':<16}{'output rows':>12}  parquet")
+    print(f"  {'-' * 16}{'-' * 12}  {'-' * 30}")
     for s in summary:
-        print(f"  {s['output']:<16}{s['rows']:>8,}{s['late']:>8,}{s['dead_letters']:>14,}"
-              f"  {s['path']}")
-    print(f"\n  {events:,} input events through {len(summary)} queries in {elapsed:.1f} s "
-          f"({events / elapsed:,.0f} events/s, all queries together)")
+        print(f"  {s['output']:<16}{s['rows']:>12,}  {s['path']}")
+    print(f"\n  {len(summary)} queries started together: all their results {elapsed:.1f} s after "
+          f"the start ({readings / elapsed:,.0f} readings/s)")
     if setup is not None:
         print(f"  start-up before that: {setup.libraries_s:.1f} s starting Spark and Ray, "
               f"{setup.actors_s:.1f} s starting the queries' {setup.actors} actors"

@@ -19,7 +19,7 @@ import datetime
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["SPAN_TICKS", "meter_picture"]
+__all__ = ["SPAN_TICKS", "first_anomaly", "meter_picture"]
 
 #: At most this much time is drawn (ticks: one hour), centred on the first anomaly, so that
 #: 10-second readings stay readable whatever the demo's length.
@@ -34,7 +34,7 @@ def _time(ticks: int) -> datetime.datetime:
     return _EPOCH + datetime.timedelta(microseconds=ticks)
 
 
-def _first_anomalous_meter(anomalies: Iterable[tuple[int, int, Any]]) -> tuple[str, int] | None:
+def first_anomaly(anomalies: Iterable[tuple[int, int, Any]]) -> tuple[str, int] | None:
     """The meter of the earliest spike in the ``anomalies`` output, and that spike's time."""
     found = [(p[1]["ts"], p[0]) for _, _, p in anomalies]
     if not found:
@@ -61,7 +61,7 @@ def meter_picture(readings: list[dict[str, Any]], averages: list[tuple[int, int,
     import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
 
-    first = _first_anomalous_meter(anomalies)
+    first = first_anomaly(anomalies)
     if meter is None:
         if first is None:
             return None

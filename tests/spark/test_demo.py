@@ -14,7 +14,7 @@ def test_demo_runs_end_to_end(ray_session, spark, tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--meters", "4", "--minutes", "12", "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "events/s" in text
+    assert "readings/s" in text and "5 queries started together" in text
     for name in ("meter_averages", "anomalies", "regional_load", "peaks", "faults"):
         assert name in text
     # start-up apart from the run, no library chatter, and where to go next
