@@ -36,17 +36,21 @@ from operators.errors import DeadLetter
 from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract
 from operators.live import LiveEvents
 
+from .spark_frames import fresh_dir, is_local, process_temp_dir
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["TIME_TYPE", "FinalRowsSink", "cht_batches", "cht_to_arrow", "columns_to_arrow",
-           "result_to_arrow", "to_spark", "unify_batches", "write"]
+__all__ = ["TIME_TYPE", "WRITE_MODES", "FinalRowsSink", "cht_batches", "cht_to_arrow",
+           "columns_to_arrow", "result_to_arrow", "to_spark", "unify_batches", "write"]
 
 #: The Arrow type of the ``start``/``end`` columns of every sink.
 TIME_TYPE = pa.timestamp("us", tz="UTC")
 #: Text formats write timestamps to the millisecond unless told otherwise; ticks are µs.
 _TEXT_TIMESTAMPS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
-_WRITE_MODES = ("error", "errorifexists", "overwrite", "append", "ignore")
+#: Spark's save modes :func:`write` takes.
+WRITE_MODES = ("error", "errorifexists", "overwrite", "append", "ignore")
+_WRITE_MODES = WRITE_MODES  # the name topology/stream.py imports, until it imports WRITE_MODES
 
 
 def _is_group_pair(payload: Any) -> bool:
@@ -397,7 +401,6 @@ def result_to_arrow(rows_or_messages: Iterable[Any]) -> pa.Table:
 
 
 # -- staging: parquet parts Spark reads in its executors -------------------------------------
-_STAGING_ROOT: list[str] = []  # the process's temp directory of to_spark's parts, if any
 
 
 def _stage(batches: Iterable[pa.RecordBatch], directory: str,
@@ -437,33 +440,15 @@ def _stage(batches: Iterable[pa.RecordBatch], directory: str,
     return schema
 
 
-def _local(session: SparkSession) -> bool:
-    """Whether Spark's executors run on this machine (local mode), so that they read files
-    the driver stages in its temp directory."""
-    try:
-        master = session.sparkContext.master
-    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext: not local
-        return False
-    return master is not None and master.startswith("local")
-
-
 def _staging_dir(session: SparkSession, staging: str | None, what: str) -> str | None:
     """A fresh directory for a result's parts: under ``staging`` when given, under the
     process's temp directory in local mode (removed when the process exits), else None (no
     staging: the result goes to Spark from driver memory)."""
-    import atexit
-    import tempfile
-    import uuid
-
     if staging is None:
-        if not _local(session):
+        if not is_local(session):
             return None
-        if not _STAGING_ROOT:
-            root = tempfile.mkdtemp(prefix="cedar-sink-")
-            _STAGING_ROOT.append(root)
-            atexit.register(shutil.rmtree, root, ignore_errors=True)
-        staging = _STAGING_ROOT[0]
-    return os.path.join(staging, f"{what}-{uuid.uuid4().hex[:12]}")
+        staging = process_temp_dir("cedar-sink-")
+    return fresh_dir(staging, what)
 
 
 def _dataframe(session: SparkSession, rows_or_messages: Iterable[Any],
@@ -533,8 +518,8 @@ def write(
     fail if ``path`` exists), ``"overwrite"``, ``"append"`` or ``"ignore"``. The result is
     staged as parquet parts as in :func:`to_spark` (``staging``) and removed once written.
     """
-    if mode not in _WRITE_MODES:
-        raise ValueError(f"write(mode={mode!r}): mode must be one of {_WRITE_MODES}")
+    if mode not in WRITE_MODES:
+        raise ValueError(f"write(mode={mode!r}): mode must be one of {WRITE_MODES}")
     session = _session(spark, "write")
     df, directory = _dataframe(session, rows_or_messages, staging, "write")
     try:

@@ -83,8 +83,8 @@ def _stream() -> Any:
     return Stream
 
 
-def _source_module() -> Any:
-    import topology.spark_source as source
+def _stream_module() -> Any:
+    import topology.spark_stream as source
 
     return source
 
@@ -102,7 +102,7 @@ POINTS: dict[str, tuple[Callable[[], Any], str, str]] = {
     # the consumer took a micro-batch's messages; neither the feeder nor Spark committed it
     "feeder.before": (_feeder, "_save_state", "before"),
     # Spark committed micro-batch n-1 and runs the next one, not handed over yet
-    "spark.next": (_source_module, "_frame_to_arrow", "before"),
+    "spark.next": (_stream_module, "frame_to_arrow", "before"),
     # the sink committed the run's end (or the caller of collect(commit=False) stored the
     # rows); the feeder has not committed the run yet
     "pair.end": (_feeder, "commit_run", "before"),

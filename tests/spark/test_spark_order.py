@@ -100,11 +100,12 @@ def test_every_column_type_reads_as_spark_collects_it(spark):
 @pytest.mark.parametrize("kind", ["timestamp", "date", "int"])
 def test_ranges_cut_from_a_sample_come_in_time_order(spark, kind):
     # the ranges' bounds come from a sample of the key column and each row is hash-partitioned
-    # by its range's label (topology.spark_source._sampled_ranges): range i must be partition
+    # by its range's label (topology.spark_ranges.sampled_ranges): range i must be partition
     # i, nulls first, every row once, whatever the order of the input's partitions
     from pyspark.sql import functions as F
 
-    from topology.spark_source import _sampled_ranges, ordered_record_batches
+    from topology.spark_ranges import sampled_ranges
+    from topology.spark_source import ordered_record_batches
 
     column = {"timestamp": F.timestamp_micros(F.col("t") * 1_000_003),
               "date": F.date_from_unix_date((F.col("t") % 9_000).cast("int")),
@@ -113,7 +114,7 @@ def test_ranges_cut_from_a_sample_come_in_time_order(spark, kind):
                                        F.col("id").alias("row"))
           .select(F.when(F.col("row") % 97 == 5, None).otherwise(column).alias("ts"), "row")
           .repartition(3))
-    assert _sampled_ranges(df, "ts", 6, 3_000) is not None  # not Spark's range partitioning
+    assert sampled_ranges(df, "ts", 6, 3_000) is not None  # not Spark's range partitioning
     batches = list(ordered_record_batches(df, "ts", partition_rows=500))
     got = pa.Table.from_batches(batches)
     assert sorted(got["row"].to_pylist()) == list(range(3_000))
@@ -127,10 +128,10 @@ def test_ranges_out_of_order_are_an_error_not_a_wrong_result(spark, monkeypatch)
     # if Spark ever placed the hashed labels otherwise, the reader must say so
     from pyspark.sql import functions as F
 
-    from topology import spark_source
+    from topology import spark_ranges, spark_source
 
     df = spark.range(0, 2_000).select(((F.col("id") * 7_919) % 2_000).alias("ts")).repartition(2)
-    monkeypatch.setattr(spark_source, "_sampled_ranges",
+    monkeypatch.setattr(spark_ranges, "sampled_ranges",
                         lambda df, name, ranges, rows: (ranges, F.col(name)))  # any placement
     with pytest.raises(RuntimeError, match="'ts' out of order"):
         list(spark_source.ordered_record_batches(df, "ts", partition_rows=200))
@@ -142,12 +143,12 @@ def test_one_range_is_sorted_without_a_sample(spark, monkeypatch, shape):
     # its readings so, four times)
     from pyspark.sql import functions as F
 
-    from topology import spark_source
+    from topology import spark_ranges, spark_source
 
     def no_sample(*args):
         raise AssertionError("one range needs no sample")
 
-    monkeypatch.setattr(spark_source, "_sampled_ranges", no_sample)
+    monkeypatch.setattr(spark_ranges, "sampled_ranges", no_sample)
     monkeypatch.setattr(type(spark.range(1)), "repartitionByRange", no_sample)
     df = (spark.range(0, 500).select(((F.col("id") * 7_919) % 500).alias("ts"),
                                      F.lit(None).cast("long").alias("until"), "id")

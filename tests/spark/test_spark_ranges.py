@@ -5,7 +5,7 @@ span of time (a table appended in time order, whatever the order of its files), 
 skips Spark's sort: each range ``[lo, hi)`` of the sampled bounds is one Spark job
 ``df.where(lo <= key < hi)`` (parquet's statistics skip the row groups outside it), sorted
 in the driver with Arrow, the next range read while this one is consumed
-(:func:`topology.spark_source._sorted_ranges`). The meaning must not change: the CHT is the
+(:func:`topology.spark_ranges.sorted_ranges`). The meaning must not change: the CHT is the
 query over the rows sorted by time, whatever the files' order, ties and null times (dead
 letters) included, and the driver holds at most two ranges.
 """
@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from operators.aggregates import Count
 from operators.ingress import AdvanceTime
 from tests.kit import ON_RAY, assert_equivalent
-from topology import Stream, spark_source
+from topology import Stream, spark_direct, spark_ranges, spark_source
 
 pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore::UserWarning")]
 
@@ -81,10 +81,10 @@ def test_parquet_ranges_give_the_sorted_tables_cht(
     # times are dead letters
     path = _write(str(tmp_path_factory.mktemp("t")), rows, files, group_rows, seed, clustered)
     df = spark.read.parquet(path)
-    before, direct = spark_source._SCAN_FACTOR, spark_source._DIRECT
+    before, direct = spark_ranges._SCAN_FACTOR, spark_direct._DIRECT
     scan = how == "scan"
-    spark_source._SCAN_FACTOR = math.inf if scan else 0.0
-    spark_source._DIRECT = how == "direct"
+    spark_ranges._SCAN_FACTOR = math.inf if scan else 0.0
+    spark_direct._DIRECT = how == "direct"
     try:
         watch: dict = {}
         got = pa.Table.from_batches(list(spark_source.ordered_record_batches(
@@ -96,7 +96,7 @@ def test_parquet_ranges_give_the_sorted_tables_cht(
         counted = _counts(stream, size).collect(runtime="inline")
         messages, ingress = spark_source.ingest_spark(df, "ts", partition_rows=partition_rows)
     finally:
-        spark_source._SCAN_FACTOR, spark_source._DIRECT = before, direct
+        spark_ranges._SCAN_FACTOR, spark_direct._DIRECT = before, direct
     ranges = -(-len(rows) // partition_rows)
     nulls = sum(r["ts"] is None for r in rows)
     if how == "direct" and len(rows) <= partition_rows:  # every group fits: no refusal
@@ -127,8 +127,8 @@ def test_time_ordered_files_are_read_without_a_shuffle_two_ranges_at_a_time(
     rng = random.Random(3)
     rows = [{"ts": rng.randrange(0, 10**9), "k": "ab"[i % 2], "v": i} for i in range(40_000)]
     df = spark.read.parquet(_write(str(tmp_path / "t"), rows, 8, 500, 5, True, True))
-    assert spark_source._time_ordered_files(df, "ts")
-    monkeypatch.setattr(spark_source, "_DIRECT", False)  # Spark's scans (the merge: below)
+    assert spark_ranges.time_ordered_files(df, "ts")
+    monkeypatch.setattr(spark_direct, "_DIRECT", False)  # Spark's scans (the merge: below)
     watch: dict = {}
     base = pa.total_allocated_bytes()
     peak, latest, count = 0, None, 0
@@ -168,11 +168,11 @@ def test_only_a_deterministic_projection_of_files_is_scanned_by_range(spark, tmp
 
     rows = [{"ts": i, "k": "a", "v": i} for i in range(100)]
     df = spark.read.parquet(_write(str(tmp_path / "t"), rows, 2, 10, 1, True))
-    assert spark_source._time_ordered_files(df, "ts")
-    assert spark_source._time_ordered_files(df.where(F.col("v") > 3).select("ts", "v"), "ts")
-    assert not spark_source._time_ordered_files(
+    assert spark_ranges.time_ordered_files(df, "ts")
+    assert spark_ranges.time_ordered_files(df.where(F.col("v") > 3).select("ts", "v"), "ts")
+    assert not spark_ranges.time_ordered_files(
         df.withColumn("ts", F.col("ts") + (F.rand(1) * 10).cast("long")), "ts")
-    assert not spark_source._time_ordered_files(df.groupBy("ts").count(), "ts")
-    assert not spark_source._time_ordered_files(df.join(df.select("v"), "v"), "ts")
-    assert not spark_source._time_ordered_files(spark.range(10).withColumnRenamed("id", "ts"),
-                                                "ts")
+    assert not spark_ranges.time_ordered_files(df.groupBy("ts").count(), "ts")
+    assert not spark_ranges.time_ordered_files(df.join(df.select("v"), "v"), "ts")
+    assert not spark_ranges.time_ordered_files(spark.range(10).withColumnRenamed("id", "ts"),
+                                               "ts")
