@@ -148,7 +148,8 @@ class OperatorShell(Inspection, Readers, Checkpointing):
             self._deliver(port, "end", None)
 
     def barrier(self, port: int, epoch: int) -> None:
-        """Checkpoint barrier ``epoch`` on input ``port`` (see the module docstring)."""
+        """Checkpoint barrier ``epoch`` on input ``port``: aligned over the inputs, then the
+        stage's checkpoint (:mod:`actors.checkpointing`)."""
         with self._send_lock:
             self._deliver(port, "barrier", epoch)
 
@@ -204,6 +205,8 @@ class OperatorShell(Inspection, Readers, Checkpointing):
         self.barriers.deliver(port, kind, arg)
 
     def _push(self, port: int, blob: bytes) -> None:
+        """A batch of input ``port`` through the processor, its output to the outbox (past
+        the barrier alignment; called with _send_lock)."""
         with self._lock:
             if self.error is not None or self.proc is None:
                 return
@@ -230,7 +233,8 @@ class OperatorShell(Inspection, Readers, Checkpointing):
             self._forward_failure()
 
     def _end(self, port: int) -> None:
-        targets: list[Any] = []  # where the end goes on: nowhere until the last input ended
+        """The end of input ``port`` (past the barrier alignment; called with _send_lock)."""
+        targets: list[Target] = []  # where the end goes on: nowhere until the last input ended
         with self._lock:
             self.ends += 1
             if self.finished or self.proc is None:
