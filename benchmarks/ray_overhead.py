@@ -80,7 +80,7 @@ def phases(marks: dict[str, float]) -> Iterator[None]:
     decode = deploy.decode
     undo = [wrap(deploy.POOL, "take", "take", before="plan"),
             wrap(deploy, "_configure", "configure"),
-            wrap(deploy, "_feed_round_robin", "feed"),
+            wrap(deploy, "feed_round_robin", "feed"),
             wrap(deploy.POOL, "give", "give")]
     deploy.decode = first_out
     try:
