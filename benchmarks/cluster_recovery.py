@@ -407,6 +407,7 @@ def bytes_per_event(n: int, partitions: list[int]) -> list[str]:
     import ray
 
     import topology.deploy as dep
+    import topology.feeding as feeding
     from actors.shell import ACTOR_OPTIONS
     from actors.wire import encode, encode_rows
 
@@ -424,7 +425,7 @@ def bytes_per_event(n: int, partitions: list[int]) -> list[str]:
             return blob
         return counted
 
-    dep.encode_rows, dep.encode = counting(encode_rows), counting(encode)
+    feeding.encode_rows, feeding.encode = counting(encode_rows), counting(encode)
     head = ray.get_runtime_context().get_node_id()
     cols = wl.points(n, 1_000, seed=1)
     lines = [f"(c) bytes between nodes: W1, {n:,} events (24 B of columns each), "
@@ -469,7 +470,7 @@ def bytes_per_event(n: int, partitions: list[int]) -> list[str]:
             print(lines[-1], flush=True)
     finally:
         dep._SHELL = None
-        dep.encode_rows, dep.encode = encode_rows, encode
+        feeding.encode_rows, feeding.encode = encode_rows, encode
     return lines
 
 
