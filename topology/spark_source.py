@@ -31,10 +31,11 @@ that applies:
   the DataFrame is a projection of columns of parquet files whose row groups all have
   statistics of the time column, and merging them in the order of their earliest time holds
   at most ``2 * partition_rows`` rows. No row passes through the JVM, not a Spark job runs;
-* **a filtered scan per range, sorted in the driver**, or **Spark's distributed sort**
-  (:mod:`topology.spark_ranges`) -- a scan per range when the files' row groups each span a
-  narrow stretch of time, Spark's range partitioning and sort otherwise (edges, plans that
-  are more than a scan, files without statistics).
+* **a filtered scan per range, sorted in the driver** (:mod:`topology.spark_ranges`) -- when
+  the DataFrame is a projection and filter of parquet files whose row groups each span a
+  narrow stretch of time, so that each range's scan skips most of them;
+* **Spark's distributed sort** (:mod:`topology.spark_ranges`) -- otherwise (edges, plans that
+  are more than a scan, row groups holding all times, files without statistics).
 
 The time key is the ``start`` column for points and intervals; for edges, the time a row
 happens: its ``end`` when it has one (an end edge), else its ``start``

@@ -1,6 +1,6 @@
-"""Partition-parallel ingestion: Spark writes a batch DataFrame as N time-sorted parquet files,
-and each of N sources reads its own (``Stream.from_spark(df, ..., sources=N)``, docs/spark.md).
+"""Partition-parallel ingestion: Spark writes N time-sorted parquet files, one source reads each.
 
+``Stream.from_spark(df, ..., sources=N)`` on a batch DataFrame (docs/spark.md):
 :class:`StagedTable` is the table Spark writes once, under a staging folder
 (:func:`staging_directory`); :class:`StagedPart` is one portable source of it, picklable, that
 any process reaching the folder reads with pyarrow (:func:`staged_record_batches`), no row
