@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -32,6 +31,18 @@ from operators.ticks import Duration
 from operators.vectorized import Vectorized
 
 from . import nodes as n
+from .checks import (
+    check_flag,
+    check_function,
+    check_fuse,
+    check_iterable,
+    check_key,
+    check_query_name,
+    check_runtime,
+    check_step_name,
+    check_window_spec,
+)
+from .held_runs import Batches, SparkStream, held_runs, spark_streams
 
 #: Rows per column batch of a columnar source (``from_arrow``, ``from_spark``). Large: the
 #: cost of a Ray call and of grouping a batch is per batch (measured on W1 on Ray, 2 cores:
@@ -43,7 +54,6 @@ if TYPE_CHECKING:
     from .planner import Plan
     from .query import Query
 
-RUNTIMES = ("ray", "inline")
 #: ``checkpoint=`` not given (``None`` is an explicit choice: no restart state).
 _UNSET: Any = object()
 
@@ -79,7 +89,7 @@ class Stream:
         """Replay a physical stream (Insert / Retract / Cti messages). A message that breaks a
         rule of physical streams (docs/model.md) is not processed: it goes to the query's dead
         letters."""
-        _check_iterable("from_events", "messages", messages, "Insert, Retract and Cti messages")
+        check_iterable("from_events", "messages", messages, "Insert, Retract and Cti messages")
         return Stream(n.FromEvents(inputs=(), messages=tuple(messages), name=name))
 
     @staticmethod
@@ -92,7 +102,7 @@ class Stream:
         yields rows as they arrive (it is consumed once)."""
         from operators.ingress import Ingress
 
-        _check_iterable("from_rows", "rows", rows, "rows (dicts)")
+        check_iterable("from_rows", "rows", rows, "rows (dicts)")
         opts: dict[str, Any] = {"start": start, "end": end, "shape": shape, "id": id}
         if advance is not None:
             opts["advance"] = advance
@@ -149,7 +159,7 @@ class Stream:
         from .spark_source import PARTITION_ROWS, SparkStreamFeeder, spark_row_batches
         from .times import spark_clock
 
-        n.check_step_name(name, "from_spark")
+        check_step_name(name, "from_spark")
         if not hasattr(df, "isStreaming") or not hasattr(df, "schema"):
             raise TypeError(f"from_spark(df={df!r}): expected a pyspark.sql.DataFrame")
         if df.isStreaming:
@@ -169,7 +179,7 @@ class Stream:
             if advance is not None:
                 opts["advance"] = advance
             SparkStreamFeeder(df, **opts)  # check now: columns, types, the checkpoint's schema
-            source = _SparkStream(lambda: SparkStreamFeeder(df, **opts), trigger, location)
+            source = SparkStream(lambda: SparkStreamFeeder(df, **opts), trigger, location)
             return Stream(n.FromEvents(inputs=(), messages=source, batched=True,
                                        name=name or "spark", clock=spark_clock(df, start)))
         if checkpoint is not _UNSET and checkpoint is not None:
@@ -186,7 +196,7 @@ class Stream:
                           partition_rows=rows)  # check the arguments now
         # queries built on this stream and running at the same time share one read
         # (topology/shared_read.py): Spark sorts the table once for all of them
-        batches = _Batches(SharedRead(lambda: spark_row_batches(
+        batches = Batches(SharedRead(lambda: spark_row_batches(
             df, start, end, COLUMN_BATCH_ROWS, columnar=True, shape=shape,
             partition_rows=rows)), feed="driver")
         return Stream._batched(batches, start, end, shape, id, advance, name or "spark",
@@ -218,7 +228,7 @@ class Stream:
                                       None if staging is None else os.fspath(staging), what)
         table = StagedTable(df, start, end, shape, id, sources, directory, what)
         parts = [Stream._batched(
-            _Batches(StagedPart(table, i, start, end, COLUMN_BATCH_ROWS), feed="actor"),
+            Batches(StagedPart(table, i, start, end, COLUMN_BATCH_ROWS), feed="actor"),
             start, end, shape, id, advance, f"{base}[{i}]", spark_clock(df, start))
             for i in range(sources)]
         from .table_parts import UnionOfParts
@@ -248,9 +258,9 @@ class Stream:
         from .arrow_reader import TableBatches, arrow_batches, check_times
         from .times import arrow_clock, known_schema
 
-        n.check_step_name(name, "from_arrow")
+        check_step_name(name, "from_arrow")
         if not isinstance(data, (dict, pa.Table, pa.RecordBatch)):
-            _check_iterable("from_arrow", "data", data, "pyarrow Tables or RecordBatches (or "
+            check_iterable("from_arrow", "data", data, "pyarrow Tables or RecordBatches (or "
                             "give one Table, RecordBatch or a mapping of column name to array)")
         if isinstance(data, dict):
             data = pa.table(data)
@@ -277,7 +287,7 @@ class Stream:
     def published(query: str, name: str | None = None) -> Stream:
         """The output of the running query ``query`` (deployed with :meth:`deploy`): first
         every event still alive at its current CTI, then its live stream."""
-        n.check_query_name(query, "published", "query")
+        check_query_name(query, "published", "query")
         return Stream(n.Published(inputs=(), query=query, name=name))
 
     # -- span operators ---------------------------------------------------------------------
@@ -366,7 +376,7 @@ class Stream:
         elif not isinstance(policy, w.WindowPolicy):
             raise TypeError(f"window(policy={policy!r}): give an "
                             f"operators.windows.WindowPolicy")
-        n.check_window_spec(spec)
+        check_window_spec(spec)
         return WindowedStream(self, spec, policy.for_window(spec))
 
     def hopping_window(self, size: Duration, hop: Duration, alignment: Duration = 0,
@@ -511,8 +521,8 @@ class Stream:
                     partitions: int = 1, name: str | None = None) -> Stream:
         """Run ``fn`` on the events of each key separately; payloads become
         ``(key, payload)``. ``partitions=N`` spreads the keys over N actors by hash."""
-        n.check_key("group_apply", "key", key)
-        n.check_function("group_apply", "fn", fn, "(a Stream of one group's events) -> the "
+        check_key("group_apply", "key", key)
+        check_function("group_apply", "fn", fn, "(a Stream of one group's events) -> the "
                          "Stream of its sub-query")
         sub = fn(Stream(n.GroupInput(inputs=())))
         if not isinstance(sub, Stream):
@@ -535,7 +545,7 @@ class Stream:
         from .planner import assign_steps, explain_tree, fuse_level
 
         fuse_level("explain", fuse)
-        _check_flag("explain", "stages", stages)
+        check_flag("explain", "stages", stages)
         if stages:
             return self.plan(fuse).explain()
         return explain_tree(self._node, assign_steps(self._node))
@@ -573,11 +583,11 @@ class Stream:
         ``out.run`` (the run's token: store the rows under it, replacing what is there, and
         no kill anywhere loses or duplicates a row).
         """
-        _check_runtime("collect", runtime)
-        _check_fuse("collect", fuse)
+        check_runtime("collect", runtime)
+        check_fuse("collect", fuse)
         if not isinstance(commit, bool):
             raise TypeError(f"collect(commit={commit!r}): give True or False")
-        with _held_runs(self._node) as held:
+        with held_runs(self._node) as held:
             out = self._run(runtime, fuse=fuse, batch_size=batch_size, trace=trace,
                             columns=columns, **options)
             out.report.warn("collect()", "collect(...).", stacklevel=2)
@@ -628,8 +638,8 @@ class Stream:
         streaming ``from_spark`` with a checkpoint is committed once the DataFrame is made."""
         from .spark_sink import to_spark
 
-        _check_runtime("to_spark", runtime)
-        with _held_runs(self._node) as commit:
+        check_runtime("to_spark", runtime)
+        with held_runs(self._node) as commit:
             out = self._run(runtime, columns=True, **options)
             df = to_spark(spark, out, staging=staging)
             commit()
@@ -644,10 +654,10 @@ class Stream:
         is committed once the files are written."""
         from .spark_sink import _WRITE_MODES, write
 
-        _check_runtime("write", runtime)
+        check_runtime("write", runtime)
         if mode not in _WRITE_MODES:  # (write checks it too, but only after the run)
             raise ValueError(f"write(mode={mode!r}): mode must be one of {_WRITE_MODES}")
-        with _held_runs(self._node) as commit:
+        with held_runs(self._node) as commit:
             out = self._run(runtime, columns=True, **options)
             write(spark, out, path, format=format, mode=mode, staging=staging)
             commit()
@@ -667,8 +677,8 @@ class Stream:
         exactly once end to end (docs/spark.md)."""
         from .spark_sink import FinalRowsSink
 
-        _check_runtime("to_spark_stream", runtime)
-        resumed = [s for s in _spark_streams(self._node) if s.checkpoint is not None]
+        check_runtime("to_spark_stream", runtime)
+        resumed = [s for s in spark_streams(self._node) if s.checkpoint is not None]
         run = sum(s.hold() for s in resumed) if resumed else None
         try:
             sink = FinalRowsSink(spark, path, format=format, run=run)
@@ -678,7 +688,7 @@ class Stream:
                 from .deploy import collect_plan
 
                 fuse = options.pop("fuse", None)
-                _check_fuse("to_spark_stream", fuse)
+                check_fuse("to_spark_stream", fuse)
                 collect_plan(self._ray_plan(fuse, options.get("trace")),
                              on_messages=sink.on_messages, **options)
             sink.end()
@@ -705,7 +715,7 @@ class Stream:
         from .deploy import deploy_plan
         from .planner import fuse_level
 
-        n.check_query_name(name, "deploy")
+        check_query_name(name, "deploy")
         fuse_level("deploy", fuse)
         return deploy_plan(self.plan(fuse), name, trace=trace, **options)
 
@@ -732,131 +742,5 @@ class WindowedStream:
         return self._window(udo, "apply", name, on_error)
 
 
-def _check_iterable(what: str, arg: str, value: Any, of: str) -> None:
-    """Refuse ``value`` for argument ``arg`` of ``what`` unless it is an iterable (of ``of``)
-    other than a string."""
-    if isinstance(value, Iterable) and not isinstance(value, (str, bytes)):
-        return
-    raise TypeError(f"{what}({arg}={value!r}): give an iterable of {of}")
-
-
-def _check_flag(what: str, arg: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"{what}({arg}={value!r}): give True or False")
-
-
-def _check_fuse(what: str, fuse: Any) -> None:
-    """Refuse a ``fuse`` that is not None (the runtime's default) or a fusion level."""
-    from .planner import fuse_level
-
-    if fuse is not None:
-        fuse_level(what, fuse)
-
-
-def _check_runtime(what: str, runtime: Any) -> None:
-    if runtime not in RUNTIMES:
-        raise ValueError(f"{what}(runtime={runtime!r}): use one of {RUNTIMES}")
-
-
 def _name(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
-
-
-class _Batches:
-    """An iterable that makes a fresh iterator of batches each time it is read, and declares
-    who feeds it on a cluster (:data:`topology.nodes.Feed`): ``"host"`` (the default) when any
-    process can read it (a table), so a deployed query's host feeds it (:mod:`actors.host`);
-    ``"driver"`` when it lives in the driver (a Spark DataFrame); ``"actor"`` when its source
-    actor reads it itself (``OperatorShell.pull``): only a part of ``from_spark(df,
-    sources=N)``, a file that the actor reads faster than anyone could send it."""
-
-    def __init__(self, make: Callable[[], Iterable[Any]], feed: n.Feed = "host") -> None:
-        self.make, self.feed = make, feed
-
-    def __iter__(self) -> Any:
-        return iter(self.make())
-
-
-@contextmanager
-def _held_runs(node: n.Node) -> Iterator[_Commit]:
-    """Hold the runs of the query's streaming Spark sources with a checkpoint (those not
-    held already, by ``to_spark_stream``) until the caller has delivered the output: the
-    callable yielded commits them. A run not committed (an error, a kill) is replayed whole
-    by the next run over the checkpoint (:class:`topology.spark_source.SparkStreamFeeder`)."""
-    held = [s for s in _spark_streams(node) if s.checkpoint is not None and not s.held]
-    runs = [s.hold() for s in held]
-    commit = _Commit(held, sum(runs) if runs else None)
-    try:
-        yield commit
-    finally:  # a run not committed stays held on disk, for the next run to replay
-        for s in held:
-            s.held, s.last = False, None
-
-
-class _Commit:
-    """Commits the held runs of a query's streaming Spark sources (:func:`_held_runs`);
-    ``run`` is their token (the sum of the sources' committed runs before this one: a run
-    replayed after a kill has the same token), None without such a source."""
-
-    def __init__(self, streams: list[_SparkStream], run: int | None) -> None:
-        self.streams, self.run = streams, run
-
-    def __call__(self) -> None:
-        for s in self.streams:
-            s.commit_run()
-
-    def later(self) -> Callable[[], None]:
-        """A commit of this run's feeders, for after the ``with`` (``collect(commit=False)``'s
-        ``out.commit``); committing twice does nothing more."""
-        feeders = [s.last for s in self.streams if s.last is not None]
-
-        def commit() -> None:
-            while feeders:
-                feeders.pop(0).commit_run()
-
-        return commit
-
-
-def _spark_streams(node: n.Node) -> list[_SparkStream]:
-    """The streaming Spark sources of a query tree."""
-    messages = getattr(node, "messages", None)
-    found = [messages] if isinstance(messages, _SparkStream) else []
-    for child in node.inputs:
-        found += [s for s in _spark_streams(child) if s not in found]
-    return found
-
-
-class _SparkStream:
-    """The message batches of a streaming DataFrame: each iteration is one run, through a new
-    :class:`topology.spark_source.SparkStreamFeeder` that resumes from the checkpoint."""
-
-    def __init__(self, feeder: Callable[[], Any], trigger: dict[str, Any] | None,
-                 checkpoint: str | None) -> None:
-        self.feeder, self.trigger, self.checkpoint = feeder, trigger, checkpoint
-        self.held = False
-        self.last: Any = None
-
-    def hold(self) -> int:
-        """Hold the next run until :meth:`commit_run` (a sink commits per output CTI); the
-        source's run token (``SparkStreamFeeder.run``)."""
-        from .spark_source import stream_run
-
-        self.held = True
-        return stream_run(self.checkpoint)
-
-    def commit_run(self) -> None:
-        if self.last is not None:
-            self.last.commit_run()
-        self.held, self.last = False, None
-
-    def run_records(self) -> dict[str, Any] | None:
-        """What the source's Ingress did with this run's rows
-        (``SparkStreamFeeder.run_records``)."""
-        return self.last.run_records() if self.last is not None else None
-
-    def __iter__(self) -> Any:
-        self.last = self.feeder()
-        return self.last.stream(self.trigger, hold=self.held)
-
-    def __repr__(self) -> str:
-        return f"spark stream, checkpoint={self.checkpoint!r}"

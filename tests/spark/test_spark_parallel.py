@@ -29,7 +29,7 @@ from operators.events import MAX_TIME
 from operators.ingress import AdvanceTime
 from tests.kit import ON_RAY, assert_equivalent
 from topology import Stream
-from topology.stream import _Batches
+from topology.held_runs import Batches
 
 pytestmark = pytest.mark.spark
 
@@ -157,7 +157,7 @@ def test_a_source_that_fails_while_reading_fails_the_query_naming_its_step(ray_s
         for batch in _failing_batches():
             yield {k: np.asarray(v) for k, v in batch.items()}
 
-    s = Stream._batched(_Batches(make, feed="actor"), "ts", None, "point", None, None,
+    s = Stream._batched(Batches(make, feed="actor"), "ts", None, "point", None, None,
                         "reader")
     with pytest.raises(OperatorError, match=r"'reader'.*reading its source failed: OSError: "
                                             r"the disk went away"):

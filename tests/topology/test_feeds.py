@@ -11,7 +11,7 @@ from operators.events import Cti, Insert
 from topology import Stream
 from topology import nodes as n
 from topology.feeding import fed_by_cluster, pulls
-from topology.stream import _Batches
+from topology.held_runs import Batches
 
 TABLE = pa.table({"t": np.arange(4), "v": np.arange(4.0)})
 
@@ -31,7 +31,7 @@ def _source(s: Stream) -> n.Node:
     (Stream.from_rows(({"t": i} for i in range(3)), start="t"), "driver"),
     (Stream.from_arrow(TABLE, start="t"), "host"),
     (Stream.from_arrow(iter([TABLE]), start="t"), "driver"),
-    (Stream._batched(_Batches(lambda: [TABLE], feed="actor"), "t", None, "point", None, None,
+    (Stream._batched(Batches(lambda: [TABLE], feed="actor"), "t", None, "point", None, None,
                      "part"), "actor"),
 ])
 def test_each_source_declares_who_feeds_it(stream: Stream, feed: str) -> None:
