@@ -347,7 +347,7 @@ def trace(fn: Callable[[Any], Any]) -> Any:
     return _traced(fn)[0]
 
 
-class _Side(Field):
+class Side(Field):
     """The payload of one input of a two-input function: its fields read ``(side, key)``."""
 
     def __init__(self, side: str) -> None:
@@ -361,7 +361,7 @@ class _Side(Field):
 def _cached_pair(fn: Callable[[Any, Any], Any]) -> Any:
     try:
         with tracing() as watch:
-            out = fn(_Side("l"), _Side("r"))
+            out = fn(Side("l"), Side("r"))
         watch.check()
         return _result(out)
     except Exception:  # noqa: BLE001 - not element-wise, or more than a stand-in can do

@@ -360,16 +360,34 @@ class Ingress(Stateful):
         late = []
         for r in rows.tolist():
             row = row_at(columns, r)
-            start, end = int(starts[r]), int(ends[r])
-            why = ("a point cannot be moved, so it is dropped" if self.shape == "point"
-                   else f"its end {end} is not after the CTI either"
-                   if self.advance.policy == "adjust" else "policy 'drop'")
-            self.stats["dropped"] += 1
-            late.append((r, LateEvent(
-                self.name, "dropped",
-                f"start {start} is behind the CTI {cti}; {why} (a larger AdvanceTime "
-                f"delay tolerates more disorder)", row, None)))
+            late.append((r, self._late_start(int(starts[r]), int(ends[r]), cti, row)))
         return late
+
+    def _late_start(self, start: int, end: int, cti: int, row: Any) -> LateEvent:
+        """The record of a row dropped because its event starts behind the CTI (counted)."""
+        why = ("a point cannot be moved, so it is dropped" if self.shape == "point"
+               else f"its end {end} is not after the CTI either"
+               if self.advance.policy == "adjust" else "policy 'drop'")
+        self.stats["dropped"] += 1
+        return LateEvent(self.name, "dropped",
+                         f"start {start} is behind the CTI {cti}; {why} (a larger AdvanceTime "
+                         f"delay tolerates more disorder)", row, None)
+
+    def _dropped(self, row: Any, reason: str) -> None:
+        """``row`` is dropped as late, for ``reason`` (counted, recorded in ``late``)."""
+        self.stats["dropped"] += 1
+        self.late.append(LateEvent(self.name, "dropped", reason, row, None))
+
+    def _accepted(self, msg: Message, row: Any, out: list[Message],
+                  adjusted: str | None) -> None:
+        """``msg``, made of ``row``, goes out: processed, or ``adjusted`` (why; recorded in
+        ``late`` with the message sent)."""
+        out.append(msg)
+        if adjusted is None:
+            self.stats["processed"] += 1
+        else:
+            self.stats["adjusted"] += 1
+            self.late.append(LateEvent(self.name, "adjusted", adjusted, row, msg))
 
     def poll(self, now: float) -> list[Message]:
         """The idle timer: when ``advance.idle_timeout`` is set, no rows arrived for at least
@@ -511,14 +529,7 @@ class Ingress(Stateful):
             if self.advance.policy == "adjust" and end > cti:
                 sent = cti
             else:
-                self.stats["dropped"] += 1
-                why = ("a point cannot be moved, so it is dropped" if shape == "point"
-                       else f"its end {end} is not after the CTI either"
-                       if self.advance.policy == "adjust" else "policy 'drop'")
-                self.late.append(LateEvent(
-                    self.name, "dropped",
-                    f"start {start} is behind the CTI {cti}; {why} (a larger AdvanceTime "
-                    f"delay tolerates more disorder)", row, None))
+                self.late.append(self._late_start(start, end, cti, row))
                 if shape == "edge":
                     self._dropped_edges.add(eid)
                 return
@@ -527,16 +538,9 @@ class Ingress(Stateful):
             self._next_id += 1
         else:
             self._used.add(eid)
-        msg = Insert(eid, sent, end, row)
-        out.append(msg)
-        if sent != start:
-            self.stats["adjusted"] += 1
-            self.late.append(LateEvent(
-                self.name, "adjusted",
-                f"start {start} is behind the CTI {cti}; moved to start at the CTI (policy "
-                f"'adjust')", row, msg))
-        else:
-            self.stats["processed"] += 1
+        self._accepted(Insert(eid, sent, end, row), row, out, None if sent == start else (
+            f"start {start} is behind the CTI {cti}; moved to start at the CTI (policy "
+            f"'adjust')"))
         if shape == "edge":
             self._open[eid] = (sent, row)
             if self._dropped_edges:
@@ -552,11 +556,8 @@ class Ingress(Stateful):
         if live is None:
             if eid in self._dropped_edges:
                 self._dropped_edges.discard(eid)
-                self.stats["dropped"] += 1
-                self.late.append(LateEvent(
-                    self.name, "dropped",
-                    f"end edge of {eid!r}: its start edge was dropped as late, so there is "
-                    f"nothing to close", row, None))
+                self._dropped(row, f"end edge of {eid!r}: its start edge was dropped as late, "
+                                   f"so there is nothing to close")
                 return
             raise _Reject(f"end edge for id {eid!r}, but no edge with that id is open; send "
                           f"the start edge (a row with the id and no end) first")
@@ -573,24 +574,15 @@ class Ingress(Stateful):
             if self.advance.policy == "adjust" and cti < MAX_TIME:
                 new_end = cti
             else:
-                self.stats["dropped"] += 1
-                self.late.append(LateEvent(
-                    self.name, "dropped",
-                    f"end edge of {eid!r}: end {end} is behind the CTI {cti}; the edge stays "
-                    f"open (policy 'drop'; a larger AdvanceTime delay tolerates more "
-                    f"disorder)", row, None))
+                self._dropped(row, f"end edge of {eid!r}: end {end} is behind the CTI {cti}; "
+                                   f"the edge stays open (policy 'drop'; a larger AdvanceTime "
+                                   f"delay tolerates more disorder)")
                 return
-        msg = Retract(eid, start, MAX_TIME, new_end, payload)
-        out.append(msg)
         del self._open[eid]
-        if new_end != end:
-            self.stats["adjusted"] += 1
-            self.late.append(LateEvent(
-                self.name, "adjusted",
-                f"end edge of {eid!r}: end {end} is behind the CTI {cti}; the edge now ends "
-                f"at the CTI (policy 'adjust')", row, msg))
-        else:
-            self.stats["processed"] += 1
+        self._accepted(Retract(eid, start, MAX_TIME, new_end, payload), row, out,
+                       None if new_end == end else (
+                           f"end edge of {eid!r}: end {end} is behind the CTI {cti}; the edge "
+                           f"now ends at the CTI (policy 'adjust')"))
         self._horizon = max(self._horizon, new_end)
         self._generate(out)
 

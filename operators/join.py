@@ -66,7 +66,7 @@ import numpy as np
 
 from .columns import Columns, map_columns, one_row, payload_list
 from .events import Insert, Message, Retract
-from .expr import _Side, evaluate, pair_columns, trace, trace_pair
+from .expr import Side, evaluate, pair_columns, trace, trace_pair
 from .two_input import (
     END,
     KEY,
@@ -296,7 +296,7 @@ class Join(BinaryTemporal):
         b = map_columns(theirs, lambda c: c[j])
         left, right = (a, b) if port == 0 else (b, a)
         expr = self._select_expr
-        if isinstance(expr, _Side) and type(left if expr.key[0] == "l" else right) in (
+        if isinstance(expr, Side) and type(left if expr.key[0] == "l" else right) in (
                 dict, tuple):  # ``select=lambda l, r: l``: that side's columns as they are
             return left if expr.key[0] == "l" else right
         if expr is not None:

@@ -69,3 +69,16 @@ def identical(a: Any, b: Any) -> bool:
     except Exception:  # noqa: BLE001 - e.g. numpy arrays: fall back to the frozen forms
         pass
     return freeze(a, exact=True) == freeze(b, exact=True)
+
+
+def equal(a: Any, b: Any) -> bool:
+    """``a == b``, or False when comparing raises (numpy arrays, ...): a result that cannot
+    be compared counts as changed.
+
+    >>> equal([1, 2], [1, 2]), equal(2, 2.0)
+    (True, True)
+    """
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 -- e.g. numpy arrays: treat as changed
+        return False

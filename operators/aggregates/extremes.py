@@ -205,6 +205,18 @@ class Extreme(Builtin):
     def _extreme(keys: list[Any]) -> Any:
         raise NotImplementedError
 
+    def result(self, state: SortedList | Best) -> Any:
+        """The extreme (the last of the sorted keys for Max, the first for Min); None for an
+        empty state."""
+        if isinstance(state, Best):
+            key = state.key
+        elif not state:
+            return None
+        else:
+            key = state[-1] if self._largest else state[0]
+        flag, value, _ = key
+        return math.nan if flag else value
+
     def add(self, state: SortedList, values: list[Any]) -> SortedList:
         get, who = self._get, self.udm_name
         keys = []
@@ -350,15 +362,6 @@ class Min(Extreme):
     (-0.0, 2)
     """
 
-    def result(self, state: SortedList | Best) -> Any:
-        if isinstance(state, Best):
-            flag, value, _ = state.key
-            return math.nan if flag else value
-        if not state:
-            return None
-        flag, value, _ = state[0]
-        return math.nan if flag else value
-
     @staticmethod
     def _extreme(keys: list[Any]) -> Any:
         return min(keys)
@@ -374,15 +377,6 @@ class Max(Extreme):
     >>> Max().compute([-0.0, 0]), Max().compute([2, 2.0])
     (0, 2.0)
     """
-
-    def result(self, state: SortedList | Best) -> Any:
-        if isinstance(state, Best):
-            flag, value, _ = state.key
-            return math.nan if flag else value
-        if not state:
-            return None
-        flag, value, _ = state[-1]
-        return math.nan if flag else value
 
     _largest = True
 

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from sortedcontainers import SortedList
 
+from ..payloads import equal
 from ..udm import field_getter
 from .base import Builtin
 from .extremes import order_key, sorted_add, sorted_remove
@@ -96,25 +97,27 @@ class TopK(Builtin):
         twin.payloads = {c: list(same) for c, same in state.payloads.items()}
         return twin
 
-    def add(self, state: _TopKState, values: list[Any]) -> _TopKState:
-        get, who = self._get, self.udm_name
+    def _entries(self, values: list[Any]) -> Iterator[tuple[Any, Any, str]]:
+        """Each payload with its ``by`` value and its canonical form."""
+        get = self._get
         for p in values:
-            v = get(p)
-            c = canonical(p)
+            yield p, get(p), canonical(p)
+
+    def add(self, state: _TopKState, values: list[Any]) -> _TopKState:
+        who = self.udm_name
+        for p, v, c in self._entries(values):
             sorted_add(state.ranked, (order_key(v), c), who, v)
             state.payloads.setdefault(c, []).append(p)
         return state
 
     def remove(self, state: _TopKState, values: list[Any]) -> _TopKState:
-        get, who = self._get, self.udm_name
-        for p in values:
-            v = get(p)
-            c = canonical(p)
+        who = self.udm_name
+        for p, v, c in self._entries(values):
             sorted_remove(state.ranked, (order_key(v), c), who, p)
             same = state.payloads[c]
             # equal canonical forms are (nearly always) equal payloads; prefer the equal one
             for i, q in enumerate(same):
-                if q is p or _safe_eq(q, p):
+                if q is p or equal(q, p):
                     del same[i]
                     break
             else:
@@ -129,8 +132,3 @@ class TopK(Builtin):
         return tuple(state.payloads[c][0] for _, c in entries)
 
 
-def _safe_eq(a: Any, b: Any) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:  # noqa: BLE001 -- e.g. numpy arrays: fall back to the canonical match
-        return False

@@ -52,7 +52,7 @@ open window sees) are ignored.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Hashable, Iterable
 from itertools import repeat
 from typing import Any, Literal
@@ -62,9 +62,10 @@ from sortedcontainers import SortedList
 from ..aggregates import Max, Min, extreme_key
 from ..errors import DeadLetter
 from ..events import MAX_TIME, MIN_TIME, FreshId, Insert, Message, Retract, add_time
+from ..payloads import equal
 from ..processor import Processor
 from ..udm import Window
-from .evaluate import Ids, WindowUdm, net_change, stored_event
+from .evaluate import Ids, WindowUdm, between, net_change, stored_event, unchanged_dropped
 from .spec import DEFAULT_POLICY, CountWindow, PolicyArg
 
 Record = tuple[int, int, Any]  # (start, end, payload) of a live event
@@ -104,18 +105,6 @@ class _Win:
 
     def __repr__(self) -> str:
         return f"_Win(last={self.last}, outputs={self.outputs!r}, ok={self.ok})"
-
-
-def _between(keys: list[int], lo: int, hi: int) -> list[int]:
-    """The sorted ``keys`` in ``[lo, hi]``."""
-    return keys[bisect_left(keys, lo):bisect_right(keys, hi)]
-
-
-def _same(a: list[Any], b: list[Any]) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:  # noqa: BLE001 -- e.g. numpy arrays: treat as changed
-        return False
 
 
 class CountWindowOperator(Processor):
@@ -389,13 +378,13 @@ class CountWindowOperator(Processor):
         left: list[tuple[Hashable, Any]] = []
         joined: list[tuple[Hashable, Any]] = []
         both = min(old_last, last)
-        for t in _between(keys, start, both):
+        for t in between(keys, start, both):
             removed, added = delta[t]
             left.extend((i, self._item(r, start, old_last)) for i, r in removed.items())
             joined.extend((i, self._item(r, start, last)) for i, r in added.items())
         if old_last > last:  # the window shrank: the events then in (last, old_last] left
             gone = set(self.times.irange(last, old_last, inclusive=(False, True)))
-            gone.update(_between(keys, last + 1, old_last))
+            gone.update(between(keys, last + 1, old_last))
             for t in gone:
                 removed, added = delta.get(t, ({}, {}))
                 now = self.events.get(t, {})
@@ -405,13 +394,7 @@ class CountWindowOperator(Processor):
         elif last > old_last:  # the window grew: the events now in (old_last, last] joined
             for t in self.times.irange(old_last, last, inclusive=(False, True)):
                 joined.extend((i, self._item(r, start, last)) for i, r in self.events[t].items())
-        if left and joined:  # an event whose end moved but which the UDM sees unchanged
-            seen = dict(left)
-            same = {i for i, x in joined if i in seen and _same(seen[i], x)}
-            if same:
-                left = [(i, x) for i, x in left if i not in same]
-                joined = [(i, x) for i, x in joined if i not in same]
-        return [x for _, x in left], [x for _, x in joined]
+        return unchanged_dropped(left, joined)
 
     def _refresh(self, start: int, delta: Delta, keys: list[int],
                  trigger: Message, fresh: dict[int, Any] | None = None) -> list[Message]:
@@ -470,7 +453,7 @@ class CountWindowOperator(Processor):
         except Exception as exc:  # noqa: BLE001 -- a UDM may raise anything
             return self._failed(start, window, rec, exc, trigger)
         payloads = [p for _, _, p in call.output.rows(start, last + 1, results, call.stamped)]
-        if stay and rec is not None and rec.ok and _same([p for _, p in rec.outputs], payloads):
+        if stay and rec is not None and rec.ok and equal([p for _, p in rec.outputs], payloads):
             rec.state = state
             return []
         out = self._retract(rec) if rec is not None else []

@@ -18,18 +18,19 @@ stamps, how a failing UDM is reported or how output is corrected is an edit of t
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, TypeVar
 
 from ..errors import DeadLetter, OperatorError
 from ..events import FreshId, Insert, Message, Retract, fmt_time
-from ..payloads import freeze
+from ..payloads import equal, freeze
 from ..udm import UDM, FunctionAggregate, Operator, Window, resolve
 from .spec import OUTPUTS, OutputPolicy, Rec, ResolvedPolicy, WindowPolicy
 
-__all__ = ["KINDS", "ON_ERROR", "Ids", "Rec", "WindowUdm", "diff", "net_change", "not_behind",
-           "stored_event"]
+__all__ = ["KINDS", "ON_ERROR", "Ids", "Rec", "WindowUdm", "between", "diff", "net_change",
+           "not_behind", "stored_event", "unchanged_dropped"]
 
 #: The window a row is about (a Win, or a key standing for one): diff gives back what it got.
 _W = TypeVar("_W", bound=Hashable)
@@ -305,3 +306,26 @@ def net_change(net: dict[Any, tuple[dict[Any, Any], dict[Any, Any]]], key: Any,
         else:
             was[eid] = rec
     now.update(added)
+
+
+def between(keys: list[int], lo: int, hi: int) -> list[int]:
+    """The sorted ``keys`` in ``[lo, hi]``.
+
+    >>> between([1, 3, 5, 7], 3, 6)
+    [3, 5]
+    """
+    return keys[bisect_left(keys, lo):bisect_right(keys, hi)]
+
+
+def unchanged_dropped(left: list[tuple[Hashable, Any]], joined: list[tuple[Hashable, Any]]
+                      ) -> tuple[list[Any], list[Any]]:
+    """The members that ``left`` a window and ``joined`` it (``(id, what the UDM sees)``),
+    without the events that did both and look the same to the UDM (an event whose end moved
+    but which the UDM sees unchanged): what its incremental state must remove and add."""
+    if left and joined:
+        seen = dict(left)
+        same = {i for i, x in joined if i in seen and equal(seen[i], x)}
+        if same:
+            left = [(i, x) for i, x in left if i not in same]
+            joined = [(i, x) for i, x in joined if i not in same]
+    return [x for _, x in left], [x for _, x in joined]

@@ -68,9 +68,9 @@ from typing import Any
 
 import numpy as np
 
-from ..columns import Columns, apply_columns, concat, map_columns
+from ..columns import Columns, apply_columns, map_columns
 from ..errors import OperatorError
-from ..events import MAX_TIME, MIN_TIME, Cti, FreshId, Insert, Message, Retract
+from ..events import MAX_TIME, MIN_TIME, FreshId, Insert, Message, Retract
 from ..group_apply import group_key
 from ..payloads import identical
 from ..processor import Processor
@@ -87,7 +87,15 @@ from ..udm import (
 )
 from .evaluate import Ids, WindowUdm, diff
 from .index import Grid
-from .keyed_columns import SAFE, named_codes, number_columns, pane_ranges, window_groups
+from .keyed_columns import (
+    SAFE,
+    merged_batch,
+    named_codes,
+    number_columns,
+    pane_ranges,
+    retraction_error,
+    window_groups,
+)
 from .spec import DEFAULT_POLICY, HoppingWindow, PolicyArg
 
 __all__ = ["KeyedWindowAggregate", "supports"]
@@ -262,33 +270,8 @@ class KeyedWindowAggregate(Processor):
         closes, and grouping once per batch costs one UDM call per group instead of one per
         group and CTI. Anything else takes the message-by-message path."""
         msgs = batch if isinstance(batch, list) else list(batch)
-        parts: list[Columns] = []
-        ctis: list[Message] = []
-        for msg in msgs:
-            kind = type(msg)
-            if kind is Columns:
-                parts.append(msg)  # type: ignore[arg-type]
-            elif kind is Cti:
-                ctis.append(msg)
-            else:
-                return super().process(msgs, port)
-        if len(parts) < 2:
-            return super().process(msgs, port)
-        merged = concat(parts)
-        if merged is None or not self._before_ctis(msgs):
-            return super().process(msgs, port)
-        return super().process([merged, *ctis], port)  # type: ignore[list-item]  # a Columns stands for its inserts
-
-    def _before_ctis(self, msgs: list[Message]) -> bool:
-        """Whether every event of ``msgs`` starts at or after the CTIs before it (then the
-        batch can be reordered: events first)."""
-        cti = self.in_cti
-        for msg in msgs:
-            if type(msg) is Cti:
-                cti = max(cti, msg.time)
-            elif len(msg) and int(msg.starts.min()) < cti:  # type: ignore[union-attr]
-                return False
-        return True
+        merged = merged_batch(msgs, self.in_cti)
+        return super().process(msgs if merged is None else merged, port)
 
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
         s, e = msg.start, msg.end
@@ -311,10 +294,7 @@ class KeyedWindowAggregate(Processor):
         return payloads
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
-        raise ValueError(
-            f"a retraction ({msg!r}) reached the keyed window aggregate, which takes only "
-            f"inserts; the planner chose it for a source that never retracts, so this is a bug: "
-            f"report it")
+        raise retraction_error(msg, "keyed window aggregate")
 
     def on_columns(self, msg: Columns, port: int) -> list[Message]:
         starts = msg.starts

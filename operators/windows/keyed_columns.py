@@ -13,11 +13,22 @@ from typing import Any
 
 import numpy as np
 
+from ..columns import Columns, concat
+from ..events import Cti, Message
 from ..group_apply import group_key
 from .index import Grid
 
-__all__ = ["SAFE", "group_order", "named_codes", "number_column", "number_columns",
-           "pane_ranges", "window_groups"]
+__all__ = [
+    "SAFE",
+    "group_order",
+    "merged_batch",
+    "named_codes",
+    "number_column",
+    "number_columns",
+    "pane_ranges",
+    "retraction_error",
+    "window_groups",
+]
 
 #: Starts within ±2**61 ticks keep the window arithmetic inside int64 (else: Python ints).
 SAFE = 2**61
@@ -218,3 +229,37 @@ def window_groups(grid: Grid, starts: np.ndarray, keys: np.ndarray, ends: np.nda
     first = np.flatnonzero(np.r_[True, (ns[1:] != ns[:-1]) | (ks[1:] != ks[:-1])])
     return (ns[first].tolist(), ks[first].tolist(), idx,
             [*first.tolist(), len(ns)])
+
+
+def retraction_error(msg: Any, operator: str) -> ValueError:
+    """The error of a retraction reaching ``operator``, a keyed fast path that takes inserts
+    only: the planner chose it for a source that never retracts, so it is a bug."""
+    return ValueError(
+        f"a retraction ({msg!r}) reached the {operator}, which takes only inserts; the planner "
+        f"chose it for a source that never retracts, so this is a bug: report it")
+
+
+def merged_batch(msgs: list[Message], cti: int) -> list[Message] | None:
+    """A batch of Columns and CTIs as one Columns of all its events, then its CTIs, when
+    every event starts at or after the CTIs before it (``cti``: the input CTI so far): an
+    event after a CTI is too late for the windows that CTI closes, so the events can be added
+    at once, before the CTIs (one UDM call per group, not per group and CTI). None for any
+    other batch (fewer than two Columns, other messages, an event behind a CTI): it takes
+    the message-by-message path."""
+    parts: list[Columns] = []
+    ctis: list[Message] = []
+    for msg in msgs:
+        kind = type(msg)
+        if kind is Columns:
+            if len(msg) and int(msg.starts.min()) < cti:
+                return None
+            parts.append(msg)
+        elif kind is Cti:
+            cti = max(cti, msg.time)  # type: ignore[union-attr]
+            ctis.append(msg)
+        else:
+            return None
+    if len(parts) < 2:
+        return None
+    merged = concat(parts)
+    return None if merged is None else [merged, *ctis]  # type: ignore[list-item]

@@ -72,10 +72,10 @@ from ..errors import DeadLetter
 from ..events import MAX_TIME, FreshId, Insert, Message, Retract
 from ..expr import evaluate, trace
 from ..group_apply import group_key
+from ..payloads import equal
 from ..processor import Processor
 from ..two_input_columns import concat_payload
 from ..udm import IncrementalAggregate, Window, field_getter, resolve
-from .count import _same
 from .evaluate import Ids, WindowUdm
 from .spec import DEFAULT_POLICY, CountWindow, PolicyArg
 
@@ -289,7 +289,7 @@ class KeyedEndAggregate(Processor):
             if self.final:  # sent when a CTI passes the end
                 continue
             payloads = self._payloads(end, state)
-            if old and _same([p for _, p in old], payloads):
+            if old and equal([p for _, p in old], payloads):
                 continue
             out.extend(Retract(oid, end, end + 1, end, (key, p)) for oid, p in old)
             outputs = []

@@ -77,9 +77,9 @@ from ..errors import DeadLetter
 from ..events import FreshId, Insert, Message, Retract, add_time
 from ..expr import evaluate, trace
 from ..group_apply import group_key
+from ..payloads import equal
 from ..processor import Processor
 from ..udm import field_getter, resolve
-from .count import _same
 from .evaluate import Ids
 from .keyed_columns import number_column
 from .spec import CountWindow
@@ -441,7 +441,7 @@ class KeyedCountExtreme(Processor):
             old = wid[j]
             t = times[j]
             if old is not None:
-                if _same([wres[j]], [r]):
+                if equal([wres[j]], [r]):
                     continue
                 out.append(Retract(FreshId(name, old), t, t + 1, t, (key, wres[j])))
             oid = ids.next_id

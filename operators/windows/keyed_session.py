@@ -49,14 +49,14 @@ from typing import Any
 
 import numpy as np
 
-from ..columns import Columns, apply_columns, concat, map_columns, payload_list
+from ..columns import Columns, apply_columns, map_columns, payload_list
 from ..errors import OperatorError
-from ..events import Cti, FreshId, Insert, Message, Retract, add_time
+from ..events import FreshId, Insert, Message, Retract, add_time
 from ..group_apply import group_key
 from ..processor import Processor
 from ..udm import IncrementalAggregate, Window, field_getter, resolve
 from .evaluate import Ids, WindowUdm
-from .keyed_columns import SAFE, named_codes
+from .keyed_columns import SAFE, merged_batch, named_codes, retraction_error
 from .spec import DEFAULT_POLICY, PolicyArg, SessionWindow
 
 __all__ = ["KeyedSessionAggregate", "supports_sessions"]
@@ -154,26 +154,8 @@ class KeyedSessionAggregate(Processor):
         """A batch of Columns and CTIs is added all at once, then its CTIs close sessions (an
         event after a CTI starts at or after it, too late for a session that CTI closes)."""
         msgs = batch if isinstance(batch, list) else list(batch)
-        parts: list[Columns] = []
-        ctis: list[Message] = []
-        cti = self.in_cti
-        for msg in msgs:
-            kind = type(msg)
-            if kind is Columns:
-                if len(msg) and int(msg.starts.min()) < cti:  # type: ignore[union-attr]
-                    return super().process(msgs, port)  # (names the culprit)
-                parts.append(msg)  # type: ignore[arg-type]
-            elif kind is Cti:
-                cti = max(cti, msg.time)  # type: ignore[union-attr]
-                ctis.append(msg)
-            else:
-                return super().process(msgs, port)
-        if len(parts) < 2:
-            return super().process(msgs, port)
-        merged = concat(parts)
-        if merged is None:
-            return super().process(msgs, port)
-        return super().process([merged, *ctis], port)  # type: ignore[list-item]
+        merged = merged_batch(msgs, self.in_cti)  # (an event behind a CTI: per message, which
+        return super().process(msgs if merged is None else merged, port)  # names the culprit)
 
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
         s = msg.start
@@ -194,10 +176,7 @@ class KeyedSessionAggregate(Processor):
         return []
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
-        raise ValueError(
-            f"a retraction ({msg!r}) reached the keyed session aggregate, which takes only "
-            f"inserts; the planner chose it for a source that never retracts, so this is a bug: "
-            f"report it")
+        raise retraction_error(msg, "keyed session aggregate")
 
     def on_columns(self, msg: Columns, port: int) -> list[Message]:
         starts = msg.starts

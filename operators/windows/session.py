@@ -62,7 +62,6 @@ move their ends, which no open session sees: they are ignored.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from collections.abc import Hashable
 from typing import Any, Literal
 
@@ -72,7 +71,16 @@ from ..errors import DeadLetter
 from ..events import MIN_TIME, Insert, Message, Retract, add_time, fmt_time
 from ..processor import Processor
 from ..udm import Window
-from .evaluate import Ids, WindowUdm, diff, net_change, not_behind, stored_event
+from .evaluate import (
+    Ids,
+    WindowUdm,
+    between,
+    diff,
+    net_change,
+    not_behind,
+    stored_event,
+    unchanged_dropped,
+)
 from .spec import DEFAULT_POLICY, PolicyArg, SessionWindow
 
 Record = tuple[int, int, Any]  # (start, end, payload) of a live event
@@ -106,18 +114,6 @@ def session_bounds(times: list[int], gap: int, max_duration: int | None = None,
             i += 1
         out.append((first, prev))
     return out
-
-
-def _between(keys: list[int], lo: int, hi: int) -> list[int]:
-    """The sorted ``keys`` in ``[lo, hi]``."""
-    return keys[bisect_left(keys, lo):bisect_right(keys, hi)]
-
-
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:  # noqa: BLE001 -- e.g. numpy arrays: treat as changed
-        return False
 
 
 class _Session:
@@ -325,7 +321,7 @@ class SessionWindowOperator(Processor):
                 pool.extend((*row, first) for row in rec.outputs)
         for first, last in bounds:
             old = sessions.get(first)
-            if old is not None and old.last == last and old.ok and not _between(
+            if old is not None and old.last == last and old.ok and not between(
                     keys, first, last):
                 continue  # the same members
             rec, results = self._evaluate(first, last, old, delta, keys, why)
@@ -362,13 +358,13 @@ class SessionWindowOperator(Processor):
         left: list[tuple[Hashable, Any]] = []
         joined: list[tuple[Hashable, Any]] = []
         old_last, old_end = old.last, old.end
-        for t in _between(keys, first, min(old_last, last)):
+        for t in between(keys, first, min(old_last, last)):
             removed, added = delta[t]
             left.extend((i, item(r, old_end)) for i, r in removed.items())
             joined.extend((i, item(r, end)) for i, r in added.items())
         if old_last > last:  # it shrank: the events then in (last, old_last] left
             gone = set(self.times.irange(last, old_last, inclusive=(False, True)))
-            gone.update(_between(keys, last + 1, old_last))
+            gone.update(between(keys, last + 1, old_last))
             for t in gone:
                 removed, added = delta.get(t, ({}, {}))
                 left.extend((i, item(r, old_end)) for i, r in self.events.get(t, {}).items()
@@ -377,13 +373,7 @@ class SessionWindowOperator(Processor):
         elif last > old_last:  # it grew: the events now in (old_last, last] joined
             for t in self.times.irange(old_last, last, inclusive=(False, True)):
                 joined.extend((i, item(r, end)) for i, r in self.events[t].items())
-        if left and joined:  # an event whose end moved but which the UDM sees unchanged
-            seen = dict(left)
-            same = {i for i, x in joined if i in seen and _same(seen[i], x)}
-            if same:
-                left = [(i, x) for i, x in left if i not in same]
-                joined = [(i, x) for i, x in joined if i not in same]
-        return [x for _, x in left], [x for _, x in joined]
+        return unchanged_dropped(left, joined)
 
     def _evaluate(self, first: int, last: int, old: _Session | None, delta: Delta,
                   keys: list[int], why: dict[int, Message]) -> tuple[_Session, list[Any]]:
@@ -411,7 +401,7 @@ class SessionWindowOperator(Processor):
             else:
                 results = call.compute(self._members(first, last, end), window)
         except Exception as exc:  # noqa: BLE001 -- a UDM may raise anything
-            changed = _between(keys, first, last)
+            changed = between(keys, first, last)
             trigger = why[changed[-1]] if changed else next(reversed(why.values()))
             reason = call.failed(self.name, "compute", window,
                                  f"(while processing {trigger!r})", exc)
