@@ -9,8 +9,11 @@ time zone given with ``--tz``) and their differences as durations (``2.4 s``, ``
 is ``"ticks"`` otherwise: plain integer time, shown as the integer it is.
 
 :func:`source_clock` reads a source node's clock (the node records it when its builder knew,
-e.g. from an Arrow or Spark schema; else the first row of a rows source tells), the plan's
-:attr:`~topology.plan.Plan.clock` is ``"timestamps"`` when any source's is; :func:`show_time`,
+e.g. from an Arrow or Spark schema; else the first row of a list of rows tells), the plan's
+:attr:`~topology.plan.Plan.clock` is ``"timestamps"`` when any source's is; a source that
+nothing declared (a generator) tells as its first row arrives, by its stats
+(:data:`TIMESTAMP_ROWS`), and :func:`running_clock` is what the readers of a running query
+(the web view, ``why``) go by; :func:`show_time`,
 :func:`show_span` (an event's lifetime: ``at T`` for a point) and :func:`show_duration` are
 the one formatting of times, lifetimes and durations.
 
@@ -27,14 +30,15 @@ the one formatting of times, lifetimes and durations.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from operators.events import MAX_TIME, MIN_TIME
 from operators.ticks import TICKS, TIMESTAMPS
 
-__all__ = ["TICKS", "TIMESTAMPS", "parse_time", "parse_tz", "show_duration", "show_span",
-           "show_time", "source_clock"]
+__all__ = ["TICKS", "TIMESTAMPS", "TIMESTAMP_ROWS", "parse_time", "parse_tz", "running_clock",
+           "show_duration", "show_span", "show_time", "show_times_in", "source_clock"]
 
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
@@ -116,6 +120,31 @@ def show_span(start: int, end: int, clock: str | None,
     return f"[{show_time(start, clock, tz)}, {show_time(end, clock, tz)})"
 
 
+#: an integer of 13 digits or more (a tick after 1970-01-12 when it is a time), standing alone
+_TICKS_IN_TEXT = re.compile(r"(?<![\w.])-?\d{13,}(?![\w.])")
+
+
+def show_times_in(text: str, start: int, end: int, clock: str | None,
+                  tz: str | _dt.tzinfo | None = None) -> str:
+    """A payload's text (its repr) with the payload fields that hold times shown as times:
+    where ``clock`` is ``"timestamps"``, each integer of the text inside its event's lifetime
+    ``[start, end]`` (the ``ts`` of a reading, the time of a window's spike) is a time of
+    that event, and shows as one. Other integers, and every integer under plain ticks, stay.
+
+    >>> show_times_in("{'ts': 1767225600000000, 'n': 1767225600000000000}",
+    ...               1_767_225_600_000_000, 1_767_225_600_000_001, "timestamps")
+    "{'ts': 2026-01-01T00:00:00Z, 'n': 1767225600000000000}"
+    """
+    if clock != TIMESTAMPS:
+        return text
+
+    def one(m: re.Match[str]) -> str:
+        value = int(m.group(0))
+        return show_time(value, clock, tz) if start <= value <= end else m.group(0)
+
+    return _TICKS_IN_TEXT.sub(one, text)
+
+
 _UNITS = ((86_400_000_000, "d"), (3_600_000_000, "h"), (60_000_000, "min"), (1_000_000, "s"),
           (1_000, "ms"), (1, "µs"))
 
@@ -174,6 +203,36 @@ def source_clock(node: Any) -> str | None:
     except Exception:  # noqa: BLE001 - the ingress says what is wrong with the row
         return None
     return TIMESTAMPS if _is_timestamp(value) else TICKS
+
+
+#: The counter a rows source keeps among its stats (beside ``received``: the ingress's
+#: ``stats``, which a step's ``stats()`` carries as ``"source"``) of the rows whose start time
+#: was a timestamp (a datetime, date, ``numpy.datetime64`` or ISO-8601 string, or a timestamp
+#: or date column): how a source whose clock nothing declared (a generator of rows) tells,
+#: from its first row on, that its times are times (:func:`running_clock`).
+TIMESTAMP_ROWS = "timestamp_rows"
+
+
+def running_clock(declared: str | None, stats: Iterable[Mapping[str, Any]]) -> str:
+    """The clock of a running (or finished) query: ``"timestamps"`` when its plan declared
+    it (:attr:`~topology.plan.Plan.clock`: a schema, or the first row of a list), or when one
+    of its sources has since taken a row whose start time was a timestamp; else ``"ticks"``.
+    ``stats``: its steps' ``stats()`` (a source's counters under ``"source"``) or sources'
+    counters themselves (:data:`TIMESTAMP_ROWS`).
+
+    >>> running_clock("ticks", [{"step": "src", "source": {"received": 3,
+    ...                                                    "timestamp_rows": 3}}])
+    'timestamps'
+    >>> running_clock(None, [{"received": 3}]), running_clock("timestamps", [])
+    ('ticks', 'timestamps')
+    """
+    if declared == TIMESTAMPS:
+        return TIMESTAMPS
+    for s in stats:
+        counts = s.get("source") if isinstance(s.get("source"), Mapping) else s
+        if (counts or {}).get(TIMESTAMP_ROWS):
+            return TIMESTAMPS
+    return TICKS
 
 
 def known_schema(data: Any) -> Any:

@@ -53,7 +53,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
 from .registry import actor_name, ensure_ray, hosted, list_queries, step_actor
-from .times import TIMESTAMPS, parse_tz, show_duration, show_span, show_time
+from .times import (
+    TIMESTAMPS,
+    parse_tz,
+    running_clock,
+    show_duration,
+    show_span,
+    show_time,
+    show_times_in,
+)
 
 #: Output rows shown per query.
 ROWS_SHOWN = 10
@@ -233,7 +241,6 @@ class Monitor:
     def _query(self, name: str, info: dict[str, Any], answers: dict[Key, tuple[str, Any]],
                gone: dict[Key, str]) -> dict[str, Any]:
         edges: dict[str, list[str]] = info.get("edges", {})
-        clock = info.get("clock")
         inputs: dict[str, list[str]] = {}
         for src, dsts in edges.items():
             for dst in dsts:
@@ -289,6 +296,8 @@ class Monitor:
                 "busy": bool(s.get("busy")) if kind == "ok" else False,
                 "rates": self._rates(name, step, wall),
             }
+        # the plan's clock, or what a source fed by a generator told of its first rows
+        clock = running_clock(info.get("clock"), stats.values())
         for step, row in steps.items():
             ups = [(stats[u]["cti"], u) for u in inputs.get(step, [])
                    if "cti" in stats.get(u, {})]
@@ -313,7 +322,8 @@ class Monitor:
             self._known[key] = value
         rows = self._known.get(key, [])
         return {"steps": steps, "edges": edges, "clock": clock or "ticks", "in_flight": load,
-                "rows": [[start, end, payload, show_span(start, end, clock, self.tz)]
+                "rows": [[start, end, show_times_in(payload, start, end, clock, self.tz),
+                          show_span(start, end, clock, self.tz)]
                          for start, end, payload in rows],
                 "rows_note": None if kind == "ok" else
                 "the sink has not answered: the rows shown are older" if rows else
@@ -373,6 +383,12 @@ class Monitor:
             raise LookupError(f"the actor of step {step!r} is gone ({_problem(exc)})"
                               ) from None
 
+    def _clock(self, query: str, info: dict[str, Any]) -> str:
+        """The clock of a running ``query`` (its sink's manifest ``info``): its plan's, or
+        what its sources' last stats told of their rows (:func:`topology.times.running_clock`)."""
+        return running_clock(info.get("clock"), [
+            self._known.get((query, "stats", step), {}) for step in info.get("actors", {})])
+
     def records(self, query: str, step: str, kind: str) -> dict[str, Any]:
         """The late events (``kind="late"``) or dead letters (``"dead_letters"``) of one step
         (the newest :data:`RECORDS_SHOWN`), each with its reason and original time shown as
@@ -382,7 +398,7 @@ class Monitor:
         if kind not in ("late", "dead_letters"):
             raise LookupError(f"ask for kind=late or kind=dead_letters, not {kind!r}")
         actor, info = self._actor(query, step)
-        clock = info.get("clock")
+        clock = self._clock(query, info)
         try:
             records = ray.get(actor.records.remote(kind), timeout=PAGE_WAIT_S)
         except Exception as exc:  # noqa: BLE001 - busy in one long batch, or gone
@@ -392,12 +408,16 @@ class Monitor:
         for rec in records[-RECORDS_SHOWN:]:
             reason = str(getattr(rec, "reason", ""))
             item = getattr(rec, "item", rec)
+            original = _original_time(rec, reason)
+            text = _short(_safe_repr(item))
             shown.append({
                 "where": str(getattr(rec, "where", step)),
                 "action": str(getattr(rec, "action", "dead letter")),
                 "reason": _readable(reason, clock, self.tz),
-                "original": show_time(_original_time(rec, reason), clock, self.tz),
-                "item": _short(_safe_repr(item))})
+                "original": show_time(original, clock, self.tz),
+                # the row's field that holds its original time, as that time
+                "item": text if original is None else
+                show_times_in(text, original, original, clock, self.tz)})
         return {"query": query, "step": step, "kind": kind, "count": len(records),
                 "records": shown}
 
@@ -407,7 +427,7 @@ class Monitor:
         rows first); a ``LookupError`` saying how to get one when the query has no trace."""
         import ray
 
-        actor, _ = self._actor(query, step)
+        actor, info = self._actor(query, step)
         try:
             path = ray.get(actor.stats.remote(), timeout=PAGE_WAIT_S).get("trace")
             if path:
@@ -423,6 +443,10 @@ class Monitor:
         try:
             rec = Recording.open(path)
             traced = rec.step_of(step)
+            # the trace's plan was written before a row came: a generator's times are times
+            # when its source has told so since
+            if self._clock(query, info) == TIMESTAMPS:
+                rec.meta["clock"] = TIMESTAMPS
         except (OSError, KeyError) as exc:
             raise LookupError(f"step {step!r} has recorded nothing in its trace {path!r} yet "
                               f"({exc.args[0] if exc.args else exc})") from None

@@ -46,7 +46,16 @@ from typing import TYPE_CHECKING, Any
 
 from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Retract
 
-from .times import TICKS, TIMESTAMPS, parse_time, show_duration, show_span, show_time
+from .times import (
+    TICKS,
+    TIMESTAMPS,
+    parse_time,
+    running_clock,
+    show_duration,
+    show_span,
+    show_time,
+    show_times_in,
+)
 
 if TYPE_CHECKING:
     from operators.ingress import AdvanceTime
@@ -251,6 +260,12 @@ class Explanation:
     def _span(self, start: int, end: int) -> str:
         return show_span(start, end, self.clock, self.tz)
 
+    def _payload(self, text: str, start: int | None, end: int | None) -> str:
+        """A payload's text with its fields that hold times of its event shown as times."""
+        if start is None or end is None:
+            return text
+        return show_times_in(text, start, end, self.clock, self.tz)
+
     def what(self) -> str:
         """The output asked about, as people read it."""
         if self.hi == self.lo + 1:
@@ -270,7 +285,7 @@ class Explanation:
             lines.append(f"  its output CTI is {self._t(self.cti)}; it is final once a CTI "
                          f"passes {self._t(self.hi - 1)}")
         for s, e, p in self.rows:
-            lines.append(f"  output {self._span(s, e)} {p}")
+            lines.append(f"  output {self._span(s, e)} {self._payload(p, s, e)}")
         if self.status == FINAL and not self.rows and self.known and not self.released:
             lines.append("  no output covers it (and none will)")
         elif self.status == FINAL and self.released:
@@ -304,7 +319,7 @@ class Explanation:
                     else "")
             lines.append(f"late events out of it: {self.late_count}{more}")
             for r in self.late:
-                lines.append(f"  {r.where}: {_late_text(r, self._span)}")
+                lines.append(f"  {r.where}: {_late_text(r, self._span, self._payload)}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -320,8 +335,8 @@ class Explanation:
                           inputs=[{"port": p, "from": u, "cti": c, "shown": self._t(c)}
                                   for p, u, c in h.inputs]) for h in self.hops]
         d["rows"] = [{"start": self._t(s), "end": self._t(e), "span": self._span(s, e),
-                      "payload": p} for s, e, p in self.rows]
-        d["late"] = [dict(dataclasses.asdict(r), text=_late_text(r, self._span))
+                      "payload": self._payload(p, s, e)} for s, e, p in self.rows]
+        d["late"] = [dict(dataclasses.asdict(r), text=_late_text(r, self._span, self._payload))
                      for r in self.late]
         d["idle_shown"] = None if self.idle_s is None else _seconds(self.idle_s)
         d["advice_text"] = self.advice_line()
@@ -347,13 +362,14 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _late_text(r: Late, span: Any) -> str:
+def _late_text(r: Late, span: Any, payload: Any) -> str:
     """A late event as people read it: ``dropped at 5``, ``adjusted [5, 25), sent as [20,
-    25)``; ``span(start, end)`` shows a lifetime (:func:`topology.times.show_span`)."""
+    25)``; ``span(start, end)`` shows a lifetime (:func:`topology.times.show_span`),
+    ``payload(text, start, end)`` its payload."""
     text = f"{r.action} {'unknown time' if r.start is None else span(r.start, r.end)}"
     if r.sent is not None:
         text += f", sent as {span(*r.sent)}"
-    return f"{text} {r.payload}"
+    return f"{text} {payload(r.payload, r.start, r.end)}"
 
 
 def _seconds(s: float) -> str:
@@ -710,8 +726,8 @@ def inline_progress(plan: Plan, procs: Mapping[str, Processor], ctis: Mapping[st
             in_ctis=None if ins is None else tuple(ins), cti_wall=cti_walls.get(step),
             push_wall=push_walls.get(step), finished=ended, state_size=proc.state_size(),
             source=step_facts(proc), in_ended=tuple(sorted(proc.in_ended or ())))
-    return Progress(steps, plan_inputs(plan), plan.sink, plan.clock, ended=ended,
-                    query="collect()")
+    clock = running_clock(plan.clock, [p.stats for p in procs.values() if p.stats is not None])
+    return Progress(steps, plan_inputs(plan), plan.sink, clock, ended=ended, query="collect()")
 
 
 def actor_progress(handles: Mapping[str, Any], output: str, clock: str, *, query: str = "",
@@ -743,8 +759,9 @@ def actor_progress(handles: Mapping[str, Any], output: str, clock: str, *, query
             in_flight=int(st.get("in_flight", 0)), state_size=int(st.get("state_size") or 0),
             source=f, in_ended=tuple(st.get("in_ended") or ()), busy=bool(st.get("busy")),
             busy_s=st.get("busy_s"), error=st.get("error"))
-    return Progress(out, {s: tuple(sorted(v)) for s, v in inputs.items()}, output, clock,
-                    ended=ended, query=query)
+    # the plan's clock, or what a source fed by a generator told of its rows as they came
+    return Progress(out, {s: tuple(sorted(v)) for s, v in inputs.items()}, output,
+                    running_clock(clock, stats), ended=ended, query=query)
 
 
 def _answers(ray: Any, refs: list[Any], steps: list[str], timeout_s: float,

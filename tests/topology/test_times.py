@@ -81,3 +81,29 @@ def test_a_point_reads_at_its_time_and_an_interval_as_its_span():
     assert show_span(t, t + 60_000_000, "timestamps") == \
         "[2026-01-01T00:24:07.603172Z, 2026-01-01T00:25:07.603172Z)"
     assert (show_span(3, 4, "ticks"), show_span(3, 9, "ticks")) == ("at 3", "[3, 9)")
+
+
+def test_payload_fields_holding_times_of_their_event_read_as_times():
+    from topology.times import show_times_in
+
+    t0 = 1_767_225_600_000_000
+    window = (t0, t0 + 300_000_000)  # a 5-minute window
+    spike = "{'meter': 'm031', 'ts': 1767225720000000, 'kwh': 4.2, 'n': 1234567890123456789}"
+    assert show_times_in(spike, *window, "timestamps") == \
+        "{'meter': 'm031', 'ts': 2026-01-01T00:02:00Z, 'kwh': 4.2, 'n': 1234567890123456789}"
+    assert show_times_in(spike, *window, "ticks") == spike  # plain ticks stay ticks
+    # an integer outside its event's lifetime is no time of it; short ones are never times
+    assert show_times_in("{'ts': 1767225720000000, 'k': 42}", t0, t0 + 1, "timestamps") == \
+        "{'ts': 1767225720000000, 'k': 42}"
+
+
+def test_a_running_query_is_on_timestamps_once_a_source_has_taken_one():
+    from topology.times import TIMESTAMP_ROWS, running_clock
+
+    steps = [{"step": "src", "source": {"received": 2, TIMESTAMP_ROWS: 0}},
+             {"step": "sink", "cti": 5}]
+    assert running_clock("ticks", steps) == "ticks"
+    steps[0]["source"][TIMESTAMP_ROWS] = 2  # its rows' starts were datetimes
+    assert running_clock("ticks", steps) == "timestamps"
+    assert running_clock(None, [{"received": 1, TIMESTAMP_ROWS: 1}]) == "timestamps"
+    assert running_clock("timestamps", []) == "timestamps"  # declared by the plan

@@ -356,3 +356,56 @@ def test_a_browser_that_closes_before_its_answer_prints_no_traceback(ray_session
     err = capfd.readouterr().err
     assert "Traceback" not in err and "BrokenPipeError" not in err and \
         "ConnectionResetError" not in err, err[-2000:]
+
+
+def test_payload_fields_holding_times_show_as_times(ray_session):
+    # a table whose ts column is a timestamp: the plan's clock is timestamps, and the ts of
+    # each payload (ticks once read) shows as the time it is, in the rows and the why report
+    import datetime
+
+    import pyarrow as pa
+
+    t0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    table = pa.table({"ts": pa.array([t0 + datetime.timedelta(seconds=i) for i in range(5)],
+                                     pa.timestamp("us", "UTC")), "kwh": [0.5] * 5})
+    q = Stream.from_arrow(table, start="ts").deploy("ui-payload-times", history=True)
+    monitor = Monitor()
+    try:
+        _wait_for(lambda: len(monitor.sample(0)["queries"].get("ui-payload-times", {})
+                              .get("rows", [])) == 5, what="the rows")
+        rows = monitor.sample(0)["queries"]["ui-payload-times"]["rows"]
+        start, _, payload, span = rows[-1]
+        assert span == "at 2026-01-01T00:00:04Z"
+        assert "'ts': 2026-01-01T00:00:04Z" in payload and str(start) not in payload, payload
+    finally:
+        q.stop()
+
+
+@pytest.mark.xfail(strict=True, reason="needs the ingress to count the rows whose start was a "
+                   "timestamp (topology.times.TIMESTAMP_ROWS in its stats): issue 41 item 9, "
+                   "operators/ingress.py")
+def test_a_generator_of_datetimes_shows_times_once_its_first_row_came(ray_session):
+    # nothing declares a generator's clock: its first row tells, and the readers (the web
+    # view, why) go by what its source reports from then on
+    import datetime
+
+    from operators.ingress import AdvanceTime
+
+    t0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    feed: queue.Queue = queue.Queue()
+    q = Stream.from_rows(_rows(feed), start="ts", advance=AdvanceTime(every=1)).deploy(
+        "ui-gen-times", history=True, flush_ms=10)
+    monitor = Monitor()
+    try:
+        for i in range(3):
+            feed.put({"ts": t0 + datetime.timedelta(seconds=i)})
+        _wait_for(lambda: len(monitor.sample(0)["queries"].get("ui-gen-times", {})
+                              .get("rows", [])) == 3, what="the rows")
+        data = monitor.sample(0)["queries"]["ui-gen-times"]
+        assert data["clock"] == "timestamps"
+        assert data["steps"]["sink"]["shown"]["cti"].startswith("2026-01-01T00:00:0")
+        assert data["rows"][-1][3] == "at 2026-01-01T00:00:02Z"
+        assert "2026-01-01T00:00:0" in str(q.why())
+    finally:
+        feed.put(None)
+        q.stop()

@@ -483,3 +483,26 @@ def test_a_paused_live_input_whose_events_an_idle_timeout_covers_keeps_that_advi
     late = explain(_reference_join(t0, t0 + 60 * MINUTE, shape="point"),
                    "2026-01-01T02:00:00Z", rows=[], now=101.0)
     assert late.advice_kind == "import_ctis" and "idle_timeout=" not in (late.advice or "")
+
+
+def test_payload_times_in_the_report_read_as_times():
+    #   the output window [00:00, 00:05) holds a spike at 00:02 (its payload's ts, in ticks);
+    #   a late reading at 00:01 was dropped out of it
+    from topology.why import Late, SourceFacts
+
+    t0 = 1_767_225_600_000_000
+    late = Late("src", "dropped", t0 + MINUTE, t0 + MINUTE + 1, None, "behind the CTI",
+                f"{{'ts': {t0 + MINUTE}, 'kwh': 9.0}}")
+    p = Progress(steps={"src": StepProgress("src", cti=t0 + 10 * MINUTE,
+                                            source=SourceFacts(late=(late,), late_count=1)),
+                        "sink": StepProgress("sink", cti=t0 + 10 * MINUTE)},
+                 inputs={"sink": ((0, "src"),)}, output="sink", clock=TIMESTAMPS)
+    e = explain(p, "2026-01-01T00:02:00Z",
+                rows=[(t0, t0 + 5 * MINUTE, {"ts": t0 + 2 * MINUTE, "kwh": 4.2})])
+    text = str(e)
+    assert "{'kwh': 4.2, 'ts': 2026-01-01T00:02:00Z}" in text, text  # (reprlib sorts keys)
+    assert "src: dropped at 2026-01-01T00:01:00Z {'ts': 2026-01-01T00:01:00Z" in text, text
+    assert str(t0) not in text and str(t0 + MINUTE) not in text
+    d = e.to_dict()
+    assert d["rows"][0]["payload"] == "{'kwh': 4.2, 'ts': 2026-01-01T00:02:00Z}"
+    assert d["late"][0]["text"].startswith("dropped at 2026-01-01T00:01:00Z {'ts': 2026-")
