@@ -271,8 +271,8 @@ class Progress:
         self.tty = sys.stderr.isatty()
 
     def update(self, done: int, label: str, last: bool = False) -> None:
-        """Show ``done`` events and ``label``; ``last``: the final line (the queries have
-        ended; events all read may come before that)."""
+        """Show ``done`` readings (read by every query) and ``label``; ``last``: the final
+        line (the queries have ended; the readings all read may come before that)."""
         pct = min(100, int(100 * done / self.total))
         step = 1 if self.tty else 25  # without a terminal, one line per quarter
         if (self.shown >= 0 and pct // step == self.shown // step and not last
@@ -282,7 +282,7 @@ class Progress:
         filled = self.width * pct // 100
         bar = "█" * filled + "░" * (self.width - filled)
         end = "\n" if last or not self.tty else ""
-        sys.stderr.write(f"\r  [{bar}] {pct:3d}%  {done:,}/{self.total:,} events  {label:<22}"
+        sys.stderr.write(f"\r  [{bar}] {pct:3d}%  {done:,}/{self.total:,} readings  {label:<22}"
                          + end)
         sys.stderr.flush()
 
@@ -306,8 +306,9 @@ def _readings_sources(running: dict[str, Any]) -> list[Any]:
 
 
 def _received(sources: list[Any], last: dict[int, dict[str, Any]]) -> int:
-    """The rows the sources have taken, asking each without waiting for it: a source busy
-    with a batch answers after it, so its count ``last`` seen stands meanwhile."""
+    """The rows every source has taken (the fewest of them), asking each without waiting
+    for it: a source busy with a batch answers after it, so its count ``last`` seen stands
+    meanwhile."""
     import ray
 
     refs = [h.stats.remote() for h in sources]
@@ -315,7 +316,10 @@ def _received(sources: list[Any], last: dict[int, dict[str, Any]]) -> int:
     for i, ref in enumerate(refs):
         if ref in answered:
             last[i] = ray.get(ref)
-    return _readings_received({str(i): s for i, s in last.items()})
+    if len(last) < len(sources):
+        return 0
+    # the rows every query has read: one read of the table, however many queries share it
+    return min(_readings_received({"one": s}) for s in last.values())
 
 
 def _finished_at(live: Any) -> float:
@@ -353,7 +357,7 @@ def run_held(running: dict[str, Any], readings: int, progress: bool = True) -> f
     """Start the held queries together and wait for every one to end; returns the seconds
     from the start to the last query's end, as its sink saw it. ``readings``: the rows of
     the readings source (for the progress bar)."""
-    bar = Progress(readings * sum(1 for name in running if name != "faults"))
+    bar = Progress(readings)
     sources = _readings_sources(running)
     seen: dict[int, dict[str, Any]] = {}
     t0 = time.time()
@@ -421,26 +425,41 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
                 summary.append({"output": name, "rows": len(rows), "late": len(live.late()),
                                 "dead_letters": len(live.dead_letters()), "path": path})
         finally:
+            # pushes in flight as the stop came are refused now or when Ray collects them
+            loud = _without_stopped_step_errors()
             for live in running.values():
                 live.stop()
-        print_summary(summary, data, elapsed, setup)
-        pictures = explain(data, out, outputs["anomalies"])
-        pictures.update(meter_pictures(data, outputs, out))
-        if pictures:
-            print("\n  one anomaly, traced and drawn (cedar debug / cedar timeline read the "
-                  "traces):")
-            for label, path in pictures.items():
-                print(f"  {label:<44} {path}")
-        elif importlib.util.find_spec("matplotlib") is None:
-            print("\n  (the pictures and the anomaly's root cause need matplotlib: "
-                  "pip install -e '.[viz]')")
-        if not keep:
-            print_next_steps(out, pictures)
-            return summary
-        kept = keep_live(meters, speed, fuse, hosts)
-        print_kept(kept, speed, meters)
-        keep_running(kept)
+        try:
+            _report_and_keep(data, out, summary, outputs, elapsed, setup, keep, meters, speed,
+                             fuse, hosts)
+        finally:
+            loud()
     return summary
+
+
+def _report_and_keep(data: DemoData, out: str, summary: list[dict[str, Any]],
+                     outputs: dict[str, list[Any]], elapsed: float, setup: Startup,
+                     keep: bool, meters: int, speed: float, fuse: bool | str,
+                     hosts: Any) -> None:
+    """The end of :func:`run`: the summary, the pictures, and what to try next, or with
+    ``keep`` the queries left running live."""
+    print_summary(summary, data, elapsed, setup)
+    pictures = explain(data, out, outputs["anomalies"])
+    pictures.update(meter_pictures(data, outputs, out))
+    if pictures:
+        print("\n  one anomaly, traced and drawn (cedar debug / cedar timeline read the "
+              "traces):")
+        for label, path in pictures.items():
+            print(f"  {label:<50} {path}")
+    elif importlib.util.find_spec("matplotlib") is None:
+        print("\n  (the pictures and the anomaly's root cause need matplotlib: "
+              "pip install -e '.[viz]')")
+    if not keep:
+        print_next_steps(out, pictures)
+        return
+    kept = keep_live(meters, speed, fuse, hosts)
+    print_kept(kept, speed, meters)
+    keep_running(kept)
 
 
 def keep_live(meters: int, speed: float = LIVE_SPEED, fuse: bool | str = "chains",

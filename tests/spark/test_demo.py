@@ -8,13 +8,23 @@ import pytest
 from topology.cli import main
 
 
+def generate_readings(meters: int, minutes: int) -> list:
+    from topology.demo import generate
+
+    return generate(meters=meters, minutes=minutes).readings
+
+
 @pytest.mark.ray
 @pytest.mark.spark
 def test_demo_runs_end_to_end(ray_session, spark, tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--meters", "4", "--minutes", "12", "--out", str(out)]) == 0
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
     assert "readings/s" in text and "5 queries started together" in text
+    # the progress counts the table's rows once, not once per query that reads it
+    readings = len(generate_readings(4, 12))
+    assert f"{readings:,}/{readings:,} readings" in captured.err
     for name in ("meter_averages", "anomalies", "regional_load", "peaks", "faults"):
         assert name in text
     # start-up apart from the run, no library chatter, and where to go next

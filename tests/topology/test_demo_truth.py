@@ -136,3 +136,25 @@ def test_keep_leaves_the_queries_running_live_with_times_and_late_readings(ray_s
         finally:
             for q in kept.values():
                 q.stop()
+
+
+def test_the_demo_hides_only_the_refused_calls_of_steps_it_stopped(monkeypatch):
+    # `cedar stop NAME` while the demo feeds NAME: each push in flight met a freed slot, and
+    # Ray printed a traceback for each of dozens of them on the demo's terminal
+    from ray._private import worker
+    from ray.exceptions import RayActorError
+
+    from topology.demo import _without_stopped_step_errors
+
+    seen: list = []
+    monkeypatch.setattr(worker, "_unhandled_error_handler", seen.append)
+    restore = _without_stopped_step_errors()
+    slot_gone = RuntimeError("ray::StepHost.push() ... actors.step_host.SlotGone: slot 3 of "
+                             "this step host was freed: its step was stopped")
+    other = ValueError("a step raised")
+    for e in (slot_gone, RayActorError(), other):
+        worker._unhandled_error_handler(e)
+    assert seen == [other]
+    restore()
+    worker._unhandled_error_handler(slot_gone)
+    assert seen == [other, slot_gone]
