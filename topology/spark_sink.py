@@ -23,11 +23,12 @@ import json
 import os
 import pickle
 import shutil
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from actors.files import TMP_PREFIX, atomic_path, atomic_write, temp_path
 from operators.cht import cht_rows
@@ -42,7 +43,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["TIME_TYPE", "WRITE_MODES", "FinalRowsSink", "cht_batches", "cht_to_arrow",
-           "columns_to_arrow", "result_to_arrow", "to_spark", "unify_batches", "write"]
+           "columns_to_arrow", "result_to_arrow", "to_spark", "unify_batches", "with_times",
+           "write"]
 
 #: The Arrow type of the ``start``/``end`` columns of every sink.
 TIME_TYPE = pa.timestamp("us", tz="UTC")
@@ -312,16 +314,44 @@ def _merged(group: list[Columns]) -> Iterator[Columns]:
         yield from group
 
 
+def with_times(batch: Any, times: Collection[str]) -> Any:
+    """``batch`` (an Arrow table or record batch) with its integer columns named in ``times``
+    (payload fields that hold ticks: a reading's ``ts``) as ``timestamp[us, tz=UTC]``, as
+    ``start`` and ``end`` are (∞ and -∞ as null); other columns as they are.
+
+    >>> with_times(pa.table({"ts": [1_767_225_600_000_000], "n": [7]}), ["ts"]).schema.types
+    [TimestampType(timestamp[us, tz=UTC]), DataType(int64)]
+    """
+    for name in times:
+        i = batch.schema.get_field_index(name)
+        if i < 0 or not pa.types.is_integer(batch.schema.field(i).type):
+            continue
+        ticks = batch.column(i)
+        if isinstance(ticks, pa.ChunkedArray):
+            ticks = ticks.combine_chunks()
+        values = ticks.cast(pa.int64())
+        outside = pc.or_(pc.greater_equal(values, MAX_TIME), pc.less_equal(values, MIN_TIME))
+        shown = pc.if_else(outside, pa.scalar(None, pa.int64()), values)
+        batch = batch.set_column(i, pa.field(name, TIME_TYPE), shown.cast(TIME_TYPE))
+    return batch
+
+
 def cht_batches(rows_or_messages: Iterable[Any],
-                chunk_rows: int = ROW_CHUNK) -> Iterator[pa.RecordBatch]:
+                chunk_rows: int = ROW_CHUNK, times: Collection[str] = ()
+                ) -> Iterator[pa.RecordBatch]:
     """The CHT of a result as Arrow record batches in the layout of :func:`cht_to_arrow`:
     column batches (:class:`~operators.columns.Columns`, what the column path of a query
     delivers) are converted column-wise; the rows of row messages -- or CHT rows
     ``(start, end, payload)`` -- through :func:`cht_to_arrow`, ``chunk_rows`` at a time.
 
     Each batch has the columns and types of its own rows; :func:`unify_batches` (or the sinks)
-    give them one schema. Memory beyond the input: one batch.
+    give them one schema. Memory beyond the input: one batch. ``times``: payload fields that
+    hold ticks, written as timestamps (:func:`with_times`).
     """
+    if times:
+        for batch in cht_batches(rows_or_messages, chunk_rows):
+            yield with_times(batch, times)
+        return
     items = rows_or_messages if isinstance(rows_or_messages, list) else list(rows_or_messages)
     if any(type(m) in (Insert, Retract, Cti, Columns) for m in items):
         columns, messages = _split_stream(items)
@@ -394,10 +424,11 @@ def unify_batches(batches: Iterable[pa.RecordBatch]) -> pa.Table:
     return pa.Table.from_batches([conform(b, schema) for b in batches], schema=schema)
 
 
-def result_to_arrow(rows_or_messages: Iterable[Any]) -> pa.Table:
+def result_to_arrow(rows_or_messages: Iterable[Any], times: Collection[str] = ()) -> pa.Table:
     """The CHT of a result (messages, column batches or CHT rows) as one Arrow table: the
-    rows of :func:`cht_to_arrow`, built column-wise where the result is columnar."""
-    return unify_batches(cht_batches(rows_or_messages))
+    rows of :func:`cht_to_arrow`, built column-wise where the result is columnar; the payload
+    fields named in ``times`` as timestamps (:func:`with_times`)."""
+    return unify_batches(cht_batches(rows_or_messages, times=times))
 
 
 # -- staging: parquet parts Spark reads in its executors -------------------------------------
@@ -452,12 +483,13 @@ def _staging_dir(session: SparkSession, staging: str | None, what: str) -> str |
 
 
 def _dataframe(session: SparkSession, rows_or_messages: Iterable[Any],
-               staging: str | None, what: str) -> tuple[DataFrame, str | None]:
+               staging: str | None, what: str, times: Collection[str] = ()
+               ) -> tuple[DataFrame, str | None]:
     directory = _staging_dir(session, staging, what)
     if directory is None:
-        table = result_to_arrow(rows_or_messages)
+        table = result_to_arrow(rows_or_messages, times)
         return session.createDataFrame(table), None
-    _stage(cht_batches(rows_or_messages), directory)
+    _stage(cht_batches(rows_or_messages, times=times), directory)
     return session.read.parquet(directory), directory
 
 
@@ -474,7 +506,7 @@ def _session(spark: SparkSession | None, what: str) -> SparkSession:
 
 
 def to_spark(spark: SparkSession | None, rows_or_messages: Iterable[Any],
-             staging: str | None = None) -> DataFrame:
+             staging: str | None = None, times: Collection[str] = ()) -> DataFrame:
     """A result as a Spark DataFrame: CHT rows, or a physical stream (turned into its CHT as
     :func:`operators.cht.to_cht` does), in the layout of :func:`cht_to_arrow` (``start``/``end``
     timestamps, null for ∞, plus the payload's fields). ``spark=None`` uses the active
@@ -490,10 +522,11 @@ def to_spark(spark: SparkSession | None, rows_or_messages: Iterable[Any],
 
     Given what ``collect()`` returns (:class:`topology.inline_runtime.Collected`), the DataFrame
     gets its run's report as ``run_report`` (dead letters, late events, accounting), as
-    ``Stream.to_spark`` returns it.
+    ``Stream.to_spark`` returns it. ``times``: the payload fields that hold ticks (a reading's
+    ``ts``: :func:`topology.times.time_fields` of the query), as timestamp columns.
     """
     session = _session(spark, "to_spark")
-    df = _dataframe(session, rows_or_messages, staging, "to_spark")[0]
+    df = _dataframe(session, rows_or_messages, staging, "to_spark", times)[0]
     report = getattr(rows_or_messages, "report", None)
     if report is not None:
         try:
@@ -510,6 +543,7 @@ def write(
     format: str = "parquet",
     mode: str = "error",
     staging: str | None = None,
+    times: Collection[str] = (),
 ) -> None:
     """Write a result's CHT (see :func:`to_spark`) to ``path`` through Spark's writer.
 
@@ -517,11 +551,12 @@ def write(
     format stops at milliseconds). ``mode`` is Spark's save mode: ``"error"`` (the default:
     fail if ``path`` exists), ``"overwrite"``, ``"append"`` or ``"ignore"``. The result is
     staged as parquet parts as in :func:`to_spark` (``staging``) and removed once written.
+    ``times``: the payload fields that hold ticks, written as timestamps (:func:`to_spark`).
     """
     if mode not in WRITE_MODES:
         raise ValueError(f"write(mode={mode!r}): mode must be one of {WRITE_MODES}")
     session = _session(spark, "write")
-    df, directory = _dataframe(session, rows_or_messages, staging, "write")
+    df, directory = _dataframe(session, rows_or_messages, staging, "write", times)
     try:
         df.write.format(format).mode(mode).options(**_TEXT_TIMESTAMPS).save(path)
     finally:
@@ -593,7 +628,8 @@ class FinalRowsSink:
     """
 
     def __init__(self, spark: SparkSession | None, path: str, format: str = "parquet",
-                 name: str = "sink", run: int | None = None) -> None:
+                 name: str = "sink", run: int | None = None,
+                 times: Collection[str] = ()) -> None:
         if format != "parquet" and spark is None:
             raise ValueError(f"FinalRowsSink(format={format!r}) writes through Spark: pass a "
                              f"SparkSession, or use format='parquet' (written with pyarrow)")
@@ -603,6 +639,8 @@ class FinalRowsSink:
         self.name = name
         #: The source's run this sink writes (None: the source replays from the beginning).
         self.run = run
+        #: payload fields that hold ticks, written as timestamps (:func:`with_times`)
+        self.times = tuple(times)
         os.makedirs(self.path, exist_ok=True)
         #: The latest CTI of this run whose final rows are on disk (MIN_TIME: none yet).
         self.committed = MIN_TIME
@@ -710,7 +748,7 @@ class FinalRowsSink:
         if self.format == "parquet":
             import pyarrow.parquet as pq
 
-            table = cht_to_arrow(rows, self._schema)
+            table = with_times(cht_to_arrow(rows, self._schema), self.times)
             with atomic_path(os.path.join(self.path, f"{stem}.parquet")) as tmp:
                 pq.write_table(table, tmp)
             if self._schema is None:
@@ -728,7 +766,7 @@ class FinalRowsSink:
     def _commit_with_spark(self, stem: str, rows: list[tuple[int, int, Any]]) -> None:
         assert self.spark is not None
         tmp_dir = temp_path(os.path.join(self.path, stem))  # beside the epoch's files
-        df = self.spark.createDataFrame(cht_to_arrow(rows)).coalesce(1)
+        df = self.spark.createDataFrame(with_times(cht_to_arrow(rows), self.times)).coalesce(1)
         df.write.format(self.format).options(**_TEXT_TIMESTAMPS).save(tmp_dir)
         parts = sorted(p for p in os.listdir(tmp_dir) if p.startswith("part-"))
         for i, part in enumerate(parts):

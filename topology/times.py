@@ -38,7 +38,8 @@ from operators.events import MAX_TIME, MIN_TIME
 from operators.ticks import TICKS, TIMESTAMPS
 
 __all__ = ["TICKS", "TIMESTAMPS", "TIMESTAMP_ROWS", "parse_time", "parse_tz", "running_clock",
-           "show_duration", "show_span", "show_time", "show_times_in", "source_clock"]
+           "show_duration", "show_span", "show_time", "show_times_in", "source_clock",
+           "time_fields"]
 
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
@@ -233,6 +234,37 @@ def running_clock(declared: str | None, stats: Iterable[Mapping[str, Any]]) -> s
         if (counts or {}).get(TIMESTAMP_ROWS):
             return TIMESTAMPS
     return TICKS
+
+
+def time_fields(root: Any) -> frozenset[str]:
+    """The payload fields of the query under ``root`` (a logical node, a Stream's) that hold
+    times: the ``start`` and ``end`` columns, by name, of its sources whose times came from
+    timestamps (:func:`source_clock`). Read there as ticks, they stay ticks in the payloads;
+    a sink writes them as timestamps (``topology.spark_sink.write(..., times=...)``).
+
+    >>> import datetime as dt
+    >>> from topology import Stream
+    >>> when = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    >>> sorted(time_fields(Stream.from_rows([{"ts": when, "until": when}], start="ts",
+    ...                                     end="until", shape="interval")._node))
+    ['ts', 'until']
+    >>> time_fields(Stream.from_rows([{"t": 5}], start="t")._node)
+    frozenset()
+    """
+    from .nodes import FromRows
+
+    names: set[str] = set()
+    seen: set[int] = set()
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, FromRows) and source_clock(node) == TIMESTAMPS:
+            names.update(c for c in (node.start, node.end) if isinstance(c, str))
+        todo.extend(node.inputs)
+    return frozenset(names)
 
 
 def known_schema(data: Any) -> Any:
