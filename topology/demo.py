@@ -490,18 +490,18 @@ def print_kept(kept: dict[str, Any], speed: float, meters: int) -> None:
         "token" else ""
     cedar = f"{auth}cedar"
     per_s = format_duration(int(speed * TICKS_PER_S))
-    print(f"\n  kept running on a live feed of {meters} meters ({per_s} of readings a second, "
-          f"late and broken readings as they arrive), until stopped:")
+    print(f"\n  kept running on a live feed of {meters} meters ({per_s} of readings a second; "
+          f"late and broken\n  readings as they arrive), until stopped:")
     print("    " + "  ".join(kept))
-    print("\n  watch them from another terminal (this Ray instance is at "
-          f"{address}" + (", and checks tokens" if auth else "") + "):")
+    print(f"\n  watch them from another terminal (this Ray instance is at {address}"
+          + (" and checks tokens" if auth else "") + "):")
     print(f"    {cedar} ui --address {address}")
     print("        then open http://127.0.0.1:8766/")
     print(f"    {cedar} status --address {address}")
     print(f"    {cedar} inspect demo-anomalies --address {address}")
     print(f"    {cedar} why demo-meter_averages --address {address}")
-    print(f"  stop them: {cedar} stop NAME --address {address} (each; this command ends "
-          f"when all are stopped), or Ctrl-C here", flush=True)
+    print("  stop them, each (this command ends when all are stopped), or Ctrl-C here:")
+    print(f"    {cedar} stop NAME --address {address}", flush=True)
 
 
 def keep_running(kept: dict[str, Any], poll_s: float = 1.0) -> None:
@@ -758,9 +758,9 @@ def print_summary(summary: list[dict[str, Any]], data: DemoData, elapsed: float,
     dropped = max((s["late"] for s in reading_queries), default=0)
     dead = max((s["dead_letters"] for s in reading_queries), default=0)
     behind = format_duration(LATE_BY_TICKS)
-    print(f"\n  input: {readings:,} readings of {meters} meters (one read of the table for the "
-          f"{len(reading_queries)} queries over them) and {len(data.states):,} meter-state "
-          f"edges")
+    print(f"\n  input: {readings:,} readings of {meters} meters, read once for the "
+          f"{len(reading_queries)} queries over them,\n    and {len(data.states):,} meter-state "
+          f"edges for faults")
     print(f"    {broken:,} without a time: set aside as dead letters ({dead:,} reported by each "
           f"reading query)")
     if dropped:
@@ -772,7 +772,7 @@ def print_summary(summary: list[dict[str, Any]], data: DemoData, elapsed: float,
               f"and there such a reading is late")
     print()
     print(f"  {'query':<16}{'output rows':>12}  parquet")
-    print(f"  {'-' * 16}{'-' * 12}  {'-' * 30}")
+    print(f"  {'-' * 14}  {'-' * 12}  {'-' * 30}")
     for s in summary:
         print(f"  {s['output']:<16}{s['rows']:>12,}  {s['path']}")
     print(f"\n  {len(summary)} queries started together: all their results {elapsed:.1f} s after "
@@ -780,7 +780,7 @@ def print_summary(summary: list[dict[str, Any]], data: DemoData, elapsed: float,
     if setup is not None:
         print(f"  start-up before that: {setup.libraries_s:.1f} s starting Spark and Ray, "
               f"{setup.actors_s:.1f} s starting the queries' {setup.actors} actors"
-              f"{setup.detail}")
+              + (f"\n   {setup.detail}" if setup.detail else ""))
 
 
 #: Spark's log4j2 settings while the demo runs: errors only.

@@ -48,8 +48,12 @@ def _summary(late: int) -> list[dict]:
 def test_the_summary_counts_rows_once_and_says_why_none_is_late(capsys):
     data = DemoData([{"meter": "m000", "ts": None if i < 7 else EPOCH_TICKS + i, "kwh": 1.0}
                      for i in range(14_400)], [{}] * 24, [], late=36)
-    print_summary(_summary(late=0), data, 2.0)
+    from topology.demo import Startup
+
+    print_summary(_summary(late=0), data, 2.0,
+                  Startup(14.2, 7.1, 3, " (their 13 stages in 3 step hosts)"))
     text = capsys.readouterr().out
+    assert max(len(line) for line in text.splitlines()) <= 100, text
     # rows, queries and the time from start to results; no per-query event counts
     assert "14,400 readings" in text and "24 meter-state edges" in text
     assert "5 queries" in text and "2.0 s after the start" in text and "events" not in text
@@ -116,6 +120,7 @@ def test_keep_leaves_the_queries_running_live_with_times_and_late_readings(ray_s
                 assert name in said
             assert f"cedar ui --address {address}" in said and "http://127.0.0.1:8766/" in said
             assert f"cedar stop NAME --address {address}" in said
+            assert max(len(line) for line in said.splitlines()) <= 100
             # late readings are late on a live feed (the batch table sorts them in)
             deadline = time.monotonic() + 60
             while not all(q.late() and q.dead_letters() for q in kept.values()) \
