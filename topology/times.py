@@ -38,8 +38,8 @@ from operators.events import MAX_TIME, MIN_TIME
 from operators.ticks import TICKS, TIMESTAMPS
 
 __all__ = ["TICKS", "TIMESTAMPS", "TIMESTAMP_ROWS", "parse_time", "parse_tz", "running_clock",
-           "show_duration", "show_span", "show_time", "show_times_in", "source_clock",
-           "time_fields"]
+           "show_duration", "show_reason", "show_span", "show_time", "show_times_in",
+           "source_clock", "time_fields"]
 
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
@@ -119,6 +119,24 @@ def show_span(start: int, end: int, clock: str | None,
     if end == start + 1:
         return f"at {show_time(start, clock, tz)}"
     return f"[{show_time(start, clock, tz)}, {show_time(end, clock, tz)})"
+
+
+#: a tick in a late event's or dead letter's reason, after the word that says what it is
+_TICK_IN_REASON = re.compile(r"\b(start|end|CTI|time) (-?\d+)\b")
+
+
+def show_reason(reason: str, clock: str | None, tz: str | _dt.tzinfo | None = None) -> str:
+    """A late event's or dead letter's reason (written by the engine, in ticks) with its
+    times shown as times where ``clock`` is ``"timestamps"``.
+
+    >>> show_reason("start 1767225603000000 is behind the CTI 1767225629000000; policy "
+    ...             "'drop'", "timestamps")
+    "start 2026-01-01T00:00:03Z is behind the CTI 2026-01-01T00:00:29Z; policy 'drop'"
+    """
+    if clock != TIMESTAMPS:
+        return reason
+    return _TICK_IN_REASON.sub(
+        lambda m: f"{m.group(1)} {show_time(int(m.group(2)), clock, tz)}", reason)
 
 
 #: an integer of 13 digits or more (a tick after 1970-01-12 when it is a time), standing alone

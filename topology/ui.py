@@ -58,6 +58,7 @@ from .times import (
     parse_tz,
     running_clock,
     show_duration,
+    show_reason,
     show_span,
     show_time,
     show_times_in,
@@ -413,7 +414,7 @@ class Monitor:
             shown.append({
                 "where": str(getattr(rec, "where", step)),
                 "action": str(getattr(rec, "action", "dead letter")),
-                "reason": _readable(reason, clock, self.tz),
+                "reason": show_reason(reason, clock, self.tz),
                 "original": show_time(original, clock, self.tz),
                 # the row's field that holds its original time, as that time
                 "item": text if original is None else
@@ -476,8 +477,6 @@ _NO_TRACE = ("query {query!r} was deployed without a trace, so step {step!r} has
 
 #: ``start 1767225600000000`` in a late event's reason: its original time
 _ORIGINAL = re.compile(r"\b(?:start|end) (-?\d+) is behind")
-#: a tick in a reason, after the word that says what it is
-_TICK = re.compile(r"\b(start|end|CTI|time) (-?\d+)\b")
 
 
 def _original_time(record: Any, reason: str) -> int | None:
@@ -489,14 +488,6 @@ def _original_time(record: Any, reason: str) -> int | None:
             return value
     found = _ORIGINAL.search(reason)
     return int(found.group(1)) if found else None
-
-
-def _readable(reason: str, clock: str | None, tz: Any) -> str:
-    """A reason with its ticks shown as times (where the query's clock is timestamps)."""
-    if clock != TIMESTAMPS:
-        return reason
-    return _TICK.sub(lambda m: f"{m.group(1)} {show_time(int(m.group(2)), clock, tz)}",
-                     reason)
 
 
 def _safe_repr(obj: Any) -> str:

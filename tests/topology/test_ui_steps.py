@@ -23,12 +23,12 @@ from tests.topology.live_kit import rows as _rows
 from tests.topology.live_kit import stall_at as _stall_at
 from tests.topology.live_kit import wait_for as _wait_for
 from topology import Stream
+from topology.times import show_reason
 from topology.ui import (
     HISTORY_POINTS,
     HISTORY_S,
     Monitor,
     _original_time,
-    _readable,
     _records_page,
     serve,
 )
@@ -232,9 +232,9 @@ def test_the_records_page_escapes_every_text_and_reads_ticks_as_times():
     dead = DeadLetter("<script>x</script>", "bad <i>row</i>", Insert(1, 42, 43, EVIL))
     assert _original_time(late, reason) == 1767225603000000
     assert _original_time(dead, dead.reason) == 42
-    assert _readable(reason, "timestamps", None) == \
+    assert show_reason(reason, "timestamps", None) == \
         ("start 2026-01-01T00:00:03Z is behind the CTI 2026-01-01T00:00:29Z; policy 'drop'")
-    assert _readable(reason, "ticks", None) == reason
+    assert show_reason(reason, "ticks", None) == reason
     page_html = _records_page({"query": "q<script>", "step": "<s>", "kind": "dead_letters",
                                "count": 3, "records": [
                                    {"where": dead.where, "action": "dead letter",
