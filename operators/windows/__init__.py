@@ -7,13 +7,15 @@ module              holds
                     :class:`WindowPolicy` (clip, output, emit) every operator takes and the
                     :class:`ResolvedPolicy` it is resolved into, once, for its spec
 ``index``           the hopping grid arithmetic and the WindowIndex entry
-``evaluate``        the UDM call and its error policy, the output policies, the output diff
+``evaluate``        the UDM call and its error policy, the output diff
 ``window_operator`` the WindowIndex machinery hopping and snapshot windows share
 ``hopping``         hopping and tumbling windows (the semantics, described once)
 ``snapshot``        snapshot windows, and hopping windows with ``output="compressed"``
 ``count``           count windows
 ``session``         session windows
 ``keyed``           the keyed fast path: a hopping aggregate per key over points, column-wise
+``keyed_columns``   what the keyed paths share: key codes, (window, key) groups of a column
+                    batch, number columns
 ``keyed_session``   the keyed fast path of session windows
 ``final_output``    ``emit="final"``: a window's rows held back until a CTI makes them final
 ==================  ===========================================================================
