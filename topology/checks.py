@@ -12,6 +12,36 @@ from typing import Any
 
 from operators.windows.spec import CountWindow, HoppingWindow, SessionWindow, SnapshotWindow
 
+#: The fusion levels, shallow to deep (``plan(fuse=...)``, ``deploy(fuse=...)``,
+#: ``collect(fuse=...)``); ``False`` is none (one stage per step) and ``True`` is
+#: ``"stateless"``.
+FUSE_LEVELS = ("stateless", "chains", "all")
+
+
+def fuse_level(what: str, fuse: Any) -> str | None:
+    """The fusion level ``fuse`` names (None: no fusion), or a clear error naming ``what``'s
+    argument.
+
+    >>> fuse_level("deploy", True), fuse_level("deploy", "all"), fuse_level("plan", False)
+    ('stateless', 'all', None)
+    >>> fuse_level("deploy", "deep")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: deploy(fuse='deep'): give False (one actor per step), True or 'stateless' ...
+    """
+    if fuse is False:
+        return None
+    if fuse is True:
+        return "stateless"
+    if isinstance(fuse, str) and fuse in FUSE_LEVELS:
+        return fuse
+    raise (ValueError if isinstance(fuse, str) else TypeError)(
+        f"{what}(fuse={fuse!r}): give False (one actor per step), True or 'stateless' "
+        f"(stateless steps run in the stage before them), 'chains' (every run of single-input "
+        f"steps in one actor, windows and group_apply too) or 'all' (each connected part of "
+        f"the query in one actor)")
+
+
 #: The runtimes a query runs on: ``collect(runtime=...)``.
 RUNTIMES = ("ray", "inline")
 
@@ -129,8 +159,6 @@ def check_flag(what: str, arg: str, value: Any) -> None:
 
 def check_fuse(what: str, fuse: Any) -> None:
     """Refuse a ``fuse`` that is not None (the runtime's default) or a fusion level."""
-    from .planner import fuse_level  # (the planner imports the nodes)
-
     if fuse is not None:
         fuse_level(what, fuse)
 
@@ -141,6 +169,6 @@ def check_runtime(what: str, runtime: Any) -> None:
         raise ValueError(f"{what}(runtime={runtime!r}): use one of {RUNTIMES}")
 
 
-__all__ = ["RUNTIMES", "SINK_STEP", "check_flag", "check_function", "check_fuse", "check_iterable",
-           "check_key", "check_on", "check_query_name", "check_runtime", "check_step_name",
-           "check_window_spec"]
+__all__ = ["FUSE_LEVELS", "RUNTIMES", "SINK_STEP", "check_flag", "check_function", "check_fuse",
+           "check_iterable", "check_key", "check_on", "check_query_name", "check_runtime",
+           "check_step_name", "check_window_spec", "fuse_level"]

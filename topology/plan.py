@@ -49,7 +49,7 @@ class MergePartitions(n.Node):
 PLANNER_NODE_TYPES: tuple[type[n.Node], ...] = (Sink, MergePartitions)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Stage:
     """One operator of a plan: what the runtime instantiates (in an actor, or inline), and the
     logical nodes it was planned from (:mod:`topology.nodes`), which say what it means: the
@@ -91,7 +91,7 @@ class Stage:
         return n.trace_chain(self.nodes)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
     """Stages in topological order, their out-edges, the input stages and the output stage."""
     stages: dict[str, Stage]
@@ -99,7 +99,8 @@ class Plan:
     sources: list[str]
     sink: str
     logical: str = ""
-    _in: dict[str, int] = field(default_factory=dict, repr=False)
+    #: in-edge counts, filled on first use (a cache: not an argument, not compared)
+    _in: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def in_edges(self, step: str) -> int:
         """How many edges feed ``step`` (a source: one, its feed)."""

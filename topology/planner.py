@@ -53,6 +53,7 @@ from operators.where import Where
 from operators.windows import make_window
 
 from . import nodes as n
+from .checks import fuse_level
 from .dag import DagProcessor
 from .fused import FusedDag
 from .plan import Factory, MergePartitions, Plan, Sink, Stage
@@ -371,36 +372,6 @@ def _chain(factories: list[Factory], name: str, source: bool = False) -> Process
 def _sub_chain(factories: list[Factory], name: str) -> Processor:
     """A group_apply's linear sub-query (group_apply takes its records from each step)."""
     return Chain([f() for f in factories], name=name)
-
-
-#: The fusion levels, shallow to deep (``plan(fuse=...)``, ``deploy(fuse=...)``,
-#: ``collect(fuse=...)``); ``False`` is none (one stage per step) and ``True`` is
-#: ``"stateless"``.
-FUSE_LEVELS = ("stateless", "chains", "all")
-
-
-def fuse_level(what: str, fuse: Any) -> str | None:
-    """The fusion level ``fuse`` names (None: no fusion), or a clear error naming ``what``'s
-    argument.
-
-    >>> fuse_level("deploy", True), fuse_level("deploy", "all"), fuse_level("plan", False)
-    ('stateless', 'all', None)
-    >>> fuse_level("deploy", "deep")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    ValueError: deploy(fuse='deep'): give False (one actor per step), True or 'stateless' ...
-    """
-    if fuse is False:
-        return None
-    if fuse is True:
-        return "stateless"
-    if isinstance(fuse, str) and fuse in FUSE_LEVELS:
-        return fuse
-    raise (ValueError if isinstance(fuse, str) else TypeError)(
-        f"{what}(fuse={fuse!r}): give False (one actor per step), True or 'stateless' "
-        f"(stateless steps run in the stage before them), 'chains' (every run of single-input "
-        f"steps in one actor, windows and group_apply too) or 'all' (each connected part of "
-        f"the query in one actor)")
 
 
 def _fuse(p: Plan, level: str = "stateless") -> Plan:

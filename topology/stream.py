@@ -41,6 +41,7 @@ from .checks import (
     check_runtime,
     check_step_name,
     check_window_spec,
+    fuse_level,
 )
 from .held_runs import Batches, SparkStream, held_runs, spark_streams
 
@@ -535,14 +536,14 @@ class Stream:
     def plan(self, fuse: bool | str = False) -> Plan:
         """The stages this query runs as (:mod:`topology.planner`), fused at level ``fuse``
         (False, True, ``"stateless"``, ``"chains"`` or ``"all"``: docs/runtime.md)."""
-        from .planner import fuse_level, plan
+        from .planner import plan
 
         fuse_level("plan", fuse)
         return plan(self._node, fuse=fuse)
 
     def explain(self, fuse: bool | str = False, stages: bool = True) -> str:
         """The logical plan (step ids and arguments), and with ``stages`` the physical one."""
-        from .planner import assign_steps, explain_tree, fuse_level
+        from .planner import assign_steps, explain_tree
 
         fuse_level("explain", fuse)
         check_flag("explain", "stages", stages)
@@ -713,7 +714,6 @@ class Stream:
         partitioned group_apply's partitions apart). Fewer actors cost fewer hops and less
         idle CPU, and run in parallel less (docs/runtime.md, "Fusion")."""
         from .deploy import deploy_plan
-        from .planner import fuse_level
 
         check_query_name(name, "deploy")
         fuse_level("deploy", fuse)
