@@ -1,7 +1,9 @@
 """``cedar ui``: a live, read-only web page of the queries running on a Ray cluster.
 
 One page shows every deployed query: its topology as a graph, and per step its status, the
-events in and out per second, the output CTI and its lag behind the step's input CTI, the state
+events in and out per second, the output CTI and its lag behind its input furthest ahead (and,
+for a step with several inputs, how far apart they are: a step whose inputs diverge while its
+state grows and its CTI stands still is flagged as held, the most common stall), the state
 size, the batches sent and not yet taken (backpressure), late events and dead letters, the node
 the actor runs on and the recoveries so far; and the query's newest output rows. It refreshes
 every second. Times read as people read them: where the query's sources carried timestamps
@@ -300,11 +302,15 @@ class Monitor:
         # the plan's clock, or what a source fed by a generator told of its first rows
         clock = running_clock(info.get("clock"), stats.values())
         for step, row in steps.items():
-            ups = [(stats[u]["cti"], u) for u in inputs.get(step, [])
-                   if "cti" in stats.get(u, {})]
+            # an input that ended no longer holds a step back (docs/ctis.md): it does not count
+            known = [(stats[u]["cti"], u, bool(stats[u].get("finished")))
+                     for u in inputs.get(step, []) if "cti" in stats.get(u, {})]
+            ups = [(c, u) for c, u, ended in known if not ended] or [(c, u) for c, u, _ in known]
             row["in_cti"] = in_cti = min(ups)[0] if ups else None
+            # the lag behind the input furthest ahead: a join held at its idle input's CTI is
+            # as far behind as its live input is ahead, not "0"
             row["cti_lag"] = (None if in_cti is None or row["cti"] is None
-                              else max(0, in_cti - row["cti"]))
+                              else max(0, max(ups)[0] - row["cti"]))
             # a step with several inputs advances with the slowest: how far its inputs are apart
             row["inputs_apart"] = apart = (max(ups)[0] - min(ups)[0]) if len(ups) > 1 else None
             row["held"] = None if apart is None or apart <= 0 or not row["answering"] else \

@@ -151,6 +151,8 @@ def test_a_join_whose_reference_input_is_idle_is_flagged_and_told_to_import_ctis
             "its state grew" in row.get_attribute("title")
         apart = row.locator('td[data-field="inputs_apart"]').inner_text()
         assert int(apart) > 60 * minute  # trades are more than an hour ahead of rates
+        # its lag is behind the input that leads, not "0" behind the idle one
+        assert int(row.locator('td[data-field="cti_lag"]').inner_text()) >= int(apart)
         assert page.locator(f'section[data-query="ui-ref"] svg g[data-step="{join}"]'
                             ).get_attribute("data-held") == "1"
         note = page.locator('section[data-query="ui-ref"] p[data-role="held"]')
