@@ -1,0 +1,435 @@
+"""``detect(pattern, define, within=, ...)``: row pattern recognition (SQL:2016
+``MATCH_RECOGNIZE``) over events, exact on disordered input, corrected by retractions and made
+final by CTIs.
+
+**The rows** are the live events in start order (equal starts by ``tie(payload)``, default
+``repr(payload)``; a user's tie made total by ``repr``), per ``key(payload)`` when ``key`` is
+given. An event deleted (retracted to ``new_end == start``) is no row; one shortened or
+lengthened still is (only its start and payload matter).
+
+**A match** is found as ``MATCH_RECOGNIZE`` finds one, with ONE ROW PER MATCH and AFTER MATCH
+SKIP PAST LAST ROW: from the first row, the preferred match of a backtracking regex over the
+rows (greedy takes more, ``|`` its left, reluctant fewer; contiguous rows; never empty) whose
+rows all start before ``first start + within``; if there is none, the next row is tried;
+after a match, the row after its last. A row is bound to a symbol whose predicate holds:
+``define[sym](payload, match)``, where ``match[s]`` is the tuple of payloads bound to ``s``
+so far (the row being tested is not in it yet); a symbol without a predicate matches any
+row. **The output** is one event per match, ``[first start, last start + 1)``, with payload
+``measures(m)``, ``m`` a dict symbol → tuple of its payloads (every symbol of the pattern, in
+the order they first appear; the default measures return ``m`` itself)::
+
+    pattern 'A B+ C', within 10      A: p == "a"   B: p == "b"   C: p == "c"
+    rows      a@1  b@2  b@3  c@5  a@6  b@7  c@8
+    matches   [1 ─────────────── 6)  [6 ──────── 9)
+    late      b@4 arrives: the first match becomes a b b b c, [1, 6) retracted, [1, 6) inserted
+              (the same lifetime, a new payload); a@1 deleted: both matches are retracted
+              and the second comes back; the first is gone (no A at its start)
+
+    >>> from operators.events import Cti, Insert
+    >>> op = Detect("A B+ C", {"A": lambda p, m: p == "a", "B": lambda p, m: p == "b",
+    ...                        "C": lambda p, m: p == "c"}, within=10)
+    >>> out = op.process([Insert(t, t, t + 1, p) for t, p in
+    ...                   [(1, "a"), (2, "b"), (3, "b"), (5, "c")]] + [Cti(4)])
+    >>> out  # doctest: +NORMALIZE_WHITESPACE
+    [Insert(id=FreshId(0, 0), start=1, end=6,
+            payload={'A': ('a',), 'B': ('b', 'b'), 'C': ('c',)}), Cti(time=1)]
+
+**Speculative** (the default): a match is output as soon as its rows are there, and retracted
+when a late insert or a deletion changes it (the difference is output: an unchanged match
+keeps its event). **Final** (``emit="final"``): a match is output once no later input can
+change it, never retracted.
+
+**The output CTI** is the input CTI held back to the first row whose match attempt may still
+change, since a match (or a retraction of one) is stamped at its first row, which lies before
+the CTI. An attempt from row ``r`` is final once the CTI has passed every row it read and,
+if it wanted more rows (a greedy ``B+`` still taking rows, or a ``C`` not arrived), also
+``start(r) + within``; the attempts before it must be final too. So the output CTI lags the
+input CTI by at most ``within``, and only where an attempt is still open.
+
+**Incremental**: a change at row ``k`` re-runs only the attempts that read ``k`` or wanted
+the row where ``k`` lands (an attempt from ``r`` reads only rows before ``start(r) + within``),
+then the attempts after them until the attempt sequence meets its old one past ``k``; the
+output is the difference. **State** is the rows from the first attempt that is not final yet
+(rows more than ``within`` behind the CTI are freed), and per row the attempt's result: how
+far it read, whether it wanted more, its match.
+
+Predicates and measures must be deterministic (they are called again to recompute a match).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from itertools import pairwise
+from typing import Any
+
+from .events import FreshId, Insert, Message, Retract
+from .pattern import JMP, MATCH, PROGRESS, SAVE, SPLIT, SYM, Program, compile_pattern, parse
+from .processor import Processor
+from .ticks import to_duration
+
+_new = tuple.__new__
+
+#: A row: ``(start, tie key, arrival number, id, payload)``; ``row[:3]`` orders rows totally
+#: (the arrival number tells equal rows apart and is never passed).
+Row = tuple[Any, ...]
+# fields of a row
+_START, _SEQ, _ID, _PAYLOAD = 0, 2, 3, 4
+# fields of an attempt record: [last row's order key or None (no match), the order key of the
+# last row read, whether it wanted a row it did not have, its output (start, end, payload,
+# id or None) or None]
+_END, _REACH, _WANTS, _OUT = 0, 1, 2, 3
+
+EMITS = ("speculative", "final")
+
+
+class Match(Mapping[str, tuple[Any, ...]]):
+    """The rows bound so far, as a predicate sees them: ``match["A"]`` is the tuple of the
+    payloads bound to ``A``, in order (``()`` when none is yet). Valid during the call only."""
+
+    __slots__ = ("_first", "_index", "_rows", "_syms")
+
+    def __init__(self, index: dict[str, int], rows: list[Row], first: int,
+                 syms: list[int]) -> None:
+        self._index, self._rows, self._first, self._syms = index, rows, first, syms
+
+    def __getitem__(self, name: str) -> tuple[Any, ...]:
+        try:
+            want = self._index[name]
+        except KeyError:
+            raise KeyError(f"match[{name!r}]: the pattern has no symbol {name!r}; its symbols "
+                           f"are {', '.join(self._index)}") from None
+        rows, first = self._rows, self._first
+        return tuple(rows[first + k][_PAYLOAD] for k, s in enumerate(self._syms) if s == want)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __repr__(self) -> str:
+        return f"Match({dict(self)!r})"
+
+
+class Detect(Processor):
+    """Row pattern recognition over events; see the module docstring.
+
+    ``Detect(pattern, define=None, *, within, measures=None, key=None, tie=None,
+    emit="speculative", name=None)``: ``within`` is a duration (int ticks, a timedelta or a
+    string such as ``"5 min"``), required and positive; ``define`` maps symbols of the
+    pattern to ``pred(payload, match) -> bool``; ``measures(match) -> payload``; ``key`` and
+    ``tie`` functions of the payload; ``emit`` ``"speculative"`` or ``"final"``.
+    Complexity: a change re-runs the attempts that could read it, each reading at most the
+    rows of one ``within``; a CTI visits every key with state."""
+
+    _state_fields = ("keys", "ids", "seq", "minted")
+
+    def __init__(self, pattern: str, define: Mapping[str, Callable[[Any, Any], Any]] | None = None,
+                 *, within: Any = None, measures: Callable[[Any], Any] | None = None,
+                 key: Callable[[Any], Hashable] | None = None,
+                 tie: Callable[[Any], Any] | None = None, emit: str = "speculative",
+                 name: str | None = None) -> None:
+        super().__init__(name)
+        self.pattern = pattern
+        tree = parse(pattern)
+        self.program: Program = compile_pattern(tree)
+        names = self.program.names
+        if within is None:
+            raise ValueError(
+                f"detect({pattern!r}): within is required: give the longest time a match may "
+                f"span, from its first row's start to its last's, e.g. within=\"5 min\", "
+                f"within=timedelta(minutes=5) or within=300_000_000 (ticks)")
+        self.within: int = to_duration(within, "detect", "within", positive=True)
+        define = {} if define is None else define
+        if not isinstance(define, Mapping):
+            raise TypeError(f"detect({pattern!r}): define={define!r} is not a dict; give "
+                            f"{{symbol: pred(payload, match)}}")
+        unknown = [s for s in define if s not in names]
+        if unknown:
+            raise ValueError(
+                f"detect({pattern!r}): define names {', '.join(map(repr, unknown))}, which "
+                f"the pattern does not use; its symbols are {', '.join(names)}")
+        for sym, pred in define.items():
+            if not callable(pred):
+                raise TypeError(f"detect({pattern!r}): define[{sym!r}]={pred!r} is not "
+                                f"callable; give pred(payload, match) -> bool")
+        for arg, fn in (("measures", measures), ("key", key), ("tie", tie)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"detect({pattern!r}): {arg}={fn!r} is not callable")
+        if emit not in EMITS:
+            raise ValueError(f"detect({pattern!r}): emit={emit!r}; give 'speculative' (matches "
+                             f"at once, retracted when late input breaks them) or 'final'")
+        self.define = dict(define)
+        self.preds: tuple[Callable[[Any, Any], Any] | None, ...] = tuple(
+            define.get(s) for s in names)
+        self.index = {s: i for i, s in enumerate(names)}
+        self.measures = measures
+        self.key = key
+        self.tie = tie
+        self.emit = emit
+        self.final = emit == "final"
+        #: key -> [rows (sorted list of Row), records (arrival number of the row -> record)]
+        self.keys: dict[Hashable, list[Any]] = {}
+        #: live event id -> (key, the row's order key)
+        self.ids: dict[Hashable, tuple[Hashable, tuple[Any, ...]]] = {}
+        #: rows seen: the arrival numbers
+        self.seq = 0
+        #: matches output: the origin of output ids
+        self.minted = 0
+
+    # -- messages -----------------------------------------------------------------------------
+    def on_insert(self, msg: Insert, port: int) -> list[Message]:
+        eid, start, _, payload = msg
+        if eid in self.ids:  # a duplicate id: not a well formed stream; the first one stays
+            return []
+        k = None if self.key is None else self.key(payload)
+        tie = repr(payload) if self.tie is None else (self.tie(payload), repr(payload))
+        row = (start, tie, self.seq, eid, payload)
+        self.seq += 1
+        self.ids[eid] = (k, row[:3])
+        ks = self.keys.get(k)
+        if ks is None:
+            ks = self.keys[k] = [[], {}]
+        rows = ks[0]
+        at = bisect_left(rows, row[:3])
+        rows.insert(at, row)
+        out: list[Message] = []
+        self._change(ks, at, row, False, out)
+        return out
+
+    def on_retract(self, msg: Retract, port: int) -> list[Message]:
+        if msg.new_end != msg.start:
+            return []  # a lifetime correction: the row stays (its start and payload are kept)
+        entry = self.ids.get(msg.id)
+        if entry is None or entry[1][0] != msg.start:
+            return []
+        del self.ids[msg.id]
+        ks = self.keys[entry[0]]
+        rows = ks[0]
+        at = bisect_left(rows, entry[1])
+        row = rows.pop(at)
+        out: list[Message] = []
+        rec = ks[1].pop(row[_SEQ], None)
+        if rec is not None and rec[_OUT] is not None and not self.final:
+            self._retract(rec[_OUT], out)
+        self._change(ks, at, row, True, out)
+        if not rows:
+            del self.keys[entry[0]]
+        return out
+
+    def on_cti(self, time: int, port: int) -> list[Message]:
+        """Free (and in final mode output) each key's attempts that are final; the output CTI
+        is held back to the first that is not."""
+        out: list[Message] = []
+        front = time
+        within, final, ids = self.within, self.final, self.ids
+        for k in list(self.keys):
+            rows, recs = self.keys[k]
+            pos, n = 0, len(rows)
+            while pos < n:
+                row = rows[pos]
+                rec = recs[row[_SEQ]]
+                if rec[_REACH][0] >= time or (rec[_WANTS] and row[_START] + within > time):
+                    break
+                if rec[_END] is None:
+                    pos += 1
+                    continue
+                if final:
+                    o = rec[_OUT]
+                    out.append(_new(Insert, (self._mint(), o[0], o[1], o[2])))
+                pos = bisect_left(rows, rec[_END], pos) + 1
+            if pos:
+                for row in rows[:pos]:
+                    recs.pop(row[_SEQ], None)
+                    entry = ids.get(row[_ID])
+                    if entry is not None and entry[1][2] == row[_SEQ]:
+                        del ids[row[_ID]]
+                del rows[:pos]
+            if rows:
+                if rows[0][_START] < front:
+                    front = rows[0][_START]
+            else:
+                del self.keys[k]
+        out.extend(self.emit_cti(front))
+        return out
+
+    # -- matching -----------------------------------------------------------------------------
+    def _change(self, ks: list[Any], at: int, row: Row, deleted: bool,
+                out: list[Message]) -> None:
+        """Row ``row`` was inserted at (or deleted from) position ``at``: re-run the attempts
+        it may change and output the difference."""
+        rows, recs = ks
+        kk = row[:3]
+        s_k = row[_START]
+        within = self.within
+        # the earliest attempt that read the row's place or wanted a row there: only attempts
+        # from rows that start after s_k - within can read it
+        p = at
+        q = at - 1
+        lo = s_k - within
+        while q >= 0 and rows[q][_START] > lo:
+            rec = recs.get(rows[q][_SEQ])
+            if rec is not None and (kk <= rec[_REACH] or (
+                    not deleted and rec[_WANTS] and s_k < rows[q][_START] + within)):
+                p = q
+            q -= 1
+        n = len(rows)
+        pos = p
+        while pos < n:
+            r = rows[pos]
+            rec = recs.get(r[_SEQ])
+            if rec is not None:
+                if r[:3] > kk:
+                    break  # the old attempt sequence from here on is the new one
+                if not (kk <= rec[_REACH] or (
+                        not deleted and rec[_WANTS] and s_k < r[_START] + within)):
+                    # before the change and did not read it: as it was
+                    pos = pos + 1 if rec[_END] is None else bisect_left(rows, rec[_END], pos) + 1
+                    continue
+            new = self._attempt(rows, pos)
+            old_out = None if rec is None else rec[_OUT]
+            new_out = new[_OUT]
+            if not self.final:
+                if old_out is not None:
+                    if new_out is not None and _same(old_out, new_out):
+                        new[_OUT] = new_out = old_out
+                    else:
+                        self._retract(old_out, out)
+                if new_out is not None and new_out is not old_out:
+                    oid = self._mint()
+                    new[_OUT] = (*new_out[:3], oid)
+                    out.append(_new(Insert, (oid, *new_out[:3])))
+            recs[r[_SEQ]] = new
+            if new[_END] is None:
+                pos += 1
+                continue
+            last = pos + new[_LEN]
+            for x in range(pos + 1, last + 1):
+                covered = recs.pop(rows[x][_SEQ], None)
+                if covered is not None and covered[_OUT] is not None and not self.final:
+                    self._retract(covered[_OUT], out)
+            pos = last + 1
+            new.pop()  # (the length, needed only here)
+
+    def _attempt(self, rows: list[Row], i: int) -> list[Any]:
+        """The match attempt from ``rows[i]``: a record ``[end, reach, wants, out, length]``
+        (``length``: rows after the first, a match only)."""
+        first = rows[i]
+        j = bisect_left(rows, (first[_START] + self.within,), i)
+        code, preds = self.program.code, self.preds
+        syms: list[int] = []
+        view = Match(self.index, rows, i, syms)
+        stack: list[tuple[int, int, tuple[int, ...]]] = []
+        regs: tuple[int, ...] = (-1,) * self.program.registers
+        pc, pos, reach, wants = 0, i, i, False
+        while True:
+            op, a, b = code[pc]
+            if op == SYM:
+                if pos < j:
+                    if pos > reach:
+                        reach = pos
+                    pred = preds[a]
+                    if pred is None or self._test(pred, a, rows[pos][_PAYLOAD], view):
+                        syms.append(a)
+                        pos += 1
+                        pc += 1
+                        continue
+                else:
+                    wants = True
+            elif op == SPLIT:
+                stack.append((b, pos, regs))
+                pc = a
+                continue
+            elif op == JMP:
+                pc = a
+                continue
+            elif op == SAVE:
+                regs = (*regs[:a], pos, *regs[a + 1:])
+                pc += 1
+                continue
+            elif op == PROGRESS:
+                if regs[a] != pos:
+                    pc += 1
+                    continue
+            elif op == MATCH and pos > i:
+                last = rows[pos - 1]
+                bound = {s: view[s] for s in self.index}
+                payload = bound if self.measures is None else self.measures(bound)
+                return [last[:3], rows[reach][:3], wants,
+                        (first[_START], last[_START] + 1, payload, None), pos - 1 - i]
+            if not stack:
+                return [None, rows[reach][:3], wants, None]
+            pc, pos, regs = stack.pop()
+            del syms[pos - i:]
+
+    def _test(self, pred: Callable[[Any, Any], Any], sym: int, payload: Any,
+              view: Match) -> bool:
+        try:
+            return bool(pred(payload, view))
+        except Exception as exc:
+            name = self.program.names[sym]
+            text = (f"detect({self.pattern!r}): define[{name!r}] "
+                    f"({getattr(pred, '__name__', pred)!s}) raised on the payload {payload!r}: "
+                    f"{exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}")
+            # the same kind of error (a KeyError's message would be quoted: a LookupError)
+            kind = LookupError if isinstance(exc, KeyError) else type(exc)
+            try:
+                wrapped = kind(text)
+            except Exception:  # noqa: BLE001 - an exception class with other arguments
+                wrapped = RuntimeError(text)
+            raise wrapped from exc
+
+    def _mint(self) -> FreshId:
+        oid = FreshId(self.minted, 0)
+        self.minted += 1
+        return oid
+
+    def _retract(self, o: tuple[Any, ...], out: list[Message]) -> None:
+        out.append(_new(Retract, (o[3], o[0], o[1], o[0], o[2])))
+
+    # -- introspection ------------------------------------------------------------------------
+    def key_functions(self) -> tuple[Callable[[Any], Any], ...] | None:
+        return None if self.key is None else (self.key,)
+
+    def state_size(self) -> int:
+        """Rows held: those from each key's first attempt that is not final yet."""
+        return sum(len(ks[0]) for ks in self.keys.values())
+
+    def _check(self) -> None:
+        """Every key's records are what the attempts from scratch give over its rows: one per
+        row not inside a match, none inside."""
+        seen = 0
+        for k, (rows, recs) in self.keys.items():
+            assert rows, f"key {k!r} holds no rows"
+            assert all(a[:3] < b[:3] for a, b in pairwise(rows)), "rows out of order"
+            pos, expected = 0, set()
+            while pos < len(rows):
+                row = rows[pos]
+                rec = recs.get(row[_SEQ])
+                assert rec is not None, f"no attempt recorded at row {row!r}"
+                again = self._attempt(rows, pos)
+                assert rec[:3] == again[:3], f"attempt at {row!r}: {rec} != {again}"
+                assert (rec[_OUT] is None) == (again[_OUT] is None)
+                if rec[_OUT] is not None:
+                    assert rec[_OUT][:2] == again[_OUT][:2] and _same(rec[_OUT], again[_OUT])
+                    assert (rec[_OUT][3] is None) == self.final
+                expected.add(row[_SEQ])
+                pos += 1 if again[_END] is None else again[_LEN] + 1
+            assert set(recs) == expected, "records at rows inside a match"
+            for row in rows:
+                assert self.ids.get(row[_ID]) == (k, row[:3]), f"row {row!r} not by id"
+            seen += len(rows)
+        assert seen == len(self.ids), "ids of rows no key holds"
+
+
+_LEN = 4
+
+
+def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Two outputs with the same lifetime and payload (a payload that cannot be compared is
+    taken as changed)."""
+    try:
+        return a[0] == b[0] and a[1] == b[1] and bool(a[2] == b[2])
+    except Exception:  # noqa: BLE001 - e.g. numpy arrays: retract and insert again
+        return False
