@@ -30,8 +30,7 @@ from operators.ticks import TIMESTAMPS, format_duration
 from operators.udm import field_getter
 from operators.windows.spec import (
     DEFAULT_POLICY,
-    CountWindow,
-    HoppingWindow,
+    ResolvedPolicy,
     WindowPolicy,
 )
 
@@ -442,9 +441,15 @@ class Window(Node):
         if not isinstance(self.policy, WindowPolicy):
             raise TypeError(f"window(policy={self.policy!r}): give an "
                             f"operators.windows.WindowPolicy")
-        object.__setattr__(self, "policy", self.policy.for_window(self.spec))
+        resolved = self.policy.resolve(self.spec)
+        object.__setattr__(self, "policy", resolved.policy)  # its output filled in
         # the UDM against kind, output policy and on_error, where the query names it
-        WindowUdm(self.udm, self.kind, self.policy, self.on_error)
+        WindowUdm(self.udm, self.kind, resolved, self.on_error)
+
+    @property
+    def resolved(self) -> ResolvedPolicy:
+        """The policy resolved for the spec: what its output means, what it clips, ..."""
+        return self.policy.resolve(self.spec)
 
     @property
     def clip(self) -> str:
@@ -476,13 +481,7 @@ class Window(Node):
         >>> s.tumbling_window(10).aggregate(Count())._node.lengths() is None
         True
         """
-        p = self.policy
-        if not isinstance(self.spec, (HoppingWindow, CountWindow)) or not (
-                p.final and p.window_rows):
-            return None
-        if p.output == "point_end":
-            return 1
-        return self.spec.size if isinstance(self.spec, HoppingWindow) else None
+        return self.resolved.final_row_length
 
     def reads(self, out: Reads, port: int) -> Reads:
         return udm_reads(self.udm) if self.kind == "aggregate" else None
@@ -490,10 +489,7 @@ class Window(Node):
     def trace_info(self) -> dict[str, Any]:
         """Its spec (kind and fields, :func:`~operators.windows.window_of.spec_from_dict`
         reads them back) and its output policy (the default filled in)."""
-        from operators.windows.window_of import default_output
-
-        return {**super().trace_info(), "spec": _spec_info(self.spec),
-                "output": self.output or default_output(self.spec)}
+        return {**super().trace_info(), "spec": _spec_info(self.spec), "output": self.output}
 
     def describe(self, clock: str | None = None) -> str:
         udm = getattr(self.udm, "udm_name", None) if not isinstance(self.udm, str) else self.udm

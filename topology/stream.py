@@ -378,7 +378,7 @@ class Stream:
             raise TypeError(f"window(policy={policy!r}): give an "
                             f"operators.windows.WindowPolicy")
         check_window_spec(spec)
-        return WindowedStream(self, spec, policy.for_window(spec))
+        return WindowedStream(self, spec, policy.resolve(spec).policy)
 
     def hopping_window(self, size: Duration, hop: Duration, alignment: Duration = 0,
                        clip: str | None = None, output: str | None = None,
