@@ -535,7 +535,7 @@ def test_uniform_payloads_are_converted_field_by_field_as_row_by_row(keys, paire
                                                                      data) -> None:
     """Rows whose payloads are all dicts of one set of keys (or group pairs of them) take the
     one-pass path of cht_to_arrow; any other mix the row-by-row path. Both give one table."""
-    from topology import spark_sink
+    from topology import spark_arrow
 
     n = data.draw(st.integers(1, 6))
     rows: list[tuple[int, int, Any]] = []
@@ -548,7 +548,7 @@ def test_uniform_payloads_are_converted_field_by_field_as_row_by_row(keys, paire
         rows.append((n, n + 1, 5))
     elif odd == "nested":
         rows.append((n, n + 1, ("g", ("h", dict.fromkeys(keys, 1)))))
-    fast = spark_sink._uniform_fields(rows)
+    fast = spark_arrow._uniform_fields(rows)
     assert (fast is not None) == (odd is None and not (paired and "key" in keys))
     try:
         want: pa.Table | str = cht_to_arrow_row_by_row(rows)
@@ -565,7 +565,7 @@ def cht_to_arrow_row_by_row(rows: list[tuple[int, int, Any]]) -> pa.Table:
     """cht_to_arrow with its one-pass path switched off."""
     from unittest import mock
 
-    from topology import spark_sink
+    from topology import spark_arrow
 
-    with mock.patch.object(spark_sink, "_uniform_fields", return_value=None):
+    with mock.patch.object(spark_arrow, "_uniform_fields", return_value=None):
         return cht_to_arrow(rows)
