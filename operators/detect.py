@@ -1,6 +1,6 @@
 """``detect(pattern, define, within=, ...)``: row pattern recognition (SQL:2016
 ``MATCH_RECOGNIZE``) over events, exact on disordered input, corrected by retractions and made
-final by CTIs.
+final by CTIs (docs/patterns.md#detect).
 
 **The rows** are the live events in start order (equal starts by ``tie(payload)``, default
 ``repr(payload)``; a user's tie made total by ``repr``), per ``key(payload)`` when ``key`` is

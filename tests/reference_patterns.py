@@ -1,4 +1,4 @@
-"""From-scratch reference for ``detect`` (SPEC.md, "Patterns (round 4)"): the definition applied
+"""From-scratch reference for ``detect`` (docs/patterns.md#detect): the definition applied
 literally to a CHT. Nothing here is incremental or shares code with ``operators/``: its own
 parser, and a plain recursive backtracking matcher (continuation passing) over the rows.
 
