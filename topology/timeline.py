@@ -1,8 +1,8 @@
 """Timeline pictures of a trace: what entered and left one step, drawn on the time axis.
 
 One panel per direction (the step's input above, its output below, sharing the time axis;
-a step with several inputs, a join or a union, has one input panel per input, so that an
-idle reference input shows beside the live one), in the style of the temporal-database
+a step with several inputs, a join or a union, has one input panel per input, up to
+:data:`MAX_INPUT_PANELS`, so that an idle reference input shows beside the live one), in the style of the temporal-database
 textbooks::
 
     in    a  ├──────────┤                  interval [start, end)
@@ -86,6 +86,8 @@ MAX_CTIS = 40
 #: A row's height and the picture's height at most, in inches.
 ROW_INCHES = 0.3
 MAX_INCHES = 14.0
+#: Input panels at most: a step with more inputs (a wide union) draws them in one panel.
+MAX_INPUT_PANELS = 4
 #: The two shades of window bands, alternating.
 BAND_COLORS = ("tab:orange", "tab:purple")
 
@@ -279,7 +281,7 @@ def timeline(trace: str | Recording, step: str, out: str | None = None,
     # so that one input's events never crowd the other's out of the picture
     feeds = {int(port): str(src) for src, port in info.get("inputs", ())}
     panels: dict[str, _Panel] = {}
-    if len(feeds) > 1:
+    if 1 < len(feeds) <= MAX_INPUT_PANELS:
         for port in sorted(feeds):
             evs, ctis = _events(rows, "in", lanes, port)
             panels[f"in{port}"] = _Panel(f"in{port}", evs, ctis, port, feeds[port])
