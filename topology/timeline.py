@@ -2,8 +2,8 @@
 
 One panel per direction (the step's input above, its output below, sharing the time axis;
 a step with several inputs, a join or a union, has one input panel per input, up to
-:data:`MAX_INPUT_PANELS`, so that an idle reference input shows beside the live one), in the style of the temporal-database
-textbooks::
+:data:`MAX_INPUT_PANELS`, so that an idle reference input shows beside the live one), in the
+style of the temporal-database textbooks::
 
     in    a  ├──────────┤                  interval [start, end)
           b       │                        point: a tick
