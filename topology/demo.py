@@ -26,9 +26,11 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -683,10 +685,11 @@ def explain(data: DemoData, out: str, anomalies: list[tuple[int, int, Any]] | No
     said = (f"the anomaly: {reading['kwh']:.2f} kWh at {at}, the window's mean "
             f"{mean:.2f} kWh")
     with open(written["anomaly root cause (text)"], "w", encoding="utf-8") as f:
-        f.write(f"The anomaly the picture meter-readings.svg marks: meter {meter}'s reading at "
-                f"{at}, {reading['kwh']:.2f} kWh, more than 3 standard deviations above the "
-                f"mean of its 5-minute window ({mean:.2f} kWh). Below, the output row and, "
-                f"step by step, the readings that made it; '<==' marks that reading.\n\n")
+        f.write(textwrap.fill(
+            f"The anomaly the picture meter-readings.svg marks: meter {meter}'s reading at "
+            f"{at}, {reading['kwh']:.2f} kWh, more than 3 standard deviations above the "
+            f"mean of its 5-minute window ({mean:.2f} kWh). Below, the output row and, step "
+            f"by step, the readings that made it; '<==' marks that reading.", 100) + "\n\n")
         f.write(_mark_reading_line(cause, ts, said) + "\n")
     figure = timeline(rec, "anomalies", start=first["start"], end=first["end"])
     _mark_reading(figure, ts, said)
@@ -713,9 +716,15 @@ def _spike_of(event: dict[str, Any]) -> int | None:
 
 
 def _mark_reading_line(cause: Any, ts: int, said: str) -> str:
-    """``cause`` rendered, its line of the reading at ``ts`` marked ``<== said``."""
+    """``cause`` rendered, the readings' ``ts`` fields as times, and its line of the reading
+    at ``ts`` marked ``<== said``."""
+    from .times import TIMESTAMPS, show_time
+
     ids = {str(leaf["id"]) for leaf in cause.leaves() if _reading_ts(leaf) == ts}
-    lines = cause.render().splitlines()
+    # the readings' own "ts" field as the time it is, as their lifetimes show
+    text = re.sub(r"'ts': (\d{13,})",
+                  lambda m: f"'ts': {show_time(int(m.group(1)), TIMESTAMPS)}", cause.render())
+    lines = text.splitlines()
     for i, line in enumerate(lines):
         words = line.split()
         if len(words) > 2 and words[0] == "readings" and words[2].removeprefix("id=") in ids:
