@@ -164,6 +164,8 @@ class Detect(Processor):
         self.preds: tuple[Callable[[Any, Any], Any] | None, ...] = tuple(
             define.get(s) for s in names)
         self.index = {s: i for i, s in enumerate(names)}
+        #: the match before the first row: every symbol bound to ()
+        self.empty = Match(self.index, [], 0, [])
         self.measures = measures
         self.key = key
         self.tie = tie
@@ -316,8 +318,13 @@ class Detect(Processor):
         """The match attempt from ``rows[i]``: a record ``[end, reach, wants, out, length]``
         (``length``: rows after the first, a match only)."""
         first = rows[i]
-        j = bisect_left(rows, (first[_START] + self.within,), i)
         code, preds = self.program.code, self.preds
+        if code[0][0] == SYM:  # most patterns open with a symbol: a row it refuses is done
+            pred = preds[code[0][1]]
+            if pred is not None and not self._test(pred, code[0][1], first[_PAYLOAD],
+                                                   self.empty):
+                return [None, first[:3], False, None]
+        j = bisect_left(rows, (first[_START] + self.within,), i)
         syms: list[int] = []
         view = Match(self.index, rows, i, syms)
         stack: list[tuple[int, int, tuple[int, ...]]] = []
