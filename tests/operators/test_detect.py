@@ -14,9 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.cht import to_cht, validate
-from operators.detect import Detect
+from operators.detect import EMITS, Detect
 from operators.errors import OperatorError
 from operators.events import Cti, Insert, Retract
+from operators.group_apply import GroupApply
 from operators.pattern import PatternError
 from tests import reference_patterns as ref
 from tests.kit import HEAVY, PROPERTY, assert_equivalent, final_time, physical_streams, run_operator
@@ -138,6 +139,23 @@ def test_keyed_is_per_key_detection_united(stream, case):
         expected += ref.detect([r for r in rows if key(r[2]) == k], pattern, define, within,
                                None, None, tie)
     out = run_operator(_factory(*case), stream, seed=1)
+    assert_equivalent(out, expected)
+
+
+@PROPERTY
+@given(stream=STREAMS, case=detect_cases(keyed=False), emit=st.sampled_from(EMITS),
+       data=st.data())
+def test_under_group_apply_each_key_has_its_own_detect(stream, case, emit, data):
+    # group_apply drops a key whose detect holds no state and starts a fresh one at its next
+    # event: detect's state_size() is 0 only when a fresh one would behave the same
+    pattern, define, within, _, tie = case
+    cut = data.draw(st.integers(0, len(stream)), label="restore_at")
+    flushed = stream + [Cti((final_time(stream) or 0) + within)]
+    out = run_operator(lambda: GroupApply(lambda p: p % 2, _factory(*case, emit=emit)),
+                       flushed, seed=cut, restore_at=cut)
+    rows = to_cht(stream)
+    expected = [(s, e, (k, m)) for k in (0, 1) for s, e, m in ref.detect(
+        [r for r in rows if r[2] % 2 == k], pattern, define, within, None, None, tie)]
     assert_equivalent(out, expected)
 
 
