@@ -97,12 +97,12 @@ def _windows(w: n.Window, lengths: int | None) -> Options | None:
 
 
 def _ends(w: n.Window, lengths: int | None) -> Options | None:
-    return {} if supports_ends(w.spec, w.udm, w.kind, w.on_error) else None
+    return {} if supports_ends(w.spec, w.udm, w.kind, w.policy, w.on_error) else None
 
 
 def _extremes(w: n.Window, lengths: int | None) -> Options | None:
-    ok = lengths is not None and supports_count_extremes(w.spec, w.udm, w.kind, w.on_error,
-                                                         w.policy.final)
+    ok = lengths is not None and supports_count_extremes(w.spec, w.udm, w.kind, w.policy,
+                                                         w.on_error)
     return {} if ok else None
 
 

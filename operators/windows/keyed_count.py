@@ -91,10 +91,11 @@ SPEC = CountWindow(1, "end")
 W_MEMBERS, W_STATE, W_OUTPUTS, W_JOINED, W_LEFT = range(5)
 
 
-def supports(spec: Any, udm: Any, kind: str, on_error: str) -> bool:
+def supports(spec: Any, udm: Any, kind: str, policy: PolicyArg, on_error: str) -> bool:
     """Whether :class:`KeyedEndAggregate` computes ``count_window(spec).aggregate(udm)`` per
     key: ``count_window(1, by="end")``, an incremental time-insensitive aggregate, failing
-    loudly."""
+    loudly, under any ``policy`` (the operator applies it). The signature of every keyed
+    ``supports`` (:mod:`topology.rules`)."""
     try:
         resolved = resolve(udm)
     except Exception:  # noqa: BLE001 (the general path reports a bad UDM)
@@ -124,7 +125,7 @@ class KeyedEndAggregate(Processor):
         self.final = self.policy.final
         self.call = WindowUdm(udm, "aggregate", self.policy, "raise")
         self.udm = self.call.udm
-        if not supports(SPEC, self.udm, "aggregate", "raise"):
+        if not supports(SPEC, self.udm, "aggregate", self.policy, "raise"):
             raise TypeError(f"KeyedEndAggregate needs an incremental, time-insensitive "
                             f"aggregate, got {udm!r}; use group_apply with count_window")
         #: (key, end) -> the window's record (W_*)

@@ -82,7 +82,7 @@ from ..processor import Processor
 from ..udm import field_getter, resolve
 from .evaluate import Ids
 from .keyed_columns import number_column
-from .spec import CountWindow
+from .spec import DEFAULT_POLICY, CountWindow, PolicyArg
 
 __all__ = ["KeyedCountExtreme", "supports"]
 
@@ -90,12 +90,13 @@ _new = tuple.__new__
 _I64 = 2**63
 
 
-def supports(spec: Any, udm: Any, kind: str, on_error: str, final: bool = False) -> bool:
+def supports(spec: Any, udm: Any, kind: str, policy: PolicyArg, on_error: str) -> bool:
     """Whether :class:`KeyedCountExtreme` computes ``count_window(spec).aggregate(udm)`` per
     key over an insert-only stream: by start, Min or Max, failing loudly, speculative (with
-    ``emit="final"``, ``final``, the general path holds each row until a CTI makes it final
-    and never retracts it, which the planner counts on downstream)."""
-    if final:
+    ``emit="final"`` the general path holds each row until a CTI makes it final and never
+    retracts it, which the planner counts on downstream). The signature of every keyed
+    ``supports`` (:mod:`topology.rules`)."""
+    if policy.resolve(spec).final:
         return False
     try:
         resolved = resolve(udm)
@@ -152,7 +153,7 @@ class KeyedCountExtreme(Processor):
     def __init__(self, key: Callable[[Any], Hashable] | str, spec: CountWindow, udm: Any, *,
                  name: str | None = None, **_: Any) -> None:
         super().__init__(name or f"keyed count_window({spec.n})")
-        if not supports(spec, udm, "aggregate", "raise"):
+        if not supports(spec, udm, "aggregate", DEFAULT_POLICY, "raise"):
             raise TypeError(f"KeyedCountExtreme needs count_window(n, by='start') and Min or "
                             f"Max, got {spec!r} and {udm!r}; use group_apply with count_window")
         self.key = field_getter(key)

@@ -28,9 +28,10 @@ from operators.columns import Columns, expand
 from operators.events import Cti, Insert
 from operators.group_apply import GroupApply
 from operators.ingress import AdvanceTime, Ingress
-from operators.windows import CountWindow
+from operators.windows import CountWindow, WindowPolicy
 from operators.windows.count import CountWindowOperator
 from operators.windows.keyed_count_start import KeyedCountExtreme, _sliding_extreme, supports
+from operators.windows.spec import DEFAULT_POLICY
 from tests.kit import PROPERTY, assert_equivalent
 from topology import Stream, rules
 
@@ -194,12 +195,13 @@ def test_a_retraction_fails_loudly_and_none_is_named():
 
 
 def test_supports_min_and_max_by_start_only():
-    assert supports(CountWindow(30), Max("v"), "aggregate", "raise")
-    assert not supports(CountWindow(30, "end"), Max("v"), "aggregate", "raise")
-    assert not supports(CountWindow(30), Count(), "aggregate", "raise")
-    assert not supports(CountWindow(30), Max("v"), "aggregate", "dead_letter")
-    assert not supports(CountWindow(30), Max("v"), "aggregate", "raise", final=True)
-    assert not supports(CountWindow(30), Max("v"), "apply", "raise")
+    FINAL = WindowPolicy(emit="final")
+    assert supports(CountWindow(30), Max("v"), "aggregate", DEFAULT_POLICY, "raise")
+    assert not supports(CountWindow(30, "end"), Max("v"), "aggregate", DEFAULT_POLICY, "raise")
+    assert not supports(CountWindow(30), Count(), "aggregate", DEFAULT_POLICY, "raise")
+    assert not supports(CountWindow(30), Max("v"), "aggregate", DEFAULT_POLICY, "dead_letter")
+    assert not supports(CountWindow(30), Max("v"), "aggregate", FINAL, "raise")
+    assert not supports(CountWindow(30), Max("v"), "apply", DEFAULT_POLICY, "raise")
 
 
 def test_the_planner_chooses_it_for_speculative_rows_over_inserts_only():

@@ -25,6 +25,7 @@ from operators.group_apply import GroupApply
 from operators.windows import CountWindow, WindowPolicy
 from operators.windows.count import CountWindowOperator
 from operators.windows.keyed_count import KeyedEndAggregate, supports
+from operators.windows.spec import DEFAULT_POLICY
 from tests.kit import PROPERTY, assert_equivalent, physical_streams, run_operator
 from tests.operators.test_count_window import Multiset
 from topology import Stream
@@ -109,11 +110,12 @@ def test_a_retraction_of_an_event_not_held_is_refused():
 
 
 def test_only_what_it_computes_is_supported():
-    assert supports(CountWindow(1, "end"), Max(_value), "aggregate", "raise")
-    assert not supports(CountWindow(2, "end"), Max(_value), "aggregate", "raise")
-    assert not supports(CountWindow(1, "start"), Max(_value), "aggregate", "raise")
-    assert not supports(CountWindow(1, "end"), Max(_value), "aggregate", "dead_letter")
-    assert not supports(CountWindow(1, "end"), sorted, "aggregate", "raise")  # not incremental
+    p = DEFAULT_POLICY
+    assert supports(CountWindow(1, "end"), Max(_value), "aggregate", p, "raise")
+    assert not supports(CountWindow(2, "end"), Max(_value), "aggregate", p, "raise")
+    assert not supports(CountWindow(1, "start"), Max(_value), "aggregate", p, "raise")
+    assert not supports(CountWindow(1, "end"), Max(_value), "aggregate", p, "dead_letter")
+    assert not supports(CountWindow(1, "end"), sorted, "aggregate", p, "raise")  # not incremental
     with pytest.raises(TypeError, match="incremental"):
         KeyedEndAggregate(_key, sorted)
 
