@@ -38,7 +38,7 @@ from operators.events import MAX_TIME, MIN_TIME
 from operators.ticks import TICKS, TIMESTAMPS
 
 __all__ = ["TICKS", "TIMESTAMPS", "TIMESTAMP_ROWS", "parse_time", "parse_tz", "running_clock",
-           "show_duration", "show_reason", "show_span", "show_time", "show_times_in",
+           "show_duration", "show_reason", "show_row", "show_span", "show_time", "show_times_in",
            "source_clock", "time_fields"]
 
 
@@ -119,6 +119,18 @@ def show_span(start: int, end: int, clock: str | None,
     if end == start + 1:
         return f"at {show_time(start, clock, tz)}"
     return f"[{show_time(start, clock, tz)}, {show_time(end, clock, tz)})"
+
+
+def show_row(start: int, end: int, payload: str, clock: str | None,
+             tz: str | _dt.tzinfo | None = None) -> str:
+    """An output row for people: its lifetime (:func:`show_span`) and its payload's text
+    (a repr) with the fields that hold times of the row shown as times (:func:`show_times_in`).
+
+    >>> show_row(1_767_225_600_000_000, 1_767_225_600_000_001,
+    ...          "{'ts': 1767225600000000, 'kwh': 0.5}", "timestamps")
+    "at 2026-01-01T00:00:00Z {'ts': 2026-01-01T00:00:00Z, 'kwh': 0.5}"
+    """
+    return f"{show_span(start, end, clock, tz)} {show_times_in(payload, start, end, clock, tz)}"
 
 
 #: a tick in a late event's or dead letter's reason, after the word that says what it is

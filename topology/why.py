@@ -52,6 +52,7 @@ from .times import (
     parse_time,
     running_clock,
     show_duration,
+    show_row,
     show_span,
     show_time,
     show_times_in,
@@ -285,7 +286,7 @@ class Explanation:
             lines.append(f"  its output CTI is {self._t(self.cti)}; it is final once a CTI "
                          f"passes {self._t(self.hi - 1)}")
         for s, e, p in self.rows:
-            lines.append(f"  output {self._span(s, e)} {self._payload(p, s, e)}")
+            lines.append(f"  output {show_row(s, e, p, self.clock, self.tz)}")
         if self.status == FINAL and not self.rows and self.known and not self.released:
             lines.append("  no output covers it (and none will)")
         elif self.status == FINAL and self.released:
