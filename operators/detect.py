@@ -21,9 +21,10 @@ the order they first appear; the default measures return ``m`` itself)::
     pattern 'A B+ C', within 10      A: p == "a"   B: p == "b"   C: p == "c"
     rows      a@1  b@2  b@3  c@5  a@6  b@7  c@8
     matches   [1 ─────────────── 6)  [6 ──────── 9)
-    late      b@4 arrives: the first match becomes a b b b c, [1, 6) retracted, [1, 6) inserted
-              (the same lifetime, a new payload); a@1 deleted: both matches are retracted
-              and the second comes back; the first is gone (no A at its start)
+    late      b@4 arrives: the first match becomes a b b b c: [1, 6) retracted, [1, 6)
+              inserted (the same lifetime, a new payload); the second is not touched
+    deleted   a@1: the first match is retracted (no A at its start); b@2 .. c@5 are tried
+              and fail; the second match is not touched
 
     >>> from operators.events import Cti, Insert
     >>> op = Detect("A B+ C", {"A": lambda p, m: p == "a", "B": lambda p, m: p == "b",

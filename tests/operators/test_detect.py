@@ -383,3 +383,19 @@ def test_a_predicate_that_raises_fails_naming_the_step_and_the_symbol():
     op = Detect("A B", {"B": lambda p, m: m["Z"]}, within=5)
     with pytest.raises(OperatorError, match=r"no symbol 'Z'; its symbols are A, B"):
         op.process(_points((1, 5), (2, 7)))
+
+
+def test_the_module_docstrings_timeline():
+    #   a@1  b@2  b@3  c@5  a@6  b@7  c@8      'A B+ C' within 10
+    #   matches  [1 ─────────── 6)  [6 ───── 9)
+    #   b@4 late: [1, 6) retracted and inserted again with B = (b, b, b); [6, 9) untouched
+    #   a@1 deleted: [1, 6) retracted; [6, 9) untouched
+    op = _abc(within=10)
+    out = op.process(_points((1, "a"), (2, "b"), (3, "b"), (5, "c"), (6, "a"), (7, "b"),
+                             (8, "c")))
+    assert [(s, e) for s, e, _ in to_cht(out)] == [(1, 6), (6, 9)]
+    late = op.process(_points((4, "b")))
+    assert [(type(m), m.start) for m in late] == [(Retract, 1), (Insert, 1)]
+    gone = op.process([Retract("a1", 1, 2, 1, "a")])
+    assert [(type(m), m.start) for m in gone] == [(Retract, 1)]
+    assert [(s, e) for s, e, _ in to_cht(out + late + gone)] == [(6, 9)]
