@@ -184,8 +184,8 @@ class Detect(Processor):
     # -- messages -----------------------------------------------------------------------------
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
         eid, start, _, payload = msg
-        if eid in self.ids:  # a duplicate id: not a well formed stream; the first one stays
-            return []
+        # (an id may come again once its event has ended before the CTI: the id then names
+        # the new event; the old row stays a row, which nothing can delete any more)
         k = None if self.key is None else self.key(payload)
         tie = repr(payload) if self.tie is None else (self.tie(payload), repr(payload))
         row = (start, tie, self.seq, eid, payload)
@@ -407,7 +407,7 @@ class Detect(Processor):
     def _check(self) -> None:
         """Every key's records are what the attempts from scratch give over its rows: one per
         row not inside a match, none inside."""
-        seen = 0
+        held: set[tuple[Any, Any]] = set()
         for k, (rows, recs) in self.keys.items():
             assert rows, f"key {k!r} holds no rows"
             assert all(a[:3] < b[:3] for a, b in pairwise(rows)), "rows out of order"
@@ -425,10 +425,9 @@ class Detect(Processor):
                 expected.add(row[_SEQ])
                 pos += 1 if again[_END] is None else again[_LEN] + 1
             assert set(recs) == expected, "records at rows inside a match"
-            for row in rows:
-                assert self.ids.get(row[_ID]) == (k, row[:3]), f"row {row!r} not by id"
-            seen += len(rows)
-        assert seen == len(self.ids), "ids of rows no key holds"
+            held.update((k, row[:3]) for row in rows)
+        for eid, entry in self.ids.items():
+            assert entry in held, f"id {eid!r} names a row no key holds"
 
 
 _LEN = 4

@@ -399,3 +399,15 @@ def test_the_module_docstrings_timeline():
     gone = op.process([Retract("a1", 1, 2, 1, "a")])
     assert [(type(m), m.start) for m in gone] == [(Retract, 1)]
     assert [(s, e) for s, e, _ in to_cht(out + late + gone)] == [(6, 9)]
+
+
+def test_an_id_used_again_after_its_event_ended_names_the_new_event():
+    #   x [1 ─ 2) "a"   Cti(3)   x [4 ─ 5) "b" (the id again)   then x deleted: "b" goes,
+    #   "a" stays (it ended before the CTI); 'A B' over any rows, within 10: a b → b gone
+    op = Detect("A B", within=10)
+    out = op.process([Insert("x", 1, 2, "a"), Cti(3), Insert("x", 4, 5, "b")])
+    assert to_cht(out) == [(1, 5, {"A": ("a",), "B": ("b",)})]
+    out += op.process([Retract("x", 4, 5, 4, "b")])
+    assert to_cht(out) == []
+    op._check()
+    assert op.state_size() == 1
