@@ -61,6 +61,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterator, Mapping
+from heapq import heappop, heappush
 from itertools import pairwise
 from typing import Any
 
@@ -124,7 +125,8 @@ class Detect(Processor):
     Complexity: a change re-runs the attempts that could read it, each reading at most the
     rows of one ``within``; a CTI visits every key with state."""
 
-    _state_fields = ("keys", "ids", "seq", "minted")
+    _state_fields = ("keys", "ids", "seq", "minted", "touched", "wake", "woken", "fronts",
+                     "front_of")
 
     def __init__(self, pattern: str, define: Mapping[str, Callable[[Any, Any], Any]] | None = None,
                  *, within: Any = None, measures: Callable[[Any], Any] | None = None,
@@ -180,6 +182,16 @@ class Detect(Processor):
         self.seq = 0
         #: matches output: the origin of output ids
         self.minted = 0
+        #: keys changed since the last CTI
+        self.touched: set[Hashable] = set()
+        #: (time, n, key) min-heap: when a key's first open attempt becomes final; an entry
+        #: counts only while ``woken[key]`` is its time
+        self.wake: list[tuple[int, int, Hashable]] = []
+        self.woken: dict[Hashable, int] = {}
+        #: (start, n, key) min-heap of the keys' first rows; an entry counts only while
+        #: ``front_of[key]`` is its start (the output CTI is held back to the least)
+        self.fronts: list[tuple[int, int, Hashable]] = []
+        self.front_of: dict[Hashable, int] = {}
 
     # -- messages -----------------------------------------------------------------------------
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
@@ -191,6 +203,7 @@ class Detect(Processor):
         row = (start, tie, self.seq, eid, payload)
         self.seq += 1
         self.ids[eid] = (k, row[:3])
+        self.touched.add(k)
         ks = self.keys.get(k)
         if ks is None:
             ks = self.keys[k] = [[], {}]
@@ -208,6 +221,7 @@ class Detect(Processor):
         if entry is None or entry[1][0] != msg.start:
             return []
         del self.ids[msg.id]
+        self.touched.add(entry[0])
         ks = self.keys[entry[0]]
         rows = ks[0]
         at = bisect_left(rows, entry[1])
@@ -223,39 +237,72 @@ class Detect(Processor):
 
     def on_cti(self, time: int, port: int) -> list[Message]:
         """Free (and in final mode output) each key's attempts that are final; the output CTI
-        is held back to the first that is not."""
+        is held back to the first that is not. Visits only the keys changed since the last
+        CTI and those whose first open attempt becomes final by ``time`` (a heap by that
+        time), not every key."""
         out: list[Message] = []
-        front = time
-        within, final, ids = self.within, self.final, self.ids
-        for k in list(self.keys):
-            rows, recs = self.keys[k]
-            pos, n = 0, len(rows)
-            while pos < n:
-                row = rows[pos]
-                rec = recs[row[_SEQ]]
-                if rec[_REACH][0] >= time or (rec[_WANTS] and row[_START] + within > time):
-                    break
-                if rec[_END] is None:
-                    pos += 1
-                    continue
-                if final:
-                    o = rec[_OUT]
-                    out.append(_new(Insert, (self._mint(), o[0], o[1], o[2])))
-                pos = bisect_left(rows, rec[_END], pos) + 1
-            if pos:
-                for row in rows[:pos]:
-                    recs.pop(row[_SEQ], None)
-                    entry = ids.get(row[_ID])
-                    if entry is not None and entry[1][2] == row[_SEQ]:
-                        del ids[row[_ID]]
-                del rows[:pos]
-            if rows:
-                if rows[0][_START] < front:
-                    front = rows[0][_START]
-            else:
-                del self.keys[k]
+        visit, self.touched = self.touched, set()
+        wake, woken = self.wake, self.woken
+        while wake and wake[0][0] <= time:
+            at, _, k = heappop(wake)
+            if woken.get(k) == at:
+                del woken[k]
+                visit.add(k)
+        for k in visit:
+            self._settle(k, time, out)
+        fronts, front_of = self.fronts, self.front_of
+        while fronts and front_of.get(fronts[0][2]) != fronts[0][0]:
+            heappop(fronts)  # (an entry of a key that moved on or went)
+        front = time if not fronts or fronts[0][0] > time else fronts[0][0]
         out.extend(self.emit_cti(front))
         return out
+
+    def _settle(self, k: Hashable, time: int, out: list[Message]) -> None:
+        """Key ``k`` at ``Cti(time)``: free its final attempts from the first on (in final
+        mode, output their matches); schedule the key again for when its first open attempt
+        becomes final."""
+        ks = self.keys.get(k)
+        if ks is None:
+            self.front_of.pop(k, None)
+            self.woken.pop(k, None)
+            return
+        rows, recs = ks
+        within, ids = self.within, self.ids
+        pos, n = 0, len(rows)
+        while pos < n:
+            row = rows[pos]
+            rec = recs[row[_SEQ]]
+            if rec[_REACH][0] >= time or (rec[_WANTS] and row[_START] + within > time):
+                break
+            if rec[_END] is None:
+                pos += 1
+                continue
+            if self.final:
+                o = rec[_OUT]
+                out.append(_new(Insert, (self._mint(), o[0], o[1], o[2])))
+            pos = bisect_left(rows, rec[_END], pos) + 1
+        if pos:
+            for row in rows[:pos]:
+                recs.pop(row[_SEQ], None)
+                entry = ids.get(row[_ID])
+                if entry is not None and entry[1][2] == row[_SEQ]:
+                    del ids[row[_ID]]
+            del rows[:pos]
+        if not rows:
+            del self.keys[k]
+            self.front_of.pop(k, None)
+            self.woken.pop(k, None)
+            return
+        first = rows[0]
+        at = _final_at(recs[first[_SEQ]], first, within)
+        if self.woken.get(k) != at:
+            self.woken[k] = at
+            heappush(self.wake, (at, self.seq, k))
+            self.seq += 1
+        if self.front_of.get(k) != first[_START]:
+            self.front_of[k] = first[_START]
+            heappush(self.fronts, (first[_START], self.seq, k))
+            self.seq += 1
 
     # -- matching -----------------------------------------------------------------------------
     def _change(self, ks: list[Any], at: int, row: Row, deleted: bool,
@@ -428,9 +475,26 @@ class Detect(Processor):
             held.update((k, row[:3]) for row in rows)
         for eid, entry in self.ids.items():
             assert entry in held, f"id {eid!r} names a row no key holds"
+        for k, (rows, recs) in self.keys.items():
+            if k in self.touched or not rows:
+                continue
+            first = rows[0]
+            assert self.front_of.get(k) == first[_START], f"key {k!r}: front not scheduled"
+            assert self.woken.get(k) == _final_at(recs[first[_SEQ]], first, self.within), \
+                f"key {k!r}: its first open attempt is not scheduled"
+            assert (self.woken[k], k) in {(t, kk) for t, _, kk in self.wake}
 
 
 _LEN = 4
+
+
+def _final_at(rec: list[Any], first: Row, within: int) -> int:
+    """The first CTI at which the attempt ``rec`` from row ``first`` is final: past every row
+    it read and, if it wanted more rows, past ``start + within``."""
+    at = rec[_REACH][0] + 1
+    if rec[_WANTS] and first[_START] + within > at:
+        at = first[_START] + within
+    return at
 
 
 def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
