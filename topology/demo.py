@@ -427,15 +427,13 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
                 summary.append({"output": name, "rows": len(rows), "late": len(live.late()),
                                 "dead_letters": len(live.dead_letters()), "path": path})
         finally:
-            # pushes in flight as the stop came are refused now or when Ray collects them
-            loud = _without_stopped_step_errors()
+            # pushes in flight as a stop came are refused then, or whenever Ray collects
+            # their results, up to this process's exit: no traceback for them from now on
+            _without_stopped_step_errors()
             for live in running.values():
                 live.stop()
-        try:
-            _report_and_keep(data, out, summary, outputs, elapsed, setup, keep, meters, speed,
-                             fuse, hosts)
-        finally:
-            loud()
+        _report_and_keep(data, out, summary, outputs, elapsed, setup, keep, meters, speed,
+                         fuse, hosts)
     return summary
 
 
