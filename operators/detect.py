@@ -66,6 +66,7 @@ from itertools import pairwise
 from typing import Any
 
 from .events import FreshId, Insert, Message, Retract
+from .group_apply import group_key
 from .pattern import JMP, MATCH, PROGRESS, SAVE, SPLIT, SYM, Program, compile_pattern, parse
 from .processor import Processor
 from .ticks import to_duration
@@ -123,7 +124,8 @@ class Detect(Processor):
     pattern to ``pred(payload, match) -> bool``; ``measures(match) -> payload``; ``key`` and
     ``tie`` functions of the payload; ``emit`` ``"speculative"`` or ``"final"``.
     Complexity: a change re-runs the attempts that could read it, each reading at most the
-    rows of one ``within``; a CTI visits every key with state."""
+    rows of one ``within``; a CTI visits the keys changed since the last CTI and those whose
+    first open attempt it makes final, O(log keys) each."""
 
     _state_fields = ("keys", "ids", "seq", "minted", "touched", "wake", "woken", "fronts",
                      "front_of")
@@ -198,7 +200,7 @@ class Detect(Processor):
         eid, start, _, payload = msg
         # (an id may come again once its event has ended before the CTI: the id then names
         # the new event; the old row stays a row, which nothing can delete any more)
-        k = None if self.key is None else self.key(payload)
+        k = None if self.key is None else group_key(self.key(payload))  # (NaN keys: one)
         tie = repr(payload) if self.tie is None else (self.tie(payload), repr(payload))
         row = (start, tie, self.seq, eid, payload)
         self.seq += 1
