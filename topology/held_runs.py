@@ -34,7 +34,7 @@ def held_runs(node: n.Node) -> Iterator[Commit]:
     """Hold the runs of the query's streaming Spark sources with a checkpoint (those not
     held already, by ``to_spark_stream``) until the caller has delivered the output: the
     callable yielded commits them. A run not committed (an error, a kill) is replayed whole
-    by the next run over the checkpoint (:class:`topology.spark_source.SparkStreamFeeder`)."""
+    by the next run over the checkpoint (:class:`topology.spark_stream.SparkStreamFeeder`)."""
     held = [s for s in spark_streams(node) if s.checkpoint is not None and not s.held]
     runs = [s.hold() for s in held]
     commit = Commit(held, sum(runs) if runs else None)
@@ -80,7 +80,7 @@ def spark_streams(node: n.Node) -> list[SparkStream]:
 
 class SparkStream:
     """The message batches of a streaming DataFrame: each iteration is one run, through a new
-    :class:`topology.spark_source.SparkStreamFeeder` that resumes from the checkpoint."""
+    :class:`topology.spark_stream.SparkStreamFeeder` that resumes from the checkpoint."""
 
     def __init__(self, feeder: Callable[[], Any], trigger: dict[str, Any] | None,
                  checkpoint: str | None) -> None:
@@ -91,7 +91,7 @@ class SparkStream:
     def hold(self) -> int:
         """Hold the next run until :meth:`commit_run` (a sink commits per output CTI); the
         source's run token (``SparkStreamFeeder.run``)."""
-        from .spark_source import stream_run
+        from .spark_checkpoint import stream_run
 
         self.held = True
         return stream_run(self.checkpoint)

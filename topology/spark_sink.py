@@ -56,7 +56,6 @@ __all__ = ["TIME_TYPE", "WRITE_MODES", "FinalRowsSink", "cht_batches", "cht_to_a
 _TEXT_TIMESTAMPS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
 #: Spark's save modes :func:`write` takes.
 WRITE_MODES = ("error", "errorifexists", "overwrite", "append", "ignore")
-_WRITE_MODES = WRITE_MODES  # the name topology/stream.py imports, until it imports WRITE_MODES
 #: Rows per parquet part the sinks stage for Spark (one part per Spark read task).
 PART_ROWS = 1_048_576
 

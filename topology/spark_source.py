@@ -90,10 +90,6 @@ PARTITION_ROWS = 1_000_000
 
 #: The default AdvanceTime (immutable): CTIs only at the end of input and from idle timeouts.
 _NO_ADVANCE = AdvanceTime()
-#: The names topology/stream.py imports, until it imports check_batch_frame and check_columns.
-_check_batch_frame = check_batch_frame
-_check_columns = check_columns
-
 
 def ordered_record_batches(
     df: DataFrame, start: Any, end: Any = None, shape: str = "point",

@@ -148,7 +148,7 @@ class Stream:
         ``advance``'s late-event policy decides what a row behind a CTI becomes, and it
         **needs** ``checkpoint=PATH`` (a directory or storage URI): Spark keeps the source's
         offsets there and cedar its Ingress state and the last micro-batch id
-        (:class:`topology.spark_source.SparkStreamFeeder`), so that each run (each
+        (:class:`topology.spark_stream.SparkStreamFeeder`), so that each run (each
         ``collect()``) continues the stream where the last run over that checkpoint stopped,
         with no event twice and none lost, even when a run failed half-way. Only the
         source resumes: the query's operators start afresh in each run. The source's dead
@@ -157,7 +157,8 @@ class Stream:
         ``checkpoint=None`` is the explicit choice of no restart state: every run reads the
         stream from its beginning again, as Spark does with a temporary checkpoint."""
         from .shared_read import SharedRead
-        from .spark_source import PARTITION_ROWS, SparkStreamFeeder, spark_row_batches
+        from .spark_source import PARTITION_ROWS, spark_row_batches
+        from .spark_stream import SparkStreamFeeder
         from .times import spark_clock
 
         check_step_name(name, "from_spark")
@@ -207,19 +208,14 @@ class Stream:
     def _from_spark_parts(df: Any, start: Any, end: Any, shape: str, id: Any, advance: Any,
                           name: str | None, sources: int, staging: Any) -> Stream:
         """``from_spark(..., sources=N)``: the union of N portable sources, each reading one
-        time-sorted parquet file Spark writes (:class:`topology.spark_source.StagedTable`)."""
-        from .spark_source import (
-            StagedPart,
-            StagedTable,
-            _check_batch_frame,
-            _check_columns,
-            staging_directory,
-        )
+        time-sorted parquet file Spark writes (:class:`topology.spark_staged.StagedTable`)."""
+        from .spark_frames import check_batch_frame, check_columns
+        from .spark_staged import StagedPart, StagedTable, staging_directory
         from .times import spark_clock
 
         what = "from_spark"
-        _check_batch_frame(df, what)
-        _check_columns(df, what, start=start, end=end, id=id)
+        check_batch_frame(df, what)
+        check_columns(df, what, start=start, end=end, id=id)
         if id is not None and not isinstance(id, str):
             raise TypeError(f"{what}: id={id!r}: with sources={sources} the id must be a column "
                             f"name, so that the rows of one id (an edge's start and end, a "
@@ -653,11 +649,11 @@ class Stream:
         returns the run's :class:`topology.inline_runtime.RunReport` (dead letters, late events,
         accounting), and warns on dead letters. A streaming ``from_spark`` with a checkpoint
         is committed once the files are written."""
-        from .spark_sink import _WRITE_MODES, write
+        from .spark_sink import WRITE_MODES, write
 
         check_runtime("write", runtime)
-        if mode not in _WRITE_MODES:  # (write checks it too, but only after the run)
-            raise ValueError(f"write(mode={mode!r}): mode must be one of {_WRITE_MODES}")
+        if mode not in WRITE_MODES:  # (write checks it too, but only after the run)
+            raise ValueError(f"write(mode={mode!r}): mode must be one of {WRITE_MODES}")
         with held_runs(self._node) as commit:
             out = self._run(runtime, columns=True, **options)
             write(spark, out, path, format=format, mode=mode, staging=staging)
