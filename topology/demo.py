@@ -562,7 +562,7 @@ def write_readings(spark: Any, data: DemoData, path: str) -> Any:
     """Have Spark write the readings, as they arrived, to the parquet table ``path``, and
     return the DataFrame that reads it. The table is one file (a row group's statistics say
     which times it holds), so that ``from_spark`` reads its row groups with pyarrow, no row
-    through the JVM (:func:`topology.spark_source._direct_plan`)."""
+    through the JVM (:func:`topology.spark_direct.direct_plan`)."""
     import pyarrow as pa
 
     table = pa.Table.from_pylist(data.readings, schema=pa.schema(
