@@ -46,26 +46,32 @@ def normalize(root: str) -> str:
     return root if "://" in root else os.path.abspath(root)
 
 
-def _join(root: str, *parts: str) -> str:
-    """``root/part/...``, keeping a URI's ``?options`` at the end."""
-    base, sep, options = root.partition("?")
-    joined = "/".join([base.rstrip("/"), *parts]) if "://" in base else os.path.join(base, *parts)
-    return joined + sep + options
+def join_location(location: str, *parts: str) -> str:
+    """``location/part/...`` for a local path or a storage URI (its ``?options`` kept last).
+
+    >>> join_location("s3://bucket/ckpt/?endpoint_override=localhost:9000", "cedar_feeder.pkl")
+    's3://bucket/ckpt/cedar_feeder.pkl?endpoint_override=localhost:9000'
+    """
+    base, sep, options = location.partition("?")
+    if "://" in base:
+        return "/".join([base.rstrip("/"), *parts]) + sep + options
+    return os.path.join(base, *parts) + sep + options
 
 
-def _open(location: str) -> tuple[pafs.FileSystem, str]:
+def open_location(location: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem of ``location`` (a local path or a storage URI) and the path in it."""
     if "://" in location:
         return pafs.FileSystem.from_uri(location)
     return pafs.LocalFileSystem(), os.path.abspath(location)
 
 
 def query_dir(root: str, query: str) -> str:
-    return _join(root, _safe(query))
+    return join_location(root, _safe(query))
 
 
 def stage_path(root: str, query: str, epoch: int, step: str) -> str:
     """The file of ``step``'s state at the end of ``epoch``."""
-    return _join(root, _safe(query), str(epoch), _safe(step) + ".pkl")
+    return join_location(root, _safe(query), str(epoch), _safe(step) + ".pkl")
 
 
 def save(path: str, state: Any) -> None:
@@ -74,14 +80,14 @@ def save(path: str, state: Any) -> None:
 
 
 def load(path: str) -> Any:
-    fs, where = _open(path)
+    fs, where = open_location(path)
     with fs.open_input_stream(where) as f:
         return pickle.loads(f.read())
 
 
 def epochs(root: str, query: str) -> list[int]:
     """The epochs that have a directory, ascending."""
-    fs, where = _open(query_dir(root, query))
+    fs, where = open_location(query_dir(root, query))
     infos = fs.get_file_info(pafs.FileSelector(where, allow_not_found=True))
     names = [i.base_name for i in infos if i.type == pafs.FileType.Directory]
     return sorted(int(n) for n in names if n.isdigit())
@@ -90,9 +96,9 @@ def epochs(root: str, query: str) -> list[int]:
 def latest_complete(root: str, query: str, steps: Iterable[str]) -> int:
     """The newest epoch every step of ``steps`` wrote (0: none, start from scratch)."""
     steps = list(steps)
-    fs, _ = _open(query_dir(root, query))
+    fs, _ = open_location(query_dir(root, query))
     for epoch in reversed(epochs(root, query)):
-        files = [_open(stage_path(root, query, epoch, s))[1] for s in steps]
+        files = [open_location(stage_path(root, query, epoch, s))[1] for s in steps]
         if all(i.type == pafs.FileType.File for i in fs.get_file_info(files)):
             return epoch
     return 0
@@ -100,12 +106,12 @@ def latest_complete(root: str, query: str, steps: Iterable[str]) -> int:
 
 def job_path(root: str, query: str) -> str:
     """Where a deployed query's host finds its job (:mod:`actors.host`)."""
-    return _join(root, _safe(query), "job.pkl")
+    return join_location(root, _safe(query), "job.pkl")
 
 
 def output_path(root: str, query: str, first: int, end: int) -> str:
     """The file of the released output at positions ``[first, end)``."""
-    return _join(root, _safe(query), "output", f"{first:016d}-{end:016d}.bin")
+    return join_location(root, _safe(query), "output", f"{first:016d}-{end:016d}.bin")
 
 
 def save_output(root: str, query: str, first: int, end: int, blob: Any) -> None:
@@ -115,7 +121,7 @@ def save_output(root: str, query: str, first: int, end: int, blob: Any) -> None:
 
 def load_output(root: str, query: str) -> list[tuple[int, int, Any]]:
     """Every saved output part as ``(from, to, blob)``, in order, contiguous from 0."""
-    fs, where = _open(_join(root, _safe(query), "output"))
+    fs, where = open_location(join_location(root, _safe(query), "output"))
     infos = fs.get_file_info(pafs.FileSelector(where, allow_not_found=True))
     parts = []
     for info in infos:
@@ -138,16 +144,18 @@ def forget_before(root: str, query: str, epoch: int) -> None:
     """Delete the epochs older than ``epoch`` (no restart will need them)."""
     for e in epochs(root, query):
         if e < epoch:
-            _delete(_join(root, _safe(query), str(e)))
+            delete_location(join_location(root, _safe(query), str(e)))
 
 
 def forget(root: str, query: str) -> None:
     """Delete every checkpoint of ``query``."""
-    _delete(query_dir(root, query))
+    delete_location(query_dir(root, query))
 
 
-def _delete(location: str) -> None:
-    fs, where = _open(location)
+def delete_location(location: str) -> None:
+    """Delete the folder ``location`` (a path or storage URI) and what it holds; nothing when
+    it does not exist."""
+    fs, where = open_location(location)
     try:
         fs.delete_dir(where)
     except (FileNotFoundError, OSError):
@@ -157,7 +165,7 @@ def _delete(location: str) -> None:
 # -- the claim on a query's name (topology/deploy.py) ----------------------------------------------
 def claim_path(root: str, query: str) -> str:
     """The claim file of a deployed query's name: beside its folder, which a new run deletes."""
-    return _join(root, _safe(query) + ".claim")
+    return join_location(root, _safe(query) + ".claim")
 
 
 def claim(root: str, query: str, record: dict[str, Any]) -> dict[str, Any] | None:
@@ -197,7 +205,7 @@ def read_claim(root: str, query: str) -> dict[str, Any] | None:
     """The record of ``query``'s claim file, or None when there is none."""
     import json
 
-    fs, where = _open(claim_path(root, query))
+    fs, where = open_location(claim_path(root, query))
     try:
         with fs.open_input_stream(where) as f:
             out: dict[str, Any] = json.loads(f.read() or b"{}")
@@ -211,7 +219,7 @@ def release_claim(root: str, query: str, token: str | None) -> None:
     held = read_claim(root, query)
     if held is None or (token is not None and held.get("token") != token):
         return
-    fs, where = _open(claim_path(root, query))
+    fs, where = open_location(claim_path(root, query))
     try:
         fs.delete_file(where)
     except (FileNotFoundError, OSError):
@@ -220,4 +228,4 @@ def release_claim(root: str, query: str, token: str | None) -> None:
 
 def recoveries_path(root: str, query: str) -> str:
     """The record of a checkpointed query's recoveries, kept across restarts of its host."""
-    return _join(root, _safe(query), "recoveries.pkl")
+    return join_location(root, _safe(query), "recoveries.pkl")

@@ -11,27 +11,16 @@ keys its commits by) and :func:`stream_records` (dead letters, late events, coun
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pyarrow.fs as pafs
 
+from actors.checkpoint import delete_location as delete_dir
+from actors.checkpoint import join_location, open_location
 from actors.checkpoint import load as load_checkpoint
 
 __all__ = ["delete_dir", "delete_files_but", "join_location", "run_log_dir", "state_path",
            "stream_records", "stream_run"]
-
-
-def join_location(location: str, *parts: str) -> str:
-    """``location/part/...`` for a local path or a storage URI (its ``?options`` kept last).
-
-    >>> join_location("s3://bucket/ckpt/?endpoint_override=localhost:9000", "cedar_feeder.pkl")
-    's3://bucket/ckpt/cedar_feeder.pkl?endpoint_override=localhost:9000'
-    """
-    base, sep, options = location.partition("?")
-    if "://" in base:
-        return "/".join([base.rstrip("/"), *parts]) + sep + options
-    return os.path.join(base, *parts) + sep + options
 
 
 def state_path(checkpoint: str) -> str:
@@ -44,26 +33,10 @@ def run_log_dir(checkpoint: str) -> str:
     return join_location(checkpoint, "cedar_run")
 
 
-def _fs_of(location: str) -> tuple[Any, str]:
-    if "://" in location:
-        return pafs.FileSystem.from_uri(location)
-    return pafs.LocalFileSystem(), os.path.abspath(location)
-
-
-def delete_dir(location: str) -> None:
-    """Delete the folder ``location`` (a path or storage URI) and what it holds; nothing when
-    it does not exist."""
-    fs, where = _fs_of(location)
-    try:
-        fs.delete_dir(where)
-    except (FileNotFoundError, OSError):
-        pass  # nothing logged
-
-
 def delete_files_but(location: str, keep: set[str]) -> None:
     """Delete the files directly in folder ``location`` (a path or storage URI) whose names
     are not in ``keep``; nothing when it does not exist."""
-    fs, where = _fs_of(location)
+    fs, where = open_location(location)
     try:
         infos = fs.get_file_info(pafs.FileSelector(where, allow_not_found=True))
     except (FileNotFoundError, OSError):
