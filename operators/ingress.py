@@ -40,7 +40,7 @@ from .events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract
 from .import_ctis import ImportCti
 from .late_stream import LateOut, LateStream, late_markers
 from .processor import Stateful
-from .ticks import TIME_HELP, to_ticks
+from .ticks import TIME_HELP, is_timestamp, to_ticks
 
 __all__ = ["POLICIES", "SHAPES", "AdvanceTime", "ImportCti", "Ingress", "LateOut", "LateStream",
            "ingest", "late_markers", "to_ticks"]
@@ -456,7 +456,7 @@ class Ingress(Stateful):
         if type(value) is int and MIN_TIME <= value <= MAX_TIME:
             return value
         try:
-            return to_ticks(value)
+            ticks = to_ticks(value)
         except (TypeError, ValueError) as exc:
             spec = self._start_spec if what == "start" else self._end_spec
             col = f" (column {spec!r})" if isinstance(spec, str) else ""
@@ -464,6 +464,11 @@ class Ingress(Stateful):
                 raise _Reject(f"the {what} time is missing{col}; give every row a {what} time "
                               f"({TIME_HELP})") from None
             raise _Reject(f"bad {what} time{col}: {exc}") from None
+        if what == "start" and is_timestamp(value):
+            # a timestamp: the readers of a running query show its times as times (its plan
+            # could not tell when the rows came from a generator: topology.times.running_clock)
+            self.stats["timestamp_rows"] = self.stats.get("timestamp_rows", 0) + 1
+        return ticks
 
     def _read_id(self, row: Any) -> Hashable:
         try:

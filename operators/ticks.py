@@ -149,6 +149,16 @@ def to_ticks(value: Any) -> int:
     raise TypeError(f"cannot read a time from {value!r} ({kind.__name__}); {TIME_HELP}")
 
 
+def is_timestamp(value: Any) -> bool:
+    """Whether ``value`` names a time as a timestamp (a date, a datetime, a numpy datetime64,
+    an ISO-8601 string) rather than as ticks (a number).
+
+    >>> is_timestamp(_dt.date(2026, 1, 1)), is_timestamp("2026-01-01"), is_timestamp(5)
+    (True, True, False)
+    """
+    return isinstance(value, (_dt.date, str)) or type(value).__name__ == "datetime64"
+
+
 def _from_datetime64(value: Any) -> int:
     if np.isnat(value):
         raise ValueError(f"missing time ({value!r}); {TIME_HELP}")

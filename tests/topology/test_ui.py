@@ -381,9 +381,6 @@ def test_payload_fields_holding_times_show_as_times(ray_session):
         q.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="needs the ingress to count the rows whose start was a "
-                   "timestamp (topology.times.TIMESTAMP_ROWS in its stats): issue 41 item 9, "
-                   "operators/ingress.py")
 def test_a_generator_of_datetimes_shows_times_once_its_first_row_came(ray_session):
     # nothing declares a generator's clock: its first row tells, and the readers (the web
     # view, why) go by what its source reports from then on
