@@ -395,6 +395,7 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
     (``cedar stop NAME``) or Ctrl-C (:func:`keep_running`)."""
     from topology.deploy import ensure_ray
     from topology.spark_sink import write
+    from topology.times import time_fields
 
     print(f"cedar demo: {meters} meters, {minutes} minutes of readings every "
           f"{READING_EVERY_S} s; output in {out}/")
@@ -423,7 +424,9 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
                 rows = live.snapshot()
                 outputs[name] = rows
                 path = os.path.join(out, name)
-                write(spark, rows, path, mode="overwrite")
+                # a payload's ts, a reading's time, is written as a timestamp as it was read
+                write(spark, rows, path, mode="overwrite",
+                      times=time_fields(topologies[name]._node))
                 summary.append({"output": name, "rows": len(rows), "late": len(live.late()),
                                 "dead_letters": len(live.dead_letters()), "path": path})
         finally:

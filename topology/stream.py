@@ -44,6 +44,7 @@ from .checks import (
     fuse_level,
 )
 from .held_runs import Batches, SparkStream, held_runs, spark_streams
+from .times import time_fields
 
 #: Rows per column batch of a columnar source (``from_arrow``, ``from_spark``). Large: the
 #: cost of a Ray call and of grouping a batch is per batch (measured on W1 on Ray, 2 cores:
@@ -638,7 +639,7 @@ class Stream:
         check_runtime("to_spark", runtime)
         with held_runs(self._node) as commit:
             out = self._run(runtime, columns=True, **options)
-            df = to_spark(spark, out, staging=staging)
+            df = to_spark(spark, out, staging=staging, times=time_fields(self._node))
             commit()
         out.report.warn("to_spark()", "to_spark(...).run_report.", stacklevel=2)
         return df
@@ -656,7 +657,8 @@ class Stream:
             raise ValueError(f"write(mode={mode!r}): mode must be one of {WRITE_MODES}")
         with held_runs(self._node) as commit:
             out = self._run(runtime, columns=True, **options)
-            write(spark, out, path, format=format, mode=mode, staging=staging)
+            write(spark, out, path, format=format, mode=mode, staging=staging,
+                  times=time_fields(self._node))
             commit()
         report = out.report
         report.warn("write()", "write(...).", stacklevel=2)
@@ -678,7 +680,8 @@ class Stream:
         resumed = [s for s in spark_streams(self._node) if s.checkpoint is not None]
         run = sum(s.hold() for s in resumed) if resumed else None
         try:
-            sink = FinalRowsSink(spark, path, format=format, run=run)
+            sink = FinalRowsSink(spark, path, format=format, run=run,
+                                 times=time_fields(self._node))
             if runtime == "inline":
                 sink.on_messages(self._run("inline", **options))
             else:

@@ -56,3 +56,13 @@ def test_a_payload_field_holding_ticks_is_written_as_a_timestamp(tmp_path):
     sink_all.on_messages([Insert("a", TICK0, TICK0 + 1, {"ts": TICK0, "until": MAX_TIME}),
                           Cti(TICK0 + 10)])
     assert pq.read_table(str(tmp_path / "sink2")).column("until").to_pylist() == [None]
+
+
+def test_stream_write_and_the_exactly_once_sink_write_a_readings_ts_as_a_timestamp(tmp_path):
+    # Stream.write and Stream.to_spark_stream (parquet, no Spark) name the time fields
+    # themselves: the ts a reading was read with comes back a timestamp
+    q = _readings().where(lambda r: r["kwh"] > 0)
+    q.to_spark_stream(str(tmp_path / "stream"), runtime="inline")
+    table = pq.read_table(str(tmp_path / "stream"))
+    assert table.schema.field("ts").type == TIME_TYPE
+    assert table.column("ts").to_pylist()[0] == T0
