@@ -452,8 +452,9 @@ def _run(args: Any) -> int:
 def _status(args: Any) -> int:
     import ray
 
+    from . import attach
     from .registry import actor_name, list_queries, step_actor, stuck_slots
-    from .times import parse_tz, show_time
+    from .times import TIMESTAMPS, parse_tz, running_clock, show_time
 
     try:
         tz = parse_tz(args.tz)
@@ -470,10 +471,13 @@ def _status(args: Any) -> int:
             sink = step_actor(actor_name(name, "sink"))
             info, stats = cast(Any, ray.get([sink.manifest.remote(), sink.stats.remote()],
                                             timeout=5))
+            clock = info.get("clock")
+            if clock != TIMESTAMPS:  # a generator's rows say their clock as they come
+                clock = running_clock(clock, attach(name).stats().values())
         except Exception:  # noqa: BLE001 - a query stopping while we look: its name alone
             print(name)
             continue
-        print(f"{name}  output CTI {show_time(stats.get('cti'), info.get('clock'), tz) or '-'}")
+        print(f"{name}  output CTI {show_time(stats.get('cti'), clock, tz) or '-'}")
     for actor, (slot, age) in sorted(stuck_slots().items()):
         print(f"stuck slot {slot}: {actor} was stopped {age:.0f} s ago and its function has "
               f"not returned; no query takes the slot until it does")
@@ -484,7 +488,7 @@ def _inspect(args: Any) -> int:
     import ray
 
     from . import attach
-    from .times import parse_tz, show_duration, show_time
+    from .times import parse_tz, running_clock, show_duration, show_row, show_time
 
     try:
         tz = parse_tz(args.tz)
@@ -495,12 +499,12 @@ def _inspect(args: Any) -> int:
         return 2
     q = attach(args.name, args.address)
     manifest = ray.get(q.handles[q.sink_step].manifest.remote())
-    clock = manifest.get("clock")
+    stats = q.stats()
+    clock = running_clock(manifest.get("clock"), stats.values())
 
     def fmt_time(t: int) -> str:
         return show_time(t, clock, tz)
 
-    stats = q.stats()
     print(f"query {args.name!r}: {len(stats)} steps")
     print(f"  {'step':<28}{'in':>10}{'out':>10}{'cti':>28}{'state':>8}{'late':>6}{'dead':>6}"
           f"  node")
@@ -525,7 +529,7 @@ def _inspect(args: Any) -> int:
     print(f"\nsnapshot: {len(rows):,} rows" + (f" (first {args.rows})" if len(rows) > args.rows
                                                 else ""))
     for start, end, payload in rows[: args.rows]:
-        print(f"  [{fmt_time(start)}, {fmt_time(end)})  {payload!r}")
+        print(f"  {show_row(start, end, repr(payload), clock, tz)}")
     return 0
 
 

@@ -49,7 +49,7 @@ def test_status_and_inspect_a_live_query(ray_session, capsys):
         assert "cli-inspect" in capsys.readouterr().out.split()
         assert main(["inspect", "cli-inspect"]) == 0
         text = capsys.readouterr().out
-        assert "shift#1" in text and "[1, 51)  7" in text
+        assert "shift#1" in text and "[1, 51) 7" in text
         assert "the query's host (feeds it): node" in text
     finally:
         q.stop()
@@ -126,13 +126,24 @@ def test_inspect_and_status_show_times_where_the_source_had_timestamps(ray_sessi
         assert q.wait(timeout_s=30)
         assert main(["inspect", "cli-times"]) == 0
         text = capsys.readouterr().out
-        assert "[2026-01-01T00:00:01Z, 2026-01-01T00:00:01.000001Z)  {'ts'" in text
+        assert "at 2026-01-01T00:00:01Z {'ts'" in text  # a point: at its time
         assert main(["inspect", "cli-times", "--tz", "Europe/Paris"]) == 0
-        assert "[2026-01-01T01:00:02+01:00, " in capsys.readouterr().out
+        assert "at 2026-01-01T01:00:02+01:00 " in capsys.readouterr().out
         assert main(["inspect", "cli-times", "--tz", "Mars/Base"]) == 2
         assert "unknown time zone 'Mars/Base'" in capsys.readouterr().err
         assert main(["status"]) == 0
         assert "cli-times  output CTI 2026-01-01T00:00:02.000001Z" in capsys.readouterr().out
+    finally:
+        q.stop()
+    # a generator declares no clock: its rows say it as they come (the source counts them)
+    q = Stream.from_rows((r for r in rows), start="ts").deploy("cli-gen", history=True,
+                                                                 detached=False)
+    try:
+        assert q.wait(timeout_s=30)
+        assert main(["inspect", "cli-gen"]) == 0
+        assert "at 2026-01-01T00:00:02Z {'ts'" in capsys.readouterr().out
+        assert main(["status"]) == 0
+        assert "cli-gen  output CTI 2026-01-01T00:00:02.000001Z" in capsys.readouterr().out
     finally:
         q.stop()
     # plain integer time stays integers
@@ -141,7 +152,7 @@ def test_inspect_and_status_show_times_where_the_source_had_timestamps(ray_sessi
     try:
         assert q.wait(timeout_s=30)
         assert main(["inspect", "cli-ticks"]) == 0
-        assert "[0, 50)  7" in capsys.readouterr().out
+        assert "[0, 50) 7" in capsys.readouterr().out
         assert main(["status"]) == 0
         assert "cli-ticks  output CTI 10" in capsys.readouterr().out
     finally:
