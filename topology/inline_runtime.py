@@ -28,6 +28,7 @@ from operators.events import MIN_TIME, Insert, Message, Retract
 from operators.feeds import END, chunks, guarded, round_robin
 
 from .dag import DagProcessor
+from .times import running_clock
 from .why import inline_progress, last_cti
 
 if TYPE_CHECKING:
@@ -238,6 +239,9 @@ def run_inline(plan: Plan, batch_size: int = DEFAULT_BATCH,
         finally:
             for rec in (dag.trace or {}).values():
                 rec.flush()
+        clock = running_clock(plan.clock, [p.stats or {} for p in dag.procs.values()])
+        if clock != plan.clock:  # a generator's rows said their clock as they came
+            write_plan(trace, plan, runtime="inline", clock=clock)
     progress = inline_progress(plan, dag.procs, dag.ctis, dag.cti_walls, dag.push_walls)
     return Collected(out, report_of(plan, procs_records(dag)), progress)
 

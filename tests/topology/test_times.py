@@ -107,3 +107,15 @@ def test_a_running_query_is_on_timestamps_once_a_source_has_taken_one():
     assert running_clock("ticks", steps) == "timestamps"
     assert running_clock(None, [{"received": 1, TIMESTAMP_ROWS: 1}]) == "timestamps"
     assert running_clock("timestamps", []) == "timestamps"  # declared by the plan
+
+
+def test_a_trace_of_a_generator_of_timestamps_says_its_clock(tmp_path):
+    # a generator declares no clock when the plan is written; its rows say it as they come,
+    # and plan.json is written anew, so cedar timeline and debug show times
+    import datetime
+    import json
+
+    t0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    rows = ({"ts": t0 + datetime.timedelta(seconds=i), "v": i} for i in range(3))
+    Stream.from_rows(rows, start="ts").collect(runtime="inline", trace=str(tmp_path))
+    assert json.loads((tmp_path / "plan.json").read_text())["clock"] == "timestamps"
