@@ -50,7 +50,7 @@ from .claims import claim_name, name_taken, replace_query
 from .feeding import DRIVER_FED, FeedJob, driver_sources, encoder, fed_by_cluster, feed_round_robin
 from .inline_runtime import Collected, report_of, source_batches
 from .planner import Plan
-from .query import Query, QueryFailed, _Remote
+from .query import HostRunner, Query, QueryFailed
 from .registry import (
     FETCH_WAIT_S,
     HEAD_RESOURCE,
@@ -649,7 +649,7 @@ def _deploy(plan: Plan, name: str, settings: ShellConfig, root: str | None, fed:
         raise
     feed_job = dataclasses.replace(FeedJob.of(plan, handles, local, settings), held=hold)
     feeding = [feed_job.start(),
-               None if host is None else _Remote(host)]
+               None if host is None else HostRunner(host)]
     return Query(name, handles, sink=plan.sink, explain=info["explain"], host=host,
                  feeding=feeding, subscriptions=subs)
 

@@ -126,7 +126,7 @@ def stop_by_name(name: str, timeout_s: float = 30.0) -> None:
         time.sleep(0.05)
 
 
-class _Remote:
+class HostRunner:
     """The runner in a query's host actor (:mod:`actors.host`): the same methods as the
     local one, called through the actor. While Ray restarts a lost host, a call waits for
     it (up to ``wait_s``); a host that is dead for good raises at once."""
@@ -170,7 +170,7 @@ class Query:
         #: process, or in the host; None without checkpoints
         self.supervisor = supervisor
         if supervisor is None and host is not None and feeding is None:
-            self.supervisor = _Remote(host)
+            self.supervisor = HostRunner(host)
         #: what feeds the sources without checkpoints: this process's threads, the host
         self._feeding = [f for f in feeding or () if f is not None]
         self._handles = dict(handles)
@@ -723,7 +723,7 @@ def _attach_now(name: str) -> Query:
             raise
         handles = cast(dict[str, Any], ray.get(host.call.remote("current_handles"),
                                                timeout=STATS_WAIT_S))
-    feeding = None if host is None or "checkpoint_dir" in info else [_Remote(host)]
+    feeding = None if host is None or "checkpoint_dir" in info else [HostRunner(host)]
     claim = (info["checkpoint_dir"], info["claim"]) if "checkpoint_dir" in info and \
         "claim" in info else None
     return Query(name, handles, sink=info.get("sink", "sink"), explain=info.get("explain", ""),
