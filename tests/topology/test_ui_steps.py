@@ -18,6 +18,7 @@ from collections import deque
 from operators.errors import DeadLetter, LateEvent
 from operators.events import Insert
 from operators.ingress import AdvanceTime
+from tests.conftest import REPO
 from tests.topology.live_kit import EVIL
 from tests.topology.live_kit import rows as _rows
 from tests.topology.live_kit import stall_at as _stall_at
@@ -28,10 +29,10 @@ from topology.ui import (
     HISTORY_POINTS,
     HISTORY_S,
     Monitor,
-    _original_time,
-    _records_page,
+    records_page,
     serve,
 )
+from topology.ui_data import original_time
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 HOT = "#d22"
@@ -230,19 +231,37 @@ def test_the_records_page_escapes_every_text_and_reads_ticks_as_times():
     reason = "start 1767225603000000 is behind the CTI 1767225629000000; policy 'drop'"
     late = LateEvent("src<b>", "dropped", reason, {"note": EVIL}, None)
     dead = DeadLetter("<script>x</script>", "bad <i>row</i>", Insert(1, 42, 43, EVIL))
-    assert _original_time(late, reason) == 1767225603000000
-    assert _original_time(dead, dead.reason) == 42
+    assert original_time(late, reason) == 1767225603000000
+    assert original_time(dead, dead.reason) == 42
     assert show_reason(reason, "timestamps", None) == \
         ("start 2026-01-01T00:00:03Z is behind the CTI 2026-01-01T00:00:29Z; policy 'drop'")
     assert show_reason(reason, "ticks", None) == reason
-    page_html = _records_page({"query": "q<script>", "step": "<s>", "kind": "dead_letters",
-                               "count": 3, "records": [
-                                   {"where": dead.where, "action": "dead letter",
-                                    "reason": dead.reason, "original": "42",
-                                    "item": repr(dead.item)}]})
+    page_html = records_page({"query": "q<script>", "step": "<s>", "kind": "dead_letters",
+                              "count": 3, "records": [
+                                  {"where": dead.where, "action": "dead letter",
+                                   "reason": dead.reason, "original": "42",
+                                   "item": repr(dead.item)}]})
     assert "<script>" not in page_html and "<i>" not in page_html and "<img" not in page_html
     assert "&lt;script&gt;x&lt;/script&gt;" in page_html
     assert "(the newest 1 shown)" in page_html
+
+
+def test_the_page_is_package_data_and_holds_its_why_panel():
+    # the page ships in the wheel: pyproject names it as package data of ui.py's package, and
+    # ui.py reads it from there (importlib.resources), not from the checkout
+    import os
+    import tomllib
+    from importlib import resources
+
+    import topology.ui as ui
+
+    package = ui.__name__.rpartition(".")[0]
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        data = tomllib.load(f)["tool"]["setuptools"]["package-data"]
+    assert "ui_page.html" in data[package]
+    assert resources.files(package).joinpath("ui_page.html").read_text("utf-8") == ui.PAGE
+    assert ui.WHY_PANEL.startswith('<section id="why"') and ui.WHY_PANEL in ui.PAGE
+    assert ui.PAGE.count('<script nonce="NONCE">') == 2  # its own scripts, and no other
 
 
 def test_the_rate_history_is_bounded_in_time_and_in_points():
