@@ -1,0 +1,110 @@
+"""The column path of :class:`~operators.windows.keyed.KeyedWindowAggregate`: a
+:class:`~operators.columns.Columns` batch grouped by (window, key) with numpy (the key function
+once on the columns when it can, the groups as pane ranges or as window copies, see
+:mod:`operators.windows.keyed_columns`) and added to the per-key state column-wise (a built-in's
+``add_ranges``), per group, or per event when the keys are not numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+
+from ..columns import Columns, apply_columns, map_columns
+from ..events import MIN_TIME, Message
+from ..group_apply import group_key
+from .keyed_columns import SAFE, named_codes, pane_ranges, window_groups
+from .keyed_state import KeyedWindowState
+
+__all__ = ["KeyedColumnPath"]
+
+
+class KeyedColumnPath(KeyedWindowState):
+    """How a keyed window aggregate takes a column batch (see the module docstring)."""
+
+    def on_columns(self, msg: Columns, port: int) -> list[Message]:
+        starts = msg.starts
+        if not len(starts):
+            return []
+        ends = None if msg.points or (msg.ends - starts == 1).all() else msg.ends
+        if (int(starts.max()) >= SAFE or int(starts.min()) <= -SAFE or (ends is not None and (
+                not self.intervals or int(ends.max()) >= SAFE))):
+            return super().on_columns(msg, port)  # the per-event path names the culprit
+        keys = apply_columns(self.key, msg)
+        named = named_codes(keys)
+        if named is not None:  # strings, other objects, NaN: grouped by their int codes
+            names, keys = named
+        if not (isinstance(keys, np.ndarray) and keys.dtype.kind in "biuf"):
+            self._add(self._groups_per_event(msg))
+            return []
+        if self.intervals:
+            distinct, which = np.unique(keys, return_inverse=True)
+            top = np.full(len(distinct), MIN_TIME, dtype=np.int64)
+            np.maximum.at(top, which.reshape(-1), starts)
+            distinct_keys = distinct.tolist()
+            if named is not None:
+                distinct_keys = [names[c] for c in distinct_keys]
+            for k, t in zip(distinct_keys, top.tolist()):
+                self._advance(k, t + 1)
+        ranged = None if ends is not None else pane_ranges(self.grid, starts, keys,
+                                                         by_start=not self.incremental)
+        if ranged is None:  # intervals, or keys or panes too far apart to code: a copy of a
+            # row per window
+            windows, group_keys, rows, bounds = window_groups(self.grid, starts, keys, ends)
+            lo, hi = bounds[:-1], bounds[1:]
+        else:
+            windows, group_keys, rows, lo, hi = ranged
+        if not windows:
+            return []
+        if named is not None:
+            group_keys = [names[c] for c in group_keys]
+        if self.add_ranges is not None:  # a built-in: add column-wise, no payload objects
+            by_group = [self.open.get(n, {}).get(k) for n, k in zip(windows, group_keys)]
+            states = self.add_ranges(by_group, map_columns(msg.payload, lambda c: c[rows]),
+                                     len(rows), lo, hi)
+            if states is not None:
+                open_ = self.open
+                by_key: dict[Hashable, Any] = {}
+                last = None
+                for n, k, state in zip(windows, group_keys, states):
+                    if n != last:
+                        by_key = open_.get(n)  # type: ignore[assignment]
+                        if by_key is None:
+                            by_key = open_[n] = {}
+                        last = n
+                    by_key[k] = state
+                if not self.final:
+                    self.touched.update(zip(windows, group_keys))
+                return []
+        if self.incremental:
+            values = self._values(starts.tolist(), msg.payloads())
+            ordered = [values[i] for i in rows.tolist()]
+            self._add({(n, k): ordered[a:b] for n, k, a, b in
+                       zip(windows, group_keys, lo, hi)})
+            return []
+        # the events themselves: rows sorted by (key, start) when ranged (see pane_ranges), so
+        # each group's slice is in time order already
+        payloads, at = msg.payloads(), starts.tolist()
+        index = rows.tolist()
+        ordered_starts = [at[i] for i in index]
+        ordered = [payloads[i] for i in index]
+        self._add_members(windows, group_keys, ordered_starts, ordered, lo, hi,
+                          in_order=ranged is not None)
+        return []
+
+    def _groups_per_event(self, msg: Columns) -> dict[tuple[int, Hashable], list[Any]]:
+        """The events grouped by (window number, key) with the key function per event."""
+        payloads = msg.payloads()
+        starts = msg.starts.tolist()
+        values = self._values(starts, payloads)
+        key, span = self.key, self.grid.span
+        groups: dict[tuple[int, Hashable], list[Any]] = {}
+        for s, e, p, v in zip(starts, msg.ends.tolist(), payloads, values):
+            k = group_key(key(p))
+            for n in span(s, e):
+                groups.setdefault((n, k), []).append(v)
+            if self.intervals:
+                self._advance(k, s + 1)
+        return groups
