@@ -24,6 +24,7 @@ from operators.columns import expand
 from operators.errors import OperatorError
 from operators.events import Message
 
+from .query_health import HOST_DEAD, STATS_WAIT_S, Health
 from .registry import (
     FETCH_WAIT_S,
     HOST_STEP,
@@ -41,23 +42,11 @@ from .registry import (
 if TYPE_CHECKING:
     from .why import Explanation
 
-#: Seconds a diagnosis waits for one step's stats (a busy step is not a dead one).
-STATS_WAIT_S = 10.0
 #: Seconds between two full checks of every step while ``Query.wait()`` waits.
 CHECK_S = 0.5
 #: Seconds one of those checks waits for the steps' stats (a busy step answers at once from
 #: its last report; one that does not answer by then is taken to be busy).
 DIAGNOSE_WAIT_S = 1.0
-#: Seconds a dead host's last calls may take to reach the sources it fed.
-HOST_DRAIN_S = 3.0
-#: Why a step whose actor is gone failed (a query without checkpoints).
-_DIED = ("its actor died (its process was killed or lost); a query deployed without "
-         "checkpoint_dir cannot recover it: stop it, and deploy it with checkpoint_dir=... "
-         "to survive the loss of an actor")
-#: Why a checkpointed query whose host is gone for good failed.
-_HOST_DEAD = ("the query's host is gone for good (killed with no restart, or its restart "
-              "failed), so nothing supervises the query; the output released so far is "
-              "saved under its checkpoint_dir")
 
 
 #: Seconds ``stop()`` waits for the slots of a hosted query's steps to be out of their
@@ -154,7 +143,7 @@ class HostRunner:
         return lambda *args: self.call(method, *args)
 
 
-class Query:
+class Query(Health):
     """A running query: per-step actor handles (``steps``), and its sink."""
 
     def __init__(self, name: str, handles: dict[str, Any], *, sink: str = "sink",
@@ -355,98 +344,6 @@ class Query:
         kind, step, reason = self._diagnose()
         return f"failed: step {step}: {reason}" if kind == "failed" else kind
 
-    def _diagnose(self, wait_s: float = STATS_WAIT_S) -> tuple[str, str | None, str | None]:
-        """(state, failed step, reason): see :meth:`state`. A step that does not answer
-        within ``wait_s`` is busy (its stats wait for the batch it is working on), not dead."""
-        if self._stopped:
-            return "stopped", None, None
-        if self.supervisor is not None:
-            return self._diagnose_supervised()
-        import ray
-
-        from actors.step_host import SlotGone
-
-        handles = dict(self._handles)
-        refs = {step: h.stats.remote() for step, h in handles.items()}
-        answered, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=wait_s)
-        stats: dict[str, dict[str, Any] | None] = {}
-        dead = []
-        for step, ref in refs.items():
-            try:
-                stats[step] = ray.get(ref) if ref in answered else None  # None: busy
-            except ray.exceptions.RayActorError:
-                dead.append(step)
-            except SlotGone:  # its slot was freed: stopped by another handle
-                return "stopped", None, None
-        sink = stats.get(self.sink_step)
-        if sink is not None and sink["finished"] and not sink["error"]:
-            return "finished", None, None
-        if dead:
-            return "failed", dead[0], _DIED
-        failed = _first_failed(stats)
-        if failed is not None:
-            return "failed", failed, str(stats[failed]["error"])  # type: ignore[index]
-        for f in self._feeding:
-            try:
-                errors = f.feed_errors()
-            except ray.exceptions.RayActorError:  # the host is gone
-                return self._host_gone(stats)
-            if errors:  # (source step, reason): what no actor has heard of yet
-                step, reason = errors[0]
-                return "failed", str(step), str(reason)
-        return "running", None, None
-
-    def _host_gone(self, stats: dict[str, dict[str, Any] | None]) -> tuple[str, str | None,
-                                                                         str | None]:
-        """The host that fed some sources (without checkpoints) is dead: harmless if it had
-        sent their whole input — they then finish — else the query can never finish. Its
-        last calls may still be on their way: only sources that stay unfinished and take
-        nothing for ``HOST_DRAIN_S`` count as cut off."""
-        fed = self._host_fed()
-        open_ = {s: stats[s]["events_in"] for s in fed  # type: ignore[index]
-                 if stats.get(s) is not None and not stats[s]["finished"]}  # type: ignore[index]
-        if not open_:
-            return "running", None, None
-        now = time.monotonic()
-        if self._drain is None or self._drain[1] != open_:
-            self._drain = (now, open_)
-        if now - self._drain[0] < HOST_DRAIN_S:
-            return "running", None, None
-        return "failed", HOST_STEP, (
-            f"the query's host, which fed {', '.join(open_)}, died before their input ended; "
-            f"a query deployed without checkpoint_dir cannot feed them again: deploy it with "
-            f"checkpoint_dir=... to survive the loss of its host")
-
-    def _host_fed(self) -> list[str]:
-        """The sources the query's host feeds: no input edge, not fed by the deploying
-        process, not a ``published()`` subscription (from the sink's manifest)."""
-        import ray
-
-        if self._fed is None:
-            info = ray.get(self._handles[self.sink_step].manifest.remote(),
-                           timeout=STATS_WAIT_S)
-            inner = {d for ds in info.get("edges", {}).values() for d in ds}
-            local = set(info.get("fed_by_driver", ()))
-            subs = {tok.split("/", 1)[1] for _, tok in info.get("subscriptions", ())}
-            self._fed = [s for s in self._handles if s not in inner | local | subs]
-        return self._fed
-
-    def _diagnose_supervised(self) -> tuple[str, str | None, str | None]:
-        """A checkpointed query: its supervisor knows, if its host is there to ask."""
-        import ray
-
-        if self.host is not None:
-            state = actor_states(self.name).get(HOST_STEP)
-            if state is None:
-                return "failed", HOST_STEP, _HOST_DEAD
-            if state != "ALIVE":
-                return "recovering", None, None
-        try:
-            kind, step, reason = self.supervisor.state()
-        except ray.exceptions.RayActorError:
-            return "failed", HOST_STEP, _HOST_DEAD
-        return str(kind), step, reason
-
     # -- output -------------------------------------------------------------------------------
     def subscribe(self, snapshot: bool = True,
                   timeout_s: float | None = None) -> Iterator[Message]:
@@ -513,7 +410,7 @@ class Query:
                 except ray.exceptions.RayActorError:  # the host is gone, or still restarting
                     done, error = False, None
                     if self._diagnose()[0] == "failed":
-                        error = _HOST_DEAD
+                        error = HOST_DEAD
                 if error is not None:
                     kind, step, reason = self._diagnose()
                     if kind != "failed":
@@ -602,46 +499,7 @@ class Query:
             from actors import checkpoint as ck
 
             ck.release_claim(self._claim[0], self.name, self._claim[1])
-        self._say_stuck(handles)
-
-    def _say_stuck(self, handles: list[Any]) -> None:
-        """Warn (:class:`StuckSlotWarning`) of the steps among ``handles`` whose slot of a
-        step host is still inside their batch after :data:`SLOT_FREE_S`: freed, their name
-        free, but their slot taken by no query until the call returns."""
-        import warnings
-
-        import ray
-
-        from actors.step_host import HostedStep
-
-        slots: dict[Any, tuple[Any, set[int]]] = {}
-        for h in handles:
-            if isinstance(h, HostedStep):
-                slots.setdefault(h.host._actor_id, (h.host, set()))[1].add(h.slot)
-        mine = actor_name(self.name, "")
-        deadline = time.monotonic() + SLOT_FREE_S
-        while slots:
-            stuck: dict[str, tuple[int, float]] = {}
-            try:
-                for host, ours in slots.values():
-                    stuck.update({a: v for a, v in ray.get(host.stuck.remote(),
-                                                           timeout=STATS_WAIT_S).items()
-                                  if a.startswith(mine) and v[0] in ours})
-            except Exception:  # noqa: BLE001 - a host gone holds nothing
-                return
-            if not stuck:
-                return
-            if time.monotonic() > deadline:
-                steps = ", ".join(f"{a[len(mine):]} (slot {i}, stopped {age:.0f} s ago)"
-                                  for a, (i, age) in sorted(stuck.items()))
-                warnings.warn(StuckSlotWarning(
-                    f"stop({self.name!r}): the query is stopped and its name is free, but "
-                    f"{steps} is still inside a batch (its function has not returned): its "
-                    f"slot is taken by no query until the call returns (the host's other "
-                    f"slots run on; StepHosts.stuck() lists such slots, and "
-                    f"StepHosts.shutdown() ends them with the hosts)"), stacklevel=3)
-                return
-            time.sleep(0.1)
+        say_stuck(self.name, handles)
 
     def _name_is_ours(self, handles: list[Any]) -> bool:
         """Whether the actors now named after this query are this query's (not those of a
@@ -659,17 +517,45 @@ class Query:
         return sink._actor_id in {h._actor_id for h in handles}
 
 
-def _first_failed(stats: dict[str, dict[str, Any] | None]) -> str | None:
-    """The step whose own error failed the query: a failed step none of whose direct
-    upstream steps failed (a failure travels downstream, every step it reaches records it),
-    the first in ``stats``' order when there are several; None if no step failed."""
-    failed = [s for s, st in stats.items() if st is not None and st["error"]]
-    ups: dict[str, set[str]] = {}
-    for step, st in stats.items():
-        for dst, _ in (st or {}).get("out_edges", ()):
-            ups.setdefault(dst, set()).add(step)
-    origins = [s for s in failed if not ups.get(s, set()) & set(failed)]
-    return next(iter(origins or failed), None)
+def say_stuck(query: str, handles: list[Any]) -> None:
+    """Warn (:class:`StuckSlotWarning`) of the steps of ``query`` among ``handles`` (just
+    stopped) whose slot of a
+    step host is still inside their batch after :data:`SLOT_FREE_S`: freed, their name
+    free, but their slot taken by no query until the call returns."""
+    import warnings
+
+    import ray
+
+    from actors.step_host import HostedStep
+
+    slots: dict[Any, tuple[Any, set[int]]] = {}
+    for h in handles:
+        if isinstance(h, HostedStep):
+            slots.setdefault(h.host._actor_id, (h.host, set()))[1].add(h.slot)
+    mine = actor_name(query, "")
+    deadline = time.monotonic() + SLOT_FREE_S
+    while slots:
+        stuck: dict[str, tuple[int, float]] = {}
+        try:
+            for host, ours in slots.values():
+                stuck.update({a: v for a, v in ray.get(host.stuck.remote(),
+                                                       timeout=STATS_WAIT_S).items()
+                              if a.startswith(mine) and v[0] in ours})
+        except Exception:  # noqa: BLE001 - a host gone holds nothing
+            return
+        if not stuck:
+            return
+        if time.monotonic() > deadline:
+            steps = ", ".join(f"{a[len(mine):]} (slot {i}, stopped {age:.0f} s ago)"
+                              for a, (i, age) in sorted(stuck.items()))
+            warnings.warn(StuckSlotWarning(
+                f"stop({query!r}): the query is stopped and its name is free, but "
+                f"{steps} is still inside a batch (its function has not returned): its "
+                f"slot is taken by no query until the call returns (the host's other "
+                f"slots run on; StepHosts.stuck() lists such slots, and "
+                f"StepHosts.shutdown() ends them with the hosts)"), stacklevel=3)
+            return
+        time.sleep(0.1)
 
 
 def attach(name: str, address: str | None = None, wait_s: float = ATTACH_WAIT_S) -> Query:

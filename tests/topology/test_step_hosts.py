@@ -175,7 +175,7 @@ def test_the_command_line_sees_inspects_and_stops_a_hosted_query(hosts, capsys):
     assert main(["status"]) == 0
     assert "cli-hosted" in capsys.readouterr().out.split()
     assert main(["inspect", "cli-hosted"]) == 0
-    assert "[1, 51)  7" in capsys.readouterr().out
+    assert "[1, 51) 7" in capsys.readouterr().out
     assert main(["stop", "cli-hosted"]) == 0
     assert "stopped cli-hosted" in capsys.readouterr().out
     assert _free(hosts) == free and "cli-hosted" not in list_queries()
