@@ -83,7 +83,8 @@ _START, _SEQ, _ID, _PAYLOAD = 0, 2, 3, 4
 # id or None) or None]
 _END, _REACH, _WANTS, _OUT = 0, 1, 2, 3
 
-EMITS = ("speculative", "final")
+#: ``emit=``: whether the output is final (matches sent once no later input can change them)
+EMITS = {"speculative": False, "final": True}
 
 
 class Match(Mapping[str, tuple[Any, ...]]):
@@ -175,7 +176,7 @@ class Detect(Processor):
         self.key = key
         self.tie = tie
         self.emit = emit
-        self.final = emit == "final"
+        self.final = EMITS[emit]
         #: key -> [rows (sorted list of Row), records (arrival number of the row -> record)]
         self.keys: dict[Hashable, list[Any]] = {}
         #: live event id -> (key, the row's order key)
