@@ -15,6 +15,9 @@ stages of all five in a few shared step hosts (:mod:`topology.step_hosts`):
 * ``faults``          — how many meters are in fault, over snapshot windows of edge events.
 
 The results go back through Spark to parquet; the run ends with a summary table.
+The data and the queries are :mod:`topology.demo_data`'s, the live feed that
+``cedar demo --keep`` leaves running is :mod:`topology.demo_live`'s, and the pictures are
+:mod:`topology.demo_pictures`'; this module runs them and reports.
 """
 
 from __future__ import annotations
@@ -23,246 +26,49 @@ import contextlib
 import datetime
 import importlib.util
 import json
-import math
 import os
-import random
 import re
 import shutil
 import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from operators.aggregates import Avg, Count, Max, Sum
-from operators.ingress import AdvanceTime
+from operators.aggregates import Avg
 from operators.ticks import format_duration
-from operators.udm import Operator
 
-if TYPE_CHECKING:
-    from topology import Stream
+from .demo_data import (
+    DELAY_TICKS,
+    EPOCH_TICKS,
+    LATE_BY_TICKS,
+    READING_EVERY_S,
+    TICKS_PER_S,
+    DemoData,
+    SpikeDetector,
+    generate,
+    queries,
+    reading_queries,
+    readings_advance,
+)
+from .demo_live import (
+    LIVE_SPEED,
+    LiveReadings,
+    keep_live,
+    keep_running,
+    live_queries,
+    print_kept,
+    without_stopped_step_errors,
+)
 
-TICKS_PER_S = 1_000_000
-READING_EVERY_S = 10
-EPOCH_TICKS = 1_767_225_600 * TICKS_PER_S  # 2026-01-01T00:00:00Z
-#: How far behind the others a late reading arrives.
-LATE_BY_TICKS = 20 * 60 * TICKS_PER_S
-#: The lateness the demo's sources allow (``AdvanceTime(delay=)``): readings overtaken by up
-#: to half a minute are on time, a reading 20 minutes behind is late.
-DELAY_TICKS = 60 * TICKS_PER_S
-
-
-class SpikeDetector(Operator):
-    """A time-insensitive UDO: the readings more than ``k`` standard deviations above the
-    window's mean (at least ``min_readings`` readings to judge)."""
-
-    def __init__(self, k: float = 3.0, min_readings: int = 10) -> None:
-        self.k = k
-        self.min_readings = min_readings
-
-    def compute(self, values: list[Any]) -> list[Any]:
-        if len(values) < self.min_readings:
-            return []
-        kwh = [v["kwh"] for v in values]
-        mean = sum(kwh) / len(kwh)
-        sd = math.sqrt(sum((x - mean) ** 2 for x in kwh) / len(kwh))
-        spikes = [v for v in values if sd > 0 and v["kwh"] > mean + self.k * sd]
-        return [{"ts": v["ts"], "kwh": v["kwh"], "mean": round(mean, 4)}
-                for v in sorted(spikes, key=lambda v: v["ts"])]
-
-
-@dataclass
-class DemoData:
-    """The demo's input: ``readings`` in arrival order (``late`` of them taken
-    :data:`LATE_BY_TICKS` before they arrived), the meters' fault ``states`` (edges) and the
-    ``meters``' metadata."""
-
-    readings: list[dict[str, Any]]
-    states: list[dict[str, Any]]
-    meters: list[dict[str, Any]]
-    late: int = 0
-
-
-def generate(meters: int = 40, minutes: int = 60, seed: int = 7) -> DemoData:
-    """Deterministic smart-meter data: readings every 10 s per meter, in arrival order."""
-    rng = random.Random(seed)
-    regions = ["north", "south", "east", "west"]
-    info: list[dict[str, Any]] = [{"meter": f"m{m:03d}", "region": regions[m % len(regions)],
-             "base": 0.2 + 0.8 * rng.random(), "ts": EPOCH_TICKS} for m in range(meters)]
-    readings: list[dict[str, Any]] = []
-    states: list[dict[str, Any]] = []
-    for m in info:
-        t = EPOCH_TICKS + rng.randrange(READING_EVERY_S * TICKS_PER_S)
-        end = EPOCH_TICKS + minutes * 60 * TICKS_PER_S
-        while t < end:
-            kwh = m["base"] * (1 + 0.1 * rng.gauss(0, 1))
-            if rng.random() < 0.004:
-                kwh *= 6  # a spike for the anomaly detector
-            readings.append({"meter": m["meter"], "ts": t, "kwh": round(max(kwh, 0.0), 4)})
-            t += READING_EVERY_S * TICKS_PER_S
-        # meter states: online from the start; some faults, repaired later (an edge closed)
-        fault_at = EPOCH_TICKS + rng.randrange(minutes * 60) * TICKS_PER_S
-        if rng.random() < 0.3:
-            states.append({"meter": m["meter"], "id": f"{m['meter']}-fault", "ts": fault_at,
-                           "end": None, "state": "fault"})
-            repair = fault_at + rng.randrange(60, 900) * TICKS_PER_S
-            states.append({"meter": m["meter"], "id": f"{m['meter']}-fault", "ts": fault_at,
-                           "end": repair, "state": "fault"})
-    # arrival order: by time, with light disorder (a reading overtakes up to ~20 others)
-    readings.sort(key=lambda r: r["ts"] + rng.randrange(30 * TICKS_PER_S))
-    # late readings: taken 20 minutes before they arrive, so never before the data starts
-    # (one taken before it would make windows of a time no other reading has)
-    could_be_late = [i for i, r in enumerate(readings) if r["ts"] - LATE_BY_TICKS >= EPOCH_TICKS]
-    late = rng.sample(could_be_late, k=min(len(could_be_late), max(1, len(readings) // 400)))
-    for i in late:
-        readings[i]["ts"] -= LATE_BY_TICKS
-    for i in rng.sample(range(len(readings)), k=max(1, len(readings) // 2000)):
-        readings[i]["ts"] = None  # a broken reading: no time
-    states.sort(key=lambda r: r["ts"] if r["end"] is None else r["end"])
-    for m in info:
-        del m["base"]
-    return DemoData(readings, states, info, late=sum(readings[i]["ts"] is not None
-                                                     for i in late))
-
-
-def _advance() -> AdvanceTime:
-    """The readings' CTIs: one after every 2,000 readings, :data:`DELAY_TICKS` behind the
-    latest; a reading behind a CTI is late, dropped and recorded."""
-    return AdvanceTime(every=2_000, delay=DELAY_TICKS, policy="drop")
-
-
-def _reading_queries(readings: Callable[[], Stream], meters: list[dict[str, Any]]
-                     ) -> dict[str, Stream]:
-    """The four queries over the readings, each over ``readings()``."""
-    from topology import Stream
-
-    minute = 60 * TICKS_PER_S
-    meta = Stream.from_rows(meters, start="ts", id="meter", shape="edge", name="meters")
-    return {
-        "meter_averages": readings().group_apply(
-            lambda r: r["meter"], lambda g: g.tumbling_window(5 * minute).aggregate(Avg("kwh"))),
-        "anomalies": readings().group_apply(
-            lambda r: r["meter"],
-            lambda g: g.hopping_window(5 * minute, minute).apply(SpikeDetector())),
-        "regional_load": readings()
-            .join(meta, on=("meter", "meter"),
-                  select=lambda r, m: {"region": m["region"], "kwh": r["kwh"]})
-            .group_apply(lambda r: r["region"],
-                         lambda g: g.tumbling_window(15 * minute).aggregate(Sum("kwh"))),
-        "peaks": readings().group_apply(
-            lambda r: r["meter"], lambda g: g.count_window(30).aggregate(Max("kwh"))),
-    }
-
-
-def queries(df: Any, data: DemoData) -> dict[str, Any]:
-    """The demo's five topologies. The four over the readings are built on one
-    ``from_spark`` stream of the DataFrame ``df``: started together, they share one read of
-    it (Spark sorts the table once, :mod:`topology.shared_read`)."""
-    from topology import Stream
-
-    source = Stream.from_spark(df, start="ts", advance=_advance(), name="readings")
-    states = Stream.from_rows(data.states, start="ts", end="end", id="id", shape="edge",
-                              name="meter_states")
-    return {**_reading_queries(lambda: source, data.meters),
-            "faults": states.where(lambda s: s["state"] == "fault")
-            .snapshot_window().aggregate(Count())}
-
-
-#: How much faster than the meters the live feed of ``cedar demo --keep`` runs: a minute of
-#: readings a second.
-LIVE_SPEED = 60.0
-
-
-class LiveReadings:
-    """An endless feed of the meters' readings as they arrive, ``speed`` times faster than
-    the meters take them (:data:`LIVE_SPEED`: a minute of readings every second), for
-    ``Stream.from_arrow``: each iteration starts the same feed afresh (the same readings for
-    the same ``seed``), as Arrow record batches of :data:`SLOT_TICKS` of readings, each
-    released when the wall clock reaches it.
-
-    Like :func:`generate`'s readings: every :data:`READING_EVERY_S` a reading of each meter,
-    overtaking each other by up to half a minute, a few spikes, one in 400 taken
-    :data:`LATE_BY_TICKS` before it arrives (late: the sources drop and record it), one in
-    2,000 without a time (a dead letter). ``ts`` is a UTC timestamp column, so the queries
-    show their times as times (``cedar ui``, ``status``, ``inspect``, ``why``).
-
-    >>> feed = iter(LiveReadings(meters=2, speed=1e9))
-    >>> batch = next(feed)
-    >>> batch.num_rows, batch.schema.field("ts").type
-    (6, TimestampType(timestamp[us, tz=UTC]))
-    """
-
-    #: The readings' time in one batch (30 s: three readings of each meter).
-    SLOT_TICKS = 30 * TICKS_PER_S
-
-    def __init__(self, meters: int = 40, speed: float = LIVE_SPEED, seed: int = 7,
-                 start: int = EPOCH_TICKS) -> None:
-        import pyarrow as pa
-
-        if speed <= 0:
-            raise ValueError(f"LiveReadings(speed={speed!r}): give a positive speed (readings "
-                             f"time per wall-clock time, e.g. 60 for a minute a second)")
-        self.meters, self.speed, self.seed, self.start = meters, speed, seed, start
-        self.schema = pa.schema([("meter", pa.string()),
-                                 ("ts", pa.timestamp("us", tz="UTC")), ("kwh", pa.float64())])
-
-    def __iter__(self) -> Iterator[Any]:
-        import pyarrow as pa
-
-        rng = random.Random(self.seed)
-        names = [f"m{m:03d}" for m in range(self.meters)]
-        base = {m: 0.2 + 0.8 * rng.random() for m in names}
-        phase = {m: rng.randrange(READING_EVERY_S * TICKS_PER_S) for m in names}
-        began = time.monotonic()
-        slot = 0
-        while True:
-            lo = self.start + slot * self.SLOT_TICKS
-            taken: list[tuple[str, int, float]] = []
-            for m in names:
-                t = lo + phase[m]
-                while t < lo + self.SLOT_TICKS:
-                    kwh = base[m] * (1 + 0.1 * rng.gauss(0, 1))
-                    if rng.random() < 0.004:
-                        kwh *= 6  # a spike for the anomaly detector
-                    taken.append((m, t, round(max(kwh, 0.0), 4)))
-                    t += READING_EVERY_S * TICKS_PER_S
-            taken.sort(key=lambda r: r[1] + rng.randrange(30 * TICKS_PER_S))
-            rows: list[tuple[str, int | None, float]] = []
-            for m, t, kwh in taken:
-                odds = rng.random()
-                if odds < 1 / 400 and t - LATE_BY_TICKS >= self.start:
-                    rows.append((m, t - LATE_BY_TICKS, kwh))  # arrives 20 min late
-                elif odds > 1 - 1 / 2000:
-                    rows.append((m, None, kwh))  # a broken reading: no time
-                else:
-                    rows.append((m, t, kwh))
-            due = began + (slot + 1) * self.SLOT_TICKS / TICKS_PER_S / self.speed
-            wait = due - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
-            yield pa.record_batch([pa.array([r[0] for r in rows], pa.string()),
-                                   pa.array([r[1] for r in rows], pa.timestamp("us", tz="UTC")),
-                                   pa.array([r[2] for r in rows], pa.float64())],
-                                  schema=self.schema)
-            slot += 1
-
-
-def live_queries(meters: int = 40, speed: float = LIVE_SPEED, seed: int = 7
-                 ) -> dict[str, Stream]:
-    """The demo's four reading queries over a live feed (:class:`LiveReadings`, one per
-    query, the same readings in each): what ``cedar demo --keep`` leaves running. Their
-    sources read the feed as it arrives, so a reading 20 minutes behind is late there."""
-    from topology import Stream
-
-    def readings() -> Stream:
-        return Stream.from_arrow(LiveReadings(meters, speed, seed), start="ts",
-                                 advance=AdvanceTime(every=max(1, 6 * meters),
-                                                     delay=DELAY_TICKS, policy="drop"),
-                                 name="readings")
-
-    return _reading_queries(readings, generate(meters, 1, seed).meters)
+__all__ = ["DELAY_TICKS", "EPOCH_TICKS", "LATE_BY_TICKS", "LIVE_SPEED", "READING_EVERY_S",
+           "TICKS_PER_S", "DemoData", "LiveReadings", "Progress", "SpikeDetector", "Startup",
+           "demo_hosts", "deploy_held", "explain", "first_spike", "generate", "keep_live",
+           "keep_running", "live_queries", "local_spark", "meter_pictures", "print_kept",
+           "print_next_steps", "print_summary", "queries", "reading_queries", "readings_advance",
+           "run", "run_held", "write_readings"]
 
 
 class Progress:
@@ -432,7 +238,7 @@ def run(meters: int = 40, minutes: int = 60, out: str = "cedar-demo-output",
         finally:
             # pushes in flight as a stop came are refused then, or whenever Ray collects
             # their results, up to this process's exit: no traceback for them from now on
-            _without_stopped_step_errors()
+            without_stopped_step_errors()
             for live in running.values():
                 live.stop()
         _report_and_keep(data, out, summary, outputs, elapsed, setup, keep, meters, speed,
@@ -463,92 +269,6 @@ def _report_and_keep(data: DemoData, out: str, summary: list[dict[str, Any]],
     kept = keep_live(meters, speed, fuse, hosts)
     print_kept(kept, speed, meters)
     keep_running(kept)
-
-
-def keep_live(meters: int, speed: float = LIVE_SPEED, fuse: bool | str = "chains",
-              hosts: Any = None) -> dict[str, Any]:
-    """Deploy :func:`live_queries` as ``demo-NAME`` (in ``hosts``, the step hosts, when given)
-    and return the running queries by name. This process feeds them (their feed is a
-    generator), so they run while it does."""
-    kept: dict[str, Any] = {}
-    try:
-        for name, q in live_queries(meters, speed).items():
-            kept[f"demo-{name}"] = q.deploy(f"demo-{name}", fuse=fuse, history=True,
-                                            detached=False, hosts=hosts)
-    except BaseException:
-        for live in kept.values():
-            live.stop()
-        raise
-    return kept
-
-
-def print_kept(kept: dict[str, Any], speed: float, meters: int) -> None:
-    """Say what ``cedar demo --keep`` left running and what to type to watch and stop it:
-    the commands name this Ray instance's address (``--address auto`` may find another one)
-    and, when the instance checks tokens, ``RAY_AUTH_MODE=token``."""
-    import ray
-
-    address = ray.get_runtime_context().gcs_address
-    auth = "RAY_AUTH_MODE=token " if os.environ.get("RAY_AUTH_MODE", "").lower() == \
-        "token" else ""
-    cedar = f"{auth}cedar"
-    per_s = format_duration(int(speed * TICKS_PER_S))
-    print(f"\n  kept running on a live feed of {meters} meters ({per_s} of readings a second; "
-          f"late and broken\n  readings as they arrive), until stopped:")
-    print("    " + "  ".join(kept))
-    print(f"\n  watch them from another terminal (this Ray instance is at {address}"
-          + (" and checks tokens" if auth else "") + "):")
-    print(f"    {cedar} ui --address {address}")
-    print("        then open http://127.0.0.1:8766/")
-    print(f"    {cedar} status --address {address}")
-    print(f"    {cedar} inspect demo-anomalies --address {address}")
-    print(f"    {cedar} why demo-meter_averages --address {address}")
-    print("  stop them, each (this command ends when all are stopped), or Ctrl-C here:")
-    print(f"    {cedar} stop NAME --address {address}", flush=True)
-
-
-def keep_running(kept: dict[str, Any], poll_s: float = 1.0) -> None:
-    """Wait until none of the ``kept`` queries is deployed any more (``cedar stop NAME``
-    stopped each), or Ctrl-C, which stops those left."""
-    from .registry import list_queries
-
-    restore = _without_stopped_step_errors()
-    try:
-        while set(kept) & set(list_queries()):
-            time.sleep(poll_s)
-        print("  the demo's queries are stopped")
-    except KeyboardInterrupt:
-        print("\n  stopping the demo's queries ...")
-    finally:
-        for live in kept.values():
-            with contextlib.suppress(Exception):  # stopped already
-                live.stop()
-        restore()
-
-
-def _without_stopped_step_errors() -> Callable[[], None]:
-    """While the kept queries run, Ray's notes of calls this process made to a step that a
-    stop took away (``cedar stop NAME`` from another terminal while this process feeds the
-    query: its pushes meet a freed slot or a killed actor) are not printed: Ray would print
-    a traceback for each of dozens of them. Any other error prints as before. Returns what
-    restores Ray's own handler."""
-    from ray._private import worker
-
-    show = worker._unhandled_error_handler
-
-    def handler(e: Exception) -> None:
-        from ray.exceptions import RayActorError
-
-        if isinstance(e, RayActorError) or "SlotGone" in str(e):
-            return  # a step the stop took away
-        show(e)
-
-    worker._unhandled_error_handler = handler
-
-    def restore() -> None:
-        worker._unhandled_error_handler = show
-
-    return restore
 
 
 def demo_hosts() -> Any:
@@ -627,7 +347,7 @@ def first_spike(data: DemoData) -> tuple[str, int] | None:
 
     rows = sorted((r for r in data.readings if r["ts"] is not None), key=lambda r: r["ts"])
     minute = 60 * TICKS_PER_S
-    found = Stream.from_rows(rows, start="ts", advance=_advance()).group_apply(
+    found = Stream.from_rows(rows, start="ts", advance=readings_advance()).group_apply(
         lambda r: r["meter"],
         lambda g: g.hopping_window(5 * minute, minute).apply(SpikeDetector()))
     return first_anomaly(to_cht(found.collect(runtime="inline")))
@@ -662,7 +382,8 @@ def explain(data: DemoData, out: str, anomalies: list[tuple[int, int, Any]] | No
     rows = sorted((r for r in data.readings if r["meter"] == meter and r["ts"] is not None),
                   key=lambda r: r["ts"])
     # its readings' times read as timestamps, so that the traces show times, not ticks
-    readings = Stream.from_rows(rows, start=_reading_time, advance=_advance(), name="readings")
+    readings = Stream.from_rows(rows, start=_reading_time, advance=readings_advance(),
+                                name="readings")
     traced = readings.group_apply(
         lambda r: r["meter"],
         lambda g: g.hopping_window(5 * minute, minute).apply(SpikeDetector()),

@@ -70,13 +70,14 @@ def test_the_summary_counts_rows_once_and_says_why_none_is_late(capsys):
 def test_the_root_cause_and_the_window_pictures_trace_the_main_pictures_anomaly(tmp_path):
     pytest.importorskip("matplotlib")
     from topology import Stream, to_cht
-    from topology.demo import SpikeDetector, _advance, explain
+    from topology.demo import SpikeDetector, explain
+    from topology.demo_data import readings_advance
     from topology.demo_pictures import first_anomaly, meter_picture
 
     data = generate()
     minute = 60_000_000
     rows = sorted((r for r in data.readings if r["ts"] is not None), key=lambda r: r["ts"])
-    anomalies = to_cht(Stream.from_rows(rows, start="ts", advance=_advance()).group_apply(
+    anomalies = to_cht(Stream.from_rows(rows, start="ts", advance=readings_advance()).group_apply(
         lambda r: r["meter"], lambda g: g.hopping_window(5 * minute, minute)
         .apply(SpikeDetector())).collect("inline"))
     main_meter = meter_picture(data.readings, [], anomalies, str(tmp_path / "main.svg"))
@@ -105,7 +106,7 @@ def test_keep_leaves_the_queries_running_live_with_times_and_late_readings(ray_s
     import ray
 
     from topology.cli import main
-    from topology.demo import keep_live, keep_running, print_kept
+    from topology.demo_live import keep_live, keep_running, print_kept
     from topology.step_hosts import StepHosts
 
     with StepHosts(count=2, capacity=16, name="keep-test") as hosts:
@@ -151,11 +152,11 @@ def test_the_demo_hides_only_the_refused_calls_of_steps_it_stopped(monkeypatch):
     from ray._private import worker
     from ray.exceptions import RayActorError
 
-    from topology.demo import _without_stopped_step_errors
+    from topology.demo_live import without_stopped_step_errors
 
     seen: list = []
     monkeypatch.setattr(worker, "_unhandled_error_handler", seen.append)
-    restore = _without_stopped_step_errors()
+    restore = without_stopped_step_errors()
     slot_gone = RuntimeError("ray::StepHost.push() ... actors.step_host.SlotGone: slot 3 of "
                              "this step host was freed: its step was stopped")
     other = ValueError("a step raised")
