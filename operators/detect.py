@@ -65,7 +65,7 @@ from heapq import heappop, heappush
 from itertools import pairwise
 from typing import Any
 
-from .events import FreshId, Insert, Message, Retract
+from .events import MAX_TIME, FreshId, Insert, Message, Retract
 from .group_apply import group_key
 from .pattern import JMP, MATCH, PROGRESS, SAVE, SPLIT, SYM, Program, compile_pattern, parse
 from .processor import Processor
@@ -306,6 +306,15 @@ class Detect(Processor):
             self.front_of[k] = first[_START]
             heappush(self.fronts, (first[_START], self.seq, k))
             self.seq += 1
+
+    def finish(self) -> list[Message]:
+        """End of input: no row can come or go any more, so every attempt is final (in final
+        mode its match is output now), and the output CTI catches up with the input's."""
+        out: list[Message] = []
+        for k in list(self.keys):
+            self._settle(k, MAX_TIME, out)
+        out.extend(self.emit_cti(self.in_cti))
+        return out
 
     # -- matching -----------------------------------------------------------------------------
     def _change(self, ks: list[Any], at: int, row: Row, deleted: bool,

@@ -30,7 +30,8 @@ window whose members changed while its result did not is explained by its member
   never sent it downstream), ``import_ctis`` the event of its input 0 (its leader
   gives only CTIs); ``scan``: the input event at the output's start (its state holds what
   the events before made of it); ``distinct``: the events of the interval's payload (of its
-  key, with ``key=``) inside it.
+  key, with ``key=``) inside it; ``detect``: the rows of the match, the events that start in
+  it (of the key of its first row, with ``key=``).
 
 Each kind of step names its rule in :data:`CAUSE_RULES`; a kind without one (a trace of an
 older cedar) gets every input event overlapping the output, and says so.
@@ -338,6 +339,19 @@ class Recording:
         evs = self._index(step).alive(at).get(0, {}).values()
         return [(0, ev) for ev in evs if ev["start"] == row["start"]]
 
+    def _by_rows(self, step: str, info: dict[str, Any], row: Row, at: float,
+                 gaps: list[str]) -> list[tuple[int, Row]]:
+        """A detect match ``[first start, last start + 1)``: the rows it matched, the input
+        events that start in it (contiguous rows); with ``key=``, of the keys of the events
+        at its first start."""
+        s, e = row["start"], row["end"]
+        inside = [ev for ev in self._index(step).alive(at).get(0, {}).values()
+                  if s <= ev["start"] < e]
+        if info.get("keyed"):
+            keys = {ev["key"] for ev in inside if ev["start"] == s}
+            inside = [ev for ev in inside if ev["key"] in keys]
+        return [(0, ev) for ev in inside]
+
     def _by_payload(self, step: str, info: dict[str, Any], row: Row, at: float,
                     gaps: list[str]) -> list[tuple[int, Row]]:
         """A distinct interval: the input events of its payload (of its key, with ``key=``:
@@ -577,7 +591,7 @@ CAUSE_RULES: dict[str, str] = {
     "window": "_by_window", "group_apply": "_by_group",
     "join": "_by_pair", "left_join": "_by_pair", "anti_join": "_by_pair",
     "full_outer_join": "_by_pair",
-    "scan": "_by_start", "distinct": "_by_payload",
+    "scan": "_by_start", "distinct": "_by_payload", "detect": "_by_rows",
 }
 
 

@@ -767,11 +767,56 @@ class Distinct(Node):
         return "distinct()" if self.key is None else f"distinct(key={_fn(self.key)})"
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Detect(Node):
+    """Row pattern recognition over its input's events (:mod:`operators.detect`): one event
+    per match of ``pattern``, ``[first start, last start + 1)``."""
+
+    pattern: str
+    define: Any = None
+    within: Any = None
+    measures: Callable[[Any], Any] | None = None
+    key: Any = None
+    tie: Callable[[Any], Any] | None = None
+    emit: str = "speculative"
+    verb: ClassVar[str] = "detect"
+    trace_kind: ClassVar[str] = "detect"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.key is not None:
+            check_key("detect", "key", self.key)
+        op = self.operator()  # refuse a bad pattern, define, within or emit here
+        object.__setattr__(self, "within", op.within)  # "5 min" held as ticks
+
+    def operator(self, name: str | None = None) -> Any:
+        """The pure operator (:class:`operators.detect.Detect`) this node runs."""
+        from operators.detect import Detect as DetectOperator
+
+        key = None if self.key is None else field_getter(self.key)
+        return DetectOperator(self.pattern, self.define, within=self.within,
+                              measures=self.measures, key=key, tie=self.tie, emit=self.emit,
+                              name=name)
+
+    def lengths(self) -> int | None:
+        # final: inserts only, a match spans less than within (speculative ones retract)
+        return self.within if self.emit == "final" else None
+
+    def keys(self) -> tuple[Any, ...] | None:
+        return None if self.key is None else (self.key,)
+
+    def describe(self, clock: str | None = None) -> str:
+        key = "" if self.key is None else f", key={_fn(self.key)}"
+        emit = "" if self.emit == "speculative" else f", emit={self.emit!r}"
+        return (f"detect({self.pattern!r}, within={_duration(self.within, clock)}{key}"
+                f"{emit})")
+
+
 #: Every node type a plan may hold (the planner has one function for each).
 NODE_TYPES: tuple[type[Node], ...] = (
     FromEvents, FromRows, Published, GroupInput, Where, Select, AlterLifetime, Shift, ToPoints,
     ClipDuration, Window, Join, AntiJoin, LeftJoin, FullOuterJoin, ImportCti, Late, Union,
-    GroupApply, Scan, Distinct,
+    GroupApply, Scan, Distinct, Detect,
 )
 __all__ = [t.__name__ for t in NODE_TYPES] + ["NODE_TYPES", "SINK_STEP", "Node", "check_function",
                                               "check_key", "check_on", "check_query_name",

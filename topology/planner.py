@@ -146,6 +146,10 @@ def _b_distinct(node: n.Distinct, step: str) -> Factory:
     return functools.partial(Distinct, node.key, name=step)
 
 
+def _b_detect(node: n.Detect, step: str) -> Factory:
+    return functools.partial(node.operator, step)
+
+
 def _b_from_events(node: n.FromEvents, step: str) -> Factory:
     return functools.partial(EventsSource, step)
 
@@ -182,6 +186,7 @@ BUILDERS: dict[type[n.Node], Callable[[Any, str], Factory]] = {
 BUILDERS[n.FullOuterJoin] = _b_full_outer_join
 BUILDERS[n.ImportCti] = _b_import_ctis
 BUILDERS[n.Late] = _b_late
+BUILDERS[n.Detect] = _b_detect
 BUILDERS[Sink] = _b_sink
 BUILDERS[MergePartitions] = _b_merge
 

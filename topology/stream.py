@@ -119,6 +119,20 @@ class Stream(Sources, Running):
         event (equal starts: the least by ``repr``) (:mod:`operators.distinct`)."""
         return self._then(n.Distinct, key=key, name=name)
 
+    def detect(self, pattern: str, define: dict[str, Callable[[Any, Any], Any]] | None = None,
+               *, within: Duration, measures: Callable[[Any], Any] | None = None,
+               key: Any = None, tie: Callable[[Any], Any] | None = None,
+               emit: str = "speculative", name: str | None = None) -> Stream:
+        """Row pattern recognition (SQL:2016 ``MATCH_RECOGNIZE``) over the events in start
+        order (per ``key``): one event per match of ``pattern`` (symbols; space, ``|``,
+        ``( )``, ``? * + {n,m}`` and their reluctant forms), ``define`` a predicate per symbol
+        ``pred(payload, match)``, every match within ``within`` of its first row; payload
+        ``measures(match)`` (default: symbol -> tuple of payloads). Speculative matches are
+        retracted when late input breaks them; ``emit="final"`` sends only final ones
+        (docs/patterns.md#detect)."""
+        return self._then(n.Detect, pattern=pattern, define=define, within=within,
+                          measures=measures, key=key, tie=tie, emit=emit, name=name)
+
     # -- windows ----------------------------------------------------------------------------
     def window(self, spec: w.WindowSpec, clip: str | None = None, output: str | None = None,
                emit: str | None = None, *,

@@ -51,6 +51,12 @@ CASES: dict[str, list[tuple[Callable[[], Any], str]]] = {
              (lambda: S.scan(lambda st, p: (st, []), name="a/b"), "name")],
     "distinct": [(lambda: S.distinct(key=1.5), "key"),
                  (lambda: S.distinct(name="a/b"), "name")],
+    "detect": [(lambda: S.detect("A B+ (C", within=5), "column 7"),
+               (lambda: S.detect("A B", {"C": lambda p, m: True}, within=5), "define"),
+               (lambda: S.detect("A B", within=None), "within"),  # type: ignore[arg-type]
+               (lambda: S.detect("A B", within=0), "within"),
+               (lambda: S.detect("A B", within=5, emit="soon"), "emit"),
+               (lambda: S.detect("A B", within=5, key=1.5), "key")],
     # -- windows
     "window": [(lambda: S.window("tumbling"), "spec"),
                (lambda: S.window(tumbling_window(5), output="bogus"), "output"),

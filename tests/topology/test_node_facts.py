@@ -58,6 +58,7 @@ FACTS: dict[type[nodes.Node], tuple[Stream, int | None, frozenset[str] | None, b
         10, emit="final").aggregate(Sum("b"))), 10, frozenset({"k", "b"}), True),
     nodes.Scan: (POINTS.scan(_scan, 0), 1, None, False),
     nodes.Distinct: (POINTS.distinct(key="k"), None, frozenset({"a", "k"}), True),
+    nodes.Detect: (POINTS.detect("A B", within=10, key="k", emit="final"), 10, None, True),
 }
 
 
@@ -135,6 +136,16 @@ def test_causes_of_import_ctis_and_scan(tmp_path):
     src = Stream.from_events([Insert("a", 2, 4, 1), Insert("b", 6, 9, 2), Cti(10)], name="s")
     assert _causes(src.scan(_scan, 0), str(tmp_path / "s")) == {
         (2, 3): {("s", "'a'")}, (6, 7): {("s", "'b'")}}
+
+
+def test_causes_of_detect(tmp_path):
+    #   a@1 b@2 x@3 a@5 b@11           pattern 'A B' within 5: [1, 3) of a@1 b@2; a@5 b@11 is
+    #                                  no match (11 - 5 >= 5)
+    rows = [(1, "a"), (2, "b"), (3, "x"), (5, "a"), (11, "b")]
+    src = Stream.from_events([Insert(p + str(t), t, t + 1, p) for t, p in rows] + [Cti(20)],
+                             name="s")
+    q = src.detect("A B", {"A": lambda p, m: p == "a", "B": lambda p, m: p == "b"}, within=5)
+    assert _causes(q, str(tmp_path)) == {(1, 3): {("s", "'a1'"), ("s", "'b2'")}}
 
 
 def test_causes_of_distinct(tmp_path):
