@@ -189,3 +189,21 @@ def _match_from(rows: list[tuple[int, Any]], i: int, tree: Any, names: list[str]
         return rep(0, pos, bound)
 
     return m(tree, i, [], lambda pos, bound: (pos, bound) if pos > i else None)
+
+
+def not_followed_by(a: Rows, b: Rows, within: int, ka: Callable[[Any], Any] | None = None,
+                    kb: Callable[[Any], Any] | None = None, until: int | None = None) -> Rows:
+    """Absence, from the definition: each row ``(s, e, p)`` of ``a`` with no row ``(s2, _, q)``
+    of ``b`` with ``kb(q) == ka(p)`` (any, without keys) and ``s < s2 < s + within``, as the
+    point ``(s + within, s + within + 1, p)``; with ``until``, only those with
+    ``s + within <= until`` (decided by then)."""
+    out = []
+    for s, _, p in a:
+        due = s + within
+        if until is not None and due > until:
+            continue
+        followed = any(s < s2 < due and (ka is None or kb(q) == ka(p))  # type: ignore[misc]
+                       for s2, _, q in b)
+        if not followed:
+            out.append((due, due + 1, p))
+    return out

@@ -31,7 +31,8 @@ window whose members changed while its result did not is explained by its member
   gives only CTIs); ``scan``: the input event at the output's start (its state holds what
   the events before made of it); ``distinct``: the events of the interval's payload (of its
   key, with ``key=``) inside it; ``detect``: the rows of the match, the events that start in
-  it (of the key of its first row, with ``key=``).
+  it (of the key of its first row, with ``key=``); ``not_followed_by``: the event of input 0
+  it reports (what did not follow has no event).
 
 Each kind of step names its rule in :data:`CAUSE_RULES`; a kind without one (a trace of an
 older cedar) gets every input event overlapping the output, and says so.
@@ -352,6 +353,16 @@ class Recording:
             inside = [ev for ev in inside if ev["key"] in keys]
         return [(0, ev) for ev in inside]
 
+    def _by_absence(self, step: str, info: dict[str, Any], row: Row, at: float,
+                    gaps: list[str]) -> list[tuple[int, Row]]:
+        """An absence: the input 0 event it reports, at ``start - within`` with its payload
+        (what did not follow it has no event)."""
+        at_start = row["start"] - info.get("within", 0)
+        evs = [ev for ev in self._index(step).alive(at).get(0, {}).values()
+               if ev["start"] == at_start]
+        return [(0, ev) for ev in [e for e in evs if e["payload_repr"] == row["payload_repr"]]
+                or evs]
+
     def _by_payload(self, step: str, info: dict[str, Any], row: Row, at: float,
                     gaps: list[str]) -> list[tuple[int, Row]]:
         """A distinct interval: the input events of its payload (of its key, with ``key=``:
@@ -592,6 +603,7 @@ CAUSE_RULES: dict[str, str] = {
     "join": "_by_pair", "left_join": "_by_pair", "anti_join": "_by_pair",
     "full_outer_join": "_by_pair",
     "scan": "_by_start", "distinct": "_by_payload", "detect": "_by_rows",
+    "not_followed_by": "_by_absence",
 }
 
 

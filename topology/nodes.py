@@ -812,11 +812,52 @@ class Detect(Node):
                 f"{emit})")
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
+class NotFollowedBy(Node):
+    """Absence: input 0's events that no matching input 1 event follows within ``within``
+    (:mod:`operators.not_followed_by`), points at ``start + within``."""
+
+    within: Any
+    on: tuple[Any, Any] | None = None
+    verb: ClassVar[str] = "not_followed_by"
+    trace_kind: ClassVar[str] = "not_followed_by"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_on("not_followed_by", self.on)
+        object.__setattr__(self, "within", self.operator().within)  # "5 min" held as ticks
+
+    def operator(self, name: str | None = None) -> Any:
+        """The pure operator (:class:`operators.not_followed_by.NotFollowedBy`)."""
+        from operators.not_followed_by import NotFollowedBy as Absence
+
+        return Absence(self.within, on=self.on, name=name)
+
+    def lengths(self) -> int | None:
+        return 1  # points, final: never retracted
+
+    def reads(self, out: Reads, port: int) -> Reads:
+        if self.on is None:  # its output is input 0's payloads; of input 1 only times
+            return out if port == 0 else NOTHING
+        return union(out, function_reads(self.on[0])) if port == 0 else \
+            function_reads(self.on[1])
+
+    def keys(self) -> tuple[Any, ...] | None:
+        return self.on
+
+    def trace_info(self) -> dict[str, Any]:
+        return {**super().trace_info(), "within": self.within}  # (its cause rule reads it)
+
+    def describe(self, clock: str | None = None) -> str:
+        on = "" if self.on is None else f", on=({_fn(self.on[0])}, {_fn(self.on[1])})"
+        return f"not_followed_by(within={_duration(self.within, clock)}{on})"
+
+
 #: Every node type a plan may hold (the planner has one function for each).
 NODE_TYPES: tuple[type[Node], ...] = (
     FromEvents, FromRows, Published, GroupInput, Where, Select, AlterLifetime, Shift, ToPoints,
     ClipDuration, Window, Join, AntiJoin, LeftJoin, FullOuterJoin, ImportCti, Late, Union,
-    GroupApply, Scan, Distinct, Detect,
+    GroupApply, Scan, Distinct, Detect, NotFollowedBy,
 )
 __all__ = [t.__name__ for t in NODE_TYPES] + ["NODE_TYPES", "SINK_STEP", "Node", "check_function",
                                               "check_key", "check_on", "check_query_name",

@@ -146,7 +146,7 @@ def _b_distinct(node: n.Distinct, step: str) -> Factory:
     return functools.partial(Distinct, node.key, name=step)
 
 
-def _b_detect(node: n.Detect, step: str) -> Factory:
+def _b_detect(node: n.Detect | n.NotFollowedBy, step: str) -> Factory:
     return functools.partial(node.operator, step)
 
 
@@ -187,6 +187,7 @@ BUILDERS[n.FullOuterJoin] = _b_full_outer_join
 BUILDERS[n.ImportCti] = _b_import_ctis
 BUILDERS[n.Late] = _b_late
 BUILDERS[n.Detect] = _b_detect
+BUILDERS[n.NotFollowedBy] = _b_detect
 BUILDERS[Sink] = _b_sink
 BUILDERS[MergePartitions] = _b_merge
 

@@ -133,6 +133,15 @@ class Stream(Sources, Running):
         return self._then(n.Detect, pattern=pattern, define=define, within=within,
                           measures=measures, key=key, tie=tie, emit=emit, name=name)
 
+    def not_followed_by(self, other: Stream, *, within: Duration,
+                        on: tuple[Any, Any] | None = None, name: str | None = None) -> Stream:
+        """Absence: each event of this stream that no event of ``other`` with a matching key
+        (``on=(this key, other key)``; any event without ``on``) follows within ``within``
+        (starting in ``(start, start + within)``), as a point at ``start + within`` with its
+        payload, output final once both streams' CTIs pass that time: an idle key still gets
+        its answer when time moves on (docs/patterns.md#absence)."""
+        return self._then(n.NotFollowedBy, other, within=within, on=on, name=name)
+
     # -- windows ----------------------------------------------------------------------------
     def window(self, spec: w.WindowSpec, clip: str | None = None, output: str | None = None,
                emit: str | None = None, *,

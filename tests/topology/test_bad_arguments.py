@@ -57,6 +57,9 @@ CASES: dict[str, list[tuple[Callable[[], Any], str]]] = {
                (lambda: S.detect("A B", within=0), "within"),
                (lambda: S.detect("A B", within=5, emit="soon"), "emit"),
                (lambda: S.detect("A B", within=5, key=1.5), "key")],
+    "not_followed_by": [(lambda: S.not_followed_by(S, within=0), "within"),
+                        (lambda: S.not_followed_by(S, within=5, on="k"), "on"),
+                        (lambda: S.not_followed_by(42, within=5), "other")],  # type: ignore[arg-type]
     # -- windows
     "window": [(lambda: S.window("tumbling"), "spec"),
                (lambda: S.window(tumbling_window(5), output="bogus"), "output"),

@@ -59,6 +59,8 @@ FACTS: dict[type[nodes.Node], tuple[Stream, int | None, frozenset[str] | None, b
     nodes.Scan: (POINTS.scan(_scan, 0), 1, None, False),
     nodes.Distinct: (POINTS.distinct(key="k"), None, frozenset({"a", "k"}), True),
     nodes.Detect: (POINTS.detect("A B", within=10, key="k", emit="final"), 10, None, True),
+    nodes.NotFollowedBy: (POINTS.not_followed_by(OTHER, within=5, on=("k", "j")), 1,
+                          frozenset({"a", "k"}), True),
 }
 
 
@@ -146,6 +148,13 @@ def test_causes_of_detect(tmp_path):
                              name="s")
     q = src.detect("A B", {"A": lambda p, m: p == "a", "B": lambda p, m: p == "b"}, within=5)
     assert _causes(q, str(tmp_path)) == {(1, 3): {("s", "'a1'"), ("s", "'b2'")}}
+
+
+def test_causes_of_an_absence(tmp_path):
+    #   a p@0 q@4      b c@2      within 5: p followed (c in (0, 5)); q not: at 9, caused by q
+    a = Stream.from_events([Insert("p", 0, 1, "p"), Insert("q", 4, 5, "q"), Cti(20)], name="a")
+    b = Stream.from_events([Insert("c", 2, 3, "c"), Cti(20)], name="b")
+    assert _causes(a.not_followed_by(b, within=5), str(tmp_path)) == {(9, 10): {("a", "'q'")}}
 
 
 def test_causes_of_distinct(tmp_path):
