@@ -1,4 +1,6 @@
-"""The logical query tree: one frozen node per operator (docs/operators.md), plus the sources.
+"""The logical query tree: one frozen node per operator (docs/operators.md); their base class
+is :class:`topology.node.Node`, the sources' nodes are in :mod:`topology.source_nodes` (all
+importable from here).
 
 A :class:`~topology.stream.Stream` is a thin handle on one of these nodes; every builder method
 returns a new node whose ``inputs`` are the nodes it reads. Nodes compare by identity, so a
@@ -20,13 +22,11 @@ needs no table anywhere else.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, cast
+from typing import Any, ClassVar, cast
 
 from operators.events import MAX_TIME
-from operators.expr import why_per_event
-from operators.ticks import TIMESTAMPS, format_duration
 from operators.udm import field_getter
 from operators.windows.spec import (
     DEFAULT_POLICY,
@@ -39,241 +39,11 @@ from .checks import (
     check_function,
     check_key,
     check_on,
-    check_query_name,
-    check_step_name,
     check_window_spec,
 )
+from .node import Node, duration_text, fn_text, how_text, trace_chain
 from .reads import NOTHING, Reads, function_reads, needs, udm_reads, union, walk
-
-
-@dataclass(frozen=True, eq=False, kw_only=True)
-class Node:
-    """A logical operator: its input nodes (port order) and an optional user-given step id."""
-
-    inputs: tuple[Node, ...]
-    name: str | None = None
-
-    #: The operator's verb: the readable part of its step id.
-    verb: ClassVar[str] = "node"
-    #: True for span operators that keep no state (the planner may fuse them).
-    stateless: ClassVar[bool] = False
-    #: True for nodes that take their input from outside the plan.
-    is_source: ClassVar[bool] = False
-    #: What a trace says the step is (``kind`` in ``plan.json``): the rule by which the
-    #: debugger (:mod:`topology.debug`) finds the inputs that made an output event --
-    #: ``"source"``, ``"span"`` (the input event with the same id), ``"window"``, ``"join"``,
-    #: ... (a kind it has no rule for: every input overlapping the output). Every node type
-    #: declares its own (no default: a test walks :data:`NODE_TYPES`).
-    trace_kind: ClassVar[str]
-    #: For ``"span"`` nodes: whether the output event keeps its input's lifetime, and whether
-    #: the node may drop events (what the debugger needs of a group_apply's sub-query).
-    keeps_time: ClassVar[bool] = False
-    drops: ClassVar[bool] = False
-
-    def __post_init__(self) -> None:
-        # validate where it was written: a step name names an actor, files and stats lines
-        check_step_name(self.name, self.label)
-
-    @property
-    def label(self) -> str:
-        """The readable part of the step id: the verb (a window's kind and verb)."""
-        return self.verb
-
-    def describe(self, clock: str | None = None) -> str:
-        """One line for :meth:`Stream.explain`: the verb and its arguments, durations in
-        units (``1 min``) when the query's ``clock`` is ``"timestamps"``, else in ticks
-        (:mod:`topology.times`)."""
-        return self.verb
-
-    # -- the facts the planner, pruning and the debugger read (docs/architecture.md) ----------
-    # Each node type states its own; the defaults are the safe answers (tests/topology/
-    # test_node_facts.py holds every type to what its operator can state).
-    def lengths(self) -> int | None:
-        """The longest lifetime of the step's output when it holds only inserts (``MAX_TIME``:
-        any, edges included), or None when it may hold retractions (the default). The keyed
-        fast paths (:mod:`topology.rules`) take insert-only input."""
-        return None
-
-    def reads(self, out: Reads, port: int) -> Reads:
-        """The payload columns the step needs of its input ``port`` when its consumers need
-        ``out`` of its output (:mod:`topology.reads`); None, every column, by default."""
-        return None
-
-    def keys(self) -> tuple[Any, ...] | None:
-        """The key function of each input port when the step keys its input (its events
-        meet only events of equal keys: a group_apply's groups, a join's ``on``), else None
-        (the default)."""
-        return None
-
-    def source_data(self) -> Any:
-        """What a source consumes in a run in this process (messages, rows or batches); a
-        ValueError says why a node has nothing to feed here."""
-        raise ValueError(f"{self.describe()} has nothing to feed")
-
-    def trace_info(self) -> dict[str, Any]:
-        """What ``plan.json`` says of this node's step: its :attr:`trace_kind` (the
-        debugger's cause rule), its type (``node``) and the arguments the debugger reads (a
-        window's spec and output policy, a join's payload shape, a group_apply's sub-query);
-        node types add theirs."""
-        info: dict[str, Any] = {"kind": self.trace_kind, "node": type(self).__name__,
-                                "keyed": self.keys() is not None}
-        if self.trace_kind == "span":
-            info["keeps_time"] = self.keeps_time
-            info["drops"] = self.drops
-        return info
-
-
-def trace_chain(nodes: Sequence[Node]) -> dict[str, Any]:
-    """What ``plan.json`` says of ``nodes`` run as one processor, in data order (a fused
-    stage, a group_apply's linear sub-query): the one node's :meth:`~Node.trace_info`; of
-    several, their infos as ``members`` under the kind ``"span"`` when all are spans (an
-    output keeps its input's id), ``"source"`` when a source leads them, else ``"chain"``.
-
-    >>> src = FromEvents(inputs=(), messages=())
-    >>> w = Where(inputs=(src,), pred=bool)
-    >>> trace_chain([w, Shift(inputs=(w,), delta=1)])["kind"]
-    'span'
-    >>> [m["kind"] for m in trace_chain([src, w])["members"]]
-    ['source', 'span']
-    """
-    members = [node.trace_info() for node in nodes]
-    if len(members) == 1:
-        return members[0]
-    kinds = [m["kind"] for m in members]
-    kind = ("span" if all(k == "span" for k in kinds)
-            else "source" if kinds[0] == "source" else "chain")
-    return {"kind": kind, "members": members}
-
-
-def _fn(f: Any) -> str:
-    name = getattr(f, "__name__", None) or repr(f)
-    return name if len(name) <= 40 else name[:37] + "..."
-
-
-def _duration(ticks: int, clock: str | None) -> str:
-    """A duration argument as ``explain()`` shows it: exactly, in units (``1 h 30 min``) when
-    the query's times are timestamps; the ticks when its clock is plain integers."""
-    return format_duration(ticks) if clock == TIMESTAMPS else str(ticks)
-
-
-def _how(f: Any) -> str:
-    """How a user function runs on a Columns batch (the rule: operators.expr)."""
-    why = why_per_event(field_getter(f))
-    return "[column-wise]" if why is None else f"[per event: {why}]"
-
-
-# -- sources --------------------------------------------------------------------------------------
-#: Who feeds a source's data to its actor when its query is deployed (:mod:`topology.deploy`):
-#: ``"driver"``, the process that deployed it (a generator, a Spark DataFrame: data only it
-#: holds); ``"host"``, the query's host actor (data any process can read again from its
-#: beginning: a list, an Arrow table; a restarted host feeds it anew); ``"actor"``, the source
-#: actor itself (files it reads faster than anyone could send them: the parts of
-#: ``from_spark(df, sources=N)``).
-Feed = Literal["driver", "host", "actor"]
-
-
-def who_feeds(data: Any) -> Feed:
-    """Who feeds ``data`` (see :data:`Feed`): what it declares as its ``feed`` (cedar's
-    re-readable batch sources, :class:`topology.held_runs.Batches`), ``"host"`` for a list or a
-    tuple, else ``"driver"`` (an iterator can be read once, by the process that holds it).
-
-    >>> who_feeds([1, 2]), who_feeds(iter([1, 2]))
-    ('host', 'driver')
-    """
-    if isinstance(data, (list, tuple)):
-        return "host"
-    declared = getattr(data, "feed", "driver")
-    return "host" if declared == "host" else "actor" if declared == "actor" else "driver"
-
-
-@dataclass(frozen=True, eq=False, kw_only=True)
-class FromEvents(Node):
-    """Replays a physical stream (validated: a malformed message goes to the dead letters)."""
-
-    messages: Any
-    #: ``messages`` is an iterable of message batches, read afresh by each run (a streaming
-    #: source, e.g. ``Stream.from_spark`` over a streaming DataFrame)
-    batched: bool = False
-    #: the kind of time it carries when its builder knew (:mod:`topology.times`)
-    clock: str | None = None
-    verb: ClassVar[str] = "from_events"
-    is_source: ClassVar[bool] = True
-    trace_kind: ClassVar[str] = "source"
-
-    @property
-    def feed(self) -> Feed:
-        return who_feeds(self.messages)
-
-    def source_data(self) -> Any:
-        return self.messages
-
-    def describe(self, clock: str | None = None) -> str:
-        if self.batched:
-            return f"from_events({self.messages!r})"
-        return f"from_events({len(self.messages)} messages)"
-
-
-@dataclass(frozen=True, eq=False, kw_only=True)
-class FromRows(Node):
-    """Ingests plain rows through :class:`operators.ingress.Ingress`."""
-
-    rows: Any
-    start: Any
-    end: Any = None
-    shape: str = "point"
-    id: Any = None
-    advance: Any = None
-    #: ``rows`` is an iterable of batches (row lists, or ``{name: array}`` column batches)
-    batched: bool = False
-    #: the kind of time it carries when its builder knew from a schema (``"timestamps"`` or
-    #: ``"ticks"``; None: the first row tells, :func:`topology.times.source_clock`)
-    clock: str | None = None
-    verb: ClassVar[str] = "from_rows"
-
-    @property
-    def feed(self) -> Feed:
-        return who_feeds(self.rows)
-
-    def source_data(self) -> Any:
-        return self.rows
-    is_source: ClassVar[bool] = True
-    trace_kind: ClassVar[str] = "source"
-
-    def lengths(self) -> int | None:
-        # rows never retract, but an edge is closed by a later row with its end
-        if self.shape == "edge":
-            return MAX_TIME if self.end is None else None
-        return {"point": 1, "interval": MAX_TIME}.get(self.shape)
-
-    def describe(self, clock: str | None = None) -> str:
-        n = f"{len(self.rows)} rows" if hasattr(self.rows, "__len__") else "rows"
-        return f"from_rows({n}, start={self.start!r}, shape={self.shape!r})"
-
-
-@dataclass(frozen=True, eq=False, kw_only=True)
-class Published(Node):
-    """The output of the running query ``query``: its alive events, then its live stream."""
-
-    query: str
-    verb: ClassVar[str] = "published"
-    is_source: ClassVar[bool] = True
-    trace_kind: ClassVar[str] = "source"
-
-    def source_data(self) -> Any:
-        raise ValueError(f"published({self.query!r}) reads a query running on Ray; it cannot "
-                         f"run inline (use collect() on Ray, or deploy())")
-
-    def describe(self, clock: str | None = None) -> str:
-        return f"published({self.query!r})"
-
-
-@dataclass(frozen=True, eq=False, kw_only=True)
-class GroupInput(Node):
-    """The input of a ``group_apply`` sub-query: the events of one group."""
-
-    verb: ClassVar[str] = "group"
-    is_source: ClassVar[bool] = True
-    trace_kind: ClassVar[str] = "source"
+from .source_nodes import Feed, FromEvents, FromRows, GroupInput, Published, who_feeds
 
 
 # -- span operators -------------------------------------------------------------------------------
@@ -297,7 +67,7 @@ class Where(Node):
         return union(out, function_reads(self.pred))
 
     def describe(self, clock: str | None = None) -> str:
-        return f"where({_fn(self.pred)}) {_how(self.pred)}"
+        return f"where({fn_text(self.pred)}) {how_text(self.pred)}"
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -319,7 +89,7 @@ class Select(Node):
         return function_reads(self.fn)
 
     def describe(self, clock: str | None = None) -> str:
-        return f"select({_fn(self.fn)}) {_how(self.fn)}"
+        return f"select({fn_text(self.fn)}) {how_text(self.fn)}"
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -349,9 +119,9 @@ class AlterLifetime(Node):
         return out
 
     def describe(self, clock: str | None = None) -> str:
-        d = _fn(self.duration) if callable(self.duration) else \
-            "None" if self.duration is None else _duration(self.duration, clock)
-        s = _fn(self.start) if self.start is not None else "None"
+        d = fn_text(self.duration) if callable(self.duration) else \
+            "None" if self.duration is None else duration_text(self.duration, clock)
+        s = fn_text(self.start) if self.start is not None else "None"
         return f"alter_lifetime(start={s}, duration={d})"
 
 
@@ -375,7 +145,7 @@ class Shift(Node):
         return out
 
     def describe(self, clock: str | None = None) -> str:
-        return f"shift({_duration(self.delta, clock)})"
+        return f"shift({duration_text(self.delta, clock)})"
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -415,7 +185,7 @@ class ClipDuration(Node):
         return out
 
     def describe(self, clock: str | None = None) -> str:
-        return f"clip_duration({_duration(self.limit, clock)})"
+        return f"clipduration_text({duration_text(self.limit, clock)})"
 
 
 # -- windows --------------------------------------------------------------------------------------
@@ -493,9 +263,9 @@ class Window(Node):
 
     def describe(self, clock: str | None = None) -> str:
         udm = getattr(self.udm, "udm_name", None) if not isinstance(self.udm, str) else self.udm
-        spec = self.spec.describe(lambda ticks: _duration(ticks, clock))
+        spec = self.spec.describe(lambda ticks: duration_text(ticks, clock))
         opts = (f", {spec}" if spec else "") + self.policy.describe(self.spec)
-        return f"{self.label}({udm or _fn(self.udm)}{opts})"
+        return f"{self.label}({udm or fn_text(self.udm)}{opts})"
 
 
 def _spec_info(spec: Any) -> dict[str, Any]:
@@ -536,7 +306,7 @@ class Join(Node):
                        optional=True)
 
     def describe(self, clock: str | None = None) -> str:
-        on = "cross" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
+        on = "cross" if self.on is None else f"on=({fn_text(self.on[0])}, {fn_text(self.on[1])})"
         return f"join({on})"
 
 
@@ -554,7 +324,7 @@ class AntiJoin(Node):
         return self.on
 
     def describe(self, clock: str | None = None) -> str:
-        on = "any" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
+        on = "any" if self.on is None else f"on=({fn_text(self.on[0])}, {fn_text(self.on[1])})"
         return f"anti_join({on})"
 
 
@@ -579,7 +349,7 @@ class LeftJoin(Node):
                        optional=True)
 
     def describe(self, clock: str | None = None) -> str:
-        on = "cross" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
+        on = "cross" if self.on is None else f"on=({fn_text(self.on[0])}, {fn_text(self.on[1])})"
         return f"left_join({on})"
 
 
@@ -603,7 +373,7 @@ class FullOuterJoin(Node):
         return {**super().trace_info(), "pairs": self.select is None}
 
     def describe(self, clock: str | None = None) -> str:
-        on = "cross" if self.on is None else f"on=({_fn(self.on[0])}, {_fn(self.on[1])})"
+        on = "cross" if self.on is None else f"on=({fn_text(self.on[0])}, {fn_text(self.on[1])})"
         return f"full_outer_join({on})"
 
 
@@ -709,7 +479,7 @@ class GroupApply(Node):
 
     def describe(self, clock: str | None = None) -> str:
         parts = f", partitions={self.partitions}" if self.partitions != 1 else ""
-        return f"group_apply({_fn(self.key)}{parts}) key {_how(self.key)}"
+        return f"group_apply({fn_text(self.key)}{parts}) key {how_text(self.key)}"
 
 
 # -- scan and distinct ---------------------------------------------------------------------------
@@ -736,7 +506,7 @@ class Scan(Node):
     def describe(self, clock: str | None = None) -> str:
         from operators.scan import as_stream_operator
 
-        tie = "" if self.tie is None else f", tie={_fn(self.tie)}"
+        tie = "" if self.tie is None else f", tie={fn_text(self.tie)}"
         return f"scan({as_stream_operator(self.step, self.initial).udm_name}{tie})"
 
 
@@ -764,7 +534,7 @@ class Distinct(Node):
         return None if self.key is None else (self.key,)
 
     def describe(self, clock: str | None = None) -> str:
-        return "distinct()" if self.key is None else f"distinct(key={_fn(self.key)})"
+        return "distinct()" if self.key is None else f"distinct(key={fn_text(self.key)})"
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -806,9 +576,9 @@ class Detect(Node):
         return None if self.key is None else (self.key,)
 
     def describe(self, clock: str | None = None) -> str:
-        key = "" if self.key is None else f", key={_fn(self.key)}"
+        key = "" if self.key is None else f", key={fn_text(self.key)}"
         emit = "" if self.emit == "speculative" else f", emit={self.emit!r}"
-        return (f"detect({self.pattern!r}, within={_duration(self.within, clock)}{key}"
+        return (f"detect({self.pattern!r}, within={duration_text(self.within, clock)}{key}"
                 f"{emit})")
 
 
@@ -849,8 +619,8 @@ class NotFollowedBy(Node):
         return {**super().trace_info(), "within": self.within}  # (its cause rule reads it)
 
     def describe(self, clock: str | None = None) -> str:
-        on = "" if self.on is None else f", on=({_fn(self.on[0])}, {_fn(self.on[1])})"
-        return f"not_followed_by(within={_duration(self.within, clock)}{on})"
+        on = "" if self.on is None else f", on=({fn_text(self.on[0])}, {fn_text(self.on[1])})"
+        return f"not_followed_by(within={duration_text(self.within, clock)}{on})"
 
 
 #: Every node type a plan may hold (the planner has one function for each).
@@ -859,7 +629,8 @@ NODE_TYPES: tuple[type[Node], ...] = (
     ClipDuration, Window, Join, AntiJoin, LeftJoin, FullOuterJoin, ImportCti, Late, Union,
     GroupApply, Scan, Distinct, Detect, NotFollowedBy,
 )
-__all__ = [t.__name__ for t in NODE_TYPES] + ["NODE_TYPES", "SINK_STEP", "Node", "check_function",
-                                              "check_key", "check_on", "check_query_name",
-                                              "check_step_name", "check_window_spec",
-                                              "trace_chain"]
+__all__ = ["NODE_TYPES", "SINK_STEP", "AlterLifetime", "AntiJoin", "ClipDuration", "Detect",
+           "Distinct", "Feed", "FromEvents", "FromRows", "FullOuterJoin", "GroupApply",
+           "GroupInput", "ImportCti", "Join", "Late", "LeftJoin", "Node", "NotFollowedBy",
+           "Published", "Scan", "Select", "Shift", "ToPoints", "Union", "Where", "Window",
+           "trace_chain", "who_feeds"]
