@@ -50,6 +50,7 @@ from .claims import claim_name, name_taken, replace_query
 from .feeding import DRIVER_FED, FeedJob, driver_sources, encoder, fed_by_cluster, feed_round_robin
 from .inline_runtime import Collected, report_of, source_batches
 from .planner import Plan
+from .progress import actor_progress
 from .query import HostRunner, Query, QueryFailed
 from .registry import (
     FETCH_WAIT_S,
@@ -65,7 +66,6 @@ from .registry import (
     unsubscribe,
 )
 from .routing import Router
-from .why import actor_progress
 
 #: Messages (or source rows) per batch (the default of :class:`actors.config.ShellConfig`,
 #: which holds every actor setting's default).

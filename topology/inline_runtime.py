@@ -28,12 +28,13 @@ from operators.events import MIN_TIME, Insert, Message, Retract
 from operators.feeds import END, chunks, guarded, round_robin
 
 from .dag import DagProcessor
+from .progress import inline_progress, last_cti
 from .times import running_clock
-from .why import inline_progress, last_cti
 
 if TYPE_CHECKING:
     from .planner import Plan
-    from .why import Explanation, Progress
+    from .progress import Progress
+    from .why import Explanation
 
 #: Messages (or rows) per batch fed to a source (the actors' default, :mod:`actors.config`).
 DEFAULT_BATCH = ShellConfig.batch_size

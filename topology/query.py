@@ -294,15 +294,8 @@ class Query(Health):
             raise self._stopped_error() from None
 
     def _why(self, at: Any, step: str | None, tz: str | _dt.tzinfo | None) -> Explanation:
-        from .why import (
-            FACTS_WAIT_S,
-            WHY_LATE_LIMIT,
-            actor_progress,
-            explain,
-            keeps_history,
-            reach_of,
-            span_of,
-        )
+        from .progress import FACTS_WAIT_S, actor_progress, keeps_history
+        from .why import WHY_LATE_LIMIT, explain, reach_of, span_of
 
         clock = self._get(self._sink.manifest.remote(), timeout=STATS_WAIT_S).get("clock",
                                                                                  "ticks")

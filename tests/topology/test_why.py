@@ -15,9 +15,10 @@ from tests.topology.live_kit import rows as _rows
 from tests.topology.live_kit import stall_at
 from tests.topology.live_kit import wait_for as _wait_for
 from topology import AdvanceTime, Count, Stream
+from topology.progress import Progress, StepProgress
 from topology.routing import stable_hash
 from topology.times import TIMESTAMPS
-from topology.why import Progress, StepProgress, explain
+from topology.why import explain
 
 MINUTE = 60_000_000
 
@@ -440,7 +441,7 @@ def test_wait_with_a_deadline_sees_the_end_a_second_handle_sees(ray_session, tmp
 
 def _reference_join(rates_cti: int, latest: int, shape: str = "edge") -> Progress:
     from operators.ingress import AdvanceTime as Advance
-    from topology.why import SourceFacts
+    from topology.progress import SourceFacts
 
     t0 = 1_767_225_600_000_000
     hours3 = t0 + 180 * MINUTE
@@ -488,7 +489,7 @@ def test_a_paused_live_input_whose_events_an_idle_timeout_covers_keeps_that_advi
 def test_payload_times_in_the_report_read_as_times():
     #   the output window [00:00, 00:05) holds a spike at 00:02 (its payload's ts, in ticks);
     #   a late reading at 00:01 was dropped out of it
-    from topology.why import Late, SourceFacts
+    from topology.progress import Late, SourceFacts
 
     t0 = 1_767_225_600_000_000
     late = Late("src", "dropped", t0 + MINUTE, t0 + MINUTE + 1, None, "behind the CTI",
