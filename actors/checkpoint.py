@@ -162,7 +162,7 @@ def delete_location(location: str) -> None:
         pass  # gone already
 
 
-# -- the claim on a query's name (topology/deploy.py) ----------------------------------------------
+# -- the claim on a query's name (topology/running/deploy.py) --------------------------------------
 def claim_path(root: str, query: str) -> str:
     """The claim file of a deployed query's name: beside its folder, which a new run deletes."""
     return join_location(root, _safe(query) + ".claim")

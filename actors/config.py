@@ -1,6 +1,6 @@
 """``ShellConfig``: the settings of a query's actors, with their defaults, written once.
 
-The driver (:mod:`topology.deploy`) builds one from the keyword options of ``collect()`` /
+The driver (:mod:`topology.running.deploy`) builds one from the keyword options of ``collect()`` /
 ``deploy()`` (:meth:`ShellConfig.of`), so a bad option fails at that call, naming it; the
 same frozen object then goes to every :class:`~actors.shell.OperatorShell` (in the
 :class:`~actors.stage_config.StageConfig` of its ``configure``), to the

@@ -8,7 +8,7 @@ connected to the cluster reaches it (``topology.attach``).
 
 The host is started with a *job*: a picklable object whose ``start(resume)`` begins the work
 in this process and returns the *runner* that the ``call``s reach (the job and runner are
-built in :mod:`topology.deploy`; this module knows only that protocol). When Ray restarts a
+built in :mod:`topology.running.deploy`; this module knows only that protocol). When Ray restarts a
 lost host (``max_restarts``: for checkpointed jobs, whose runner can resume), ``__init__``
 runs again with ``resume=True``. Ray keeps an actor's arguments only while the process that
 made them lives, so a restartable host is given the *location* of its job, saved with the

@@ -6,7 +6,7 @@ its actor on Ray, in the process inline) that keeps one row per message it sees:
 retractions and CTIs on each input port (direction ``"in"``) and in the output (``"out"``), and
 the dead letters the step made. Rows are written as parquet parts under ``PATH/parts/`` (one or
 more per step: no call leaves the actor for tracing), and the plan (steps, their kinds and
-parameters, edges) as ``PATH/plan.json``. :mod:`topology.debug` reads them back.
+parameters, edges) as ``PATH/plan.json``. :mod:`topology.seeing.debug` reads them back.
 
 A row holds ``step, direction, port, seq`` (per step, one counter for both directions, so an
 output's ``seq`` tells which inputs came before it), ``batch`` (per step, the number of the

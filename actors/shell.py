@@ -17,7 +17,7 @@ locks):
   output, where the driver reports it with the step id; :meth:`pull` makes a source actor
   read its own data.
 * **outbox** (:mod:`actors.outbox`): per-edge buffers split by the stage's router (the
-  planner's :class:`topology.routing.Router`), batching, the flush timer, backpressure
+  planner's :class:`topology.planning.routing.Router`), batching, the flush timer, backpressure
   (``max_in_flight`` unanswered batches per out-edge).
 * **barriers** (:mod:`actors.checkpointing`, over :class:`actors.barrier.Barriers`): aligned
   checkpoints at the :meth:`barrier` calls the driver sends behind the data, and the
@@ -62,7 +62,7 @@ ACTOR_OPTIONS: dict[str, Any] = {
     "max_task_retries": 0,
     "max_concurrency": 1,
     "concurrency_groups": {"control": 1, "io": 4, "watch": 1},
-    # over the nodes of a cluster (topology.deploy's placement= chooses per query)
+    # over the nodes of a cluster (topology.running.deploy's placement= chooses per query)
     "scheduling_strategy": "SPREAD",
 }
 
@@ -93,8 +93,8 @@ class OperatorShell(Inspection, Readers, Checkpointing):
         the step id. What the shell hosted before is dropped."""
         if not isinstance(config, StageConfig):
             raise TypeError(f"configure({type(config).__name__}): pass the stage as an "
-                            f"actors.stage_config.StageConfig (topology.deploy.stage_config "
-                            f"makes one from a plan's stage)")
+                            f"actors.stage_config.StageConfig (topology.running.deploy."
+                            f"stage_config makes one from a plan's stage)")
         import_data_path()
         with self._send_lock, self._lock:
             self._reset()

@@ -59,7 +59,7 @@ class ShellState:
         self.describe = ""
         self.proc: Processor | None = None
         self.n_in = 0
-        #: splits an output batch over the out-edges (a :class:`topology.routing.Router`,
+        #: splits an output batch over the out-edges (a :class:`topology.planning.routing.Router`,
         #: built on the planner's side: the shell only calls its ``route``)
         self.router: Routes | None = None
         self.targets: list[Target] = []
@@ -77,7 +77,7 @@ class ShellState:
         self.counts = {"events_in": 0, "events_out": 0, "batches_in": 0, "batches_out": 0}
         self.out_cti = MIN_TIME
         #: wall time (time.time()) of the last output CTI advance and of the last input batch:
-        #: ``why`` says how long ago a step moved (topology/why.py)
+        #: ``why`` says how long ago a step moved (topology/seeing/why.py)
         self.cti_wall: float | None = None
         self.push_wall: float | None = None
         self.finished_wall: float | None = None  # when every input had ended (time.time())

@@ -1,10 +1,11 @@
 """``StageConfig``: what the driver hands an actor to host one stage of a plan.
 
-The driver (:mod:`topology.deploy`) makes one per stage from the :class:`~topology.plan.Plan`
-and sends it to the stage's :class:`~actors.shell.OperatorShell` (``configure``): which
-processor to build, how many input edges it has, where its output goes, and whether it
-checkpoints. The shell reads these fields and nothing else; the same frozen object can be
-sent again (a checkpointed query configures fresh actors from it after a failure).
+The driver (:mod:`topology.running.deploy`) makes one per stage from the
+:class:`~topology.planning.plan.Plan` and sends it to the stage's
+:class:`~actors.shell.OperatorShell` (``configure``): which processor to build, how many input edges
+it has, where its output goes, and whether it checkpoints. The shell reads these fields and nothing
+else; the same frozen object can be sent again (a checkpointed query configures fresh actors from it
+after a failure).
 
 Pure Python (no Ray): it travels to the actor pickled, its factory with cloudpickle. It
 imports nothing from :mod:`topology` (``topology`` imports ``actors``, never the reverse):
@@ -32,7 +33,7 @@ from .config import ShellConfig
 
 class Edge(Protocol):
     """An out-edge as the shell sees it: the step it feeds and that step's input port
-    (:class:`topology.routing.OutEdge`)."""
+    (:class:`topology.planning.routing.OutEdge`)."""
 
     @property
     def dst(self) -> str: ...
@@ -42,7 +43,7 @@ class Edge(Protocol):
 
 
 class Routes(Protocol):
-    """What splits a stage's output over its out-edges (:class:`topology.routing.Router`,
+    """What splits a stage's output over its out-edges (:class:`topology.planning.routing.Router`,
     built on the planner's side): one list of messages per edge, in edge order."""
 
     @property

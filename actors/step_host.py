@@ -15,7 +15,7 @@ slot through a :class:`HostedStep`, which has the shell actor's methods
 (``step.push.remote(port, blob)``) and is passed to other actors like a handle.
 
 The host knows the actor name (``<query>/<step>``) of each slot it holds (:meth:`names`),
-which is how :mod:`topology.registry` finds hosted steps. A slot freed (:meth:`close`) and
+which is how :mod:`topology.running.registry` finds hosted steps. A slot freed (:meth:`close`) and
 taken again is a new *generation*: a call made for the old one (a batch an upstream step of
 the stopped query still had in flight, a publisher that has not heard its subscriber went)
 raises :class:`SlotGone`, as a call to a killed actor raises, and reaches nothing. A failure

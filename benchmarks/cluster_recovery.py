@@ -49,7 +49,7 @@ import numpy as np
 
 from actors.shell import OperatorShell
 from operators.columns import Columns
-from topology.registry import actor_nodes
+from topology.running.registry import actor_nodes
 
 from .cluster_scaling import start_cluster
 
@@ -200,7 +200,7 @@ def actor_start_probe(k: int, repeat: int = 3) -> str:
     each answer a ping: the floor under a restart, which starts every actor of the query."""
     import ray
 
-    from topology.deploy import _placement, shell_class
+    from topology.running.deploy import _placement, shell_class
 
     times = []
     for _ in range(repeat):
@@ -406,8 +406,8 @@ def storage(workloads: list[tuple[str, Any, int, int, list[int]]],
 def bytes_per_event(n: int, partitions: list[int]) -> list[str]:
     import ray
 
-    import topology.deploy as dep
-    import topology.feeding as feeding
+    import topology.running.deploy as dep
+    import topology.running.feeding as feeding
     from actors.shell import ACTOR_OPTIONS
     from actors.wire import encode, encode_rows
 
@@ -526,7 +526,7 @@ def main() -> None:
             out += bytes_per_event(n_bytes, partitions)
         out.append(machine())
     finally:
-        from topology.deploy import release_pool
+        from topology.running.deploy import release_pool
 
         release_pool()
         ray.shutdown()

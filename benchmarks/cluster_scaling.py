@@ -97,7 +97,7 @@ def main() -> None:
             cpu = ", ".join(f"{after[n] - before[n]:.1f}" for n in after)
             print(f"| {k} | {args.events / seconds:,.0f} | {cpu} |", flush=True)
     finally:
-        from topology.deploy import release_pool
+        from topology.running.deploy import release_pool
 
         release_pool()
         ray.shutdown()

@@ -1,8 +1,8 @@
 """``cedar demo``'s processing rate, several runs in one process (Spark and Ray started once).
 
-Each run deploys the demo's five queries held (:func:`topology.demo.deploy_held`: actors
+Each run deploys the demo's five queries held (:func:`topology.app.demo.deploy_held`: actors
 started and configured, sources opened), starts them together
-(:func:`~topology.demo.run_held`) and times from the start to the last sink's end, as
+(:func:`~topology.app.demo.run_held`) and times from the start to the last sink's end, as
 ``cedar demo`` reports it; start-up is not in the figure. Beside each run it prints the CPU
 seconds of every query's actors during the run, and of this driver, so that the queries that
 bound the rate are seen. The target (issue #26): >= 200k events/s.
@@ -21,8 +21,9 @@ import time
 
 import psutil
 
-from topology import StepHosts, demo
-from topology.deploy import ensure_ray
+from topology import StepHosts
+from topology.app import demo
+from topology.running.deploy import ensure_ray
 
 from .join_throughput import machine
 

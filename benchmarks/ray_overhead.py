@@ -5,7 +5,8 @@ runs once inline and twice on Ray to warm up (actors started, imports done, the 
 store's first use), then ``--runs`` times inline and on Ray in turn, so that each pair of
 runs shares the machine's load (others' test suites may share its cores). Ray's workers run
 at nice 0 like the inline run (:func:`benchmarks.common.start_ray`). Every Ray run is cut into
-phases, timed on the driver by wrapping :mod:`topology.deploy`'s steps (not by copying them):
+phases, timed on the driver by wrapping :mod:`topology.running.deploy`'s steps (not by copying
+them):
 
 * ``plan``: the query planned, Ray connected;
 * ``take``: actors borrowed from the pool;
@@ -52,7 +53,7 @@ def spread(times: list[float]) -> str:
 @contextmanager
 def phases(marks: dict[str, float]) -> Iterator[None]:
     """Record into ``marks`` when each of collect_plan's steps ends (perf_counter)."""
-    from topology import deploy
+    from topology.running import deploy
 
     def wrap(owner: Any, name: str, after: str,
              before: str | None = None) -> Callable[[], None]:
@@ -115,7 +116,7 @@ def profile(out: str) -> list[subprocess.Popen[bytes]]:
     them in the pool; a run configures them as its stages in pool order)."""
     import ray
 
-    from topology import deploy
+    from topology.running import deploy
 
     os.makedirs(out, exist_ok=True)
     pids = {"driver": os.getpid()}
@@ -135,7 +136,7 @@ def cpu_seconds(steps: list[str]) -> dict[str, float]:
     import psutil
     import ray
 
-    from topology import deploy
+    from topology.running import deploy
 
     pids = ray.get([h.stats.remote() for h in deploy.POOL.idle])
     step_of = {s["pid"]: step for s, step in zip(pids, steps)}
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     from benchmarks.common import start_ray
-    from topology import deploy
+    from topology.running import deploy
 
     cols = wl.points(args.events, args.keys, seed=1)
     query = wl.w1(wl.source(cols))

@@ -10,7 +10,7 @@ import time
 import ray
 
 from tests.reliability.test_recovery import window_join
-from topology.deploy import ensure_ray
+from topology.running.deploy import ensure_ray
 
 
 def main(n: int = 100_000) -> None:

@@ -7,7 +7,7 @@ On the same generated data (numpy, written once to parquet with pyarrow) and in 
   (a) ``collect(runtime="inline")``, (b) on Ray (``collect()``: the stateless steps run in
   their source's actor),
   (c) cedar (inline) fed from parquet by Spark through ``Stream.from_spark`` and
-  written back with ``topology.spark_sink.write``, (d) Spark Structured Streaming's own
+  written back with ``topology.spark.sink.write``, (d) Spark Structured Streaming's own
   ``groupBy(window, key)`` with a watermark, append mode, ``availableNow``, a parquet sink
   read back and compared with cedar's output (a sentinel row after the end of the input
   raises the watermark past the last window);
@@ -539,7 +539,7 @@ def run_memory(report: Report, sizes: Sizes) -> None:
     the pipeline filling: at 3M events/s, 10M events were a 3 s run of which the first half
     of the offering is mostly filling. Both figures are reported; the RESULT line takes the
     first."""
-    from topology.deploy import release_pool
+    from topology.running.deploy import release_pool
 
     release_pool()  # the idle actors of collect() are not part of this query
     time.sleep(1.0)
@@ -720,7 +720,7 @@ def render(report: Report, info: dict[str, str], command: str, total_s: float) -
         "warm-up query (actor start not timed); W1's (a) and (b): the best of "
         f"{W1_RUNS} runs after a warm-up run (every run in the notes); "
         "(c) `spark.read.parquet` → `Stream.from_spark` (Arrow column batches) → the same "
-        "query inline → `topology.spark_sink.write` (parquet), timed end to end; "
+        "query inline → `topology.spark.sink.write` (parquet), timed end to end; "
         "(d) `readStream.parquet` → `withWatermark` → `groupBy(window, k)` (W3: a "
         "time-bounded stream-stream join) → append mode, `trigger(availableNow=True)` → a "
         "parquet sink, timed end to end like (c); its input ends with a sentinel row 60 s "

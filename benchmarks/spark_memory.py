@@ -12,7 +12,7 @@ count and sum per key over 1,000 keys (:func:`benchmarks.workloads.w1`), inline 
 the output as it comes, so that only the source's memory can grow with the input:
 
 * ``ranges``: ``Stream.from_spark`` (sorted by time, read range by range, the next range
-  prefetched; :mod:`topology.spark_source`);
+  prefetched; :mod:`topology.spark.source`);
 * ``collect``: the table collected whole with ``toArrow()`` (what the bridge did before),
   sorted with pyarrow, fed through ``Stream.from_arrow`` -- the baseline.
 
@@ -111,8 +111,8 @@ def _jvm_pid() -> int | None:
 def run_dropped(query: Any) -> tuple[int, int]:
     """Run ``query`` (one source) inline, its output counted and dropped as it comes, so that
     only the source and the query's state hold memory: (input rows, output messages)."""
-    from topology.dag import DagProcessor
-    from topology.inline_runtime import source_batches
+    from topology.planning.dag import DagProcessor
+    from topology.running.inline import source_batches
 
     plan = query.plan()
     dag = DagProcessor(plan, inline_sink=True)

@@ -91,8 +91,8 @@ def output(rows: int, seed: int = 0) -> list[Any]:
 
 
 def _old_module() -> Any:
-    """topology/spark_sink.py of OLD_COMMIT, imported under another name."""
-    src = subprocess.run(["git", "-C", ROOT, "show", f"{OLD_COMMIT}:topology/spark_sink.py"],
+    """topology/spark/sink.py of OLD_COMMIT, imported under another name."""
+    src = subprocess.run(["git", "-C", ROOT, "show", f"{OLD_COMMIT}:topology/spark/sink.py"],
                          check=True, capture_output=True, text=True).stdout
     path = os.path.join(tempfile.mkdtemp(prefix="cedar-old-sink-"), "old_spark_sink.py")
     with open(path, "w", encoding="utf-8") as f:
@@ -115,7 +115,7 @@ def one(variant: str, op: str, rows: int, workdir: str) -> dict[str, Any]:
         sink = _old_module()
         out: list[Any] = list(expand(output(rows)))  # what collect() returned before
     else:
-        import topology.spark_sink as sink
+        import topology.spark.sink as sink
 
         out = output(rows)
     spark = (SparkSession.builder.master("local[2]").appName("sink-scale")

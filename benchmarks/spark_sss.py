@@ -7,8 +7,8 @@ cedar fed from (and written back through) Spark.
   ``withWatermark`` (the generator's disorder), ``groupBy(window, key)`` or a time-bounded
   stream-stream join, append mode, ``trigger(availableNow=True)``, the ``noop`` sink;
 * :func:`cedar_from_spark` -- ``spark.read.parquet`` →
-  :func:`topology.spark_source.spark_row_batches` → a cedar query (inline) →
-  :func:`topology.spark_sink.write` (parquet);
+  :func:`topology.spark.source.spark_row_batches` → a cedar query (inline) →
+  :func:`topology.spark.sink.write` (parquet);
 * :func:`microbatch_latency` -- W1 on Spark's ``rate`` source at a fixed rate with a
   processing-time trigger; the per-micro-batch ``triggerExecution`` durations.
 """
@@ -210,13 +210,13 @@ def cedar_from_spark(spark: Any, query: Callable[..., Any], paths: list[str],
                      out_path: str, expanded: bool = True) -> tuple[float, list[Any]]:
     """cedar fed by Spark: each parquet directory read by Spark (``spark.read.parquet``)
     through ``Stream.from_spark`` (Arrow column batches), the query run inline, its CHT
-    written back with :func:`topology.spark_sink.write` (column batches kept whole, as
+    written back with :func:`topology.spark.sink.write` (column batches kept whole, as
     ``Stream.write`` does). Returns (seconds, output messages: column batches expanded into
     inserts unless ``expanded`` is false)."""
     from operators.columns import expand
     from topology import Stream
-    from topology.inline_runtime import run_inline
-    from topology.spark_sink import write
+    from topology.running.inline import run_inline
+    from topology.spark.sink import write
 
     t0 = time.perf_counter()
     sources = [Stream.from_spark(spark.read.parquet(p), start="ts", advance=wl.advance(),

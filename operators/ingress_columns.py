@@ -98,7 +98,7 @@ class IngressColumns(IngressProgress):
                     now: float | None) -> list[Message]:
         """A column batch whose start column holds ticks (Python ints) except at a few rows
         whose time the row path must judge (a null, a time off the axis: what
-        :func:`topology.arrow_reader.arrow_batches` leaves there): the runs of good rows go
+        :func:`topology.building.arrow_reader.arrow_batches` leaves there): the runs of good rows go
         the vectorised way, each other row alone the row way (to the dead letters, with its
         reason), in the batch's order, so the result is ``push`` of the rows. A batch with
         many such rows goes row by row: short runs would cost more than rows."""

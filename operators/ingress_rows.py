@@ -67,7 +67,8 @@ class IngressRows(IngressProgress):
             raise _Reject(f"bad {what} time{col}: {exc}") from None
         if what == "start" and is_timestamp(value):
             # a timestamp: the readers of a running query show its times as times (its plan
-            # could not tell when the rows came from a generator: topology.times.running_clock)
+            # could not tell when the rows came from a generator:
+            # topology.building.times.running_clock)
             self.stats["timestamp_rows"] = self.stats.get("timestamp_rows", 0) + 1
         return ticks
 

@@ -16,8 +16,8 @@ __all__ = ["LateOut", "LateStream", "late_markers", "message_lifetime"]
 
 class LateOut(tuple):
     """A late event on its way to the late stream (``Stream.late()``): a marker in a producer's
-    output that :class:`topology.routing.Router` sends, as the ``Insert`` it holds, only on the
-    out-edges of the late stream (and never on the others). Only a producer whose step has a
+    output that :class:`topology.planning.routing.Router` sends, as the ``Insert`` it holds, only on
+    the out-edges of the late stream (and never on the others). Only a producer whose step has a
     late stream (``late_stream = True``, set by the planner) emits them."""
 
     __slots__ = ()

@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 #: The clock of a query whose times came from timestamps (ticks are µs since the epoch): its
-#: times and durations are shown in units (topology/times.py).
+#: times and durations are shown in units (topology/building/times.py).
 TIMESTAMPS = "timestamps"
 #: The clock of a query with plain integer time: shown as integers.
 TICKS = "ticks"

@@ -78,7 +78,7 @@ def ray_session():
                  logging_level="WARNING")
         started = True
     yield ray
-    from topology.deploy import release_pool
+    from topology.running.deploy import release_pool
 
     release_pool()
     if started:

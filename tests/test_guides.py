@@ -6,7 +6,8 @@ pointing at nothing:
 * every dotted name in backticks that starts with a package (``operators.udm.ColumnAggregate``,
   ``tests.kit.physical_streams``) imports: the longest importable module, then its attributes;
 * a name written right after a module's path (```operators/windows/keyed.py` `supports```) or
-  before ``in `path.py``` (```_b_window` in `topology/planner.py```) is defined in that module.
+  before ``in `path.py``` (```_b_window` in `topology/planning/planner.py```) is defined in that
+  module.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-GUIDES = sorted((REPO / "docs").glob("adding-*.md"))
+GUIDES = sorted([*(REPO / "docs").glob("adding-*.md"), REPO / "docs" / "architecture.md"])
 PACKAGES = ("operators", "actors", "topology", "tests", "benchmarks")
 
 PATH = re.compile(r"`((?:[\w.-]+/)+(?:[\w.-]+\.(?:py|md))?)`")
@@ -84,7 +85,7 @@ def problems(text: str) -> list[str]:
 
 
 def test_there_are_guides_and_the_index_links_them():
-    assert len(GUIDES) >= 4, GUIDES
+    assert len(GUIDES) >= 5, GUIDES
     index = (REPO / "docs" / "README.md").read_text()
     assert all(f"({g.name})" in index for g in GUIDES)
 
@@ -103,8 +104,8 @@ def test_the_check_catches_a_misspelt_name():
     assert problems("`operators.udmm.ColumnAggregate`") == ["no operators.udmm.ColumnAggregate"]
     assert problems("`operators/windows/keyed.py` `support`") == [
         "no support in operators/windows/keyed.py"]
-    assert problems("`assign_step` in `topology/planner.py`") == [
-        "no assign_step in topology/planner.py"]
+    assert problems("`assign_step` in `topology/planning/planner.py`") == [
+        "no assign_step in topology/planning/planner.py"]
     assert problems("`operators/windows/keyed.py` `supports`, `operators.udm.ColumnAggregate`, "
-                    "`assign_steps` in `topology/planner.py`, `session_window` in "
+                    "`assign_steps` in `topology/planning/planner.py`, `session_window` in "
                     "`topology/stream.py`, in a block:\n```\n`operators.nope`\n```") == []

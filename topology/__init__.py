@@ -41,15 +41,14 @@ from operators.udm import (
 )
 from operators.vectorized import per_value
 from operators.windows import WindowPolicy
-
-from .checker import CheckFailed, check
-from .inline_runtime import Collected, DeadLetterWarning, RunReport
-from .step_hosts import StepHosts
-from .stream import Stream, WindowedStream
-from .tracing import Trace
+from topology.running.inline import Collected, DeadLetterWarning, RunReport
+from topology.running.step_hosts import StepHosts
+from topology.running.tracing import Trace
+from topology.seeing.checker import CheckFailed, check
+from topology.stream import Stream, WindowedStream
 
 if TYPE_CHECKING:
-    from .query import Query
+    from topology.running.query import Query
 
 __all__ = [  # the messages, the builder, AdvanceTime, the aggregates, the UDM bases
     "MAX_TIME",
@@ -96,16 +95,16 @@ __all__ = [  # the messages, the builder, AdvanceTime, the aggregates, the UDM b
 
 
 def attach(name: str, address: str | None = None) -> Query:
-    """The :class:`~topology.query.Query` handle of the running query ``name`` (connects to the
-    Ray cluster at ``address``, default ``"auto"``, when this process is not connected)."""
-    from .query import attach as _attach
+    """The :class:`~topology.running.query.Query` handle of the running query ``name`` (connects to
+    the Ray cluster at ``address``, default ``"auto"``, when this process is not connected)."""
+    from topology.running.query import attach as _attach
 
     return _attach(name, address)
 
 
 def __getattr__(name: str) -> Any:
     if name == "Query":
-        from .query import Query
+        from topology.running.query import Query
 
         return Query
     raise AttributeError(name)

@@ -1,10 +1,10 @@
 """``Stream``: the immutable fluent builder of cedar queries (docs/operators.md, docs/runtime.md).
 
-A ``Stream`` wraps one node of a logical query tree (:mod:`topology.nodes`); every method
+A ``Stream`` wraps one node of a logical query tree (:mod:`topology.building.nodes`); every method
 returns a new ``Stream`` and never changes the one it is called on, so a stream can be reused
 as the input of several queries. Nothing runs until :meth:`Stream.collect` (run to the end,
 return the output messages) or :meth:`Stream.deploy` (a live query on Ray, see
-:class:`topology.query.Query`).
+:class:`topology.running.query.Query`).
 
     >>> from operators.events import Insert, Cti
     >>> from operators.aggregates import Count
@@ -26,11 +26,10 @@ from typing import Any
 from operators import windows as w
 from operators.ticks import Duration
 from operators.vectorized import Vectorized
-
-from . import nodes as n
-from .checks import check_function, check_key, check_window_spec
-from .stream_running import Running
-from .stream_sources import Sources
+from topology.building import nodes as n
+from topology.building.checks import check_function, check_key, check_window_spec
+from topology.stream_running import Running
+from topology.stream_sources import Sources
 
 __all__ = ["Stream", "WindowedStream"]
 
@@ -291,7 +290,7 @@ class Stream(Sources, Running):
         ``import_ctis``: each dropped or adjusted event as an insert with its original times
         and the payload ``{"source", "policy", "reason", "payload"}``. Its only CTI comes at
         the end of input. Route it to a sink or into another query like any stream."""
-        from .table_parts import UnionOfParts
+        from topology.spark.table_parts import UnionOfParts
 
         node = self._node
         if isinstance(node, (n.FromRows, n.ImportCti)):

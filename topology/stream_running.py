@@ -7,15 +7,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import nodes as n
-from .checks import check_flag, check_fuse, check_query_name, check_runtime, fuse_level
-from .held_runs import held_runs, spark_streams
-from .times import time_fields
+from topology.building import nodes as n
+from topology.building.checks import (
+    check_flag,
+    check_fuse,
+    check_query_name,
+    check_runtime,
+    fuse_level,
+)
+from topology.building.times import time_fields
+from topology.spark.held_runs import held_runs, spark_streams
 
 if TYPE_CHECKING:
-    from .inline_runtime import Collected, RunReport
-    from .planner import Plan
-    from .query import Query
+    from topology.planning.planner import Plan
+    from topology.running.inline import Collected, RunReport
+    from topology.running.query import Query
 
 
 class Running:
@@ -25,16 +31,16 @@ class Running:
     _node: n.Node
 
     def plan(self, fuse: bool | str = False) -> Plan:
-        """The stages this query runs as (:mod:`topology.planner`), fused at level ``fuse``
+        """The stages this query runs as (:mod:`topology.planning.planner`), fused at level ``fuse``
         (False, True, ``"stateless"``, ``"chains"`` or ``"all"``: docs/runtime.md)."""
-        from .planner import plan
+        from topology.planning.planner import plan
 
         fuse_level("plan", fuse)
         return plan(self._node, fuse=fuse)
 
     def explain(self, fuse: bool | str = False, stages: bool = True) -> str:
         """The logical plan (step ids and arguments), and with ``stages`` the physical one."""
-        from .planner import assign_steps, explain_tree
+        from topology.planning.planner import assign_steps, explain_tree
 
         fuse_level("explain", fuse)
         check_flag("explain", "stages", stages)
@@ -50,17 +56,17 @@ class Running:
         each standing for its inserts, instead of one ``Insert`` per event).
 
         The result is a list with what the run did not output as attributes
-        (:class:`topology.inline_runtime.Collected`): ``dead_letters`` (the inputs no step could
+        (:class:`topology.running.inline.Collected`): ``dead_letters`` (the inputs no step could
         process, each with its reason), ``late`` (the events sources dropped or adjusted by
         their late-event policy) and ``accounting`` (per source, ``received == processed +
         dropped + adjusted + dead_lettered``). A run with dead letters warns once
-        (:class:`topology.inline_runtime.DeadLetterWarning`) with their count and where to read
+        (:class:`topology.running.inline.DeadLetterWarning`) with their count and where to read
         them.
 
         ``runtime="ray"`` connects to Ray (or starts a local instance), deploys one actor per
         stage, feeds the sources, drains and tears the actors down; ``runtime="inline"`` runs
         the same plan in this process. ``options`` go to the Ray runtime
-        (:func:`topology.deploy.deploy_plan`). ``trace`` (a directory, or an
+        (:func:`topology.running.deploy.deploy_plan`). ``trace`` (a directory, or an
         :class:`topology.Trace` with bounds) records the messages entering and leaving
         every step as parquet; read it with ``Trace.open(path)`` or ``cedar debug PATH``.
         ``fuse`` runs stateless steps in the stage before them (see :meth:`_ray_plan`);
@@ -97,13 +103,12 @@ class Running:
         if runtime == "inline":
             from actors.config import ShellConfig
             from actors.recorder import TraceSettings
-
-            from .inline_runtime import run_inline
+            from topology.running.inline import run_inline
 
             size = ShellConfig.of(batch_size=batch_size).batch_size  # a bad one fails here
             return run_inline(self.plan(False if fuse is None else fuse), size,
                               trace=TraceSettings.of(trace), columns=columns)
-        from .deploy import collect_plan
+        from topology.running.deploy import collect_plan
 
         if batch_size is not None:
             options["batch_size"] = batch_size
@@ -124,11 +129,11 @@ class Running:
         """Run the query and return its output CHT as a Spark DataFrame: ``start`` and ``end``
         timestamps (∞ as null) plus the payload's fields (a scalar payload is ``value``).
         Column batches of the output stay columns on the way to Spark, staged as parquet parts
-        under ``staging`` (:func:`topology.spark_sink.to_spark`). The DataFrame's
-        ``run_report`` (:class:`topology.inline_runtime.RunReport`) holds the run's dead
+        under ``staging`` (:func:`topology.spark.sink.to_spark`). The DataFrame's
+        ``run_report`` (:class:`topology.running.inline.RunReport`) holds the run's dead
         letters, late events and accounting; dead letters also warn, as in :meth:`collect`. A
         streaming ``from_spark`` with a checkpoint is committed once the DataFrame is made."""
-        from .spark_sink import to_spark
+        from topology.spark.sink import to_spark
 
         check_runtime("to_spark", runtime)
         with held_runs(self._node) as commit:
@@ -141,10 +146,10 @@ class Running:
     def write(self, path: str, format: str = "parquet", mode: str = "error", spark: Any = None,
               runtime: str = "ray", staging: str | None = None, **options: Any) -> RunReport:
         """Run the query and write its output CHT through Spark (see :meth:`to_spark`);
-        returns the run's :class:`topology.inline_runtime.RunReport` (dead letters, late events,
+        returns the run's :class:`topology.running.inline.RunReport` (dead letters, late events,
         accounting), and warns on dead letters. A streaming ``from_spark`` with a checkpoint
         is committed once the files are written."""
-        from .spark_sink import WRITE_MODES, write
+        from topology.spark.sink import WRITE_MODES, write
 
         check_runtime("write", runtime)
         if mode not in WRITE_MODES:  # (write checks it too, but only after the run)
@@ -161,14 +166,14 @@ class Running:
     def to_spark_stream(self, path: str, format: str = "parquet", spark: Any = None,
                         runtime: str = "ray", **options: Any) -> Any:
         """Run the query and append, at each output CTI, the rows that CTI made final to
-        ``path``, exactly once across restarts (:class:`topology.spark_sink.FinalRowsSink`: a
+        ``path``, exactly once across restarts (:class:`topology.spark.sink.FinalRowsSink`: a
         restarted run on the same path skips what was committed). On Ray the rows are
         appended while the query runs. Returns the sink (``committed``, ``dead_letters``).
 
         Over a streaming ``from_spark`` with a checkpoint the source's run is held until the
         sink has committed it, so that a run that dies is replayed whole and the pair is
         exactly once end to end (docs/spark.md)."""
-        from .spark_sink import FinalRowsSink
+        from topology.spark.sink import FinalRowsSink
 
         check_runtime("to_spark_stream", runtime)
         resumed = [s for s in spark_streams(self._node) if s.checkpoint is not None]
@@ -179,7 +184,7 @@ class Running:
             if runtime == "inline":
                 sink.on_messages(self._run("inline", **options))
             else:
-                from .deploy import collect_plan
+                from topology.running.deploy import collect_plan
 
                 fuse = options.pop("fuse", None)
                 check_fuse("to_spark_stream", fuse)
@@ -206,7 +211,7 @@ class Running:
         one actor; ``"all"`` each connected part of the query in one actor (its sink and a
         partitioned group_apply's partitions apart). Fewer actors cost fewer hops and less
         idle CPU, and run in parallel less (docs/runtime.md, "Fusion")."""
-        from .deploy import deploy_plan
+        from topology.running.deploy import deploy_plan
 
         check_query_name(name, "deploy")
         fuse_level("deploy", fuse)

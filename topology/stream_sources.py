@@ -1,6 +1,6 @@
 """The sources of a :class:`~topology.stream.Stream`: its constructors (``Stream.from_rows``,
 ``from_events``, ``from_arrow``, ``from_spark``, ``published``), each checking its arguments
-where the query writes them and making the source node (:mod:`topology.nodes`).
+where the query writes them and making the source node (:mod:`topology.building.nodes`).
 """
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from collections.abc import Iterable
 from typing import Any, Self, cast
 
 from operators.events import Message
-
-from . import nodes as n
-from .checks import check_iterable, check_query_name, check_step_name
-from .held_runs import Batches, SparkStream
+from topology.building import nodes as n
+from topology.building.checks import check_iterable, check_query_name, check_step_name
+from topology.spark.held_runs import Batches, SparkStream
 
 #: Rows per column batch of a columnar source (``from_arrow``, ``from_spark``). Large: the
 #: cost of a Ray call and of grouping a batch is per batch (measured on W1 on Ray, 2 cores:
@@ -72,11 +71,11 @@ class Sources:
         A **batch** DataFrame means its whole table, whatever the order of its partitions: it
         is read sorted by time (``start``; for edges, an end edge at its ``end``), range by
         range of ``partition_rows`` rows in bounded driver memory
-        (:mod:`topology.spark_source`), so its result is the query over the table sorted by
+        (:mod:`topology.spark.source`), so its result is the query over the table sorted by
         time, and no row is late unless ``advance`` has a negative delay. Each run reads the
         DataFrame again, except that queries built on the same ``from_spark`` stream and
         running at the same time (deployed with ``hold=True``, then started together) share
-        one read (:mod:`topology.shared_read`): Spark sorts the table once for all of them.
+        one read (:mod:`topology.building.shared_read`): Spark sorts the table once for all of them.
 
         ``sources=N`` (N >= 2) reads a batch DataFrame in parallel: Spark writes it as N
         parquet files, each sorted by time
@@ -97,18 +96,18 @@ class Sources:
         ``advance``'s late-event policy decides what a row behind a CTI becomes, and it
         **needs** ``checkpoint=PATH`` (a directory or storage URI): Spark keeps the source's
         offsets there and cedar its Ingress state and the last micro-batch id
-        (:class:`topology.spark_stream.SparkStreamFeeder`), so that each run (each
+        (:class:`topology.spark.stream.SparkStreamFeeder`), so that each run (each
         ``collect()``) continues the stream where the last run over that checkpoint stopped,
         with no event twice and none lost, even when a run failed half-way. Only the
         source resumes: the query's operators start afresh in each run. The source's dead
         letters and late events are read with
-        :func:`topology.spark_source.stream_records(PATH) <topology.spark_source.stream_records>`.
+        :func:`topology.spark.source.stream_records(PATH) <topology.spark.source.stream_records>`.
         ``checkpoint=None`` is the explicit choice of no restart state: every run reads the
         stream from its beginning again, as Spark does with a temporary checkpoint."""
-        from .shared_read import SharedRead
-        from .spark_source import PARTITION_ROWS, spark_row_batches
-        from .spark_stream import SparkStreamFeeder
-        from .times import spark_clock
+        from topology.building.shared_read import SharedRead
+        from topology.building.times import spark_clock
+        from topology.spark.source import PARTITION_ROWS, spark_row_batches
+        from topology.spark.stream import SparkStreamFeeder
 
         check_step_name(name, "from_spark")
         if not hasattr(df, "isStreaming") or not hasattr(df, "schema"):
@@ -146,7 +145,7 @@ class Sources:
         spark_row_batches(df, start, end, COLUMN_BATCH_ROWS, shape=shape,
                           partition_rows=rows)  # check the arguments now
         # queries built on this stream and running at the same time share one read
-        # (topology/shared_read.py): Spark sorts the table once for all of them
+        # (topology/building/shared_read.py): Spark sorts the table once for all of them
         batches = Batches(SharedRead(lambda: spark_row_batches(
             df, start, end, COLUMN_BATCH_ROWS, columnar=True, shape=shape,
             partition_rows=rows)), feed="driver")
@@ -157,10 +156,10 @@ class Sources:
     def _from_spark_parts(cls, df: Any, start: Any, end: Any, shape: str, id: Any, advance: Any,
                           name: str | None, sources: int, staging: Any) -> Self:
         """``from_spark(..., sources=N)``: the union of N portable sources, each reading one
-        time-sorted parquet file Spark writes (:class:`topology.spark_staged.StagedTable`)."""
-        from .spark_frames import check_batch_frame, check_columns
-        from .spark_staged import StagedPart, StagedTable, staging_directory
-        from .times import spark_clock
+        time-sorted parquet file Spark writes (:class:`topology.spark.staged.StagedTable`)."""
+        from topology.building.times import spark_clock
+        from topology.spark.frames import check_batch_frame, check_columns
+        from topology.spark.staged import StagedPart, StagedTable, staging_directory
 
         what = "from_spark"
         check_batch_frame(df, what)
@@ -177,7 +176,7 @@ class Sources:
             Batches(StagedPart(table, i, start, end, COLUMN_BATCH_ROWS), feed="actor"),
             start, end, shape, id, advance, f"{base}[{i}]", spark_clock(df, start))
             for i in range(sources)]
-        from .table_parts import UnionOfParts
+        from topology.spark.table_parts import UnionOfParts
 
         return cls(UnionOfParts(inputs=tuple(p._node for p in parts), name=base))
 
@@ -201,8 +200,8 @@ class Sources:
         for its times to be shown as times rather than ticks."""
         import pyarrow as pa
 
-        from .arrow_reader import TableBatches, arrow_batches, check_times
-        from .times import arrow_clock, known_schema
+        from topology.building.arrow_reader import TableBatches, arrow_batches, check_times
+        from topology.building.times import arrow_clock, known_schema
 
         check_step_name(name, "from_arrow")
         if not isinstance(data, (dict, pa.Table, pa.RecordBatch)):
@@ -223,7 +222,8 @@ class Sources:
     def _batched(cls, batches: Iterable[Any], start: Any, end: Any, shape: str, id: Any,
                  advance: Any, name: str | None, clock: str | None = None) -> Self:
         """A source of ready batches (row lists or column batches), ingested like rows;
-        ``clock`` is the kind of time its schema says it carries (:mod:`topology.times`)."""
+        ``clock`` is the kind of time its schema says it carries
+        (:mod:`topology.building.times`)."""
         stream = cls.from_rows((), start=start, end=end, shape=shape, id=id,
                                   advance=advance, name=name)
         node = cast(n.FromRows, stream._node)

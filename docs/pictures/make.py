@@ -3,7 +3,7 @@
     python docs/pictures/make.py            # rewrites docs/pictures/*.svg
 
 Each picture is a small query over the events of the page's examples, run inline with a
-trace (``collect(trace=...)``) and drawn with :func:`topology.timeline.timeline`: the input
+trace (``collect(trace=...)``) and drawn with :func:`topology.seeing.timeline.timeline`: the input
 events as bars, the windows as brackets, the output rows, the CTIs as dashed lines and the
 retracted parts struck through. The SVGs carry no date and a fixed hash salt, so the same code
 draws the same file.
@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # run from anywhere 
 from operators.aggregates import Count  # noqa: E402
 from operators.events import Cti, Insert, Retract  # noqa: E402
 from topology import Stream  # noqa: E402
-from topology.timeline import timeline  # noqa: E402
+from topology.seeing.timeline import timeline  # noqa: E402
 
 #: the page's example: a [1, 5), b [4, 12), c [14, 16), then a CTI past them all
 EVENTS = [Insert("a", 1, 5, "a"), Insert("b", 4, 12, "b"), Insert("c", 14, 16, "c"), Cti(30)]

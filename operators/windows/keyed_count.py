@@ -95,7 +95,7 @@ def supports(spec: Any, udm: Any, kind: str, policy: PolicyArg, on_error: str) -
     """Whether :class:`KeyedEndAggregate` computes ``count_window(spec).aggregate(udm)`` per
     key: ``count_window(1, by="end")``, an incremental time-insensitive aggregate, failing
     loudly, under any ``policy`` (the operator applies it). The signature of every keyed
-    ``supports`` (:mod:`topology.rules`)."""
+    ``supports`` (:mod:`topology.planning.rules`)."""
     try:
         resolved = resolve(udm)
     except Exception:  # noqa: BLE001 (the general path reports a bad UDM)

@@ -6,7 +6,7 @@ of a :class:`~operators.windows.count.CountWindowOperator` per key.
 By start, a count window of a key spans ``n`` consecutive distinct start times of the key's
 events and its result is the point at its last time (count.py's module doc). Min and Max are
 time-insensitive, so an event's end does not matter, and over an input that never retracts
-(what the planner proves, :meth:`~topology.nodes.Node.lengths`) the events of one distinct
+(what the planner proves, :meth:`~topology.building.nodes.Node.lengths`) the events of one distinct
 time only ever matter through their extreme. So the operator keeps, per key, four lists in
 step: the distinct times held, the extreme value at each, and the output of the window
 *ending* at each (its id number and result; None while fewer than ``n`` times precede it)::
@@ -95,7 +95,7 @@ def supports(spec: Any, udm: Any, kind: str, policy: PolicyArg, on_error: str) -
     key over an insert-only stream: by start, Min or Max, failing loudly, speculative (with
     ``emit="final"`` the general path holds each row until a CTI makes it final and never
     retracts it, which the planner counts on downstream). The signature of every keyed
-    ``supports`` (:mod:`topology.rules`)."""
+    ``supports`` (:mod:`topology.planning.rules`)."""
     if policy.resolve(spec).final:
         return False
     try:

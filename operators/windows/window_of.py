@@ -11,8 +11,8 @@ those members are (overlap for hopping and snapshot windows; start, or end, insi
 and session windows). :func:`spec_from_dict` rebuilds a spec from what a trace's ``plan.json``
 holds of it.
 
-The debugger (:mod:`topology.debug`: the members of a window's output) and the timeline
-pictures (:mod:`topology.timeline`: the bracket over a window's inputs) both use these.
+The debugger (:mod:`topology.seeing.debug`: the members of a window's output) and the timeline
+pictures (:mod:`topology.seeing.timeline`: the bracket over a window's inputs) both use these.
 
     >>> from operators.windows.spec import HoppingWindow, SnapshotWindow, CountWindow
     >>> window_of(HoppingWindow(10, 5), "point_end", 14, 15)

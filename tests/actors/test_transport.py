@@ -23,7 +23,7 @@ from operators.publish import Publish
 from operators.union import Union
 from operators.where import Where
 from tests.kit import PROPERTY, assert_equivalent, physical_streams
-from topology.routing import OutEdge, Partitioner, Router, stable_hash
+from topology.planning.routing import OutEdge, Partitioner, Router, stable_hash
 
 
 @PROPERTY
@@ -92,7 +92,7 @@ def _arrays(c):
 def test_stable_hash_is_the_same_in_another_process():
     keys = ["meter-7", 12, ("a", 3), b"\x00k", 2.0, None]
     here = [stable_hash(k) for k in keys]
-    code = ("from topology.routing import stable_hash; "
+    code = ("from topology.planning.routing import stable_hash; "
             f"print([stable_hash(k) for k in {keys!r}])")
     env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=os.pathsep.join(sys.path))
     there = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,

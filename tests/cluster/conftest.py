@@ -40,7 +40,7 @@ def ray_session(cluster):
 
     ray.init(address=cluster[0].address, namespace="cedar", logging_level="WARNING")
     yield ray
-    from topology.deploy import release_pool
+    from topology.running.deploy import release_pool
 
     release_pool()
     ray.shutdown()

@@ -14,7 +14,7 @@ from operators.aggregates import Count
 from operators.cht import to_cht
 from tests.kit import assert_equivalent
 from topology import Stream
-from topology.registry import actor_nodes
+from topology.running.registry import actor_nodes
 
 # the same test functions, collected here so that they use this folder's ray_session
 globals().update({k: v for k, v in vars(runtimes).items() if k.startswith("test_")})
@@ -122,7 +122,7 @@ def test_cedar_run_status_and_inspect_against_the_cluster(ray_session, cluster, 
     env = dict(os.environ, PYTHONPATH=REPO)
 
     def cedar(*args: str) -> str:
-        run = subprocess.run([sys.executable, "-m", "topology.cli", *args], cwd=REPO, env=env,
+        run = subprocess.run([sys.executable, "-m", "topology.app.cli", *args], cwd=REPO, env=env,
                              capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
         return run.stdout

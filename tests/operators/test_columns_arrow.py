@@ -14,7 +14,7 @@ import pytest
 
 from actors.wire import decode, decode_rows, encode, encode_rows
 from operators.columns import Columns, concat, portable_column, restored_column
-from topology.arrow_reader import arrow_batches
+from topology.building.arrow_reader import arrow_batches
 
 N = 1_000
 URLS = pa.array([f"https://x/{i % 37}" if i % 11 else None for i in range(N)])

@@ -24,7 +24,7 @@ from operators.windows import (
 from operators.windows.final_output import FinalOutput
 from tests.kit import PROPERTY, assert_equivalent, physical_streams
 from topology import Stream
-from topology.dag import DagProcessor
+from topology.planning.dag import DagProcessor
 
 #   key a: ·1 ·3      ·7      key b:    ·4        tumbling_window(5): no CTI until the end
 EVENTS = [(1, "a", 1.0), (3, "a", 2.0), (4, "b", 5.0), (7, "a", 4.0)]

@@ -151,7 +151,7 @@ def test_import_lets_a_join_with_an_open_reference_stream_advance(imported):
     #   reference   r: [0 ─────────────── ∞)  (sent, and the stream stays open: no CTI yet)
     #   fast        100 rows, a CTI every 10
     #   join        without import: no CTI while the reference is open; with it: the fast's
-    from topology.dag import DagProcessor
+    from topology.planning.dag import DagProcessor
 
     dag = DagProcessor(_query(imported).plan(), inline_sink=True)
     out = dag.process([REF], dag.inputs.index("reference"))

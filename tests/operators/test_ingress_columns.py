@@ -111,7 +111,7 @@ def test_a_few_missing_times_keep_the_columns():
 def test_the_arrow_reader_keeps_columns_around_a_null_time():
     import pyarrow as pa
 
-    from topology.arrow_reader import arrow_batches
+    from topology.building.arrow_reader import arrow_batches
 
     table = pa.table({"ts": pa.array([1, None, 3], pa.int64()), "kwh": [0.5, 1.0, 1.5]})
     batch = next(arrow_batches([table], start="ts"))

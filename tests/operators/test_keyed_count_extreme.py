@@ -33,7 +33,8 @@ from operators.windows.count import CountWindowOperator
 from operators.windows.keyed_count_start import KeyedCountExtreme, _sliding_extreme, supports
 from operators.windows.spec import DEFAULT_POLICY
 from tests.kit import PROPERTY, assert_equivalent
-from topology import Stream, rules
+from topology import Stream
+from topology.planning import rules
 
 KINDS = ["int", "float", "special", "bool", "mixed"]
 

@@ -35,7 +35,7 @@ from operators.windows import WindowPolicy, hopping_window, make_window, tumblin
 from operators.windows.keyed import KeyedWindowAggregate, supports
 from tests.kit import HEAVY, PROPERTY
 from tests.reference_windows import window as reference_window
-from topology import demo
+from topology.app import demo
 
 
 class FirstThree(Operator):
@@ -270,7 +270,7 @@ def _readings():
 def test_the_planner_runs_the_demo_anomalies_keyed(emit, runtime, monkeypatch):
     """``anomalies`` of the demo, through the planner (inline and on Ray), against the same
     query inline on the general path (GroupApply of one hopping window operator per key)."""
-    import topology.rules as rules
+    import topology.planning.rules as rules
     from topology import Stream
 
     minute = 60 * demo.TICKS_PER_S

@@ -136,7 +136,7 @@ def test_late_is_refused_on_a_stream_without_late_events():
 
 
 def test_a_late_stream_of_a_partitioned_source_is_the_union_of_its_parts():
-    from topology import table_parts as parts
+    from topology.spark import table_parts as parts
 
     left, right = _rows_query("a"), _rows_query("b")
     union = Stream(parts.UnionOfParts(inputs=(left._node, right._node)))

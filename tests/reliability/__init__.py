@@ -11,8 +11,8 @@ from typing import Any
 
 from operators.cht import validate
 from operators.events import Message
-from topology.dag import DagProcessor
-from topology.inline_runtime import drive
+from topology.planning.dag import DagProcessor
+from topology.running.inline import drive
 
 #: The accounting equation's terms, as an Ingress (a rows source) counts them.
 TERMS = ("processed", "dropped", "adjusted", "dead_lettered")

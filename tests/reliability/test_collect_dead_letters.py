@@ -18,7 +18,7 @@ from operators.events import Cti, Insert, Retract
 from operators.ingress import AdvanceTime
 from tests.reliability import TERMS, assert_accounted, records, run_dag
 from topology import Stream
-from topology.inline_runtime import Collected, DeadLetterWarning
+from topology.running.inline import Collected, DeadLetterWarning
 
 #  t=None, t="soon" and the row 7 are dead letters; t=3 is late behind the CTI of t=10
 ROWS = [{"t": 10, "v": 1}, {"t": 3, "v": 2}, {"t": None, "v": 3}, {"t": 12, "v": 4},

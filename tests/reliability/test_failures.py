@@ -2,7 +2,7 @@
 
 Each case ends in a clear state — ``Query.state()`` is ``"finished"`` or
 ``"failed: step S: reason"`` — and ``wait()`` / ``error()`` say it in cedar's words
-(:class:`topology.query.QueryFailed` naming the step), never a raw Ray error or a hang:
+(:class:`topology.running.query.QueryFailed` naming the step), never a raw Ray error or a hang:
 
 * an operator of a query without checkpoints is killed: failed, naming that step, at once;
 * the host of a query without checkpoints is killed after it fed the whole input: finished;
@@ -30,7 +30,7 @@ from tests.reliability.test_recovery import check_exactly_once, wait_events, win
 from tests.reliability.test_redeploy import host_state, kill_just_after_commit
 from tests.topology.live_kit import second_driver
 from topology import attach
-from topology.query import QueryFailed
+from topology.running.query import QueryFailed
 
 pytestmark = pytest.mark.ray
 

@@ -1,7 +1,7 @@
 """Checkpoints and recovery of fused stateful stages on a real local Ray: the actor that runs a
 source with its keyed window (``fuse="chains"``) or a whole query part (``fuse="all"``, a
-:class:`topology.fused.FusedDag`) dies mid-stream; the query restarts from its last complete
-checkpoint (which holds the state of every step inside the stage) and ends with the
+:class:`topology.planning.fused.FusedDag`) dies mid-stream; the query restarts from its last
+complete checkpoint (which holds the state of every step inside the stage) and ends with the
 fault-free run's CHT, no output row emitted twice."""
 
 from __future__ import annotations

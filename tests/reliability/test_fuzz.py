@@ -1,5 +1,5 @@
 """Fuzzing every public entry point with junk: Hypothesis-made rows (``Stream.from_rows``),
-physical messages (``Stream.from_events``) and Arrow tables (``topology.arrow_reader.
+physical messages (``Stream.from_events``) and Arrow tables (``topology.building.arrow_reader.
 arrow_row_batches``, the Spark-free half of ``from_spark``). Whatever comes in, cedar never
 crashes the query, never hangs (each test has a timeout), the output is a valid physical
 stream, and every source's accounting equation holds."""
@@ -24,7 +24,7 @@ from tests.kit import PROPERTY, assert_equivalent, physical_streams, scale
 from tests.reference_windows import window as reference_window
 from tests.reliability import assert_accounted, records, run_dag
 from topology import Stream
-from topology.arrow_reader import arrow_row_batches
+from topology.building.arrow_reader import arrow_row_batches
 
 pytestmark = pytest.mark.timeout(60 * scale())
 

@@ -26,7 +26,7 @@ import time
 import pytest
 
 from tests.reliability.test_recovery import check_exactly_once, wait_events, window_join
-from topology.query import NameTaken
+from topology.running.query import NameTaken
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -62,7 +62,7 @@ def kill_just_after_commit(live, name: str, epoch: int, how: str) -> None:
 
 def host_state(name: str) -> str | None:
     """Ray's state of the query's host, without waiting for it."""
-    from topology.registry import actor_states
+    from topology.running.registry import actor_states
 
     return actor_states(name).get("~host")
 

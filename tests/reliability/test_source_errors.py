@@ -27,7 +27,7 @@ import pytest
 from operators.errors import OperatorError
 from tests.kit import assert_equivalent
 from topology import StepHosts, Stream
-from topology.query import QueryFailed
+from topology.running.query import QueryFailed
 
 ROWS = 30
 BROKE = "the meter feed broke"

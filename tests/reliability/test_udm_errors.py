@@ -328,7 +328,7 @@ class _Downstream:
 def _shell(edges=(), handles=None):
     from actors.shell import OperatorShell
     from actors.stage_config import StageConfig
-    from topology.routing import Router
+    from topology.planning.routing import Router
 
     shell = OperatorShell()
     shell.configure(StageConfig(step="select#1", describe="select(<lambda>)",
@@ -340,7 +340,7 @@ def _shell(edges=(), handles=None):
 
 def test_an_unserialisable_output_batch_fails_the_step_and_is_forwarded():
     from actors.wire import encode
-    from topology.routing import OutEdge
+    from topology.planning.routing import OutEdge
 
     down = _Downstream()
     shell = _shell([OutEdge("sink", 0)], {"sink": down})

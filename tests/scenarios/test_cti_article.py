@@ -45,7 +45,8 @@ def test_a_cti_one_tick_ahead_drops_the_rows_with_the_same_start():
     assert [(x.action, x.item["c1"]) for x in src.late] == [("dropped", 2), ("dropped", 3)]
     assert all("point cannot be moved" in x.reason for x in src.late)
     assert src.stats == {"received": 3, "processed": 1, "dropped": 2, "adjusted": 0,
-                         "dead_lettered": 0, "ctis": 1}
+                         "dead_lettered": 0, "ctis": 1,
+                         "timestamp_rows": 3}  # (their times were timestamps: shown as times)
     assert src.end() == []  # the CTI T+1 already covers the one event
     check(src)
 

@@ -60,7 +60,7 @@ def kill_on(owner: Any, attr: str, n: int, when: str) -> None:
 
 
 def _sink_module() -> Any:
-    import topology.spark_sink as sink
+    import topology.spark.sink as sink
 
     return sink
 
@@ -72,7 +72,7 @@ def _parquet() -> Any:
 
 
 def _feeder() -> Any:
-    from topology.spark_source import SparkStreamFeeder
+    from topology.spark.source import SparkStreamFeeder
 
     return SparkStreamFeeder
 
@@ -84,7 +84,7 @@ def _stream() -> Any:
 
 
 def _stream_module() -> Any:
-    import topology.spark_stream as source
+    import topology.spark.stream as source
 
     return source
 
@@ -159,7 +159,7 @@ def spark_session() -> Any:
 def announce_writing() -> None:
     """Print ``writing`` when the sink gets its first messages: the parent times random
     kills in the writing phase from this line."""
-    from topology.spark_sink import FinalRowsSink
+    from topology.spark.sink import FinalRowsSink
 
     real = FinalRowsSink.on_messages
     said = [False]

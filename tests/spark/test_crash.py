@@ -145,7 +145,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Any], floa
     long the run took and how long it wrote."""
     from operators.cht import to_cht
     from tests.spark.crash_child import query, sink_source
-    from topology.spark_sink import cht_to_arrow
+    from topology.spark.sink import cht_to_arrow
 
     tmp = tmp_path_factory.mktemp("reference")
     cfg = {"mode": "sink", "runtime": "inline", "out": str(tmp / "out"),
@@ -214,7 +214,7 @@ def test_sink_runs_of_a_resumed_source(tmp_path) -> None:
     replay 0:  the same stream                   -> nothing: run 0 committed its end
     run 1:     c [4, 6)  Cti(7)  end()            -> epoch (1, 7): c  (its CTIs start again)"""
     from operators.events import MAX_TIME, Cti, Insert
-    from topology.spark_sink import FinalRowsSink
+    from topology.spark.sink import FinalRowsSink
 
     path = str(tmp_path / "out")
     run0 = [Insert("a", 0, 2, 1), Insert("b", 1, MAX_TIME, 2), Cti(3)]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from topology.cli import main
+from topology.app.cli import main
 
 
 def generate_readings(meters: int, minutes: int) -> list:
-    from topology.demo import generate
+    from topology.app.demo import generate
 
     return generate(meters=meters, minutes=minutes).readings
 
@@ -36,7 +36,7 @@ def test_demo_runs_end_to_end(ray_session, spark, tmp_path, capsys):
     # than one per step
     import re
 
-    from topology.demo import generate, queries
+    from topology.app.demo import generate, queries
 
     data = generate(meters=4, minutes=12)
     df = spark.read.parquet(str(out / "input" / "readings.parquet"))
@@ -60,7 +60,7 @@ def _spark_sources(node):
 
 @pytest.mark.spark
 def test_the_reading_queries_share_one_read_of_the_table(spark):
-    from topology.demo import generate, queries
+    from topology.app.demo import generate, queries
 
     data = generate(meters=2, minutes=2)
     df = spark.createDataFrame([r for r in data.readings if r["ts"] is not None])
@@ -78,8 +78,8 @@ def test_the_demo_table_is_read_without_a_spark_job(spark, tmp_path):
     # pyarrow (their row groups merged): the demo's processing window runs no Spark job
     import pyarrow as pa
 
-    from topology import spark_source
-    from topology.demo import generate, write_readings
+    from topology.app.demo import generate, write_readings
+    from topology.spark import source as spark_source
 
     data = generate(meters=3, minutes=10)
     df = write_readings(spark, data, str(tmp_path / "readings.parquet"))

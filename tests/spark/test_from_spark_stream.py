@@ -17,7 +17,7 @@ from operators.events import Insert
 from operators.ingress import AdvanceTime, ingest
 from tests.spark.test_spark_streaming import SCHEMA, write_file
 from topology import Stream
-from topology.spark_source import stream_records
+from topology.spark.source import stream_records
 
 pytestmark = pytest.mark.spark
 ADVANCE = AdvanceTime(every=2)
@@ -116,7 +116,7 @@ def test_a_run_killed_after_its_commit_leaves_no_log_behind(spark, tmp_path,
     files behind: never replayed (the state says no run is held) and never deleted, next to
     the next run's log. The next run now starts by deleting every log file that no held run
     replays (issue #41, item 3)."""
-    import topology.spark_stream as spark_stream
+    import topology.spark.stream as spark_stream
 
     source, checkpoint = str(tmp_path / "in"), str(tmp_path / "checkpoint")
     log = os.path.join(checkpoint, "cedar_run")

@@ -19,7 +19,7 @@ from operators.ingress import AdvanceTime
 from tests.reliability import assert_accounted
 from tests.spark.test_spark_streaming import SCHEMA, write_file
 from topology import Stream
-from topology.inline_runtime import DeadLetterWarning, RunReport
+from topology.running.inline import DeadLetterWarning, RunReport
 
 pytestmark = pytest.mark.spark
 

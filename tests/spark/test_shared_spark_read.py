@@ -1,5 +1,5 @@
 """Queries built on one from_spark stream and running at the same time make Spark read and
-sort the table once (topology/shared_read.py); each still gets the whole table in order."""
+sort the table once (topology/building/shared_read.py); each still gets the whole table in order."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 When ``df`` is a projection of columns of parquet files whose row groups all carry statistics
 of the time column, the reader merges the row groups itself
-(:func:`topology.spark_direct.merged_groups`): in the order of their earliest time, each row
+(:func:`topology.spark.direct.merged_groups`): in the order of their earliest time, each row
 group read with pyarrow, the rows before the next group's earliest time handed on sorted
 (Arrow's sort only when they are not in order already). Spark only plans which files the
 DataFrame is. The meaning must not change: the rows sorted by time, null times first, the
@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.kit import PROPERTY
-from topology import spark_direct, spark_source
+from topology.spark import direct as spark_direct
+from topology.spark import source as spark_source
 
 SCHEMA = pa.schema([("ts", pa.int64()), ("k", pa.string()), ("v", pa.int64())])
 

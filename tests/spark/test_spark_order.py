@@ -1,6 +1,6 @@
 """A batch DataFrame means its whole table, whatever the order of its partitions.
 
-``Stream.from_spark`` reads a batch DataFrame sorted by time (:mod:`topology.spark_source`),
+``Stream.from_spark`` reads a batch DataFrame sorted by time (:mod:`topology.spark.source`),
 so a query over it equals the same query over its rows sorted by time (``from_rows``), however
 Spark happened to split and order them, and with CTIs generated as often as one likes.
 """
@@ -89,7 +89,7 @@ def test_every_column_type_reads_as_spark_collects_it(spark):
                array(id, id + 1) AS arr, map('k', id) AS m, named_struct('x', id, 'y', 'z') AS st,
                CAST(NULL AS STRING) AS nothing
         FROM range(0, 40)""").repartition(3)
-    from topology.spark_source import spark_row_batches
+    from topology.spark.source import spark_row_batches
 
     got = [r for rows in spark_row_batches(df, start="ts", partition_rows=9) for r in rows]
     want = sorted(df.toArrow().to_pylist(), key=lambda r: (r["ts"], r["s"]))
@@ -100,12 +100,12 @@ def test_every_column_type_reads_as_spark_collects_it(spark):
 @pytest.mark.parametrize("kind", ["timestamp", "date", "int"])
 def test_ranges_cut_from_a_sample_come_in_time_order(spark, kind):
     # the ranges' bounds come from a sample of the key column and each row is hash-partitioned
-    # by its range's label (topology.spark_ranges.sampled_ranges): range i must be partition
+    # by its range's label (topology.spark.ranges.sampled_ranges): range i must be partition
     # i, nulls first, every row once, whatever the order of the input's partitions
     from pyspark.sql import functions as F
 
-    from topology.spark_ranges import sampled_ranges
-    from topology.spark_source import ordered_record_batches
+    from topology.spark.ranges import sampled_ranges
+    from topology.spark.source import ordered_record_batches
 
     column = {"timestamp": F.timestamp_micros(F.col("t") * 1_000_003),
               "date": F.date_from_unix_date((F.col("t") % 9_000).cast("int")),
@@ -128,7 +128,8 @@ def test_ranges_out_of_order_are_an_error_not_a_wrong_result(spark, monkeypatch)
     # if Spark ever placed the hashed labels otherwise, the reader must say so
     from pyspark.sql import functions as F
 
-    from topology import spark_ranges, spark_source
+    from topology.spark import ranges as spark_ranges
+    from topology.spark import source as spark_source
 
     df = spark.range(0, 2_000).select(((F.col("id") * 7_919) % 2_000).alias("ts")).repartition(2)
     monkeypatch.setattr(spark_ranges, "sampled_ranges",
@@ -143,7 +144,8 @@ def test_one_range_is_sorted_without_a_sample(spark, monkeypatch, shape):
     # its readings so, four times)
     from pyspark.sql import functions as F
 
-    from topology import spark_ranges, spark_source
+    from topology.spark import ranges as spark_ranges
+    from topology.spark import source as spark_source
 
     def no_sample(*args):
         raise AssertionError("one range needs no sample")

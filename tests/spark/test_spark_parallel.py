@@ -29,7 +29,7 @@ from operators.events import MAX_TIME
 from operators.ingress import AdvanceTime
 from tests.kit import ON_RAY, assert_equivalent
 from topology import Stream
-from topology.held_runs import Batches
+from topology.spark.held_runs import Batches
 
 pytestmark = pytest.mark.spark
 

@@ -5,7 +5,7 @@ span of time (a table appended in time order, whatever the order of its files), 
 skips Spark's sort: each range ``[lo, hi)`` of the sampled bounds is one Spark job
 ``df.where(lo <= key < hi)`` (parquet's statistics skip the row groups outside it), sorted
 in the driver with Arrow, the next range read while this one is consumed
-(:func:`topology.spark_ranges.sorted_ranges`). The meaning must not change: the CHT is the
+(:func:`topology.spark.ranges.sorted_ranges`). The meaning must not change: the CHT is the
 query over the rows sorted by time, whatever the files' order, ties and null times (dead
 letters) included, and the driver holds at most two ranges.
 """
@@ -25,7 +25,10 @@ from hypothesis import strategies as st
 from operators.aggregates import Count
 from operators.ingress import AdvanceTime
 from tests.kit import ON_RAY, assert_equivalent
-from topology import Stream, spark_direct, spark_ranges, spark_source
+from topology import Stream
+from topology.spark import direct as spark_direct
+from topology.spark import ranges as spark_ranges
+from topology.spark import source as spark_source
 
 pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore::UserWarning")]
 

@@ -26,7 +26,7 @@ from operators.cht import to_cht
 from operators.columns import Columns, expand
 from operators.events import MAX_TIME, MIN_TIME, Cti, Insert, Retract
 from tests.kit import HEAVY, PROPERTY, physical_streams
-from topology.spark_sink import (
+from topology.spark.sink import (
     FinalRowsSink,
     _stage,
     cht_batches,
@@ -290,7 +290,7 @@ def test_end_to_end_counts_agree_with_spark(spark, tmp_path) -> None:
     from operators.aggregates import Count
     from operators.ingress import AdvanceTime
     from topology import Stream
-    from topology.spark_source import spark_row_batches
+    from topology.spark.source import spark_row_batches
 
     df = spark.sql("SELECT timestamp_seconds(1700000000 + (id * 7) % 23) AS ts, "
                    "concat('m', CAST(id % 3 AS STRING)) AS meter FROM range(0, 40)")
@@ -535,7 +535,7 @@ def test_uniform_payloads_are_converted_field_by_field_as_row_by_row(keys, paire
                                                                      data) -> None:
     """Rows whose payloads are all dicts of one set of keys (or group pairs of them) take the
     one-pass path of cht_to_arrow; any other mix the row-by-row path. Both give one table."""
-    from topology import spark_arrow
+    from topology.spark import arrow as spark_arrow
 
     n = data.draw(st.integers(1, 6))
     rows: list[tuple[int, int, Any]] = []
@@ -565,7 +565,7 @@ def cht_to_arrow_row_by_row(rows: list[tuple[int, int, Any]]) -> pa.Table:
     """cht_to_arrow with its one-pass path switched off."""
     from unittest import mock
 
-    from topology import spark_arrow
+    from topology.spark import arrow as spark_arrow
 
     with mock.patch.object(spark_arrow, "_uniform_fields", return_value=None):
         return cht_to_arrow(rows)

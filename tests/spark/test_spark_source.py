@@ -14,8 +14,8 @@ import pytest
 
 from operators.events import MAX_TIME, Cti, Insert, Retract
 from operators.ingress import AdvanceTime, Ingress, ingest, to_ticks
-from topology.arrow_reader import arrow_row_batches
-from topology.spark_source import ingest_spark, spark_row_batches
+from topology.building.arrow_reader import arrow_row_batches
+from topology.spark.source import ingest_spark, spark_row_batches
 
 UTC = dt.UTC
 T0 = dt.datetime(2024, 3, 1, 12, 0, tzinfo=UTC)

@@ -17,8 +17,8 @@ import pytest
 from operators.cht import to_cht
 from operators.events import Cti, Insert
 from operators.ingress import AdvanceTime, ingest, to_ticks
-from topology.spark_sink import FinalRowsSink
-from topology.spark_source import SparkStreamFeeder
+from topology.spark.sink import FinalRowsSink
+from topology.spark.source import SparkStreamFeeder
 
 T0 = dt.datetime(2024, 3, 1, tzinfo=dt.UTC)
 S = 1_000_000

@@ -15,7 +15,7 @@ from operators.cht import to_cht
 from operators.ingress import AdvanceTime, ingest
 from tests.kit import assert_equivalent
 from topology import Stream
-from topology.spark_sink import FinalRowsSink, cht_to_arrow
+from topology.spark.sink import FinalRowsSink, cht_to_arrow
 
 pytestmark = pytest.mark.spark
 

@@ -18,7 +18,7 @@ from operators.cht import to_cht
 from operators.errors import OperatorError
 from tests.reliability import records, run_dag
 from topology import Stream
-from topology.arrow_reader import arrow_batches
+from topology.building.arrow_reader import arrow_batches
 
 BIG = 2**63 + 4  # beyond int64
 

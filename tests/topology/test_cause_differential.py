@@ -6,7 +6,7 @@ output policies; join, left and anti join; union; group_apply with a window or a
 window over a join) runs inline with a trace, in batches of a random size, over one or two
 streams from :func:`tests.kit.physical_streams` (inserts out of order, edges, lifetime
 corrections, deletions). The sink's final events are explained by
-:meth:`topology.debug.Recording.root_cause` down to the source events, and compared with
+:meth:`topology.seeing.debug.Recording.root_cause` down to the source events, and compared with
 :mod:`tests.reference_causes`, which computes the same query from scratch on the input CHTs
 with every row carrying its causes: at every instant the same payloads must be alive for the
 same source events. Every cause must also reach the sources and call itself complete.
@@ -30,7 +30,7 @@ from operators.events import Cti, Insert, Message, Retract
 from tests import reference_causes as ref
 from tests.kit import HEAVY, physical_streams
 from topology import Stream
-from topology.debug import Recording
+from topology.seeing.debug import Recording
 
 #: Events are cut to this duration before a window, so every window a row touches is final.
 CLIP = 12

@@ -25,7 +25,7 @@ from topology import (
     Sum,
     check,
 )
-from topology.checker import REPRODUCTION_HEAD, _shuffle
+from topology.seeing.checker import REPRODUCTION_HEAD, _shuffle
 
 ROWS = [{"ts": (t * 7) % 50, "k": t % 4, "v": t} for t in range(60)]
 
@@ -175,7 +175,7 @@ def test_the_command_line(tmp_path):
         data = [{"ts": (t * 7) % 50, "v": t} for t in range(60)]
         CHECK = {"start": "ts", "advance": AdvanceTime(every=20)}
     """))
-    run = subprocess.run([sys.executable, "-m", "topology.cli", "check", str(script),
+    run = subprocess.run([sys.executable, "-m", "topology.app.cli", "check", str(script),
                           "--no-ray"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 1, run.stderr
     assert "from myquery import query" in run.stdout
@@ -195,7 +195,7 @@ def test_the_command_line(tmp_path):
                     "    return s.tumbling_window(10).aggregate(Count())\n"
                     "data = [{'ts': t % 37} for t in range(100)]\n"
                     "CHECK = {'start': 'ts'}\n")
-    ok = subprocess.run([sys.executable, "-m", "topology.cli", "check", str(good), "--no-ray"],
+    ok = subprocess.run([sys.executable, "-m", "topology.app.cli", "check", str(good), "--no-ray"],
                         capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0 and "all with the same CHT" in ok.stdout, ok.stdout + ok.stderr
 
@@ -207,12 +207,14 @@ def test_the_command_line_says_what_to_add_when_check_lacks_the_start(tmp_path):
                       "def query(s):\n"
                       "    return s.tumbling_window(10).aggregate(Count())\n"
                       "data = [{'v': t, 'ts': t % 37} for t in range(10)]\n")
-    run = subprocess.run([sys.executable, "-m", "topology.cli", "check", str(script), "--no-ray"],
+    run = subprocess.run([sys.executable, "-m", "topology.app.cli", "check", str(script),
+                          "--no-ray"],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
     assert 'CHECK = {"start": "ts"}' in run.stderr and "nostart.py" in run.stderr
     script.write_text(script.read_text() + "CHECK = {'strat': 'ts'}\n")
-    typo = subprocess.run([sys.executable, "-m", "topology.cli", "check", str(script), "--no-ray"],
+    typo = subprocess.run([sys.executable, "-m", "topology.app.cli", "check", str(script),
+                           "--no-ray"],
                           capture_output=True, text=True, timeout=300)
     assert typo.returncode == 2 and "Traceback" not in typo.stderr, typo.stderr
     assert "'strat'" in typo.stderr

@@ -7,7 +7,7 @@ import pytest
 
 from operators.events import Cti, Insert
 from topology import Stream
-from topology.cli import main
+from topology.app.cli import main
 
 
 def test_help_lists_every_command(capsys):
@@ -71,10 +71,10 @@ def test_inspect_names_the_sources_the_deploying_process_feeds(ray_session, caps
 def test_run_takes_its_address_wherever_it_stands(monkeypatch, tmp_path, capsys):
     # `cedar run SCRIPT.py --address auto` (the README's form): the address is cedar's, the
     # other arguments the script's
-    import topology.cli
+    import topology.app.cli
 
     seen = []
-    monkeypatch.setattr(topology.cli, "_connect", lambda command, address: seen.append(address)
+    monkeypatch.setattr(topology.app.cli, "_connect", lambda command, address: seen.append(address)
                         or True)
     script = tmp_path / "script.py"
     script.write_text("import sys\nprint('argv', sys.argv[1:])\n")
@@ -88,7 +88,7 @@ def test_run_takes_its_address_wherever_it_stands(monkeypatch, tmp_path, capsys)
 def test_the_demo_progress_ends_on_the_final_count(capsys):
     """The bar reaches 100 % when every reading was read, before the queries end; its last
     line still says that every query is done."""
-    from topology.demo import Progress
+    from topology.app.demo import Progress
 
     bar = Progress(10)
     bar.update(10, "4/5 queries done")
@@ -102,7 +102,7 @@ def test_the_demo_progress_ends_on_the_final_count(capsys):
 @pytest.mark.ray
 def test_stop_frees_the_name_of_a_running_query(ray_session, capsys):
     """What a refused redeploy tells the user to run (issue 28)."""
-    from topology.query import NameTaken
+    from topology.running.query import NameTaken
 
     q = Stream.from_events([Insert("a", 0, 50, 7), Cti(10)]).deploy("cli-stop")
     with pytest.raises(NameTaken, match="cedar stop cli-stop"):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from topology.cli import main
+from topology.app.cli import main
 
 #: The commands that read a cluster, with the arguments each needs besides --address.
 READERS = [["status"], ["inspect", "q"], ["why", "q"], ["stop", "q"]]
@@ -30,7 +30,7 @@ def _cedar(args: list[str], env: dict[str, str] | None = None,
     """``cedar ARGS`` in a fresh process (this one may be connected to Ray already)."""
     env = {k: v for k, v in (env or os.environ).items() if k != "RAY_ADDRESS"}
     began = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "topology.cli", *args], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "topology.app.cli", *args], capture_output=True,
                           text=True, timeout=timeout, env=env, cwd=REPO)
     return done, time.monotonic() - began
 

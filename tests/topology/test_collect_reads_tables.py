@@ -11,7 +11,8 @@ import pytest
 
 from operators.cht import check_equivalent
 from operators.columns import expand
-from topology import Stream, feeding
+from topology import Stream
+from topology.running import feeding
 
 pytestmark = pytest.mark.ray
 

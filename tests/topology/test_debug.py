@@ -9,7 +9,7 @@ import pytest
 from operators.aggregates import Count
 from operators.events import Cti, Insert, Retract
 from topology import Stream
-from topology.cli import main
+from topology.app.cli import main
 
 #   a [0 ──────── 4)          b [2 ─ 3)    c [5 ─────────→ ∞    d [1 ──── 9) retracted to 6
 #   windows [0, 3) [3, 6) [6, 9)
@@ -54,7 +54,7 @@ def test_listing_filters_by_step_direction_id_and_time(trace, capsys):
 
 
 def test_cause_prints_the_member_inputs(trace, capsys, tmp_path):
-    from topology.debug import Recording
+    from topology.seeing.debug import Recording
 
     rec = Recording.open(trace)
     # the final output of window [3, 6): a [0, 4), d [1, 6) and c [5, ∞) (b ended at 3)

@@ -12,7 +12,7 @@ def test_ray_worker_start_notes_are_dropped_and_other_messages_kept(capsys, monk
     # Ray's driver prints what its raylet sends through print_to_stdstream; the demo wraps it
     from ray._private import worker
 
-    from topology.demo import _without_worker_notes
+    from topology.app.demo import _without_worker_notes
 
     monkeypatch.setattr(worker, "print_to_stdstream", worker.print_to_stdstream)
     _without_worker_notes()
@@ -30,7 +30,7 @@ def test_ray_worker_start_notes_are_dropped_and_other_messages_kept(capsys, monk
 
 
 def test_the_demo_ends_with_what_to_try_next(capsys):
-    from topology.demo import print_next_steps
+    from topology.app.demo import print_next_steps
 
     print_next_steps("out", {"a picture": "out/meter-readings.svg"})
     text = capsys.readouterr().out

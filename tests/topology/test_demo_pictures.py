@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from topology.demo import EPOCH_TICKS, TICKS_PER_S
-from topology.demo_pictures import meter_picture
+from topology.app.demo import EPOCH_TICKS, TICKS_PER_S
+from topology.app.demo_pictures import meter_picture
 
 MINUTE = 60 * TICKS_PER_S
 SVG = "{http://www.w3.org/2000/svg}"
@@ -99,12 +99,12 @@ def test_no_anomaly_no_picture(tmp_path):
 def test_the_demo_draws_its_own_outputs(tmp_path):
     # the demo's queries, inline over its data: the picture of the first anomalous meter
     from topology import Stream, to_cht
-    from topology.demo import generate
+    from topology.app.demo import generate
 
     data = generate(meters=4, minutes=30)  # queries() reads a DataFrame: built inline here
     from operators.aggregates import Avg
     from operators.ingress import AdvanceTime
-    from topology.demo import SpikeDetector
+    from topology.app.demo import SpikeDetector
 
     advance = AdvanceTime(every=2_000, delay=MINUTE, policy="drop")
     rows = [r for r in data.readings if r["ts"] is not None]

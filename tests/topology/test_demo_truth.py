@@ -13,13 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from topology.demo import (
-    EPOCH_TICKS,
-    LATE_BY_TICKS,
-    DemoData,
-    generate,
-    print_summary,
-)
+from topology.app.demo import EPOCH_TICKS, LATE_BY_TICKS, DemoData, generate, print_summary
 
 
 def test_late_readings_never_fall_before_the_data_starts():
@@ -48,7 +42,7 @@ def _summary(late: int) -> list[dict]:
 def test_the_summary_counts_rows_once_and_says_why_none_is_late(capsys):
     data = DemoData([{"meter": "m000", "ts": None if i < 7 else EPOCH_TICKS + i, "kwh": 1.0}
                      for i in range(14_400)], [{}] * 24, [], late=36)
-    from topology.demo import Startup
+    from topology.app.demo import Startup
 
     print_summary(_summary(late=0), data, 2.0,
                   Startup(14.2, 7.1, 3, " (their 13 stages in 3 step hosts)"))
@@ -70,9 +64,9 @@ def test_the_summary_counts_rows_once_and_says_why_none_is_late(capsys):
 def test_the_root_cause_and_the_window_pictures_trace_the_main_pictures_anomaly(tmp_path):
     pytest.importorskip("matplotlib")
     from topology import Stream, to_cht
-    from topology.demo import SpikeDetector, explain
-    from topology.demo_data import readings_advance
-    from topology.demo_pictures import first_anomaly, meter_picture
+    from topology.app.demo import SpikeDetector, explain
+    from topology.app.demo_data import readings_advance
+    from topology.app.demo_pictures import first_anomaly, meter_picture
 
     data = generate()
     minute = 60_000_000
@@ -105,9 +99,9 @@ def test_keep_leaves_the_queries_running_live_with_times_and_late_readings(ray_s
                                                                              capsys):
     import ray
 
-    from topology.cli import main
-    from topology.demo_live import keep_live, keep_running, print_kept
-    from topology.step_hosts import StepHosts
+    from topology.app.cli import main
+    from topology.app.demo_live import keep_live, keep_running, print_kept
+    from topology.running.step_hosts import StepHosts
 
     with StepHosts(count=2, capacity=16, name="keep-test") as hosts:
         kept = keep_live(meters=8, speed=1200, hosts=hosts)  # 20 minutes of readings a second
@@ -152,7 +146,7 @@ def test_the_demo_hides_only_the_refused_calls_of_steps_it_stopped(monkeypatch):
     from ray._private import worker
     from ray.exceptions import RayActorError
 
-    from topology.demo_live import without_stopped_step_errors
+    from topology.app.demo_live import without_stopped_step_errors
 
     seen: list = []
     monkeypatch.setattr(worker, "_unhandled_error_handler", seen.append)

@@ -16,8 +16,8 @@ from actors.stage_config import StageCheckpoint, StageConfig
 from operators.events import Cti, Insert, Message
 from operators.publish import Publish
 from topology import Stream
-from topology.deploy import collect_plan, deploy_plan, stage_config, with_history
-from topology.plan import Plan
+from topology.planning.plan import Plan
+from topology.running.deploy import collect_plan, deploy_plan, stage_config, with_history
 
 
 def _plan() -> Plan:
@@ -76,7 +76,7 @@ def test_each_stage_is_told_its_inputs_edges_and_checkpoint() -> None:
 
 
 def test_a_stage_config_refuses_what_no_actor_could_host() -> None:
-    from topology.routing import OutEdge, Router
+    from topology.planning.routing import OutEdge, Router
 
     def make() -> Publish:
         return Publish("sink")

@@ -17,7 +17,7 @@ from operators.aggregates import Count, Max, Min
 from operators.cht import to_cht
 from operators.errors import OperatorError
 from topology import Stream
-from topology.routing import stable_hash
+from topology.planning.routing import stable_hash
 
 ONE = [1, np.int64(1), 1.0, Decimal(1), np.float32(1.0), Fraction(1), True, np.uint8(1)]
 HALF = [1.5, np.float32(1.5), Decimal("1.5"), Fraction(3, 2), np.float64(1.5)]
@@ -60,7 +60,7 @@ from hypothesis import strategies as st  # noqa: E402
 from hypothesis.extra import numpy as hnp  # noqa: E402
 
 from operators.columns import Columns  # noqa: E402
-from topology.routing import OutEdge, Partitioner, Router, stable_hash_column  # noqa: E402
+from topology.planning.routing import OutEdge, Partitioner, Router, stable_hash_column  # noqa: E402
 
 KEY_COLUMNS = st.one_of(
     hnp.arrays(st.sampled_from([np.int8, np.int32, np.int64, np.uint8, np.uint64, np.bool_]),

@@ -1,5 +1,5 @@
-"""Every source node declares who feeds it on a cluster (``topology.nodes.Feed``): the deployer
-reads the declaration and no longer probes the data (the cloudpickle trial is gone)."""
+"""Every source node declares who feeds it on a cluster (``topology.building.nodes.Feed``): the
+deployer reads the declaration and no longer probes the data (the cloudpickle trial is gone)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 
 from operators.events import Cti, Insert
 from topology import Stream
-from topology import nodes as n
-from topology.feeding import fed_by_cluster, pulls
-from topology.held_runs import Batches
+from topology.building import nodes as n
+from topology.running.feeding import fed_by_cluster, pulls
+from topology.spark.held_runs import Batches
 
 TABLE = pa.table({"t": np.arange(4), "v": np.arange(4.0)})
 

@@ -23,7 +23,7 @@ from operators.events import MAX_TIME, Cti, Insert
 from tests.kit import ON_RAY, assert_equivalent, physical_streams
 from tests.topology.test_differential import CASES, _inputs, _reference_reads_streams
 from topology import Stream
-from topology.fused import FusedDag
+from topology.planning.fused import FusedDag
 
 LEVELS = [False, True, "chains", "all"]
 
@@ -123,7 +123,7 @@ def test_what_a_fused_stage_is():
 def test_a_group_apply_sub_query_stays_a_plain_chain():
     """group_apply takes the dead letters of each step of its sub-query itself; a chain that
     also reported them all would count them twice."""
-    from topology.planner import subquery_factory
+    from topology.planning.planner import subquery_factory
 
     q = _events().group_apply(lambda p: p, lambda g: g.where(bool).shift(1))
 

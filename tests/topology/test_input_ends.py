@@ -1,7 +1,7 @@
 """Both runtimes end an input when its source runs out, so a join or union of a finite stream
 (a reference table) and a live one follows the live one (docs/ctis.md): the in-process plan
-(:class:`~topology.dag.DagProcessor`: an inner step's end passed on, snapshot and restore after
-an end), ``collect()`` inline and on Ray against the from-scratch references, and deployed
+(:class:`~topology.planning.dag.DagProcessor`: an inner step's end passed on, snapshot and restore
+after an end), ``collect()`` inline and on Ray against the from-scratch references, and deployed
 queries whose output CTI keeps advancing after the reference table ended."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tests.kit import ON_RAY, assert_equivalent, physical_streams
 from tests.reference_joins import final_cti
 from tests.topology.live_kit import rows, wait_for
 from topology import Stream
-from topology.dag import DagProcessor
+from topology.planning.dag import DagProcessor
 
 KV = st.fixed_dictionaries({"k": st.integers(0, 2), "v": st.integers(0, 3)})
 ON = ("k", "k")

@@ -43,7 +43,8 @@ from operators.events import MAX_TIME, Insert, Retract
 from operators.ingress import AdvanceTime
 from tests import reference_joins as ref
 from tests.kit import HEAVY, ON_RAY, assert_equivalent
-from topology import Stream, planner, rules
+from topology import Stream
+from topology.planning import planner, rules
 
 SHAPES = ("point", "interval", "lifetime", "open edge", "edge")
 #: lifetimes the planner proves: a point 1 tick, ``alter_lifetime(duration=LIFETIME)``

@@ -6,8 +6,8 @@ from __future__ import annotations
 import inspect
 
 from topology import Stream, WindowedStream
-from topology import nodes as n
-from topology.planner import BUILDERS
+from topology.building import nodes as n
+from topology.planning.planner import BUILDERS
 
 NODE_TYPES = [c for _, c in inspect.getmembers(n, inspect.isclass)
               if issubclass(c, n.Node) and c is not n.Node]
@@ -114,3 +114,56 @@ def test_no_module_imports_one_that_imports_it():
         if mod not in state:
             visit(mod, [mod])
     assert cycles == []
+
+
+# -- sizes and private names (issue 40: rooms a person can read) --------------------------------
+PACKAGES = ("operators", "actors", "topology")
+MOST_LINES, MOST_CLASS_LINES = 800, 400
+
+
+def _package_files() -> list[pathlib.Path]:
+    return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+
+
+def test_no_package_file_is_over_800_lines_and_no_class_over_400():
+    long = {str(p.relative_to(ROOT)): n for p in _package_files()
+            if (n := len(p.read_text().splitlines())) > MOST_LINES}
+    big = {f"{p.relative_to(ROOT)}:{c.name}": c.end_lineno - c.lineno + 1
+           for p in _package_files() for c in ast.walk(ast.parse(p.read_text()))
+           if isinstance(c, ast.ClassDef) and (c.end_lineno or 0) - c.lineno + 1 > MOST_CLASS_LINES}
+    assert (long, big) == ({}, {}), "split these along their concerns (docs/architecture.md)"
+
+
+def test_no_private_name_is_imported_from_another_module_of_cedar():
+    found = {}
+    for p in _package_files():
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0]
+                                                   in PACKAGES):
+                names = [a.name for a in node.names if a.name.startswith("_")
+                         and not a.name.startswith("__")]
+                if names:
+                    found[str(p.relative_to(ROOT))] = names
+    assert found == {}, "make a helper two modules share public in one of them"
+
+
+def test_the_rooms_of_topology_lean_one_way():
+    """building <- planning <- running <- seeing, the face above them, spark beside it: a
+    module-level import never reaches up (docs/architecture.md; a call up is made inside the
+    function that needs it)."""
+    order = ["building", "planning", "running", "seeing"]
+    #: the one exception: cedar check varies a query's plan and runs it, as a user would
+    uses_the_face = {"topology/seeing/checker.py"}
+    up = []
+    for p in (ROOT / "topology").rglob("*.py"):
+        parts = p.relative_to(ROOT / "topology").parts
+        if len(parts) < 2 or parts[0] not in order:
+            continue
+        for node in ast.parse(p.read_text()).body:  # module level only
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("topology."):
+                room = node.module.split(".")[1]  # type: ignore[union-attr]
+                here = str(p.relative_to(ROOT))
+                if (room not in order and here not in uses_the_face) or (
+                        room in order and order.index(room) > order.index(parts[0])):
+                    up.append(f"{here} imports {node.module}")
+    assert up == []

@@ -16,9 +16,12 @@ import pytest
 
 from operators.aggregates import Count, Sum
 from operators.events import MAX_TIME, Cti, Insert
-from topology import AdvanceTime, Stream, debug, nodes, rules
-from topology.debug import Recording
-from topology.plan import PLANNER_NODE_TYPES
+from topology import AdvanceTime, Stream
+from topology.building import nodes
+from topology.planning import rules
+from topology.planning.plan import PLANNER_NODE_TYPES
+from topology.seeing import debug
+from topology.seeing.debug import Recording
 
 POINTS = Stream.from_rows([], start="t", name="p")
 OTHER = Stream.from_rows([], start="t", name="o")

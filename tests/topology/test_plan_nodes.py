@@ -16,11 +16,12 @@ import pytest
 from operators.aggregates import Count
 from operators.events import Cti, Insert
 from operators.where import Where as WhereOperator
-from topology import Stream, planner
-from topology import nodes as n
-from topology.debug import Recording
-from topology.plan import PLANNER_NODE_TYPES, MergePartitions, Sink
-from topology.tracing import plan_metadata
+from topology import Stream
+from topology.building import nodes as n
+from topology.planning import planner
+from topology.planning.plan import PLANNER_NODE_TYPES, MergePartitions, Sink
+from topology.running.tracing import plan_metadata
+from topology.seeing.debug import Recording
 
 
 def _node_types(cls: type[n.Node] = n.Node) -> list[type[n.Node]]:
@@ -34,7 +35,7 @@ def test_every_node_type_declares_its_trace_kind_and_has_a_builder():
     types = _node_types()
     assert set(n.NODE_TYPES) | set(PLANNER_NODE_TYPES) <= set(types)
     for t in types:
-        if t.__module__ not in (n.__name__, "topology.plan"):
+        if t.__module__ not in (n.__name__, "topology.planning.plan"):
             continue  # (another test's node type)
         assert isinstance(vars(t).get("trace_kind"), str), f"{t.__name__} declares no trace_kind"
         assert t in planner.BUILDERS, f"the planner has no builder for {t.__name__}"

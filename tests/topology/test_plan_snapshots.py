@@ -1,6 +1,6 @@
 """The plans of the benchmark's queries, pinned: every Nexmark query and W1–W3, as
 ``explain()`` prints them (the tree, and each stage with the fast path chosen for it, the
-``variant`` of :mod:`topology.rules`), against the files in ``tests/topology/plans/``.
+``variant`` of :mod:`topology.planning.rules`), against the files in ``tests/topology/plans/``.
 
 A change to the planner that moves a query off its fast path, or onto another, shows here as
 a diff of the plan. When the change is meant, write the files anew and read the diff::

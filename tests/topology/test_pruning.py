@@ -1,5 +1,5 @@
-"""Column pruning (``topology.pruning``): a source of batches reads only the columns its query
-reads, and the output's CHT is exactly the unpruned plan's, inline and on Ray. A step whose
+"""Column pruning (``topology.planning.pruning``): a source of batches reads only the columns its
+query reads, and the output's CHT is exactly the unpruned plan's, inline and on Ray. A step whose
 reads the planner cannot know (a UDF over the whole payload, a function the tracer cannot
 follow, one with a ``try``) keeps every column."""
 
@@ -15,14 +15,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import topology.planner as planner
+import topology.planning.planner as planner
 from operators.aggregates import Aggregates, Count, Max, Sum
 from operators.cht import to_cht
 from operators.expr import col
 from operators.ingress import AdvanceTime
 from tests.kit import PROPERTY
 from topology import Stream
-from topology.pruning import function_reads, project_batch, source_columns
+from topology.planning.pruning import function_reads, project_batch, source_columns
 
 
 @contextmanager
@@ -190,7 +190,7 @@ def test_explain_names_the_columns_read() -> None:
 def test_closing_a_pruned_feed_closes_its_batches() -> None:
     """A run that stops closes its source's feed (a streaming Spark source releases its
     query then): through the pruning too."""
-    from topology.pruning import Projected
+    from topology.planning.pruning import Projected
 
     closed: list[bool] = []
 

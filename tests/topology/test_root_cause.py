@@ -12,8 +12,8 @@ import json
 from operators.aggregates import Count
 from operators.events import MAX_TIME, Cti, Insert, Retract
 from topology import Stream, Trace
-from topology.cli import main
-from topology.debug import Recording
+from topology.app.cli import main
+from topology.seeing.debug import Recording
 
 INF = MAX_TIME
 
@@ -148,7 +148,7 @@ def test_the_timeline_brackets_a_snapshot_window_with_point_end_output(tmp_path)
 
     pytest.importorskip("matplotlib")
     from tests.topology.test_timeline import _groups, _xs
-    from topology.timeline import timeline
+    from topology.seeing.timeline import timeline
 
     path = str(tmp_path / "trace")
     evs = [Insert("a", 0, 4, 1), Insert("b", 4, 5, 2), Cti(10)]

@@ -1,5 +1,5 @@
 """SharedRead: readers of one source at the same time share one pass over it, each sees the
-whole sequence, and a later reader reads the source again (topology/shared_read.py)."""
+whole sequence, and a later reader reads the source again (topology/building/shared_read.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from topology.shared_read import SharedRead
+from topology.building.shared_read import SharedRead
 
 
 def _counted(items: list[int]) -> tuple[SharedRead, list[int]]:

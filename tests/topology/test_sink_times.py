@@ -1,6 +1,6 @@
 """Payload fields that hold times reach parquet as timestamps, as ``start`` and ``end`` do:
 a reading's ``ts`` (ticks once its source read it) is written as ``timestamp[us, tz=UTC]``
-when the sink is told it holds times (``times=``, :func:`topology.times.time_fields` of the
+when the sink is told it holds times (``times=``, :func:`topology.building.times.time_fields` of the
 query), row-wise, column-wise and by the exactly-once sink."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 
 from operators.events import MAX_TIME, Cti, Insert
 from topology import Stream
-from topology.spark_sink import TIME_TYPE, FinalRowsSink, result_to_arrow
-from topology.times import time_fields
+from topology.building.times import time_fields
+from topology.spark.sink import TIME_TYPE, FinalRowsSink, result_to_arrow
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 TICK0 = 1_767_225_600_000_000

@@ -17,9 +17,9 @@ from operators.ingress import AdvanceTime
 from tests.kit import assert_equivalent
 from tests.topology.live_kit import second_driver, stall_at, wait_for
 from topology import Count, StepHosts, Stream, attach
-from topology.query import NameTaken, QueryFailed, QueryStopped, StuckSlotWarning
-from topology.registry import actor_states, list_queries
-from topology.ui import Monitor
+from topology.running.query import NameTaken, QueryFailed, QueryStopped, StuckSlotWarning
+from topology.running.registry import actor_states, list_queries
+from topology.seeing.ui import Monitor
 
 pytestmark = pytest.mark.ray
 
@@ -138,7 +138,7 @@ ATTACH_SCRIPT = textwrap.dedent("""
     ray.init(address=sys.argv[1], namespace="cedar", logging_level="ERROR")
     q = topology.attach(sys.argv[2])
     print(json.dumps(dict(steps=sorted(q.stats()), rows=len(q.snapshot()),
-                          queries=topology.query.list_queries())))
+                          queries=topology.running.query.list_queries())))
 """)
 
 
@@ -166,7 +166,7 @@ def test_a_full_pool_and_a_checkpointed_query_are_refused(ray_session, tmp_path)
 
 
 def test_the_command_line_sees_inspects_and_stops_a_hosted_query(hosts, capsys):
-    from topology.cli import main
+    from topology.app.cli import main
 
     free = _free(hosts)
     q = Stream.from_events([Insert("a", 0, 50, 7), Cti(10)]).shift(1).deploy(
@@ -206,7 +206,7 @@ def test_a_stopped_step_whose_function_hangs_blocks_nothing_else_of_its_host(ray
             assert "calm" in list_queries() and "hung" not in list_queries()
             assert attach("calm").snapshot() == calm.snapshot()
             assert set(pool.stuck()) == {"hung/where#1"}
-            from topology.cli import main
+            from topology.app.cli import main
 
             assert main(["status"]) == 0
             said = capsys.readouterr().out

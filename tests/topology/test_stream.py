@@ -13,8 +13,8 @@ from operators.events import Cti, Insert, Retract
 from operators.ingress import AdvanceTime
 from tests.kit import INF, assert_equivalent
 from topology import Stream
-from topology.dag import DagProcessor
-from topology.query import Query
+from topology.planning.dag import DagProcessor
+from topology.running.query import Query
 
 EVENTS = [Insert(f"e{i}", i, i + 3, i) for i in range(12)] + [Cti(15)]
 

@@ -18,7 +18,7 @@ from topology import Stream
 
 pytest.importorskip("matplotlib")
 
-from topology.timeline import timeline
+from topology.seeing.timeline import timeline
 
 #   a [0 ────────── 10)        b  │ 12            c [20 ──────────→ ∞
 #   d [2 ──────────────── 16) retracted to 8: [8, 16) struck through

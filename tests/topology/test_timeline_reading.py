@@ -3,7 +3,7 @@
 Every check reads the rendered SVG (its element ids, the coordinates of their paths, the
 texts matplotlib writes as comments before their glyphs), as tests/topology/test_timeline.py
 does. The keyed pictures come from queries run inline with a trace; the 100,000-event
-pictures from a :class:`~topology.debug.Recording` built from trace rows (what
+pictures from a :class:`~topology.seeing.debug.Recording` built from trace rows (what
 ``Recording.open`` returns), because tracing 100,000 events through a query takes tens of
 seconds on a loaded machine.
 """
@@ -19,11 +19,11 @@ import pytest
 from operators.aggregates import Avg, Count
 from operators.events import Cti, Insert, Retract
 from topology import Stream
-from topology.debug import Recording
+from topology.seeing.debug import Recording
 
 pytest.importorskip("matplotlib")
 
-from topology.timeline import MAX_DRAWN, MAX_INCHES, payload_label, timeline
+from topology.seeing.timeline import MAX_DRAWN, MAX_INCHES, payload_label, timeline
 
 SVG = "{http://www.w3.org/2000/svg}"
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
@@ -328,7 +328,7 @@ def test_payload_fields_that_are_times_of_the_picture_read_as_times(tmp_path):
 
 
 def test_the_timeline_command_draws_lanes_or_rows(tmp_path, capsys):
-    from topology.cli import main
+    from topology.app.cli import main
 
     path = str(tmp_path / "trace")
     Stream.from_rows(_readings(), start="ts").where(lambda r: True).collect(

@@ -1,5 +1,5 @@
 """Which kind of time a plan carries (``Plan.clock``) and how a person reads it
-(:mod:`topology.times`)."""
+(:mod:`topology.building.times`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 
 from topology import Stream
-from topology.planner import plan
-from topology.times import parse_tz, show_duration, show_time
+from topology.building.times import parse_tz, show_duration, show_time
+from topology.planning.planner import plan
 
 
 def _clock(stream: Stream) -> str:
@@ -58,7 +58,7 @@ def test_times_and_durations_read_as_people_read_them():
 
 def test_the_demo_report_and_its_traces_read_as_times(tmp_path):
     pytest.importorskip("matplotlib")
-    from topology.demo import explain, generate
+    from topology.app.demo import explain, generate
 
     written = explain(generate(4, 12), str(tmp_path))
     label = next(k for k in written if k.startswith("anomaly at "))
@@ -73,7 +73,7 @@ def test_the_demo_report_and_its_traces_read_as_times(tmp_path):
 
 
 def test_a_point_reads_at_its_time_and_an_interval_as_its_span():
-    from topology.times import show_span
+    from topology.building.times import show_span
 
     t = 1_767_225_600_000_000 + 24 * 60_000_000 + 7_603_172  # 00:24:07.603172
     assert show_span(t, t + 1, "timestamps") == "at 2026-01-01T00:24:07.603172Z"
@@ -84,7 +84,7 @@ def test_a_point_reads_at_its_time_and_an_interval_as_its_span():
 
 
 def test_payload_fields_holding_times_of_their_event_read_as_times():
-    from topology.times import show_times_in
+    from topology.building.times import show_times_in
 
     t0 = 1_767_225_600_000_000
     window = (t0, t0 + 300_000_000)  # a 5-minute window
@@ -98,7 +98,7 @@ def test_payload_fields_holding_times_of_their_event_read_as_times():
 
 
 def test_a_running_query_is_on_timestamps_once_a_source_has_taken_one():
-    from topology.times import TIMESTAMP_ROWS, running_clock
+    from topology.building.times import TIMESTAMP_ROWS, running_clock
 
     steps = [{"step": "src", "source": {"received": 2, TIMESTAMP_ROWS: 0}},
              {"step": "sink", "cti": 5}]

@@ -16,7 +16,7 @@ from operators.aggregates import Count
 from operators.cht import to_cht
 from operators.events import Cti, Insert, Retract
 from topology import Stream, Trace
-from topology.debug import Recording
+from topology.seeing.debug import Recording
 
 MIN = 10  # ticks per "minute" of the readings below
 
@@ -199,7 +199,7 @@ def test_deploy_with_a_trace(ray_session, tmp_path):
 
 
 def test_the_demo_explains_one_anomaly(tmp_path):
-    from topology.demo import TICKS_PER_S, explain, generate
+    from topology.app.demo import TICKS_PER_S, explain, generate
 
     data = generate(meters=6, minutes=40)
     out = str(tmp_path)

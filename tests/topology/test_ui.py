@@ -22,8 +22,8 @@ from tests.topology.live_kit import rows as _rows
 from tests.topology.live_kit import stall_at as _stall_at
 from tests.topology.live_kit import wait_for as _wait_for
 from topology import Stream
-from topology.registry import NAMESPACE, actor_name
-from topology.ui import PAYLOAD_CHARS, ROWS_SHOWN, Monitor, serve
+from topology.running.registry import NAMESPACE, actor_name
+from topology.seeing.ui import PAYLOAD_CHARS, ROWS_SHOWN, Monitor, serve
 
 
 def _cell(page, step: str, field: str) -> str:
@@ -268,7 +268,7 @@ def test_the_bound_address_is_accepted_at_its_port_and_allowed_names_anywhere():
 def test_cedar_ui_fails_fast_when_the_cluster_cannot_be_reached(address, says):
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     began = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "topology.cli", "ui", "--address", address,
+    done = subprocess.run([sys.executable, "-m", "topology.app.cli", "ui", "--address", address,
                            "--port", "0"], capture_output=True, text=True, timeout=60, env=env,
                           cwd=REPO)
     took = time.monotonic() - began

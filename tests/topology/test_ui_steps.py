@@ -24,15 +24,9 @@ from tests.topology.live_kit import rows as _rows
 from tests.topology.live_kit import stall_at as _stall_at
 from tests.topology.live_kit import wait_for as _wait_for
 from topology import Stream
-from topology.times import show_reason
-from topology.ui import (
-    HISTORY_POINTS,
-    HISTORY_S,
-    Monitor,
-    records_page,
-    serve,
-)
-from topology.ui_data import original_time
+from topology.building.times import show_reason
+from topology.seeing.ui import HISTORY_POINTS, HISTORY_S, Monitor, records_page, serve
+from topology.seeing.ui_data import original_time
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 HOT = "#d22"
@@ -253,7 +247,7 @@ def test_the_page_is_package_data_and_holds_its_why_panel():
     import tomllib
     from importlib import resources
 
-    import topology.ui as ui
+    import topology.seeing.ui as ui
 
     package = ui.__name__.rpartition(".")[0]
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
@@ -282,7 +276,7 @@ def test_the_rate_history_is_bounded_in_time_and_in_points():
 def test_a_step_is_held_when_its_inputs_diverge_and_its_state_grows_with_its_cti_still():
     #   samples, 1 s apart:  state 10 → 20 → 30, CTI 5 throughout, inputs 5 and 9000 apart
     #   → held. The CTI moving, the state shrinking, or too few samples → not held
-    from topology.ui import HELD_S
+    from topology.seeing.ui import HELD_S
 
     def held(states, ctis, apart=8995):
         m = Monitor()
@@ -312,7 +306,7 @@ def test_a_step_is_held_when_its_inputs_diverge_and_its_state_grows_with_its_cti
 def test_a_sparkline_has_its_scale_and_a_held_step_is_coloured(page):
     # the page's own script renders a sample as /api/queries serves it (no server: the page
     # and its API are routed here)
-    from topology.ui import PAGE
+    from topology.seeing.ui import PAGE
 
     sample = {"time": time.time(), "history_s": HISTORY_S, "queries": {"q": {
         "edges": {"a": ["join"], "b": ["join"]}, "in_flight": {}, "rows": [],

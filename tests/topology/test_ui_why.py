@@ -17,7 +17,7 @@ from tests.topology.live_kit import EVIL
 from tests.topology.live_kit import rows as _rows
 from tests.topology.live_kit import wait_for as _wait_for
 from topology import AdvanceTime, Stream
-from topology.ui import serve
+from topology.seeing.ui import serve
 
 
 def test_the_why_panel_names_the_idle_input_of_a_join(ray_session, page):
@@ -83,7 +83,7 @@ def test_the_why_panel_asks_again_only_once_it_has_its_answer(page):
     # a why that takes long (a busy step, a slow cluster) must not pile up: the panel asks
     # every 2 s, but not while its last question is unanswered. No server: the page and its
     # /api/why are routed here, and the answer is held back
-    from topology.ui import WHY_PANEL
+    from topology.seeing.ui import WHY_PANEL
 
     held: list = []
     html = ('<html><body><section data-query="q"><table><tr data-step="sink">'
@@ -117,7 +117,7 @@ def test_a_join_whose_reference_input_is_idle_is_flagged_and_told_to_import_ctis
     #           and its picture draws both inputs
     import threading
 
-    from topology.cli import main
+    from topology.app.cli import main
 
     minute = 60_000_000
     tf, rf = queue.Queue(), queue.Queue()

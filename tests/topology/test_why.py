@@ -15,10 +15,10 @@ from tests.topology.live_kit import rows as _rows
 from tests.topology.live_kit import stall_at
 from tests.topology.live_kit import wait_for as _wait_for
 from topology import AdvanceTime, Count, Stream
-from topology.progress import Progress, StepProgress
-from topology.routing import stable_hash
-from topology.times import TIMESTAMPS
-from topology.why import explain
+from topology.building.times import TIMESTAMPS
+from topology.planning.routing import stable_hash
+from topology.running.progress import Progress, StepProgress
+from topology.seeing.why import explain
 
 MINUTE = 60_000_000
 
@@ -272,7 +272,7 @@ def test_timestamp_plans_read_as_times_and_durations():
 def test_cedar_why_shows_times_and_names_the_idle_input(ray_session, capsys):
     import datetime as dt
 
-    from topology.cli import main
+    from topology.app.cli import main
 
     base = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     left = Stream.from_rows([{"k": 1, "ts": base + dt.timedelta(seconds=i)} for i in range(300)],
@@ -353,7 +353,7 @@ def _bad_row(row):
 
 
 def test_why_of_a_failed_query_says_it_failed_and_where(ray_session):
-    from topology.query import QueryFailed
+    from topology.running.query import QueryFailed
 
     rows = [{"t": t} for t in range(10)]
     q = Stream.from_rows(rows, start="t").where(_bad_row).select(lambda r: r).deploy("why-fail")
@@ -441,7 +441,7 @@ def test_wait_with_a_deadline_sees_the_end_a_second_handle_sees(ray_session, tmp
 
 def _reference_join(rates_cti: int, latest: int, shape: str = "edge") -> Progress:
     from operators.ingress import AdvanceTime as Advance
-    from topology.progress import SourceFacts
+    from topology.running.progress import SourceFacts
 
     t0 = 1_767_225_600_000_000
     hours3 = t0 + 180 * MINUTE
@@ -489,7 +489,7 @@ def test_a_paused_live_input_whose_events_an_idle_timeout_covers_keeps_that_advi
 def test_payload_times_in_the_report_read_as_times():
     #   the output window [00:00, 00:05) holds a spike at 00:02 (its payload's ts, in ticks);
     #   a late reading at 00:01 was dropped out of it
-    from topology.progress import Late, SourceFacts
+    from topology.running.progress import Late, SourceFacts
 
     t0 = 1_767_225_600_000_000
     late = Late("src", "dropped", t0 + MINUTE, t0 + MINUTE + 1, None, "behind the CTI",

@@ -1,0 +1,134 @@
+"""The physical plan both runtimes execute: :class:`Stage` (one operator, what a runtime
+instantiates in an actor or inline, with the logical nodes it runs) and :class:`Plan` (the
+stages in topological order and their edges), and the two nodes only the planner makes
+(:class:`Sink`, :class:`MergePartitions`). :mod:`topology.planning.planner` builds plans from a
+logical tree; nothing here runs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from operators.processor import Processor
+from topology.building import nodes as n
+from topology.planning.routing import OutEdge
+
+Factory = Callable[[], Processor]
+
+
+# -- the nodes only the planner makes (a query tree never holds them; Stream builds none) ---------
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Sink(n.Node):
+    """The query's output (step ``sink``), publishing its one input: the planner adds it."""
+
+    verb: ClassVar[str] = "sink"
+    trace_kind: ClassVar[str] = "sink"
+
+    def describe(self, clock: str | None = None) -> str:
+        return "publish"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class MergePartitions(n.Node):
+    """The merge of a ``group_apply(..., partitions=N)``'s N partition stages (a union whose
+    CTI is the minimum of theirs): the planner adds it, with the group_apply as its input."""
+
+    partitions: int
+    verb: ClassVar[str] = "merge"
+    trace_kind: ClassVar[str] = "union"
+
+    def describe(self, clock: str | None = None) -> str:
+        return f"merge {self.partitions} partitions"
+
+
+#: The node types only the planner makes (it has a builder for each, as for
+#: :data:`topology.building.nodes.NODE_TYPES`).
+PLANNER_NODE_TYPES: tuple[type[n.Node], ...] = (Sink, MergePartitions)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One operator of a plan: what the runtime instantiates (in an actor, or inline), and the
+    logical nodes it was planned from (:mod:`topology.building.nodes`), which say what it means: the
+    trace's ``plan.json`` (:func:`topology.running.tracing.plan_metadata`) and the debugger read the
+    operator's kind and arguments from them, never from the factory."""
+    step: str
+    factory: Factory
+    n_inputs: int
+    describe: str
+    #: The logical nodes the stage runs, in data order: one, or the several of a fused chain
+    #: (stateless span operators, after their source or not). The planner's own stages hold
+    #: its own nodes: the output's :class:`Sink`, a partitioned group_apply's
+    #: :class:`MergePartitions` (its partitions hold the group_apply).
+    nodes: tuple[n.Node, ...]
+    role: str = "operator"  # "source", "operator" or "sink"
+    stateless: bool = False
+    #: The fast path the planner chose (:mod:`topology.planning.rules`), or None: the general
+    # operator.
+    variant: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.nodes:
+            raise ValueError(f"stage {self.step!r}: a stage runs at least one logical node")
+
+    @property
+    def node(self) -> n.Node:
+        """The node the stage was planned from: its only node, or a fused chain's first (the
+        one that makes it a source or an operator); :attr:`nodes` holds them all."""
+        return self.nodes[0]
+
+    @property
+    def source(self) -> n.Node | None:
+        """For sources: the logical source node (FromEvents, FromRows, Published,
+        GroupInput); None for other stages."""
+        return self.nodes[0] if self.role == "source" else None
+
+    def trace_info(self) -> dict[str, Any]:
+        """What a trace says of the stage: its nodes'
+        :meth:`~topology.building.nodes.Node.trace_info` (a fused chain's as its members,
+        :func:`~topology.building.nodes.trace_chain`)."""
+        return n.trace_chain(self.nodes)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Stages in topological order, their out-edges, the input stages and the output stage."""
+    stages: dict[str, Stage]
+    edges: dict[str, list[OutEdge]]
+    sources: list[str]
+    sink: str
+    logical: str = ""
+    #: in-edge counts, filled on first use (a cache: not an argument, not compared)
+    _in: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def in_edges(self, step: str) -> int:
+        """How many edges feed ``step`` (a source: one, its feed)."""
+        if not self._in:
+            for edges in self.edges.values():
+                for e in edges:
+                    self._in[e.dst] = self._in.get(e.dst, 0) + 1
+        return self._in.get(step, 0) or (1 if step in self.sources else 0)
+
+    @property
+    def clock(self) -> str:
+        """The kind of time the plan carries: ``"timestamps"`` when a source's times came from
+        timestamps (ticks are µs since the epoch, shown as times), else ``"ticks"``
+        (:func:`topology.building.times.source_clock`)."""
+        from topology.building.times import TICKS, TIMESTAMPS, source_clock
+
+        clocks = {source_clock(self.stages[s].source) for s in self.sources}
+        return TIMESTAMPS if TIMESTAMPS in clocks else TICKS
+
+    def explain(self) -> str:
+        """The logical tree and the stages (one actor each on Ray) with their edges; each
+        stage is described by its nodes (and the fast path the planner chose for it)."""
+        lines = [self.logical, "", f"stages ({len(self.stages)}):"]
+        for step, st in self.stages.items():
+            outs = ", ".join(
+                f"{e.dst}:{e.port}" + (f" [hash % {e.partition.n} == {e.index}]"
+                                       if e.partition is not None else "")
+                for e in self.edges.get(step, ()))
+            lines.append(f"  {step:<28} {st.describe}" + (f"  → {outs}" if outs else ""))
+        return "\n".join(lines)
