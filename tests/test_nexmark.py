@@ -359,6 +359,7 @@ def latest_bid(small: dict[str, Any]) -> int:
     return max(r["date_time"] for r in rows_of(small["bid"]))
 
 
+@pytest.mark.slow
 def test_generated_q9(small: dict[str, Any]) -> None:
     bs = rows_of(small["bid"])
     expected = []

@@ -73,6 +73,7 @@ def test_inline_collect_refuses_a_bad_batch_size(value):
         _stream().collect(runtime="inline", batch_size=value)
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_settings_reach_the_actors(ray_session):
     # tiny batches, one in flight, a short timer: the shells run with exactly these

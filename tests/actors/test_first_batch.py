@@ -10,6 +10,8 @@ import sys
 
 _SCRIPT = """
 import sys
+
+import pytest
 from actors.shell import OperatorShell
 from actors.stage_config import StageConfig
 from operators.where import Where
@@ -29,6 +31,7 @@ def test_configure_imports_what_the_first_batch_would():
     assert out == "[False, False] [True, True] jemalloc"
 
 
+@pytest.mark.slow
 def test_a_pool_the_user_chose_is_kept():
     env = {**os.environ, "ARROW_DEFAULT_MEMORY_POOL": "system"}
     out = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True,

@@ -70,6 +70,7 @@ def test_idle_deployed_steps_do_not_wake_cedar_code(ray_session, fuse):
             q.stop()
 
 
+@pytest.mark.slow
 def test_an_idle_checkpointed_query_fetches_from_its_sink_rarely(ray_session, tmp_path):
     """The supervisor's watcher waits on one fetch from the sink at a time; an idle query's
     sink answers one per ``FETCH_S`` (10 s; 2 s cost the sink ~0.1 % of a core)."""

@@ -8,6 +8,8 @@ import sys
 
 _SCRIPT = """
 import gc
+
+import pytest
 from actors.shell import OperatorShell
 OperatorShell()
 first = gc.get_freeze_count()
@@ -17,6 +19,7 @@ print(first > 0, gc.get_freeze_count() == first)
 """
 
 
+@pytest.mark.slow
 def test_a_later_shell_freezes_nothing_more():
     out = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True,
                          check=True, cwd=".").stdout.strip()

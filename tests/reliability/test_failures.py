@@ -75,6 +75,7 @@ def test_a_killed_operator_fails_the_query_at_once(ray_session):
         q.stop()
 
 
+@pytest.mark.slow
 def test_a_host_killed_after_feeding_everything_leaves_a_finished_query(ray_session,
                                                                         expected):
     import ray

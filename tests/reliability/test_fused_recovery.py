@@ -32,6 +32,7 @@ def _counts_joined_with_big_readings(n: int) -> Stream:
     return counts.join(big, on=("k", "k"), select=lambda a, b: (a["k"], a["n"], b["v"]))
 
 
+@pytest.mark.slow
 def test_a_killed_source_chain_with_its_window_recovers_same_cht(ray_session, tmp_path):
     expected = window_join(20_000).collect(runtime="inline")
     query = window_join(20_000)
