@@ -8,10 +8,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 _SCRIPT = """
 import sys
-
-import pytest
 from actors.shell import OperatorShell
 from actors.stage_config import StageConfig
 from operators.where import Where

@@ -6,10 +6,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 _SCRIPT = """
 import gc
-
-import pytest
 from actors.shell import OperatorShell
 OperatorShell()
 first = gc.get_freeze_count()
