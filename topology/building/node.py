@@ -81,6 +81,11 @@ class Node:
         ValueError says why a node has nothing to feed here."""
         raise ValueError(f"{self.describe()} has nothing to feed")
 
+    def without_data(self) -> Node:
+        """The node without the data it feeds (a source's rows or messages): what an actor
+        that runs it needs, the driver or the host feeding the data. Itself by default."""
+        return self
+
     def trace_info(self) -> dict[str, Any]:
         """What ``plan.json`` says of this node's step: its :attr:`trace_kind` (the
         debugger's cause rule), its type (``node``) and the arguments the debugger reads (a

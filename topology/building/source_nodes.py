@@ -6,6 +6,7 @@ events inside ``group_apply`` (:class:`GroupInput`), and who feeds each on a clu
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -57,6 +58,9 @@ class FromEvents(Node):
     def source_data(self) -> Any:
         return self.messages
 
+    def without_data(self) -> Node:
+        return dataclasses.replace(self, messages=())
+
     def describe(self, clock: str | None = None) -> str:
         if self.batched:
             return f"from_events({self.messages!r})"
@@ -86,6 +90,9 @@ class FromRows(Node):
 
     def source_data(self) -> Any:
         return self.rows
+
+    def without_data(self) -> Node:
+        return dataclasses.replace(self, rows=())
     is_source: ClassVar[bool] = True
     trace_kind: ClassVar[str] = "source"
 

@@ -206,10 +206,6 @@ def _shown(node: n.Node, variant: str | None, clock: str | None) -> str:
 
 
 # -- the tree walk ------------------------------------------------------------------------------
-def _label(node: n.Node) -> str:
-    return node.label if isinstance(node, n.Window) else node.verb
-
-
 def assign_steps(root: n.Node) -> dict[int, tuple[n.Node, str]]:
     """Step ids by node identity, in post-order (every node after its inputs)."""
     out: dict[int, tuple[n.Node, str]] = {}
@@ -220,7 +216,7 @@ def assign_steps(root: n.Node) -> dict[int, tuple[n.Node, str]]:
             return
         for i in node.inputs:
             walk(i)
-        step = node.name or f"{_label(node)}#{len(out)}"
+        step = node.name or f"{node.label}#{len(out)}"
         if step in taken or step == "sink":
             raise ValueError(
                 f"two steps of the query are named {step!r}; give each step a unique name= "
@@ -497,13 +493,9 @@ def _without_data(stage: Stage) -> Stage:
     DataFrame cannot travel), and a node's inputs would carry the whole tree above it, down
     to the sources' data."""
     node = stage.source
-    if isinstance(node, n.FromRows):
-        node = dataclasses.replace(node, rows=())
-    elif isinstance(node, n.FromEvents):
-        node = dataclasses.replace(node, messages=())
-    elif node is None:
-        node = n.GroupInput(inputs=())  # a placeholder, as a part's entries have
-    return dataclasses.replace(stage, nodes=(node,))
+    if node is None:
+        return dataclasses.replace(stage, nodes=(n.GroupInput(inputs=()),))  # a placeholder
+    return dataclasses.replace(stage, nodes=(node.without_data(),))
 
 
 def _fuse_parts(p: Plan) -> Plan:
