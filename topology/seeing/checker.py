@@ -10,15 +10,23 @@ run has the same CHT as the plain inline run:
   in any order, each event's own insert and retractions kept in order), a few seeds;
 * ``partitions`` — every ``group_apply`` with another random number of partitions;
 * ``restored``  — checkpointed half-way (the snapshot pickled) and restored into fresh operators;
-* ``final``     — every window with ``emit="final"`` against its speculative output;
+* ``final``     — every window and every ``detect`` with ``emit="final"`` against their
+  speculative output: once every input is final (the end of input) the final output's CHT
+  must be the speculative output's (a ``detect`` whose ``measures`` or predicates depend on
+  how often or in what order they are called differs here: the speculative run calls them
+  again on every correction, the final run once per match);
 * ``columns``   — rows ingested column-wise (``from_arrow``) instead of row by row;
 * ``ray``       — the same query on Ray (when ``ray=True``).
 
-A query whose result depends on anything else — the arrival order inside a window, the batch
-boundaries, the partition a key lands in — is not a temporal query: its output changes with
-the physical stream though the logical input does not. When a run differs, :func:`check`
-shrinks the input (rows, or events with their retractions) to a minimal one on which it still
-differs and raises :class:`CheckFailed`, whose message is a runnable test.
+Every operator of the query is varied, wherever it sits (under ``group_apply``, on either
+input of a join or of ``not_followed_by``): the rewrites walk the whole logical tree.
+
+A query whose result depends on anything else — the arrival order inside a window or a
+pattern, the batch boundaries, the partition a key lands in — is not a temporal query: its
+output changes with the physical stream though the logical input does not. When a run
+differs, :func:`check` shrinks the input (rows, or events with their retractions) to a
+minimal one on which it still differs and raises :class:`CheckFailed`, whose message is a
+runnable test.
 
     >>> from topology import Count, Stream
     >>> rows = [{"ts": t, "v": t % 3} for t in range(20)]
@@ -241,15 +249,25 @@ def _variants(query: Callable[[Stream], Stream], inp: _Input, seed: int, shuffle
         tree = _rewrite(root, partitions)
         runs["partitions"] = lambda: Stream(tree).collect(runtime="inline")
     runs["restored"] = lambda: _restored(query(Stream.from_events(msgs)), msgs)
-    if _has(root, n.Window):
-        final = _rewrite(root, lambda x: {"policy": dataclasses.replace(x.policy, emit="final")}
-                         if isinstance(x, n.Window) else {})
+    if _has(root, n.Window) or _has(root, n.Detect):
+        final = _rewrite(root, _final)
         runs["final"] = lambda: Stream(final).collect(runtime="inline")
     if not inp.is_messages and inp.data and all(isinstance(r, dict) for r in inp.data):
         runs["columns"] = lambda: _columns(query, inp)
     if ray:
         runs["ray"] = lambda: query(inp.stream()).collect(runtime="ray")
     return runs
+
+
+def _final(node: n.Node) -> dict[str, Any]:
+    """The fields that make ``node`` emit only final output: a window's policy, a detect's
+    ``emit`` (its speculative matches and their retractions are what the final run leaves
+    out; at the end of input both must hold the same matches)."""
+    if isinstance(node, n.Window):
+        return {"policy": dataclasses.replace(node.policy, emit="final")}
+    if isinstance(node, n.Detect):
+        return {"emit": "final"}
+    return {}
 
 
 def _columns(query: Callable[[Stream], Stream], inp: _Input) -> list[Message]:
@@ -443,8 +461,13 @@ def check(query: Callable[[Stream], Stream], data: Sequence[Any], *, start: Any 
         small = _shrink(query, inp, variant, seed, shuffles, variant == "ray", shrink_s)
         report.minimal = list(small.data)
         found = _differs_as(query, small, variant, seed, shuffles, variant == "ray")
-        report.minimal_difference = f"{found[0]}: {found[1]}" if found else \
-            _differs(query, small, variant, seed, shuffles, variant == "ray")
+        again = None if found else _differs(query, small, variant, seed, shuffles,
+                                            variant == "ray")
+        report.minimal_difference = f"{found[0]}: {found[1]}" if found else again or (
+            f"'{variant}' differed on this input while shrinking, but not when run again: "
+            "the query keeps state from run to run (a global, a predicate or measures "
+            "function remembering what it was called with), so its output depends on what "
+            "ran before it")
         report.reproduction = _reproduction(query, small, variant, seed)
         if raise_on_difference:
             raise CheckFailed(report)
@@ -453,6 +476,6 @@ def check(query: Callable[[Stream], Stream], data: Sequence[Any], *, start: Any 
 
 def _why_skipped(variant: str, inp: _Input, ray: bool) -> str:
     return {"partitions": "the query has no group_apply",
-            "final": "the query has no window",
+            "final": "the query has no window and no detect",
             "columns": "the data are messages, or rows that are not dicts",
             "ray": "ray=False" if not ray else "not asked for"}.get(variant, "not applicable")
