@@ -9,8 +9,9 @@ from topology import Stream, WindowedStream
 from topology.building import nodes as n
 from topology.planning.planner import BUILDERS
 
+#: the node types (not a base a few of them share: Node.shared_base)
 NODE_TYPES = [c for _, c in inspect.getmembers(n, inspect.isclass)
-              if issubclass(c, n.Node) and c is not n.Node]
+              if issubclass(c, n.Node) and c is not n.Node and not vars(c).get("shared_base")]
 
 #: nodes a Stream method builds under another name (the verb is the step id's readable part)
 BUILT_BY = {"from_events": "from_events", "from_rows": "from_rows", "published": "published",

@@ -26,6 +26,8 @@ class Node:
 
     #: The operator's verb: the readable part of its step id.
     verb: ClassVar[str] = "node"
+    #: True for a base class node types share (no step of its own: the joins' ``Keyed2``).
+    shared_base: ClassVar[bool] = False
     #: True for span operators that keep no state (the planner may fuse them).
     stateless: ClassVar[bool] = False
     #: True for nodes that take their input from outside the plan.

@@ -287,9 +287,47 @@ def _spec_info(spec: Any) -> dict[str, Any]:
 
 # -- multi-input ----------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False, kw_only=True)
-class Join(Node):
+class Keyed2(Node):
+    """A two-input step that meets events of equal keys, ``on=(left key, right key)`` (None:
+    every pair): what the joins share."""
+
     on: tuple[Any, Any] | None = None
+    #: what ``on=None`` means, as ``explain()`` says it
+    no_key: ClassVar[str] = "cross"
+    shared_base: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_on(self.verb, self.on)
+
+    def keys(self) -> tuple[Any, ...] | None:
+        return self.on
+
+    def describe(self, clock: str | None = None) -> str:
+        on = self.no_key if self.on is None else \
+            f"on=({fn_text(self.on[0])}, {fn_text(self.on[1])})"
+        return f"{self.verb}({on})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Paired(Keyed2):
+    """A join whose output payloads are ``select(left, right)``, or the pair itself."""
+
     select: Callable[[Any, Any], Any] | None = None
+    shared_base: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_function(self.verb, "select", self.select, "(left, right) -> payload",
+                       optional=True)
+
+    def trace_info(self) -> dict[str, Any]:
+        # pairs: the payloads are (left, right), the debugger matches them
+        return {**super().trace_info(), "pairs": self.select is None}
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Join(Paired):
     verb: ClassVar[str] = "join"
     trace_kind: ClassVar[str] = "join"
 
@@ -298,89 +336,25 @@ class Join(Node):
         both = [i.lengths() for i in self.inputs]
         return None if None in both else min(cast(list[int], both))
 
-    def keys(self) -> tuple[Any, ...] | None:
-        return self.on
-
-    def trace_info(self) -> dict[str, Any]:
-        # pairs: the payloads are (left, right), the debugger matches them
-        return {**super().trace_info(), "pairs": self.select is None}
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_on("join", self.on)
-        check_function("join", "select", self.select, "(left, right) -> payload",
-                       optional=True)
-
-    def describe(self, clock: str | None = None) -> str:
-        on = "cross" if self.on is None else f"on=({fn_text(self.on[0])}, {fn_text(self.on[1])})"
-        return f"join({on})"
-
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class AntiJoin(Node):
-    on: tuple[Any, Any] | None = None
+class AntiJoin(Keyed2):
     verb: ClassVar[str] = "anti_join"
     trace_kind: ClassVar[str] = "anti_join"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_on("anti_join", self.on)
-
-    def keys(self) -> tuple[Any, ...] | None:
-        return self.on
-
-    def describe(self, clock: str | None = None) -> str:
-        on = "any" if self.on is None else f"on=({fn_text(self.on[0])}, {fn_text(self.on[1])})"
-        return f"anti_join({on})"
+    no_key: ClassVar[str] = "any"
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class LeftJoin(Node):
-    on: tuple[Any, Any] | None = None
-    select: Callable[[Any, Any], Any] | None = None
+class LeftJoin(Paired):
     default: Any = None
     verb: ClassVar[str] = "left_join"
     trace_kind: ClassVar[str] = "left_join"
 
-    def keys(self) -> tuple[Any, ...] | None:
-        return self.on
-
-    def trace_info(self) -> dict[str, Any]:
-        return {**super().trace_info(), "pairs": self.select is None}
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_on("left_join", self.on)
-        check_function("left_join", "select", self.select, "(left, right) -> payload",
-                       optional=True)
-
-    def describe(self, clock: str | None = None) -> str:
-        on = "cross" if self.on is None else f"on=({fn_text(self.on[0])}, {fn_text(self.on[1])})"
-        return f"left_join({on})"
-
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class FullOuterJoin(Node):
-    on: tuple[Any, Any] | None = None
-    select: Callable[[Any, Any], Any] | None = None
+class FullOuterJoin(Paired):
     verb: ClassVar[str] = "full_outer_join"
     trace_kind: ClassVar[str] = "full_outer_join"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_on("full_outer_join", self.on)
-        check_function("full_outer_join", "select", self.select, "(left, right) -> payload",
-                       optional=True)
-
-    def keys(self) -> tuple[Any, ...] | None:
-        return self.on
-
-    def trace_info(self) -> dict[str, Any]:
-        return {**super().trace_info(), "pairs": self.select is None}
-
-    def describe(self, clock: str | None = None) -> str:
-        on = "cross" if self.on is None else f"on=({fn_text(self.on[0])}, {fn_text(self.on[1])})"
-        return f"full_outer_join({on})"
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
