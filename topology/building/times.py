@@ -282,19 +282,11 @@ def time_fields(root: Any) -> frozenset[str]:
     frozenset()
     """
     from topology.building.nodes import FromRows
+    from topology.building.reads import walk
 
-    names: set[str] = set()
-    seen: set[int] = set()
-    todo = [root]
-    while todo:
-        node = todo.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, FromRows) and source_clock(node) == TIMESTAMPS:
-            names.update(c for c in (node.start, node.end) if isinstance(c, str))
-        todo.extend(node.inputs)
-    return frozenset(names)
+    return frozenset(c for node in walk(root)
+                     if isinstance(node, FromRows) and source_clock(node) == TIMESTAMPS
+                     for c in (node.start, node.end) if isinstance(c, str))
 
 
 def known_schema(data: Any) -> Any:

@@ -233,19 +233,11 @@ def tree_clock(root: n.Node) -> str:
     """The clock of the query under ``root`` (:attr:`topology.planning.plan.Plan.clock`, read from
     the logical tree): ``"timestamps"`` when a source's times came from timestamps, else
     ``"ticks"``."""
+    from topology.building.reads import walk
     from topology.building.times import TICKS, TIMESTAMPS, source_clock
 
-    seen: set[int] = set()
-    todo = [root]
-    while todo:
-        node = todo.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if node.is_source and source_clock(node) == TIMESTAMPS:
-            return TIMESTAMPS
-        todo.extend(node.inputs)
-    return TICKS
+    sources = (node for node in walk(root) if node.is_source)
+    return TIMESTAMPS if any(source_clock(s) == TIMESTAMPS for s in sources) else TICKS
 
 
 def explain_tree(root: n.Node, steps: dict[int, tuple[n.Node, str]], top: str = "sink",
