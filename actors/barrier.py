@@ -93,10 +93,11 @@ class Barriers:
         return {"released": self.released + self.pending if self.is_sink else [],
                 "released_base": self.released_base}
 
-    def write(self, epoch: int, state: dict[str, Any]) -> None:
-        """Save the stage's ``state`` for ``epoch``, whole or not at all."""
+    def write(self, epoch: int, state: dict[str, Any]) -> int:
+        """Save the stage's ``state`` for ``epoch``, whole or not at all; returns its size
+        (bytes)."""
         assert self.ckpt is not None, "write() without a checkpoint directory"
-        ck.save(ck.stage_path(self.ckpt.root, self.ckpt.query, epoch, self.step), state)
+        return ck.save(ck.stage_path(self.ckpt.root, self.ckpt.query, epoch, self.step), state)
 
     def committed(self, epoch: int) -> list[Message]:
         """``epoch`` is on disk; a sink releases the epoch's output, returned here."""

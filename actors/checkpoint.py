@@ -74,9 +74,12 @@ def stage_path(root: str, query: str, epoch: int, step: str) -> str:
     return join_location(root, _safe(query), str(epoch), _safe(step) + ".pkl")
 
 
-def save(path: str, state: Any) -> None:
-    """Write ``pickle(state)`` to ``path`` atomically (a reader sees all of it or nothing)."""
-    atomic_write(path, pickle.dumps(state, protocol=5))
+def save(path: str, state: Any) -> int:
+    """Write ``pickle(state)`` to ``path`` atomically (a reader sees all of it or nothing);
+    returns the bytes written."""
+    blob = pickle.dumps(state, protocol=5)
+    atomic_write(path, blob)
+    return len(blob)
 
 
 def load(path: str) -> Any:

@@ -15,6 +15,7 @@ when every stage upstream has written its own. A restart from that epoch's files
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from operators.errors import OperatorError
@@ -50,7 +51,10 @@ class Checkpointing(Outbox):
                 "counts": dict(self.counts), "out_cti": self.out_cti,
                 **self.barriers.state(),
             }
-        self.barriers.write(epoch, state)
+        began = time.monotonic()
+        size = self.barriers.write(epoch, state)
+        self.checkpoints += 1  # what the step's metrics show (actors.metrics)
+        self.last_checkpoint = ((time.monotonic() - began) * 1000, size)
         with self._lock:
             self._hand_out(self.barriers.committed(epoch))
         self._send(ready)

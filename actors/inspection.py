@@ -18,6 +18,7 @@ import ray
 
 from operators.publish import Publish
 
+from .metrics import Reading
 from .reprs import short_repr
 from .shell_state import ShellState
 
@@ -96,6 +97,30 @@ class Inspection(ShellState):
                  finished_wall=self.finished_wall, busy=True,
                  busy_s=None if since is None else max(0.0, time.time() - since))
         return s
+
+    def _metrics_reading(self) -> Reading:
+        """The counters the step's metrics export (:mod:`actors.metrics`; its publisher
+        thread calls this every few seconds): read without waiting for the data path, as
+        :meth:`_busy_stats` does; the state size only when the state lock is free at once
+        (else None: the last value stays)."""
+        proc, counts = self.proc, self.counts
+        state_rows = None
+        if proc is not None and self._lock.acquire(blocking=False):
+            try:
+                state_rows = proc.state_size()
+            finally:
+                self._lock.release()
+        ckpt = self.last_checkpoint
+        return Reading(
+            records_in=counts["events_in"], records_out=counts["events_out"],
+            out_cti=self.out_cti,
+            in_ctis=None if proc is None or proc.in_ctis is None else list(proc.in_ctis),
+            source=None if proc is None or proc.stats is None else dict(proc.stats),
+            dead_letters=len(proc.dead_letters) if proc is not None else 0,
+            busy_s=self.busy_s, backpressured_s=self.backpressured_s, state_rows=state_rows,
+            checkpoints=self.checkpoints,
+            checkpoint_ms=None if ckpt is None else ckpt[0],
+            checkpoint_bytes=None if ckpt is None else ckpt[1])
 
     @ray.method(concurrency_group="control")
     def rows(self) -> list[tuple[int, int, Any]]:

@@ -118,13 +118,17 @@ class Outbox(ShellState):
         """Submit one call to ``target``; False when the step failed instead (the output
         cannot be serialised: Ray pickles the column batches that travel beside the bytes)."""
         inflight = target.inflight
-        try:
-            while len(inflight) >= self.settings.max_in_flight:
-                ray.get(inflight[0])  # counted in flight (stats) while we wait for it
-                inflight.popleft()
-        except Exception as exc:  # the downstream actor died (or was stopped)  # noqa: BLE001
-            self._lost(target, exc)
-            return True
+        if len(inflight) >= self.settings.max_in_flight:  # backpressured: wait, timed
+            waited = time.monotonic()
+            try:
+                while len(inflight) >= self.settings.max_in_flight:
+                    ray.get(inflight[0])  # counted in flight (stats) while we wait for it
+                    inflight.popleft()
+            except Exception as exc:  # the downstream actor died (or was stopped)  # noqa: BLE001
+                self._lost(target, exc)
+                return True
+            finally:
+                self.backpressured_s += time.monotonic() - waited
         method = target.handle.barrier if barrier else target.handle.push
         try:
             ref = method.remote(target.port, blob)

@@ -45,6 +45,7 @@ from . import checkpoint as ck
 from .barrier import Barriers
 from .checkpointing import Checkpointing
 from .inspection import Inspection
+from .metrics import StepMetrics, publisher
 from .outbox import Ready
 from .process import import_data_path
 from .readers import Readers
@@ -124,6 +125,9 @@ class OperatorShell(Inspection, Readers, Checkpointing):
                 self._poll = self.proc.poll
                 self.proc.clock = time.monotonic
                 self._schedule_poll(time.monotonic())
+            metrics = self.metrics = StepMetrics(
+                config.query, self.step, type(self.proc).__name__, self._metrics_reading)
+        publisher().add(metrics)
         self._start_timer()
         return self.step
 
@@ -214,7 +218,7 @@ class OperatorShell(Inspection, Readers, Checkpointing):
                 decode_rows(blob) if self.rows_input else decode(blob)
             self.counts["events_in"] += count_events(batch)
             self.counts["batches_in"] += 1
-            self.push_wall = self.busy_since = time.time()
+            began = self.push_wall = self.busy_since = time.time()
             try:
                 if self.trace is None:
                     out = self.proc.process(batch, port)
@@ -228,6 +232,7 @@ class OperatorShell(Inspection, Readers, Checkpointing):
                 self.busy_since = None
                 self._failed(exc)
                 ready = []
+            self.busy_s += time.time() - began
         self._send(ready)
         if self.error is not None:
             self._forward_failure()

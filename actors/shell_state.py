@@ -28,6 +28,7 @@ from operators.processor import Processor
 
 from .barrier import Barriers
 from .config import ShellConfig
+from .metrics import StepMetrics, publisher
 from .process import set_up_process
 from .recorder import Recorder
 from .stage_config import Routes, StageCheckpoint
@@ -51,10 +52,15 @@ class ShellState:
         #: the Ray node this actor runs on (None for a shell made outside Ray, as tests do:
         #: asking Ray would start one, or join whatever cluster /tmp/ray last recorded)
         self.node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+        #: the hosted step's exported metrics (:mod:`actors.metrics`; None: no step)
+        self.metrics: StepMetrics | None = None
         set_up_process()
         self._reset()
 
     def _reset(self) -> None:
+        if self.metrics is not None:  # the step goes: its last counts out, then no more
+            publisher().remove(self.metrics)
+            self.metrics = None
         self.step = "(idle)"
         self.describe = ""
         self.proc: Processor | None = None
@@ -83,6 +89,13 @@ class ShellState:
         self.finished_wall: float | None = None  # when every input had ended (time.time())
         #: since when (time.time()) the data path is inside the processor (None: it is not)
         self.busy_since: float | None = None
+        #: seconds spent processing batches, and waiting for a full out-edge (backpressure),
+        #: since configured; checkpoints written and the last one's (milliseconds, bytes):
+        #: what the step's metrics export (:mod:`actors.metrics`)
+        self.busy_s = 0.0
+        self.backpressured_s = 0.0
+        self.checkpoints = 0
+        self.last_checkpoint: tuple[float, int] | None = None
         #: the last full answer of ``stats()``: a busy step answers from it
         self._last_stats: dict[str, Any] | None = None
         self._oldest: float | None = None  # when the oldest buffered message arrived

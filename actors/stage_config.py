@@ -72,6 +72,9 @@ class StageConfig:
     step: str
     #: Builds the stage's processor in the actor (called once per ``configure``).
     factory: Callable[[], Processor]
+    #: The query's name (``deploy(name)``; ``collect()``'s own): the ``query`` tag of the
+    #: stage's metrics (:mod:`actors.metrics`).
+    query: str = ""
     #: What the stage does, for people (``explain()``'s line): errors and stats show it.
     describe: str = ""
     #: How many input edges feed the stage (a source: one, its feed); after the end of the

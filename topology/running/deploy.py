@@ -177,7 +177,8 @@ def stage_config(plan: Plan, step: str, handles: dict[str, Any], settings: Shell
         if restore:
             restore_from = ck.stage_path(ckpt[0], ckpt[1], restore, step)
     return StageConfig(
-        step=step, factory=st.factory, describe=st.describe, n_in=plan.in_edges(step),
+        step=step, query=sink_info.get("query", ""), factory=st.factory,
+        describe=st.describe, n_in=plan.in_edges(step),
         router=Router(edges), handles={e.dst: handles[e.dst] for e in edges},
         rows=isinstance(st.source, n.FromRows), info=sink_info if step == plan.sink else {},
         settings=settings, checkpoint=checkpoint, restore=restore_from)
