@@ -449,19 +449,28 @@ def _run(args: Any) -> int:
     return 0
 
 
-def _status(args: Any) -> int:
-    import ray
-
-    from topology import attach
-    from topology.building.times import TIMESTAMPS, parse_tz, running_clock, show_time
-    from topology.running.registry import actor_name, list_queries, step_actor, stuck_slots
+def _zone_and_cluster(command: str, args: Any) -> Any:
+    """The time zone ``--tz`` names, once connected to the cluster ``--address`` names; None
+    (after saying why on stderr) when either fails."""
+    from topology.building.times import parse_tz
 
     try:
         tz = parse_tz(args.tz)
     except ValueError as exc:
-        print(f"cedar status: {exc}", file=sys.stderr)
-        return 2
-    if not _connect("status", args.address):
+        print(f"cedar {command}: {exc}", file=sys.stderr)
+        return None
+    return tz if _connect(command, args.address) else None
+
+
+def _status(args: Any) -> int:
+    import ray
+
+    from topology import attach
+    from topology.building.times import TIMESTAMPS, running_clock, show_time
+    from topology.running.registry import actor_name, list_queries, step_actor, stuck_slots
+
+    tz = _zone_and_cluster("status", args)
+    if tz is None:
         return 2
     names = list_queries()
     if not names:
@@ -488,14 +497,10 @@ def _inspect(args: Any) -> int:
     import ray
 
     from topology import attach
-    from topology.building.times import parse_tz, running_clock, show_duration, show_row, show_time
+    from topology.building.times import running_clock, show_duration, show_row, show_time
 
-    try:
-        tz = parse_tz(args.tz)
-    except ValueError as exc:
-        print(f"cedar inspect: {exc}", file=sys.stderr)
-        return 2
-    if not _connect("inspect", args.address):
+    tz = _zone_and_cluster("inspect", args)
+    if tz is None:
         return 2
     q = attach(args.name, args.address)
     manifest = ray.get(q.handles[q.sink_step].manifest.remote())
