@@ -65,7 +65,11 @@ from heapq import heappop, heappush
 from itertools import pairwise
 from typing import Any
 
+import numpy as np
+
+from .columns import Columns
 from .events import MAX_TIME, FreshId, Insert, Message, Retract
+from .expr import Expr, NotElementwise, evaluate, trace, truthy
 from .group_apply import group_key
 from .pattern import JMP, MATCH, PROGRESS, SAVE, SPLIT, SYM, Program, compile_pattern, parse
 from .processor import Processor
@@ -73,11 +77,15 @@ from .ticks import to_duration
 
 _new = tuple.__new__
 
-#: A row: ``(start, tie key, arrival number, id, payload)``; ``row[:3]`` orders rows totally
-#: (the arrival number tells equal rows apart and is never passed).
+#: A row: ``(start, tie key, arrival number, id, payload, bits)``; ``row[:3]`` orders rows
+#: totally (the arrival number tells equal rows apart and is never passed). ``bits`` holds
+#: the predicates a column batch decided for the row: for symbol ``s``, bit ``2s`` says
+#: whether it was decided, bit ``2s + 1`` its answer (0 for a row that came as an insert).
 Row = tuple[Any, ...]
 # fields of a row
-_START, _SEQ, _ID, _PAYLOAD = 0, 2, 3, 4
+_START, _SEQ, _ID, _PAYLOAD, _BITS = 0, 2, 3, 4, 5
+#: Symbols whose predicates a column batch may decide (two bits each in an int64).
+_DECIDED_MOST = 31
 # fields of an attempt record: [last row's order key or None (no match), the order key of the
 # last row read, whether it wanted a row it did not have, its output (start, end, payload,
 # id or None) or None]
@@ -167,8 +175,14 @@ class Detect(Processor):
             raise ValueError(f"detect({pattern!r}): emit={emit!r}; give 'speculative' (matches "
                              f"at once, retracted when late input breaks them) or 'final'")
         self.define = dict(define)
+        #: per symbol: its predicate as ``pred(payload, match)`` (a column expression made
+        #: one), or None (any row)
         self.preds: tuple[Callable[[Any, Any], Any] | None, ...] = tuple(
-            define.get(s) for s in names)
+            _ExprPredicate(p) if isinstance(p, Expr) else p
+            for p in (define.get(s) for s in names))
+        #: per symbol: its predicate as a column expression, or None (it reads the match, or
+        #: does not trace: tested per row); found when the first column batch comes
+        self._columnwise: tuple[Any, ...] | None = None
         self.index = {s: i for i, s in enumerate(names)}
         #: the match before the first row: every symbol bound to ()
         self.empty = Match(self.index, [], 0, [])
@@ -199,23 +213,71 @@ class Detect(Processor):
     # -- messages -----------------------------------------------------------------------------
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
         eid, start, _, payload = msg
+        out: list[Message] = []
+        self._insert(eid, start, payload, 0, out)
+        return out
+
+    def on_columns(self, msg: Columns, port: int) -> list[Message]:
+        """A batch of inserts: the predicates that do not read the match and trace
+        column-wise (:mod:`operators.expr`) are decided for the whole batch at once; the rows
+        then go in one by one, as inserts would, their matching testing the decided bits
+        instead of calling those predicates."""
+        out: list[Message] = []
+        bits = self.decided(msg)
+        ids, starts, payloads = msg.ids.tolist(), msg.starts.tolist(), msg.payloads()
+        insert = self._insert
+        if bits is None:
+            for eid, start, payload in zip(ids, starts, payloads):
+                insert(eid, start, payload, 0, out)
+        else:
+            for eid, start, payload, b in zip(ids, starts, payloads, bits):
+                insert(eid, start, payload, b, out)
+        return out
+
+    def columnwise(self) -> tuple[Any, ...]:
+        """Per symbol, its predicate as a column expression (see :meth:`decided`), or None:
+        no predicate, a predicate that reads the match, or one that does not trace."""
+        if self._columnwise is None:
+            self._columnwise = tuple(
+                None if pred is None or sym >= _DECIDED_MOST else _payload_only(pred)
+                for sym, pred in enumerate(self.preds))
+        return self._columnwise
+
+    def decided(self, msg: Columns) -> list[int] | None:
+        """The ``bits`` of each row of a column batch (see :data:`Row`): the predicates that
+        trace column-wise, evaluated on the whole batch where that is exact for its values
+        (:func:`operators.expr.evaluate`); None when none is."""
+        n = len(msg)
+        bits = None
+        for sym, expr in enumerate(self.columnwise()):
+            if expr is None:
+                continue
+            values = evaluate(expr, msg.payload, n)
+            if not isinstance(values, np.ndarray) or values.shape != (n,) or \
+                    values.dtype.kind not in "biuf":
+                continue  # (these values run per row: the predicate raises, or a type
+                # whose truth numpy does not give as Python does)
+            column = (truthy(values).astype(np.int64) * 2 + 1) << (2 * sym)
+            bits = column if bits is None else bits | column
+        return None if bits is None else bits.tolist()
+
+    def _insert(self, eid: Hashable, start: int, payload: Any, bits: int,
+                out: list[Message]) -> None:
         # (an id may come again once its event has ended before the CTI: the id then names
         # the new event; the old row stays a row, which nothing can delete any more)
         k = None if self.key is None else group_key(self.key(payload))  # (NaN keys: one)
         tie = repr(payload) if self.tie is None else (self.tie(payload), repr(payload))
-        row = (start, tie, self.seq, eid, payload)
+        row = (start, tie, self.seq, eid, payload, bits)
         self.seq += 1
         self.ids[eid] = (k, row[:3])
         self.touched.add(k)
         ks = self.keys.get(k)
         if ks is None:
-            ks = self.keys[k] = [[], {}]
+            ks = self.keys[k] = [[], {}, {}]
         rows = ks[0]
         at = bisect_left(rows, row[:3])
         rows.insert(at, row)
-        out: list[Message] = []
         self._change(ks, at, row, False, out)
-        return out
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
         if msg.new_end != msg.start:
@@ -269,7 +331,7 @@ class Detect(Processor):
             self.front_of.pop(k, None)
             self.woken.pop(k, None)
             return
-        rows, recs = ks
+        rows, recs, _ = ks
         within, ids = self.within, self.ids
         pos, n = 0, len(rows)
         while pos < n:
@@ -321,21 +383,22 @@ class Detect(Processor):
                 out: list[Message]) -> None:
         """Row ``row`` was inserted at (or deleted from) position ``at``: re-run the attempts
         it may change and output the difference."""
-        rows, recs = ks
+        rows, recs, reaching = ks
         kk = row[:3]
         s_k = row[_START]
         within = self.within
-        # the earliest attempt that read the row's place or wanted a row there: only attempts
-        # from rows that start after s_k - within can read it
+        # the earliest attempt that read the row's place or wanted a row there: one that
+        # read past its first row or wanted more (the others read only their own row)
         p = at
-        q = at - 1
-        lo = s_k - within
-        while q >= 0 and rows[q][_START] > lo:
-            rec = recs.get(rows[q][_SEQ])
-            if rec is not None and (kk <= rec[_REACH] or (
-                    not deleted and rec[_WANTS] and s_k < rows[q][_START] + within)):
-                p = q
-            q -= 1
+        for seq, first in list(reaching.items()):
+            rec = recs.get(seq)
+            if rec is None or not (rec[_WANTS] or rec[_REACH] != first):
+                del reaching[seq]  # (freed, covered by a match, or no longer reaching)
+            elif first < kk and (kk <= rec[_REACH] or (
+                    not deleted and rec[_WANTS] and s_k < first[0] + within)):
+                q = bisect_left(rows, first, 0, p)
+                if q < p:
+                    p = q
         n = len(rows)
         pos = p
         while pos < n:
@@ -363,6 +426,8 @@ class Detect(Processor):
                     new[_OUT] = (*new_out[:3], oid)
                     out.append(_new(Insert, (oid, *new_out[:3])))
             recs[r[_SEQ]] = new
+            if new[_WANTS] or new[_REACH] != r[:3]:
+                reaching[r[_SEQ]] = r[:3]
             if new[_END] is None:
                 pos += 1
                 continue
@@ -380,10 +445,12 @@ class Detect(Processor):
         first = rows[i]
         code, preds = self.program.code, self.preds
         if code[0][0] == SYM:  # most patterns open with a symbol: a row it refuses is done
-            pred = preds[code[0][1]]
-            if pred is not None and not self._test(pred, code[0][1], first[_PAYLOAD],
-                                                   self.empty):
-                return [None, first[:3], False, None]
+            a = code[0][1]
+            pred = preds[a]
+            if pred is not None:
+                b = first[_BITS] >> 2 * a
+                if not (b & 2 if b & 1 else self._test(pred, a, first[_PAYLOAD], self.empty)):
+                    return [None, first[:3], False, None]
         j = bisect_left(rows, (first[_START] + self.within,), i)
         syms: list[int] = []
         view = Match(self.index, rows, i, syms)
@@ -397,7 +464,9 @@ class Detect(Processor):
                     if pos > reach:
                         reach = pos
                     pred = preds[a]
-                    if pred is None or self._test(pred, a, rows[pos][_PAYLOAD], view):
+                    if pred is None or (
+                            (rows[pos][_BITS] >> 2 * a) & 2 if (rows[pos][_BITS] >> 2 * a) & 1
+                            else self._test(pred, a, rows[pos][_PAYLOAD], view)):
                         syms.append(a)
                         pos += 1
                         pc += 1
@@ -467,7 +536,7 @@ class Detect(Processor):
         """Every key's records are what the attempts from scratch give over its rows: one per
         row not inside a match, none inside."""
         held: set[tuple[Any, Any]] = set()
-        for k, (rows, recs) in self.keys.items():
+        for k, (rows, recs, reaching) in self.keys.items():
             assert rows, f"key {k!r} holds no rows"
             assert all(a[:3] < b[:3] for a, b in pairwise(rows)), "rows out of order"
             pos, expected = 0, set()
@@ -482,12 +551,15 @@ class Detect(Processor):
                     assert rec[_OUT][:2] == again[_OUT][:2] and _same(rec[_OUT], again[_OUT])
                     assert (rec[_OUT][3] is None) == self.final
                 expected.add(row[_SEQ])
+                if rec[_WANTS] or rec[_REACH] != row[:3]:
+                    assert reaching.get(row[_SEQ]) == row[:3], \
+                        f"attempt at {row!r} reads past its row, not indexed"
                 pos += 1 if again[_END] is None else again[_LEN] + 1
             assert set(recs) == expected, "records at rows inside a match"
             held.update((k, row[:3]) for row in rows)
         for eid, entry in self.ids.items():
             assert entry in held, f"id {eid!r} names a row no key holds"
-        for k, (rows, recs) in self.keys.items():
+        for k, (rows, recs, _) in self.keys.items():
             if k in self.touched or not rows:
                 continue
             first = rows[0]
@@ -498,6 +570,53 @@ class Detect(Processor):
 
 
 _LEN = 4
+
+
+class _Unread(Mapping[str, Any]):
+    """The match as tracing shows it to a predicate: any use of it stops the trace (the
+    predicate reads the match: it is tested per row)."""
+
+    def _refuse(self, *args: Any) -> Any:
+        raise NotElementwise("reads the match")
+
+    __getitem__ = __iter__ = __len__ = __contains__ = __eq__ = __ne__ = __bool__ = _refuse
+    __hash__ = __str__ = __format__ = __getattr__ = _refuse
+
+
+_UNREAD = _Unread()
+
+
+def _payload_only(pred: Callable[[Any, Any], Any]) -> Any:
+    """``pred(payload, match)`` as a column expression of the payload when it ignores the
+    match and traces column-wise (:func:`operators.expr.trace`), else None."""
+    if isinstance(pred, _ExprPredicate):
+        return pred.expr
+
+    def of_payload(p: Any) -> Any:
+        return pred(p, _UNREAD)
+
+    traced = trace(of_payload)
+    return traced if isinstance(traced, Expr) else None
+
+
+class _ExprPredicate:
+    """A column expression given as a predicate (``define={"A": col("v") < 10}``), called as
+    ``pred(payload, match)``."""
+
+    __slots__ = ("expr",)
+
+    def __init__(self, expr: Expr) -> None:
+        self.expr = expr
+
+    def __call__(self, payload: Any, match: Any) -> Any:
+        return self.expr(payload)
+
+    def __repr__(self) -> str:
+        return repr(self.expr)
+
+    @property
+    def __name__(self) -> str:
+        return repr(self.expr)
 
 
 def _final_at(rec: list[Any], first: Row, within: int) -> int:

@@ -1,0 +1,174 @@
+"""``detect`` on ``Columns`` batches: the predicates that ignore the match and trace column-wise
+are decided for a whole batch at once; the output must be the per-event path's. Random valid
+physical streams (disorder, deletions, lifetime corrections, CTIs) go through one ``Detect`` as
+inserts and through another with every run of inserts as column batches; after each step the
+two outputs' differences (consolidated: an insert +1, a retraction -1) and their CTIs are
+equal, speculative and final, keyed and not, restored mid-stream."""
+
+from __future__ import annotations
+
+from collections import Counter
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from operators.cht import to_cht, validate
+from operators.columns import Columns
+from operators.detect import Detect
+from operators.errors import OperatorError
+from operators.events import Cti, Insert, Message, Retract
+from operators.expr import col
+from tests.kit import PROPERTY, physical_streams
+from tests.operators.test_detect import detect_cases
+
+
+def consolidated(out: list[Message]) -> Counter[tuple[Any, ...]]:
+    """The net change a list of output messages makes: per (start, end, payload), inserts
+    minus retractions (detect retracts only whole events)."""
+    net: Counter[tuple[Any, ...]] = Counter()
+    for m in out:
+        if type(m) is Insert:
+            net[(m.start, m.end, repr(m.payload))] += 1
+        elif type(m) is Retract:
+            assert m.new_end == m.start, "detect retracts whole events"
+            net[(m.start, m.end, repr(m.payload))] -= 1
+    return Counter({k: v for k, v in net.items() if v})
+
+
+def as_columns(msgs: list[Message], payload: Any = None) -> list[Any]:
+    """``msgs`` with every run of inserts as one ``Columns`` (int payloads as one column, or
+    as the columns ``payload(payloads)`` makes of the run's payloads)."""
+    out: list[Any] = []
+    run: list[Insert] = []
+
+    def flush() -> None:
+        if run:
+            values = [m.payload for m in run]
+            ids = np.empty(len(run), dtype=object)
+            ids[:] = [m.id for m in run]
+            cols = Columns(ids, np.array([m.start for m in run], dtype=np.int64),
+                           np.array([m.end for m in run], dtype=np.int64),
+                           np.array(values, dtype=np.int64) if payload is None
+                           else payload(values))
+            assert cols.inserts() == run
+            out.append(cols)
+            run.clear()
+
+    for m in msgs:
+        if type(m) is Insert:
+            run.append(m)
+        else:
+            flush()
+            out.append(m)
+    flush()
+    return out
+
+
+def _steps(stream: list[Message], cuts: list[int]) -> list[list[Message]]:
+    bounds = sorted({0, len(stream), *(c % (len(stream) + 1) for c in cuts)})
+    return [stream[a:b] for a, b in pairwise(bounds)]
+
+
+def _compare(make: Any, stream: list[Message], cuts: list[int], restore_at: int,
+             payload: Any = None) -> list[Message]:
+    """Run the steps of ``stream`` through a ``Detect`` as inserts and through another as
+    column batches (checkpointed and restored after step ``restore_at``); the differences
+    and CTIs after each step are equal. Returns the column path's output."""
+    rows, cols = make(), make()
+    out_rows: list[Message] = []
+    out_cols: list[Message] = []
+    for i, step in enumerate(_steps(stream, cuts)):
+        if i == restore_at:
+            state = cols.snapshot()
+            cols = make()
+            cols.restore(state)
+        a = rows.process(step)
+        b = cols.process(as_columns(step, payload))
+        cols._check()
+        assert consolidated(a) == consolidated(b), f"step {i}: {step}"
+        assert [m for m in a if type(m) is Cti] == [m for m in b if type(m) is Cti]
+        out_rows += a
+        out_cols += b
+    out_rows += rows.finish()
+    out_cols += cols.finish()
+    validate(out_cols)
+    assert to_cht(out_cols) == to_cht(out_rows)
+    assert [m for m in out_rows if type(m) is Cti] == [m for m in out_cols if type(m) is Cti]
+    return out_cols
+
+
+STREAMS = st.one_of(physical_streams(max_steps=40), physical_streams(span=6, max_length=6))
+
+
+@PROPERTY
+@given(stream=STREAMS, case=detect_cases(), emit=st.sampled_from(["speculative", "final"]),
+       cuts=st.lists(st.integers(0, 60), max_size=6), restore_at=st.integers(0, 6))
+def test_column_batches_give_the_per_event_output(stream, case, emit, cuts, restore_at):
+    pattern, define, within, key, tie = case
+    out = _compare(lambda: Detect(pattern, define, within=within, key=key, tie=tie, emit=emit),
+                   stream, cuts, restore_at)
+    if emit == "final":
+        assert not any(type(m) is Retract for m in out)
+
+
+@PROPERTY
+@given(stream=STREAMS, cuts=st.lists(st.integers(0, 60), max_size=6),
+       restore_at=st.integers(0, 6), keyed=st.booleans())
+def test_column_expressions_and_payload_functions_mixed_with_match_readers(
+        stream, cuts, restore_at, keyed):
+    #   dict payloads {"v", "w"}: A a column expression, B a function of the payload, C
+    #   reads the match (per row)
+    define = {"A": col("v") < 3,
+              "B": lambda p, m: (p["v"] + p["w"]) % 3 != 0,
+              "C": lambda p, m: p["v"] >= min(m["B"], default=0)}
+
+    def make() -> Detect:
+        return Detect("A B+ C?", define, within=8,
+                      key=(lambda p: p["v"] % 2) if keyed else None)
+
+    def payload(values: list[Any]) -> dict[str, np.ndarray]:
+        return {f: np.array([p[f] for p in values], dtype=np.int64) for f in ("v", "w")}
+
+    widened = [m._replace(payload={"v": m.payload, "w": m.payload * 2})
+               if type(m) in (Insert, Retract) else m for m in stream]
+    _compare(make, widened, cuts, restore_at, payload)
+
+
+def test_which_predicates_run_column_wise():
+    op = Detect("A B C D E", {
+        "A": lambda p, m: p["v"] < 10,                  # a column expression of the payload
+        "B": col("v") > 3,                              # given as one
+        "C": lambda p, m: p["v"] > m["A"][-1]["v"],     # reads the match: per row
+        "D": lambda p, m: p["v"] > 1 and p["v"] < 5,    # and: per row
+    }, within=10)
+    assert [e is not None for e in op.columnwise()] == [True, True, False, False, False]
+    bits = op.decided(Columns(np.arange(3), np.arange(3), None, {"v": np.array([2, 5, 12])}))
+    assert bits == [0b0111, 0b1111, 0b1101]             # A: 2, 5 yes; B: 5, 12 yes
+
+
+def test_a_batch_whose_values_do_not_run_column_wise_runs_per_row_and_raises_the_same():
+    #   10 // v: v == 0 raises per row; the batch is decided per row, and fails as the rows do
+    define = {"A": lambda p, m: 10 // p["v"] > 1}
+    for msgs in ([Insert(0, 1, 2, {"v": 3}), Insert(1, 2, 3, {"v": 0})],
+                 as_columns([Insert(0, 1, 2, {"v": 3}), Insert(1, 2, 3, {"v": 0})],
+                            lambda ps: {"v": np.array([p["v"] for p in ps])})):
+        with pytest.raises(OperatorError, match=r"define\['A'\].*ZeroDivisionError|"
+                                                r"define\['A'\].*division"):
+            Detect("A", define, within=5).process(msgs)
+
+
+def test_a_long_run_that_never_completes_is_read_once_per_row():
+    #   'A B+ C' within 1000, a b b b ... (no c): each new b re-runs the attempt from a, but
+    #   finding it is one look at the attempts that read past their row, not a walk back
+    op = Detect("A B+ C", {"A": col("v") == 0, "B": col("v") == 1, "C": col("v") == 2},
+                within=1000)
+    n = 500
+    v = np.ones(n, dtype=np.int64)
+    v[0] = 0
+    op.process([Columns(np.arange(n), np.arange(n), None, {"v": v})])
+    op._check()
+    assert op.state_size() == n and len(op.keys[None][2]) == 1
