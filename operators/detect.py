@@ -580,7 +580,7 @@ class _Unread(Mapping[str, Any]):
         raise NotElementwise("reads the match")
 
     __getitem__ = __iter__ = __len__ = __contains__ = __eq__ = __ne__ = __bool__ = _refuse
-    __hash__ = __str__ = __format__ = __getattr__ = _refuse
+    __hash__ = __str__ = __format__ = _refuse
 
 
 _UNREAD = _Unread()
