@@ -59,7 +59,8 @@ Predicates and measures must be deterministic (they are called again to recomput
 
 from __future__ import annotations
 
-from bisect import bisect_left
+import itertools
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from heapq import heappop, heappush
 from itertools import pairwise
@@ -219,19 +220,28 @@ class Detect(Processor):
 
     def on_columns(self, msg: Columns, port: int) -> list[Message]:
         """A batch of inserts: the predicates that do not read the match and trace
-        column-wise (:mod:`operators.expr`) are decided for the whole batch at once; the rows
-        then go in one by one, as inserts would, their matching testing the decided bits
-        instead of calling those predicates."""
+        column-wise (:mod:`operators.expr`) are decided for the whole batch at once (the
+        matching tests those bits instead of calling them); all rows go in, then each key's
+        attempts that the new rows may change are re-run once (a long open run is read once
+        per batch, not once per row). The output is the difference the inserts one by one
+        would make in all."""
         out: list[Message] = []
         bits = self.decided(msg)
         ids, starts, payloads = msg.ids.tolist(), msg.starts.tolist(), msg.payloads()
-        insert = self._insert
-        if bits is None:
-            for eid, start, payload in zip(ids, starts, payloads):
-                insert(eid, start, payload, 0, out)
-        else:
-            for eid, start, payload, b in zip(ids, starts, payloads, bits):
-                insert(eid, start, payload, b, out)
+        add = self._add
+        news: dict[Hashable, list[tuple[Any, ...]]] = {}
+        for eid, start, payload, b in zip(ids, starts, payloads,
+                                          itertools.repeat(0) if bits is None else bits):
+            k, kk = add(eid, start, payload, b)
+            at_k = news.get(k)
+            if at_k is None:
+                news[k] = [kk]
+            else:
+                at_k.append(kk)
+        for k, changed in news.items():
+            ks = self.keys[k]
+            changed.sort()
+            self._change(ks, bisect_left(ks[0], changed[0]), changed, False, out)
         return out
 
     def columnwise(self) -> tuple[Any, ...]:
@@ -263,6 +273,13 @@ class Detect(Processor):
 
     def _insert(self, eid: Hashable, start: int, payload: Any, bits: int,
                 out: list[Message]) -> None:
+        k, kk = self._add(eid, start, payload, bits)
+        ks = self.keys[k]
+        self._change(ks, bisect_left(ks[0], kk), [kk], False, out)
+
+    def _add(self, eid: Hashable, start: int, payload: Any,
+             bits: int) -> tuple[Hashable, tuple[Any, ...]]:
+        """Put a row in (its attempts not re-run yet): its key and order key."""
         # (an id may come again once its event has ended before the CTI: the id then names
         # the new event; the old row stays a row, which nothing can delete any more)
         k = None if self.key is None else group_key(self.key(payload))  # (NaN keys: one)
@@ -275,9 +292,12 @@ class Detect(Processor):
         if ks is None:
             ks = self.keys[k] = [[], {}, {}]
         rows = ks[0]
-        at = bisect_left(rows, row[:3])
-        rows.insert(at, row)
-        self._change(ks, at, row, False, out)
+        kk = row[:3]
+        if not rows or rows[-1][:3] < kk:
+            rows.append(row)  # (in start order: the common case)
+        else:
+            rows.insert(bisect_left(rows, kk), row)
+        return k, kk
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
         if msg.new_end != msg.start:
@@ -295,7 +315,7 @@ class Detect(Processor):
         rec = ks[1].pop(row[_SEQ], None)
         if rec is not None and rec[_OUT] is not None and not self.final:
             self._retract(rec[_OUT], out)
-        self._change(ks, at, row, True, out)
+        self._change(ks, at, [row[:3]], True, out)
         if not rows:
             del self.keys[entry[0]]
         return out
@@ -379,13 +399,14 @@ class Detect(Processor):
         return out
 
     # -- matching -----------------------------------------------------------------------------
-    def _change(self, ks: list[Any], at: int, row: Row, deleted: bool,
+    def _change(self, ks: list[Any], at: int, news: list[tuple[Any, ...]], deleted: bool,
                 out: list[Message]) -> None:
-        """Row ``row`` was inserted at (or deleted from) position ``at``: re-run the attempts
-        it may change and output the difference."""
+        """Rows of the order keys ``news`` (sorted) were inserted, the first at position
+        ``at`` (or one was deleted from there): re-run the attempts they may change and
+        output the difference."""
         rows, recs, reaching = ks
-        kk = row[:3]
-        s_k = row[_START]
+        kk, last_k = news[0], news[-1]
+        s_k = kk[0]
         within = self.within
         # the earliest attempt that read the row's place or wanted a row there: one that
         # read past its first row or wanted more (the others read only their own row)
@@ -405,10 +426,13 @@ class Detect(Processor):
             r = rows[pos]
             rec = recs.get(r[_SEQ])
             if rec is not None:
-                if r[:3] > kk:
+                rk = r[:3]
+                if rk > last_k:
                     break  # the old attempt sequence from here on is the new one
-                if not (kk <= rec[_REACH] or (
-                        not deleted and rec[_WANTS] and s_k < r[_START] + within)):
+                # (the first change after the attempt's row is the one it may have read)
+                c = news[bisect_right(news, rk)] if len(news) > 1 else kk
+                if not (c <= rec[_REACH] or (
+                        not deleted and rec[_WANTS] and c[0] < r[_START] + within)):
                     # before the change and did not read it: as it was
                     pos = pos + 1 if rec[_END] is None else bisect_left(rows, rec[_END], pos) + 1
                     continue
