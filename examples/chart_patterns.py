@@ -9,9 +9,11 @@ parquet files in the order they arrive: a few ticks come in minutes late, in a l
 ``Stream.from_spark`` reads the files as a streaming DataFrame, one file per micro-batch, so
 cedar sees the ticks in that arrival order. Each pattern is a regular expression over kinds of
 ticks whose predicates read the match so far (``m["B"][-1]``: the last tick bound to ``B``).
-A match shows as soon as its ticks are there; when a late tick changes it, cedar retracts it
-and sends the corrected one, so the final matches are those of the ticks in time order
-(docs/patterns.md#detect).
+A match shows as soon as its ticks are there; when a later or late tick changes it, cedar
+retracts it and sends the corrected one (or none), so the final matches are those of the ticks
+in time order (docs/patterns.md#detect). The script prints them with their times, then how
+ACME's were shown and corrected: its V-bottom appears when its late low comes in, and a fall
+and rise that looks like a V is retracted when the late tick of a dip in the rise comes in.
 """
 
 from __future__ import annotations
@@ -52,8 +54,14 @@ V_BOTTOM = DOWN + UP
 # a rise, back down, a higher peak, back down, a lower shoulder, and the fall through the neck
 HEAD_AND_SHOULDERS = [30] * 3 + [-30] * 3 + [40] * 5 + [-40] * 5 + [20] * 3 + [-30] * 4
 #: symbol -> (tick number, the moves drawn from there)
-SHAPES = {"ACME": [(30, V_BOTTOM)], "GLOBEX": [(60, HEAD_AND_SHOULDERS)],
+# a fall and a rise that falls back half-way: no V-bottom, though it looks like one until
+# the tick of the dip (the 8th) comes in
+FALSE_V = DOWN + [40, 40, -30, 70, 40]
+SHAPES = {"ACME": [(30, V_BOTTOM), (100, FALSE_V)], "GLOBEX": [(60, HEAD_AND_SHOULDERS)],
           "INITECH": [(20, HEAD_AND_SHOULDERS), (120, V_BOTTOM)]}
+#: ticks that surely come late (besides some at random): the low of ACME's V-bottom, the dip
+#: of its false one
+LATE = {("ACME", 34), ("ACME", 107)}
 
 
 def ticks(minutes: int = 30, seed: int = 1987) -> list[dict]:
@@ -65,7 +73,7 @@ def ticks(minutes: int = 30, seed: int = 1987) -> list[dict]:
     for symbol in SYMBOLS:
         for i, px in enumerate(prices(symbol, rng, n)):
             at = OPEN + dt.timedelta(seconds=i * TICK_S + SYMBOLS.index(symbol))
-            late = rng.random() < 0.03
+            late = rng.random() < 0.03 or (symbol, i) in LATE
             lag = dt.timedelta(seconds=rng.randint(120, 180) if late else rng.randint(0, 3))
             rows.append({"ts": at, "symbol": symbol, "px": px / 100, "arrives": at + lag})
     return sorted(rows, key=lambda r: r["arrives"])
@@ -161,28 +169,27 @@ def main() -> None:
         out = query(source).collect(runtime="inline")  # drop runtime=: on Ray
     spark.stop()
 
-    print(f"{len(rows)} ticks of {', '.join(SYMBOLS)} from {at(to_us(rows, min))} to "
-          f"{at(to_us(rows, max))} UTC, in {files} files as they arrived ({late} ticks "
-          f"2-3 minutes late)\n")
-    retracted = [m for m in out if isinstance(m, Retract) and m.new_end == m.start]
-    shown = [m for m in out if isinstance(m, Insert)]
-    final = to_cht(out)
-    kept = {(s, p["symbol"], p["pattern"]) for s, _, p in final}
-    print("Matches, in time order (start to last tick):")
-    for start, end, p in sorted(final, key=lambda r: (r[0], r[2]["symbol"])):
+    first, last = min(r["ts"] for r in rows), max(r["ts"] for r in rows)
+    print(f"{len(rows)} ticks of {', '.join(SYMBOLS)} on {first:%Y-%m-%d} from {first:%H:%M:%S} "
+          f"to {last:%H:%M:%S} UTC,\nread as {files} files in the order they arrived: {late} "
+          f"ticks came 2 to 3 minutes late\n")
+    print("The matches (UTC, first tick to last):")
+    for start, end, p in sorted(to_cht(out), key=lambda r: (r[0], r[2]["symbol"])):
         print(f"  {at(start)} - {at(end - 1)}  {p['symbol']:<8} {p['pattern']:<19} "
               f"{p['detail']}")
-    withdrawn = {(m.start, m.payload["symbol"], m.payload["pattern"]) for m in retracted} - kept
-    print(f"\n{len(shown)} matches were shown as they formed; {len(retracted)} of them were "
-          f"retracted when a later or late tick changed them, and the corrected match sent")
-    for start, symbol, pattern in sorted(withdrawn):
-        print(f"  withdrawn for good: the {pattern} of {symbol} from {at(start)}")
-
-
-def to_us(rows: list[dict], pick) -> int:
-    """The first or last tick's time, in the engine's ticks (µs)."""
-    t = pick(r["ts"] for r in rows)
-    return (t - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+    print("\nACME's matches as cedar showed and corrected them, as the ticks came in:")
+    for m in out:
+        if isinstance(m, (Insert, Retract)) and m.payload["symbol"] == "ACME":
+            what = "shown    " if isinstance(m, Insert) else "retracted"
+            print(f"  {what} {at(m.start)} - {at(m.end - 1)}  {m.payload['pattern']:<19} "
+                  f"{m.payload['detail']}")
+    low, dip = (next(r for r in rows if r["symbol"] == symbol and r["ts"] == OPEN
+                     + dt.timedelta(seconds=i * TICK_S + SYMBOLS.index(symbol)))
+                for symbol, i in sorted(LATE))
+    print(f"ACME's low of {low['ts']:%H:%M:%S} ({low['px']:.2f}) came at "
+          f"{low['arrives']:%H:%M:%S}: until then there was no V, then a whole one.")
+    print(f"Its dip of {dip['ts']:%H:%M:%S} ({dip['px']:.2f}) came at {dip['arrives']:%H:%M:%S}"
+          f": the rise fell back there, so that was no V, and it was retracted.")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,11 @@ def test_chart_patterns_finds_the_shapes_drawn_in_whatever_order_the_ticks_arriv
     assert sorted((line.split()[3], line.split()[4]) for line in lines) == [
         ("ACME", "V-bottom"), ("GLOBEX", "head-and-shoulders"),
         ("INITECH", "V-bottom"), ("INITECH", "head-and-shoulders")], out
-    assert "ticks 2-3 minutes late" in out and "retracted when" in out
+    assert "ticks came 2 to 3 minutes late" in out
+    # ACME's false V: shown while its dip was late, retracted when the dip came
+    history = out.split("as the ticks came in:")[1].splitlines()
+    assert any(line.startswith("  retracted") for line in history), out
+    assert "so that was no V, and it was retracted" in out
     # the matches over the ticks read in time order, with no late tick: the same lines
     epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
     rows = sorted(({**r, "ts": (r["ts"] - epoch) // dt.timedelta(microseconds=1)}
