@@ -115,6 +115,7 @@ class Inspection(ShellState):
             records_in=counts["events_in"], records_out=counts["events_out"],
             out_cti=self.out_cti,
             in_ctis=None if proc is None or proc.in_ctis is None else list(proc.in_ctis),
+            in_ended=frozenset(proc.in_ended or ()) if proc is not None else frozenset(),
             source=None if proc is None or proc.stats is None else dict(proc.stats),
             dead_letters=len(proc.dead_letters) if proc is not None else 0,
             busy_s=self.busy_s, backpressured_s=self.backpressured_s, state_rows=state_rows,

@@ -41,6 +41,11 @@ PUBLISH_EVERY_S = 2.0
 STEP_TAGS = ("query", "step", "operator")
 INPUT_TAGS = (*STEP_TAGS, "input")
 
+#: ``collect()`` runs are named ``collect-<hex>`` (topology.running.deploy): their series
+#: share the query tag ``collect``, so that a driver running many of them on one cluster (a
+#: pooled actor hosts one after the other) does not add series with every run.
+COLLECT_PREFIX = "collect-"
+
 #: The source row accounting (``received = processed + dropped + adjusted +
 #: dead_lettered``) and the metric each field goes to.
 SOURCE_COUNTERS = {
@@ -75,6 +80,9 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("cedar_cti_lag_seconds", "gauge",
                "How far the step's output CTI is behind the CTI of this input (event-time "
                "seconds; grows while the step holds output back)", INPUT_TAGS),
+    MetricSpec("cedar_input_blocking", "gauge",
+               "1 on the input of a multi-input step whose CTI holds the step's CTI back "
+               "(the smallest of its open inputs), 0 on the others", INPUT_TAGS),
     *(MetricSpec(name, "counter", f"Source rows {what} (received = processed + dropped + "
                                   f"adjusted + dead_lettered)")
       for what, name in SOURCE_COUNTERS.items()),
@@ -107,6 +115,8 @@ class Reading:
     out_cti: int = MIN_TIME
     #: the CTI of each input port (None: the step has no CTI inputs, as a rows source)
     in_ctis: Sequence[int] | None = None
+    #: the input ports that ended before the others (they hold nothing back)
+    in_ended: frozenset[int] = frozenset()
     #: a source's row accounting (None: not a source)
     source: dict[str, int] | None = None
     dead_letters: int = 0
@@ -167,7 +177,8 @@ class StepMetrics:
 
     @property
     def tags(self) -> dict[str, str]:
-        return {"query": self.query, "step": self.step, "operator": self.operator}
+        query = "collect" if self.query.startswith(COLLECT_PREFIX) else self.query
+        return {"query": query, "step": self.step, "operator": self.operator}
 
     def publish(self, now: float | None = None) -> Reading:
         """Read the step's counters and set its metrics; returns the reading."""
@@ -197,10 +208,16 @@ class StepMetrics:
                 inc(name, r.source.get(what, 0), before.get(what, 0))
         if r.out_cti != MIN_TIME:
             m["cedar_current_output_watermark"].set(_seconds(r.out_cti), tags=tags)
-        for port, cti in enumerate(r.in_ctis or ()):
+        ctis = list(r.in_ctis or ())
+        open_ = [c for i, c in enumerate(ctis) if i not in r.in_ended]
+        holding = min(open_) if len(ctis) > 1 and open_ else None
+        for port, cti in enumerate(ctis):
+            t = {**tags, "input": str(port)}
+            if holding is not None:
+                blocking = port not in r.in_ended and cti == holding
+                m["cedar_input_blocking"].set(1.0 if blocking else 0.0, tags=t)
             if cti == MIN_TIME:
                 continue
-            t = {**tags, "input": str(port)}
             m["cedar_current_input_watermark"].set(_seconds(cti), tags=t)
             lag = 0.0 if r.out_cti == MIN_TIME else max(0.0, _seconds(cti - r.out_cti))
             m["cedar_cti_lag_seconds"].set(lag, tags=t)

@@ -68,10 +68,21 @@ def test_counters_go_out_as_increments_and_lag_per_input() -> None:
     assert _one(fakes["cedar_backpressured_time_ms_per_second"]) == pytest.approx(50.0)
     assert _one(fakes["cedar_idle_time_ms_per_second"]) == pytest.approx(850.0)
     assert _one(fakes["cedar_state_rows"]) == 9
+    assert _one(fakes["cedar_input_blocking"], input="1") == 1.0  # the join's slow side
+    assert _one(fakes["cedar_input_blocking"], input="0") == 0.0
     # tags: query, step, operator, input — never a key
     for fake in fakes.values():
         for key in fake.values:
             assert {t for t, _ in key} <= {"query", "step", "operator", "input"}
+
+
+def test_an_ended_input_blocks_nothing_and_collect_runs_share_their_series() -> None:
+    fakes = {m.name: _Fake() for m in METRICS}
+    m = StepMetrics("collect-1a2b3c4d", "union#2", "Union", read=Reading)
+    m._set(fakes, Reading(in_ctis=[2 * SECOND, 9 * SECOND], in_ended=frozenset({0})),
+           now=m._last_t + 1)
+    assert _one(fakes["cedar_input_blocking"], input="0") == 0.0
+    assert _one(fakes["cedar_input_blocking"], input="1", query="collect") == 1.0
 
 
 def test_a_source_exports_its_late_accounting() -> None:
