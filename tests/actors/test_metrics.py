@@ -197,3 +197,28 @@ def test_the_metrics_endpoint_serves_a_deployed_querys_counts(tmp_path: Path) ->
         for tags, _ in samples:
             assert set(tags) <= {"query", "step", "operator", "input"}
 
+
+
+# -- what a shell reads for its metrics (in-process, no Ray) ----------------------------------
+def test_a_checkpointed_shell_reports_counts_busy_time_and_its_checkpoint(tmp_path: Path) -> None:
+    from actors.shell import OperatorShell
+    from actors.stage_config import StageCheckpoint, StageConfig
+    from actors.wire import encode
+    from operators.events import Cti, Insert
+    from operators.publish import Publish
+
+    shell = OperatorShell()
+    shell.configure(StageConfig(step="sink", query="q", factory=lambda: Publish("sink"),
+                                checkpoint=StageCheckpoint(str(tmp_path), "q", sink=True)))
+    batch = [Insert(i, i * SECOND, i * SECOND + 1, {"v": i}) for i in range(50)]
+    shell.push(0, encode([*batch, Cti(50 * SECOND)]))  # type: ignore[arg-type]
+    shell.barrier(0, 1)
+    r = shell._metrics_reading()
+    assert (r.records_in, r.out_cti, r.checkpoints) == (51, 50 * SECOND, 1)
+    assert r.checkpoint_bytes is not None and r.checkpoint_bytes > 0
+    assert r.checkpoint_ms is not None and r.checkpoint_ms >= 0
+    assert r.busy_s > 0 and r.state_rows is not None
+    assert shell.metrics is not None and shell.metrics.tags == {
+        "query": "q", "step": "sink", "operator": "Publish"}
+    shell.reset()
+    assert shell.metrics is None  # the step went: the publisher no longer reads it
