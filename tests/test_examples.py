@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _module(name: str):
     spec = importlib.util.spec_from_file_location(name, REPO / "examples" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
