@@ -59,6 +59,7 @@ Predicates and measures must be deterministic (they are called again to recomput
 
 from __future__ import annotations
 
+import copy
 import itertools
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Iterator, Mapping
@@ -68,7 +69,8 @@ from typing import Any
 
 import numpy as np
 
-from .columns import Columns
+from .columns import Columns, apply_columns
+from .detect_columns import Automaton, ColumnKey, ColumnState, TooLarge, bind, key_runs
 from .events import MAX_TIME, FreshId, Insert, Message, Retract
 from .expr import Expr, NotElementwise, evaluate, trace, truthy
 from .group_apply import group_key
@@ -138,7 +140,7 @@ class Detect(Processor):
     first open attempt it makes final, O(log keys) each."""
 
     _state_fields = ("keys", "ids", "seq", "minted", "touched", "wake", "woken", "fronts",
-                     "front_of")
+                     "front_of", "cols")
 
     def __init__(self, pattern: str, define: Mapping[str, Callable[[Any, Any], Any]] | None = None,
                  *, within: Any = None, measures: Callable[[Any], Any] | None = None,
@@ -210,11 +212,20 @@ class Detect(Processor):
         #: ``front_of[key]`` is its start (the output CTI is held back to the least)
         self.fronts: list[tuple[int, int, Hashable]] = []
         self.front_of: dict[Hashable, int] = {}
+        #: the keys in the column mode (:mod:`operators.detect_columns`): never a key of
+        #: ``keys`` too
+        self.cols = ColumnState()
+        #: the automaton of the column mode, made when first needed (False: the pattern
+        #: has none)
+        self._automaton: Automaton | bool | None = None
+        self._opens: dict[int, bool] = {}
 
     # -- messages -----------------------------------------------------------------------------
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
         eid, start, _, payload = msg
         out: list[Message] = []
+        if self.cols.keys:
+            self._to_rows()
         self._insert(eid, start, payload, 0, out)
         return out
 
@@ -226,7 +237,12 @@ class Detect(Processor):
         per batch, not once per row). The output is the difference the inserts one by one
         would make in all."""
         out: list[Message] = []
-        bits = self.decided(msg)
+        decided = self._decided(msg)
+        if not self.keys and decided is not None and self._columns(msg, decided, out):
+            return out
+        if self.cols.keys:
+            self._to_rows()
+        bits = None if decided is None else decided.tolist()
         ids, starts, payloads = msg.ids.tolist(), msg.starts.tolist(), msg.payloads()
         add = self._add
         news: dict[Hashable, list[tuple[Any, ...]]] = {}
@@ -257,6 +273,10 @@ class Detect(Processor):
         """The ``bits`` of each row of a column batch (see :data:`Row`): the predicates that
         trace column-wise, evaluated on the whole batch where that is exact for its values
         (:func:`operators.expr.evaluate`); None when none is."""
+        bits = self._decided(msg)
+        return None if bits is None else bits.tolist()
+
+    def _decided(self, msg: Columns) -> np.ndarray | None:
         n = len(msg)
         bits = None
         for sym, expr in enumerate(self.columnwise()):
@@ -269,7 +289,226 @@ class Detect(Processor):
                 # whose truth numpy does not give as Python does)
             column = (truthy(values).astype(np.int64) * 2 + 1) << (2 * sym)
             bits = column if bits is None else bits | column
-        return None if bits is None else bits.tolist()
+        return bits
+
+    # -- the column mode (operators/detect_columns.py) ------------------------------------------
+    def automaton(self) -> Automaton | None:
+        """The automaton of the pattern over symbol masks, or None (a repetition of what can
+        match no row, or too many states)."""
+        if self._automaton is None:
+            try:
+                self._automaton = (Automaton(self.program) if self.program.registers == 0
+                                   else False)
+            except TooLarge:
+                self._automaton = False
+        return self._automaton if isinstance(self._automaton, Automaton) else None
+
+    def _columns(self, msg: Columns, decided: np.ndarray, out: list[Message]) -> bool:
+        """A column batch in the column mode, when every predicate was decided for it, the
+        key is a column of ints and each key's rows come after its rows so far, in strictly
+        increasing start order; False (nothing done) otherwise."""
+        auto = self.automaton()
+        n = len(msg)
+        if auto is None or not n:
+            return False
+        masks = np.zeros(n, dtype=np.int64)
+        for sym, pred in enumerate(self.preds):
+            if pred is None:
+                masks |= 1 << sym
+            elif sym >= _DECIDED_MOST or not (decided[0] >> 2 * sym) & 1:
+                return False  # (a batch is decided for a predicate or not at all)
+            else:
+                masks |= ((decided >> (2 * sym + 1)) & 1) << sym
+        keys = None
+        if self.key is not None:
+            keys = apply_columns(self.key, msg)
+            if not isinstance(keys, np.ndarray) or keys.shape != (n,) or \
+                    keys.dtype.kind not in "iub":
+                return False
+        runs = key_runs(keys, msg.starts)
+        if runs is None:
+            return False
+        order, names, bounds = runs
+        cols = self.cols
+        starts = msg.starts[order].tolist()
+        for x, k in enumerate(names):
+            ck = cols.keys.get(k)
+            if ck is not None and ck.starts[-1] >= starts[bounds[x]]:
+                return False
+        first = self.seq
+        self.seq += n
+        cols.add_batch(first, msg)
+        masks_l = masks[order].tolist()
+        seqs = (order + first).tolist()
+        ids = msg.ids[order].tolist()
+        within, touched = self.within, self.touched
+        for x, k in enumerate(names):
+            a, b = bounds[x], bounds[x + 1]
+            ck = cols.keys.get(k)
+            if ck is None:
+                ck = cols.keys[k] = ColumnKey()
+            touched.add(k)
+            p = len(ck.starts)
+            s_new = starts[a]
+            for g in ck.open:  # the first attempt that wanted a row where the new ones are
+                at = bisect_left(ck.seqs, g)
+                if ck.starts[at] + within > s_new:
+                    p = at
+                    break
+            ck.starts += starts[a:b]
+            ck.masks += masks_l[a:b]
+            ck.seqs += seqs[a:b]
+            ck.ids += ids[a:b]
+            self._rerun(ck, p, auto, out)
+        return True
+
+    def _rerun(self, ck: ColumnKey, p: int, auto: Automaton, out: list[Message]) -> None:
+        """Run the attempts of a column key from row ``p`` (an attempt's first row) to its
+        last row again; output the difference."""
+        starts, masks, seqs = ck.starts, ck.masks, ck.seqs
+        attempts = ck.attempts
+        g_p = seqs[p]
+        cut = len(attempts)
+        while cut and attempts[cut - 1][0] >= g_p:
+            cut -= 1
+        old = {r[0]: r[4] for r in attempts[cut:] if r[4] is not None}
+        del attempts[cut:]
+        opens, start_state, step, run = self._opens, auto.start, auto.step, auto.run
+        within, final = self.within, self.final
+        n, last = len(starts), starts[-1]
+        still: list[int] = []
+        pos = p
+        while pos < n:
+            m = masks[pos]
+            can = opens.get(m)
+            if can is None:
+                can = opens[m] = step(start_state, m) != (0, False)
+            if not can:
+                pos += 1
+                continue  # (it reads its row and fails: no record)
+            j = bisect_left(starts, starts[pos] + within, pos)
+            end, reach, wants = run(masks, pos, j)
+            if end is None and reach == pos and not wants:
+                pos += 1
+                continue
+            g = seqs[pos]
+            o = None if end is None else self._measured(ck, pos, end)
+            rec = [g, None if end is None else seqs[end], seqs[reach], wants, o]
+            if not final:
+                prev = old.pop(g, None)
+                if prev is not None:
+                    if o is not None and _same(prev, o):
+                        rec[4] = o = prev
+                    else:
+                        self._retract(prev, out)
+                if o is not None and o is not prev:
+                    oid = self._mint()
+                    rec[4] = (*o[:3], oid)
+                    out.append(_new(Insert, (oid, *o[:3])))
+            attempts.append(rec)
+            if wants and starts[pos] + within > last:
+                still.append(g)
+            pos = pos + 1 if end is None else end + 1
+        if not final:
+            for prev in old.values():
+                self._retract(prev, out)
+        ck.open = still
+
+    def _measured(self, ck: ColumnKey, i: int, e: int) -> tuple[Any, ...]:
+        """The output of the match of a column key's rows ``i .. e``: ``(start, end,
+        payload, None)``."""
+        syms = bind(self.program, ck.masks, i, e)
+        payload = self.cols.payload
+        rows = [payload(g) for g in ck.seqs[i:e + 1]]
+        bound = {name: tuple(p for p, s in zip(rows, syms) if s == sym)
+                 for name, sym in self.index.items()}
+        result = bound if self.measures is None else self.measures(bound)
+        return (ck.starts[i], ck.starts[e] + 1, result, None)
+
+    def _settle_columns(self, k: Hashable, ck: ColumnKey, time: int,
+                        out: list[Message]) -> None:
+        """:meth:`_settle` for a key in the column mode."""
+        starts, seqs, attempts = ck.starts, ck.seqs, ck.attempts
+        within = self.within
+        pos, ai, n = 0, 0, len(starts)
+        while pos < n:
+            rp = bisect_left(seqs, attempts[ai][0], pos) if ai < len(attempts) else n
+            if rp > pos:  # attempts that read only their own row
+                q = bisect_left(starts, time, pos, rp)
+                pos = q
+                if q < rp or rp == n:
+                    break
+            rec = attempts[ai]
+            if starts[bisect_left(seqs, rec[2], pos)] >= time or (
+                    rec[3] and starts[pos] + within > time):
+                break
+            if rec[1] is None:
+                pos += 1
+            else:
+                if self.final:
+                    o = rec[4]
+                    out.append(_new(Insert, (self._mint(), o[0], o[1], o[2])))
+                pos = bisect_left(seqs, rec[1], pos) + 1
+            ai += 1
+        if pos:
+            del starts[:pos], ck.masks[:pos], seqs[:pos], ck.ids[:pos], attempts[:ai]
+            if seqs:
+                ck.open = [g for g in ck.open if g >= seqs[0]]
+        if not starts:
+            del self.cols.keys[k]
+            self.front_of.pop(k, None)
+            self.woken.pop(k, None)
+            return
+        if attempts and attempts[0][0] == seqs[0]:
+            rec = attempts[0]
+            at = starts[bisect_left(seqs, rec[2])] + 1
+            if rec[3] and starts[0] + within > at:
+                at = starts[0] + within
+        else:
+            at = starts[0] + 1
+        self._schedule(k, at, starts[0])
+
+    def _to_rows(self) -> None:
+        """Move every key of the column mode into the per-row state (the rows as
+        :data:`Row` s, each attempt's record, the ids)."""
+        cols = self.cols
+        named: list[tuple[int, Hashable, Hashable, tuple[Any, ...]]] = []
+        decided = [(sym, pred is not None) for sym, pred in enumerate(self.preds)]
+        for k, ck in cols.keys.items():
+            rows: list[Row] = []
+            for start, mask, g, eid in zip(ck.starts, ck.masks, ck.seqs, ck.ids):
+                p = cols.payload(g)
+                tie = repr(p) if self.tie is None else (self.tie(p), repr(p))
+                bits = 0
+                for sym, has in decided:
+                    if has:
+                        bits |= ((mask >> sym & 1) << 1 | 1) << 2 * sym
+                rows.append((start, tie, g, eid, p, bits))
+                named.append((g, eid, k, rows[-1][:3]))
+            seqs = ck.seqs
+            recs: dict[int, list[Any]] = {}
+            reaching: dict[int, tuple[Any, ...]] = {}
+            pos, ai, n = 0, 0, len(rows)
+            while pos < n:
+                g = seqs[pos]
+                if ai < len(ck.attempts) and ck.attempts[ai][0] == g:
+                    rec = ck.attempts[ai]
+                    ai += 1
+                    end = None if rec[1] is None else bisect_left(seqs, rec[1], pos)
+                    reach = bisect_left(seqs, rec[2], pos)
+                    recs[g] = [None if end is None else rows[end][:3], rows[reach][:3],
+                               rec[3], rec[4]]
+                    if rec[3] or reach != pos:
+                        reaching[g] = rows[pos][:3]
+                    pos = pos + 1 if end is None else end + 1
+                else:
+                    recs[g] = [None, rows[pos][:3], False, None]
+                    pos += 1
+            self.keys[k] = [rows, recs, reaching]
+        named.sort(key=lambda t: t[0])
+        for _, eid, k, kk in named:
+            self.ids[eid] = (k, kk)
+        self.cols = ColumnState()
 
     def _insert(self, eid: Hashable, start: int, payload: Any, bits: int,
                 out: list[Message]) -> None:
@@ -302,6 +541,8 @@ class Detect(Processor):
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
         if msg.new_end != msg.start:
             return []  # a lifetime correction: the row stays (its start and payload are kept)
+        if self.cols.keys:
+            self._to_rows()
         entry = self.ids.get(msg.id)
         if entry is None or entry[1][0] != msg.start:
             return []
@@ -335,6 +576,8 @@ class Detect(Processor):
                 visit.add(k)
         for k in visit:
             self._settle(k, time, out)
+        if self.cols.batches:
+            self.cols.drop_batches()
         fronts, front_of = self.fronts, self.front_of
         while fronts and front_of.get(fronts[0][2]) != fronts[0][0]:
             heappop(fronts)  # (an entry of a key that moved on or went)
@@ -348,6 +591,10 @@ class Detect(Processor):
         becomes final."""
         ks = self.keys.get(k)
         if ks is None:
+            ck = self.cols.keys.get(k)
+            if ck is not None:
+                self._settle_columns(k, ck, time, out)
+                return
             self.front_of.pop(k, None)
             self.woken.pop(k, None)
             return
@@ -379,21 +626,25 @@ class Detect(Processor):
             self.woken.pop(k, None)
             return
         first = rows[0]
-        at = _final_at(recs[first[_SEQ]], first, within)
+        self._schedule(k, _final_at(recs[first[_SEQ]], first, within), first[_START])
+
+    def _schedule(self, k: Hashable, at: int, front: int) -> None:
+        """Visit key ``k`` again at ``Cti(at)`` (its first open attempt is final then); its
+        first row starts at ``front``."""
         if self.woken.get(k) != at:
             self.woken[k] = at
             heappush(self.wake, (at, self.seq, k))
             self.seq += 1
-        if self.front_of.get(k) != first[_START]:
-            self.front_of[k] = first[_START]
-            heappush(self.fronts, (first[_START], self.seq, k))
+        if self.front_of.get(k) != front:
+            self.front_of[k] = front
+            heappush(self.fronts, (front, self.seq, k))
             self.seq += 1
 
     def finish(self) -> list[Message]:
         """End of input: no row can come or go any more, so every attempt is final (in final
         mode its match is output now), and the output CTI catches up with the input's."""
         out: list[Message] = []
-        for k in list(self.keys):
+        for k in [*self.keys, *self.cols.keys]:
             self._settle(k, MAX_TIME, out)
         out.extend(self.emit_cti(self.in_cti))
         return out
@@ -554,11 +805,19 @@ class Detect(Processor):
 
     def state_size(self) -> int:
         """Rows held: those from each key's first attempt that is not final yet."""
-        return sum(len(ks[0]) for ks in self.keys.values())
+        return sum(len(ks[0]) for ks in self.keys.values()) + sum(
+            len(ck.starts) for ck in self.cols.keys.values())
 
     def _check(self) -> None:
         """Every key's records are what the attempts from scratch give over its rows: one per
-        row not inside a match, none inside."""
+        row not inside a match, none inside (the column mode's keys: in a copy moved into
+        the per-row state, which checks the automaton's records against the program's)."""
+        if self.cols.keys:
+            assert not self.keys, "a key in both modes"
+            probe = copy.deepcopy(self)
+            probe._to_rows()
+            probe._check()
+            return
         held: set[tuple[Any, Any]] = set()
         for k, (rows, recs, reaching) in self.keys.items():
             assert rows, f"key {k!r} holds no rows"

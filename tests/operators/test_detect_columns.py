@@ -23,7 +23,7 @@ from operators.errors import OperatorError
 from operators.events import Cti, Insert, Message, Retract
 from operators.expr import col
 from tests.kit import PROPERTY, physical_streams
-from tests.operators.test_detect import detect_cases
+from tests.operators.test_detect import detect_cases, patterns
 
 
 def consolidated(out: list[Message]) -> Counter[tuple[Any, ...]]:
@@ -138,6 +138,57 @@ def test_column_expressions_and_payload_functions_mixed_with_match_readers(
     _compare(make, widened, cuts, restore_at, payload)
 
 
+@st.composite
+def in_order_streams(draw):
+    """Mostly point events in start order (a source in time order) with CTIs behind them,
+    now and then a late insert or a deletion (which move detect out of the column mode)."""
+    t, cti, n = 0, 0, 0
+    live: dict[str, Insert] = {}
+    out: list[Message] = []
+    for _ in range(draw(st.integers(0, 60))):
+        kind = draw(st.sampled_from(["row"] * 12 + ["cti"] * 3 + ["late", "delete"]))
+        if kind == "row":
+            t += draw(st.integers(0, 2))
+            m = Insert(f"e{n}", t, t + 1, draw(st.integers(0, 5)))
+        elif kind == "late":
+            s0 = draw(st.integers(cti, t))
+            m = Insert(f"e{n}", s0, s0 + 1, draw(st.integers(0, 5)))
+        elif kind == "delete":
+            gone = sorted(i for i, e in live.items() if e.start >= cti)
+            if not gone:
+                continue
+            e = live.pop(draw(st.sampled_from(gone)))
+            out.append(Retract(e.id, e.start, e.end, e.start, e.payload))
+            continue
+        else:
+            cti = max(cti, t - draw(st.integers(0, 4)))
+            out.append(Cti(cti))
+            continue
+        n += 1
+        live[m.id] = m
+        out.append(m)
+    out.append(Cti(t + 1))
+    return out
+
+
+@PROPERTY
+@given(stream=in_order_streams(), pattern=patterns(3),
+       kinds=st.lists(st.sampled_from(["any", "even", "big", "small"]), min_size=3,
+                      max_size=3),
+       within=st.integers(1, 12), keyed=st.booleans(),
+       emit=st.sampled_from(["speculative", "final"]),
+       cuts=st.lists(st.integers(0, 60), max_size=6), restore_at=st.integers(0, 6))
+def test_the_column_mode_gives_the_per_event_output(stream, pattern, kinds, within, keyed,
+                                                     emit, cuts, restore_at):
+    #   every predicate of the payload only (the column mode's automaton), in order input
+    tests = {"even": lambda p, m: p % 2 == 0, "big": lambda p, m: p >= 3,
+             "small": lambda p, m: p <= 2}
+    define = {s: tests[k] for s, k in zip("ABC", kinds) if k != "any" and s in pattern}
+    key = (lambda p: p % 2) if keyed else None
+    _compare(lambda: Detect(pattern, define, within=within, key=key, emit=emit), stream, cuts,
+             restore_at)
+
+
 def test_which_predicates_run_column_wise():
     op = Detect("A B C D E", {
         "A": lambda p, m: p["v"] < 10,                  # a column expression of the payload
@@ -161,14 +212,20 @@ def test_a_batch_whose_values_do_not_run_column_wise_runs_per_row_and_raises_the
             Detect("A", define, within=5).process(msgs)
 
 
-def test_a_long_run_that_never_completes_is_read_once_per_row():
-    #   'A B+ C' within 1000, a b b b ... (no c): each new b re-runs the attempt from a, but
-    #   finding it is one look at the attempts that read past their row, not a walk back
-    op = Detect("A B+ C", {"A": col("v") == 0, "B": col("v") == 1, "C": col("v") == 2},
-                within=1000)
+def test_a_long_run_that_never_completes_is_read_once_per_batch():
+    #   'A B+ C' within 1000, a b b b ... (no c), in batches of 100 (column mode) and as
+    #   inserts: the attempt from a is the one open attempt; inserts find it by a look at the
+    #   attempts that read past their row (no walk back over within)
+    define = {"A": col("v") == 0, "B": col("v") == 1, "C": col("v") == 2}
+    op = Detect("A B+ C", define, within=1000)
     n = 500
     v = np.ones(n, dtype=np.int64)
     v[0] = 0
-    op.process([Columns(np.arange(n), np.arange(n), None, {"v": v})])
+    for a in range(0, n, 100):
+        op.process([Columns(np.arange(a, a + 100), np.arange(a, a + 100), None,
+                            {"v": v[a:a + 100]})])
     op._check()
-    assert op.state_size() == n and len(op.keys[None][2]) == 1
+    assert op.state_size() == n and op.cols.keys[None].open == [0]
+    rows = Detect("A B+ C", define, within=1000)
+    rows.process([Insert(t, t, t + 1, {"v": int(v[t])}) for t in range(n)])
+    assert rows.state_size() == n and len(rows.keys[None][2]) == 1

@@ -1,0 +1,225 @@
+"""The column mode of ``detect``: rows kept as columns per key and matched over symbol codes.
+
+While every predicate of a ``detect`` is decided column-wise (:meth:`Detect.decided
+<operators.detect.Detect.decided>`) and each key's rows come in start order (each later than
+the key's rows so far, as a source in time order gives them), a column batch is matched
+without a Python value per row: each row is a *symbol mask* (bit ``s`` set when symbol ``s``
+may bind it), and an attempt runs a lazily built deterministic automaton over the masks
+(:class:`Automaton`). Payloads are read only for the rows of a match (its measures), from the
+batches they came in.
+
+The automaton is the backtracking program run as a Pike VM: a state is the program's waiting
+symbol instructions in order of preference; a step reads a row and keeps, in order, the
+threads the row lets on, cutting the less preferred ones when a thread reaches ``MATCH``. It
+finds the match the backtracking finds, reads the same rows and wants the same rows (the
+threads it steps past a match are the ones the backtracking tries before it), so an attempt's
+record (how far it read, whether it wanted more, its match) is the per-row path's. The rows a
+match binds to each symbol come from the backtracking program over the masks, run once per
+match.
+
+Anything else -- an insert or a deletion, a row out of order, a batch whose predicates run per
+row -- moves every key into the per-row state (:meth:`ColumnState.rows_of`), which then goes
+on as before; the column mode comes back once no key holds rows.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import numpy as np
+
+from .columns import Columns, row_at
+from .pattern import JMP, MATCH, SPLIT, SYM, Program
+
+#: States beyond this (a pattern with large counted repetitions) leave the column mode.
+MAX_STATES = 4_096
+
+
+class TooLarge(Exception):
+    """The automaton would have more than :data:`MAX_STATES` states."""
+
+
+class Automaton:
+    """The deterministic automaton of a :class:`~operators.pattern.Program` without progress
+    registers, over symbol masks, its states made as rows need them.
+
+    ``step(state, mask) -> (state, matched)``: ``matched`` when a thread reached ``MATCH``
+    after reading the row (the match so far then ends at it); state 0 is dead (no thread)."""
+
+    def __init__(self, program: Program) -> None:
+        assert program.registers == 0
+        self.code = program.code
+        self.states: list[tuple[int, ...]] = []
+        self.ids: dict[tuple[int, ...], int] = {}
+        self.moves: list[dict[int, tuple[int, bool]]] = []
+        self._id(())
+        threads, _ = self._closure([0], initial=True)
+        self.start = self._id(threads)
+
+    def _id(self, threads: tuple[int, ...]) -> int:
+        sid = self.ids.get(threads)
+        if sid is None:
+            if len(self.states) >= MAX_STATES:
+                raise TooLarge
+            sid = self.ids[threads] = len(self.states)
+            self.states.append(threads)
+            self.moves.append({})
+        return sid
+
+    def _closure(self, pcs: list[int], initial: bool = False) -> tuple[tuple[int, ...], bool]:
+        """The symbol instructions reached from ``pcs`` (in order of preference) without
+        reading a row, and whether ``MATCH`` was reached (the less preferred are then cut);
+        at the first row ``MATCH`` is no match (a match is never empty)."""
+        code = self.code
+        out: list[int] = []
+        seen: set[int] = set()
+
+        def add(pc: int) -> bool:
+            if pc in seen:
+                return False
+            seen.add(pc)
+            op, a, b = code[pc]
+            if op == SYM:
+                out.append(pc)
+                return False
+            if op == JMP:
+                return add(a)
+            if op == SPLIT:
+                return add(a) or add(b)
+            assert op == MATCH
+            return not initial
+
+        for pc in pcs:
+            if add(pc):
+                return tuple(out), True
+        return tuple(out), False
+
+    def step(self, state: int, mask: int) -> tuple[int, bool]:
+        move = self.moves[state].get(mask)
+        if move is None:
+            code = self.code
+            ahead = [pc + 1 for pc in self.states[state] if mask >> code[pc][1] & 1]
+            threads, matched = self._closure(ahead)
+            move = self.moves[state][mask] = (self._id(threads), matched)
+        return move
+
+    def run(self, masks: list[int], i: int, j: int) -> tuple[int | None, int, bool]:
+        """The attempt from row ``i`` over rows ``i .. j - 1``: the last row of its match or
+        None, the last row it read, whether it wanted row ``j``."""
+        state, pos, end, step = self.start, i, None, self.step
+        while True:
+            if pos == j:
+                return end, pos - 1, True
+            state, matched = step(state, masks[pos])
+            pos += 1
+            if matched:
+                end = pos - 1
+            if not state:
+                return end, pos - 1, False
+
+
+def bind(program: Program, masks: list[int], i: int, e: int) -> list[int]:
+    """The symbol bound to each row of the match from row ``i`` to row ``e``: the
+    backtracking program over the masks, rows up to ``e`` (the preferred match found up to
+    there is the one that ends at ``e``)."""
+    code = program.code
+    stack: list[tuple[int, int, int]] = []
+    syms: list[int] = []
+    pc, pos, j = 0, i, e + 1
+    while True:
+        op, a, b = code[pc]
+        if op == SYM:
+            if pos < j and masks[pos] >> a & 1:
+                syms.append(a)
+                pos += 1
+                pc += 1
+                continue
+        elif op == SPLIT:
+            stack.append((b, pos, len(syms)))
+            pc = a
+            continue
+        elif op == JMP:
+            pc = a
+            continue
+        elif op == MATCH and pos > i:
+            assert pos == j, "the match ends where the automaton found it"
+            return syms
+        assert stack, "the automaton found a match"
+        pc, pos, n = stack.pop()
+        del syms[n:]
+
+
+class ColumnKey:
+    """One key's rows in the column mode, in order: ``starts``, ``masks``, ``seqs`` (arrival
+    numbers: where a row's payload is, see :class:`ColumnState`), ``ids``; ``attempts``, in
+    order, the attempts that read past their row, wanted more or matched, each
+    ``[seq, last seq of its match or None, last seq read, wants, output or None]`` (every
+    other row not inside a match is an attempt that read only its own row and failed);
+    ``open``: the seqs of the attempts that wanted more rows than the key has."""
+
+    __slots__ = ("attempts", "ids", "masks", "open", "seqs", "starts")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.masks: list[int] = []
+        self.seqs: list[int] = []
+        self.ids: list[Any] = []
+        self.attempts: list[list[Any]] = []
+        self.open: list[int] = []
+
+
+class ColumnState:
+    """Every key's :class:`ColumnKey` and the batches their payloads are in (by the arrival
+    number of each batch's first row)."""
+
+    def __init__(self) -> None:
+        self.keys: dict[Hashable, ColumnKey] = {}
+        self.batches: dict[int, Columns] = {}
+        self.firsts: list[int] = []
+
+    def payload(self, seq: int) -> Any:
+        first = self.firsts[bisect_left(self.firsts, seq + 1) - 1]
+        return row_at(self.batches[first].payload, seq - first)
+
+    def add_batch(self, first: int, msg: Columns) -> None:
+        self.batches[first] = msg
+        self.firsts.append(first)
+
+    def drop_batches(self) -> None:
+        """Forget the batches no held row is in."""
+        least = min((ck.seqs[0] for ck in self.keys.values()), default=None)
+        while self.firsts and (least is None or (len(self.firsts) > 1
+                                                 and self.firsts[1] <= least)):
+            del self.batches[self.firsts.pop(0)]
+            if least is None and not self.firsts:
+                break
+
+
+def key_runs(keys: np.ndarray | None, starts: np.ndarray) -> tuple[
+        np.ndarray, list[Any], list[int]] | None:
+    """The batch's rows grouped by key: the order, each run's key and where each run
+    begins (and the end); None when a key's rows are not in strictly increasing start
+    order in the batch."""
+    n = len(starts)
+    if keys is None:
+        order = np.arange(n)
+        bounds = [0, n]
+        names: list[Any] = [None]
+    else:
+        order = np.argsort(keys, kind="stable")
+        sk = keys[order]
+        cut = np.flatnonzero(sk[1:] != sk[:-1]) + 1
+        bounds = [0, *cut.tolist(), n]
+        names = sk[bounds[:-1]].tolist()
+    s = starts[order]
+    later = s[1:] > s[:-1]
+    if keys is not None and len(bounds) > 2:
+        later[np.array(bounds[1:-1]) - 1] = True
+    if not later.all():
+        return None
+    return order, names, bounds
+
+
+Measure = Callable[[int, int, list[int]], tuple[Any, ...]]
