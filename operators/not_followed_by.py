@@ -71,8 +71,9 @@ class NotFollowedBy(Processor):
         self.kb: Callable[[Any], Any] = _any if on is None else field_getter(on[1])
         #: a's undecided events: id -> (start, payload, key)
         self.pending: dict[Hashable, tuple[int, Any, Hashable]] = {}
-        #: (start + within, start, id) of each pending event (stale entries skipped)
-        self.heap: list[tuple[int, int, Any]] = []
+        #: (start + within, start, n, id) of each pending event (stale entries skipped; ``n``
+        #: orders equal starts: ids need not be comparable)
+        self.heap: list[tuple[int, int, int, Any]] = []
         #: key -> the sorted starts of b's events that may still follow an a event
         self.bs: dict[Hashable, list[int]] = {}
         #: b's id -> (start, key) of the events in ``bs``
@@ -87,7 +88,8 @@ class NotFollowedBy(Processor):
         if port == 0:
             key = group_key(self.ka(msg.payload))
             self.pending[msg.id] = (msg.start, msg.payload, key)
-            heapq.heappush(self.heap, (self._due(msg.start), msg.start, msg.id))
+            heapq.heappush(self.heap, (self._due(msg.start), msg.start, self.seq, msg.id))
+            self.seq += 1
         else:
             key = group_key(self.kb(msg.payload))
             self.b_ids[msg.id] = (msg.start, key)
@@ -132,7 +134,7 @@ class NotFollowedBy(Processor):
         out: list[Message] = []
         heap, pending, bs = self.heap, self.pending, self.bs
         while heap and heap[0][0] <= time:
-            due, start, aid = heapq.heappop(heap)
+            due, start, _, aid = heapq.heappop(heap)
             entry = pending.get(aid)
             if entry is None or entry[0] != start:
                 continue  # deleted (or its id reused by a later event)
@@ -153,7 +155,7 @@ class NotFollowedBy(Processor):
         or before both the earliest pending a event and a's CTI (a later a event starts at
         its CTI or after)."""
         heap, pending = self.heap, self.pending
-        while heap and (pending.get(heap[0][2]) or (None,))[0] != heap[0][1]:
+        while heap and (pending.get(heap[0][3]) or (None,))[0] != heap[0][1]:
             heapq.heappop(heap)  # (deleted, or decided through another entry)
         floor = (self.in_ctis or [MIN_TIME])[0]
         if heap:
@@ -178,7 +180,7 @@ class NotFollowedBy(Processor):
         held = sorted(s for starts in self.bs.values() for s in starts)
         assert held == sorted(s for s, _ in self.b_ids.values()), "bs and b_ids disagree"
         live = {(s, aid) for aid, (s, _, _) in self.pending.items()}
-        assert live <= {(s, aid) for _, s, aid in self.heap}, "a pending event has no due"
+        assert live <= {(s, aid) for _, s, _, aid in self.heap}, "a pending event has no due"
         held_b = {(s, bid) for bid, (s, _) in self.b_ids.items()}
         assert held_b <= {(s, bid) for s, _, bid in self.b_heap}, "a b event cannot be freed"
 

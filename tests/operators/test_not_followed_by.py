@@ -96,3 +96,13 @@ def test_on_ray_it_is_the_definition(ray_session, inputs, within):
     q = Stream.from_events(a).not_followed_by(Stream.from_events(b), within=within,
                                               on=("k", "k"))
     assert_equivalent(q.collect(), ref.not_followed_by(to_cht(a), to_cht(b), within, _k, _k))
+
+
+def test_a_events_with_one_start_and_ids_that_do_not_compare():
+    #   two a events at 0 with ids of two types (an operator's FreshId beside a str): both kept
+    from operators.events import FreshId
+
+    op = NotFollowedBy(5)
+    op.process([Insert(FreshId(0, 0), 0, 1, "x"), Insert("y", 0, 1, "y"), Cti(9)], 0)
+    out = op.process([Cti(9)], 1)
+    assert sorted(m.payload for m in out if type(m) is Insert) == ["x", "y"]

@@ -62,9 +62,6 @@ def test_under_group_apply_and_beside_an_absence_too():
     assert {"partitions", "final", "restored"} <= set(report.runs)
 
 
-@pytest.mark.xfail(strict=True, reason="operators/not_followed_by.py orders its heap of a's "
-                   "events by (due, start, id): two a events with one start and FreshIds (any "
-                   "operator's output, e.g. a match retracted and sent again) raise TypeError")
 def test_an_absence_after_a_detect():
     def unconfirmed(s):
         bottoms = bottoms_per_group(s)
