@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .columns import Columns, row_at
+from .columns import Columns
 from .pattern import JMP, MATCH, SPLIT, SYM, Program
 
 #: States beyond this (a pattern with large counted repetitions) leave the column mode.
@@ -178,10 +178,24 @@ class ColumnState:
         self.keys: dict[Hashable, ColumnKey] = {}
         self.batches: dict[int, Columns] = {}
         self.firsts: list[int] = []
+        #: per batch read from, its payload columns as lists (``tolist()``: the values a
+        #: row holds, made at once for the batch rather than one numpy item at a time)
+        self.lists: dict[int, Any] = {}
 
     def payload(self, seq: int) -> Any:
+        """The payload of the row that came ``seq``-th."""
         first = self.firsts[bisect_left(self.firsts, seq + 1) - 1]
-        return row_at(self.batches[first].payload, seq - first)
+        lists = self.lists.get(first)
+        if lists is None:
+            lists = self.lists[first] = _lists(self.batches[first].payload)
+        i = seq - first
+        kind, values = lists
+        if kind is dict:
+            names, columns = values
+            return dict(zip(names, [c[i] for c in columns]))
+        if kind is tuple:
+            return tuple([c[i] for c in values])
+        return values[i]
 
     def add_batch(self, first: int, msg: Columns) -> None:
         self.batches[first] = msg
@@ -192,9 +206,20 @@ class ColumnState:
         least = min((ck.seqs[0] for ck in self.keys.values()), default=None)
         while self.firsts and (least is None or (len(self.firsts) > 1
                                                  and self.firsts[1] <= least)):
-            del self.batches[self.firsts.pop(0)]
+            first = self.firsts.pop(0)
+            del self.batches[first]
+            self.lists.pop(first, None)
             if least is None and not self.firsts:
                 break
+
+
+def _lists(payload: Any) -> tuple[type, Any]:
+    """Payload columns as Python lists (see :attr:`ColumnState.lists`)."""
+    if isinstance(payload, dict):
+        return dict, (list(payload), [c.tolist() for c in payload.values()])
+    if isinstance(payload, tuple):
+        return tuple, [c.tolist() for c in payload]
+    return object, payload.tolist()
 
 
 def key_runs(keys: np.ndarray | None, starts: np.ndarray) -> tuple[
