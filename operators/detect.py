@@ -418,10 +418,11 @@ class Detect(Processor):
         """The output of the match of a column key's rows ``i .. e``: ``(start, end,
         payload, None)``."""
         syms = bind(self.program, ck.masks, i, e)
-        payload = self.cols.payload
-        rows = [payload(g) for g in ck.seqs[i:e + 1]]
-        bound = {name: tuple(p for p, s in zip(rows, syms) if s == sym)
-                 for name, sym in self.index.items()}
+        rows = self.cols.payloads(ck.seqs[i:e + 1])
+        parts: list[list[Any]] = [[] for _ in self.index]
+        for p, s in zip(rows, syms):
+            parts[s].append(p)
+        bound = {name: tuple(part) for name, part in zip(self.index, parts)}
         result = bound if self.measures is None else self.measures(bound)
         return (ck.starts[i], ck.starts[e] + 1, result, None)
 

@@ -108,11 +108,13 @@ class Automaton:
     def run(self, masks: list[int], i: int, j: int) -> tuple[int | None, int, bool]:
         """The attempt from row ``i`` over rows ``i .. j - 1``: the last row of its match or
         None, the last row it read, whether it wanted row ``j``."""
-        state, pos, end, step = self.start, i, None, self.step
+        state, pos, end, moves = self.start, i, None, self.moves
         while True:
             if pos == j:
                 return end, pos - 1, True
-            state, matched = step(state, masks[pos])
+            mask = masks[pos]
+            move = moves[state].get(mask)
+            state, matched = self.step(state, mask) if move is None else move
             pos += 1
             if matched:
                 end = pos - 1
@@ -184,18 +186,30 @@ class ColumnState:
 
     def payload(self, seq: int) -> Any:
         """The payload of the row that came ``seq``-th."""
-        first = self.firsts[bisect_left(self.firsts, seq + 1) - 1]
-        lists = self.lists.get(first)
-        if lists is None:
-            lists = self.lists[first] = _lists(self.batches[first].payload)
-        i = seq - first
-        kind, values = lists
-        if kind is dict:
-            names, columns = values
-            return dict(zip(names, [c[i] for c in columns]))
-        if kind is tuple:
-            return tuple([c[i] for c in values])
-        return values[i]
+        return self.payloads([seq])[0]
+
+    def payloads(self, seqs: list[int]) -> list[Any]:
+        """The payloads of the rows that came ``seqs``-th (in increasing order)."""
+        out: list[Any] = []
+        firsts, at = self.firsts, 0
+        while at < len(seqs):
+            b = bisect_left(firsts, seqs[at] + 1) - 1
+            first = firsts[b]
+            upto = len(seqs) if b + 1 == len(firsts) else bisect_left(seqs, firsts[b + 1], at)
+            lists = self.lists.get(first)
+            if lists is None:
+                lists = self.lists[first] = _lists(self.batches[first].payload)
+            kind, values = lists
+            rows = [g - first for g in seqs[at:upto]]
+            if kind is dict:
+                names, columns = values
+                out += [dict(zip(names, [c[i] for c in columns])) for i in rows]
+            elif kind is tuple:
+                out += [tuple([c[i] for c in values]) for i in rows]
+            else:
+                out += [values[i] for i in rows]
+            at = upto
+        return out
 
     def add_batch(self, first: int, msg: Columns) -> None:
         self.batches[first] = msg
