@@ -218,6 +218,7 @@ class Detect(Processor):
         #: the automaton of the column mode, made when first needed (False: the pattern
         #: has none)
         self._automaton: Automaton | bool | None = None
+        self._table: np.ndarray | None = None
         self._opens: dict[int, bool] = {}
 
     # -- messages -----------------------------------------------------------------------------
@@ -339,6 +340,10 @@ class Detect(Processor):
         self.seq += n
         cols.add_batch(first, msg)
         masks_l = masks[order].tolist()
+        # the rows an attempt may get past (the others read their own row and fail), found
+        # for the whole batch at once where the symbols are few
+        table = self._opening(auto)
+        opening = None if table is None else np.flatnonzero(table[masks[order]])
         seqs = (order + first).tolist()
         ids = msg.ids[order].tolist()
         within, touched = self.within, self.touched
@@ -359,12 +364,30 @@ class Detect(Processor):
             ck.masks += masks_l[a:b]
             ck.seqs += seqs[a:b]
             ck.ids += ids[a:b]
-            self._rerun(ck, p, auto, out)
+            new = None
+            if opening is not None:
+                lo, hi = np.searchsorted(opening, (a, b))
+                new = (opening[lo:hi] + (len(ck.starts) - b)).tolist()
+            self._rerun(ck, p, auto, out, new, b - a)
         return True
 
-    def _rerun(self, ck: ColumnKey, p: int, auto: Automaton, out: list[Message]) -> None:
+    def _opening(self, auto: Automaton) -> np.ndarray | None:
+        """Per symbol mask, whether an attempt gets past a row of it (None: too many
+        symbols for a table)."""
+        names = len(self.program.names)
+        if names > 12:
+            return None
+        table = self._table
+        if table is None:
+            table = self._table = np.array(
+                [auto.step(auto.start, m) != (0, False) for m in range(1 << names)])
+        return table
+
+    def _rerun(self, ck: ColumnKey, p: int, auto: Automaton, out: list[Message],
+               new: list[int] | None = None, added: int = 0) -> None:
         """Run the attempts of a column key from row ``p`` (an attempt's first row) to its
-        last row again; output the difference."""
+        last row again; output the difference. ``new``: the rows an attempt gets past among
+        the ``added`` rows just added (None: found here)."""
         starts, masks, seqs = ck.starts, ck.masks, ck.seqs
         attempts = ck.attempts
         g_p = seqs[p]
@@ -377,19 +400,26 @@ class Detect(Processor):
         within, final = self.within, self.final
         n, last = len(starts), starts[-1]
         still: list[int] = []
-        pos = p
-        while pos < n:
-            m = masks[pos]
+        # the rows an attempt gets past (at the others it reads its own row and fails: no
+        # record)
+        old_end = n if new is None else n - added
+        candidates = []
+        for x in range(p, old_end):
+            m = masks[x]
             can = opens.get(m)
             if can is None:
                 can = opens[m] = step(start_state, m) != (0, False)
-            if not can:
-                pos += 1
-                continue  # (it reads its row and fails: no record)
+            if can:
+                candidates.append(x)
+        if new is not None:
+            candidates += new
+        cover = -1
+        for pos in candidates:
+            if pos <= cover:
+                continue
             j = bisect_left(starts, starts[pos] + within, pos)
             end, reach, wants = run(masks, pos, j)
             if end is None and reach == pos and not wants:
-                pos += 1
                 continue
             g = seqs[pos]
             o = None if end is None else self._measured(ck, pos, end)
@@ -408,7 +438,8 @@ class Detect(Processor):
             attempts.append(rec)
             if wants and starts[pos] + within > last:
                 still.append(g)
-            pos = pos + 1 if end is None else end + 1
+            if end is not None:
+                cover = end
         if not final:
             for prev in old.values():
                 self._retract(prev, out)
