@@ -28,6 +28,9 @@ locks):
 * **inspection** (:mod:`actors.inspection`, group ``"control"``, answered while data flows):
   stats, the output CHT, dead letters and late events, and a supervisor's vigil
   (:meth:`~actors.inspection.Inspection.until_failed`, group ``"watch"``).
+* **metrics** (:mod:`actors.metrics`): the step's counters exported through Ray's metrics
+  (records in/out, CTIs and their lag per input, busy time, state rows, checkpoints) by one
+  thread per process every few seconds; docs/operations.md lists them.
 * **process set-up** (:mod:`actors.process`): malloc, Arrow's pool, the collector, the
   imports of the first batch.
 """
