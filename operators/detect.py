@@ -238,8 +238,11 @@ class Detect(Processor):
         per batch, not once per row). The output is the difference the inserts one by one
         would make in all."""
         out: list[Message] = []
+        if not len(msg):
+            return out
         decided = self._decided(msg)
-        if not self.keys and decided is not None and self._columns(msg, decided, out):
+        if not self.keys and (decided is not None or not any(self.preds)) and \
+                self._columns(msg, decided, out):
             return out
         if self.cols.keys:
             self._to_rows()
@@ -304,7 +307,7 @@ class Detect(Processor):
                 self._automaton = False
         return self._automaton if isinstance(self._automaton, Automaton) else None
 
-    def _columns(self, msg: Columns, decided: np.ndarray, out: list[Message]) -> bool:
+    def _columns(self, msg: Columns, decided: np.ndarray | None, out: list[Message]) -> bool:
         """A column batch in the column mode, when every predicate was decided for it, the
         key is a column of ints and each key's rows come after its rows so far, in strictly
         increasing start order; False (nothing done) otherwise."""
@@ -316,7 +319,7 @@ class Detect(Processor):
         for sym, pred in enumerate(self.preds):
             if pred is None:
                 masks |= 1 << sym
-            elif sym >= _DECIDED_MOST or not (decided[0] >> 2 * sym) & 1:
+            elif decided is None or sym >= _DECIDED_MOST or not (decided[0] >> 2 * sym) & 1:
                 return False  # (a batch is decided for a predicate or not at all)
             else:
                 masks |= ((decided >> (2 * sym + 1)) & 1) << sym
@@ -343,7 +346,11 @@ class Detect(Processor):
         # the rows an attempt may get past (the others read their own row and fail), found
         # for the whole batch at once where the symbols are few
         table = self._opening(auto)
-        opening = None if table is None else np.flatnonzero(table[masks[order]])
+        opening: list[int] | None = None
+        if table is not None:
+            found = np.flatnonzero(table[masks[order]])
+            cuts = np.searchsorted(found, bounds).tolist()
+            opening = found.tolist()
         seqs = (order + first).tolist()
         ids = msg.ids[order].tolist()
         within, touched = self.within, self.touched
@@ -366,8 +373,8 @@ class Detect(Processor):
             ck.ids += ids[a:b]
             new = None
             if opening is not None:
-                lo, hi = np.searchsorted(opening, (a, b))
-                new = (opening[lo:hi] + (len(ck.starts) - b)).tolist()
+                shift = len(ck.starts) - b
+                new = [y + shift for y in opening[cuts[x]:cuts[x + 1]]]
             self._rerun(ck, p, auto, out, new, b - a)
         return True
 

@@ -201,11 +201,14 @@ class ColumnState:
                 lists = self.lists[first] = _lists(self.batches[first].payload)
             kind, values = lists
             rows = [g - first for g in seqs[at:upto]]
-            if kind is dict:
+            if kind is not object and not (values[1] if kind is dict else values):
+                out += [{} if kind is dict else () for _ in rows]  # (no columns)
+            elif kind is dict:
                 names, columns = values
-                out += [dict(zip(names, [c[i] for c in columns])) for i in rows]
+                out += [dict(zip(names, t))
+                        for t in zip(*[[c[i] for i in rows] for c in columns])]
             elif kind is tuple:
-                out += [tuple([c[i] for c in values]) for i in rows]
+                out += list(zip(*[[c[i] for i in rows] for c in values]))
             else:
                 out += [values[i] for i in rows]
             at = upto
