@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from operators.cht import to_cht, validate
 from operators.columns import Columns
 from operators.detect import Detect
+from operators.detect_columns import bind
 from operators.errors import OperatorError
 from operators.events import Cti, Insert, Message, Retract
 from operators.expr import col
@@ -229,3 +230,32 @@ def test_a_long_run_that_never_completes_is_read_once_per_batch():
     rows = Detect("A B+ C", define, within=1000)
     rows.process([Insert(t, t, t + 1, {"v": int(v[t])}) for t in range(n)])
     assert rows.state_size() == n and len(rows.keys[None][2]) == 1
+
+
+@PROPERTY
+@given(pattern=patterns(3), masks=st.lists(st.integers(0, 7), min_size=1, max_size=14),
+       within=st.integers(1, 16))
+def test_the_automaton_reads_and_matches_as_the_backtracking_program(pattern, masks, within):
+    #   rows whose payload is their symbol mask, row t at time t: every attempt's record (its
+    #   match, the last row it read, whether it wanted more) and the symbols of its match are
+    #   the program's
+    define = {s: (lambda p, m, bit=i: p >> bit & 1 == 1) for i, s in enumerate("ABC")
+              if s in pattern}
+    op = Detect(pattern, define, within=within)
+    auto = op.automaton()
+    if auto is None:
+        assert op.program.registers > 0
+        return
+    names = list(op.index)
+    codes = [sum((mask >> "ABC".index(s) & 1 or s not in define) << i
+                 for i, s in enumerate(names)) for mask in masks]
+    rows = [(t, "", t, t, mask, 0) for t, mask in enumerate(masks)]
+    for i in range(len(rows)):
+        rec = op._attempt(rows, i)
+        end, reach, wants = auto.run(codes, i, min(len(rows), i + within))
+        assert (None if rec[0] is None else rec[0][0], rec[1][0], rec[2]) == (end, reach, wants)
+        if end is not None:
+            syms = bind(op.program, codes, i, end)
+            bound = {s: tuple(masks[i + x] for x, k in enumerate(syms) if names[k] == s)
+                     for s in names}
+            assert rec[3][2] == bound
