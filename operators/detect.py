@@ -54,6 +54,15 @@ output is the difference. **State** is the rows from the first attempt that is n
 (rows more than ``within`` behind the CTI are freed), and per row the attempt's result: how
 far it read, whether it wanted more, its match.
 
+**Column batches** (``Columns``): a predicate that ignores the match and traces column-wise
+(``lambda p, m: p["v"] < 10``, or a column expression ``col("v") < 10``;
+:mod:`operators.expr`) is decided for the whole batch at once; one that reads the match is
+called per row. While every predicate is decided so and each key's rows come in start order,
+the rows stay columns and attempts run an automaton over symbol masks
+(:mod:`operators.detect_columns`); otherwise they go in as rows, each key's changed attempts
+re-run once per batch. The output is the per-event path's (its differences per batch and its
+CTIs), with less churn: a match that a later row of the same batch changes is sent once.
+
 Predicates and measures must be deterministic (they are called again to recompute a match).
 """
 
