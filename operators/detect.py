@@ -69,6 +69,7 @@ Predicates and measures must be deterministic (they are called again to recomput
 from __future__ import annotations
 
 import copy
+import gc
 import itertools
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Iterator, Mapping
@@ -250,9 +251,18 @@ class Detect(Processor):
         if not len(msg):
             return out
         decided = self._decided(msg)
-        if not self.keys and (decided is not None or not any(self.preds)) and \
-                self._columns(msg, decided, out):
-            return out
+        if not self.keys and (decided is not None or not any(self.preds)):
+            # (a batch makes many small objects that form no cycle -- a match's payloads,
+            # the records -- and the cyclic collector would scan them again and again: a
+            # third of the column mode's time; paused for the batch, as timeit does)
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                if self._columns(msg, decided, out):
+                    return out
+            finally:
+                if collecting:
+                    gc.enable()
         if self.cols.keys:
             self._to_rows()
         bits = None if decided is None else decided.tolist()
