@@ -371,7 +371,6 @@ class Detect(Processor):
             cuts = np.searchsorted(found, bounds).tolist()
             opening = found.tolist()
         seqs = (order + first).tolist()
-        ids = msg.ids[order].tolist()
         within, touched = self.within, self.touched
         for x, k in enumerate(names):
             a, b = bounds[x], bounds[x + 1]
@@ -389,7 +388,6 @@ class Detect(Processor):
             ck.starts += starts[a:b]
             ck.masks += masks_l[a:b]
             ck.seqs += seqs[a:b]
-            ck.ids += ids[a:b]
             new = None
             if opening is not None:
                 shift = len(ck.starts) - b
@@ -509,7 +507,7 @@ class Detect(Processor):
                 pos = bisect_left(seqs, rec[1], pos) + 1
             ai += 1
         if pos:
-            del starts[:pos], ck.masks[:pos], seqs[:pos], ck.ids[:pos], attempts[:ai]
+            del starts[:pos], ck.masks[:pos], seqs[:pos], attempts[:ai]
             if seqs:
                 ck.open = [g for g in ck.open if g >= seqs[0]]
         if not starts:
@@ -534,8 +532,8 @@ class Detect(Processor):
         decided = [(sym, pred is not None) for sym, pred in enumerate(self.preds)]
         for k, ck in cols.keys.items():
             rows: list[Row] = []
-            for start, mask, g, eid in zip(ck.starts, ck.masks, ck.seqs, ck.ids):
-                p = cols.payload(g)
+            for start, mask, g in zip(ck.starts, ck.masks, ck.seqs):
+                p, eid = cols.payload(g), cols.id_of(g)
                 tie = repr(p) if self.tie is None else (self.tie(p), repr(p))
                 bits = 0
                 for sym, has in decided:

@@ -156,19 +156,18 @@ def bind(program: Program, masks: list[int], i: int, e: int) -> list[int]:
 
 class ColumnKey:
     """One key's rows in the column mode, in order: ``starts``, ``masks``, ``seqs`` (arrival
-    numbers: where a row's payload is, see :class:`ColumnState`), ``ids``; ``attempts``, in
+    numbers: where a row's id and payload are, see :class:`ColumnState`); ``attempts``, in
     order, the attempts that read past their row, wanted more or matched, each
     ``[seq, last seq of its match or None, last seq read, wants, output or None]`` (every
     other row not inside a match is an attempt that read only its own row and failed);
     ``open``: the seqs of the attempts that wanted more rows than the key has."""
 
-    __slots__ = ("attempts", "ids", "masks", "open", "seqs", "starts")
+    __slots__ = ("attempts", "masks", "open", "seqs", "starts")
 
     def __init__(self) -> None:
         self.starts: list[int] = []
         self.masks: list[int] = []
         self.seqs: list[int] = []
-        self.ids: list[Any] = []
         self.attempts: list[list[Any]] = []
         self.open: list[int] = []
 
@@ -184,6 +183,11 @@ class ColumnState:
         #: per batch read from, its payload columns as lists (``tolist()``: the values a
         #: row holds, made at once for the batch rather than one numpy item at a time)
         self.lists: dict[int, Any] = {}
+
+    def id_of(self, seq: int) -> Any:
+        """The id of the row that came ``seq``-th."""
+        first = self.firsts[bisect_left(self.firsts, seq + 1) - 1]
+        return self.batches[first].inserts_at(seq - first).id
 
     def payload(self, seq: int) -> Any:
         """The payload of the row that came ``seq``-th."""
