@@ -99,6 +99,8 @@ Row = tuple[Any, ...]
 _START, _SEQ, _ID, _PAYLOAD, _BITS = 0, 2, 3, 4, 5
 #: Symbols whose predicates a column batch may decide (two bits each in an int64).
 _DECIDED_MOST = 31
+#: Match shapes (the masks of its rows) whose bound symbols the column mode remembers.
+_BOUND_MOST = 4_096
 # fields of an attempt record: [last row's order key or None (no match), the order key of the
 # last row read, whether it wanted a row it did not have, its output (start, end, payload,
 # id or None) or None]
@@ -229,6 +231,8 @@ class Detect(Processor):
         #: has none)
         self._automaton: Automaton | bool | None = None
         self._table: np.ndarray | None = None
+        #: the symbols bound to the rows of a match, by the masks of its rows
+        self._bound: dict[tuple[int, ...], list[int]] = {}
         self._opens: dict[int, bool] = {}
 
     # -- messages -----------------------------------------------------------------------------
@@ -472,7 +476,14 @@ class Detect(Processor):
     def _measured(self, ck: ColumnKey, i: int, e: int) -> tuple[Any, ...]:
         """The output of the match of a column key's rows ``i .. e``: ``(start, end,
         payload, None)``."""
-        syms = bind(self.program, ck.masks, i, e)
+        # (the symbols bound depend on the match's masks only: matches repeat a few shapes)
+        masks = tuple(ck.masks[i:e + 1])
+        bound_syms = self._bound
+        syms = bound_syms.get(masks)
+        if syms is None:
+            if len(bound_syms) >= _BOUND_MOST:
+                bound_syms.clear()
+            syms = bound_syms[masks] = bind(self.program, ck.masks, i, e)
         rows = self.cols.payloads(ck.seqs[i:e + 1])
         parts: list[list[Any]] = [[] for _ in self.index]
         for p, s in zip(rows, syms):
