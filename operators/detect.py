@@ -240,7 +240,9 @@ class Detect(Processor):
         eid, start, _, payload = msg
         out: list[Message] = []
         if self.cols.keys:
-            self._to_rows()
+            k = None if self.key is None else group_key(self.key(payload))
+            if k in self.cols.keys:
+                self._to_rows([k])
         self._insert(eid, start, payload, 0, out)
         return out
 
@@ -255,7 +257,7 @@ class Detect(Processor):
         if not len(msg):
             return out
         decided = self._decided(msg)
-        if not self.keys and (decided is not None or not any(self.preds)):
+        if decided is not None or not any(self.preds):
             # (a batch makes many small objects that form no cycle -- a match's payloads,
             # the records -- and the cyclic collector would scan them again and again: a
             # third of the column mode's time; paused for the batch, as timeit does)
@@ -331,9 +333,10 @@ class Detect(Processor):
         return self._automaton if isinstance(self._automaton, Automaton) else None
 
     def _columns(self, msg: Columns, decided: np.ndarray | None, out: list[Message]) -> bool:
-        """A column batch in the column mode, when every predicate was decided for it, the
-        key is a column of ints and each key's rows come after its rows so far, in strictly
-        increasing start order; False (nothing done) otherwise."""
+        """A column batch, when every predicate was decided for it and the key is a column
+        of ints (False, nothing done, otherwise): the keys in the column mode whose rows come
+        after their rows so far, in strictly increasing start order, stay in it (a key new
+        to detect starts in it); the others go into rows and take their rows as rows."""
         auto = self.automaton()
         n = len(msg)
         if auto is None or not n:
@@ -352,16 +355,17 @@ class Detect(Processor):
             if not isinstance(keys, np.ndarray) or keys.shape != (n,) or \
                     keys.dtype.kind not in "iub":
                 return False
-        runs = key_runs(keys, msg.starts)
-        if runs is None:
-            return False
-        order, names, bounds = runs
+        order, names, bounds, in_order = key_runs(keys, msg.starts)
         cols = self.cols
         starts = msg.starts[order].tolist()
+        as_rows: list[int] = []
         for x, k in enumerate(names):
             ck = cols.keys.get(k)
-            if ck is not None and ck.starts[-1] >= starts[bounds[x]]:
-                return False
+            if k in self.keys or not in_order[x] or (
+                    ck is not None and ck.starts[-1] >= starts[bounds[x]]):
+                if ck is not None:
+                    self._to_rows([k])
+                as_rows.append(x)
         first = self.seq
         self.seq += n
         cols.add_batch(first, msg)
@@ -376,7 +380,12 @@ class Detect(Processor):
             opening = found.tolist()
         seqs = (order + first).tolist()
         within, touched = self.within, self.touched
+        if as_rows:
+            self._rows_of(msg, decided, order, seqs, starts, names, bounds, as_rows, out)
+        rowwise = set(as_rows)
         for x, k in enumerate(names):
+            if x in rowwise:
+                continue
             a, b = bounds[x], bounds[x + 1]
             ck = cols.keys.get(k)
             if ck is None:
@@ -398,6 +407,25 @@ class Detect(Processor):
                 new = [y + shift for y in opening[cuts[x]:cuts[x + 1]]]
             self._rerun(ck, p, auto, out, new, b - a)
         return True
+
+    def _rows_of(self, msg: Columns, decided: np.ndarray | None, order: np.ndarray,
+                 seqs: list[int], starts: list[int], names: list[Any], bounds: list[int],
+                 which: list[int], out: list[Message]) -> None:
+        """The runs ``which`` of a column batch (by key, see :func:`key_runs`) as rows."""
+        bits = None if decided is None else decided[order].tolist()
+        ids = msg.ids[order].tolist()
+        rows = order.tolist()
+        add = self._add
+        news: dict[Hashable, list[tuple[Any, ...]]] = {}
+        for x in which:
+            for y in range(bounds[x], bounds[x + 1]):
+                k, kk = add(ids[y], starts[y], msg.payload_at(rows[y]),
+                            0 if bits is None else bits[y], seqs[y])
+                news.setdefault(k, []).append(kk)
+        for k, changed in news.items():
+            ks = self.keys[k]
+            changed.sort()
+            self._change(ks, bisect_left(ks[0], changed[0]), changed, False, out)
 
     def _opening(self, auto: Automaton) -> np.ndarray | None:
         """Per symbol mask, whether an attempt gets past a row of it (None: too many
@@ -535,13 +563,14 @@ class Detect(Processor):
             at = starts[0] + 1
         self._schedule(k, at, starts[0])
 
-    def _to_rows(self) -> None:
-        """Move every key of the column mode into the per-row state (the rows as
-        :data:`Row` s, each attempt's record, the ids)."""
+    def _to_rows(self, which: list[Hashable] | None = None) -> None:
+        """Move the keys ``which`` (default: all) of the column mode into the per-row state
+        (the rows as :data:`Row` s, each attempt's record, the ids)."""
         cols = self.cols
         named: list[tuple[int, Hashable, Hashable, tuple[Any, ...]]] = []
         decided = [(sym, pred is not None) for sym, pred in enumerate(self.preds)]
-        for k, ck in cols.keys.items():
+        for k in list(cols.keys) if which is None else which:
+            ck = cols.keys.pop(k)
             rows: list[Row] = []
             for start, mask, g in zip(ck.starts, ck.masks, ck.seqs):
                 p, eid = cols.payload(g), cols.id_of(g)
@@ -573,9 +602,15 @@ class Detect(Processor):
                     pos += 1
             self.keys[k] = [rows, recs, reaching]
         named.sort(key=lambda t: t[0])
-        for _, eid, k, kk in named:
-            self.ids[eid] = (k, kk)
-        self.cols = ColumnState()
+        ids = self.ids
+        for g, eid, k, kk in named:  # (an id names the row that came last with it)
+            entry = ids.get(eid)
+            if entry is None or entry[1][2] < g:
+                ids[eid] = (k, kk)
+        if not cols.keys:  # (no row is in a batch any more)
+            cols.batches.clear()
+            cols.firsts.clear()
+            cols.lists.clear()
 
     def _insert(self, eid: Hashable, start: int, payload: Any, bits: int,
                 out: list[Message]) -> None:
@@ -583,15 +618,18 @@ class Detect(Processor):
         ks = self.keys[k]
         self._change(ks, bisect_left(ks[0], kk), [kk], False, out)
 
-    def _add(self, eid: Hashable, start: int, payload: Any,
-             bits: int) -> tuple[Hashable, tuple[Any, ...]]:
-        """Put a row in (its attempts not re-run yet): its key and order key."""
+    def _add(self, eid: Hashable, start: int, payload: Any, bits: int,
+             seq: int | None = None) -> tuple[Hashable, tuple[Any, ...]]:
+        """Put a row in (its attempts not re-run yet): its key and order key. ``seq``: its
+        arrival number when already given (a row of a column batch)."""
         # (an id may come again once its event has ended before the CTI: the id then names
         # the new event; the old row stays a row, which nothing can delete any more)
         k = None if self.key is None else group_key(self.key(payload))  # (NaN keys: one)
         tie = repr(payload) if self.tie is None else (self.tie(payload), repr(payload))
-        row = (start, tie, self.seq, eid, payload, bits)
-        self.seq += 1
+        if seq is None:
+            seq = self.seq
+            self.seq += 1
+        row = (start, tie, seq, eid, payload, bits)
         self.ids[eid] = (k, row[:3])
         self.touched.add(k)
         ks = self.keys.get(k)
@@ -880,7 +918,7 @@ class Detect(Processor):
         row not inside a match, none inside (the column mode's keys: in a copy moved into
         the per-row state, which checks the automaton's records against the program's)."""
         if self.cols.keys:
-            assert not self.keys, "a key in both modes"
+            assert not self.keys.keys() & self.cols.keys.keys(), "a key in both modes"
             probe = copy.deepcopy(self)
             probe._to_rows()
             probe._check()

@@ -17,9 +17,11 @@ record (how far it read, whether it wanted more, its match) is the per-row path'
 match binds to each symbol come from the backtracking program over the masks, run once per
 match.
 
-Anything else -- an insert or a deletion, a row out of order, a batch whose predicates run per
-row -- moves every key into the per-row state (:meth:`ColumnState.rows_of`), which then goes
-on as before; the column mode comes back once no key holds rows.
+A key leaves the column mode for the per-row state (``Detect._to_rows``) when an insert of it
+comes, or a batch's rows of it are out of order; a deletion, or a batch whose predicates run
+per row (or whose key is no int column), moves every key. A key in rows takes the rows of
+later batches as rows, until its rows are all final and freed: it then starts again in the
+column mode.
 """
 
 from __future__ import annotations
@@ -263,10 +265,10 @@ def _lists(payload: Any) -> tuple[type, Any]:
 
 
 def key_runs(keys: np.ndarray | None, starts: np.ndarray) -> tuple[
-        np.ndarray, list[Any], list[int]] | None:
-    """The batch's rows grouped by key: the order, each run's key and where each run
-    begins (and the end); None when a key's rows are not in strictly increasing start
-    order in the batch."""
+        np.ndarray, list[Any], list[int], list[bool]]:
+    """The batch's rows grouped by key (in arrival order within a key): the order, each
+    run's key, where each run begins (and the end), and whether each run's starts
+    strictly increase."""
     n = len(starts)
     if keys is None:
         order = np.arange(n)
@@ -282,9 +284,15 @@ def key_runs(keys: np.ndarray | None, starts: np.ndarray) -> tuple[
     later = s[1:] > s[:-1]
     if keys is not None and len(bounds) > 2:
         later[np.array(bounds[1:-1]) - 1] = True
-    if not later.all():
-        return None
-    return order, names, bounds
+    if later.all():
+        return order, names, bounds, [True] * len(names)
+    # (per run: no row at or before the one before it)
+    bad = np.flatnonzero(~later) + 1
+    runs = np.searchsorted(np.array(bounds), bad, side="right") - 1
+    in_order = [True] * len(names)
+    for r in set(runs.tolist()):
+        in_order[r] = False
+    return order, names, bounds, in_order
 
 
 Measure = Callable[[int, int, list[int]], tuple[Any, ...]]

@@ -259,3 +259,23 @@ def test_the_automaton_reads_and_matches_as_the_backtracking_program(pattern, ma
             bound = {s: tuple(masks[i + x] for x, k in enumerate(syms) if names[k] == s)
                      for s in names}
             assert rec[3][2] == bound
+
+
+def test_a_late_row_moves_only_its_key_into_rows_until_its_rows_are_freed():
+    #   keys 0 and 1 ('A B' any rows, within 5), in order: both in the column mode
+    #   a late row of key 0: key 0 in rows, key 1 stays; once Cti(20) frees key 0's rows,
+    #   its next batch is in the column mode again
+    def batch(ts, ks):
+        return Columns(np.array(ts), np.array(ts), None, {"k": np.array(ks)})
+
+    op = Detect("A B", within=5, key=lambda p: p["k"])
+    op.process([batch([1, 2, 3], [0, 1, 0])])
+    assert set(op.cols.keys) == {0, 1} and not op.keys
+    op.process([Insert(9, 2, 3, {"k": 0})])          # late for key 0 (its last row is at 3)
+    assert set(op.cols.keys) == {1} and set(op.keys) == {0}
+    op.process([batch([4, 5], [0, 1])])               # key 0's rows go in as rows
+    assert set(op.cols.keys) == {1} and set(op.keys) == {0}
+    op._check()
+    op.process([Cti(20), batch([21, 22], [0, 0])])
+    assert set(op.cols.keys) == {0} and not op.keys
+    op._check()
