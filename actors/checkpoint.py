@@ -18,7 +18,8 @@ server). A file appears whole or not at all (:func:`actors.files.atomic_write`).
 
     >>> import tempfile
     >>> d = tempfile.mkdtemp()
-    >>> save(stage_path(d, "q", 1, "window#2"), {"x": 1})
+    >>> save(stage_path(d, "q", 1, "window#2"), {"x": 1})  # the bytes written
+    21
     >>> latest_complete(d, "q", ["window#2"]), load(stage_path(d, "q", 1, "window#2"))
     (1, {'x': 1})
 """
