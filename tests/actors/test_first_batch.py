@@ -24,6 +24,7 @@ print(before, [m in sys.modules for m in lazy], pa.default_memory_pool().backend
 """
 
 
+@pytest.mark.slow
 def test_configure_imports_what_the_first_batch_would():
     # a fresh interpreter: another test may have imported them in this one
     out = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True,

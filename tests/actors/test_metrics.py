@@ -154,6 +154,7 @@ def _has_metrics_agent() -> bool:
                for m in ("prometheus_client", "aiohttp", "opencensus"))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _has_metrics_agent(),
                     reason="Ray's metrics agent needs ray[default] (pip install 'ray[default]')")
 def test_the_metrics_endpoint_serves_a_deployed_querys_counts(tmp_path: Path) -> None:

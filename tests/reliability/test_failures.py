@@ -55,6 +55,7 @@ def sources_done(q) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_a_killed_operator_fails_the_query_at_once(ray_session):
     """Without checkpoints nothing restarts the join: wait() raises, naming it, long before
     its timeout; error() and state() say the same, with no raw Ray error."""
