@@ -186,6 +186,10 @@ class ColumnState:
         #: row holds, made at once for the batch rather than one numpy item at a time)
         self.lists: dict[int, Any] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        # (a snapshot holds the batches, not the lists made of them)
+        return {**self.__dict__, "lists": {}}
+
     def id_of(self, seq: int) -> Any:
         """The id of the row that came ``seq``-th."""
         first = self.firsts[bisect_left(self.firsts, seq + 1) - 1]
