@@ -71,75 +71,44 @@ from __future__ import annotations
 import copy
 import gc
 import itertools
-from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from bisect import bisect_left
+from collections.abc import Callable, Hashable, Mapping
 from heapq import heappop, heappush
 from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
-from .columns import Columns, apply_columns
-from .detect_columns import Automaton, ColumnKey, ColumnState, TooLarge, bind, key_runs
-from .events import MAX_TIME, FreshId, Insert, Message, Retract
+from .columns import Columns
+from .detect_column_mode import ColumnMode
+from .detect_columns import Automaton, ColumnState
+from .detect_rows import (
+    DECIDED_MOST,
+    END,
+    ID,
+    LEN,
+    OUT,
+    REACH,
+    SEQ,
+    START,
+    WANTS,
+    Match,
+    final_at,
+    new_tuple,
+    same_output,
+)
+from .events import MAX_TIME, Insert, Message, Retract
 from .expr import Expr, NotElementwise, evaluate, trace, truthy
 from .group_apply import group_key
-from .pattern import JMP, MATCH, PROGRESS, SAVE, SPLIT, SYM, Program, compile_pattern, parse
+from .pattern import Program, compile_pattern, parse
 from .processor import Processor
 from .ticks import to_duration
-
-_new = tuple.__new__
-
-#: A row: ``(start, tie key, arrival number, id, payload, bits)``; ``row[:3]`` orders rows
-#: totally (the arrival number tells equal rows apart and is never passed). ``bits`` holds
-#: the predicates a column batch decided for the row: for symbol ``s``, bit ``2s`` says
-#: whether it was decided, bit ``2s + 1`` its answer (0 for a row that came as an insert).
-Row = tuple[Any, ...]
-# fields of a row
-_START, _SEQ, _ID, _PAYLOAD, _BITS = 0, 2, 3, 4, 5
-#: Symbols whose predicates a column batch may decide (two bits each in an int64).
-_DECIDED_MOST = 31
-#: Match shapes (the masks of its rows) whose bound symbols the column mode remembers.
-_BOUND_MOST = 4_096
-# fields of an attempt record: [last row's order key or None (no match), the order key of the
-# last row read, whether it wanted a row it did not have, its output (start, end, payload,
-# id or None) or None]
-_END, _REACH, _WANTS, _OUT = 0, 1, 2, 3
 
 #: ``emit=``: whether the output is final (matches sent once no later input can change them)
 EMITS = {"speculative": False, "final": True}
 
 
-class Match(Mapping[str, tuple[Any, ...]]):
-    """The rows bound so far, as a predicate sees them: ``match["A"]`` is the tuple of the
-    payloads bound to ``A``, in order (``()`` when none is yet). Valid during the call only."""
-
-    __slots__ = ("_first", "_index", "_rows", "_syms")
-
-    def __init__(self, index: dict[str, int], rows: list[Row], first: int,
-                 syms: list[int]) -> None:
-        self._index, self._rows, self._first, self._syms = index, rows, first, syms
-
-    def __getitem__(self, name: str) -> tuple[Any, ...]:
-        try:
-            want = self._index[name]
-        except KeyError:
-            raise KeyError(f"match[{name!r}]: the pattern has no symbol {name!r}; its symbols "
-                           f"are {', '.join(self._index)}") from None
-        rows, first = self._rows, self._first
-        return tuple(rows[first + k][_PAYLOAD] for k, s in enumerate(self._syms) if s == want)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._index)
-
-    def __len__(self) -> int:
-        return len(self._index)
-
-    def __repr__(self) -> str:
-        return f"Match({dict(self)!r})"
-
-
-class Detect(Processor):
+class Detect(ColumnMode, Processor):
     """Row pattern recognition over events; see the module docstring.
 
     ``Detect(pattern, define=None, *, within, measures=None, key=None, tie=None,
@@ -294,7 +263,7 @@ class Detect(Processor):
         no predicate, a predicate that reads the match, or one that does not trace."""
         if self._columnwise is None:
             self._columnwise = tuple(
-                None if pred is None or sym >= _DECIDED_MOST else _payload_only(pred)
+                None if pred is None or sym >= DECIDED_MOST else _payload_only(pred)
                 for sym, pred in enumerate(self.preds))
         return self._columnwise
 
@@ -319,298 +288,6 @@ class Detect(Processor):
             column = (truthy(values).astype(np.int64) * 2 + 1) << (2 * sym)
             bits = column if bits is None else bits | column
         return bits
-
-    # -- the column mode (operators/detect_columns.py) ------------------------------------------
-    def automaton(self) -> Automaton | None:
-        """The automaton of the pattern over symbol masks, or None (a repetition of what can
-        match no row, or too many states)."""
-        if self._automaton is None:
-            try:
-                self._automaton = (Automaton(self.program) if self.program.registers == 0
-                                   else False)
-            except TooLarge:
-                self._automaton = False
-        return self._automaton if isinstance(self._automaton, Automaton) else None
-
-    def _columns(self, msg: Columns, decided: np.ndarray | None, out: list[Message]) -> bool:
-        """A column batch, when every predicate was decided for it and the key is a column
-        of ints (False, nothing done, otherwise): the keys in the column mode whose rows come
-        after their rows so far, in strictly increasing start order, stay in it (a key new
-        to detect starts in it); the others go into rows and take their rows as rows."""
-        auto = self.automaton()
-        n = len(msg)
-        if auto is None or not n:
-            return False
-        masks = np.zeros(n, dtype=np.int64)
-        for sym, pred in enumerate(self.preds):
-            if pred is None:
-                masks |= 1 << sym
-            elif decided is None or sym >= _DECIDED_MOST or not (decided[0] >> 2 * sym) & 1:
-                return False  # (a batch is decided for a predicate or not at all)
-            else:
-                masks |= ((decided >> (2 * sym + 1)) & 1) << sym
-        keys = None
-        if self.key is not None:
-            keys = apply_columns(self.key, msg)
-            if not isinstance(keys, np.ndarray) or keys.shape != (n,) or \
-                    keys.dtype.kind not in "iub":
-                return False
-        order, names, bounds, in_order = key_runs(keys, msg.starts)
-        cols = self.cols
-        starts = msg.starts[order].tolist()
-        as_rows: list[int] = []
-        for x, k in enumerate(names):
-            ck = cols.keys.get(k)
-            if k in self.keys or not in_order[x] or (
-                    ck is not None and ck.starts[-1] >= starts[bounds[x]]):
-                if ck is not None:
-                    self._to_rows([k])
-                as_rows.append(x)
-        first = self.seq
-        self.seq += n
-        cols.add_batch(first, msg)
-        masks_l = masks[order].tolist()
-        # the rows an attempt may get past (the others read their own row and fail), found
-        # for the whole batch at once where the symbols are few
-        table = self._opening(auto)
-        opening: list[int] | None = None
-        if table is not None:
-            found = np.flatnonzero(table[masks[order]])
-            cuts = np.searchsorted(found, bounds).tolist()
-            opening = found.tolist()
-        seqs = (order + first).tolist()
-        within, touched = self.within, self.touched
-        if as_rows:
-            self._rows_of(msg, decided, order, seqs, starts, names, bounds, as_rows, out)
-        rowwise = set(as_rows)
-        for x, k in enumerate(names):
-            if x in rowwise:
-                continue
-            a, b = bounds[x], bounds[x + 1]
-            ck = cols.keys.get(k)
-            if ck is None:
-                ck = cols.keys[k] = ColumnKey()
-            touched.add(k)
-            p = len(ck.starts)
-            s_new = starts[a]
-            for g in ck.open:  # the first attempt that wanted a row where the new ones are
-                at = bisect_left(ck.seqs, g)
-                if ck.starts[at] + within > s_new:
-                    p = at
-                    break
-            ck.starts += starts[a:b]
-            ck.masks += masks_l[a:b]
-            ck.seqs += seqs[a:b]
-            new = None
-            if opening is not None:
-                shift = len(ck.starts) - b
-                new = [y + shift for y in opening[cuts[x]:cuts[x + 1]]]
-            self._rerun(ck, p, auto, out, new, b - a)
-        return True
-
-    def _rows_of(self, msg: Columns, decided: np.ndarray | None, order: np.ndarray,
-                 seqs: list[int], starts: list[int], names: list[Any], bounds: list[int],
-                 which: list[int], out: list[Message]) -> None:
-        """The runs ``which`` of a column batch (by key, see :func:`key_runs`) as rows."""
-        bits = None if decided is None else decided[order].tolist()
-        ids = msg.ids[order].tolist()
-        rows = order.tolist()
-        add = self._add
-        news: dict[Hashable, list[tuple[Any, ...]]] = {}
-        for x in which:
-            for y in range(bounds[x], bounds[x + 1]):
-                k, kk = add(ids[y], starts[y], msg.payload_at(rows[y]),
-                            0 if bits is None else bits[y], seqs[y])
-                news.setdefault(k, []).append(kk)
-        for k, changed in news.items():
-            ks = self.keys[k]
-            changed.sort()
-            self._change(ks, bisect_left(ks[0], changed[0]), changed, False, out)
-
-    def _opening(self, auto: Automaton) -> np.ndarray | None:
-        """Per symbol mask, whether an attempt gets past a row of it (None: too many
-        symbols for a table)."""
-        names = len(self.program.names)
-        if names > 12:
-            return None
-        table = self._table
-        if table is None:
-            table = self._table = np.array(
-                [auto.step(auto.start, m) != (0, False) for m in range(1 << names)])
-        return table
-
-    def _rerun(self, ck: ColumnKey, p: int, auto: Automaton, out: list[Message],
-               new: list[int] | None = None, added: int = 0) -> None:
-        """Run the attempts of a column key from row ``p`` (an attempt's first row) to its
-        last row again; output the difference. ``new``: the rows an attempt gets past among
-        the ``added`` rows just added (None: found here)."""
-        starts, masks, seqs = ck.starts, ck.masks, ck.seqs
-        attempts = ck.attempts
-        g_p = seqs[p]
-        cut = len(attempts)
-        while cut and attempts[cut - 1][0] >= g_p:
-            cut -= 1
-        old = {r[0]: r[4] for r in attempts[cut:] if r[4] is not None}
-        del attempts[cut:]
-        opens, start_state, step, run = self._opens, auto.start, auto.step, auto.run
-        within, final = self.within, self.final
-        n, last = len(starts), starts[-1]
-        still: list[int] = []
-        # the rows an attempt gets past (at the others it reads its own row and fails: no
-        # record)
-        old_end = n if new is None else n - added
-        candidates = []
-        for x in range(p, old_end):
-            m = masks[x]
-            can = opens.get(m)
-            if can is None:
-                can = opens[m] = step(start_state, m) != (0, False)
-            if can:
-                candidates.append(x)
-        if new is not None:
-            candidates += new
-        cover = -1
-        for pos in candidates:
-            if pos <= cover:
-                continue
-            j = bisect_left(starts, starts[pos] + within, pos)
-            end, reach, wants = run(masks, pos, j)
-            if end is None and reach == pos and not wants:
-                continue
-            g = seqs[pos]
-            o = None if end is None else self._measured(ck, pos, end)
-            rec = [g, None if end is None else seqs[end], seqs[reach], wants, o]
-            if not final:
-                prev = old.pop(g, None)
-                if prev is not None:
-                    if o is not None and _same(prev, o):
-                        rec[4] = o = prev
-                    else:
-                        self._retract(prev, out)
-                if o is not None and o is not prev:
-                    oid = self._mint()
-                    rec[4] = (*o[:3], oid)
-                    out.append(_new(Insert, (oid, *o[:3])))
-            attempts.append(rec)
-            if wants and starts[pos] + within > last:
-                still.append(g)
-            if end is not None:
-                cover = end
-        if not final:
-            for prev in old.values():
-                self._retract(prev, out)
-        ck.open = still
-
-    def _measured(self, ck: ColumnKey, i: int, e: int) -> tuple[Any, ...]:
-        """The output of the match of a column key's rows ``i .. e``: ``(start, end,
-        payload, None)``."""
-        # (the symbols bound depend on the match's masks only: matches repeat a few shapes)
-        masks = tuple(ck.masks[i:e + 1])
-        bound_syms = self._bound
-        syms = bound_syms.get(masks)
-        if syms is None:
-            if len(bound_syms) >= _BOUND_MOST:
-                bound_syms.clear()
-            syms = bound_syms[masks] = bind(self.program, ck.masks, i, e)
-        rows = self.cols.payloads(ck.seqs[i:e + 1])
-        parts: list[list[Any]] = [[] for _ in self.index]
-        for p, s in zip(rows, syms):
-            parts[s].append(p)
-        bound = {name: tuple(part) for name, part in zip(self.index, parts)}
-        result = bound if self.measures is None else self.measures(bound)
-        return (ck.starts[i], ck.starts[e] + 1, result, None)
-
-    def _settle_columns(self, k: Hashable, ck: ColumnKey, time: int,
-                        out: list[Message]) -> None:
-        """:meth:`_settle` for a key in the column mode."""
-        starts, seqs, attempts = ck.starts, ck.seqs, ck.attempts
-        within = self.within
-        pos, ai, n = 0, 0, len(starts)
-        while pos < n:
-            rp = bisect_left(seqs, attempts[ai][0], pos) if ai < len(attempts) else n
-            if rp > pos:  # attempts that read only their own row
-                q = bisect_left(starts, time, pos, rp)
-                pos = q
-                if q < rp or rp == n:
-                    break
-            rec = attempts[ai]
-            if starts[bisect_left(seqs, rec[2], pos)] >= time or (
-                    rec[3] and starts[pos] + within > time):
-                break
-            if rec[1] is None:
-                pos += 1
-            else:
-                if self.final:
-                    o = rec[4]
-                    out.append(_new(Insert, (self._mint(), o[0], o[1], o[2])))
-                pos = bisect_left(seqs, rec[1], pos) + 1
-            ai += 1
-        if pos:
-            del starts[:pos], ck.masks[:pos], seqs[:pos], attempts[:ai]
-            if seqs:
-                ck.open = [g for g in ck.open if g >= seqs[0]]
-        if not starts:
-            del self.cols.keys[k]
-            self.front_of.pop(k, None)
-            self.woken.pop(k, None)
-            return
-        if attempts and attempts[0][0] == seqs[0]:
-            rec = attempts[0]
-            at = starts[bisect_left(seqs, rec[2])] + 1
-            if rec[3] and starts[0] + within > at:
-                at = starts[0] + within
-        else:
-            at = starts[0] + 1
-        self._schedule(k, at, starts[0])
-
-    def _to_rows(self, which: list[Hashable] | None = None) -> None:
-        """Move the keys ``which`` (default: all) of the column mode into the per-row state
-        (the rows as :data:`Row` s, each attempt's record, the ids)."""
-        cols = self.cols
-        named: list[tuple[int, Hashable, Hashable, tuple[Any, ...]]] = []
-        decided = [(sym, pred is not None) for sym, pred in enumerate(self.preds)]
-        for k in list(cols.keys) if which is None else which:
-            ck = cols.keys.pop(k)
-            rows: list[Row] = []
-            for start, mask, g in zip(ck.starts, ck.masks, ck.seqs):
-                p, eid = cols.payload(g), cols.id_of(g)
-                tie = repr(p) if self.tie is None else (self.tie(p), repr(p))
-                bits = 0
-                for sym, has in decided:
-                    if has:
-                        bits |= ((mask >> sym & 1) << 1 | 1) << 2 * sym
-                rows.append((start, tie, g, eid, p, bits))
-                named.append((g, eid, k, rows[-1][:3]))
-            seqs = ck.seqs
-            recs: dict[int, list[Any]] = {}
-            reaching: dict[int, tuple[Any, ...]] = {}
-            pos, ai, n = 0, 0, len(rows)
-            while pos < n:
-                g = seqs[pos]
-                if ai < len(ck.attempts) and ck.attempts[ai][0] == g:
-                    rec = ck.attempts[ai]
-                    ai += 1
-                    end = None if rec[1] is None else bisect_left(seqs, rec[1], pos)
-                    reach = bisect_left(seqs, rec[2], pos)
-                    recs[g] = [None if end is None else rows[end][:3], rows[reach][:3],
-                               rec[3], rec[4]]
-                    if rec[3] or reach != pos:
-                        reaching[g] = rows[pos][:3]
-                    pos = pos + 1 if end is None else end + 1
-                else:
-                    recs[g] = [None, rows[pos][:3], False, None]
-                    pos += 1
-            self.keys[k] = [rows, recs, reaching]
-        named.sort(key=lambda t: t[0])
-        ids = self.ids
-        for g, eid, k, kk in named:  # (an id names the row that came last with it)
-            entry = ids.get(eid)
-            if entry is None or entry[1][2] < g:
-                ids[eid] = (k, kk)
-        if not cols.keys:  # (no row is in a batch any more)
-            cols.batches.clear()
-            cols.firsts.clear()
-            cols.lists.clear()
 
     def _insert(self, eid: Hashable, start: int, payload: Any, bits: int,
                 out: list[Message]) -> None:
@@ -658,9 +335,9 @@ class Detect(Processor):
         at = bisect_left(rows, entry[1])
         row = rows.pop(at)
         out: list[Message] = []
-        rec = ks[1].pop(row[_SEQ], None)
-        if rec is not None and rec[_OUT] is not None and not self.final:
-            self._retract(rec[_OUT], out)
+        rec = ks[1].pop(row[SEQ], None)
+        if rec is not None and rec[OUT] is not None and not self.final:
+            self._retract(rec[OUT], out)
         self._change(ks, at, [row[:3]], True, out)
         if not rows:
             del self.keys[entry[0]]
@@ -708,22 +385,22 @@ class Detect(Processor):
         pos, n = 0, len(rows)
         while pos < n:
             row = rows[pos]
-            rec = recs[row[_SEQ]]
-            if rec[_REACH][0] >= time or (rec[_WANTS] and row[_START] + within > time):
+            rec = recs[row[SEQ]]
+            if rec[REACH][0] >= time or (rec[WANTS] and row[START] + within > time):
                 break
-            if rec[_END] is None:
+            if rec[END] is None:
                 pos += 1
                 continue
             if self.final:
-                o = rec[_OUT]
-                out.append(_new(Insert, (self._mint(), o[0], o[1], o[2])))
-            pos = bisect_left(rows, rec[_END], pos) + 1
+                o = rec[OUT]
+                out.append(new_tuple(Insert, (self._mint(), o[0], o[1], o[2])))
+            pos = bisect_left(rows, rec[END], pos) + 1
         if pos:
             for row in rows[:pos]:
-                recs.pop(row[_SEQ], None)
-                entry = ids.get(row[_ID])
-                if entry is not None and entry[1][2] == row[_SEQ]:
-                    del ids[row[_ID]]
+                recs.pop(row[SEQ], None)
+                entry = ids.get(row[ID])
+                if entry is not None and entry[1][2] == row[SEQ]:
+                    del ids[row[ID]]
             del rows[:pos]
         if not rows:
             del self.keys[k]
@@ -731,7 +408,7 @@ class Detect(Processor):
             self.woken.pop(k, None)
             return
         first = rows[0]
-        self._schedule(k, _final_at(recs[first[_SEQ]], first, within), first[_START])
+        self._schedule(k, final_at(recs[first[SEQ]], first, within), first[START])
 
     def _schedule(self, k: Hashable, at: int, front: int) -> None:
         """Visit key ``k`` again at ``Cti(at)`` (its first open attempt is final then); its
@@ -753,156 +430,6 @@ class Detect(Processor):
             self._settle(k, MAX_TIME, out)
         out.extend(self.emit_cti(self.in_cti))
         return out
-
-    # -- matching -----------------------------------------------------------------------------
-    def _change(self, ks: list[Any], at: int, news: list[tuple[Any, ...]], deleted: bool,
-                out: list[Message]) -> None:
-        """Rows of the order keys ``news`` (sorted) were inserted, the first at position
-        ``at`` (or one was deleted from there): re-run the attempts they may change and
-        output the difference."""
-        rows, recs, reaching = ks
-        kk, last_k = news[0], news[-1]
-        s_k = kk[0]
-        within = self.within
-        # the earliest attempt that read the row's place or wanted a row there: one that
-        # read past its first row or wanted more (the others read only their own row)
-        p = at
-        for seq, first in list(reaching.items()):
-            rec = recs.get(seq)
-            if rec is None or not (rec[_WANTS] or rec[_REACH] != first):
-                del reaching[seq]  # (freed, covered by a match, or no longer reaching)
-            elif first < kk and (kk <= rec[_REACH] or (
-                    not deleted and rec[_WANTS] and s_k < first[0] + within)):
-                q = bisect_left(rows, first, 0, p)
-                if q < p:
-                    p = q
-        n = len(rows)
-        pos = p
-        while pos < n:
-            r = rows[pos]
-            rec = recs.get(r[_SEQ])
-            if rec is not None:
-                rk = r[:3]
-                if rk > last_k:
-                    break  # the old attempt sequence from here on is the new one
-                # (the first change after the attempt's row is the one it may have read)
-                c = news[bisect_right(news, rk)] if len(news) > 1 else kk
-                if not (c <= rec[_REACH] or (
-                        not deleted and rec[_WANTS] and c[0] < r[_START] + within)):
-                    # before the change and did not read it: as it was
-                    pos = pos + 1 if rec[_END] is None else bisect_left(rows, rec[_END], pos) + 1
-                    continue
-            new = self._attempt(rows, pos)
-            old_out = None if rec is None else rec[_OUT]
-            new_out = new[_OUT]
-            if not self.final:
-                if old_out is not None:
-                    if new_out is not None and _same(old_out, new_out):
-                        new[_OUT] = new_out = old_out
-                    else:
-                        self._retract(old_out, out)
-                if new_out is not None and new_out is not old_out:
-                    oid = self._mint()
-                    new[_OUT] = (*new_out[:3], oid)
-                    out.append(_new(Insert, (oid, *new_out[:3])))
-            recs[r[_SEQ]] = new
-            if new[_WANTS] or new[_REACH] != r[:3]:
-                reaching[r[_SEQ]] = r[:3]
-            if new[_END] is None:
-                pos += 1
-                continue
-            last = pos + new[_LEN]
-            for x in range(pos + 1, last + 1):
-                covered = recs.pop(rows[x][_SEQ], None)
-                if covered is not None and covered[_OUT] is not None and not self.final:
-                    self._retract(covered[_OUT], out)
-            pos = last + 1
-            new.pop()  # (the length, needed only here)
-
-    def _attempt(self, rows: list[Row], i: int) -> list[Any]:
-        """The match attempt from ``rows[i]``: a record ``[end, reach, wants, out, length]``
-        (``length``: rows after the first, a match only)."""
-        first = rows[i]
-        code, preds = self.program.code, self.preds
-        if code[0][0] == SYM:  # most patterns open with a symbol: a row it refuses is done
-            a = code[0][1]
-            pred = preds[a]
-            if pred is not None:
-                b = first[_BITS] >> 2 * a
-                if not (b & 2 if b & 1 else self._test(pred, a, first[_PAYLOAD], self.empty)):
-                    return [None, first[:3], False, None]
-        j = bisect_left(rows, (first[_START] + self.within,), i)
-        syms: list[int] = []
-        view = Match(self.index, rows, i, syms)
-        stack: list[tuple[int, int, tuple[int, ...]]] = []
-        regs: tuple[int, ...] = (-1,) * self.program.registers
-        pc, pos, reach, wants = 0, i, i, False
-        while True:
-            op, a, b = code[pc]
-            if op == SYM:
-                if pos < j:
-                    if pos > reach:
-                        reach = pos
-                    pred = preds[a]
-                    if pred is None or (
-                            (rows[pos][_BITS] >> 2 * a) & 2 if (rows[pos][_BITS] >> 2 * a) & 1
-                            else self._test(pred, a, rows[pos][_PAYLOAD], view)):
-                        syms.append(a)
-                        pos += 1
-                        pc += 1
-                        continue
-                else:
-                    wants = True
-            elif op == SPLIT:
-                stack.append((b, pos, regs))
-                pc = a
-                continue
-            elif op == JMP:
-                pc = a
-                continue
-            elif op == SAVE:
-                regs = (*regs[:a], pos, *regs[a + 1:])
-                pc += 1
-                continue
-            elif op == PROGRESS:
-                if regs[a] != pos:
-                    pc += 1
-                    continue
-            elif op == MATCH and pos > i:
-                last = rows[pos - 1]
-                bound = {s: view[s] for s in self.index}
-                payload = bound if self.measures is None else self.measures(bound)
-                return [last[:3], rows[reach][:3], wants,
-                        (first[_START], last[_START] + 1, payload, None), pos - 1 - i]
-            if not stack:
-                return [None, rows[reach][:3], wants, None]
-            pc, pos, regs = stack.pop()
-            del syms[pos - i:]
-
-    def _test(self, pred: Callable[[Any, Any], Any], sym: int, payload: Any,
-              view: Match) -> bool:
-        try:
-            return bool(pred(payload, view))
-        except Exception as exc:
-            name = self.program.names[sym]
-            text = (f"detect({self.pattern!r}): define[{name!r}] "
-                    f"({getattr(pred, '__name__', pred)!s}) raised on the payload {payload!r}: "
-                    f"{exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}")
-            # the same kind of error (a KeyError's message would be quoted: a LookupError)
-            kind = LookupError if isinstance(exc, KeyError) else type(exc)
-            try:
-                wrapped = kind(text)
-            except Exception:  # noqa: BLE001 - an exception class with other arguments
-                wrapped = RuntimeError(text)
-            raise wrapped from exc
-
-    def _mint(self) -> FreshId:
-        oid = FreshId(self.minted, 0)
-        self.minted += 1
-        return oid
-
-    def _retract(self, o: tuple[Any, ...], out: list[Message]) -> None:
-        out.append(_new(Retract, (o[3], o[0], o[1], o[0], o[2])))
 
     # -- introspection ------------------------------------------------------------------------
     def key_functions(self) -> tuple[Callable[[Any], Any], ...] | None:
@@ -930,19 +457,19 @@ class Detect(Processor):
             pos, expected = 0, set()
             while pos < len(rows):
                 row = rows[pos]
-                rec = recs.get(row[_SEQ])
+                rec = recs.get(row[SEQ])
                 assert rec is not None, f"no attempt recorded at row {row!r}"
                 again = self._attempt(rows, pos)
                 assert rec[:3] == again[:3], f"attempt at {row!r}: {rec} != {again}"
-                assert (rec[_OUT] is None) == (again[_OUT] is None)
-                if rec[_OUT] is not None:
-                    assert rec[_OUT][:2] == again[_OUT][:2] and _same(rec[_OUT], again[_OUT])
-                    assert (rec[_OUT][3] is None) == self.final
-                expected.add(row[_SEQ])
-                if rec[_WANTS] or rec[_REACH] != row[:3]:
-                    assert reaching.get(row[_SEQ]) == row[:3], \
+                assert (rec[OUT] is None) == (again[OUT] is None)
+                if rec[OUT] is not None:
+                    assert rec[OUT][:2] == again[OUT][:2] and same_output(rec[OUT], again[OUT])
+                    assert (rec[OUT][3] is None) == self.final
+                expected.add(row[SEQ])
+                if rec[WANTS] or rec[REACH] != row[:3]:
+                    assert reaching.get(row[SEQ]) == row[:3], \
                         f"attempt at {row!r} reads past its row, not indexed"
-                pos += 1 if again[_END] is None else again[_LEN] + 1
+                pos += 1 if again[END] is None else again[LEN] + 1
             assert set(recs) == expected, "records at rows inside a match"
             held.update((k, row[:3]) for row in rows)
         for eid, entry in self.ids.items():
@@ -951,13 +478,11 @@ class Detect(Processor):
             if k in self.touched or not rows:
                 continue
             first = rows[0]
-            assert self.front_of.get(k) == first[_START], f"key {k!r}: front not scheduled"
-            assert self.woken.get(k) == _final_at(recs[first[_SEQ]], first, self.within), \
+            assert self.front_of.get(k) == first[START], f"key {k!r}: front not scheduled"
+            assert self.woken.get(k) == final_at(recs[first[SEQ]], first, self.within), \
                 f"key {k!r}: its first open attempt is not scheduled"
             assert (self.woken[k], k) in {(t, kk) for t, _, kk in self.wake}
 
-
-_LEN = 4
 
 
 class _Unread(Mapping[str, Any]):
@@ -1005,21 +530,3 @@ class _ExprPredicate:
     @property
     def __name__(self) -> str:
         return repr(self.expr)
-
-
-def _final_at(rec: list[Any], first: Row, within: int) -> int:
-    """The first CTI at which the attempt ``rec`` from row ``first`` is final: past every row
-    it read and, if it wanted more rows, past ``start + within``."""
-    at = rec[_REACH][0] + 1
-    if rec[_WANTS] and first[_START] + within > at:
-        at = first[_START] + within
-    return at
-
-
-def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    """Two outputs with the same lifetime and payload (a payload that cannot be compared is
-    taken as changed)."""
-    try:
-        return a[0] == b[0] and a[1] == b[1] and bool(a[2] == b[2])
-    except Exception:  # noqa: BLE001 - e.g. numpy arrays: retract and insert again
-        return False
