@@ -151,6 +151,7 @@ QUERIES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("query", sorted(QUERIES))
 def test_the_planner_runs_windows_over_intervals_column_wise(runtime, query):
     from topology import Stream

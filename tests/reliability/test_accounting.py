@@ -182,6 +182,7 @@ def _check_query(q, inline_dag):
     assert sum(s["late"] for s in stats.values()) == len(q.late())
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_on_ray_stats_late_and_dead_letters_account_for_every_input(ray_session):
     out, dag, _ = run_dag(_query())

@@ -108,6 +108,7 @@ def test_a_host_killed_before_the_input_ended_fails_the_query(ray_session):
         q.stop()
 
 
+@pytest.mark.slow
 def test_a_checkpointed_query_whose_host_is_gone_for_good_fails(ray_session, tmp_path):
     import ray
 
@@ -193,6 +194,7 @@ READ_OUTPUT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim", ["join", "sink"])
 def test_a_checkpointed_query_killed_as_it_finished_is_read_from_another_driver(
         ray_session, tmp_path, expected, victim):

@@ -128,6 +128,7 @@ def test_sigkilled_operator_process_recovers(ray_session, tmp_path, expected_20k
     assert len(recs) == 1 and stats["sink"]["recovery_s"] is not None
 
 
+@pytest.mark.slow
 def test_a_checkpoint_that_cannot_be_written_fails_the_query_with_the_reason(ray_session,
                                                                             tmp_path):
     """Not a silent hang: the step whose write failed reports it, and the supervisor stops."""

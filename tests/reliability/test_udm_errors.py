@@ -277,6 +277,7 @@ def test_on_ray_a_raising_udm_surfaces_in_the_driver_naming_operator_udm_window(
         live.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_on_ray_dead_lettered_windows_are_in_query_dead_letters(ray_session):
     q = (Stream.from_events(EVENTS).group_apply(
