@@ -289,6 +289,13 @@ def write_readings(spark: Any, data: DemoData, path: str) -> Any:
 
     table = pa.Table.from_pylist(data.readings, schema=pa.schema(
         [("meter", pa.string()), ("ts", pa.int64()), ("kwh", pa.float64())]))
+    # ts is a time: a UTC timestamp column (ticks are µs since the epoch), so the queries'
+    # clock is timestamps and their outputs hold it as a time (times.time_fields)
+    ts = table.column("ts").cast(pa.timestamp("us", tz="UTC"))
+    table = table.set_column(table.schema.get_field_index("ts"), "ts", ts)
+    # (as microseconds with statistics, not Spark's default INT96: pyarrow reads the row
+    # groups in time order by their statistics)
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     spark.createDataFrame(table).coalesce(1).write.parquet(path)
     return spark.read.parquet(path)
 
