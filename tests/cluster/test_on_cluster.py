@@ -165,7 +165,8 @@ def test_a_query_outlives_its_killed_script_and_a_lost_node(ray_session, cluster
         assert actor_nodes(name)["~host"] == cluster[0].head_node.node_id
         lose_a_worker_node(cluster[0], live, random.Random(seed).randrange(2_000, 12_000),
                            expected)
-        third = run_elsewhere("import sys; from topology import attach, cli\n"
+        third = run_elsewhere("import sys\nfrom topology import attach\n"
+                              "from topology.app import cli\n"
                               "q = attach(sys.argv[2], address=sys.argv[1])\n"
                               "print('output', len(q.output()), 'recoveries', "
                               "len(q.recoveries()))\n"
