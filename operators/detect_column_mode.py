@@ -6,7 +6,7 @@ columns and attempts run the automaton of :mod:`operators.detect_columns` over s
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,21 +21,7 @@ from .events import Insert, Message
 class ColumnMode(Matching):
     """The column mode's methods, on the operator's state."""
 
-    # the state the operator holds (operators.detect.Detect.__init__ makes it)
-    keys: dict[Hashable, list[Any]]
-    ids: dict[Hashable, tuple[Hashable, tuple[Any, ...]]]
-    seq: int
-    minted: int
-    within: int
-    final: bool
-    key: Callable[[Any], Hashable] | None
-    tie: Callable[[Any], Any] | None
-    measures: Callable[[Any], Any] | None
-    preds: tuple[Callable[[Any, Any], Any] | None, ...]
-    program: Any
-    index: dict[str, int]
-    empty: Any
-    touched: set[Hashable]
+    # (the operator's state: declared on Matching, made by Detect.__init__)
     cols: ColumnState
     _automaton: Automaton | bool | None
     _table: np.ndarray | None
