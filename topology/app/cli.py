@@ -93,9 +93,7 @@ def _parser() -> argparse.ArgumentParser:
         description="List the cedar queries deployed (with deploy(name)) on the Ray cluster: "
                     "their names and actors.")
     status.add_argument("--address", default="auto", help="Ray cluster address (default auto)")
-    status.add_argument("--tz", default=None, metavar="ZONE",
-                    help="show times in this time zone (an IANA name such as Europe/Paris, or "
-                         "+02:00; default UTC) where the query's times came from timestamps")
+    status.add_argument("--tz", default=None, metavar="ZONE", help=TZ_HELP)
 
     inspect = sub.add_parser(
         "inspect", help="stats and a snapshot of one running query",
@@ -105,9 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("name", help="the query's name, as given to deploy(name)")
     inspect.add_argument("--address", default="auto", help="Ray cluster address (default auto)")
     inspect.add_argument("--rows", type=int, default=20, help="snapshot rows to show")
-    inspect.add_argument("--tz", default=None, metavar="ZONE",
-                    help="show times in this time zone (an IANA name such as Europe/Paris, or "
-                         "+02:00; default UTC) where the query's times came from timestamps")
+    inspect.add_argument("--tz", default=None, metavar="ZONE", help=TZ_HELP)
 
     stop = sub.add_parser(
         "stop", help="stop a running query and free its name",
@@ -133,9 +129,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="answer requests for this host name too (by default only 127.0.0.1, "
                          "localhost, [::1] and the bound address: other Host headers get 403, "
                          "so that no web site can read the page through a browser)")
-    ui.add_argument("--tz", default=None, metavar="ZONE",
-                    help="show times in this time zone (an IANA name such as Europe/Paris, or "
-                         "+02:00; default UTC) where the query's times came from timestamps")
+    ui.add_argument("--tz", default=None, metavar="ZONE", help=TZ_HELP)
 
     debug = sub.add_parser(
         "debug", help="step through a recorded trace; find an output's root cause",
@@ -222,11 +216,14 @@ def _parser() -> argparse.ArgumentParser:
     why.add_argument("--step", default=None,
                      help="explain this step's output instead of the query's")
     why.add_argument("--address", default="auto", help="Ray cluster address (default auto)")
-    why.add_argument("--tz", default=None, metavar="ZONE",
-                     help="show times in this time zone (an IANA name such as Europe/Paris, or "
-                          "+02:00; default UTC) where the query's times came from timestamps")
+    why.add_argument("--tz", default=None, metavar="ZONE", help=TZ_HELP)
     why.add_argument("--json", action="store_true", help="print the explanation as JSON")
     return p
+
+
+#: What ``--tz`` does, for every command that shows a query's times.
+TZ_HELP = ("show times in this time zone (an IANA name such as Europe/Paris, or +02:00; "
+           "default UTC) where the query's times came from timestamps")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
