@@ -97,6 +97,7 @@ from .detect_rows import (
     new_tuple,
     same_output,
 )
+from .detect_seeing import EVENT, RETRACTION, EndedRuns, Seeing, run_out
 from .events import MAX_TIME, Insert, Message, Retract
 from .expr import Expr, NotElementwise, evaluate, trace, truthy
 from .group_apply import group_key
@@ -108,7 +109,7 @@ from .ticks import to_duration
 EMITS = {"speculative": False, "final": True}
 
 
-class Detect(ColumnMode, Processor):
+class Detect(ColumnMode, Seeing, Processor):
     """Row pattern recognition over events; see the module docstring.
 
     ``Detect(pattern, define=None, *, within, measures=None, key=None, tie=None,
@@ -203,6 +204,8 @@ class Detect(ColumnMode, Processor):
         #: the symbols bound to the rows of a match, by the masks of its rows
         self._bound: dict[tuple[int, ...], list[int]] = {}
         self._opens: dict[int, bool] = {}
+        #: the last candidate runs that ended without a match: a diagnostic, not state
+        self.ended = EndedRuns()
 
     # -- messages -----------------------------------------------------------------------------
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
@@ -335,10 +338,15 @@ class Detect(ColumnMode, Processor):
         at = bisect_left(rows, entry[1])
         row = rows.pop(at)
         out: list[Message] = []
+        reading = self._reading(ks, row[:3])
         rec = ks[1].pop(row[SEQ], None)
         if rec is not None and rec[OUT] is not None and not self.final:
             self._retract(rec[OUT], out)
+        if rec is not None and (rec[END] is not None or rec[WANTS] or rec[REACH] != row[:3]):
+            self.ended.runs.append((RETRACTION, entry[0], row[START], row[ID], row[START],
+                                    row[ID], row[START] + self.within))
         self._change(ks, at, [row[:3]], True, out)
+        self._ended_by_deletion(ks, reading, entry[0], row)
         if not rows:
             del self.keys[entry[0]]
         return out
@@ -359,6 +367,8 @@ class Detect(ColumnMode, Processor):
         for k in visit:
             self._settle(k, time, out)
         if self.cols.batches:
+            if self.ended.raw:
+                self.ended.resolve(self.cols)
             self.cols.drop_batches()
         fronts, front_of = self.fronts, self.front_of
         while fronts and front_of.get(fronts[0][2]) != fronts[0][0]:
@@ -389,6 +399,12 @@ class Detect(ColumnMode, Processor):
             if rec[REACH][0] >= time or (rec[WANTS] and row[START] + within > time):
                 break
             if rec[END] is None:
+                if rec[WANTS] or rec[REACH][2] != row[SEQ]:  # a candidate ends
+                    by = None if rec[WANTS] else rows[bisect_left(rows, rec[REACH], pos)]
+                    self.ended.runs.append(
+                        (run_out(time), k, row[START], row[ID], time, None, row[START] + within)
+                        if by is None else
+                        (EVENT, k, row[START], row[ID], by[START], by[ID], row[START] + within))
                 pos += 1
                 continue
             if self.final:

@@ -15,6 +15,7 @@ from .columns import Columns, apply_columns
 from .detect_columns import Automaton, ColumnKey, ColumnState, TooLarge, bind, key_runs
 from .detect_matching import Matching
 from .detect_rows import BOUND_MOST, DECIDED_MOST, Row, new_tuple, same_output
+from .detect_seeing import RAW, EndedRuns
 from .events import Insert, Message
 
 
@@ -27,6 +28,7 @@ class ColumnMode(Matching):
     _table: np.ndarray | None
     _bound: dict[tuple[int, ...], list[int]]
     _opens: dict[int, bool]
+    ended: EndedRuns
     front_of: dict[Hashable, int]
     woken: dict[Hashable, int]
 
@@ -240,7 +242,7 @@ class ColumnMode(Matching):
                         out: list[Message]) -> None:
         """:meth:`_settle` for a key in the column mode."""
         starts, seqs, attempts = ck.starts, ck.seqs, ck.attempts
-        within = self.within
+        within, ended = self.within, self.ended.runs
         pos, ai, n = 0, 0, len(starts)
         while pos < n:
             rp = bisect_left(seqs, attempts[ai][0], pos) if ai < len(attempts) else n
@@ -250,10 +252,13 @@ class ColumnMode(Matching):
                 if q < rp or rp == n:
                     break
             rec = attempts[ai]
-            if starts[bisect_left(seqs, rec[2], pos)] >= time or (
-                    rec[3] and starts[pos] + within > time):
+            ri = bisect_left(seqs, rec[2], pos)
+            if starts[ri] >= time or (rec[3] and starts[pos] + within > time):
                 break
-            if rec[1] is None:
+            if rec[1] is None:  # a candidate ends (its ids are looked up at the CTI's end)
+                ended.append((RAW, k, seqs[pos], starts[pos], rec[2], starts[ri], rec[3],
+                              time, starts[pos] + within))
+                self.ended.raw = True
                 pos += 1
             else:
                 if self.final:

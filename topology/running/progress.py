@@ -23,6 +23,7 @@ FACTS_WAIT_S = 0.5
 PAYLOAD_CHARS = 80
 
 if TYPE_CHECKING:
+    from operators.detect_seeing import DetectView
     from operators.ingress import AdvanceTime
     from operators.processor import Processor
     from topology.planning.plan import Plan
@@ -100,6 +101,9 @@ class StepProgress:
     busy: bool = False
     busy_s: float | None = None
     error: str | None = None
+    #: what each ``detect`` the step runs shows of itself: its oldest partial matches and
+    #: its last ended candidate runs (:mod:`operators.detect_seeing`)
+    detect: tuple[DetectView, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -179,6 +183,32 @@ def step_facts(proc: Processor, lo: int = MIN_TIME, hi: int = MAX_TIME,
     return SourceFacts(advance, latest, tuple(late), len(records), shape)
 
 
+def detect_views(proc: Processor | None, limit: int | None = None) -> tuple[DetectView, ...]:
+    """What each ``detect`` in ``proc`` (it, or a processor it hosts: a fused chain's
+    stages, an in-process plan's steps) shows of itself: its ``limit`` oldest partial matches
+    (default :data:`operators.detect_seeing.PARTIALS_SHOWN`) and its last ended candidate
+    runs. Read-only; runs in the actor (:meth:`actors.shell.OperatorShell.inspect`) or in
+    the process of an inline run."""
+    from operators.detect import Detect
+    from operators.detect_seeing import PARTIALS_SHOWN
+
+    found: list[DetectView] = []
+    todo = [] if proc is None else [proc]
+    while todo:
+        p = todo.pop()
+        if isinstance(p, Detect):
+            found.append(p.partial_matches(PARTIALS_SHOWN if limit is None else limit))
+        todo.extend(reversed(list(p.children())))
+    return tuple(found)
+
+
+def step_reads(proc: Processor, lo: int = MIN_TIME, hi: int = MAX_TIME,
+               limit: int | None = None) -> tuple[SourceFacts | None, tuple[DetectView, ...]]:
+    """:func:`step_facts` and :func:`detect_views` of ``proc``, read at once (one control
+    call per step)."""
+    return step_facts(proc, lo, hi, limit), detect_views(proc)
+
+
 def keeps_history(proc: Processor) -> bool:
     """Whether ``proc`` is a sink that keeps its final rows (``history=True``): without it,
     a row is let go once a CTI passes its end, so ``why`` of a final time cannot list it.
@@ -233,7 +263,8 @@ def inline_progress(plan: Plan, procs: Mapping[str, Processor], ctis: Mapping[st
             step, plan.stages[step].describe, cti=ctis.get(step, MIN_TIME),
             in_ctis=None if ins is None else tuple(ins), cti_wall=cti_walls.get(step),
             push_wall=push_walls.get(step), finished=ended, state_size=proc.state_size(),
-            source=step_facts(proc), in_ended=tuple(sorted(proc.in_ended or ())))
+            source=step_facts(proc), in_ended=tuple(sorted(proc.in_ended or ())),
+            detect=detect_views(proc))
     clock = running_clock(plan.clock, [p.stats for p in procs.values() if p.stats is not None])
     return Progress(steps, plan_inputs(plan), plan.sink, clock, ended=ended, query="collect()")
 
@@ -242,7 +273,8 @@ def actor_progress(handles: Mapping[str, Any], output: str, clock: str, *, query
                    ended: bool = False, lo: int = MIN_TIME, hi: int = MAX_TIME,
                    limit: int | None = None, timeout_s: float = 30.0) -> Progress:
     """The :class:`Progress` of a plan on Ray, from every actor's ``stats()`` and
-    :func:`step_facts` (late events overlapping ``[lo, hi)``, at most ``limit`` per step).
+    :func:`step_facts` (late events overlapping ``[lo, hi)``, at most ``limit`` per step) and
+    :func:`detect_views` (a detect's partial matches and ended runs).
     A step busy in one long batch does not wait for it: it answers from its last report
     (``busy``), without its source facts. A step that does not answer within ``timeout_s``
     (its process stuck) raises :class:`TimeoutError` naming it."""
@@ -251,12 +283,13 @@ def actor_progress(handles: Mapping[str, Any], output: str, clock: str, *, query
     steps = list(handles)
     stats = _answers(ray, [handles[s].stats.remote() for s in steps], steps, timeout_s,
                      "its stats")
-    read = functools.partial(step_facts, lo=lo, hi=hi, limit=limit)
-    facts = _answers(ray, [handles[s].inspect.remote(read, FACTS_WAIT_S) for s in steps],
+    read = functools.partial(step_reads, lo=lo, hi=hi, limit=limit)
+    reads = _answers(ray, [handles[s].inspect.remote(read, FACTS_WAIT_S) for s in steps],
                      steps, timeout_s, "its late events")
     inputs: dict[str, set[tuple[int, str]]] = {}
     out = {}
-    for step, st, f in zip(steps, stats, facts):
+    for step, st, answer in zip(steps, stats, reads):
+        f, seen = (None, ()) if answer is None else answer  # (None: busy in one batch)
         for dst, port in st.get("out_edges", ()):
             inputs.setdefault(dst, set()).add((port, step))
         ins = st.get("in_ctis")
@@ -266,7 +299,7 @@ def actor_progress(handles: Mapping[str, Any], output: str, clock: str, *, query
             push_wall=st.get("push_wall"), finished=bool(st["finished"]),
             in_flight=int(st.get("in_flight", 0)), state_size=int(st.get("state_size") or 0),
             source=f, in_ended=tuple(st.get("in_ended") or ()), busy=bool(st.get("busy")),
-            busy_s=st.get("busy_s"), error=st.get("error"))
+            busy_s=st.get("busy_s"), error=st.get("error"), detect=seen)
     # the plan's clock, or what a source fed by a generator told of its rows as they came
     return Progress(out, {s: tuple(sorted(v)) for s, v in inputs.items()}, output,
                     running_clock(clock, stats), ended=ended, query=query)

@@ -53,8 +53,10 @@ from topology.building.times import (
     show_times_in,
 )
 from topology.running.progress import Late, Progress, StepProgress, short_payload
+from topology.seeing.partials import detect_dict, detect_lines
 
 if TYPE_CHECKING:
+    from operators.detect_seeing import DetectView
     from operators.ingress import AdvanceTime
 
 
@@ -134,6 +136,10 @@ class Explanation:
     #: past the output) or ``"import_ctis"`` (an input that lags another one whose events are
     #: newer, which no idle timeout moves far enough: docs/ctis.md, "CTI import")
     advice_kind: str | None = None
+    #: each ``detect`` step this output reads: its oldest partial matches (per key: the
+    #: symbols bound so far, the events, the deadline) and the candidate runs that ended
+    #: without a match, with what ended each (docs/patterns.md, "Seeing a detect step")
+    detect: tuple[DetectView, ...] = ()
 
     def advice_line(self) -> str | None:
         """The advice as the report and the web view's panel both show it (None: none)."""
@@ -211,6 +217,8 @@ class Explanation:
             lines.append(f"late events out of it: {self.late_count}{more}")
             for r in self.late:
                 lines.append(f"  {r.where}: {_late_text(r, self._span, self._payload)}")
+        for v in self.detect:
+            lines += detect_lines(v, self.clock, self.tz)
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -235,6 +243,7 @@ class Explanation:
                       "shown": None if secs is None else _seconds(secs)}
                      for s, secs in self.busy]
         d["tz"] = None if self.tz is None else str(self.tz)
+        d["detect"] = [detect_dict(v, self.clock, self.tz) for v in self.detect]
         return _jsonable(d)
 
 
@@ -341,7 +350,8 @@ def explain(progress: Progress, at: Any = None, *, step: str | None = None,
         late=tuple(late[:LATE_SHOWN]), late_count=len(late), known=rows is not None,
         released=released and status == FINAL, failed=failed,
         busy=tuple((s, progress.steps[s].busy_s) for s in progress.steps
-                   if s in reads and progress.steps[s].busy))
+                   if s in reads and progress.steps[s].busy),
+        detect=tuple(v for s in progress.steps if s in reads for v in progress.steps[s].detect))
 
 
 def _in_ctis(progress: Progress, step: str) -> tuple[tuple[int, str, int], ...]:
