@@ -22,6 +22,7 @@ needs no table anywhere else.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
@@ -539,14 +540,15 @@ class Detect(Node):
         op = self.operator()  # refuse a bad pattern, define, within or emit here
         object.__setattr__(self, "within", op.within)  # "5 min" held as ticks
 
-    def operator(self, name: str | None = None) -> Any:
-        """The pure operator (:class:`operators.detect.Detect`) this node runs."""
-        from operators.detect import Detect as DetectOperator
-
+    @property
+    def operator(self) -> Callable[..., Any]:
+        """``operator(name=None)``: the pure operator (:class:`operators.detect.Detect`) this
+        node runs. A factory of the node's arguments, not of the node, so that a step's
+        factory ships to its actor without the node's inputs (a live source's rows)."""
         key = None if self.key is None else field_getter(self.key)
-        return DetectOperator(self.pattern, self.define, within=self.within,
-                              measures=self.measures, key=key, tie=self.tie, emit=self.emit,
-                              name=name)
+        return functools.partial(_detect_operator, pattern=self.pattern, define=self.define,
+                                 within=self.within, measures=self.measures, key=key,
+                                 tie=self.tie, emit=self.emit)
 
     def lengths(self) -> int | None:
         # final: inserts only, a match spans less than within (speculative ones retract)
@@ -577,11 +579,12 @@ class NotFollowedBy(Node):
         check_on("not_followed_by", self.on)
         object.__setattr__(self, "within", self.operator().within)  # "5 min" held as ticks
 
-    def operator(self, name: str | None = None) -> Any:
-        """The pure operator (:class:`operators.not_followed_by.NotFollowedBy`)."""
-        from operators.not_followed_by import NotFollowedBy as Absence
-
-        return Absence(self.within, on=self.on, name=name)
+    @property
+    def operator(self) -> Callable[..., Any]:
+        """``operator(name=None)``: the pure operator
+        (:class:`operators.not_followed_by.NotFollowedBy`), a factory of the node's arguments
+        (see :attr:`Detect.operator`)."""
+        return functools.partial(_absence_operator, within=self.within, on=self.on)
 
     def lengths(self) -> int | None:
         return 1  # points, final: never retracted
@@ -604,6 +607,20 @@ class NotFollowedBy(Node):
 
 
 #: Every node type a plan may hold (the planner has one function for each).
+def _detect_operator(name: str | None = None, **args: Any) -> Any:
+    """:class:`operators.detect.Detect` of a :class:`Detect` node's ``args``, named ``name``."""
+    from operators.detect import Detect as DetectOperator
+
+    return DetectOperator(args.pop("pattern"), args.pop("define"), name=name, **args)
+
+
+def _absence_operator(name: str | None = None, *, within: Any, on: Any) -> Any:
+    """:class:`operators.not_followed_by.NotFollowedBy` of a :class:`NotFollowedBy` node."""
+    from operators.not_followed_by import NotFollowedBy as Absence
+
+    return Absence(within, on=on, name=name)
+
+
 NODE_TYPES: tuple[type[Node], ...] = (
     FromEvents, FromRows, Published, GroupInput, Where, Select, AlterLifetime, Shift, ToPoints,
     ClipDuration, Window, Join, AntiJoin, LeftJoin, FullOuterJoin, ImportCti, Late, Union,
