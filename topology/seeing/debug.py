@@ -342,13 +342,21 @@ class Recording:
     def _by_rows(self, step: str, info: dict[str, Any], row: Row, at: float,
                  gaps: list[str]) -> list[tuple[int, Row]]:
         """A detect match ``[first start, last start + 1)``: the rows it matched, the input
-        events that start in it (contiguous rows); with ``key=``, of the keys of the events
-        at its first start."""
+        events that start in it (contiguous rows); with ``key=``, of the key whose events
+        start at both its first and its last start -- of those, when several keys do, the
+        keys whose events' payloads the match's payload shows (the default measures: each
+        row's payload), else all of them."""
         s, e = row["start"], row["end"]
         inside = [ev for ev in self._index(step).alive(at).get(0, {}).values()
                   if s <= ev["start"] < e]
         if info.get("keyed"):
-            keys = {ev["key"] for ev in inside if ev["start"] == s}
+            of: dict[Any, list[Row]] = {}
+            for ev in inside:
+                of.setdefault(ev["key"], []).append(ev)
+            keys = [k for k, evs in of.items() if {s, e - 1} <= {ev["start"] for ev in evs}]
+            shown = row.get("payload_repr") or ""
+            named = [k for k in keys if all(ev["payload_repr"] in shown for ev in of[k])]
+            keys = named or keys
             inside = [ev for ev in inside if ev["key"] in keys]
         return [(0, ev) for ev in inside]
 
