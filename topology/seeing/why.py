@@ -416,7 +416,8 @@ def _walk(progress: Progress, step: str, hi: int, now: float, tz: str | _dt.tzin
             return hops, cur, (
                 f"its input CTI {t(m)} has passed it, but its output CTI {t(me.cti)} has not: "
                 f"its state holds output that is not final yet (state size {me.state_size}: "
-                f"a window or session not closed, a partition whose groups are open)"), \
+                f"a window or session not closed, a partition whose groups are open, a "
+                f"detect's partial match that may still grow)"), \
                 _ago(me.cti_wall, now), None, None
         sent = progress.steps[up].cti if up in progress.steps else MIN_TIME
         if sent > m:
