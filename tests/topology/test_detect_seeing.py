@@ -22,9 +22,11 @@ from operators.expr import col
 from tests.topology.live_kit import rows as _rows
 from tests.topology.live_kit import wait_for as _wait_for
 from topology import AdvanceTime, Stream
+from topology.app.cli import main
 from topology.building.times import TIMESTAMPS
 from topology.running.progress import Progress, StepProgress
 from topology.seeing.debug import Recording
+from topology.seeing.ui import why_json
 from topology.seeing.why import explain
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -194,7 +196,7 @@ def test_a_collected_query_reports_its_ended_runs_in_why():
     assert causes == {"'m1'": "within", "'m2'": "event"}
 
 
-def test_a_deployed_query_shows_its_partial_match_in_why(ray_session):
+def test_a_deployed_query_shows_its_partial_match_in_why(ray_session, capsys):
     #   a@0s b@1s b@2s of 'A B+ C' within 1 min, the query live: A B B so far
     feed: queue.Queue = queue.Queue()
     q = (Stream.from_rows(_rows(feed), start="ts", advance=AdvanceTime(every=1))
@@ -210,6 +212,15 @@ def test_a_deployed_query_shows_its_partial_match_in_why(ray_session):
         assert "deadline 2026-01-01T00:01:00Z" in text, text
         (d,) = e.to_dict()["detect"]
         assert d["partials"][0]["symbols"] == "A B B" and d["step"] == step
+        # the web view's why panel reads the same from /api/why
+        code, answer = why_json("/api/why?query=detect-seeing&step=sink")
+        assert code == 200 and answer["detect"][0]["partials"][0]["deadline_shown"] == \
+            "2026-01-01T00:01:00Z"
+        # the query's handle and `cedar inspect` show them too
+        ((view,),) = q.partial_matches().values()
+        assert view.partials[0].symbols == (("A", 1), ("B", 2))
+        assert main(["inspect", "detect-seeing"]) == 0
+        assert "key 'm1': A B B so far" in capsys.readouterr().out
     finally:
         feed.put(None)
         q.stop()

@@ -527,6 +527,12 @@ def _inspect(args: Any) -> int:
     fed_here = manifest.get("fed_by_driver")
     if fed_here:
         print(f"  fed by the deploying process: {', '.join(fed_here)}")
+    from topology.seeing.partials import detect_lines
+
+    for views in q.partial_matches().values():  # a detect's partial matches and ended runs
+        for v in views:
+            print()
+            print("\n".join(detect_lines(v, clock, tz)))
     rows = q.snapshot()
     print(f"\nsnapshot: {len(rows):,} rows" + (f" (first {args.rows})" if len(rows) > args.rows
                                                 else ""))

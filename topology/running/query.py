@@ -39,6 +39,7 @@ from topology.running.registry import (
 )
 
 if TYPE_CHECKING:
+    from operators.detect_seeing import DetectView
     from topology.seeing.why import Explanation
 
 #: Seconds between two full checks of every step while ``Query.wait()`` waits.
@@ -313,6 +314,23 @@ class Query(Health):
         progress = actor_progress(handles, self.sink_step, clock, query=self.name, lo=lo,
                                   hi=hi, limit=WHY_LATE_LIMIT)
         return explain(progress, at, step=step, rows=rows, tz=tz, released=released)
+
+    def partial_matches(self, limit: int | None = None) -> dict[str, tuple[DetectView, ...]]:
+        """Per step that runs a ``detect``: what it shows of itself
+        (:class:`operators.detect_seeing.DetectView`): its ``limit`` oldest partial matches
+        (default 20; per key the symbols bound so far, the events and the deadline) and its
+        last ended candidate runs, with what ended each. ``why`` reports them too (and
+        ``cedar inspect`` prints them). A step busy in one long batch is left out."""
+        import functools
+
+        from topology.running.progress import FACTS_WAIT_S, detect_views
+
+        if self._stopped:
+            raise self._stopped_error()
+        read = functools.partial(detect_views, limit=limit)
+        refs = {step: h.inspect.remote(read, FACTS_WAIT_S) for step, h in self.handles.items()}
+        answers = {step: self._get(ref) for step, ref in refs.items()}
+        return {step: views for step, views in answers.items() if views}
 
     def _records(self, kind: str) -> list[Any]:
         if self._stopped:
