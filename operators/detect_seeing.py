@@ -1,6 +1,6 @@
 """What a :class:`operators.detect.Detect` shows of itself (a base class of it): its live
 partial matches per key, and the candidate runs that ended without a match, with what ended
-each (docs/patterns.md, "Seeing a detect step").
+each (docs/patterns.md#seeing-a-detect-step).
 
 * **Partial matches** are computed on request, never kept: per key, its oldest *open*
   attempt (one that still wants rows: a ``B+`` taking rows, a ``C`` not arrived), the

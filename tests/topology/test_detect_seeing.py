@@ -1,4 +1,4 @@
-"""Seeing a ``detect`` step (docs/patterns.md, "Seeing a detect step"): its live partial
+"""Seeing a ``detect`` step (docs/patterns.md#seeing-a-detect-step): its live partial
 matches per key (symbols bound so far, events, deadline) and the candidate runs that ended
 without a match with what ended each, in the operator (row and column paths), in ``why``'s
 report and the web view's JSON (times as times), on a deployed query; and the debugger's

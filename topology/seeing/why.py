@@ -138,7 +138,7 @@ class Explanation:
     advice_kind: str | None = None
     #: each ``detect`` step this output reads: its oldest partial matches (per key: the
     #: symbols bound so far, the events, the deadline) and the candidate runs that ended
-    #: without a match, with what ended each (docs/patterns.md, "Seeing a detect step")
+    #: without a match, with what ended each (docs/patterns.md#seeing-a-detect-step)
     detect: tuple[DetectView, ...] = ()
 
     def advice_line(self) -> str | None:
