@@ -34,7 +34,7 @@ from operators.columns import (
     portable_column,
     restored_column,
 )
-from operators.events import Cti, FreshId, Insert, Message, Retract
+from operators.events import Cti, FreshId, Insert, KeyCtis, Message, Retract
 
 _KIND = {Insert: 0, Retract: 1, Cti: 2}
 _CLASSES = (Insert, Retract, Cti)
@@ -47,6 +47,9 @@ _RUN = 4
 #: A run of inserts with the ids ``FreshId(origin, n)``: ``(5, origin, ns, starts, ends,
 #: payloads)``.
 _FRESH_RUN = 5
+#: Per-key CTIs (:class:`~operators.events.KeyCtis`): ``(6, times)``.
+_KEY_CTIS = 6
+_KIND[KeyCtis] = _KEY_CTIS
 #: Fewer consecutive inserts than this travel one by one.
 _MIN_RUN = 8
 
@@ -249,6 +252,8 @@ def decode(blob: bytes | tuple[bytes, list[Columns]]) -> list[Message | Columns]
             append(columns[t[1]])
         elif tag == _RUN:
             out.extend([_new(Insert, r) for r in zip(*t[1:])])
+        elif tag == _KEY_CTIS:
+            append(_new(KeyCtis, t[1:]))
         else:
             origin = t[1]
             out.extend([_new(Insert, (FreshId(origin, n), s, e, p))

@@ -7,8 +7,10 @@ event that arrives behind such a promise, and how a quiet source still flushes i
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from .events import TICKS_PER_SECOND
 from .ticks import DURATION_HELP, to_duration
@@ -41,7 +43,15 @@ class AdvanceTime:
       moves its start up to the CTI when its end is still after it (points cannot be moved,
       they are dropped);
     * ``idle_timeout`` (seconds of the caller's wall clock): when no rows arrived for that
-      long, :meth:`Ingress.poll` emits a CTI one tick past the latest event.
+      long, :meth:`Ingress.poll` emits a CTI one tick past the latest event;
+    * ``per_key`` (a column name or a function of the row): per-key progress, each key (a
+      device) keeps its own CTI, its own latest start − ``delay`` on its own ``every`` /
+      ``interval``, so a device whose clock is behind loses no events to the others. An
+      event is late when it is behind its key's CTI or behind the stream's CTI, the *low
+      watermark*: the largest start seen − ``low_watermark`` (a duration), or, without one,
+      the lowest CTI of the keys seen (a silent key then holds back everything that is not
+      keyed by it; a low watermark bounds that). ``group_apply`` by the same key finalizes
+      each key's output at that key's CTI (:class:`~operators.events.KeyCtis`).
 
     ``interval`` and ``delay`` are spans of event time and ``idle_timeout`` one of wall-clock
     time: each may be written as a ``timedelta`` or a string such as ``"5 min"``
@@ -68,9 +78,18 @@ class AdvanceTime:
     delay: int = 0
     policy: str = "drop"
     idle_timeout: float | None = None
+    per_key: str | Callable[[Any], Hashable] | None = None
+    low_watermark: int | None = None
+
+    def __repr__(self) -> str:  # the per-key fields only when set (reprs of before stay)
+        extra = "".join(f", {f}={getattr(self, f)!r}" for f in ("per_key", "low_watermark")
+                        if getattr(self, f) is not None)
+        return (f"AdvanceTime(every={self.every!r}, interval={self.interval!r}, "
+                f"delay={self.delay!r}, policy={self.policy!r}, "
+                f"idle_timeout={self.idle_timeout!r}{extra})")
 
     def __post_init__(self) -> None:
-        for arg in ("interval", "delay"):  # a timedelta or "5 min" as ticks
+        for arg in ("interval", "delay", "low_watermark"):  # a timedelta or "5 min" as ticks
             value = getattr(self, arg)
             if value is not None and not _is_int(value) and not isinstance(value, float):
                 object.__setattr__(self, arg, to_duration(value, "AdvanceTime", arg))
@@ -107,6 +126,28 @@ class AdvanceTime:
                 f"seconds (of the wall clock), a timedelta or a string such as '30 s', or None "
                 f"for no idle CTIs"
             )
+        self._check_per_key()
+
+    def _check_per_key(self) -> None:
+        key, lag = self.per_key, self.low_watermark
+        if key is not None and not (isinstance(key, str) or callable(key)):
+            raise TypeError(
+                f"AdvanceTime(per_key={key!r}): per_key must be a column name or a function "
+                f"row -> key (the device each row comes from), or None for one CTI"
+            )
+        if lag is not None:
+            if key is None:
+                raise ValueError(
+                    f"AdvanceTime(low_watermark={lag!r}) needs per_key=: the low watermark "
+                    f"bounds how far the keys' own CTIs may trail the latest start; with one "
+                    f"CTI for the stream, delay= says that"
+                )
+            if not _is_int(lag) or lag < 0:
+                raise ValueError(
+                    f"AdvanceTime(low_watermark={lag!r}): low_watermark must be a duration >= "
+                    f"0 (how far behind the largest start seen the stream's CTI stays), or "
+                    f"None for the lowest of the keys' CTIs; {DURATION_HELP}"
+                )
 
 
 #: A source's AdvanceTime when none is given: only idle CTIs and the final one, drop late events.

@@ -179,6 +179,40 @@ class Cti(_CtiFields):
 Message = Insert | Retract | Cti
 
 
+class _KeyCtisFields(NamedTuple):
+    times: tuple[tuple[Hashable, int], ...]
+
+
+@final  # never subclassed: the runtime dispatches on type(msg) is
+class KeyCtis(_KeyCtisFields):
+    """Per-key progress (``AdvanceTime(per_key=...)``, docs/ctis.md): for each ``(key,
+    time)`` of ``times``, no later message changes the time axis before ``time`` for an event
+    whose key (by the source's ``per_key``) is ``key``. A hint beside the stream's own CTIs,
+    which stay the low watermark: an operator keyed by the same key finalizes each key's
+    output at that key's time (``group_apply``), every other operator ignores it, and the
+    planner only routes it to those that use it. One message lists the keys whose time moved
+    since the last one, so its size is bounded by the events before it.
+
+    >>> KeyCtis((("m1", 40), ("m7", 12)))
+    KeyCtis(times=(('m1', 40), ('m7', 12)))
+    """
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), tuple(self)))
+
+    def __new__(cls, times: Iterable[tuple[Hashable, int]]) -> KeyCtis:
+        times = tuple(times)
+        for key, t in times:
+            _check_time("KeyCtis", key, "time", t)
+        return tuple.__new__(cls, (times,))
+
+    @property
+    def sync_time(self) -> int:
+        return min((t for _, t in self.times), default=MAX_TIME)
+
+
 def point(id: Hashable, time: int, payload: Any = None) -> Insert:
     """A point event: the lifetime ``[time, time + 1)``."""
     return Insert(id, time, time + 1, payload)

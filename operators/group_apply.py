@@ -60,7 +60,7 @@ import numpy as np
 from .cht import InvalidStream
 from .columns import Columns, expand
 from .errors import DeadLetter, OperatorError
-from .events import MIN_TIME, Cti, Insert, Message, Retract
+from .events import MIN_TIME, Cti, Insert, KeyCtis, Message, Retract
 from .live import ExpiryHeap
 from .processor import Processor, behind_error
 from .two_input import END, ID, KEY, find_live
@@ -228,6 +228,11 @@ class GroupApply(Processor):
                     self._flush(pending, out)
                     self._on_cti(msg.time, out)
                     continue
+                elif kind is KeyCtis:
+                    if self.per_key:
+                        self._flush(pending, out)
+                        self._on_key_ctis(msg, out)
+                    continue
                 else:
                     raise TypeError(f"expected Insert, Retract or Cti, got {type(msg).__name__}")
                 if key in pending:
@@ -299,10 +304,36 @@ class GroupApply(Processor):
         batch = [Cti(time)]
         for key in list(busy):
             group = groups[key]
+            if group[G_FED] < time:  # (a key's own CTI may be ahead: KeyCtis)
+                group[G_FED] = time
+                self._feed(key, group, batch, out)
+        self._out_cti(out)
+
+    #: Set by the planner when the input's :class:`~operators.events.KeyCtis` are by this
+    #: step's key (the source's ``AdvanceTime(per_key=...)`` is the same key): each group
+    #: then gets its key's CTI as it moves, and finalizes its output then, not at the
+    #: stream's CTI. Otherwise they are ignored.
+    per_key = False
+
+    def _on_key_ctis(self, msg: KeyCtis, out: list[Message]) -> None:
+        """Each listed key's group that exists gets its key's CTI (a group created later
+        starts at the stream's CTI, a valid, weaker promise)."""
+        in_cti, groups = self.in_cti, self.groups
+        for key, time in msg.times:
+            if time <= in_cti:
+                continue
+            key = group_key(key)
+            group = groups.get(key)
+            if group is None or group[G_FED] >= time:
+                continue
             group[G_FED] = time
-            self._feed(key, group, batch, out)
-        low = self.template_cti
-        for key in busy:
+            self._feed(key, group, [Cti(time)], out)
+        self._out_cti(out)
+
+    def _out_cti(self, out: list[Message]) -> None:
+        """The output CTI: the lowest of the template's and the busy groups'."""
+        low, groups = self.template_cti, self.groups
+        for key in self.busy:
             low = min(low, groups[key][G_CTI])
         out.extend(self.emit_cti(low))
 
@@ -344,7 +375,7 @@ class GroupApply(Processor):
             assert group[G_OPEN] == counts.get(key, 0), (key, group[G_OPEN], counts.get(key))
             assert (key in self.busy) == (group[G_SUB].state_size() > 0)
             assert key in self.busy or group[G_OPEN] > 0, f"idle group {key!r} was not dropped"
-            assert key not in self.busy or group[G_FED] == self.in_cti
+            assert key not in self.busy or group[G_FED] >= self.in_cti
             assert group[G_INST] < self.next_inst and group[G_INST] not in insts
             insts.add(group[G_INST])
             group[G_SUB]._check()

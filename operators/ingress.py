@@ -157,6 +157,7 @@ class Ingress(IngressRows, IngressColumns):
         self._dropped_edges: set[Hashable] = set()  # start edges dropped as late
         self._last_wall: float | None = None
         self._ended = False
+        self._init_keys()  # per-key progress (AdvanceTime(per_key=...))
 
     # -- the entry points ---------------------------------------------------------------------
     def push(self, rows: Iterable[Any], now: float | None = None) -> list[Message]:
@@ -185,7 +186,7 @@ class Ingress(IngressRows, IngressColumns):
     # Ingress with the same configuration resumes exactly where the snapshot's stood)
     _state_fields = ("cti", "late", "dead_letters", "stats", "_latest", "_top", "_horizon",
                      "_count", "_mark", "_next_id", "_open", "_used", "_dropped_edges",
-                     "_last_wall", "_ended")
+                     "_last_wall", "_ended", "_keys", "_lows", "_pushed", "_moved")
 
     def state_size(self) -> int:
         """Number of open edges held in state."""

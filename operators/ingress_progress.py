@@ -53,15 +53,21 @@ class IngressProgress(Stateful):
     _last_wall: float | None
     _ended: bool
 
-    def _late_start(self, start: int, end: int, cti: int, row: Any) -> LateEvent:
-        """The record of a row dropped because its event starts behind the CTI (counted)."""
+    def _late_start(self, start: int, end: int, cti: int, row: Any,
+                    key: Hashable = None) -> LateEvent:
+        """The record of a row dropped because its event starts behind the CTI (counted):
+        the CTI of its ``key`` when that one is ahead of the stream's (per-key progress)."""
         why = ("a point cannot be moved, so it is dropped" if self.shape == "point"
                else f"its end {end} is not after the CTI either"
                if self.advance.policy == "adjust" else "policy 'drop'")
         self.stats["dropped"] += 1
         return LateEvent(self.name, "dropped",
-                         f"start {start} is behind the CTI {cti}; {why} (a larger AdvanceTime "
-                         f"delay tolerates more disorder)", row, None)
+                         f"start {start} is behind the CTI {cti}{self._of_key(key, cti)}; "
+                         f"{why} (a larger AdvanceTime delay tolerates more disorder)", row, None)
+
+    def _of_key(self, key: Hashable, cti: int) -> str:
+        """`` of key 'm1'`` where the CTI ``cti`` an event was behind is its key's."""
+        return f" of key {key!r}" if self.advance.per_key is not None and cti > self.cti else ""
 
     def _dropped(self, row: Any, reason: str) -> None:
         """``row`` is dropped as late, for ``reason`` (counted, recorded in ``late``)."""

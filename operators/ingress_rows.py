@@ -11,7 +11,7 @@ from typing import Any
 
 from .errors import DeadLetter, LateEvent
 from .events import MAX_TIME, MIN_TIME, Insert, Message, Retract
-from .ingress_progress import IngressProgress
+from .ingress_keys import IngressKeys
 from .ticks import TIME_HELP, is_timestamp, to_ticks
 
 __all__ = ["IngressRows"]
@@ -26,7 +26,7 @@ class _Reject(Exception):
     """A row goes to the dead letters; the argument is the reason."""
 
 
-class IngressRows(IngressProgress):
+class IngressRows(IngressKeys):
     """How an ingress takes rows (see the module docstring)."""
 
     def _push_rows(self, rows: Iterable[Any], now: float | None) -> list[Message]:
@@ -46,6 +46,8 @@ class IngressRows(IngressProgress):
                 self.dead_letters.append(DeadLetter(self.name, str(bad.args[0]), row))
         if n:
             self._last_wall = now
+        if self._key_of is not None:
+            self._key_ctis(out)
         return out
 
     def _time(self, row: Any, get: Callable[[Any], Any], what: str) -> int:
@@ -83,6 +85,17 @@ class IngressRows(IngressProgress):
             raise _Reject("the id is missing; give every row an id (or use id=None to let "
                           "the source mint ids, for point and interval events)")
         return eid
+
+    def _row_key(self, row: Any) -> Hashable:
+        """The key of ``row`` by ``AdvanceTime(per_key=...)``."""
+        try:
+            key = self._key_of(row)  # type: ignore[misc]
+            hash(key)
+        except Exception as exc:  # noqa: BLE001 (a user function's error dead-letters the row)
+            raise _Reject(f"reading the key failed (AdvanceTime per_key=): "
+                          f"{type(exc).__name__}: {exc}; every row needs a hashable key "
+                          f"(check the per_key= column or function)") from None
+        return key
 
     def _one(self, row: Any, out: list[Message]) -> None:
         if self._need_dict and not isinstance(row, dict):
@@ -130,13 +143,18 @@ class IngressRows(IngressProgress):
                 if eid in self._used:
                     raise _Reject(f"duplicate id {eid!r}: it was used by an earlier event; "
                                   f"ids must be unique within a stream")
-        cti = self.cti
+        if self._key_of is None:
+            key = None
+            cti = self.cti
+        else:
+            key = self._row_key(row)
+            cti = self._key_cti(key)
         sent = start
         if start < cti:
             if self.advance.policy == "adjust" and end > cti:
                 sent = cti
             else:
-                self.late.append(self._late_start(start, end, cti, row))
+                self.late.append(self._late_start(start, end, cti, row, key))
                 if shape == "edge":
                     self._dropped_edges.add(eid)
                 return
@@ -146,8 +164,8 @@ class IngressRows(IngressProgress):
         else:
             self._used.add(eid)
         self._accepted(Insert(eid, sent, end, row), row, out, None if sent == start else (
-            f"start {start} is behind the CTI {cti}; moved to start at the CTI (policy "
-            f"'adjust')"))
+            f"start {start} is behind the CTI {cti}{self._of_key(key, cti)}; moved to start "
+            f"at the CTI (policy 'adjust')"))
         if shape == "edge":
             self._open[eid] = (sent, row)
             if self._dropped_edges:
@@ -155,7 +173,10 @@ class IngressRows(IngressProgress):
         self._latest = max(self._latest, start)
         self._top = max(self._top, sent)
         self._horizon = max(self._horizon, end if end != MAX_TIME else sent + 1)
-        self._generate(out)
+        if key is None:
+            self._generate(out)
+        else:
+            self._generate_key(key, start, out)
 
     def _end_edge(self, eid: Hashable, row: Any, out: list[Message]) -> None:
         end = self._time(row, self._get_end, "end")  # type: ignore[arg-type]
@@ -169,19 +190,21 @@ class IngressRows(IngressProgress):
             raise _Reject(f"end edge for id {eid!r}, but no edge with that id is open; send "
                           f"the start edge (a row with the id and no end) first")
         start, payload = live
+        key = None if self._key_of is None else self._row_key(payload)
         if end >= MAX_TIME:
             raise _Reject(f"end edge of {eid!r} ends at MAX_TIME, where the edge already "
                           f"ends; leave the end empty to keep the edge open")
         if end <= start:
             raise _Reject(f"end edge of {eid!r}: end {end} is not after the edge's start "
                           f"{start}; an edge [start, end) needs end > start")
-        cti = self.cti
+        cti = self.cti if key is None else self._key_cti(key)
         new_end = end
         if end < cti:
             if self.advance.policy == "adjust" and cti < MAX_TIME:
                 new_end = cti
             else:
-                self._dropped(row, f"end edge of {eid!r}: end {end} is behind the CTI {cti}; "
+                self._dropped(row, f"end edge of {eid!r}: end {end} is behind the CTI "
+                                   f"{cti}{self._of_key(key, cti)}; "
                                    f"the edge stays open (policy 'drop'; a larger AdvanceTime "
                                    f"delay tolerates more disorder)")
                 return
@@ -191,7 +214,10 @@ class IngressRows(IngressProgress):
                            f"end edge of {eid!r}: end {end} is behind the CTI {cti}; the edge "
                            f"now ends at the CTI (policy 'adjust')"))
         self._horizon = max(self._horizon, new_end)
-        self._generate(out)
+        if key is None:
+            self._generate(out)
+        else:
+            self._generate_key(key, start, out)
 
     def late_lifetime(self, record: LateEvent) -> tuple[int, int]:
         """The lifetime a late row stated (for the late stream, :meth:`Stream.late`): a point

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 from .cht import InvalidStream
 from .columns import Columns
 from .errors import DeadLetter, LateEvent, OperatorError
-from .events import MIN_TIME, Cti, Insert, Message, Retract, fmt_time
+from .events import MIN_TIME, Cti, Insert, KeyCtis, Message, Retract, fmt_time
 
 
 class Stateful:
@@ -153,6 +153,8 @@ class Processor(Stateful):
                     if len(msg) and int(msg.starts.min()) < cti:
                         raise behind_error(msg, int(msg.starts.min()), cti, port)
                     out.extend(self.on_columns(msg, port))
+                elif kind is KeyCtis:
+                    out.extend(self.on_key_ctis(msg, port))
                 else:
                     raise TypeError(
                         f"expected Insert, Retract or Cti, got {type(msg).__name__}"
@@ -246,6 +248,12 @@ class Processor(Stateful):
 
     def on_cti(self, time: int, port: int) -> list[Message]:
         return self.emit_cti(time)
+
+    def on_key_ctis(self, msg: KeyCtis, port: int) -> list[Message]:
+        """Per-key progress (:class:`~operators.events.KeyCtis`): a hint beside the input
+        CTI, which an operator not keyed by the source's key ignores (the default); one that
+        keeps the events' payloads and times passes it on (``where``)."""
+        return []
 
     def on_end_input(self, port: int) -> list[Message]:
         """Input ``port`` has ended (it is in :attr:`in_ended` already, so :attr:`in_cti` is

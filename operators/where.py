@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .columns import Columns, apply_columns
-from .events import Insert, Message, Retract
+from .events import Insert, KeyCtis, Message, Retract
 from .expr import truthy
 from .processor import Processor
 from .vectorized import Vectorized
@@ -50,3 +50,6 @@ class Where(Processor):
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
         return [msg] if self.pred(msg.payload) else []
+
+    def on_key_ctis(self, msg: KeyCtis, port: int) -> list[Message]:
+        return [msg]  # the events keep their payloads, so their keys: the promise holds

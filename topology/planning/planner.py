@@ -55,6 +55,7 @@ from topology.building import nodes as n
 from topology.building.checks import fuse_level
 from topology.planning.dag import DagProcessor
 from topology.planning.fused import FusedDag
+from topology.planning.key_progress import KeyPaths, key_paths
 from topology.planning.plan import Factory, MergePartitions, Plan, Sink, Stage
 from topology.planning.pruning import pruned_note, pruned_source, source_columns
 from topology.planning.routing import OutEdge, Partitioner
@@ -191,12 +192,30 @@ BUILDERS[Sink] = _b_sink
 BUILDERS[MergePartitions] = _b_merge
 
 
-def _physical(node: n.Node, step: str,
-              builder: Callable[[Any, str], Factory]) -> tuple[Factory, str | None]:
+def _physical(node: n.Node, step: str, builder: Callable[[Any, str], Factory],
+              fast: bool = True) -> tuple[Factory, str | None]:
     """``node``'s operator: the first fast path that applies (:mod:`topology.planning.rules`) and
-    its variant, else its general operator (variant None)."""
-    fast = choose(node, step)
-    return (builder(node, step), None) if fast is None else (fast.factory, fast.variant)
+    its variant, else (or without ``fast``) its general operator (variant None)."""
+    chosen = choose(node, step) if fast else None
+    return (builder(node, step), None) if chosen is None else (chosen.factory, chosen.variant)
+
+
+def _key_progress(factory: Factory, node: n.Node, keyed: KeyPaths) -> Factory:
+    """``factory``, told what it does with per-key CTIs (:mod:`topology.planning.key_progress`):
+    a group_apply by the source's key uses them, a per-key source without such a consumer
+    sends none."""
+    if id(node) in keyed.consumers:
+        return functools.partial(_setting, factory, "per_key", True)
+    if id(node) in keyed.sources and id(node) not in keyed.producers:
+        return functools.partial(_setting, factory, "send_key_ctis", False)
+    return factory
+
+
+def _setting(factory: Factory, name: str, value: Any) -> Processor:
+    """``factory()`` with its attribute ``name`` set (on a source, its ingress's)."""
+    proc = factory()
+    setattr(getattr(proc, "ingress", proc), name, value)
+    return proc
 
 
 def _shown(node: n.Node, variant: str | None, clock: str | None) -> str:
@@ -300,6 +319,7 @@ def plan(root: n.Node, *, fuse: bool | str = False, sink: bool = True,
     edges: dict[str, list[OutEdge]] = {}
     sources: list[str] = []
     late_producers = {id(node.inputs[0]) for node, _ in steps.values() if isinstance(node, n.Late)}
+    keyed = key_paths(root)
     for node, step in steps.values():
         builder = BUILDERS.get(type(node))
         if builder is None:
@@ -307,11 +327,12 @@ def plan(root: n.Node, *, fuse: bool | str = False, sink: bool = True,
         ins = [steps[id(i)][1] for i in node.inputs]
         role = "source" if node.is_source else "operator"
         if isinstance(node, n.GroupApply) and node.partitions > 1:
-            _partitioned(node, step, ins[0], stages, edges, clock)
+            _partitioned(node, step, ins[0], stages, edges, clock, keyed)
             continue
-        factory, variant = _physical(node, step, builder)
+        factory, variant = _physical(node, step, builder, fast=id(node) not in keyed.consumers)
         if id(node) in late_producers:
             factory = functools.partial(_with_late_stream, factory)
+        factory = _key_progress(factory, node, keyed)
         shown = _shown(node, variant, clock)
         if isinstance(node, n.FromRows) and id(node) in reads:
             node = pruned_source(node, reads[id(node)])
@@ -322,7 +343,8 @@ def plan(root: n.Node, *, fuse: bool | str = False, sink: bool = True,
         if node.is_source:
             sources.append(step)
         for port, src in enumerate(ins):
-            edges[src].append(OutEdge(step, port, late=isinstance(node, n.Late)))
+            edges[src].append(OutEdge(step, port, late=isinstance(node, n.Late),
+                                      key_ctis=keyed.flag(node.inputs[port], node)))
     root_step = steps[id(root)][1]
     out = root_step
     if sink:
@@ -330,7 +352,7 @@ def plan(root: n.Node, *, fuse: bool | str = False, sink: bool = True,
         stages["sink"] = Stage("sink", _b_sink(out_node, "sink"), 1, out_node.describe(),
                                (out_node,), role="sink")
         edges["sink"] = []
-        edges[root_step].append(OutEdge("sink", 0))
+        edges[root_step].append(OutEdge("sink", 0, key_ctis=keyed.flag(root, out_node)))
         out = "sink"
     p = Plan(stages, edges, sources, out,
              explain_tree(root, steps, "sink" if sink else "out", clock))
@@ -339,19 +361,21 @@ def plan(root: n.Node, *, fuse: bool | str = False, sink: bool = True,
 
 
 def _partitioned(node: n.GroupApply, step: str, src: str, stages: dict[str, Stage],
-                 edges: dict[str, list[OutEdge]], clock: str) -> None:
+                 edges: dict[str, list[OutEdge]], clock: str, keyed: KeyPaths) -> None:
 
     k = node.partitions
 
     part = Partitioner(field_getter(node.key), k, step)
-    factory, variant = _physical(node, step, _b_group_apply)
+    factory, variant = _physical(node, step, _b_group_apply, fast=id(node) not in keyed.consumers)
+    factory = _key_progress(factory, node, keyed)
+    key_ctis = keyed.flag(node.inputs[0], node)
     for p in range(k):
         pstep = f"{step}[{p}]"
         stages[pstep] = Stage(pstep, factory, 1,
                               f"{_shown(node, variant, clock)} partition {p} of {k}", (node,),
                               variant=variant)
         edges[pstep] = [OutEdge(step, p)]
-        edges[src].append(OutEdge(pstep, 0, part, p))
+        edges[src].append(OutEdge(pstep, 0, part, p, key_ctis=key_ctis))
     merge = MergePartitions(inputs=(node,), partitions=k)
     stages[step] = Stage(step, _b_merge(merge, step), k, merge.describe(), (merge,))
     edges[step] = []
@@ -469,8 +493,7 @@ def _fuse_chains(p: Plan, stateful: bool) -> Plan:
                                 role=first.role,
                                 stateless=all(p.stages[m].stateless for m in members),
                                 variant=_variants(p.stages[m] for m in members))
-        edges[sid] = [OutEdge(new_id[e.dst], e.port, e.partition, e.index, e.late)
-                      for e in p.edges[last]]
+        edges[sid] = [dataclasses.replace(e, dst=new_id[e.dst]) for e in p.edges[last]]
     return Plan(stages, edges, [new_id[s] for s in p.sources], new_id[p.sink], p.logical)
 
 
@@ -586,8 +609,7 @@ def _fuse_parts(p: Plan) -> Plan:
                 continue  # inside the part
             port = (entries[new_id[e.dst]].index((e.dst, e.port))
                     if new_id[e.dst] != e.dst else e.port)
-            edges.setdefault(sid, []).append(
-                OutEdge(new_id[e.dst], port, e.partition, e.index, e.late))
+            edges.setdefault(sid, []).append(dataclasses.replace(e, dst=new_id[e.dst], port=port))
         edges.setdefault(sid, [])
     sources = list(dict.fromkeys(new_id[s] for s in p.sources
                                  if out_stages[new_id[s]].role == "source"))

@@ -20,14 +20,14 @@ import numbers
 import pickle
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import numpy as np
 
 from operators.columns import Columns, apply_columns
 from operators.errors import OperatorError
-from operators.events import Cti, Message
+from operators.events import Cti, KeyCtis, Message
 from operators.ingress import LateOut
 
 
@@ -125,6 +125,10 @@ class OutEdge:
     #: the edge of a late stream (``Stream.late()``): it carries only the producer's late
     #: events (the :class:`~operators.ingress.LateOut` markers' inserts), the others none
     late: bool = False
+    #: the producer sends per-key CTIs (:class:`~operators.events.KeyCtis`): True on an edge
+    #: that carries them (to a step keyed by the source's ``per_key``), False on one that
+    #: drops them; None where the producer sends none
+    key_ctis: bool | None = None
 
 
 class Router:
@@ -139,11 +143,15 @@ class Router:
                 self._partitioners.append(e.partition)
         if any(e.late for e in self.edges):
             self._late = Router([e for e in self.edges if not e.late])
+        elif any(e.key_ctis is not None for e in self.edges):
+            self._keyed = Router([replace(e, key_ctis=None) for e in self.edges])
 
     def route(self, msgs: list[Message]) -> list[list[Message]]:
         """One list per edge (in edge order); unpartitioned edges share ``msgs`` itself."""
         if self._late is not None:
             return self._route_late(msgs)
+        if self._keyed is not None:
+            return self._route_keyed(msgs)
         if not self._partitioners:
             return [msgs] * len(self.edges)
         split: dict[int, list[list[Message]]] = {}
@@ -157,6 +165,9 @@ class Router:
                         b.append(m)
                 elif type(m) is Columns:
                     self._split_columns(p, m, buckets)
+                elif type(m) is KeyCtis:  # (only to partitions that own a key would do)
+                    for b in buckets:
+                        b.append(m)
                 else:
                     buckets[index(m.payload)].append(m)
             split[id(p)] = buckets
@@ -174,6 +185,18 @@ class Router:
             msgs = [m for m in msgs if type(m) is not LateOut]
         rest = iter(self._late.route(msgs))
         return [late if e.late else next(rest) for e in self.edges]
+
+    # -- per-key CTIs (AdvanceTime(per_key=...)) ----------------------------------------
+    _keyed: Router | None = None
+
+    def _route_keyed(self, msgs: list[Message]) -> list[list[Message]]:
+        """The per-key CTIs only on the edges that carry them (see OutEdge.key_ctis)."""
+        assert self._keyed is not None
+        every = self._keyed.route(msgs)
+        if not any(type(m) is KeyCtis for m in msgs):
+            return every
+        plain = self._keyed.route([m for m in msgs if type(m) is not KeyCtis])
+        return [a if e.key_ctis else b for e, a, b in zip(self.edges, every, plain, strict=True)]
 
     @staticmethod
     def _split_columns(p: Partitioner, cols: Columns, buckets: list[list[Message]]) -> None:
