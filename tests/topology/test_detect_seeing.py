@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 import queue
 
 import numpy as np
@@ -19,6 +20,7 @@ from operators.detect import Detect
 from operators.detect_seeing import ENDED_KEPT, DetectView, Ended, Partial
 from operators.events import Cti, Insert, Retract
 from operators.expr import col
+from tests.topology.live_kit import EVIL
 from tests.topology.live_kit import rows as _rows
 from tests.topology.live_kit import wait_for as _wait_for
 from topology import AdvanceTime, Stream
@@ -145,19 +147,26 @@ def test_a_long_run_lists_its_first_and_last_events():
 
 # -- why: the report and the web view's JSON ----------------------------------------------------
 
-def test_why_reports_a_partial_match_with_times_and_durations():
+def _detect_progress(key: str = "'m1'") -> Progress:
+    """A query src → detect#1 → sink whose detect holds one partial match (of ``key``) and
+    has ended two runs, on timestamps."""
     t = T0_TICKS
     view = DetectView("detect#1", "A B+ C", 10 * SECOND, (
-        Partial("'m1'", (("A", 1), ("B", 2)), 3,
+        Partial(key, (("A", 1), ("B", 2)), 3,
                 ((t, "0"), (t + SECOND, "1"), (t + 2 * SECOND, "2")), t + 10 * SECOND, False,
                 1),), 4, 4, (
         Ended("'m2'", t, "3", "within", t + 12 * SECOND, None, t + 10 * SECOND),
         Ended("'m3'", t, "4", "event", t + SECOND, "5", t + 10 * SECOND)))
-    p = Progress(steps={"src": StepProgress("src", cti=t + 2 * SECOND),
-                        "detect#1": StepProgress("detect#1", cti=t, detect=(view,)),
-                        "sink": StepProgress("sink", cti=t)},
-                 inputs={"detect#1": ((0, "src"),), "sink": ((0, "detect#1"),)},
-                 output="sink", clock=TIMESTAMPS)
+    return Progress(steps={"src": StepProgress("src", cti=t + 2 * SECOND),
+                           "detect#1": StepProgress("detect#1", cti=t, detect=(view,)),
+                           "sink": StepProgress("sink", cti=t)},
+                    inputs={"detect#1": ((0, "src"),), "sink": ((0, "detect#1"),)},
+                    output="sink", clock=TIMESTAMPS)
+
+
+def test_why_reports_a_partial_match_with_times_and_durations():
+    t = T0_TICKS
+    p = _detect_progress()
     e = explain(p, rows=[])
     text = str(e)
     assert "detect#1: detect 'A B+ C' within 10 s: 1 partial match" in text, text
@@ -194,6 +203,32 @@ def test_a_collected_query_reports_its_ended_runs_in_why():
             "2026-01-01T00:00:30Z, past its deadline 2026-01-01T00:00:10Z") in text, text
     causes = {x["key"]: x["cause"] for x in e.to_dict()["detect"][0]["ended"]}
     assert causes == {"'m1'": "within", "'m2'": "event"}
+
+
+def test_the_why_panel_lists_the_partial_matches_as_text(page):
+    # the page's why panel, its /api/why answered here with why's JSON: a detect's partial
+    # match and ended runs as lines of text (a key holding HTML shows as text)
+    from topology.seeing.ui import WHY_PANEL
+
+    answer = explain(_detect_progress(key=repr(EVIL)), rows=[]).to_dict()
+    html = ('<html><body><section data-query="q"><table><tr data-step="sink">'
+            '<td class="step">sink</td></tr></table></section>'
+            + WHY_PANEL.replace(' nonce="NONCE"', "") + "</body></html>")
+    page.route("http://cedar.test/", lambda route: route.fulfill(
+        status=200, content_type="text/html", body=html))
+    page.route("http://cedar.test/api/why*", lambda route: route.fulfill(
+        status=200, content_type="application/json", body=json.dumps(answer)))
+    page.goto("http://cedar.test/")
+    page.click('tr[data-step="sink"] td.step')
+    partials = page.locator('#why [data-role="why-partials"] li')
+    partials.first.wait_for(timeout=10_000)
+    text = partials.first.inner_text()
+    assert "A B B so far" in text and "deadline 2026-01-01T00:00:10Z" in text
+    assert "<script>" in text and page.evaluate("() => window.__pwned") is None
+    ended = page.locator('#why [data-role="why-ended"] li').all_inner_texts()
+    assert len(ended) == 2 and "ended at CTI 2026-01-01T00:00:12Z" in ended[0]
+    assert "detect 'A B+ C' within 10 s" in page.locator('#why [data-step="detect#1"] p').first \
+        .inner_text()
 
 
 def test_a_deployed_query_shows_its_partial_match_in_why(ray_session, capsys):
