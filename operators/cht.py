@@ -20,7 +20,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, NoReturn
 
 from . import live
-from .events import Cti, Insert, Message, Retract, fmt_time
+from .events import Cti, Insert, KeyCtis, Message, Retract, fmt_time
 from .payloads import freeze
 
 Row = tuple[int, int, Any]
@@ -185,6 +185,8 @@ class StreamValidator:
             if self.dead is not None:
                 self._ended(r[0] for r in final)
             problem = None
+        elif type(msg) is KeyCtis:
+            problem = None  # per-key progress: its keys are the source's, unknown here
         else:
             problem = "not a physical message (Insert, Retract or Cti)"
         if problem is not None:

@@ -49,6 +49,7 @@ class IngressKeys(IngressProgress):
     _lows: list[tuple[int, int, Hashable]]  # (CTI, n, key): the lowest CTI first
     _pushed: int  # entries ever pushed on _lows (its n: keys are never compared)
     _moved: dict[Hashable, int]  # keys whose CTI moved since the last KeyCtis
+    _low: int  # the low watermark (the largest start seen − low_watermark, or the keys' lowest)
 
     def _init_keys(self) -> None:
         key = self.advance.per_key
@@ -57,11 +58,13 @@ class IngressKeys(IngressProgress):
         self._lows = []
         self._pushed = 0
         self._moved = {}
+        self._low = MIN_TIME
 
     def _key_cti(self, key: Hashable) -> int:
-        """The CTI an event of ``key`` must not start behind: its key's or the stream's."""
+        """The CTI an event of ``key`` must not start behind: its key's or the stream's (the
+        low watermark as it is now, which goes out as a CTI when a key's CTI does)."""
         progress = self._keys.get(key)
-        cti = self.cti
+        cti = self.cti if self.cti > self._low else self._low
         return cti if progress is None or progress[K_CTI] < cti else progress[K_CTI]
 
     def _generate_key(self, key: Hashable, start: int, out: list[Message]) -> None:
@@ -71,8 +74,9 @@ class IngressKeys(IngressProgress):
         progress = self._keys.get(key)
         if progress is None:
             # a new key starts at the stream's CTI, and holds the lowest of the keys there
-            progress = self._keys[key] = [start, 0, None, self.cti]
-            self._push_low(key, self.cti)
+            cti = self.cti if self.cti > self._low else self._low
+            progress = self._keys[key] = [start, 0, None, cti]
+            self._push_low(key, cti)
         elif start > progress[K_LATEST]:
             progress[K_LATEST] = start
         fire = False
@@ -96,8 +100,10 @@ class IngressKeys(IngressProgress):
                 self._push_low(key, t)
         lag = adv.low_watermark
         low = self._latest - lag if lag is not None else self._lowest()
-        if low > self.cti:
-            self._emit(out, min(max(low, MIN_TIME), MAX_TIME))
+        if low > self._low:
+            self._low = min(max(low, MIN_TIME), MAX_TIME)
+        if fire and self._low > self.cti:  # the stream's CTI goes out on the keys' schedule
+            self._emit(out, self._low)
 
     def _push_low(self, key: Hashable, t: int) -> None:
         """Record that ``key``'s CTI is now ``t``, for :meth:`_lowest` (without a low

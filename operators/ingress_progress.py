@@ -52,6 +52,7 @@ class IngressProgress(Stateful):
     _dropped_edges: set[Hashable]
     _last_wall: float | None
     _ended: bool
+    _low: int  # per-key progress: the low watermark (operators.ingress_keys)
 
     def _late_start(self, start: int, end: int, cti: int, row: Any,
                     key: Hashable = None) -> LateEvent:
@@ -67,7 +68,9 @@ class IngressProgress(Stateful):
 
     def _of_key(self, key: Hashable, cti: int) -> str:
         """`` of key 'm1'`` where the CTI ``cti`` an event was behind is its key's."""
-        return f" of key {key!r}" if self.advance.per_key is not None and cti > self.cti else ""
+        if self.advance.per_key is None:
+            return ""
+        return f" of key {key!r}" if cti > max(self.cti, self._low) else " (the low watermark)"
 
     def _dropped(self, row: Any, reason: str) -> None:
         """``row`` is dropped as late, for ``reason`` (counted, recorded in ``late``)."""

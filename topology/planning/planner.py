@@ -218,10 +218,12 @@ def _setting(factory: Factory, name: str, value: Any) -> Processor:
     return proc
 
 
-def _shown(node: n.Node, variant: str | None, clock: str | None) -> str:
+def _shown(node: n.Node, variant: str | None, clock: str | None, per_key: bool = False) -> str:
     """The stage's line in ``explain()``: the node (its durations as the query's ``clock``
-    shows them), and the fast path when one was chosen."""
-    return node.describe(clock) + ("" if variant is None else f" as {variant}")
+    shows them), the fast path when one was chosen, and whether it finalizes by the keys'
+    own CTIs (:mod:`topology.planning.key_progress`)."""
+    return (node.describe(clock) + ("" if variant is None else f" as {variant}")
+            + (" at each key's CTI (per-key progress)" if per_key else ""))
 
 
 # -- the tree walk ------------------------------------------------------------------------------
@@ -333,7 +335,7 @@ def plan(root: n.Node, *, fuse: bool | str = False, sink: bool = True,
         if id(node) in late_producers:
             factory = functools.partial(_with_late_stream, factory)
         factory = _key_progress(factory, node, keyed)
-        shown = _shown(node, variant, clock)
+        shown = _shown(node, variant, clock, id(node) in keyed.consumers)
         if isinstance(node, n.FromRows) and id(node) in reads:
             node = pruned_source(node, reads[id(node)])
             shown += pruned_note(node)
@@ -372,7 +374,8 @@ def _partitioned(node: n.GroupApply, step: str, src: str, stages: dict[str, Stag
     for p in range(k):
         pstep = f"{step}[{p}]"
         stages[pstep] = Stage(pstep, factory, 1,
-                              f"{_shown(node, variant, clock)} partition {p} of {k}", (node,),
+                              f"{_shown(node, variant, clock, id(node) in keyed.consumers)} "
+                              f"partition {p} of {k}", (node,),
                               variant=variant)
         edges[pstep] = [OutEdge(step, p)]
         edges[src].append(OutEdge(pstep, 0, part, p, key_ctis=key_ctis))

@@ -1,0 +1,108 @@
+"""Per-key progress through a query (SPEC "Per-key progress"): a source with
+``AdvanceTime(per_key=...)`` into ``where`` and a ``group_apply`` by the same key gives, inline
+(any batching, any fusion) and on Ray (one partition or several), the windows of the rows the
+source accepted (a from-scratch count here), no KeyCtis in the output; the plan says which
+step finalizes by the keys' CTIs; a device behind loses nothing."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from operators.aggregates import Count
+from operators.cht import to_cht
+from operators.events import Cti, KeyCtis
+from operators.ingress import AdvanceTime
+from tests.kit import ON_RAY, PROPERTY
+from tests.operators.test_per_key import reference_accepted, skewed_rows
+from topology import Stream
+
+SIZE = 10
+
+
+def _keep(r):
+    return r["i"] % 5 != 4
+
+
+def _query(rows, adv, emit, partitions=1, key="k"):
+    return (Stream.from_rows(rows, start="t", advance=adv).where(_keep)
+            .group_apply(key, lambda g: g.tumbling_window(SIZE, emit=emit).aggregate(Count()),
+                         partitions=partitions))
+
+
+def _expected(rows, every, delay, lag):
+    counts = Counter((r["k"], r["t"] // SIZE * SIZE)
+                     for r in reference_accepted(rows, every, delay, lag) if _keep(r))
+    return sorted((ws, ws + SIZE, (k, n)) for (k, ws), n in counts.items())
+
+
+def _check(out, expected):
+    assert not any(type(m) is KeyCtis for m in out)
+    ctis = [m.time for m in out if type(m) is Cti]
+    assert ctis == sorted(ctis)
+    assert sorted(to_cht(out)) == expected
+
+
+@PROPERTY
+@given(rows=skewed_rows(), every=st.integers(1, 3), delay=st.integers(0, 8),
+       lag=st.one_of(st.none(), st.integers(0, 80)), batch=st.integers(1, 9),
+       emit=st.sampled_from([None, "final"]), fuse=st.sampled_from([False, "stateless", "chains", "all"]))
+def test_inline_any_batching_gives_the_windows_of_the_accepted_rows(rows, every, delay, lag,
+                                                                     batch, emit, fuse):
+    adv = AdvanceTime(every=every, delay=delay, per_key="k", low_watermark=lag)
+    out = _query(rows, adv, emit).collect(runtime="inline", batch_size=batch, fuse=fuse)
+    _check(out, _expected(rows, every, delay, lag))
+
+
+@settings(ON_RAY, derandomize=True, database=None)
+@given(rows=skewed_rows(), lag=st.one_of(st.none(), st.integers(0, 80)),
+       partitions=st.sampled_from([1, 2]), emit=st.sampled_from([None, "final"]))
+def test_on_ray_gives_the_windows_of_the_accepted_rows(ray_session, rows, lag, partitions, emit):
+    adv = AdvanceTime(every=1, delay=2, per_key="k", low_watermark=lag)
+    _check(_query(rows, adv, emit, partitions).collect(), _expected(rows, 1, 2, lag))
+
+
+def _meters():
+    """m0 and m1 on time, m2's clock 600 ticks behind."""
+    rows = []
+    for t in range(0, 2000, 10):
+        rows += [{"k": "m0", "t": t, "i": 0}, {"k": "m1", "t": t, "i": 0}]
+        if t >= 600:
+            rows.append({"k": "m2", "t": t - 600, "i": 0})
+    return rows
+
+
+def test_a_device_behind_loses_nothing_and_without_late_events_one_cti_gives_the_same():
+    rows = _meters()
+    one = _query(rows, AdvanceTime(every=1, delay=5), "final").collect(runtime="inline")
+    assert {r.item["k"] for r in one.late} == {"m2"}
+    per = _query(rows, AdvanceTime(every=1, delay=5, per_key="k", low_watermark=1000),
+                 "final").collect(runtime="inline")
+    assert not per.late
+    patient = _query(rows, AdvanceTime(every=1, delay=700), "final").collect(runtime="inline")
+    assert not patient.late and sorted(to_cht(per)) == sorted(to_cht(patient))
+
+
+def test_the_plan_says_which_step_finalizes_by_the_keys_ctis():
+    adv = AdvanceTime(every=1, per_key="k", low_watermark=100)
+    same = _query([], adv, "final", key=lambda r: r["k"])
+    text = same.explain()
+    assert "at each key's CTI" in text and "keyed window aggregate" not in text
+    other = _query([], adv, "final", key="i")
+    assert "at each key's CTI" not in other.explain()
+
+
+@pytest.mark.parametrize("key", ["k", "i"])
+def test_a_step_that_is_not_keyed_by_it_sees_the_low_watermark(key):
+    rows = _meters()
+    adv = AdvanceTime(every=1, delay=5, per_key="k", low_watermark=1000)
+    s = Stream.from_rows(rows, start="t", advance=adv)
+    q = s.group_apply(key, lambda g: g.tumbling_window(100).aggregate(Count())).union(
+        s.tumbling_window(100).aggregate(Count()).select(lambda n: ("all", n)))
+    out = q.collect(runtime="inline")
+    assert not out.late and not any(type(m) is KeyCtis for m in out)
+    total = sum(n for _, _, (k, n) in to_cht(out) if k == "all")
+    assert total == len(rows)
