@@ -91,8 +91,8 @@ class IngressColumns(IngressProgress):
     def _vectorisable(self) -> bool:
         """Whether this source's settings allow the vectorised path (see push_columns)."""
         adv = self.advance
-        return not (self.shape == "edge" or self._get_id is not None
-                    or adv.per_key is not None or adv.interval is not None or (adv.every is not None and adv.every < 256))
+        return not (self.shape == "edge" or self._get_id is not None or adv.per_key is not None
+                    or adv.interval is not None or (adv.every is not None and adv.every < 256))
 
     def _push_mixed(self, columns: dict[str, Any], start: str,
                     now: float | None) -> list[Message]:

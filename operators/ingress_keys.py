@@ -139,4 +139,4 @@ class IngressKeys(IngressProgress):
             times = [(k, t) for k, t in self._moved.items() if t > cti]
             self._moved = {}
             if times:
-                out.append(KeyCtis(times))
+                out.append(KeyCtis(times))  # type: ignore[arg-type]  # beside the messages

@@ -49,7 +49,8 @@ def _check(out, expected):
 @PROPERTY
 @given(rows=skewed_rows(), every=st.integers(1, 3), delay=st.integers(0, 8),
        lag=st.one_of(st.none(), st.integers(0, 80)), batch=st.integers(1, 9),
-       emit=st.sampled_from([None, "final"]), fuse=st.sampled_from([False, "stateless", "chains", "all"]))
+       emit=st.sampled_from([None, "final"]),
+       fuse=st.sampled_from([False, "stateless", "chains", "all"]))
 def test_inline_any_batching_gives_the_windows_of_the_accepted_rows(rows, every, delay, lag,
                                                                      batch, emit, fuse):
     adv = AdvanceTime(every=every, delay=delay, per_key="k", low_watermark=lag)
