@@ -367,8 +367,7 @@ class Detect(ColumnMode, Seeing, Processor):
         for k in visit:
             self._settle(k, time, out)
         if self.cols.batches:
-            if self.ended.raw:
-                self.ended.resolve(self.cols)
+            self.ended.resolve(self.cols, time, self.within)
             self.cols.drop_batches()
         fronts, front_of = self.fronts, self.front_of
         while fronts and front_of.get(fronts[0][2]) != fronts[0][0]:
@@ -444,6 +443,7 @@ class Detect(ColumnMode, Seeing, Processor):
         out: list[Message] = []
         for k in [*self.keys, *self.cols.keys]:
             self._settle(k, MAX_TIME, out)
+        self.ended.resolve(self.cols, MAX_TIME, self.within)
         out.extend(self.emit_cti(self.in_cti))
         return out
 

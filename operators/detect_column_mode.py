@@ -15,7 +15,7 @@ from .columns import Columns, apply_columns
 from .detect_columns import Automaton, ColumnKey, ColumnState, TooLarge, bind, key_runs
 from .detect_matching import Matching
 from .detect_rows import BOUND_MOST, DECIDED_MOST, Row, new_tuple, same_output
-from .detect_seeing import RAW, EndedRuns
+from .detect_seeing import EndedRuns
 from .events import Insert, Message
 
 
@@ -255,10 +255,9 @@ class ColumnMode(Matching):
             ri = bisect_left(seqs, rec[2], pos)
             if starts[ri] >= time or (rec[3] and starts[pos] + within > time):
                 break
-            if rec[1] is None:  # a candidate ends (its ids are looked up at the CTI's end)
-                ended.append((RAW, k, seqs[pos], starts[pos], rec[2], starts[ri], rec[3],
-                              time, starts[pos] + within))
-                self.ended.raw = True
+            if rec[1] is None:  # a candidate ends: its record and key, read at the CTI's end
+                rec.append(k)
+                ended.append(rec)
                 pos += 1
             else:
                 if self.final:

@@ -16,9 +16,9 @@ each (docs/patterns.md#seeing-a-detect-step).
   read fit none of the symbols its runs expected there (a failed predicate on that event) --
   and a deletion (a retraction to ``new_end == start``) of an event a candidate or match had
   bound. They are the last :data:`ENDED_KEPT` (a deque): a diagnostic, not state, so no
-  checkpoint holds them (a restored step starts with none). The column mode records the
-  arrival numbers of an ended attempt's rows (one tuple per ended attempt, no work per
-  event) and looks their ids up before its batches are let go.
+  checkpoint holds them (a restored step starts with none). The column mode keeps the
+  attempt record it lets go, with its key (two appends per ended attempt, nothing per
+  event), and reads its rows' starts and ids at the CTI's end, before its batches go.
 """
 
 from __future__ import annotations
@@ -120,51 +120,53 @@ class DetectView:
     ended: tuple[Ended, ...]
 
 
-RAW = object()  # (the head of a column mode's record whose ids are not looked up yet)
-
-
 class EndedRuns:
     """The last :data:`ENDED_KEPT` ended candidate runs of a detect (see the module
     docstring): ``runs`` holds ``(cause, key, first start, first id, at, by id,
-    deadline)``, or a column mode record still to :meth:`resolve` (``raw``: one is there)."""
+    deadline)``, or, as the column mode lets a candidate go, its attempt record with its key
+    appended (``[seq, None, last seq read, wants, None, key]``: a list), until
+    :meth:`resolve` reads its rows (before their batches go)."""
 
-    __slots__ = ("raw", "runs")
+    __slots__ = ("runs",)
 
     def __init__(self) -> None:
-        self.runs: deque[tuple[Any, ...]] = deque(maxlen=ENDED_KEPT)
-        self.raw = False
+        self.runs: deque[Any] = deque(maxlen=ENDED_KEPT)
 
     def __deepcopy__(self, memo: Any) -> EndedRuns:  # (a diagnostic: a copy starts afresh)
         return EndedRuns()
 
-    def resolve(self, cols: ColumnState) -> None:
-        """Look up the ids of the column mode's records (before their batches go)."""
+    def resolve(self, cols: ColumnState, time: int, within: int) -> None:
+        """Read the rows of the column mode's records, ended at ``Cti(time)``."""
         runs = self.runs
-        for x in range(len(runs)):
+        for x in range(len(runs)):  # (at most ENDED_KEPT: a few µs a CTI)
             r = runs[x]
-            if r[0] is RAW:
-                _, k, first_seq, first_start, reach_seq, reach_start, wants, at, deadline = r
-                first_id = _id_of(cols, first_seq)
-                runs[x] = ((run_out(at), k, first_start, first_id, at, None, deadline) if wants
-                           else (EVENT, k, first_start, first_id, reach_start,
-                                 _id_of(cols, reach_seq), deadline))
-        self.raw = False
+            if type(r) is list:
+                first_start, first_id = _row_of(cols, r[0])
+                deadline = first_start + within
+                if r[3]:
+                    runs[x] = (run_out(time), r[5], first_start, first_id, time, None, deadline)
+                else:
+                    at, by = _row_of(cols, r[2])
+                    runs[x] = (EVENT, r[5], first_start, first_id, at, by, deadline)
 
     def view(self) -> tuple[Ended, ...]:
-        return tuple(Ended(short(k) if k is not None else "", s, short(i), cause, at,
-                           None if by is None else short(by), d)
-                     for cause, k, s, i, at, by, d in self.runs if cause is not RAW)
+        return tuple(Ended(short(r[1]) if r[1] is not None else "", r[2], short(r[3]), r[0],
+                           r[4], None if r[5] is None else short(r[5]), r[6])
+                     for r in self.runs if type(r) is tuple)
 
 
 def run_out(time: int) -> str:
     return END_OF_INPUT if time >= MAX_TIME else WITHIN
 
 
-def _id_of(cols: ColumnState, seq: int) -> Any:
+def _row_of(cols: ColumnState, seq: int) -> tuple[int, Any]:
+    """The start and id of the column mode's row that came ``seq``-th."""
     try:
-        return cols.id_of(seq)
+        first = cols.firsts[bisect_left(cols.firsts, seq + 1) - 1]
+        ins = cols.batches[first].inserts_at(seq - first)
     except (KeyError, IndexError):  # (its batch is gone)
-        return "?"
+        return 0, "?"
+    return int(ins.start), ins.id
 
 
 class Seeing:
@@ -189,8 +191,6 @@ class Seeing:
         """The ``limit`` oldest partial matches (one per key: its oldest open run) and the
         last ended candidate runs (see the module docstring). Read-only; O(keys) to order
         them, then the rows of one ``within`` per key looked at."""
-        if self.ended.raw:
-            self.ended.resolve(self.cols)
         heap: list[tuple[int, int, bool, Hashable]] = []
         for n, (k, ks) in enumerate(self.keys.items()):
             heap.append((ks[0][0][START], n, False, k))
