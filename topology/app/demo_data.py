@@ -29,6 +29,10 @@ LATE_BY_TICKS = 20 * 60 * TICKS_PER_S
 #: The lateness the demo's sources allow (``AdvanceTime(delay=)``): readings overtaken by up
 #: to half a minute are on time, a reading 20 minutes behind is late.
 DELAY_TICKS = 60 * TICKS_PER_S
+#: The meter whose clock is behind the others' (when the demo has it), and by how much: its
+#: readings arrive beside the others' taken :data:`SKEW_TICKS` later.
+SKEWED_METER = "m007"
+SKEW_TICKS = 10 * 60 * TICKS_PER_S
 
 
 class SpikeDetector(Operator):
@@ -54,25 +58,34 @@ class SpikeDetector(Operator):
 class DemoData:
     """The demo's input: ``readings`` in arrival order (``late`` of them taken
     :data:`LATE_BY_TICKS` before they arrived), the meters' fault ``states`` (edges) and the
-    ``meters``' metadata."""
+    ``meters``' metadata. The meter ``skewed`` (None: none) has a clock :data:`SKEW_TICKS`
+    behind: each of its readings arrives beside the others' of that much later."""
 
     readings: list[dict[str, Any]]
     states: list[dict[str, Any]]
     meters: list[dict[str, Any]]
     late: int = 0
+    skewed: str | None = None
 
 
-def generate(meters: int = 40, minutes: int = 60, seed: int = 7) -> DemoData:
-    """Deterministic smart-meter data: readings every 10 s per meter, in arrival order."""
+def generate(meters: int = 40, minutes: int = 60, seed: int = 7,
+             skewed: str | None = SKEWED_METER) -> DemoData:
+    """Deterministic smart-meter data: readings every 10 s per meter, in arrival order.
+
+    The meter ``skewed`` (when there is one of that name) has a clock :data:`SKEW_TICKS`
+    behind: what it reads at 00:20 arrives stamped 00:10, beside the others' readings of
+    00:20. Its readings start at the data's start by its own clock (its first 10 minutes
+    would have times before it) and end 10 minutes before the others'; none of them is
+    broken or late by more than its clock."""
     rng = random.Random(seed)
     regions = ["north", "south", "east", "west"]
     info: list[dict[str, Any]] = [{"meter": f"m{m:03d}", "region": regions[m % len(regions)],
              "base": 0.2 + 0.8 * rng.random(), "ts": EPOCH_TICKS} for m in range(meters)]
     readings: list[dict[str, Any]] = []
     states: list[dict[str, Any]] = []
+    end = EPOCH_TICKS + minutes * 60 * TICKS_PER_S
     for m in info:
         t = EPOCH_TICKS + rng.randrange(READING_EVERY_S * TICKS_PER_S)
-        end = EPOCH_TICKS + minutes * 60 * TICKS_PER_S
         while t < end:
             kwh = m["base"] * (1 + 0.1 * rng.gauss(0, 1))
             if rng.random() < 0.004:
@@ -87,21 +100,30 @@ def generate(meters: int = 40, minutes: int = 60, seed: int = 7) -> DemoData:
             repair = fault_at + rng.randrange(60, 900) * TICKS_PER_S
             states.append({"meter": m["meter"], "id": f"{m['meter']}-fault", "ts": fault_at,
                            "end": repair, "state": "fault"})
-    # arrival order: by time, with light disorder (a reading overtakes up to ~20 others)
-    readings.sort(key=lambda r: r["ts"] + rng.randrange(30 * TICKS_PER_S))
+    if skewed not in {m["meter"] for m in info}:
+        skewed = None
+    # arrival order: by time, with light disorder (a reading overtakes up to ~20 others); the
+    # skewed meter's readings beside the others' taken SKEW_TICKS after them
+    readings.sort(key=lambda r: r["ts"] + rng.randrange(30 * TICKS_PER_S)
+                  + (SKEW_TICKS if r["meter"] == skewed else 0))
+    # (its last readings by its clock would arrive after all the others': it has not taken
+    # them yet when the data ends)
+    readings = [r for r in readings if r["meter"] != skewed or r["ts"] < end - SKEW_TICKS]
     # late readings: taken 20 minutes before they arrive, so never before the data starts
     # (one taken before it would make windows of a time no other reading has)
-    could_be_late = [i for i, r in enumerate(readings) if r["ts"] - LATE_BY_TICKS >= EPOCH_TICKS]
+    could_be_late = [i for i, r in enumerate(readings) if r["ts"] - LATE_BY_TICKS >= EPOCH_TICKS
+                     and r["meter"] != skewed]
     late = rng.sample(could_be_late, k=min(len(could_be_late), max(1, len(readings) // 400)))
     for i in late:
         readings[i]["ts"] -= LATE_BY_TICKS
-    for i in rng.sample(range(len(readings)), k=max(1, len(readings) // 2000)):
+    others = [i for i, r in enumerate(readings) if r["meter"] != skewed]
+    for i in rng.sample(others, k=max(1, len(readings) // 2000)):
         readings[i]["ts"] = None  # a broken reading: no time
     states.sort(key=lambda r: r["ts"] if r["end"] is None else r["end"])
     for m in info:
         del m["base"]
     return DemoData(readings, states, info, late=sum(readings[i]["ts"] is not None
-                                                     for i in late))
+                                                     for i in late), skewed=skewed)
 
 
 def readings_advance() -> AdvanceTime:
