@@ -28,7 +28,7 @@ from typing import Any
 from .cht import InvalidStream, StreamValidator
 from .columns import Columns, expand
 from .errors import DeadLetter, LateEvent
-from .events import MAX_TIME, MIN_TIME, Cti, Insert, Message, Retract
+from .events import MAX_TIME, MIN_TIME, Cti, Insert, KeyCtis, Message, Retract
 from .ingress import Ingress
 from .late_stream import late_markers
 from .processor import Processor
@@ -91,6 +91,8 @@ class EventsSource(Processor):
                             and type(msg[3]) is int and lo <= msg[1] <= msg[3] <= hi
                             and msg[1] < msg[2] <= hi and msg[3] != msg[2]):
                         msg = Retract(*msg)
+                elif kind is KeyCtis:  # per-key progress: a per-key ingress feeds this source
+                    msg = KeyCtis(*msg)
                 else:
                     self._dead(msg, "not a physical message: expected Insert, Retract or Cti, "
                                     f"got {kind.__name__}")

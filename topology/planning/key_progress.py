@@ -70,8 +70,9 @@ class KeyPaths:
     sources: set[int] = field(default_factory=set)
 
     def flag(self, producer: n.Node, consumer: Any) -> bool | None:
-        """:attr:`OutEdge.key_ctis` of the edge ``producer`` → ``consumer``."""
-        if id(producer) not in self.producers:
+        """:attr:`OutEdge.key_ctis` of the edge ``producer`` → ``consumer`` (False out of a
+        per-key source without a consumer too: a Spark stream's feeder sends them anyway)."""
+        if id(producer) not in self.producers and id(producer) not in self.sources:
             return None
         return (id(producer), id(consumer)) in self.edges
 
