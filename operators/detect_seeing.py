@@ -19,6 +19,24 @@ each (docs/patterns.md#seeing-a-detect-step).
   checkpoint holds them (a restored step starts with none). The column mode keeps the
   attempt record it lets go, with its key (two appends per ended attempt, nothing per
   event), and reads its rows' starts and ids at the CTI's end, before its batches go.
+
+::
+
+    pattern 'A B+ C', within 10    rows a@1 x@2 a@3 b@4, then Cti(5)
+    partial   A B so far: a@3 b@4, deadline 13
+    ended     the run from a@1, at x@2 (neither B nor C)
+
+    >>> from operators.detect import Detect
+    >>> from operators.events import Cti, Insert
+    >>> is_ = lambda v: lambda p, m: p == v
+    >>> op = Detect("A B+ C", {"A": is_("a"), "B": is_("b"), "C": is_("c")}, within=10)
+    >>> _ = op.process([Insert(t, t, t + 1, p) for t, p in
+    ...                 [(1, "a"), (2, "x"), (3, "a"), (4, "b")]] + [Cti(5)])
+    >>> v = op.partial_matches()
+    >>> [(p.symbols, p.events, p.deadline) for p in v.partials]
+    [((('A', 1), ('B', 1)), ((3, '3'), (4, '4')), 13)]
+    >>> [(e.first_start, e.cause, e.at, e.by) for e in v.ended]
+    [(1, 'event', 2, '2')]
 """
 
 from __future__ import annotations
