@@ -186,7 +186,9 @@ class Ingress(IngressRows, IngressColumns):
     # Ingress with the same configuration resumes exactly where the snapshot's stood)
     _state_fields = ("cti", "late", "dead_letters", "stats", "_latest", "_top", "_horizon",
                      "_count", "_mark", "_next_id", "_open", "_used", "_dropped_edges",
-                     "_last_wall", "_ended", "_keys", "_lows", "_pushed", "_moved", "_low")
+                     "_last_wall", "_ended",
+                     # per-key progress (operators.ingress_keys)
+                     "_keys", "_lows", "_pushed", "_moved", "_low", "_late_keys")
 
     def state_size(self) -> int:
         """Number of open edges held in state."""

@@ -36,8 +36,9 @@ from .udm import field_getter
 __all__ = ["IngressKeys"]
 
 # a key's progress: [its latest start, accepted events since its last count-based CTI, its
-# latest start at its last interval-based CTI (None: none yet), its CTI]
-K_LATEST, K_COUNT, K_MARK, K_CTI = range(4)
+# latest start at its last interval-based CTI (None: none yet), its CTI, the caller's wall
+# clock when its last event came (None: not given)]
+K_LATEST, K_COUNT, K_MARK, K_CTI, K_WALL = range(5)
 
 
 class IngressKeys(IngressProgress):
@@ -50,6 +51,8 @@ class IngressKeys(IngressProgress):
     _pushed: int  # entries ever pushed on _lows (its n: keys are never compared)
     _moved: dict[Hashable, int]  # keys whose CTI moved since the last KeyCtis
     _low: int  # the low watermark (the largest start seen − low_watermark, or the keys' lowest)
+    _late_keys: dict[Hashable, int]  # late rows (dropped or adjusted) by key
+    _wall: float | None  # the wall clock of the push under way (not state)
 
     def _init_keys(self) -> None:
         key = self.advance.per_key
@@ -59,6 +62,8 @@ class IngressKeys(IngressProgress):
         self._pushed = 0
         self._moved = {}
         self._low = MIN_TIME
+        self._late_keys = {}
+        self._wall = None
 
     def _key_cti(self, key: Hashable) -> int:
         """The CTI an event of ``key`` must not start behind: its key's or the stream's (the
@@ -75,10 +80,12 @@ class IngressKeys(IngressProgress):
         if progress is None:
             # a new key starts at the stream's CTI, and holds the lowest of the keys there
             cti = self.cti if self.cti > self._low else self._low
-            progress = self._keys[key] = [start, 0, None, cti]
+            progress = self._keys[key] = [start, 0, None, cti, self._wall]
             self._push_low(key, cti)
-        elif start > progress[K_LATEST]:
-            progress[K_LATEST] = start
+        else:
+            progress[K_WALL] = self._wall
+            if start > progress[K_LATEST]:
+                progress[K_LATEST] = start
         fire = False
         if adv.every is not None:
             progress[K_COUNT] += 1
@@ -140,3 +147,33 @@ class IngressKeys(IngressProgress):
             self._moved = {}
             if times:
                 out.append(KeyCtis(times))  # type: ignore[arg-type]  # beside the messages
+
+    def slowest_keys(self, n: int = 10) -> dict[str, Any]:
+        """What ``why`` and the web view show of per-key progress: the stream's CTI (the low
+        watermark), the keys' highest CTI, and the ``n`` keys whose CTI is lowest, each with
+        its CTI, its latest start, the wall clock when its last event came (the clock the
+        runtime gives ``push``; None without one) and its late rows; then the ``n`` keys with
+        the most late rows. Read on request: O(keys).
+
+        >>> from operators.ingress import AdvanceTime, Ingress
+        >>> src = Ingress(start="t", advance=AdvanceTime(every=1, per_key="m", low_watermark=60))
+        >>> _ = src.push([{"m": "a", "t": 50}, {"m": "b", "t": 10}, {"m": "a", "t": 40}], now=7.0)
+        >>> view = src.slowest_keys(1)
+        >>> view["cti"], view["top"], view["slowest"]
+        (-10, 50, [{'key': 'b', 'cti': 10, 'latest': 10, 'arrived': 7.0, 'late': 0}])
+        >>> view["most_late"]
+        [{'key': 'a', 'cti': 50, 'latest': 50, 'arrived': 7.0, 'late': 1}]
+        """
+        keys, late = self._keys, self._late_keys
+
+        def row(k: Hashable) -> dict[str, Any]:  # (a key with every row late has none)
+            p = keys.get(k) or [None, 0, None, None, None]
+            return {"key": k, "cti": p[K_CTI], "latest": p[K_LATEST], "arrived": p[K_WALL],
+                    "late": late.get(k, 0)}
+
+        slowest = heapq.nsmallest(n, keys, key=lambda k: keys[k][K_CTI])
+        worst = heapq.nlargest(n, late, key=late.__getitem__)
+        return {"cti": max(self.cti, self._low),
+                "top": max((p[K_CTI] for p in keys.values()), default=MIN_TIME),
+                "keys": len(keys), "slowest": [row(k) for k in slowest],
+                "most_late": [row(k) for k in worst]}

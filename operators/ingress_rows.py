@@ -35,6 +35,7 @@ class IngressRows(IngressKeys):
         out: list[Message] = []
         stats = self.stats
         one = self._one
+        self._wall = now
         n = 0
         for row in rows:
             n += 1
@@ -151,6 +152,8 @@ class IngressRows(IngressKeys):
             cti = self._key_cti(key)
         sent = start
         if start < cti:
+            if key is not None:
+                self._late_keys[key] = self._late_keys.get(key, 0) + 1
             if self.advance.policy == "adjust" and end > cti:
                 sent = cti
             else:
