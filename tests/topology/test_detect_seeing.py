@@ -176,6 +176,9 @@ def test_why_reports_a_partial_match_with_times_and_durations():
     assert ("the run from 3 at 2026-01-01T00:00:00Z ended at CTI 2026-01-01T00:00:12Z, past "
             "its deadline 2026-01-01T00:00:10Z") in text
     assert "ended at event 5 at 2026-01-01T00:00:01Z: it fit none of the symbols" in text
+    # the detect's hop says what holds its CTI: the oldest partial match, till its deadline
+    assert "its oldest partial match (A B B) until its deadline 2026-01-01T00:00:10Z" in \
+        {h.step: h for h in e.hops}["detect#1"].holds
     assert str(t) not in text
     (d,) = e.to_dict()["detect"]
     assert d["within_shown"] == "10 s" and d["partials"][0]["symbols"] == "A B B"

@@ -53,7 +53,7 @@ from topology.building.times import (
     show_times_in,
 )
 from topology.running.progress import Late, Progress, StepProgress, short_payload
-from topology.seeing.partials import detect_dict, detect_lines
+from topology.seeing.partials import detect_dict, detect_lines, symbols_text
 
 if TYPE_CHECKING:
     from operators.detect_seeing import DetectView
@@ -409,6 +409,10 @@ def _walk(progress: Progress, step: str, hi: int, now: float, tz: str | _dt.tzin
             held = f" (state size {me.state_size})" if me.state_size else ""
             holds = (f"its output CTI is behind its input CTI {t(m)}: its state holds the "
                      f"output back{held}")
+            oldest = [p for v in me.detect for p in v.partials[:1]]
+            if oldest:  # (a detect's output CTI waits for its oldest open run)
+                holds += (f", its oldest partial match ({symbols_text(oldest[0])}) until its "
+                          f"deadline {t(oldest[0].deadline)} or a row that ends it")
         upstream = progress.steps.get(up)
         hops.append(Hop(cur, me.describe, me.cti, ins, m, up, holds,
                         None if upstream is None else _ago(upstream.cti_wall, now)))
