@@ -14,8 +14,12 @@ stages of all five in a few shared step hosts (:mod:`topology.running.step_hosts
 * ``peaks``           — per meter, the ``Max`` reading over count windows of 30 readings;
 * ``faults``          — how many meters are in fault, over snapshot windows of edge events.
 
-The results go back through Spark to parquet; the run ends with a summary table.
-The data and the queries are :mod:`topology.app.demo_data`'s, the live feed that
+The results go back through Spark to parquet; the run ends with a summary table. One meter's
+clock is 10 minutes behind the others' (:data:`SKEWED_METER`): fed as they arrived, its
+readings are all late by one CTI for all the meters, and per-key progress
+(``AdvanceTime(per_key="meter", low_watermark=...)``) keeps them while the other meters'
+windows are final as soon as before (:mod:`topology.app.demo_skew`, a table in the report and
+a picture). The data and the queries are :mod:`topology.app.demo_data`'s, the live feed that
 ``cedar demo --keep`` leaves running is :mod:`topology.app.demo_live`'s, and the pictures are
 :mod:`topology.app.demo_pictures`'; this module runs them and reports.
 """
@@ -44,6 +48,8 @@ from topology.app.demo_data import (
     EPOCH_TICKS,
     LATE_BY_TICKS,
     READING_EVERY_S,
+    SKEW_TICKS,
+    SKEWED_METER,
     TICKS_PER_S,
     DemoData,
     SpikeDetector,
@@ -61,13 +67,15 @@ from topology.app.demo_live import (
     print_kept,
     without_stopped_step_errors,
 )
+from topology.app.demo_skew import SkewRun, print_skew, skew_runs
 
 __all__ = ["DELAY_TICKS", "EPOCH_TICKS", "LATE_BY_TICKS", "LIVE_SPEED", "READING_EVERY_S",
-           "TICKS_PER_S", "DemoData", "LiveReadings", "Progress", "SpikeDetector", "Startup",
-           "demo_hosts", "deploy_held", "explain", "first_spike", "generate", "keep_live",
-           "keep_running", "live_queries", "local_spark", "meter_pictures", "print_kept",
-           "print_next_steps", "print_summary", "queries", "reading_queries", "readings_advance",
-           "run", "run_held", "write_readings"]
+           "SKEWED_METER", "SKEW_TICKS", "TICKS_PER_S", "DemoData", "LiveReadings", "Progress",
+           "SkewRun", "SpikeDetector", "Startup", "demo_hosts", "deploy_held", "explain",
+           "first_spike", "generate", "keep_live", "keep_running", "live_queries", "local_spark",
+           "meter_pictures", "print_kept", "print_next_steps", "print_skew", "print_summary",
+           "queries", "reading_queries", "readings_advance", "run", "run_held", "skew_runs",
+           "write_readings"]
 
 
 class Progress:
@@ -252,11 +260,13 @@ def _report_and_keep(data: DemoData, out: str, summary: list[dict[str, Any]],
     """The end of :func:`run`: the summary, the pictures, and what to try next, or with
     ``keep`` the queries left running live."""
     print_summary(summary, data, elapsed, setup)
+    skew = skew_runs(data)
+    print_skew(skew)
     pictures = explain(data, out, outputs["anomalies"])
-    pictures.update(meter_pictures(data, outputs, out))
+    pictures.update(meter_pictures(data, outputs, out, skew))
     if pictures:
-        print("\n  one anomaly, traced and drawn (cedar debug / cedar timeline read the "
-              "traces):")
+        print("\n  one anomaly traced and drawn (cedar debug / cedar timeline read the traces), "
+              "and the meter\n  whose clock is behind:")
         for label, path in pictures.items():
             print(f"  {label:<50} {path}")
     elif importlib.util.find_spec("matplotlib") is None:
@@ -311,17 +321,30 @@ class Startup:
     detail: str = ""  # where the queries' stages run, when not an actor each
 
 
-def meter_pictures(data: DemoData, outputs: dict[str, list[Any]], out: str) -> dict[str, str]:
+def meter_pictures(data: DemoData, outputs: dict[str, list[Any]], out: str,
+                   skew: list[SkewRun] | None = None) -> dict[str, str]:
     """The picture a person wants of one meter (see :mod:`topology.app.demo_pictures`): the
-    meter with the first anomaly, drawn from the demo's own outputs. Nothing without
-    matplotlib or without an anomaly."""
+    meter with the first anomaly, drawn from the demo's own outputs, and with ``skew``
+    (:func:`skew_runs`) the meter whose clock is behind, its readings that one CTI loses
+    marked. Nothing without matplotlib; no first picture without an anomaly."""
     if importlib.util.find_spec("matplotlib") is None:
         return {}
-    from topology.app.demo_pictures import meter_picture
+    from topology.app.demo_pictures import ClockBehind, meter_picture
 
+    behind = None if not skew else ClockBehind(skew[0].skewed, SKEW_TICKS, skew[0].lost)
+    drawn = {}
     path = os.path.join(out, "meter-readings.svg")
-    meter = meter_picture(data.readings, outputs["meter_averages"], outputs["anomalies"], path)
-    return {} if meter is None else {f"{meter}: readings, 5-minute averages, anomaly": path}
+    meter = meter_picture(data.readings, outputs["meter_averages"], outputs["anomalies"], path,
+                          clock_behind=behind)
+    if meter is not None:
+        drawn[f"{meter}: readings, 5-minute averages, anomaly"] = path
+    if behind is not None and behind.meter != meter:
+        path = os.path.join(out, "meter-clock-behind.svg")
+        if meter_picture(data.readings, outputs["meter_averages"], outputs["anomalies"], path,
+                         meter=behind.meter, clock_behind=behind) is not None:
+            drawn[f"{behind.meter}: clock {format_duration(SKEW_TICKS)} behind, late with one "
+                  f"CTI"] = path
+    return drawn
 
 
 def print_next_steps(out: str, pictures: dict[str, str]) -> None:
