@@ -70,7 +70,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from ..events import MAX_TIME, MIN_TIME, Insert, Message, Retract
+from ..events import MAX_TIME, MIN_TIME, Insert, KeyCtis, Message, Retract
 from ..group_apply import group_key
 from ..udm import (
     Aggregate,
@@ -240,6 +240,32 @@ class KeyedWindowAggregate(KeyedColumnPath, KeyedWindowOutput):
             out += self._emit(n, self.open.pop(n))
         cti = min(time, self.output.row_start(max(g.start(limit), MIN_TIME), g.end(limit)))
         return out + self.emit_cti(min(cti, MAX_TIME))
+
+    #: Set by the planner when the input's :class:`~operators.events.KeyCtis` are by this
+    #: step's key (``AdvanceTime(per_key=...)``): a key's windows are final, and freed, once
+    #: its own CTI passes their end (over points; over intervals the stream's CTI decides).
+    per_key = False
+
+    def on_key_ctis(self, msg: KeyCtis, port: int) -> list[Message]:
+        if not self.per_key or self.intervals:
+            return []
+        out = [] if self.final else self._correct()
+        first_ending_after, open_, in_cti = self.grid.first_ending_after, self.open, self.in_cti
+        for key, time in msg.times:
+            if time <= in_cti:
+                continue
+            key = group_key(key)
+            limit = first_ending_after(time)
+            for n in sorted(n for n in open_ if n < limit and key in open_[n]):
+                by_key = open_[n]
+                state = by_key.pop(key)
+                if not by_key:
+                    del open_[n]
+                if self.final:
+                    out += self._emit(n, {key: state})
+                else:
+                    self.sent.get(n, {}).pop(key, None)
+        return out
 
     def finish(self) -> list[Message]:
         """End of input: with ``emit="final"``, the windows no CTI has closed yet, as they

@@ -19,6 +19,7 @@ from operators.ingress import AdvanceTime
 from tests.kit import ON_RAY, PROPERTY
 from tests.operators.test_per_key import reference_accepted, skewed_rows
 from topology import Stream
+from topology.planning import rules
 
 SIZE = 10
 
@@ -50,11 +51,14 @@ def _check(out, expected):
 @given(rows=skewed_rows(), every=st.integers(1, 3), delay=st.integers(0, 8),
        lag=st.one_of(st.none(), st.integers(0, 80)), batch=st.integers(1, 9),
        emit=st.sampled_from([None, "final"]),
-       fuse=st.sampled_from([False, "stateless", "chains", "all"]))
+       fuse=st.sampled_from([False, "stateless", "chains", "all"]), fast=st.booleans())
 def test_inline_any_batching_gives_the_windows_of_the_accepted_rows(rows, every, delay, lag,
-                                                                     batch, emit, fuse):
+                                                                     batch, emit, fuse, fast):
     adv = AdvanceTime(every=every, delay=delay, per_key="k", low_watermark=lag)
-    out = _query(rows, adv, emit).collect(runtime="inline", batch_size=batch, fuse=fuse)
+    with pytest.MonkeyPatch.context() as m:
+        if not fast:  # the general group_apply, not the keyed window aggregate
+            m.setattr(rules, "RULES", ())
+        out = _query(rows, adv, emit).collect(runtime="inline", batch_size=batch, fuse=fuse)
     _check(out, _expected(rows, every, delay, lag))
 
 
@@ -89,11 +93,28 @@ def test_a_device_behind_loses_nothing_and_without_late_events_one_cti_gives_the
 
 def test_the_plan_says_which_step_finalizes_by_the_keys_ctis():
     adv = AdvanceTime(every=1, per_key="k", low_watermark=100)
-    same = _query([], adv, "final", key=lambda r: r["k"])
-    text = same.explain()
-    assert "at each key's CTI" in text and "keyed window aggregate" not in text
-    other = _query([], adv, "final", key="i")
-    assert "at each key's CTI" not in other.explain()
+    same = _query([], adv, "final", key=lambda r: r["k"]).explain()
+    assert "one keyed window aggregate (all groups at once) at each key's CTI" in same
+    other = _query([], adv, "final", key="i").explain()
+    assert "at each key's CTI" not in other and "one keyed window aggregate" in other
+    # a fast path that knows only the stream's CTI gives way to the general group_apply
+    sessions = Stream.from_rows([], start="t", advance=adv).group_apply(
+        "k", lambda g: g.session_window(5, 50).aggregate(Count())).explain()
+    assert "key [column-wise] at each key's CTI" in sessions
+    assert "session aggregate" not in sessions
+
+
+def test_a_fast_keys_window_is_final_on_time_on_the_fast_path_too():
+    rows = [{"k": "slow", "t": 0, "i": 0}] + [{"k": "fast", "t": t, "i": 0}
+                                              for t in range(0, 200, 10)]
+    adv = AdvanceTime(every=1, per_key="k", low_watermark=1000)
+    out = _query(rows, adv, "final").collect(runtime="inline", batch_size=len(rows))
+    fast = next(i for i, m in enumerate(out) if type(m) is not Cti and m.payload[0] == "fast")
+    slow = next(i for i, m in enumerate(out) if type(m) is not Cti and m.payload[0] == "slow")
+    # the fast key's [0, 10) is out while the stream's CTI is the low watermark, below 0;
+    # the slow key's waits for the end of input
+    assert max(m.time for m in out[:fast] if type(m) is Cti) < 0 and fast < slow
+    assert max(m.time for m in out[:slow] if type(m) is Cti) == -810
 
 
 @pytest.mark.parametrize("key", ["k", "i"])

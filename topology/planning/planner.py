@@ -193,10 +193,11 @@ BUILDERS[MergePartitions] = _b_merge
 
 
 def _physical(node: n.Node, step: str, builder: Callable[[Any, str], Factory],
-              fast: bool = True) -> tuple[Factory, str | None]:
-    """``node``'s operator: the first fast path that applies (:mod:`topology.planning.rules`) and
-    its variant, else (or without ``fast``) its general operator (variant None)."""
-    chosen = choose(node, step) if fast else None
+              per_key: bool = False) -> tuple[Factory, str | None]:
+    """``node``'s operator: the first fast path that applies (:mod:`topology.planning.rules`;
+    with ``per_key``, one that finalizes each key at its own CTI) and its variant, else its
+    general operator (variant None)."""
+    chosen = choose(node, step, per_key)
     return (builder(node, step), None) if chosen is None else (chosen.factory, chosen.variant)
 
 
@@ -331,7 +332,7 @@ def plan(root: n.Node, *, fuse: bool | str = False, sink: bool = True,
         if isinstance(node, n.GroupApply) and node.partitions > 1:
             _partitioned(node, step, ins[0], stages, edges, clock, keyed)
             continue
-        factory, variant = _physical(node, step, builder, fast=id(node) not in keyed.consumers)
+        factory, variant = _physical(node, step, builder, id(node) in keyed.consumers)
         if id(node) in late_producers:
             factory = functools.partial(_with_late_stream, factory)
         factory = _key_progress(factory, node, keyed)
@@ -368,7 +369,7 @@ def _partitioned(node: n.GroupApply, step: str, src: str, stages: dict[str, Stag
     k = node.partitions
 
     part = Partitioner(field_getter(node.key), k, step)
-    factory, variant = _physical(node, step, _b_group_apply, fast=id(node) not in keyed.consumers)
+    factory, variant = _physical(node, step, _b_group_apply, id(node) in keyed.consumers)
     factory = _key_progress(factory, node, keyed)
     key_ctis = keyed.flag(node.inputs[0], node)
     for p in range(k):

@@ -62,6 +62,10 @@ class Rule:
     applies: Callable[[n.Window, int | None], Options | None]
     build: Callable[[n.Node, n.Window, str, Options], Factory]
     variant: Callable[[n.Window, Options], str]
+    #: whether its operator finalizes each key at its own CTI when the source's per-key CTIs
+    #: are by the group key (topology.planning.key_progress); a rule without it is not used
+    #: then, and the general group_apply does it
+    per_key: bool = False
 
 
 def _one_group(payload: Any) -> int:
@@ -153,7 +157,7 @@ RULES: tuple[Rule, ...] = (
     Rule(n.GroupApply, _extremes, _build_extremes,
          lambda w, o: "one keyed count window extreme (all groups at once)"),
     Rule(n.GroupApply, _windows, _build_windows,
-         lambda w, o: f"one keyed window {_what(w)} (all groups at once)"),
+         lambda w, o: f"one keyed window {_what(w)} (all groups at once)", per_key=True),
 )
 
 
@@ -165,16 +169,18 @@ class Choice:
     variant: str
 
 
-def choose(node: n.Node, step: str) -> Choice | None:
+def choose(node: n.Node, step: str, per_key: bool = False) -> Choice | None:
     """The first rule of :data:`RULES` that applies to ``node`` (a window, or a group_apply
-    of one window over its group input), built for ``step``; None: the general operator."""
+    of one window over its group input), built for ``step``; None: the general operator.
+    With ``per_key`` (the group_apply finalizes each key at its own CTI) only the rules whose
+    operator does that."""
     w = node if isinstance(node, n.Window) else (
         window_of_groups(node) if isinstance(node, n.GroupApply) else None)
     if w is None:
         return None
     lengths = node.inputs[0].lengths()
     for rule in RULES:
-        if type(node) is not rule.node:
+        if type(node) is not rule.node or (per_key and not rule.per_key):
             continue
         opts = rule.applies(w, lengths)
         if opts is not None:
