@@ -234,6 +234,7 @@ def test_the_why_panel_lists_the_partial_matches_as_text(page):
         .inner_text()
 
 
+@pytest.mark.slow  # 2-6 s: a live query on Ray, asked by why, /api/why and the CLI
 def test_a_deployed_query_shows_its_partial_match_in_why(ray_session, capsys):
     #   a@0s b@1s b@2s of 'A B+ C' within 1 min, the query live: A B B so far
     feed: queue.Queue = queue.Queue()
