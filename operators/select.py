@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .columns import Columns, apply_columns
-from .events import Insert, Message, Retract
+from .events import Insert, KeyCtis, Message, Retract
 from .processor import Processor
 from .vectorized import Vectorized
 
@@ -44,3 +44,8 @@ class Select(Processor):
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
         return [Retract(msg.id, msg.start, msg.end, msg.new_end, self.fn(msg.payload))]
+
+    def on_key_ctis(self, msg: KeyCtis, port: int) -> list[Message]:
+        # the keys are the source's: the planner sends them here only on the way to a step
+        # whose key, read through this select, is the source's (topology.planning.key_progress)
+        return [msg]  # type: ignore[list-item]  # they travel beside the messages

@@ -128,3 +128,19 @@ def test_a_step_that_is_not_keyed_by_it_sees_the_low_watermark(key):
     assert not out.late and not any(type(m) is KeyCtis for m in out)
     total = sum(n for _, _, (k, n) in to_cht(out) if k == "all")
     assert total == len(rows)
+
+
+def test_through_a_select_the_key_read_of_its_output_is_the_sources_or_not():
+    adv = AdvanceTime(every=1, delay=5, per_key="k", low_watermark=1000)
+    rows = _meters()
+
+    def q(fn):
+        return (Stream.from_rows(rows, start="t", advance=adv).select(fn)
+                .group_apply(lambda p: p[0], lambda g: g.tumbling_window(100, emit="final")
+                             .aggregate(Count())))
+
+    kept = q(lambda r: (r["k"], r["t"]))
+    assert "at each key's CTI" in kept.explain()
+    assert "at each key's CTI" not in q(lambda r: (r["t"], r["k"])).explain()
+    out = kept.collect(runtime="inline")
+    assert not out.late and sum(n for _, _, (_, n) in to_cht(out)) == len(rows)

@@ -3,13 +3,15 @@
 A source with per-key progress sends, beside its events and its stream CTIs (the low
 watermark), :class:`~operators.events.KeyCtis`: each key's own CTI as it moves. Only a
 ``group_apply`` keyed by the *same* key can use them (each group is one key, so it gets its
-key's CTI and finalizes its output then), and only while the events still carry their source
-payloads, so that the group's key is the source's: through ``where`` steps and nothing else.
-:func:`key_paths` finds those paths; the planner then
+key's CTI and finalizes its output then): reached through ``where`` steps, which keep the
+payloads, and ``select`` steps whose function traces (:func:`operators.expr.trace`), so that
+the group key read through them is the source's key (``select(lambda r: (r["k"], r["v"]))``
+then ``group_apply(lambda p: p[0])`` is keyed by ``"k"``). :func:`key_paths` finds those
+paths; the planner then
 
 * tells each such ``group_apply`` to use them (``GroupApply.per_key``) and gives it the
   general operator, not a keyed fast path (which knows only the stream's CTI);
-* marks the out-edges of the steps that send them (the source, the ``where`` steps on a path):
+* marks the out-edges of the steps that send them (the source, the steps on a path):
   True on an edge of a path, False on the others, which drop them
   (:attr:`~topology.planning.routing.OutEdge.key_ctis`);
 * tells a per-key source with no such consumer to send none.
@@ -17,7 +19,7 @@ payloads, so that the group's key is the source's: through ``where`` steps and n
 Every other step sees the low watermark alone, a stream CTI like any other.
 
 Two keys are the same when they are the same column name or function, or when both trace to
-the same expression of the payload (:func:`operators.expr.trace`): ``"meter"``,
+the same expression of the source's rows (:func:`operators.expr.trace`): ``"meter"``,
 ``lambda r: r["meter"]`` and ``col("meter")`` are one key.
 """
 
@@ -35,25 +37,45 @@ from topology.building.reads import walk
 __all__ = ["KeyPaths", "key_paths", "same_key"]
 
 
-def _canonical(key: Any) -> Any:
-    """What two keys are compared by: a column name as the expression reading it, a function
-    by the expression it traces to, else the function itself."""
+def _expression(key: Any) -> Any:
+    """The expression a key (a column name or a function) reads, or None when it does not
+    trace."""
     if isinstance(key, str):
-        return repr(Field(key))
-    traced = trace(key) if callable(key) else None
-    return key if traced is None else repr(traced)
+        return Field(key)
+    return trace(key) if callable(key) else None
 
 
-def same_key(a: Any, b: Any) -> bool:
-    """Whether keys ``a`` and ``b`` (column names or functions) are one key.
+def _through(expr: Any, selects: list[Any]) -> Any:
+    """``expr``, read of the payloads after ``selects`` (their traced outputs, first to
+    last), as an expression of the payloads before them; None when it cannot say."""
+    for out in reversed(selects):
+        if not isinstance(expr, Field):
+            return None
+        if expr.key is None:  # the whole payload
+            expr = out
+        elif isinstance(out, (tuple, dict)):
+            try:
+                expr = out[expr.key]
+            except (IndexError, KeyError, TypeError):
+                return None
+        else:
+            return None
+    return expr
+
+
+def same_key(a: Any, b: Any, selects: list[Any] | None = None) -> bool:
+    """Whether key ``a`` of the source's rows and key ``b`` (column names or functions) read
+    after ``selects`` (the traced outputs of the select steps between) are one key.
 
     >>> same_key("meter", lambda r: r["meter"]), same_key("meter", lambda r: r["site"])
     (True, False)
+    >>> same_key("k", lambda p: p[0], [trace(lambda r: (r["k"], r["v"]))])
+    True
     """
-    if a is b:
+    if a is b and not selects:
         return True
-    ca, cb = _canonical(a), _canonical(b)
-    return type(ca) is str and type(cb) is str and ca == cb
+    ea, eb = _expression(a), _through(_expression(b), selects or [])
+    return ea is not None and eb is not None and repr(ea) == repr(eb)
 
 
 @dataclass
@@ -96,13 +118,17 @@ def key_paths(root: n.Node) -> KeyPaths:
             continue
         paths.sources.add(id(source))
 
-        def reaches(node: n.Node, key: Any = key) -> bool:
-            """Whether per-key CTIs from ``node`` reach a consumer (marking the way)."""
+        def reaches(node: n.Node, selects: list[Any], key: Any = key) -> bool:
+            """Whether per-key CTIs from ``node`` (after ``selects``) reach a consumer,
+            marking the way."""
             found = False
             for c in consumers.get(id(node), ()):
-                if isinstance(c, n.GroupApply) and same_key(c.key, key):
+                if isinstance(c, n.GroupApply) and same_key(key, c.key, selects):
                     paths.consumers.add(id(c))
-                elif not (isinstance(c, n.Where) and reaches(c)):
+                elif isinstance(c, n.Where) and reaches(c, selects):
+                    pass
+                elif not (isinstance(c, n.Select) and (out := trace(c.fn)) is not None
+                          and reaches(c, [*selects, out])):
                     continue
                 paths.edges.add((id(node), id(c)))
                 found = True
@@ -110,5 +136,5 @@ def key_paths(root: n.Node) -> KeyPaths:
                 paths.producers.add(id(node))
             return found
 
-        reaches(source)
+        reaches(source, [])
     return paths
