@@ -279,7 +279,7 @@ def key_runs(keys: np.ndarray | None, starts: np.ndarray) -> tuple[
         bounds = [0, n]
         names: list[Any] = [None]
     else:
-        order = np.argsort(keys, kind="stable")
+        order = np.argsort(narrow(keys), kind="stable")
         sk = keys[order]
         cut = np.flatnonzero(sk[1:] != sk[:-1]) + 1
         bounds = [0, *cut.tolist(), n]
@@ -297,6 +297,23 @@ def key_runs(keys: np.ndarray | None, starts: np.ndarray) -> tuple[
     for r in set(runs.tolist()):
         in_order[r] = False
     return order, names, bounds, in_order
+
+
+def narrow(keys: np.ndarray) -> np.ndarray:
+    """Integer keys as ``uint16`` offsets from their least when they span fewer than 2**16
+    values (the same order and ties): numpy's stable sort is a radix sort on 16 bits, ~10x
+    faster than its merge sort on 64 (``A B+ C`` over 1,000 keys: ~4 % of the column mode's
+    time went to sorting 65,536 keys by key); other keys as they are.
+
+    >>> narrow(np.array([7, 5, 65_540])).dtype, narrow(np.array([7, 5, 65_541])).dtype
+    (dtype('uint16'), dtype('int64'))
+    """
+    if keys.dtype.kind not in "iu" or keys.dtype.itemsize <= 2 or not len(keys):
+        return keys
+    least, most = int(keys.min()), int(keys.max())
+    if most - least >= 1 << 16:
+        return keys
+    return (keys - least).astype(np.uint16) if least else keys.astype(np.uint16)
 
 
 Measure = Callable[[int, int, list[int]], tuple[Any, ...]]
