@@ -265,8 +265,8 @@ def _report_and_keep(data: DemoData, out: str, summary: list[dict[str, Any]],
     pictures = explain(data, out, outputs["anomalies"])
     pictures.update(meter_pictures(data, outputs, out, skew))
     if pictures:
-        print("\n  one anomaly traced and drawn (cedar debug / cedar timeline read the traces), "
-              "and the meter\n  whose clock is behind:")
+        print("\n  one anomaly traced and drawn (cedar debug / cedar timeline read the traces)"
+              + (", and the meter\n  whose clock is behind:" if skew else ":"))
         for label, path in pictures.items():
             print(f"  {label:<50} {path}")
     elif importlib.util.find_spec("matplotlib") is None:
