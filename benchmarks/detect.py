@@ -138,6 +138,18 @@ def load() -> str:
 
 
 # -- row path against column path ----------------------------------------------------------------
+def column_path(n: int, emit: str = "speculative",
+                data: list[Columns] | None = None) -> tuple[float, float, list[Message]]:
+    """The column path over ``n`` events, best of 3: wall and CPU seconds, the output."""
+    data = batches(n) if data is None else data
+    t_cols, cpu_cols = float("inf"), float("inf")
+    out_cols: list[Message] = []
+    for _ in range(3):
+        wall, cpu, out_cols = run(detect(emit=emit), data, rows=False)
+        t_cols, cpu_cols = min(t_cols, wall), min(cpu_cols, cpu)
+    return t_cols, cpu_cols, out_cols
+
+
 def paths(n: int, emit: str) -> bool:
     data = batches(n)
     print(f"detect 'A B+ C', {n:,} events over {KEYS:,} keys, batches of {BATCH:,}, "
@@ -145,10 +157,7 @@ def paths(n: int, emit: str) -> bool:
     t_rows, cpu_rows, out_rows = run(detect(emit=emit), data, rows=True)
     print(f"  row path     {n / t_rows:>12,.0f} events/s  ({t_rows:.2f} s; "
           f"{n / cpu_rows:,.0f} per CPU second; {load()})")
-    t_cols, cpu_cols = float("inf"), float("inf")
-    for _ in range(3):  # best of 3
-        wall, cpu, out_cols = run(detect(emit=emit), data, rows=False)
-        t_cols, cpu_cols = min(t_cols, wall), min(cpu_cols, cpu)
+    t_cols, cpu_cols, out_cols = column_path(n, emit, data)
     print(f"  column path  {n / t_cols:>12,.0f} events/s  ({t_cols:.2f} s, best of 3; "
           f"{n / cpu_cols:,.0f} per CPU second; {load()})  {t_rows / t_cols:.1f}x")
     same = to_cht(out_rows) == to_cht(out_cols) and ctis(out_rows) == ctis(out_cols)
@@ -234,7 +243,8 @@ def best(fn: Callable[[], Any], runs: int = RUNS) -> tuple[float, Any, list[floa
 
 def beside_flink(n: int, repeat: int = 2) -> dict[str, Any]:
     """cedar inline, cedar on Ray and Flink over the same ``n`` events (see the module
-    docstring); returns the figures, raises SystemExit when the outputs differ."""
+    docstring); returns the figures (``equal``: whether the three sets of matches are).
+    Raises :class:`benchmarks.flink.FlinkUnavailable` where Flink cannot run or fails."""
     from . import flink as fl
     from .common import start_ray
 
@@ -260,7 +270,7 @@ def beside_flink(n: int, repeat: int = 2) -> dict[str, Any]:
               f"runs after a warm-up run; {load()}")
         flink = fl.run_jobs([job])
         if "detect" in flink.errors:
-            raise SystemExit(f"Flink failed: {flink.errors['detect']}")
+            raise fl.FlinkUnavailable(f"Flink failed: {flink.errors['detect']}")
         net, wall = flink.net_s["detect"], flink.wall_s["detect"]
         theirs = Counter((r["k"], r["first_ts"], r["last_ts"], r["n"])
                          for r in flink.rows("detect"))
@@ -303,8 +313,6 @@ def beside_flink(n: int, repeat: int = 2) -> dict[str, Any]:
               f"{'' if theirs == ours else ', DIFFERENT: ' + diff(ours, theirs)})")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if not res["equal"]:
-        raise SystemExit("cedar and Flink disagree")
     return res
 
 
@@ -315,18 +323,20 @@ def diff(ours: Counter[Any], theirs: Counter[Any]) -> str:
 
 
 # -- flat memory ----------------------------------------------------------------------------------
-def long_run(n: int) -> list[tuple[int, int, float]]:
+def long_run(n: int) -> dict[str, Any]:
     """``A B+ D`` (never completes) over ``n`` events inline, generated batch by batch, a CTI
-    after each; every ~:data:`SAMPLE_EVERY` events ``(events, state rows, RSS MB)``. Raises
-    SystemExit if the state passes its bound (every row of one ``within``: at one row per
-    tick, ``within`` rows) or RSS grows by more than :data:`RSS_GROWTH_MB` after the first
-    sample."""
+    after each: ``samples``, every ~:data:`SAMPLE_EVERY` events (ten at least), ``(events,
+    state rows, RSS MB)``; ``most``, the most state rows after any batch; ``growth``, RSS MB
+    from the first sample to the last; ``bounded``: the state stayed within its bound (every
+    row of one ``within``: at one row per tick, ``within`` rows) and RSS grew by at most
+    :data:`RSS_GROWTH_MB`."""
     rss = deps.psutil().Process().memory_info
     op = detect("A B+ D")
     print(f"long run: 'A B+ D' (never completes), {n:,} events over {KEYS:,} keys, batches of "
           f"{BATCH:,}, a CTI after each, within {WITHIN_TICKS:,} ticks; {load()}")
     samples: list[tuple[int, int, float]] = []
-    seen, next_at, t0 = 0, SAMPLE_EVERY, time.perf_counter()
+    every = max(BATCH, min(SAMPLE_EVERY, n // 10))  # ten samples at least
+    seen, next_at, t0 = 0, every, time.perf_counter()
     most = 0
     for cols in generate(n, seed=2):
         op.process(with_cti(cols))
@@ -337,15 +347,14 @@ def long_run(n: int) -> list[tuple[int, int, float]]:
             print(f"  {seen:>12,} events  state {samples[-1][1]:>7,} rows (max so far "
                   f"{most:,})  RSS {samples[-1][2]:8.1f} MB  "
                   f"{seen / (time.perf_counter() - t0):>10,.0f} events/s  {load()}", flush=True)
-            next_at += SAMPLE_EVERY
+            next_at += every
     growth = samples[-1][2] - samples[0][2]
     bounded = most <= WITHIN_TICKS and growth <= RSS_GROWTH_MB
     print(f"  state at most {most:,} rows (bound: {WITHIN_TICKS:,}, the rows of one within); "
           f"RSS {samples[0][2]:.1f} -> {samples[-1][2]:.1f} MB ({growth:+.1f} MB after the "
           f"first sample; bound +{RSS_GROWTH_MB} MB): {'bounded' if bounded else 'NOT bounded'}")
-    if not bounded:
-        raise SystemExit("the long run's state or memory grew past its bound")
-    return samples
+    return {"events": n, "samples": samples, "most": most, "growth": growth,
+            "bounded": bounded, "eps": n / (time.perf_counter() - t0)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -359,10 +368,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.flink is None and args.long is None and not paths(args.events, args.emit):
         raise SystemExit("the row path and the column path disagree")
-    if args.flink is not None:
-        beside_flink(args.flink)
-    if args.long is not None:
-        long_run(args.long)
+    if args.flink is not None and not beside_flink(args.flink)["equal"]:
+        raise SystemExit("cedar and Flink disagree")
+    if args.long is not None and not long_run(args.long)["bounded"]:
+        raise SystemExit("the long run's state or memory grew past its bound")
 
 
 if __name__ == "__main__":
