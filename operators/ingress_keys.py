@@ -21,6 +21,20 @@ moves, as with one CTI.
     ([], 2)
     >>> src.late[0].reason  # doctest: +ELLIPSIS
     "start 455 is behind the CTI 460 of key 'slow'; a point cannot be moved, ..."
+
+**Column batches** (:meth:`IngressKeys._key_columns`) are decided with numpy when the key is a
+column of ints or strings, each key's CTI moves after each of its events (``every=1``) or
+never (``every=None``), there is a low watermark, ``delay >= 0`` and no event could be moved
+(points, or ``policy='drop'``): the same rows are accepted and the same late records kept
+as row by row, and the batch's events go out as one ``Columns``, then one ``Cti`` (the low
+watermark at the batch's end) and one ``KeyCtis``: the promises the row path makes within the
+batch, made at its end instead (later, so just as valid). Why the decision is exact: before
+row ``i`` the stream's part of its CTI is ``max(cti, low, P_i − lag)`` with ``P_i`` the largest
+start before it, and its key's part is ``max(key's CTI, Q_i − delay)`` with ``Q_i`` the
+largest start of its key before it. Both maxima may run over the late rows too: a late row
+never starts after ``P_i`` (checked), and a late row ``j`` of the key adds ``s_j − delay``,
+which is below the CTI it missed, which row ``i`` is behind as well (both parts only grow).
+The keys' state (latest start, CTI) is then read from the accepted rows only.
 """
 
 from __future__ import annotations
@@ -29,6 +43,7 @@ import heapq
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from .columns import Columns, row_at
 from .events import MAX_TIME, MIN_TIME, KeyCtis, Message
 from .ingress_progress import IngressProgress
 from .udm import field_getter
@@ -52,7 +67,10 @@ class IngressKeys(IngressProgress):
     _moved: dict[Hashable, int]  # keys whose CTI moved since the last KeyCtis
     _low: int  # the low watermark (the largest start seen − low_watermark, or the keys' lowest)
     _late_keys: dict[Hashable, int]  # late rows (dropped or adjusted) by key
-    _wall: float | None  # the wall clock of the push under way (not state)
+    #: The wall clock (``time.time()``) when the rows being pushed came, set by the caller
+    #: (:class:`~operators.sources.RowsSource`): each key's last arrival, a diagnostic for
+    #: ``why`` (it decides nothing; None: not given)
+    arrival: float | None = None
 
     def _init_keys(self) -> None:
         key = self.advance.per_key
@@ -63,7 +81,6 @@ class IngressKeys(IngressProgress):
         self._moved = {}
         self._low = MIN_TIME
         self._late_keys = {}
-        self._wall = None
 
     def _key_cti(self, key: Hashable) -> int:
         """The CTI an event of ``key`` must not start behind: its key's or the stream's (the
@@ -80,10 +97,10 @@ class IngressKeys(IngressProgress):
         if progress is None:
             # a new key starts at the stream's CTI, and holds the lowest of the keys there
             cti = self.cti if self.cti > self._low else self._low
-            progress = self._keys[key] = [start, 0, None, cti, self._wall]
+            progress = self._keys[key] = [start, 0, None, cti, self.arrival]
             self._push_low(key, cti)
         else:
-            progress[K_WALL] = self._wall
+            progress[K_WALL] = self.arrival
             if start > progress[K_LATEST]:
                 progress[K_LATEST] = start
         fire = False
@@ -148,16 +165,159 @@ class IngressKeys(IngressProgress):
             if times:
                 out.append(KeyCtis(times))  # type: ignore[arg-type]  # beside the messages
 
-    def slowest_keys(self, n: int = 10) -> dict[str, Any]:
+    # -- column batches ---------------------------------------------------------------------------
+    def _keys_vectorisable(self) -> bool:
+        """Whether per-key progress lets a column batch be decided with numpy (see the module
+        docstring; the caller checks the rest: shape, minted ids, no ``interval``)."""
+        adv = self.advance
+        return (isinstance(adv.per_key, str) and adv.every in (None, 1)
+                and adv.low_watermark is not None and adv.delay >= 0
+                and (self.shape == "point" or adv.policy == "drop"))
+
+    def _key_columns(self, columns: dict[str, Any], starts: Any, ends: Any,
+                     now: float | None) -> list[Message] | None:
+        """A column batch of ``len(starts) > 0`` rows (int64 ``starts``/``ends`` on the time
+        axis) under per-key progress: the accepted rows as one Columns, then the stream's CTI
+        and the keys' (see the module docstring); None when the batch must go row by row (a
+        key column of other types, times too far apart for int64 arithmetic)."""
+        import numpy as np
+
+        adv = self.advance
+        coded = _key_codes(columns.get(adv.per_key)) if isinstance(adv.per_key, str) else None
+        lag, delay = adv.low_watermark, adv.delay
+        floor = max(self.cti, self._low)  # the stream's CTI before the batch
+        if coded is None or lag is None or floor + lag > MAX_TIME:
+            return None
+        keys, names = coded
+        n = len(starts)
+        # the rows by key (stable: each key's rows in batch order), each key a run
+        order = np.argsort(keys, kind="stable")
+        by_key = keys[order]
+        first = np.empty(n, dtype=bool)
+        first[0] = True
+        np.not_equal(by_key[1:], by_key[:-1], out=first[1:])
+        heads = np.flatnonzero(first)
+        run = np.cumsum(first) - 1  # each sorted row's key number
+        distinct = by_key[heads].tolist()
+        if names is not None:
+            distinct = [names[c] for c in distinct]
+        progress = self._keys
+        before = [MIN_TIME if (p := progress.get(k)) is None else p[K_CTI] for k in distinct]
+        if max(before) + delay > MAX_TIME:
+            return None
+        # the stream's part of each row's CTI: max(cti, low, largest start before it − lag)
+        prior = np.empty(n, dtype=np.int64)
+        prior[0] = self._latest
+        prior[1:] = starts[:-1]
+        np.maximum.accumulate(prior, out=prior)
+        stream = np.maximum(prior, floor + lag) - lag
+        # the key's part: max(its CTI before the batch, its largest start before it − delay)
+        sorted_starts = starts[order]
+        key_floor = (np.array(before, dtype=np.int64) + delay)[run]
+        if adv.every == 1:
+            lo = int(sorted_starts.min())
+            span = int(sorted_starts.max()) - lo + 1
+            if span * len(heads) >= 2**62:
+                return None
+            shift = run * span  # a running max per key: one running max of shifted runs
+            running = np.maximum.accumulate(sorted_starts - lo + shift) - shift + lo
+            key_floor[1:] = np.maximum(key_floor[1:], np.where(first[1:], MIN_TIME,
+                                                               running[:-1]))
+        threshold = np.empty(n, dtype=np.int64)
+        threshold[order] = key_floor - delay
+        np.maximum(threshold, stream, out=threshold)
+        late = starts < threshold
+        any_late = bool(late.any())
+        if any_late and (starts[late] > prior[late]).any():
+            return None  # (a late row after every accepted start: not seen, but not assumed)
+        out: list[Message] = []
+        self.stats["received"] += n
+        self._wall = self._last_wall = now
+        if any_late:
+            self._late_key_rows(columns, starts, ends, np.flatnonzero(late), stream, threshold)
+            accepted = ~late
+            index: Any = np.flatnonzero(accepted)
+            if not len(index):
+                self._key_ctis(out)
+                return out
+            kept = np.flatnonzero(accepted[order])
+        else:
+            index = slice(None)
+            kept = None
+        # the accepted events
+        sent = starts[index]
+        k = len(sent)
+        ids = np.arange(self._next_id, self._next_id + k, dtype=np.int64)
+        self._next_id += k
+        out.append(Columns(ids, sent, None if self.shape == "point" else ends[index],  # type: ignore[arg-type]
+                           {name: c[index] for name, c in columns.items()}))
+        self.stats["processed"] += k
+        top = int(sent.max())
+        self._latest = max(self._latest, top)
+        self._top = max(self._top, top)
+        end = ends[index]
+        self._horizon = max(self._horizon, int(np.where(end == MAX_TIME, sent + 1, end).max()))
+        # each key's latest start and CTI, from its accepted rows; new keys in order of their
+        # first accepted row, as the row path meets them
+        rows = run if kept is None else run[kept]
+        at = sorted_starts if kept is None else sorted_starts[kept]
+        change = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+        first_row = order[change if kept is None else kept[change]]
+        latest = np.maximum.reduceat(at, change)
+        meet = np.argsort(first_row, kind="stable")
+        moved, wall, every = self._moved, self._wall, adv.every
+        for j, t, cti in zip(rows[change][meet].tolist(), latest[meet].tolist(),
+                             stream[first_row[meet]].tolist()):
+            key = distinct[j]
+            p = progress.get(key)
+            if p is None:  # a new key starts at the stream's CTI of its first event
+                p = progress[key] = [t, 0, None, cti, wall]
+            else:
+                p[K_WALL] = wall
+                if t > p[K_LATEST]:
+                    p[K_LATEST] = t
+            if every is not None:
+                t = min(max(p[K_LATEST] - delay, MIN_TIME), MAX_TIME)
+                if t > p[K_CTI]:
+                    p[K_CTI] = moved[key] = t
+        low = self._latest - lag
+        if low > self._low:
+            self._low = min(max(low, MIN_TIME), MAX_TIME)
+        if every is not None:
+            self._emit(out, self._low)
+        self._key_ctis(out)
+        return out
+
+    def _late_key_rows(self, columns: dict[str, Any], starts: Any, ends: Any, rows: Any,
+                       stream: Any, threshold: Any) -> None:
+        """Record the late ``rows`` of a column batch as the row path does, each against the
+        CTI it missed (``threshold``) and the stream's CTI of its time (``stream``)."""
+        field, low, late_keys = self.advance.per_key, self._low, self._late_keys
+        try:
+            for r in rows.tolist():
+                row = row_at(columns, r)
+                key = row[field]
+                late_keys[key] = late_keys.get(key, 0) + 1
+                self._low = int(stream[r])  # the low watermark as it stood at that row
+                self.late.append(self._late_start(int(starts[r]), int(ends[r]),
+                                                  int(threshold[r]), row, key))
+        finally:
+            self._low = low
+
+    def slowest_keys(self, n: int = 10, asked: Any = None, table: int = 0) -> dict[str, Any]:
         """What ``why`` and the web view show of per-key progress: the stream's CTI (the low
         watermark), the keys' highest CTI, and the ``n`` keys whose CTI is lowest, each with
         its CTI, its latest start, the wall clock when its last event came (the clock the
         runtime gives ``push``; None without one) and its late rows; then the ``n`` keys with
-        the most late rows. Read on request: O(keys).
+        the most late rows; with ``asked``, that key's row (``"asked"``; None: never seen);
+        with ``table``, every key's row when there are at most that many (``"table"``: what
+        a finished inline run keeps, to answer about any key later). Read on request:
+        O(keys).
 
         >>> from operators.ingress import AdvanceTime, Ingress
         >>> src = Ingress(start="t", advance=AdvanceTime(every=1, per_key="m", low_watermark=60))
-        >>> _ = src.push([{"m": "a", "t": 50}, {"m": "b", "t": 10}, {"m": "a", "t": 40}], now=7.0)
+        >>> src.arrival = 7.0  # (what the source's runtime sets: time.time())
+        >>> _ = src.push([{"m": "a", "t": 50}, {"m": "b", "t": 10}, {"m": "a", "t": 40}])
         >>> view = src.slowest_keys(1)
         >>> view["cti"], view["top"], view["slowest"]
         (-10, 50, [{'key': 'b', 'cti': 10, 'latest': 10, 'arrived': 7.0, 'late': 0}])
@@ -173,7 +333,35 @@ class IngressKeys(IngressProgress):
 
         slowest = heapq.nsmallest(n, keys, key=lambda k: keys[k][K_CTI])
         worst = heapq.nlargest(n, late, key=late.__getitem__)
-        return {"cti": max(self.cti, self._low),
+        view = {"cti": max(self.cti, self._low),
                 "top": max((p[K_CTI] for p in keys.values()), default=MIN_TIME),
                 "keys": len(keys), "slowest": [row(k) for k in slowest],
                 "most_late": [row(k) for k in worst]}
+        if asked is not None:
+            view["asked"] = row(asked) if asked in keys or asked in late else None
+        if 0 < len(keys) <= table:
+            view["table"] = {k: row(k) for k in keys}
+        return view
+
+
+def _key_codes(column: Any) -> tuple[Any, list[Any] | None] | None:
+    """A key column as numbers the batch is sorted by: an int column as it is (no names), a
+    column of strings as int codes and the distinct strings (in order of first appearance);
+    None for anything else (floats, None, mixed objects: the row path decides those rows)."""
+    import numpy as np
+
+    kind = getattr(getattr(column, "dtype", None), "kind", "")
+    if not kind:
+        return None
+    if kind in "iu":
+        return column, None
+    if kind not in "OU":
+        return None
+    values = column.tolist()
+    if kind == "O" and set(map(type, values)) != {str}:
+        return None
+    index: dict[Any, int] = {}
+    code = index.setdefault
+    codes = np.fromiter((code(v, len(index)) for v in values), dtype=np.int64,
+                        count=len(values))
+    return codes, list(index)

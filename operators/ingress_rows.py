@@ -35,7 +35,6 @@ class IngressRows(IngressKeys):
         out: list[Message] = []
         stats = self.stats
         one = self._one
-        self._wall = now
         n = 0
         for row in rows:
             n += 1

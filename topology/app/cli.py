@@ -215,6 +215,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="an output window [START, END) instead of one time")
     why.add_argument("--step", default=None,
                      help="explain this step's output instead of the query's")
+    why.add_argument("--key", default=None, type=_key_arg,
+                     help="one key's output (a device's), where the source has per-key "
+                          "progress: an int, or else the text")
     why.add_argument("--address", default="auto", help="Ray cluster address (default auto)")
     why.add_argument("--tz", default=None, metavar="ZONE", help=TZ_HELP)
     why.add_argument("--json", action="store_true", help="print the explanation as JSON")
@@ -687,6 +690,14 @@ def _check_options(script: str, data: Any, options: dict[str, Any]) -> str | Non
             f"make data a list of Insert/Retract/Cti messages")
 
 
+def _key_arg(text: str) -> Any:
+    """A key as the command line gives it: an int where it reads as one, else the text."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
 def _why(args: Any) -> int:
     import json
 
@@ -705,7 +716,8 @@ def _why(args: Any) -> int:
         return 2
     try:
         q = attach(args.name, args.address)
-        e = q.why(tuple(args.window) if args.window else args.at, step=args.step, tz=args.tz)
+        e = q.why(tuple(args.window) if args.window else args.at, step=args.step, tz=args.tz,
+                  key=args.key)
     except (ValueError, TypeError) as exc:
         print(f"cedar why: {exc}", file=sys.stderr)
         return 2

@@ -34,7 +34,10 @@ from topology.building import nodes as n
 from topology.building import source_nodes as sn
 from topology.building.reads import walk
 
-__all__ = ["KeyPaths", "key_paths", "same_key"]
+__all__ = ["PER_KEY_NOTE", "KeyPaths", "key_paths", "same_key"]
+
+#: How ``explain()`` marks a step that finalizes each key at its own CTI (``why`` reads it).
+PER_KEY_NOTE = "at each key's CTI (per-key progress)"
 
 
 def _expression(key: Any) -> Any:

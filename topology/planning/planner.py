@@ -55,7 +55,7 @@ from topology.building import nodes as n
 from topology.building.checks import fuse_level
 from topology.planning.dag import DagProcessor
 from topology.planning.fused import FusedDag
-from topology.planning.key_progress import KeyPaths, key_paths
+from topology.planning.key_progress import PER_KEY_NOTE, KeyPaths, key_paths
 from topology.planning.plan import Factory, MergePartitions, Plan, Sink, Stage
 from topology.planning.pruning import pruned_note, pruned_source, source_columns
 from topology.planning.routing import OutEdge, Partitioner
@@ -224,7 +224,7 @@ def _shown(node: n.Node, variant: str | None, clock: str | None, per_key: bool =
     shows them), the fast path when one was chosen, and whether it finalizes by the keys'
     own CTIs (:mod:`topology.planning.key_progress`)."""
     return (node.describe(clock) + ("" if variant is None else f" as {variant}")
-            + (" at each key's CTI (per-key progress)" if per_key else ""))
+            + (f" {PER_KEY_NOTE}" if per_key else ""))
 
 
 # -- the tree walk ------------------------------------------------------------------------------

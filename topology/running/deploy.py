@@ -57,7 +57,7 @@ from topology.running.feeding import (
     feed_round_robin,
 )
 from topology.running.inline import Collected, report_of, source_batches
-from topology.running.progress import actor_progress
+from topology.running.progress import KEY_TABLE, actor_progress
 from topology.running.query import HostRunner, Query, QueryFailed
 from topology.running.registry import (
     FETCH_WAIT_S,
@@ -291,7 +291,8 @@ def collect_plan(plan: Plan, *, batch_size: int | None = None,
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"collect(): the query did not finish within {timeout_s} s")
         report = report_of(plan, _actor_records(handles))
-        progress = actor_progress(handles, plan.sink, plan.clock, query="collect()", ended=True)
+        progress = actor_progress(handles, plan.sink, plan.clock, query="collect()", ended=True,
+                                  table=KEY_TABLE)
         clean = True
         return Collected(out, report, progress if on_messages is None else None)
     finally:
@@ -347,7 +348,7 @@ def _collect_checkpointed(plan: Plan, settings: ShellConfig, root: str,
                 on_messages(list(sup.output))
             return Collected((), report)
         progress = actor_progress(sup.current_handles(), plan.sink, plan.clock,
-                                  query="collect()", ended=True)
+                                  query="collect()", ended=True, table=KEY_TABLE)
         return Collected(sup.output, report, progress)
     finally:
         sup.stop(kill=True)

@@ -141,13 +141,14 @@ class Collected(list[Any]):
         return RunReport(self.dead_letters, self.late, self.accounting)
 
     def why(self, at: Any = None, *, step: str | None = None,
-            tz: str | _dt.tzinfo | None = None) -> Explanation:
+            tz: str | _dt.tzinfo | None = None, key: Any = None) -> Explanation:
         """Why the output at ``at`` (a time: ticks, a datetime or an ISO-8601 string; a
         window ``(start, end)``; None: the output CTI) is final, speculative or not yet
         produced, what held it back at the end of the run (through which steps, from which
         input) and which late events were dropped or adjusted out of it
         (:class:`topology.seeing.why.Explanation`; ``print()`` it). Every ``collect()`` records
-        what this needs, inline and on Ray. ``step`` asks about another step's output.
+        what this needs, inline and on Ray. ``step`` asks about another step's output;
+        ``key`` about one key's output where a source has per-key progress (its own CTI).
 
         >>> from topology import Stream
         >>> rows = [{"t": t} for t in range(10)]
@@ -163,7 +164,7 @@ class Collected(list[Any]):
                              "not made by collect())")
         out = step is None or step == self.progress.output
         rows = to_cht(m for m in expand(self) if type(m) in (Insert, Retract)) if out else None
-        return explain(self.progress, at, step=step, rows=rows, tz=tz)
+        return explain(self.progress, at, step=step, rows=rows, tz=tz, key=key)
 
 
 def report_of(plan: Plan, records: dict[str, tuple[Any, list[Any], list[Any]]]) -> RunReport:

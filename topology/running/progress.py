@@ -21,6 +21,11 @@ from topology.building.times import TICKS, running_clock
 FACTS_WAIT_S = 0.5
 #: The characters of a payload shown (a late event's).
 PAYLOAD_CHARS = 80
+#: The slowest keys of a per-key source shown (and those with the most late rows).
+KEYS_SHOWN = 5
+#: A finished inline run keeps every key's progress of a per-key source with at most this
+#: many keys, so that ``why(key=...)`` can answer about any of them.
+KEY_TABLE = 10_000
 
 if TYPE_CHECKING:
     from operators.detect_seeing import DetectView
@@ -73,6 +78,9 @@ class SourceFacts:
     late: tuple[Late, ...] = ()
     late_count: int = 0
     shape: str | None = None
+    #: per-key progress (``AdvanceTime(per_key=...)``): the low watermark, the slowest keys
+    #: and those with the most late rows (:meth:`operators.ingress_keys.IngressKeys.slowest_keys`)
+    keys: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -146,11 +154,14 @@ class Progress:
 
 
 def step_facts(proc: Processor, lo: int = MIN_TIME, hi: int = MAX_TIME,
-               limit: int | None = None) -> SourceFacts | None:
+               limit: int | None = None, key: Any = None, table: int = 0
+               ) -> SourceFacts | None:
     """What ``why`` reads of a processor beyond its stats (None: nothing): a source's
-    AdvanceTime and latest start, and the late events it (or a CTI import) recorded whose
-    original lifetimes overlap ``[lo, hi)``, at most ``limit``. Read-only; runs in the actor
-    (:meth:`actors.shell.OperatorShell.inspect`) or in the process of an inline run."""
+    AdvanceTime and latest start, the late events it (or a CTI import) recorded whose
+    original lifetimes overlap ``[lo, hi)``, at most ``limit``, and its per-key progress
+    (the slowest keys; ``key``'s; every key's when at most ``table``). Read-only; runs in
+    the actor (:meth:`actors.shell.OperatorShell.inspect`) or in the process of an inline
+    run."""
     from operators.chain import SourceChain
     from operators.sources import RowsSource
 
@@ -180,7 +191,10 @@ def step_facts(proc: Processor, lo: int = MIN_TIME, hi: int = MAX_TIME,
             break
         if start is None or (start < hi and end > lo):  # type: ignore[operator]
             late.append(_late(rec, start, end))
-    return SourceFacts(advance, latest, tuple(late), len(records), shape)
+    keys = None
+    if isinstance(head, RowsSource) and head.ingress.advance.per_key is not None:
+        keys = head.ingress.slowest_keys(KEYS_SHOWN, key, table)
+    return SourceFacts(advance, latest, tuple(late), len(records), shape, keys)
 
 
 def detect_views(proc: Processor | None, limit: int | None = None) -> tuple[DetectView, ...]:
@@ -203,10 +217,11 @@ def detect_views(proc: Processor | None, limit: int | None = None) -> tuple[Dete
 
 
 def step_reads(proc: Processor, lo: int = MIN_TIME, hi: int = MAX_TIME,
-               limit: int | None = None) -> tuple[SourceFacts | None, tuple[DetectView, ...]]:
+               limit: int | None = None, key: Any = None, table: int = 0
+               ) -> tuple[SourceFacts | None, tuple[DetectView, ...]]:
     """:func:`step_facts` and :func:`detect_views` of ``proc``, read at once (one control
     call per step)."""
-    return step_facts(proc, lo, hi, limit), detect_views(proc)
+    return step_facts(proc, lo, hi, limit, key, table), detect_views(proc)
 
 
 def keeps_history(proc: Processor) -> bool:
@@ -263,7 +278,7 @@ def inline_progress(plan: Plan, procs: Mapping[str, Processor], ctis: Mapping[st
             step, plan.stages[step].describe, cti=ctis.get(step, MIN_TIME),
             in_ctis=None if ins is None else tuple(ins), cti_wall=cti_walls.get(step),
             push_wall=push_walls.get(step), finished=ended, state_size=proc.state_size(),
-            source=step_facts(proc), in_ended=tuple(sorted(proc.in_ended or ())),
+            source=step_facts(proc, table=KEY_TABLE), in_ended=tuple(sorted(proc.in_ended or ())),
             detect=detect_views(proc))
     clock = running_clock(plan.clock, [p.stats for p in procs.values() if p.stats is not None])
     return Progress(steps, plan_inputs(plan), plan.sink, clock, ended=ended, query="collect()")
@@ -271,10 +286,12 @@ def inline_progress(plan: Plan, procs: Mapping[str, Processor], ctis: Mapping[st
 
 def actor_progress(handles: Mapping[str, Any], output: str, clock: str, *, query: str = "",
                    ended: bool = False, lo: int = MIN_TIME, hi: int = MAX_TIME,
-                   limit: int | None = None, timeout_s: float = 30.0) -> Progress:
+                   limit: int | None = None, timeout_s: float = 30.0,
+                   key: Any = None, table: int = 0) -> Progress:
     """The :class:`Progress` of a plan on Ray, from every actor's ``stats()`` and
     :func:`step_facts` (late events overlapping ``[lo, hi)``, at most ``limit`` per step) and
-    :func:`detect_views` (a detect's partial matches and ended runs).
+    :func:`detect_views` (a detect's partial matches and ended runs); a per-key source's
+    progress of ``key``, and of every key when it has at most ``table``.
     A step busy in one long batch does not wait for it: it answers from its last report
     (``busy``), without its source facts. A step that does not answer within ``timeout_s``
     (its process stuck) raises :class:`TimeoutError` naming it."""
@@ -283,7 +300,7 @@ def actor_progress(handles: Mapping[str, Any], output: str, clock: str, *, query
     steps = list(handles)
     stats = _answers(ray, [handles[s].stats.remote() for s in steps], steps, timeout_s,
                      "its stats")
-    read = functools.partial(step_reads, lo=lo, hi=hi, limit=limit)
+    read = functools.partial(step_reads, lo=lo, hi=hi, limit=limit, key=key, table=table)
     reads = _answers(ray, [handles[s].inspect.remote(read, FACTS_WAIT_S) for s in steps],
                      steps, timeout_s, "its late events")
     inputs: dict[str, set[tuple[int, str]]] = {}

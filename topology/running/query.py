@@ -276,7 +276,7 @@ class Query(Health):
         return self._records("dead_letters")
 
     def why(self, at: Any = None, *, step: str | None = None,
-            tz: str | _dt.tzinfo | None = None) -> Explanation:
+            tz: str | _dt.tzinfo | None = None, key: Any = None) -> Explanation:
         """Why the output at ``at`` (a time: ticks, a datetime or an ISO-8601 string; a
         window ``(start, end)``; None: the output CTI, i.e. the next output) is final,
         speculative or not yet produced; if not final, which input's CTI holds it back,
@@ -285,15 +285,18 @@ class Query(Health):
         would move it; and the late events dropped or adjusted out of it, with their original
         times (:class:`topology.seeing.why.Explanation`: ``print()`` it, or ``to_dict()``). ``step``
         asks about another step's output (whether it is speculative is then unknown: only
-        the sink keeps its output). ``cedar why NAME --at TIME`` prints the same."""
+        the sink keeps its output); ``key`` about one key's output where a source has per-key
+        progress (that key's CTI, how far behind the others, when its last event came).
+        ``cedar why NAME --at TIME [--key KEY]`` prints the same."""
         from actors.step_host import SlotGone
 
         try:
-            return self._why(at, step, tz)
+            return self._why(at, step, tz, key)
         except SlotGone:
             raise self._stopped_error() from None
 
-    def _why(self, at: Any, step: str | None, tz: str | _dt.tzinfo | None) -> Explanation:
+    def _why(self, at: Any, step: str | None, tz: str | _dt.tzinfo | None,
+             key: Any = None) -> Explanation:
         from topology.running.progress import FACTS_WAIT_S, actor_progress, keeps_history
         from topology.seeing.why import WHY_LATE_LIMIT, explain, reach_of, span_of
 
@@ -312,8 +315,8 @@ class Query(Health):
             span = span_of(at)
         lo, hi = reach_of(span, rows or ())
         progress = actor_progress(handles, self.sink_step, clock, query=self.name, lo=lo,
-                                  hi=hi, limit=WHY_LATE_LIMIT)
-        return explain(progress, at, step=step, rows=rows, tz=tz, released=released)
+                                  hi=hi, limit=WHY_LATE_LIMIT, key=key)
+        return explain(progress, at, step=step, rows=rows, tz=tz, released=released, key=key)
 
     def partial_matches(self, limit: int | None = None) -> dict[str, tuple[DetectView, ...]]:
         """Per step that runs a ``detect``: what it shows of itself

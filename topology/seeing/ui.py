@@ -206,7 +206,7 @@ WHY_WAIT_S = 5.0
 
 
 def why_json(path: str, tz: Any = None) -> tuple[int, dict[str, Any]]:
-    """``/api/why?query=&step=[&at=]``: the HTTP status and the JSON of
+    """``/api/why?query=&step=[&at=][&key=]``: the HTTP status and the JSON of
     :meth:`topology.running.query.Query.why` for ``step`` of the running ``query`` (its output CTI,
     or ``at``); a query or step that is not there, or a bad time, is a 404 or 400 with an
     ``error`` sentence."""
@@ -215,7 +215,7 @@ def why_json(path: str, tz: Any = None) -> tuple[int, dict[str, Any]]:
     from topology.running.query import attach
 
     ask = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
-    query, step, at = (ask.get(k, [""])[0] for k in ("query", "step", "at"))
+    query, step, at, key = (ask.get(k, [""])[0] for k in ("query", "step", "at", "key"))
 
     if not query:
         return 400, {"error": "ask /api/why?query=NAME&step=STEP"}
@@ -224,7 +224,8 @@ def why_json(path: str, tz: Any = None) -> tuple[int, dict[str, Any]]:
     except Exception as exc:  # noqa: BLE001 - gone, or not reachable: said in the panel
         return 404, {"error": f"query {query!r}: {problem(exc)}"}
     try:
-        return 200, q.why(at or None, step=step or None, tz=tz).to_dict()
+        asked = None if not key else int(key) if key.lstrip("-").isdigit() else key
+        return 200, q.why(at or None, step=step or None, tz=tz, key=asked).to_dict()
     except (ValueError, TypeError) as exc:
         return 400, {"error": str(exc)}
     except Exception as exc:  # noqa: BLE001 - a step not answering: the panel says so

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import functools
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -52,8 +53,17 @@ from topology.building.times import (
     show_time,
     show_times_in,
 )
+from topology.planning.key_progress import PER_KEY_NOTE
 from topology.running.progress import Late, Progress, StepProgress, short_payload
 from topology.seeing.partials import detect_dict, detect_lines, symbols_text
+from topology.seeing.slow_keys import (
+    aged,
+    key_reason,
+    key_row,
+    key_text,
+    keys_dict,
+    keys_lines,
+)
 
 if TYPE_CHECKING:
     from operators.detect_seeing import DetectView
@@ -140,6 +150,13 @@ class Explanation:
     #: symbols bound so far, the events, the deadline) and the candidate runs that ended
     #: without a match, with what ended each (docs/patterns.md#seeing-a-detect-step)
     detect: tuple[DetectView, ...] = ()
+    #: the key asked about (``why(key=...)``: the output rows of that key, and its own CTI
+    #: where a step finalizes each key at its own CTI); None: the whole output
+    key: Any = None
+    #: ``(source step, view)`` of each per-key source it reads (``AdvanceTime(per_key=...)``):
+    #: its low watermark, slowest keys and keys with the most late rows
+    #: (:mod:`topology.seeing.slow_keys`)
+    keys: tuple[tuple[str, dict[str, Any]], ...] = ()
 
     def advice_line(self) -> str | None:
         """The advice as the report and the web view's panel both show it (None: none)."""
@@ -165,14 +182,17 @@ class Explanation:
 
     def what(self) -> str:
         """The output asked about, as people read it."""
+        of = "" if self.key is None else f" of key {self.key!r}"
         if self.hi == self.lo + 1:
-            return f"{self.step} at {self._t(self.lo)}"
-        return f"{self.step} over [{self._t(self.lo)}, {self._t(self.hi)})"
+            return f"{self.step} at {self._t(self.lo)}{of}"
+        return f"{self.step} over [{self._t(self.lo)}, {self._t(self.hi)}){of}"
 
     def __str__(self) -> str:
         name = f" (query {self.query})" if self.query else ""
         lines = [f"why {self.what()}{name}: {self.status}"]
-        if self.status == FINAL:
+        if self.status == FINAL and self.cti < self.hi:  # (final at its key's CTI)
+            lines.append(f"  {self.reason}: it will not change any more")
+        elif self.status == FINAL:
             lines.append(f"  its output CTI {self._t(self.cti)} has passed it: it will not "
                          f"change any more")
         elif self.status == FAILED:
@@ -219,6 +239,8 @@ class Explanation:
                 lines.append(f"  {r.where}: {_late_text(r, self._span, self._payload)}")
         for v in self.detect:
             lines += detect_lines(v, self.clock, self.tz)
+        for source, view in self.keys:
+            lines += keys_lines(source, view, self.clock, self.tz)
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -244,6 +266,8 @@ class Explanation:
                      for s, secs in self.busy]
         d["tz"] = None if self.tz is None else str(self.tz)
         d["detect"] = [detect_dict(v, self.clock, self.tz) for v in self.detect]
+        d["key"] = None if self.key is None else repr(self.key)
+        d["keys"] = [keys_dict(src, v, self.clock, self.tz) for src, v in self.keys]
         return _jsonable(d)
 
 
@@ -301,7 +325,8 @@ def reach_of(span: tuple[int, int], rows: Iterable[tuple[int, int, Any]]) -> tup
 
 def explain(progress: Progress, at: Any = None, *, step: str | None = None,
             rows: Iterable[tuple[int, int, Any]] | None = None, now: float | None = None,
-            tz: str | _dt.tzinfo | None = None, released: bool = False) -> Explanation:
+            tz: str | _dt.tzinfo | None = None, released: bool = False,
+            key: Any = None) -> Explanation:
     """Why the output of ``step`` (default: the query's output) at ``at`` — a time (ticks, a
     datetime or an ISO-8601 string), a window ``(start, end)``, or None: the step's output
     CTI, i.e. what holds its next output — is final or not, and what holds it back.
@@ -309,7 +334,9 @@ def explain(progress: Progress, at: Any = None, *, step: str | None = None,
     between speculative and not yet produced); ``released``: rows that became final were
     let go (only the alive ones are in ``rows``); ``now`` is the wall clock (default: now).
     When the query failed, an output that is not final is ``"failed"``, held back by the
-    step that failed."""
+    step that failed. ``key`` asks about one key's output (the rows ``(key, payload)``) where
+    a source has per-key progress: final once that key's CTI passes it when the step
+    finalizes each key at its own CTI; else what holds that key back."""
     step = step or progress.output
     if step not in progress.steps:
         raise ValueError(f"why(step={step!r}): no such step; the steps are "
@@ -319,10 +346,21 @@ def explain(progress: Progress, at: Any = None, *, step: str | None = None,
     if at is None and me.cti <= MIN_TIME:  # no CTI yet: its first output
         lo, hi = MIN_TIME, MIN_TIME + 1
     now = time.time() if now is None else now
+    reads = progress.upstream(step)
+    keyed = [(s, f.keys) for s in sorted(reads)
+             if (f := progress.steps[s].source) is not None and f.keys is not None]
+    if key is not None and not keyed:
+        raise ValueError(f"why(key={key!r}): no source {step} reads has per-key progress; "
+                         f"give its source AdvanceTime(per_key=...), or leave key out")
     covering = [] if rows is None else sorted(
-        (r for r in rows if r[0] < hi and r[1] > lo), key=lambda r: (r[0], r[1]))
+        (r for r in rows if r[0] < hi and r[1] > lo
+         and (key is None or _key_of(r[2]) == key)), key=lambda r: (r[0], r[1]))
+    mine = None if key is None else key_row(keyed[0][1], key, now)
+    per_key = any(PER_KEY_NOTE in progress.steps[s].describe for s in reads)
     if me.cti >= hi:
         status = FINAL
+    elif per_key and mine is not None and mine["cti"] is not None and mine["cti"] >= hi:
+        status = FINAL  # the key's own CTI has passed it
     elif rows is None:
         status = NOT_FINAL
     else:
@@ -330,14 +368,26 @@ def explain(progress: Progress, at: Any = None, *, step: str | None = None,
     hops: list[Hop] = []
     culprit, reason, idle_s, advice, advice_kind = None, "", None, None, None
     failed = progress.failed()
-    if status != FINAL and failed is not None:
+    t = functools.partial(show_time, clock=progress.clock, tz=tz)
+    if status == FINAL and me.cti < hi:
+        assert mine is not None
+        reason = (f"key {key!r}'s CTI {t(mine['cti'])} has passed it, and {step} finalizes "
+                  f"each key at its own CTI")
+    elif status != FINAL and failed is not None:
         status, culprit = FAILED, failed[0]
         reason = f"the query failed at this step, so no CTI moves any more: {failed[1]}"
     elif status != FINAL:
         hops, culprit, reason, idle_s, advice, advice_kind = _walk(progress, step, hi, now, tz)
+        views = dict(keyed)
+        if key is not None and per_key:  # the key's own CTI decides: the device is the culprit
+            culprit = keyed[0][0]
+            reason = key_reason(key, mine, keyed[0][1]["top"], hi, progress.clock, tz)
+        elif culprit in views and views[culprit]["slowest"]:  # the low watermark holds it
+            view = aged(views[culprit], now)
+            reason += (f"; its CTI is the low watermark, and the slowest "
+                       f"{key_text(view['slowest'][0], view['top'], progress.clock, tz)}")
     # late events of the sources this step reads whose original lifetimes touch the output
     reach = reach_of((lo, hi), covering)
-    reads = progress.upstream(step)
     late = [r for s in reads if (f := progress.steps[s].source) is not None
             for r in f.late if r.overlaps(*reach)]
     late.sort(key=lambda r: (r.start if r.start is not None else MIN_TIME, r.where))
@@ -351,7 +401,13 @@ def explain(progress: Progress, at: Any = None, *, step: str | None = None,
         released=released and status == FINAL, failed=failed,
         busy=tuple((s, progress.steps[s].busy_s) for s in progress.steps
                    if s in reads and progress.steps[s].busy),
-        detect=tuple(v for s in progress.steps if s in reads for v in progress.steps[s].detect))
+        detect=tuple(v for s in progress.steps if s in reads for v in progress.steps[s].detect),
+        key=key, keys=tuple((s, aged(v, now)) for s, v in keyed))
+
+
+def _key_of(payload: Any) -> Any:
+    """The key of a keyed output row's payload ``(key, payload)`` (None: not keyed)."""
+    return payload[0] if isinstance(payload, tuple) and len(payload) == 2 else None
 
 
 def _in_ctis(progress: Progress, step: str) -> tuple[tuple[int, str, int], ...]:
