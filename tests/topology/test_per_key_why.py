@@ -89,3 +89,29 @@ def test_why_of_a_key_needs_a_per_key_source():
     out = Stream.from_rows([{"t": 1, "m": "a"}], start="t").collect(runtime="inline")
     with pytest.raises(ValueError, match=r"why\(key='a'\): no source sink reads has per-key"):
         out.why(1, key="a")
+
+
+def test_the_why_panel_lists_the_slowest_keys_as_text(page):
+    # the web view's why panel, its /api/why answered with why's JSON of a per-key run
+    import json
+
+    from topology.seeing.ui import WHY_PANEL
+
+    answer = _query(_meters()).collect(runtime="inline").why(WINDOW, key="m042").to_dict()
+    html = ('<html><body><section data-query="q"><table><tr data-step="sink">'
+            '<td class="step">sink</td></tr></table></section>'
+            + WHY_PANEL.replace(' nonce="NONCE"', "") + "</body></html>")
+    page.route("http://cedar.test/", lambda route: route.fulfill(
+        status=200, content_type="text/html", body=html))
+    page.route("http://cedar.test/api/why*", lambda route: route.fulfill(
+        status=200, content_type="application/json", body=json.dumps(answer)))
+    page.goto("http://cedar.test/")
+    page.click('tr[data-step="sink"] td.step')
+    slowest = page.locator('#why [data-role="why-slowest"] li')
+    slowest.first.wait_for(timeout=10_000)
+    assert slowest.first.inner_text().startswith(
+        "slowest key 'm042' has CTI 2026-01-01T10:02:45Z, 7 min behind the fastest key's")
+    late = page.locator('#why [data-role="why-most-late"] li').all_inner_texts()
+    assert late == ["most late key 'm9': none of its rows was on time (2 late rows)"]
+    assert "held back by from_rows#0: key 'm042' has CTI" in page.locator(
+        '#why [data-role="why-culprit"]').inner_text()
