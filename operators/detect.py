@@ -98,7 +98,7 @@ from .detect_rows import (
     same_output,
 )
 from .detect_seeing import EVENT, RETRACTION, EndedRuns, Seeing, run_out
-from .events import MAX_TIME, Insert, Message, Retract
+from .events import MAX_TIME, Insert, KeyCtis, Message, Retract
 from .expr import Expr, NotElementwise, evaluate, trace, truthy
 from .group_apply import group_key
 from .pattern import Program, compile_pattern, parse
@@ -374,6 +374,23 @@ class Detect(ColumnMode, Seeing, Processor):
             heappop(fronts)  # (an entry of a key that moved on or went)
         front = time if not fronts or fronts[0][0] > time else fronts[0][0]
         out.extend(self.emit_cti(front))
+        return out
+
+    #: Set by the planner when the input's :class:`~operators.events.KeyCtis` are by this
+    #: step's ``key`` (``AdvanceTime(per_key=...)``, topology.planning.key_progress): each
+    #: key's attempts are then final, freed (and in final mode output) at its own CTI.
+    per_key = False
+
+    def on_key_ctis(self, msg: KeyCtis, port: int) -> list[Message]:
+        """Settle each listed key at its own CTI, as a CTI would (its later rows start at or
+        after it); the output CTI stays the stream's."""
+        out: list[Message] = []
+        if not self.per_key or self.key is None:
+            return out
+        in_cti = self.in_cti
+        for k, time in msg.times:
+            if time > in_cti:
+                self._settle(group_key(k), time, out)
         return out
 
     def _settle(self, k: Hashable, time: int, out: list[Message]) -> None:

@@ -144,3 +144,39 @@ def test_through_a_select_the_key_read_of_its_output_is_the_sources_or_not():
     assert "at each key's CTI" not in q(lambda r: (r["t"], r["k"])).explain()
     out = kept.collect(runtime="inline")
     assert not out.late and sum(n for _, _, (_, n) in to_cht(out)) == len(rows)
+
+
+def test_a_detect_by_the_sources_key_finalizes_each_key_at_its_own_cti():
+    #   per key 'A B' within 50: fast's a@0 b@5 is a match final at fast's own CTI (6), long
+    #   before the low watermark (-994) or slow's CTI passes it
+    rows = [{"k": "slow", "t": 0, "v": "a"}, {"k": "fast", "t": 0, "v": "a"},
+            {"k": "fast", "t": 5, "v": "b"}, {"k": "fast", "t": 60, "v": "x"}]
+    define = {"A": lambda p, m: p["v"] == "a", "B": lambda p, m: p["v"] == "b"}
+    adv = AdvanceTime(every=1, per_key="k", low_watermark=1000)
+    q = Stream.from_rows(rows, start="t", advance=adv).detect(
+        "A B", define, within=50, key="k", emit="final", measures=lambda m: len(m["B"]))
+    assert "at each key's CTI" in q.explain()
+    out = q.collect(runtime="inline", batch_size=len(rows) + 1)
+    first = next(i for i, m in enumerate(out) if type(m) is not Cti)
+    assert max(m.time for m in out[:first] if type(m) is Cti) < 0
+    assert to_cht(out) == [(0, 6, 1)]
+    other = Stream.from_rows(rows, start="t", advance=adv).detect(
+        "A B", define, within=50, key=lambda r: r["v"])
+    assert "at each key's CTI" not in other.explain()
+
+
+@PROPERTY
+@given(rows=skewed_rows(), lag=st.one_of(st.none(), st.integers(0, 80)),
+       batch=st.integers(1, 9), emit=st.sampled_from(["speculative", "final"]))
+def test_a_per_key_detect_matches_the_accepted_rows(rows, lag, batch, emit):
+    from tests import reference_patterns as ref
+
+    define = {"A": lambda p, m: p["i"] % 3 == 0, "B": lambda p, m: p["i"] % 3 == 1}
+    adv = AdvanceTime(every=1, delay=3, per_key="k", low_watermark=lag)
+    out = Stream.from_rows(rows, start="t", advance=adv).detect(
+        "A B+", define, within=20, key="k", emit=emit, tie=lambda r: r["i"]).collect(
+            runtime="inline", batch_size=batch)
+    accepted = [(r["t"], r["t"] + 1, r) for r in reference_accepted(rows, 1, 3, lag)]
+    expected = ref.detect(accepted, "A B+", define, 20, None, lambda r: r["k"],
+                          lambda r: r["i"])
+    assert sorted(map(repr, to_cht(out))) == sorted(map(repr, expected))

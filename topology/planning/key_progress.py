@@ -1,16 +1,16 @@
 """Where per-key CTIs travel (``AdvanceTime(per_key=...)``, docs/ctis.md).
 
 A source with per-key progress sends, beside its events and its stream CTIs (the low
-watermark), :class:`~operators.events.KeyCtis`: each key's own CTI as it moves. Only a
-``group_apply`` keyed by the *same* key can use them (each group is one key, so it gets its
-key's CTI and finalizes its output then): reached through ``where`` steps, which keep the
-payloads, and ``select`` steps whose function traces (:func:`operators.expr.trace`), so that
-the group key read through them is the source's key (``select(lambda r: (r["k"], r["v"]))``
-then ``group_apply(lambda p: p[0])`` is keyed by ``"k"``). :func:`key_paths` finds those
-paths; the planner then
+watermark), :class:`~operators.events.KeyCtis`: each key's own CTI as it moves. Only a step
+keyed by the *same* key can use them: a ``group_apply`` (each group is one key, so it gets
+its key's CTI and finalizes its output then) or a ``detect`` with that ``key=``. They reach
+it through ``where`` steps, which keep the payloads, and ``select`` steps whose function
+traces (:func:`operators.expr.trace`), so that the key read through them is the source's
+(``select(lambda r: (r["k"], r["v"]))`` then ``group_apply(lambda p: p[0])`` is keyed by
+``"k"``). :func:`key_paths` finds those paths; the planner then
 
-* tells each such ``group_apply`` to use them (``GroupApply.per_key``) and gives it the
-  general operator, not a keyed fast path (which knows only the stream's CTI);
+* tells each such step to use them (``per_key``), and gives a ``group_apply`` only a fast
+  path whose operator does too (:attr:`topology.planning.rules.Rule.per_key`);
 * marks the out-edges of the steps that send them (the source, the steps on a path):
   True on an edge of a path, False on the others, which drop them
   (:attr:`~topology.planning.routing.OutEdge.key_ctis`);
@@ -126,7 +126,8 @@ def key_paths(root: n.Node) -> KeyPaths:
             marking the way."""
             found = False
             for c in consumers.get(id(node), ()):
-                if isinstance(c, n.GroupApply) and same_key(key, c.key, selects):
+                if (isinstance(c, (n.GroupApply, n.Detect)) and c.key is not None
+                        and same_key(key, c.key, selects)):
                     paths.consumers.add(id(c))
                 elif isinstance(c, n.Where) and reaches(c, selects):
                     pass
