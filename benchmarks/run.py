@@ -19,6 +19,9 @@ On the same generated data (numpy, written once to parquet with pyarrow) and in 
   from an event's due time to the time its window's row is written;
 * **memory** -- peak memory (PSS, with RSS beside it) of the driver and every Ray worker
   process, and its growth, over a long W1 run on Ray (sampled every 0.5 s);
+* **detect** -- ``detect("A B+ C")`` over 1,000 keys (:mod:`benchmarks.detect`): the column
+  path inline, cedar inline and on Ray beside Flink's ``MATCH_RECOGNIZE`` (matches compared),
+  and the state rows and RSS along a long run of a pattern that never completes;
 * **Nexmark** -- :mod:`benchmarks.nexmark.run`'s queries inline, on Ray, in Spark SSS and
   in Flink, outputs compared (each query over a stream of its own size, at which Flink's net
   runtime is at least 5 s: :data:`benchmarks.nexmark.run.FULL_EVENTS`; 1M in ``--quick``).
@@ -92,6 +95,11 @@ class Sizes:
     #: per query, the events of its stream (None: every query at ``nexmark``)
     nexmark_sizes: dict[str, int] | None = None
     nexmark_delay_us: int = 100  # between two events' times (Nexmark's default)
+    #: ``detect("A B+ C")`` (:mod:`benchmarks.detect`): the column path inline and beside
+    #: Flink's MATCH_RECOGNIZE (where Flink's net runtime is ~10-20 s), and the events of
+    #: the long run of a pattern that never completes (state and RSS)
+    detect: int = 1_000_000
+    detect_long: int = 10_000_000
 
 
 #: The memory run has 30M events (10M until 2026-11-26): at ~3M events/s a 10M run lasts
@@ -115,7 +123,7 @@ FULL = Sizes(w1=10_000_000, w2=8_000_000, w3=1_000_000, latency_s=20.0, rate_eps
 #: the RESULT line carries (at W1's size). W2 and W3 keep enough events that their runs last
 #: longer than a Spark micro-batch's fixed cost.
 QUICK = Sizes(w1=400_000, w2=100_000, w3=50_000, latency_s=2.0, rate_eps=50_000,
-              memory=300_000, nexmark=QUICK_EVENTS)
+              memory=300_000, nexmark=QUICK_EVENTS, detect=200_000, detect_long=1_000_000)
 
 
 @dataclass
@@ -138,6 +146,8 @@ class Report:
     runs: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     #: workload -> Flink's net and wall seconds at each parallelism, as a phrase
     flink: dict[str, str] = field(default_factory=dict)
+    #: detect's figures (:func:`run_detect`)
+    detect: dict[str, Any] = field(default_factory=dict)
 
     def record(self, workload: str, variant: str, events: int, seconds: float) -> None:
         self.seconds.setdefault(workload, {})[variant] = seconds
@@ -322,6 +332,29 @@ def run_spark(report: Report, data: Data, workdir: str, inline_outs: dict[str, l
                                                           max(5.0, sizes.latency_s), workdir)
     finally:
         spark.stop()
+
+
+# -- detect ---------------------------------------------------------------------------------------
+def run_detect(report: Report, sizes: Sizes, ray: bool, flink: bool) -> None:
+    """``detect("A B+ C")`` over 1,000 keys (:mod:`benchmarks.detect`): the column path
+    inline (best of 3), cedar inline and on Ray beside Flink's MATCH_RECOGNIZE (one run at
+    each parallelism; the matches compared), and the long run of ``A B+ D`` (state rows and
+    RSS bounded). Flink missing or failing is a note."""
+    from . import detect as bd
+    from . import flink as fl
+
+    say(f"detect: the column path at {sizes.detect:,} events")
+    wall, cpu, _ = bd.column_path(sizes.detect)
+    report.detect.update(column_eps=sizes.detect / wall, column_cpu_eps=sizes.detect / cpu,
+                         column_load=os.getloadavg()[0])
+    if ray and flink:
+        try:
+            report.detect["flink"] = bd.beside_flink(sizes.detect, repeat=1)
+        except fl.FlinkUnavailable as exc:
+            say(f"detect beside Flink: not run: {exc}")
+            report.notes.append(f"detect beside Flink not run: {exc}")
+    report.detect["long"] = bd.long_run(sizes.detect_long)
+    report.detect["long_load"] = os.getloadavg()[0]
 
 
 # -- Flink ----------------------------------------------------------------------------------------
@@ -911,11 +944,50 @@ def render(report: Report, info: dict[str, str], command: str, total_s: float) -
             (f"| Flink's net runtime ≥ 5 s for every figure in those ratios | shortest "
             f"{fmt(net_min, 2)} s | {verdict(net_min >= 5)} |"),
         ]
+    lines += detect_lines(report, verdict)
     lines.append("")
     if report.notes:
         lines += ["## Notes", "", *(f"- {n}" for n in report.notes), ""]
     lines += ["```", result_line(report), "```", ""]
     return "\n".join(lines)
+
+
+def detect_lines(report: Report, verdict: Callable[[bool], str]) -> list[str]:
+    """detect's rows of the targets table and its section (none if it did not run)."""
+    d = report.detect
+    if not d:
+        return []
+    s, long = report.sizes, d["long"]
+    rows = [f"| detect 'A B+ C' inline (column path) ≥ 1,000,000 events/s over 1,000 keys | "
+            f"{fmt(d['column_eps'])} at {s.detect:,} events (load {d['column_load']:.1f}) | "
+            f"{verdict(d['column_eps'] >= 1e6)} |"]
+    f = d.get("flink")
+    if f:
+        rows.append(f"| detect: cedar on Ray ≥ 2 × Flink MATCH_RECOGNIZE (net) | "
+                    f"{fmt(f['ratio'], 2)} × (outputs equal: {f['equal']}) | "
+                    f"{verdict(f['ratio'] >= 2 and f['equal'])} |")
+    rows.append(f"| detect: state and RSS bounded over {long['events']:,} events of 'A B+ D' | "
+                f"at most {long['most']:,} rows, RSS {long['growth']:+.1f} MB | "
+                f"{verdict(long['bounded'])} |")
+    lines = [*rows, "", "## detect", "",
+             f"`benchmarks/detect.py`: 'A B+ C' over 1,000 keys inline, the column path "
+             f"(`Columns` batches of 65,536, a CTI after each, best of 3): "
+             f"{fmt(d['column_eps'])} events/s ({fmt(d['column_cpu_eps'])} per CPU second) "
+             f"at {s.detect:,} events, load {d['column_load']:.1f}.", ""]
+    if f:
+        lines += [f"Beside Flink SQL `MATCH_RECOGNIZE` over the same {f['events']:,} rows (a "
+                  f"row every 2 ms, distinct times; Flink: {f['flink_runs']}): cedar on Ray "
+                  f"{fmt(f['events'] / f['ray_s'])} events/s, inline "
+                  f"{fmt(f['events'] / f['inline_s'])}, Flink net "
+                  f"{fmt(f['events'] / f['flink_s'])} (wall "
+                  f"{fmt(f['events'] / f['flink_wall_s'])}); cedar on Ray ÷ Flink net "
+                  f"{fmt(f['ratio'], 2)} ×; the sets of matches equal: {f['equal']}; loads "
+                  + ", ".join(f"{x[0]:.1f}" for x in f["load"]) + ".", ""]
+    lines += [f"'A B+ D' (never completes) over {long['events']:,} events inline at "
+              f"{fmt(long['eps'])} events/s (load {d['long_load']:.1f}): state rows / RSS MB at "
+              "each sample: "
+              + ", ".join(f"{r:,} / {m:.0f}" for _, r, m in long["samples"]) + ".", ""]
+    return lines
 
 
 def write_results(text: str, path: str) -> None:
@@ -938,7 +1010,8 @@ def main(argv: list[str] | None = None) -> Report:
     ap.add_argument("--w1", type=int, help="W1 events")
     ap.add_argument("--memory-events", type=int, help="events of the memory run")
     ap.add_argument("--skip", action="append", default=[],
-                    choices=["spark", "flink", "ray", "latency", "memory", "nexmark"],
+                    choices=["spark", "flink", "ray", "latency", "memory", "nexmark",
+                             "detect"],
                     help="leave a part out")
     ap.add_argument("--out", default=RESULTS, help="where to write the results (markdown)")
     args = ap.parse_args(argv)
@@ -977,6 +1050,8 @@ def main(argv: list[str] | None = None) -> Report:
                     run_memory(report, sizes)
             finally:
                 ray.shutdown()
+        if "detect" not in args.skip:
+            run_detect(report, sizes, ray="ray" not in args.skip, flink="flink" not in args.skip)
         if "nexmark" not in args.skip:
             run_nexmark(report, sizes, ray="ray" not in args.skip, spark="spark" not in args.skip,
                         flink="flink" not in args.skip)
