@@ -16,6 +16,10 @@ run has the same CHT as the plain inline run:
   how often or in what order they are called differs here: the speculative run calls them
   again on every correction, the final run once per match);
 * ``columns``   — rows ingested column-wise (``from_arrow``) instead of row by row;
+* ``interleaved`` — with a source of per-key progress (``AdvanceTime(per_key=...)``), the
+  keys' rows interleaved another way, each key's own rows in their order, a few seeds (an
+  interleaving that makes other rows late, behind the low watermark, gives another input:
+  it is not compared, and the report says so);
 * ``ray``       — the same query on Ray (when ``ray=True``).
 
 Every operator of the query is varied, wherever it sits (under ``group_apply``, on either
@@ -40,6 +44,7 @@ runnable test.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import pickle
 import random
@@ -55,7 +60,8 @@ from topology.planning.dag import DagProcessor
 from topology.stream import Stream
 
 #: Every way :func:`check` runs a query, in the order it runs them.
-VARIANTS = ("batches", "shuffled", "partitions", "restored", "final", "columns", "ray")
+VARIANTS = ("batches", "shuffled", "partitions", "restored", "final", "columns", "interleaved",
+            "ray")
 
 
 #: The line above the printed reproduction: it runs with plain python, pytest not needed.
@@ -254,6 +260,12 @@ def _variants(query: Callable[[Stream], Stream], inp: _Input, seed: int, shuffle
         runs["final"] = lambda: Stream(final).collect(runtime="inline")
     if not inp.is_messages and inp.data and all(isinstance(r, dict) for r in inp.data):
         runs["columns"] = lambda: _columns(query, inp)
+    per_key = getattr(inp.source.get("advance"), "per_key", None)
+    if per_key is not None and not inp.is_messages:
+        for k in range(shuffles):
+            order = seed * 1000 + k
+            runs[f"interleaved (seed {order})"] = functools.partial(
+                _interleaved, query, inp, per_key, random.Random(order))
     if ray:
         runs["ray"] = lambda: query(inp.stream()).collect(runtime="ray")
     return runs
@@ -270,6 +282,42 @@ def _final(node: n.Node) -> dict[str, Any]:
     return {}
 
 
+class _Incomparable(Exception):
+    """A variant's run gave another input than the inline run's (the argument says why):
+    not compared."""
+
+
+def _interleaved(query: Callable[[Stream], Stream], inp: _Input, per_key: Any,
+                 rng: random.Random) -> list[Message]:
+    """The rows of each key (by the source's ``per_key``) in their order, the keys' lanes
+    merged at random; raises :class:`_Incomparable` when that makes other rows late (behind
+    the low watermark, which the interleaving moves) than the inline run's."""
+    from operators.udm import field_getter
+
+    key = field_getter(per_key)
+    lanes: dict[Any, list[Any]] = {}
+    for row in inp.data:
+        lanes.setdefault(repr(key(row)), []).append(row)
+    heads, rows = list(lanes.values()), []
+    while heads:
+        lane = heads[rng.randrange(len(heads))]
+        rows.append(lane.pop(0))
+        if not lane:
+            heads.remove(lane)
+    out = query(Stream.from_rows(rows, **inp.source)).collect(runtime="inline")
+    base = query(inp.stream()).collect(runtime="inline")
+    if _late_rows(out) != _late_rows(base):
+        raise _Incomparable(f"{len(_late_rows(out))} rows late in this interleaving, "
+                            f"{len(_late_rows(base))} in the given order: the low watermark "
+                            f"moves with the interleaving (a larger low_watermark tolerates "
+                            f"more)")
+    return out
+
+
+def _late_rows(out: Any) -> list[str]:
+    return sorted(repr(r.item) for r in getattr(out, "late", ()))
+
+
 def _columns(query: Callable[[Stream], Stream], inp: _Input) -> list[Message]:
     import pyarrow as pa
 
@@ -284,6 +332,8 @@ def _differs(query: Callable[[Stream], Stream], inp: _Input, variant: str, seed:
     def run(fn: Callable[[], list[Message]]) -> list[Message] | str:
         try:
             return fn()
+        except _Incomparable:
+            raise
         except Exception as exc:  # noqa: BLE001 - an error is an outcome to compare
             return f"{type(exc).__name__}: {exc}"
 
@@ -291,7 +341,10 @@ def _differs(query: Callable[[Stream], Stream], inp: _Input, variant: str, seed:
     runs = _variants(query, inp, seed, shuffles, ray)
     if variant not in runs:
         return None
-    got = run(runs[variant])
+    try:
+        got = run(runs[variant])
+    except _Incomparable:
+        return None
     if isinstance(base, str) or isinstance(got, str):
         return None if base == got else f"inline run: {_outcome(base)}\n{variant}: {_outcome(got)}"
     return cht_diff(got, base)
@@ -448,6 +501,9 @@ def check(query: Callable[[Stream], Stream], data: Sequence[Any], *, start: Any 
         t0 = time.perf_counter()
         try:
             diff = cht_diff(run(), base)
+        except _Incomparable as why:
+            report.skipped[variant] = str(why)
+            continue
         except Exception as exc:  # noqa: BLE001 - an error where inline ran is a difference
             diff = f"{variant} raised {type(exc).__name__}: {exc} (the inline run did not)"
         report.runs[variant] = time.perf_counter() - t0
@@ -478,4 +534,5 @@ def _why_skipped(variant: str, inp: _Input, ray: bool) -> str:
     return {"partitions": "the query has no group_apply",
             "final": "the query has no window and no detect",
             "columns": "the data are messages, or rows that are not dicts",
+            "interleaved": "the source has no per-key progress (AdvanceTime(per_key=...))",
             "ray": "ray=False" if not ray else "not asked for"}.get(variant, "not applicable")
