@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
@@ -294,3 +294,31 @@ def test_nexmark_output_rows_of_column_batches_are_the_cht():
     for name in ("Q0", "Q5"):  # insert-only column batches; a window's output
         out = nr.collect(nq.QUERIES[name], tables, runtime="inline")
         assert sorted(map(repr, nr.output_rows(out))) == sorted(map(repr, cht_rows(out)))
+
+
+def test_detect_long_run_stays_bounded_and_the_report_has_its_section():
+    from benchmarks import detect as bd
+
+    long = bd.long_run(300_000)
+    assert long["bounded"] and len(long["samples"]) >= 4
+    assert long["most"] <= bd.WITHIN_TICKS and long["samples"][-1][0] == 300_000
+    report = bench.Report(bench.QUICK)
+    report.detect = {"column_eps": 2e6, "column_cpu_eps": 2e6, "column_load": 0.5,
+                     "long": long, "long_load": 0.5}
+    lines = bench.detect_lines(report, lambda ok: "met" if ok else "missed")
+    assert "## detect" in lines and sum(line.endswith("| met |") for line in lines) == 2
+    # Flink's WITHIN: the same interval, written as minutes and seconds (SECOND alone has a
+    # leading precision of 2 digits)
+    assert "'1:40.001' MINUTE TO SECOND" in bd.flink_sql(bd.FLINK_WITHIN_TICKS)
+
+
+def test_detect_beside_flink_compares_the_same_matches_inline():
+    from benchmarks import detect as bd
+
+    table = bd.arrow(bd.generate(30_000, seed=3, step=bd.FLINK_STEP_TICKS))
+    ours = bd.matches(bd.query(table).collect(runtime="inline"))
+    op = bd.detect(within=bd.FLINK_WITHIN_TICKS)
+    _, _, out = bd.run(op, list(bd.generate(30_000, seed=3, step=bd.FLINK_STEP_TICKS)),
+                       rows=False)
+    assert ours == Counter((p["A"][0]["k"], s, e - 1, sum(map(len, p.values())))
+                           for s, e, p in bd.to_cht(out)) and ours
