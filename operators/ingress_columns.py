@@ -1,6 +1,7 @@
 """The column path of an :class:`~operators.ingress.Ingress`: a batch of rows stored
 column-wise (``{name: numpy array}``) becomes :class:`~operators.columns.Columns` batches of
-events with numpy, cut where a count-based CTI falls, with the late rows recorded as the row
+events with numpy, cut where a count-based CTI falls (per-key progress:
+:mod:`operators.ingress_keys`), with the late rows recorded as the row
 path records them; a batch the vectorised path cannot take goes row by row, and one with a
 few bad start times goes both ways, around them (:meth:`IngressColumns._push_mixed`).
 """
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .columns import payload_list, row_at
 from .errors import LateEvent
 from .events import MAX_TIME, MIN_TIME, Message
-from .ingress_progress import IngressProgress
+from .ingress_keys import IngressKeys
 
 __all__ = ["MIXED_RUN", "IngressColumns", "int_column"]
 
@@ -22,7 +23,7 @@ __all__ = ["MIXED_RUN", "IngressColumns", "int_column"]
 MIXED_RUN = 64
 
 
-class IngressColumns(IngressProgress):
+class IngressColumns(IngressKeys):
     """How an ingress takes a column batch (see the module docstring)."""
 
     if TYPE_CHECKING:  # Ingress.push: where a batch the vectorised path cannot take goes
@@ -36,8 +37,10 @@ class IngressColumns(IngressProgress):
 
         The vectorised path takes point and interval sources whose time columns are int64
         ticks inside the time axis, with minted ids and count-based CTIs
-        (``AdvanceTime(every=N)``, N >= 256, or none); anything else (an id column, interval
-        CTIs, a bad time in an int64 column) is processed row by row. A start column of
+        (``AdvanceTime(every=N)``, N >= 256, or none), and per-key progress where
+        :meth:`~operators.ingress_keys.IngressKeys._key_columns` decides it (then the batch's
+        CTIs come at its end); anything else (an id column, interval CTIs, a bad time in an
+        int64 column) is processed row by row. A start column of
         Python objects that holds ticks except at a few rows (a null time, as the Arrow
         readers leave it) stays vectorised around those rows (:meth:`_push_mixed`).
 
@@ -61,6 +64,9 @@ class IngressColumns(IngressProgress):
         if times is None:
             return self.push(payload_list(columns), now)
         starts, ends = times
+        if self._key_of is not None:  # per-key progress (operators.ingress_keys)
+            keyed = self._key_columns(columns, starts, ends, now)
+            return self.push(payload_list(columns), now) if keyed is None else keyed
         out: list[Message] = []
         self.stats["received"] += n
         every = self.advance.every
@@ -91,8 +97,11 @@ class IngressColumns(IngressProgress):
     def _vectorisable(self) -> bool:
         """Whether this source's settings allow the vectorised path (see push_columns)."""
         adv = self.advance
-        return not (self.shape == "edge" or self._get_id is not None or adv.per_key is not None
-                    or adv.interval is not None or (adv.every is not None and adv.every < 256))
+        if self.shape == "edge" or self._get_id is not None or adv.interval is not None:
+            return False
+        if adv.per_key is not None:
+            return self._keys_vectorisable()
+        return adv.every is None or adv.every >= 256
 
     def _push_mixed(self, columns: dict[str, Any], start: str,
                     now: float | None) -> list[Message]:

@@ -67,9 +67,9 @@ class IngressKeys(IngressProgress):
     _moved: dict[Hashable, int]  # keys whose CTI moved since the last KeyCtis
     _low: int  # the low watermark (the largest start seen − low_watermark, or the keys' lowest)
     _late_keys: dict[Hashable, int]  # late rows (dropped or adjusted) by key
-    #: The wall clock (``time.time()``) when the rows being pushed came, set by the caller
-    #: (:class:`~operators.sources.RowsSource`): each key's last arrival, a diagnostic for
-    #: ``why`` (it decides nothing; None: not given)
+    #: The runtime's clock (:attr:`Processor.clock`) when the rows being pushed came, set by
+    #: the caller (:class:`~operators.sources.RowsSource`): each key's last arrival, a
+    #: diagnostic for ``why`` (it decides nothing; None: not given)
     arrival: float | None = None
 
     def _init_keys(self) -> None:
@@ -232,7 +232,7 @@ class IngressKeys(IngressProgress):
             return None  # (a late row after every accepted start: not seen, but not assumed)
         out: list[Message] = []
         self.stats["received"] += n
-        self._wall = self._last_wall = now
+        self._last_wall = now
         if any_late:
             self._late_key_rows(columns, starts, ends, np.flatnonzero(late), stream, threshold)
             accepted = ~late
@@ -265,7 +265,7 @@ class IngressKeys(IngressProgress):
         first_row = order[change if kept is None else kept[change]]
         latest = np.maximum.reduceat(at, change)
         meet = np.argsort(first_row, kind="stable")
-        moved, wall, every = self._moved, self._wall, adv.every
+        moved, wall, every = self._moved, self.arrival, adv.every
         for j, t, cti in zip(rows[change][meet].tolist(), latest[meet].tolist(),
                              stream[first_row[meet]].tolist()):
             key = distinct[j]
@@ -304,11 +304,13 @@ class IngressKeys(IngressProgress):
         finally:
             self._low = low
 
-    def slowest_keys(self, n: int = 10, asked: Any = None, table: int = 0) -> dict[str, Any]:
+    def slowest_keys(self, n: int = 10, asked: Any = None, table: int = 0,
+                     now: float | None = None) -> dict[str, Any]:
         """What ``why`` and the web view show of per-key progress: the stream's CTI (the low
         watermark), the keys' highest CTI, and the ``n`` keys whose CTI is lowest, each with
-        its CTI, its latest start, the wall clock when its last event came (the clock the
-        runtime gives ``push``; None without one) and its late rows; then the ``n`` keys with
+        its CTI, its latest start, how many seconds before ``now`` its last event came
+        (``ago_s``, by the clock of :attr:`arrival`; None without one) and its late rows;
+        then the ``n`` keys with
         the most late rows; with ``asked``, that key's row (``"asked"``; None: never seen);
         with ``table``, every key's row when there are at most that many (``"table"``: what
         a finished inline run keeps, to answer about any key later). Read on request:
@@ -316,19 +318,21 @@ class IngressKeys(IngressProgress):
 
         >>> from operators.ingress import AdvanceTime, Ingress
         >>> src = Ingress(start="t", advance=AdvanceTime(every=1, per_key="m", low_watermark=60))
-        >>> src.arrival = 7.0  # (what the source's runtime sets: time.time())
+        >>> src.arrival = 7.0  # (what the source's runtime sets: its clock)
         >>> _ = src.push([{"m": "a", "t": 50}, {"m": "b", "t": 10}, {"m": "a", "t": 40}])
-        >>> view = src.slowest_keys(1)
+        >>> view = src.slowest_keys(1, now=9.5)
         >>> view["cti"], view["top"], view["slowest"]
-        (-10, 50, [{'key': 'b', 'cti': 10, 'latest': 10, 'arrived': 7.0, 'late': 0}])
+        (-10, 50, [{'key': 'b', 'cti': 10, 'latest': 10, 'ago_s': 2.5, 'late': 0}])
         >>> view["most_late"]
-        [{'key': 'a', 'cti': 50, 'latest': 50, 'arrived': 7.0, 'late': 1}]
+        [{'key': 'a', 'cti': 50, 'latest': 50, 'ago_s': 2.5, 'late': 1}]
         """
         keys, late = self._keys, self._late_keys
 
         def row(k: Hashable) -> dict[str, Any]:  # (a key with every row late has none)
             p = keys.get(k) or [None, 0, None, None, None]
-            return {"key": k, "cti": p[K_CTI], "latest": p[K_LATEST], "arrived": p[K_WALL],
+            wall = p[K_WALL]
+            return {"key": k, "cti": p[K_CTI], "latest": p[K_LATEST],
+                    "ago_s": None if wall is None or now is None else max(0.0, now - wall),
                     "late": late.get(k, 0)}
 
         slowest = heapq.nsmallest(n, keys, key=lambda k: keys[k][K_CTI])
