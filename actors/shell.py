@@ -124,9 +124,9 @@ class OperatorShell(Inspection, Readers, Checkpointing):
             trace = self.settings.trace
             if trace is not None and trace.traces(self.step):
                 self.trace = Recorder(trace, self.step, self.proc)
+            self.proc.clock = time.monotonic  # (a source's idle timer; when rows came)
             if self.proc.poll_every_s:
                 self._poll = self.proc.poll
-                self.proc.clock = time.monotonic
                 self._schedule_poll(time.monotonic())
             metrics = self.metrics = StepMetrics(
                 config.query, self.step, type(self.proc).__name__, self._metrics_reading)

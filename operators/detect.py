@@ -376,20 +376,13 @@ class Detect(ColumnMode, Seeing, Processor):
         out.extend(self.emit_cti(front))
         return out
 
-    #: Set by the planner when the input's :class:`~operators.events.KeyCtis` are by this
-    #: step's ``key`` (``AdvanceTime(per_key=...)``, topology.planning.key_progress): each
-    #: key's attempts are then final, freed (and in final mode output) at its own CTI.
-    per_key = False
+    per_key = False  # the planner's: the input's KeyCtis are by key (planning.key_progress)
 
     def on_key_ctis(self, msg: KeyCtis, port: int) -> list[Message]:
-        """Settle each listed key at its own CTI, as a CTI would (its later rows start at or
-        after it); the output CTI stays the stream's."""
+        """Settle each listed key at its own CTI as a CTI would; the output CTI stays."""
         out: list[Message] = []
-        if not self.per_key or self.key is None:
-            return out
-        in_cti = self.in_cti
-        for k, time in msg.times:
-            if time > in_cti:
+        for k, time in msg.times if self.per_key and self.key is not None else ():
+            if time > self.in_cti:
                 self._settle(group_key(k), time, out)
         return out
 

@@ -22,7 +22,6 @@ input port 0 receives what the driver (or a publishing query) sends:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -168,8 +167,8 @@ class RowsSource(Processor):
 
     def process(self, batch: Iterable[Any], port: int = 0) -> list[Message]:
         first = len(self.ingress.late)
-        if self.ingress.advance.per_key is not None:  # when each key's rows last came (why)
-            self.ingress.arrival = time.time()
+        if self.ingress.advance.per_key is not None and self.clock is not None:
+            self.ingress.arrival = self.clock()  # when each key's rows last came (for why)
         out = self.ingress.push(batch, now=None if self.clock is None else self.clock())
         if self.late_stream and len(self.ingress.late) > first:
             out.extend(late_markers(self.ingress.late, first, self.ingress.late_lifetime))

@@ -193,7 +193,9 @@ def step_facts(proc: Processor, lo: int = MIN_TIME, hi: int = MAX_TIME,
             late.append(_late(rec, start, end))
     keys = None
     if isinstance(head, RowsSource) and head.ingress.advance.per_key is not None:
-        keys = head.ingress.slowest_keys(KEYS_SHOWN, key, table)
+        clock = head.clock
+        keys = head.ingress.slowest_keys(KEYS_SHOWN, key, table,
+                                         None if clock is None else clock())
     return SourceFacts(advance, latest, tuple(late), len(records), shape, keys)
 
 

@@ -4,9 +4,8 @@ keys and the keys with the most late rows, each key with its CTI, how far behind
 key that is, when its last event came and its late rows; and why one key's output is or is
 not final. Times as times, durations in units.
 
-A view is what :meth:`operators.ingress_keys.IngressKeys.slowest_keys` returns, with each
-key's ``arrived`` (a wall clock) turned into ``ago_s`` (seconds before the explanation) by
-:func:`aged`.
+A view is what :meth:`operators.ingress_keys.IngressKeys.slowest_keys` returns (each key's
+``ago_s``: the seconds since its last rows came, when its runtime keeps a clock).
 """
 
 from __future__ import annotations
@@ -20,26 +19,15 @@ from topology.building.times import show_duration, show_time
 __all__ = ["aged", "key_reason", "key_row", "key_text", "keys_dict", "keys_lines"]
 
 
-def aged(view: dict[str, Any], now: float) -> dict[str, Any]:
-    """``view`` with each key's ``arrived`` as ``ago_s``, and without its ``table``."""
-    def row(r: dict[str, Any] | None) -> dict[str, Any] | None:
-        if r is None:
-            return None
-        wall = r.get("arrived")
-        return {k: v for k, v in r.items() if k != "arrived"} | {
-            "ago_s": None if wall is None else max(0.0, now - wall)}
-
-    out = {k: v for k, v in view.items() if k not in ("table", "slowest", "most_late", "asked")}
-    out["slowest"] = [row(r) for r in view.get("slowest", ())]
-    out["most_late"] = [row(r) for r in view.get("most_late", ())]
-    return out
+def aged(view: dict[str, Any]) -> dict[str, Any]:
+    """``view`` as an explanation keeps it: without its ``table`` and ``asked``."""
+    return {k: v for k, v in view.items() if k not in ("table", "asked")}
 
 
-def key_row(view: dict[str, Any], key: Any, now: float) -> dict[str, Any] | None:
-    """The row of ``key`` in a view that was asked about it (or keeps every key's), aged;
-    None: the source has not seen that key."""
-    r = view.get("asked") or view.get("table", {}).get(key)
-    return None if r is None else aged({"slowest": [r]}, now)["slowest"][0]
+def key_row(view: dict[str, Any], key: Any) -> dict[str, Any] | None:
+    """The row of ``key`` in a view that was asked about it (or keeps every key's); None:
+    the source has not seen that key."""
+    return view.get("asked") or view.get("table", {}).get(key)
 
 
 def _ago(s: float | None) -> str:

@@ -355,7 +355,7 @@ def explain(progress: Progress, at: Any = None, *, step: str | None = None,
     covering = [] if rows is None else sorted(
         (r for r in rows if r[0] < hi and r[1] > lo
          and (key is None or _key_of(r[2]) == key)), key=lambda r: (r[0], r[1]))
-    mine = None if key is None else key_row(keyed[0][1], key, now)
+    mine = None if key is None else key_row(keyed[0][1], key)
     per_key = any(PER_KEY_NOTE in progress.steps[s].describe for s in reads)
     if me.cti >= hi:
         status = FINAL
@@ -383,7 +383,7 @@ def explain(progress: Progress, at: Any = None, *, step: str | None = None,
             culprit = keyed[0][0]
             reason = key_reason(key, mine, keyed[0][1]["top"], hi, progress.clock, tz)
         elif culprit in views and views[culprit]["slowest"]:  # the low watermark holds it
-            view = aged(views[culprit], now)
+            view = views[culprit]
             reason += (f"; its CTI is the low watermark, and the slowest "
                        f"{key_text(view['slowest'][0], view['top'], progress.clock, tz)}")
     # late events of the sources this step reads whose original lifetimes touch the output
@@ -402,7 +402,7 @@ def explain(progress: Progress, at: Any = None, *, step: str | None = None,
         busy=tuple((s, progress.steps[s].busy_s) for s in progress.steps
                    if s in reads and progress.steps[s].busy),
         detect=tuple(v for s in progress.steps if s in reads for v in progress.steps[s].detect),
-        key=key, keys=tuple((s, aged(v, now)) for s, v in keyed))
+        key=key, keys=tuple((s, aged(v)) for s, v in keyed))
 
 
 def _key_of(payload: Any) -> Any:
