@@ -65,6 +65,8 @@ def _getter(spec: Any, what: str) -> Callable[[Any], Any]:
 
 
 _STATS = ("received", "processed", "dropped", "adjusted", "dead_lettered", "ctis")
+#: The state of per-key progress (:mod:`operators.ingress_keys`).
+_KEY_FIELDS = ("_keys", "_lows", "_pushed", "_moved", "_low", "_late_keys")
 #: Below every time: "no event yet" for the latest start and the horizon.
 _NONE = MIN_TIME - 1
 
@@ -186,9 +188,13 @@ class Ingress(IngressRows, IngressColumns):
     # Ingress with the same configuration resumes exactly where the snapshot's stood)
     _state_fields = ("cti", "late", "dead_letters", "stats", "_latest", "_top", "_horizon",
                      "_count", "_mark", "_next_id", "_open", "_used", "_dropped_edges",
-                     "_last_wall", "_ended",
-                     # per-key progress (operators.ingress_keys)
-                     "_keys", "_lows", "_pushed", "_moved", "_low", "_late_keys")
+                     "_last_wall", "_ended", *_KEY_FIELDS)
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if "_keys" not in state:  # a snapshot from before per-key progress: it had none
+            blank = Ingress(start="t")
+            state = {**state, **{f: getattr(blank, f) for f in _KEY_FIELDS}}
+        super().restore(state)
 
     def state_size(self) -> int:
         """Number of open edges held in state."""

@@ -283,3 +283,26 @@ def test_a_column_batch_is_decided_as_its_rows(data, every, delay, lag, interval
     if by_rows.stats["processed"] and (policy == "drop" or not interval):
         assert columns_sent, "the column path was not taken"
     assert by_cols.end() == by_rows.end()
+
+
+def test_a_snapshot_from_before_per_key_progress_restores():
+    src = Ingress(start="t", advance=AdvanceTime(every=1))
+    src.push([{"t": 5}])
+    old = {k: v for k, v in src.snapshot().items()
+           if k not in ("_keys", "_lows", "_pushed", "_moved", "_low", "_late_keys")}
+    again = Ingress(start="t", advance=AdvanceTime(every=1))
+    again.restore(old)
+    assert again.push([{"t": 4}, {"t": 6}])[0].start == 6 and len(again.late) == 1
+
+
+def test_edges_are_late_by_their_keys_cti_and_closed_by_their_start_rows_key():
+    adv = AdvanceTime(every=1, per_key="k", low_watermark=100)
+    src = Ingress(start="s", end="e", shape="edge", id="id", advance=adv)
+    out = src.push([{"id": 1, "k": "a", "s": 50}, {"id": 2, "k": "b", "s": 10},
+                    {"id": 1, "e": 60}, {"id": 3, "k": "a", "s": 40},
+                    {"id": 2, "e": 30}])
+    kinds = [(type(m).__name__, getattr(m, "id", None)) for m in out if type(m) is not Cti]
+    # a@40 is behind a's CTI 50; b's edge closes at 30, ahead of b's CTI 10
+    assert ("Insert", 3) not in kinds and ("Retract", 1) in kinds and ("Retract", 2) in kinds
+    assert [r.reason.split(";")[0] for r in src.late] == [
+        "start 40 is behind the CTI 50 of key 'a'"]
