@@ -191,7 +191,11 @@ class IngressKeys(IngressProgress):
         keys, names = coded
         n = len(starts)
         # the rows by key (stable: each key's rows in batch order), each key a run
-        order = np.argsort(keys, kind="stable")
+        low_key = int(keys.min())
+        if int(keys.max()) - low_key < 2**16:  # numpy's stable sort of 16-bit ints: a radix sort
+            order = np.argsort((keys - low_key).astype(np.uint16), kind="stable")
+        else:
+            order = np.argsort(keys, kind="stable")
         by_key = keys[order]
         first = np.empty(n, dtype=bool)
         first[0] = True

@@ -67,7 +67,10 @@ configuration.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable
+from itertools import islice
+from operator import itemgetter
 from typing import Any
 
 from ..events import MAX_TIME, MIN_TIME, Insert, KeyCtis, Message, Retract
@@ -91,6 +94,8 @@ from .keyed_state import EVERY_KEY
 from .spec import DEFAULT_POLICY, HoppingWindow, PolicyArg
 
 __all__ = ["KeyedWindowAggregate", "supports"]
+
+_time = itemgetter(1)  # of a (key, CTI) pair
 
 
 def supports(spec: Any, udm: Any, kind: str, policy: PolicyArg, on_error: str,
@@ -250,21 +255,31 @@ class KeyedWindowAggregate(KeyedColumnPath, KeyedWindowOutput):
         if not self.per_key or self.intervals:
             return []
         out = [] if self.final else self._correct()
-        first_ending_after, open_, in_cti = self.grid.first_ending_after, self.open, self.in_cti
-        for key, time in msg.times:
-            if time <= in_cti:
-                continue
-            key = group_key(key)
-            limit = first_ending_after(time)
-            for n in sorted(n for n in open_ if n < limit and key in open_[n]):
-                by_key = open_[n]
-                state = by_key.pop(key)
-                if not by_key:
-                    del open_[n]
-                if self.final:
-                    out += self._emit(n, {key: state})
-                else:
-                    self.sent.get(n, {}).pop(key, None)
+        # the keys by their CTI, oldest first: a window closes for the keys whose CTI is at or
+        # after its end, a suffix of them, shorter for each later window (each (window, key)
+        # closed costs one step; one result pass and one output batch per window, as a CTI
+        # closes it)
+        in_cti, end_of = self.in_cti, self.grid.end
+        moved = sorted(((group_key(k), t) for k, t in msg.times if t > in_cti), key=_time)
+        times = [t for _, t in moved]
+        open_, closed = self.open, []
+        for n in sorted(open_):
+            at = bisect_left(times, end_of(n))
+            if at == len(times):
+                break  # (no key's CTI reaches this window's end, nor a later one's)
+            by_key = open_[n]
+            done = {k: by_key.pop(k) for k, _ in islice(moved, at, None) if k in by_key}
+            if not by_key:
+                del open_[n]
+            if done:
+                closed.append((n, done))
+        for n, done in closed:
+            if self.final:
+                out += self._emit(n, done)
+            else:
+                sent = self.sent.get(n, {})
+                for key in done:
+                    sent.pop(key, None)
         return out
 
     def finish(self) -> list[Message]:

@@ -1,0 +1,185 @@
+"""What per-key progress costs (issue 38, item 6): W1 with one CTI against W1 with a CTI per key.
+
+W1 (:func:`benchmarks.workloads.w1`: where → select → group_apply(key, tumbling 1 s →
+count and sum)) runs twice over the same generated events, 1,000 keys, fed as Arrow column
+batches (``Stream.from_arrow``) in time order (sorted by start: no row is late either way):
+
+* **one CTI**: the suite's source, ``AdvanceTime(every=10,000, delay=2 ms)``;
+* **per key**: ``AdvanceTime(every=1, delay=2 ms, per_key="k", low_watermark=1 s)``: each
+  key's windows are final at its own CTI (the ``group_apply`` runs as the keyed window fast
+  path at each key's CTI).
+
+Both outputs must have the same CHT. Printed: events/s of each (best of 3 after a warm-up,
+inline; then on Ray with ``collect()``'s defaults), the cost of per-key progress (1 − its
+throughput ÷ the one CTI's: the target is at most 20 %) and the load average beside each
+figure.
+
+``--memory``: 10M events of 100k keys through per-key W1 inline, generated and fed chunk by
+chunk (never all rows in memory); every ~1M events the operators' state rows and the
+process's RSS: both must stay flat (bounded by the keys and the open windows, not by the
+events).
+
+    python -m benchmarks.per_key                    # 1,000,000 events, inline and on Ray
+    python -m benchmarks.per_key --events 300000 --no-ray
+    python -m benchmarks.per_key --memory           # 10,000,000 events, 100,000 keys
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from benchmarks import workloads as wl
+from benchmarks.common import say, start_ray, timed
+from operators.cht import check_equivalent
+from operators.events import TICKS_PER_SECOND
+from operators.ingress import AdvanceTime
+from topology import Stream
+
+KEYS = 1_000
+#: How far behind the fastest key a key may fall before its rows are late.
+LAG_TICKS = TICKS_PER_SECOND
+#: The per-key source's AdvanceTime: a CTI per key after each of its events.
+PER_KEY = AdvanceTime(every=1, delay=wl.JITTER_TICKS, per_key="k", low_watermark=LAG_TICKS)
+#: The cost target: per-key progress costs at most this share of the one CTI's throughput.
+TARGET_COST = 0.20
+RUNS = 3
+
+
+def in_time_order(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The generated columns sorted by start (stable)."""
+    order = np.argsort(cols["ts"], kind="stable")
+    return {k: v[order] for k, v in cols.items()}
+
+
+def query(data: Any, per_key: bool) -> Stream:
+    """W1 over ``data`` (an Arrow table or an iterable of them), one CTI or per key."""
+    if not per_key:
+        return wl.w1(wl.source(data))
+    return wl.w1(Stream.from_arrow(data, start="ts", shape="point", advance=PER_KEY))
+
+
+def load() -> str:
+    return f"load {os.getloadavg()[0]:.2f}"
+
+
+def best(fn: Callable[[], Any], runs: int = RUNS) -> tuple[float, Any, str]:
+    """``fn`` once to warm up, then ``runs`` times: the fastest seconds, its output, and the
+    load average after it."""
+    fn()
+    seconds, out, at = float("inf"), None, ""
+    for _ in range(runs):
+        s, o = timed(fn)
+        if s < seconds:
+            seconds, out, at = s, o, load()
+    return seconds, out, at
+
+
+def compare(n: int, runtime: str) -> dict[str, float]:
+    """Both sources over the same ``n`` events on ``runtime`` ("inline" or "ray")."""
+    table = wl.arrow_table(in_time_order(wl.points(n, KEYS, seed=38)))
+    eps: dict[str, float] = {}
+    outs = {}
+    for name, per_key in (("one CTI", False), ("per key", True)):
+        q = query(table, per_key)
+        if per_key:
+            assert "at each key's CTI" in q.explain(), q.explain()
+        run = (lambda q=q: q.collect(runtime="inline")) if runtime == "inline" else q.collect
+        seconds, out, at = best(run)
+        if per_key:
+            assert not out.report.late, f"{len(out.report.late)} rows late: not in time order?"
+        eps[name], outs[name] = n / seconds, out
+        say(f"  {runtime:6s} {name:8s} {n:,} events, {KEYS:,} keys: {seconds:.3f} s = "
+            f"{n / seconds:,.0f} events/s (best of {RUNS}; {at})")
+    check_equivalent(outs["per key"], outs["one CTI"])
+    cost = 1 - eps["per key"] / eps["one CTI"]
+    verdict = "met" if cost <= TARGET_COST else "NOT met"
+    say(f"  {runtime:6s} per-key cost {cost:.1%} of the one-CTI throughput (target ≤ "
+        f"{TARGET_COST:.0%}: {verdict}); output CHTs equal ({load()})")
+    return {"one": eps["one CTI"], "per_key": eps["per key"], "cost": cost}
+
+
+# -- --memory -------------------------------------------------------------------------------------
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        kb = int(next(line for line in f if line.startswith("VmRSS")).split()[1])
+    return kb / 1024
+
+
+def chunks_in_order(n: int, keys: int, chunk: int) -> Iterator[Any]:
+    """``n`` generated events as Arrow tables of ``chunk`` rows, each sorted by start (the
+    jitter is far below a chunk's span, so the stream is in time order), made as read."""
+    import pyarrow as pa
+
+    for first in range(0, n, chunk):
+        yield pa.table(in_time_order(wl.points(min(chunk, n - first), keys, seed=38,
+                                               first=first)))
+
+
+def memory(n: int, keys: int, chunk: int = 100_000, every: int = 1_000_000) -> int:
+    """Per-key W1 inline over ``n`` events of ``keys`` keys, fed chunk by chunk; the state
+    rows and RSS every ``every`` events. Returns the exit status (0: flat)."""
+    from topology.planning.dag import DagProcessor
+    from topology.running.inline import DEFAULT_BATCH, source_batches
+
+    plan = query(wl.Columnar(chunks_in_order(n, keys, chunk)), per_key=True).plan(False)
+    dag = DagProcessor(plan, inline_sink=True)
+    [step] = dag.inputs
+    fed, outputs, mark = 0, 0, every
+    samples: list[tuple[int, int, float]] = []
+    say(f"--memory: per-key W1 inline, {n:,} events, {keys:,} keys, chunks of {chunk:,} rows")
+    for batch in source_batches(plan, step, DEFAULT_BATCH):
+        fed += len(next(iter(batch.values()))) if isinstance(batch, dict) else len(batch)
+        outputs += len(dag.process(batch, 0))
+        if fed >= mark:
+            mark += every
+            samples.append((fed, dag.state_size(), rss_mb()))
+            say(f"  {fed:>12,} events: {samples[-1][1]:>9,} state rows, RSS "
+                f"{samples[-1][2]:8.1f} MB, {outputs:,} output messages ({load()})")
+    outputs += len(dag.finish())
+    half = samples[len(samples) // 2:]
+    growth = half[-1][2] - half[0][2] if half else 0.0
+    rows = max(s[1] for s in samples) if samples else 0
+    say(f"  state rows at most {rows:,}; RSS over the second half "
+        f"{half[0][2]:.1f} → {half[-1][2]:.1f} MB ({growth:+.1f} MB); {outputs:,} output "
+        f"messages ({load()})")
+    return 0 if growth < 50 else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--events", type=int, default=None,
+                    help="events (default 1,000,000; 10,000,000 with --memory)")
+    ap.add_argument("--keys", type=int, default=None,
+                    help="keys of --memory (default 100,000)")
+    ap.add_argument("--no-ray", action="store_true", help="inline only")
+    ap.add_argument("--memory", action="store_true", help="the memory run instead")
+    args = ap.parse_args(argv)
+    if args.memory:
+        return memory(args.events or 10_000_000, args.keys or 100_000)
+    n = args.events or 1_000_000
+    say(f"per-key progress, W1 ({os.cpu_count()} cores, {load()}):")
+    inline = compare(n, "inline")
+    figures = {"inline": inline}
+    if not args.no_ray:
+        import ray
+
+        start_ray()
+        try:
+            figures["ray"] = compare(n, "ray")
+        finally:
+            ray.shutdown()
+    say("RESULT " + " ".join(f"{where}_{k}={v:.3f}" if k == "cost" else
+                             f"{where}_{k}_eps={v:.0f}"
+                             for where, f in figures.items() for k, v in f.items())
+        + f" events={n} {load().replace(' ', '=')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
