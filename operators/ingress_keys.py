@@ -190,6 +190,133 @@ class IngressKeys(IngressProgress):
             return None
         keys, names = coded
         n = len(starts)
+        # the stream's part of each row's CTI: max(cti, low, largest start before it − lag)
+        prior = np.empty(n, dtype=np.int64)  # the largest start before each row
+        prior[0] = self._latest
+        prior[1:] = starts[:-1]
+        ordered = bool((starts[1:] >= starts[:-1]).all())  # (a running max costs ~5 ns a row)
+        if ordered:
+            np.maximum(prior, self._latest, out=prior)
+        else:
+            np.maximum.accumulate(prior, out=prior)
+        stream = np.maximum(prior, floor + lag) - lag
+        met = self._keys_at_once(keys, names, starts, prior, stream, ordered)
+        if met is None:
+            met = self._keys_one_by_one(columns, starts, ends, keys, names, prior, stream)
+            if met is None:
+                return None
+        index, keyed = met
+        out: list[Message] = []
+        self.stats["received"] += n
+        self._last_wall = now
+        if index is not None and not len(index):  # every row late
+            self._key_ctis(out)
+            return out
+        # the accepted events
+        if index is None:
+            index = slice(None)
+        sent = starts[index]
+        k = len(sent)
+        ids = np.arange(self._next_id, self._next_id + k, dtype=np.int64)
+        self._next_id += k
+        out.append(Columns(ids, sent, None if self.shape == "point" else ends[index],  # type: ignore[arg-type]
+                           {name: c[index] for name, c in columns.items()}))
+        self.stats["processed"] += k
+        top = int(sent.max())
+        self._latest = max(self._latest, top)
+        self._top = max(self._top, top)
+        end = ends[index]
+        self._horizon = max(self._horizon, int(np.where(end == MAX_TIME, sent + 1, end).max()))
+        # each key's latest start and CTI (new keys in the order the row path meets them)
+        progress, moved, wall, every = self._keys, self._moved, self.arrival, adv.every
+        for key, t, cti in keyed:
+            p = progress.get(key)
+            if p is None:  # a new key starts at the stream's CTI of its first event
+                p = progress[key] = [t, 0, None, cti, wall]
+            else:
+                p[K_WALL] = wall
+                if t > p[K_LATEST]:
+                    p[K_LATEST] = t
+            if every is not None:
+                t = min(max(p[K_LATEST] - delay, MIN_TIME), MAX_TIME)
+                if t > p[K_CTI]:
+                    p[K_CTI] = moved[key] = t
+        low = self._latest - lag
+        if low > self._low:
+            self._low = min(max(low, MIN_TIME), MAX_TIME)
+        if every is not None:
+            self._emit(out, self._low)
+        self._key_ctis(out)
+        return out
+
+    def _keys_at_once(self, keys: Any, names: list[Any] | None, starts: Any, prior: Any,
+                      stream: Any, ordered: bool
+                      ) -> tuple[None, list[tuple[Any, int, int]]] | None:
+        """The common batch, decided without sorting: no row can be late, because each row
+        starts at or after the stream's part of its CTI, the highest CTI of the batch's keys
+        and the largest start before it − delay (above its key's latest start − delay); when
+        the starts are ``ordered`` (non-decreasing), the first row doing so is enough. Then
+        (None: every row accepted, [(key, its latest start, the stream's CTI at its first row)]);
+        None when some row may be late or the keys span too much for a table of them."""
+        import numpy as np
+
+        n = len(starts)
+        low_key = int(keys.min())
+        span = int(keys.max()) - low_key + 1
+        if span > 4 * n + 1024:
+            return None
+        codes = keys - low_key if low_key else keys
+        top = np.full(span, np.iinfo(np.int64).min, dtype=np.int64)  # below MIN_TIME
+        np.maximum.at(top, codes, starts)
+        present = np.flatnonzero(top != np.iinfo(np.int64).min)
+        distinct = (present + low_key).tolist() if names is None else [
+            names[c] for c in present.tolist()]
+        progress = self._keys
+        highest = MIN_TIME
+        fresh = []  # the new keys' codes
+        for key, code in zip(distinct, present.tolist()):
+            p = progress.get(key)
+            if p is None:
+                fresh.append(code)
+            elif p[K_CTI] > highest:
+                highest = p[K_CTI]
+        delay = self.advance.delay
+        if highest + delay > MAX_TIME:
+            return None
+        if ordered:
+            if int(starts[0]) < max(int(stream[0]), highest, int(prior[0]) - delay):
+                return None
+        else:
+            bound = np.maximum(prior, highest + delay) - delay
+            if not (starts >= np.maximum(bound, stream, out=bound)).all():
+                return None
+        latest = top[present].tolist()
+        # (the stream's CTI at its first row is read for a new key only)
+        keyed = list(zip(distinct, latest, latest))
+        if fresh:
+            new_codes = set(fresh)
+            keyed = [item for item, c in zip(keyed, present.tolist()) if c not in new_codes]
+            first = np.full(span, n, dtype=np.int64)
+            np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
+            rows = first[fresh]
+            meet = np.argsort(rows, kind="stable")
+            at = stream[rows[meet]].tolist()
+            new = np.asarray(fresh)[meet]
+            keyed += [(distinct[j], t, cti) for j, t, cti in zip(
+                np.searchsorted(present, new).tolist(), top[new].tolist(), at)]
+        return None, keyed
+
+    def _keys_one_by_one(self, columns: dict[str, Any], starts: Any, ends: Any, keys: Any,
+                         names: list[Any] | None, prior: Any, stream: Any
+                         ) -> tuple[Any, list[tuple[Any, int, int]]] | None:
+        """A batch where rows may be late: each row's CTI from the running maxima over its
+        key's rows (sorted by key), the late rows recorded; then (the accepted rows' index,
+        None: all, and [(key, latest accepted start, the stream's CTI at its first accepted
+        row)], in the order of those rows), or None (times too far apart: row by row)."""
+        import numpy as np
+
+        adv = self.advance
+        delay, n = adv.delay, len(starts)
         # the rows by key (stable: each key's rows in batch order), each key a run
         low_key = int(keys.min())
         if int(keys.max()) - low_key < 2**16:  # numpy's stable sort of 16-bit ints: a radix sort
@@ -209,12 +336,6 @@ class IngressKeys(IngressProgress):
         before = [MIN_TIME if (p := progress.get(k)) is None else p[K_CTI] for k in distinct]
         if max(before) + delay > MAX_TIME:
             return None
-        # the stream's part of each row's CTI: max(cti, low, largest start before it − lag)
-        prior = np.empty(n, dtype=np.int64)
-        prior[0] = self._latest
-        prior[1:] = starts[:-1]
-        np.maximum.accumulate(prior, out=prior)
-        stream = np.maximum(prior, floor + lag) - lag
         # the key's part: max(its CTI before the batch, its largest start before it − delay)
         sorted_starts = starts[order]
         key_floor = (np.array(before, dtype=np.int64) + delay)[run]
@@ -231,66 +352,26 @@ class IngressKeys(IngressProgress):
         threshold[order] = key_floor - delay
         np.maximum(threshold, stream, out=threshold)
         late = starts < threshold
-        any_late = bool(late.any())
-        if any_late and (starts[late] > prior[late]).any():
+        if not late.any():
+            index, kept = None, None
+        elif (starts[late] > prior[late]).any():
             return None  # (a late row after every accepted start: not seen, but not assumed)
-        out: list[Message] = []
-        self.stats["received"] += n
-        self._last_wall = now
-        if any_late:
+        else:
             self._late_key_rows(columns, starts, ends, np.flatnonzero(late), stream, threshold)
             accepted = ~late
-            index: Any = np.flatnonzero(accepted)
+            index = np.flatnonzero(accepted)
             if not len(index):
-                self._key_ctis(out)
-                return out
+                return index, []
             kept = np.flatnonzero(accepted[order])
-        else:
-            index = slice(None)
-            kept = None
-        # the accepted events
-        sent = starts[index]
-        k = len(sent)
-        ids = np.arange(self._next_id, self._next_id + k, dtype=np.int64)
-        self._next_id += k
-        out.append(Columns(ids, sent, None if self.shape == "point" else ends[index],  # type: ignore[arg-type]
-                           {name: c[index] for name, c in columns.items()}))
-        self.stats["processed"] += k
-        top = int(sent.max())
-        self._latest = max(self._latest, top)
-        self._top = max(self._top, top)
-        end = ends[index]
-        self._horizon = max(self._horizon, int(np.where(end == MAX_TIME, sent + 1, end).max()))
-        # each key's latest start and CTI, from its accepted rows; new keys in order of their
-        # first accepted row, as the row path meets them
+        # each key's latest accepted start, in the order of its first accepted row
         rows = run if kept is None else run[kept]
         at = sorted_starts if kept is None else sorted_starts[kept]
         change = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
         first_row = order[change if kept is None else kept[change]]
         latest = np.maximum.reduceat(at, change)
         meet = np.argsort(first_row, kind="stable")
-        moved, wall, every = self._moved, self.arrival, adv.every
-        for j, t, cti in zip(rows[change][meet].tolist(), latest[meet].tolist(),
-                             stream[first_row[meet]].tolist()):
-            key = distinct[j]
-            p = progress.get(key)
-            if p is None:  # a new key starts at the stream's CTI of its first event
-                p = progress[key] = [t, 0, None, cti, wall]
-            else:
-                p[K_WALL] = wall
-                if t > p[K_LATEST]:
-                    p[K_LATEST] = t
-            if every is not None:
-                t = min(max(p[K_LATEST] - delay, MIN_TIME), MAX_TIME)
-                if t > p[K_CTI]:
-                    p[K_CTI] = moved[key] = t
-        low = self._latest - lag
-        if low > self._low:
-            self._low = min(max(low, MIN_TIME), MAX_TIME)
-        if every is not None:
-            self._emit(out, self._low)
-        self._key_ctis(out)
-        return out
+        return index, [(distinct[j], t, cti) for j, t, cti in zip(
+            rows[change][meet].tolist(), latest[meet].tolist(), stream[first_row[meet]].tolist())]
 
     def _late_key_rows(self, columns: dict[str, Any], starts: Any, ends: Any, rows: Any,
                        stream: Any, threshold: Any) -> None:

@@ -220,7 +220,7 @@ def test_a_fast_keys_window_is_final_at_its_keys_cti_not_at_the_low_watermark():
 @st.composite
 def skewed_columns(draw):
     """Rows of up to 6 devices with clock offsets, disorder and bursts, one key far behind
-    at times; keys ints or strings; cut into batches."""
+    at times; keys ints or strings; cut into batches, each in time order or not."""
     n_keys = draw(st.integers(1, 6))
     skew = [draw(st.integers(0, 200)) for _ in range(n_keys)]
     weights = [draw(st.integers(1, 8)) for _ in range(n_keys)]  # skewed: some keys busier
@@ -235,6 +235,12 @@ def skewed_columns(draw):
         for row in rows:
             row["k"] = f"m{row['k']}"
     cuts = sorted(draw(st.lists(st.integers(0, n), max_size=4)))
+    if draw(st.booleans()):  # each batch in time order (the devices still apart)
+        at, ordered = 0, []
+        for cut in [*cuts, n]:
+            ordered += sorted(rows[at:cut], key=lambda r: r["t"])
+            at = max(at, cut)
+        rows = ordered
     return rows, cuts
 
 
