@@ -123,8 +123,9 @@ def save_output(root: str, query: str, first: int, end: int, blob: Any) -> None:
     save(output_path(root, query, first, end), blob)
 
 
-def load_output(root: str, query: str) -> list[tuple[int, int, Any]]:
-    """Every saved output part as ``(from, to, blob)``, in order, contiguous from 0."""
+def load_output(root: str, query: str, first_pos: int = 0) -> list[tuple[int, int, Any]]:
+    """Every saved output part as ``(from, to, blob)``, in order, contiguous from
+    ``first_pos`` (a run restored from a savepoint begins at the savepoint's position)."""
     fs, where = open_location(join_location(root, _safe(query), "output"))
     infos = fs.get_file_info(pafs.FileSelector(where, allow_not_found=True))
     parts = []
@@ -133,7 +134,7 @@ def load_output(root: str, query: str) -> list[tuple[int, int, Any]]:
         first, _, end = stem.partition("-")
         if info.type == pafs.FileType.File and first.isdigit() and end.isdigit():
             parts.append((int(first), int(end), info.path))
-    out, pos = [], 0
+    out, pos = [], first_pos
     for first, end, path in sorted(parts):
         if first != pos:
             raise ValueError(f"the saved output of query {query!r} has a gap at position {pos}"

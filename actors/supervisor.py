@@ -49,6 +49,7 @@ from operators.feeds import END, round_robin
 
 from . import checkpoint as ck
 from .config import ShellConfig
+from .savepoints import SavepointCut
 from .wire import decode
 
 #: Seconds one fetch waits for output (it returns as soon as output is released or the query
@@ -62,7 +63,7 @@ DEAD = "a step is dead"
 VIGIL_S = 30.0
 
 
-class Supervisor:
+class Supervisor(SavepointCut):
     """Runs one checkpointed query. ``start_actors(generation)`` returns fresh actor handles
     by step (replacing any actor of the query still alive); ``configure(handles, restore)``
     configures them (``restore``: epoch or 0); ``feeds_from(rounds)`` returns (step, iterator
@@ -76,19 +77,21 @@ class Supervisor:
                  start_actors: Callable[[int], dict[str, Any]],
                  configure: Callable[[dict[str, Any], int], None],
                  feeds_from: Callable[[int], list[tuple[str, Iterator[bytes]]]],
-                 settings: ShellConfig, manifest: dict[str, Any] | None = None) -> None:
+                 settings: ShellConfig, manifest: dict[str, Any] | None = None,
+                 base: tuple[int, int, int] = (0, 0, 0)) -> None:
         self.name, self.steps, self.sink_step, self.root = name, steps, sink, root
         self._manifest = dict(manifest or {})
         self._start_actors, self._configure = start_actors, configure
         self._feeds_from, self.every = feeds_from, settings.checkpoint_every
         self.max_in_flight = settings.max_in_flight
+        self.batch_size = settings.batch_size
         self.lock = threading.RLock()  # held while sending to the actors (feeder, recovery)
         self.generation = 0
         self.handles: dict[str, Any] = {}
         self.log: list[tuple[Any, ...]] = []  # ("b", step, blob) | ("e", epoch) | ("end",)
         self.committed = 0  # the newest epoch the sink reported complete
         self.output: list[Any] = []  # released output messages, in order
-        self.pos = 0  # == len(self.output): the next output position to fetch
+        self.pos = base[2]  # the next output position to fetch
         self.recoveries: list[dict[str, Any]] = []
         self.error: str | None = None
         #: (step, reason) of the failure, when the query failed
@@ -103,25 +106,26 @@ class Supervisor:
         self._threads: list[threading.Thread] = []
         #: step -> its pending vigil call (see the module docstring; the watcher's own)
         self._vigils: dict[str, Any] = {}
+        self._init_cut(base)
 
     # -- life cycle ----------------------------------------------------------------------------
     def start(self, resume: bool = False) -> None:
         """Start the query's actors and the feeding and collecting threads; with ``resume``,
         carry on a run whose supervisor was lost (see the module docstring)."""
         t0 = time.monotonic()
-        epoch = 0
+        epoch = self.committed = self.base_epoch
         with self.lock:
             if resume:
                 # the recoveries before the supervisor was lost count too
                 self.recoveries = self._load_recoveries()
-                for _, end, blob in ck.load_output(self.root, self.name):
+                for _, end, blob in ck.load_output(self.root, self.name, self.base_pos):
                     self.output.extend(decode(blob))
                     self.pos = end
                 epoch = self.committed = ck.latest_complete(self.root, self.name, self.steps)
                 self.generation = 1
             self.handles = self._start_actors(self.generation)
             self._configure(self.handles, epoch)
-            feeds = self._feeds_from(epoch * self.every)
+            feeds = self._feeds_from(self.rounds_at(epoch))
             self._inflight = {s: deque() for s, _ in feeds}
         if resume:
             self.recoveries.append({"recovery_s": time.monotonic() - t0, "epoch": epoch,
@@ -154,6 +158,7 @@ class Supervisor:
 
     def wait(self, timeout_s: float | None = None) -> bool:
         return self.done.wait(timeout_s)
+
 
     def stats(self) -> dict[str, Any]:
         last = self.recoveries[-1] if self.recoveries else None
@@ -210,7 +215,7 @@ class Supervisor:
     def _feed(self, feeds: list[tuple[str, Iterator[bytes]]], epoch: int) -> None:
         try:
             steps = [step for step, _ in feeds]
-            first = epoch * self.every + 1
+            first = self.rounds_at(epoch) + 1
             for rounds, round_ in enumerate(round_robin([it for _, it in feeds]), first):
                 if self.stop_event.is_set():
                     break
@@ -219,9 +224,14 @@ class Supervisor:
                     if blob is not END:
                         live = True
                         self._send(("b", steps[i], blob))
-                if live and rounds % self.every == 0:
+                if live and (rounds - self.base_rounds) % self.every == 0:
                     epoch += 1
                     self._send(("e", epoch))
+                if live and self.cut_asked.is_set():  # a savepoint: its barrier, no more
+                    epoch += 1
+                    self._send(("e", epoch))
+                    self.cut = (epoch, rounds)
+                    return
             if not self.stop_event.is_set():
                 self._send(("end",))
         except SourceFailed as exc:  # a source's data raised: that step fails the query
@@ -233,6 +243,8 @@ class Supervisor:
                     pass
         except Exception as exc:  # noqa: BLE001 - the source data failed: report it
             self._fail(f"feeding the sources failed: {type(exc).__name__}: {exc}", "sources")
+        finally:
+            self.cut_made.set()  # a savepoint waiting for the cut: made, or never will be
 
     def _send(self, entry: tuple[Any, ...]) -> None:
         with self.lock:

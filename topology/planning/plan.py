@@ -2,11 +2,14 @@
 instantiates in an actor or inline, with the logical nodes it runs) and :class:`Plan` (the
 stages in topological order and their edges), and the two nodes only the planner makes
 (:class:`Sink`, :class:`MergePartitions`). :mod:`topology.planning.planner` builds plans from a
-logical tree; nothing here runs them.
+logical tree; nothing here runs them. Each stage has a fingerprint (:func:`step_fingerprints`),
+which ``explain()`` shows for the whole plan and savepoints match.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -131,4 +134,65 @@ class Plan:
                                        if e.partition is not None else "")
                 for e in self.edges.get(step, ()))
             lines.append(f"  {step:<28} {st.describe}" + (f"  → {outs}" if outs else ""))
+        lines.append(f"fingerprint: {plan_fingerprint(self)} (of every stage and its edges: "
+                     f"a savepoint restores only into a plan with the same)")
         return "\n".join(lines)
+
+
+# -- fingerprints ----------------------------------------------------------------------------------
+# What a savepoint's state belongs to. A stage's fingerprint hashes what it is -- its step id,
+# its nodes' descriptions (a source's without its data, so that more rows of the same source
+# keep it; a group_apply's with its per-group query), its role, the fast path the planner chose
+# (a variant keeps another state) and its number of inputs -- and its in-edges: each upstream
+# stage's fingerprint, the port and the partition the edge carries. As in a Merkle tree, a
+# stage's fingerprint changes when anything upstream of it changes, and only then. A savepoint
+# (actors/savepoints.py) records each step's; deploy(..., restore=PATH) compares them with the
+# new plan's (topology/running/savepoints.py) and names the first step that differs.
+
+#: Hex digits of a fingerprint as shown (64 bits: no two plans of a user collide).
+SHOWN_HEX = 16
+
+
+def _node(node: n.Node, inner: bool = False) -> str:
+    """A node as the fingerprint sees it: its description, a source's without its data
+    (``from_rows(3 rows, ...)`` and ``from_rows(5 rows, ...)`` are the same step), and the
+    nodes it holds (a group_apply's per-group query, with its inputs: ``inner``)."""
+    text = node.without_data().describe() if node.is_source else node.describe()
+    held = [f"{f.name}=[{_node(v, True)}]" for f in dataclasses.fields(node)
+            if isinstance(v := getattr(node, f.name), n.Node)]
+    ins = [f"({_node(i, True)})" for i in node.inputs] if inner else []
+    return " ".join([text, *held, *ins])
+
+
+def _description(st: Stage) -> str:
+    """The stage as the fingerprint sees it: its role, fast path, inputs and nodes."""
+    nodes = " → ".join(_node(node) for node in st.nodes)
+    return f"{st.role}|{st.variant}|{st.n_inputs}|{nodes}"
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:SHOWN_HEX]
+
+
+def step_fingerprints(plan: Plan) -> dict[str, str]:
+    """Each step's fingerprint (see "fingerprints" above), in plan order.
+
+    >>> from topology import Stream
+    >>> more = Stream.from_rows([{"t": 1}, {"t": 2}], start="t").where(bool).plan()
+    >>> step_fingerprints(Stream.from_rows([{"t": 1}], start="t").where(bool).plan()) == \\
+    ...     step_fingerprints(more)  # the same query over more rows
+    True
+    """
+    inputs: dict[str, list[str]] = {step: [] for step in plan.stages}
+    out: dict[str, str] = {}
+    for step, st in plan.stages.items():  # topological order: upstream stages come first
+        out[step] = _hash("\n".join([step, _description(st), *sorted(inputs[step])]))
+        for e in plan.edges.get(step, ()):
+            part = "" if e.partition is None else f"{e.partition.index}/{e.partition.n}"
+            inputs[e.dst].append(f"{out[step]}:{e.port}:{part}")
+    return out
+
+
+def plan_fingerprint(plan: Plan) -> str:
+    """The plan's fingerprint: a hash of every step's."""
+    return _hash("\n".join(f"{s}={f}" for s, f in step_fingerprints(plan).items()))

@@ -416,6 +416,8 @@ class _SupervisedJob:
     placement: str | dict[str, str] = "spread"
     #: the token of the run's claim on its name (:func:`claim_name`), for deployed queries
     claim: str | None = None
+    #: (epoch, rounds, output position) of the savepoint the run starts from, else zeros
+    base: tuple[int, int, int] = (0, 0, 0)
 
     def start(self, resume: bool = False) -> Any:
         from actors.supervisor import Supervisor
@@ -423,7 +425,7 @@ class _SupervisedJob:
         sup = Supervisor(name=self.name, steps=list(self.plan.stages), sink=self.plan.sink,
                          root=self.root, start_actors=self.start_actors,
                          configure=self.configure, feeds_from=self.feeds_from,
-                         settings=self.settings, manifest=self.info)
+                         settings=self.settings, manifest=self.info, base=self.base)
         try:
             sup.start(resume)
         except BaseException:
@@ -522,7 +524,8 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
                 flush_ms: float | None = None, checkpoint_dir: str | None = None,
                 checkpoint_every: int | None = None,
                 placement: str | dict[str, str] = "spread", trace: Any = None,
-                replace: bool = False, hold: bool = False, hosts: Any = None) -> Any:
+                replace: bool = False, hold: bool = False, hosts: Any = None,
+                restore: str | None = None) -> Any:
     """Start ``plan`` as the live query ``name`` and return its
     :class:`~topology.running.query.Query`.
 
@@ -570,10 +573,26 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     freed when this process exits. Not with ``checkpoint_dir`` (a host lost takes every
     query it holds).
 
+    With ``restore`` (a savepoint's location, written by ``Query.stop(savepoint=PATH)``)
+    every step starts from its state in the savepoint and the sources from where it cut
+    them (read again from their beginning, the batches fed before the cut skipped). Needs
+    ``checkpoint_dir``; the plan must be the one the savepoint was taken of and its sources
+    re-readable, else it is refused naming the step (:mod:`topology.running.savepoints`).
+
     ``batch_size``, ``max_in_flight``, ``flush_ms`` and ``checkpoint_every`` (None: the
     default) make the :class:`~actors.config.ShellConfig` of the actors; a bad one is
     refused here, naming it, before anything starts.
     """
+    record = None
+    if restore is not None:
+        if checkpoint_dir is None:
+            raise ValueError(f"deploy({name!r}, restore={restore!r}): a query restored from a "
+                             f"savepoint runs checkpointed: give checkpoint_dir= too (where "
+                             f"it checkpoints from then on)")
+        from topology.running.savepoints import check
+
+        record = check(plan, name, restore, batch_size)
+        batch_size = record["batch_size"]
     if hold and checkpoint_dir is not None:
         raise ValueError(f"deploy({name!r}): hold=True is for queries without checkpoint_dir "
                          f"(a checkpointed query's supervisor starts feeding at once); "
@@ -596,7 +615,8 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     try:
         return _deploy(plan, name, settings, root, fed, local, token, detached=detached,
                        history=history, placement=placement, trace=trace, hold=hold,
-                       hosts=hosts)
+                       hosts=hosts, restore=None if record is None or restore is None
+                       else (ck.normalize(restore), record))
     except BaseException:
         if root is not None:
             ck.release_claim(root, name, token)
@@ -606,9 +626,12 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
 def _deploy(plan: Plan, name: str, settings: ShellConfig, root: str | None, fed: list[str],
             local: list[str], token: str, *, detached: bool, history: bool,
             placement: str | dict[str, str], trace: Any, hold: bool = False,
-            hosts: Any = None) -> Any:
-    """:func:`deploy_plan` once the name is claimed."""
+            hosts: Any = None, restore: tuple[str, dict[str, Any]] | None = None) -> Any:
+    """:func:`deploy_plan` once the name is claimed; ``restore``: (location, record) of the
+    savepoint it starts from."""
     import ray
+
+    from topology.planning.plan import plan_fingerprint, step_fingerprints
 
     settings = _traced(settings, plan, trace)
     if history:
@@ -618,6 +641,7 @@ def _deploy(plan: Plan, name: str, settings: ShellConfig, root: str | None, fed:
             "edges": _edges(plan), "explain": plan.explain(), "created": time.time(),
             "sink": plan.sink, "host": actor_name(name, HOST_STEP),
             "fed_by_driver": local, "claim": token, "clock": plan.clock,
+            "fingerprints": step_fingerprints(plan), "fingerprint": plan_fingerprint(plan),
             "subscriptions": [(plan.stages[s].source.query, f"{name}/{s}")  # type: ignore[union-attr]
                               for s in plan.sources
                               if isinstance(plan.stages[s].source, n.Published)]}
@@ -625,11 +649,17 @@ def _deploy(plan: Plan, name: str, settings: ShellConfig, root: str | None, fed:
         info["explain"] += "\n" + DRIVER_FED.format(steps=", ".join(local))
     if root is not None:
         info["checkpoint_dir"] = root
-        job = _supervise(plan, name, settings, root, info=info,
-                         named=True, detached=detached, placement=placement, claim=token)
+        base = (0, 0, 0) if restore is None else (
+            restore[1]["epoch"], restore[1]["rounds"], restore[1]["output_position"])
+        job = _supervise(plan, name, settings, root, info=info, named=True, detached=detached,
+                         placement=placement, claim=token, base=base)
         # a new run: the files of an earlier run under this name (epochs, saved output)
         # must not be taken for this one's on a restart (the claim says no query holds them)
         ck.forget(job.root, name)
+        if restore is not None:  # the savepoint is its first complete epoch
+            from actors.savepoints import seed
+
+            seed(restore[0], job.root, name, restore[1])
         if local:  # the supervisor must read those sources: it runs here
             sup = job.start()
             return Query(name, sup.handles, sink=plan.sink, explain=info["explain"],

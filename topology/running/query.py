@@ -171,6 +171,7 @@ class Query(Health):
         self._drain: tuple[float, dict[str, int]] | None = None
         self._checked = 0.0  # when wait() last asked every step (at most every CHECK_S)
         self._stopped = False  # stop() was called on this handle
+        self._kept: list[Message] | None = None  # the output before a savepoint's cut
 
     def _get(self, refs: Any, timeout: float | None = None) -> Any:
         """``ray.get(refs)``; a step whose slot was freed (the query was stopped, maybe by
@@ -217,6 +218,8 @@ class Query(Health):
 
     def output(self) -> list[Message]:
         """Checkpointed queries: the output messages released so far (exactly once)."""
+        if self._kept is not None:
+            return list(self._kept)
         if self.supervisor is None:
             raise TypeError(f"query {self.name!r}: output() needs deploy(..., checkpoint_dir=); "
                             f"use subscribe()")
@@ -468,14 +471,24 @@ class Query(Health):
         except Exception:  # noqa: BLE001 - a step is gone: its rows are lost with it
             pass
 
-    def stop(self, timeout_s: float = 30.0) -> None:
+    def stop(self, timeout_s: float = 30.0, *, savepoint: str | None = None
+             ) -> dict[str, Any] | None:
         """Stop the query: detach it from the queries it reads, stop feeding, kill its actors
         (its host first), and wait (up to ``timeout_s``) until Ray confirms them dead and
         their names are free, so that the name can be deployed again at once. Works in any
         state of the query: running, recovering, finished or failed. A handle whose name was
         taken over since (``deploy(..., replace=True)``) stops nothing of the new query.
-        Queries composed onto this one keep running (they just receive nothing more)."""
+        Queries composed onto this one keep running (they just receive nothing more).
+
+        With ``savepoint`` (a path or storage URI; a checkpointed query) the query is first
+        cut at one barrier through every step and its savepoint written there, returning its
+        record; every output before the cut is delivered (:meth:`output` keeps it), none after
+        (:func:`topology.running.savepoints.take_savepoint`)."""
         import ray
+
+        record = None
+        if savepoint is not None:  # cut, written and its output kept before the stop
+            record, self._kept = _take_savepoint(self, savepoint, timeout_s)
 
         try:
             handles = list(self.handles.values())
@@ -504,7 +517,7 @@ class Query(Health):
         self.handles = {}
         self._stopped = True
         if not ours:
-            return
+            return record
         # ray.kill returns before the actor is dead and its name released; a host that Ray
         # was restarting may have started actors meanwhile
         stop_by_name(self.name, timeout_s)
@@ -513,6 +526,7 @@ class Query(Health):
 
             ck.release_claim(self._claim[0], self.name, self._claim[1])
         say_stuck(self.name, handles)
+        return record
 
     def _name_is_ours(self, handles: list[Any]) -> bool:
         """Whether the actors now named after this query are this query's (not those of a
@@ -528,6 +542,12 @@ class Query(Health):
         except ValueError:
             return True
         return sink._actor_id in {h._actor_id for h in handles}
+
+
+def _take_savepoint(query: Query, location: str, timeout_s: float) -> Any:
+    from topology.running.savepoints import take_savepoint
+
+    return take_savepoint(query, location, timeout_s)
 
 
 def say_stuck(query: str, handles: list[Any]) -> None:

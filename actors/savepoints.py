@@ -1,0 +1,176 @@
+"""Savepoints: a checkpointed query cut at one barrier, its state written where the user says.
+
+A savepoint is a checkpoint the user asks for (``Query.stop(savepoint=PATH)``), taken by the
+same barriers (:mod:`actors.checkpoint`, :mod:`actors.barrier`): :func:`take` asks the
+supervisor's feeder to stop after the round it is feeding, send one more barrier (epoch
+``e``, behind every batch fed) and feed nothing after it. Once every stage wrote its file of
+``e`` (the sink last), the cut is consistent: every stage's state is its state after exactly
+the rounds fed, and the sink's state holds the output position ``p`` up to which it emitted.
+:func:`take` waits until the supervisor has fetched (and saved) the output up to ``p``, then
+copies the files of ``e`` to the savepoint's location, and writes its record last:
+
+``<location>/<step>.pkl``
+    each step's state at the cut, as its checkpoint wrote it (processor snapshot, counters,
+    the sink's unacknowledged output);
+``<location>/savepoint.pkl``
+    the record (:data:`RECORD`): the query, the epoch, the rounds of the sources fed (their
+    input positions: a restored run reads them again from their beginning and skips these
+    rounds, which needs the same ``batch_size``), the output position, each step's plan
+    fingerprint and when it was taken. A location without it holds no (complete) savepoint.
+
+``<location>`` is a local path or a storage URI, as ``checkpoint_dir`` takes.
+``deploy(..., restore=PATH)`` (:mod:`topology.running.savepoints`) starts from it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from . import checkpoint as ck
+from .files import atomic_write
+
+#: The record's file name in a savepoint's location.
+RECORD = "savepoint.pkl"
+#: Seconds between two looks at the storage while a savepoint's epoch is being written.
+POLL_S = 0.05
+
+
+class SavepointFailed(RuntimeError):
+    """``Query.stop(savepoint=...)`` could not take the savepoint; the message says why."""
+
+
+def step_location(location: str, step: str) -> str:
+    """The file of ``step``'s state in the savepoint at ``location``."""
+    return ck.join_location(location, ck._safe(step) + ".pkl")
+
+
+def record_location(location: str) -> str:
+    return ck.join_location(location, RECORD)
+
+
+def copy_file(src: str, dst: str) -> None:
+    """Copy one file between any two locations (local paths or storage URIs), atomically."""
+    fs, where = ck.open_location(src)
+    with fs.open_input_stream(where) as f:
+        atomic_write(dst, f.read())
+
+
+class SavepointCut:
+    """The supervisor's part in savepoints (:class:`~actors.supervisor.Supervisor` is one):
+    where its run began, and the cut its feeder makes when :meth:`savepoint` asks."""
+
+    name: str
+    root: str
+    steps: list[str]
+    sink_step: str
+    every: int
+    batch_size: int
+    pos: int
+    failure: tuple[str, str] | None
+    done: threading.Event
+    new_output: threading.Condition
+
+    def _init_cut(self, base: tuple[int, int, int]) -> None:
+        #: where the run began: (epoch, rounds fed, output position) of the savepoint it
+        #: was restored from, else zeros
+        self.base_epoch, self.base_rounds, self.base_pos = base
+        #: a savepoint's cut: asked, and made by the feeder ((epoch, rounds) of the cut's
+        #: barrier in :attr:`cut`; None: the input ended or failed first)
+        self.cut_asked, self.cut_made = threading.Event(), threading.Event()
+        self.cut: tuple[int, int] | None = None
+
+    def rounds_at(self, epoch: int) -> int:
+        """The rounds of the sources fed when barrier ``epoch`` went in (counted from their
+        beginning, a restored run's included)."""
+        return self.base_rounds + (epoch - self.base_epoch) * self.every
+
+    def manifest(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def savepoint(self, location: str, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Cut the query, write its savepoint to ``location`` and return its record; the
+        query is fed no more (:func:`take`)."""
+        return take(self, location, timeout_s)
+
+
+def take(sup: SavepointCut, location: str, timeout_s: float = 60.0) -> dict[str, Any]:
+    """Cut the query ``sup`` runs at one barrier, write its savepoint to ``location`` and
+    return the record (see the module docstring). The sources are fed nothing more.
+    Raises :class:`SavepointFailed` when the query has ended, failed or does not reach the
+    cut within ``timeout_s``."""
+    began = time.monotonic()
+    deadline = began + timeout_s
+    if sup.done.is_set():
+        raise SavepointFailed(_ended(sup))
+    sup.cut_asked.set()
+    if not sup.cut_made.wait(max(0.0, deadline - time.monotonic())):
+        raise SavepointFailed(
+            f"query {sup.name!r}: its sources did not finish their current batch within "
+            f"{timeout_s:.0f} s (a source waiting for data); try again when data comes, "
+            f"or stop it without a savepoint")
+    if sup.cut is None:
+        raise SavepointFailed(_ended(sup))
+    epoch, rounds = sup.cut
+    sink_file = ck.stage_path(sup.root, sup.name, epoch, sup.sink_step)
+    while ck.latest_complete(sup.root, sup.name, sup.steps) < epoch:
+        _check(sup, deadline, timeout_s, f"the barrier of epoch {epoch} to reach every step")
+        time.sleep(POLL_S)
+    sink = ck.load(sink_file)
+    position = sink["released_base"] + len(sink["released"])
+    with sup.new_output:  # every output before the cut delivered (and saved) first
+        while sup.pos < position:
+            _check(sup, deadline, timeout_s, f"the output up to position {position}")
+            sup.new_output.wait(POLL_S)
+    for step in sup.steps:
+        copy_file(ck.stage_path(sup.root, sup.name, epoch, step), step_location(location, step))
+    manifest = sup.manifest()
+    record = {"query": sup.name, "epoch": epoch, "rounds": rounds, "output_position": position,
+              "batch_size": sup.batch_size, "steps": list(sup.steps), "sink": sup.sink_step,
+              "fingerprints": dict(manifest.get("fingerprints", {})),
+              "fingerprint": manifest.get("fingerprint"), "taken": time.time(),
+              "took_s": time.monotonic() - began}
+    ck.save(record_location(location), record)  # last: the savepoint is complete
+    return record
+
+
+def _check(sup: SavepointCut, deadline: float, timeout_s: float, what: str) -> None:
+    if sup.failure is not None:
+        raise SavepointFailed(f"query {sup.name!r} failed while its savepoint was taken: "
+                              f"step {sup.failure[0]}: {sup.failure[1]}")
+    if time.monotonic() > deadline:
+        raise SavepointFailed(f"query {sup.name!r}: waited {timeout_s:.0f} s for {what}; "
+                              f"the savepoint was not written (the query is fed no more: "
+                              f"stop it, and deploy it again from its last savepoint or "
+                              f"from the start)")
+
+
+def _ended(sup: SavepointCut) -> str:
+    if sup.failure is not None:
+        return (f"query {sup.name!r} failed (step {sup.failure[0]}: {sup.failure[1]}): a "
+                f"failed query has no consistent cut to save; stop it without a savepoint")
+    return (f"query {sup.name!r}: its input ended before the cut, so its output is complete "
+            f"and there is nothing to resume; stop it without a savepoint")
+
+
+def load_record(location: str) -> dict[str, Any]:
+    """The record of the savepoint at ``location``; ValueError saying what to do when there
+    is none."""
+    try:
+        record: dict[str, Any] = ck.load(record_location(location))
+    except (FileNotFoundError, OSError):
+        raise ValueError(
+            f"restore={location!r}: no savepoint there (no {RECORD}: none was taken there, or "
+            f"its writing did not finish); take one with Query.stop(savepoint=PATH) or "
+            f"`cedar stop NAME --savepoint PATH`") from None
+    return record
+
+
+def seed(location: str, root: str, query: str, record: dict[str, Any]) -> None:
+    """Copy the savepoint's step files into the checkpoints of ``query`` under ``root`` as
+    the epoch it was cut at: the restored run's first complete epoch, from which it starts
+    and restarts until it checkpoints a newer one."""
+    for step in record["steps"]:
+        copy_file(step_location(location, step),
+                  ck.stage_path(root, query, record["epoch"], step))

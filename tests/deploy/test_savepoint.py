@@ -1,0 +1,143 @@
+"""Savepoints (issue 39, item 2): stop a deployed query at a consistent cut, start it again.
+
+    rows:       r0 r1 ... r(k)  |cut|  r(k+1) ... r(n-1)
+    1st run:    [-- fed, windows final before the cut emitted --] stop(savepoint=P)
+    2nd run:                    deploy(restore=P): [-- state restored, the rest fed --]
+    output:     1st ∪ 2nd == one uninterrupted run, row for row (none lost, none twice)
+
+A savepoint into a changed query is refused naming the step; a one-shot source (a generator)
+says it cannot resume.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections import Counter
+
+import pytest
+
+from actors.savepoints import SavepointFailed
+from operators.aggregates import Sum
+from operators.events import Insert
+from operators.ingress import AdvanceTime
+from topology import Stream
+from topology.spark.held_runs import Batches
+
+N = 6_000
+BATCH = 200
+PAUSE_S = 0.02  # per batch: the whole input takes ~0.6 s to feed, so a cut falls inside it
+
+
+def rows(n: int = N) -> list[dict]:
+    return [{"t": i * 10, "k": i % 7, "v": i % 13} for i in range(n)]
+
+
+def slow_rows(n: int) -> object:
+    """The rows, with a pause every batch (re-readable: each read starts again)."""
+    for i, row in enumerate(rows(n)):
+        if i % BATCH == 0:
+            time.sleep(PAUSE_S)
+        yield row
+
+
+def slow(n: int = N) -> Batches:
+    """A source any process can read again from its start, slow enough to cut half-way:
+    the query's host feeds it (``feed="host"``)."""
+    return Batches(functools.partial(slow_rows, n), feed="host")
+
+
+def query(data, size: int = 1_000) -> Stream:
+    """rows ─ group_apply(k: tumbling(size) sum of v, emit final) ─ sink"""
+    return Stream.from_rows(data, start="t", advance=AdvanceTime(every=BATCH)).group_apply(
+        lambda r: r["k"],
+        lambda g: g.tumbling_window(size, emit="final").aggregate(Sum("v")))
+
+
+def inserted(messages) -> Counter:
+    return Counter((m.start, m.end, repr(m.payload)) for m in messages if type(m) is Insert)
+
+
+@pytest.fixture(scope="module")
+def expected() -> Counter:
+    return inserted(query(rows()).collect(runtime="inline"))
+
+
+def wait_rows(live, at: int, timeout_s: float = 30.0) -> None:
+    source = next(s for s in live.steps if s.startswith("from_rows"))
+    deadline = time.monotonic() + timeout_s
+    while live.stats()[source]["events_in"] < at:
+        assert time.monotonic() < deadline, f"{source} never took {at} rows"
+        time.sleep(0.02)
+
+
+def test_a_savepoint_half_way_then_restored_gives_the_uninterrupted_output(
+        ray_session, tmp_path, expected):
+    ckpt, point = str(tmp_path / "ckpt"), str(tmp_path / "savepoint")
+    live = query(slow()).deploy("sp-half", checkpoint_dir=ckpt, batch_size=BATCH,
+                                checkpoint_every=4)
+    try:
+        wait_rows(live, N // 3)
+        record = live.stop(savepoint=point)
+    except BaseException:
+        live.stop()
+        raise
+    before = live.output()
+    assert record is not None and 0 < record["rounds"] < N // BATCH
+    assert record["fingerprint"] in query(rows()).explain()
+    again = query(slow()).deploy("sp-half", checkpoint_dir=ckpt, restore=point)
+    try:
+        assert again.wait(60)
+        after = again.output()
+    finally:
+        again.stop()
+    assert before and after, "the cut fell at an end: the test proves nothing"
+    got = inserted(before) + inserted(after)
+    assert max(got.values()) == 1 and got == expected
+    ids = [m.id for m in before + after if type(m) is Insert]
+    assert len(ids) == len(set(ids))
+
+
+def test_a_savepoint_into_a_changed_query_is_refused_naming_the_step(ray_session, tmp_path):
+    ckpt, point = str(tmp_path / "ckpt"), str(tmp_path / "savepoint")
+    live = query(slow()).deploy("sp-changed", checkpoint_dir=ckpt, batch_size=BATCH)
+    try:
+        wait_rows(live, BATCH)
+        live.stop(savepoint=point)
+    except BaseException:
+        live.stop()
+        raise
+    changed = query(slow(), size=2_000)  # another window size: the group_apply step changed
+    step = next(s for s in changed.plan().stages if s.startswith("group_apply"))
+    with pytest.raises(ValueError, match=rf"step '{step}' differs from the savepoint's"):
+        changed.deploy("sp-changed", checkpoint_dir=ckpt, restore=point)
+
+
+def test_a_one_shot_source_says_it_cannot_resume(ray_session, tmp_path):
+    ckpt, point = str(tmp_path / "ckpt"), str(tmp_path / "savepoint")
+    live = query(slow()).deploy("sp-oneshot", checkpoint_dir=ckpt, batch_size=BATCH)
+    try:
+        wait_rows(live, BATCH)
+        live.stop(savepoint=point)
+    except BaseException:
+        live.stop()
+        raise
+    with pytest.raises(ValueError, match=r"source 'from_rows#0' cannot resume .* one-shot "
+                                         r"iterator \(generator\)"):
+        query(slow_rows(N)).deploy("sp-oneshot", checkpoint_dir=ckpt, restore=point)
+
+
+def test_a_savepoint_needs_a_checkpointed_query_and_a_savepoint_to_restore(ray_session,
+                                                                          tmp_path):
+    with pytest.raises(ValueError, match="no savepoint there"):
+        query(rows()).deploy("sp-none", checkpoint_dir=str(tmp_path), restore=str(tmp_path))
+    with pytest.raises(ValueError, match="give checkpoint_dir= too"):
+        query(rows()).deploy("sp-none", restore=str(tmp_path))
+
+
+def test_a_finished_query_has_nothing_to_save(ray_session, tmp_path):
+    live = query(rows(600)).deploy("sp-done", checkpoint_dir=str(tmp_path / "c"),
+                                   batch_size=BATCH)
+    assert live.wait(30)
+    with pytest.raises(SavepointFailed, match="its input ended before the cut"):
+        live.stop(savepoint=str(tmp_path / "p"))

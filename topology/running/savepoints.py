@@ -1,0 +1,118 @@
+"""``deploy(name, ..., restore=PATH)``: what a plan must be to start from a savepoint.
+
+A savepoint (:mod:`actors.savepoints`) holds every step's state at a cut and the rounds of
+the sources fed before it. A plan restores it only when
+
+* it is the plan the savepoint was taken of: every step's fingerprint
+  (:func:`topology.planning.plan.step_fingerprints`) equal, else the first step that differs
+  (in plan order: where the change begins) is named;
+* each of its fed sources can be read again from its beginning (a list, a tuple, an Arrow
+  table, parquet files, a batch DataFrame): the restored run reads it again and skips the
+  rounds fed before the cut. A one-shot iterator (a generator) cannot be, nor a Spark
+  streaming source (it resumes from its own checkpoint, which a savepoint does not hold);
+* it is cut into batches of the same size (rounds count batches).
+
+:func:`check` says what is wrong and how to fix it, before anything starts.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from actors.savepoints import SavepointFailed, load_record
+from topology.building import nodes as n
+from topology.planning.plan import Plan, step_fingerprints
+from topology.running.feeding import driver_sources
+
+if TYPE_CHECKING:
+    from operators.events import Message
+
+
+def _taken(record: dict[str, Any]) -> str:
+    when = _dt.datetime.fromtimestamp(record["taken"], _dt.UTC)
+    return f"query {record['query']!r} at {when:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def one_shot(plan: Plan, step: str) -> str | None:
+    """Why source ``step`` cannot be read again from its beginning, or None when it can."""
+    from topology.spark.held_runs import SparkStream
+
+    src = plan.stages[step].source
+    data = src.source_data() if isinstance(src, (n.FromRows, n.FromEvents)) else None
+    if isinstance(data, SparkStream):
+        return ("it reads a Spark streaming DataFrame, which resumes from its own checkpoint, "
+                "not from a savepoint's position")
+    if isinstance(data, Iterator):
+        return (f"it reads a one-shot iterator ({type(data).__name__}), which cannot be read "
+                f"again to skip what was fed before the cut")
+    return None
+
+
+def check(plan: Plan, name: str, location: str, batch_size: int | None) -> dict[str, Any]:
+    """The savepoint record at ``location`` if ``plan`` can start from it (see the module
+    docstring); ValueError naming the step and the fix when it cannot."""
+    record = load_record(location)
+    head = f"deploy({name!r}, restore={location!r})"
+    saved, now = record["fingerprints"], step_fingerprints(plan)
+    for step, fingerprint in now.items():
+        if saved.get(step) != fingerprint:
+            what = ("is not in the plan the savepoint was taken of" if step not in saved else
+                    "differs from the savepoint's (its operator, or a step upstream of it, "
+                    "changed)")
+            raise ValueError(
+                f"{head}: step {step!r} {what}: the savepoint of {_taken(record)} restores "
+                f"only into the same plan (fingerprint {record.get('fingerprint')}, see "
+                f"explain()); deploy the query it was taken of, or deploy this one without "
+                f"restore=")
+    gone = [s for s in saved if s not in now]
+    if gone:
+        raise ValueError(f"{head}: step {gone[0]!r} of the savepoint of {_taken(record)} is not "
+                         f"in this plan; deploy the query it was taken of, or deploy this one "
+                         f"without restore=")
+    for step in driver_sources(plan):
+        why = one_shot(plan, step)
+        if why is not None:
+            raise ValueError(
+                f"{head}: source {step!r} cannot resume where the savepoint stopped (after "
+                f"{record['rounds']:,} batches of each source): {why}. Give it data that can "
+                f"be read again from its start (a list, an Arrow table, parquet files), or "
+                f"deploy it without restore= to start afresh")
+    if batch_size is not None and batch_size != record["batch_size"]:
+        raise ValueError(f"{head}: batch_size={batch_size}, but the savepoint counted its "
+                         f"sources' positions in batches of {record['batch_size']}; leave "
+                         f"batch_size out (the savepoint's is used) or give "
+                         f"{record['batch_size']}")
+    return record
+
+
+def take_savepoint(query: Any, location: str, timeout_s: float
+                   ) -> tuple[dict[str, Any], list[Message]]:
+    """``Query.stop(savepoint=location)`` of ``query`` (a ``Query``): the query cut at one
+    barrier through every step, every step's state and its sources' positions written to
+    ``location`` (:mod:`actors.savepoints`; a path or storage URI, as ``checkpoint_dir``).
+    Returns the savepoint's record (``epoch``, ``rounds``, ``output_position``,
+    ``fingerprint``, ...) and the output delivered before the cut; nothing after it is
+    emitted. A savepoint that cannot be taken (the query ended or failed) raises
+    :class:`~actors.savepoints.SavepointFailed`, the query stopped all the same."""
+    import ray
+
+    from actors import checkpoint as ck
+
+    if query.supervisor is None:
+        raise ValueError(
+            f"query {query.name!r}: stop(savepoint=...) needs a query deployed with "
+            f"checkpoint_dir= (a savepoint is cut by its checkpoint barriers); stop it "
+            f"without savepoint=, and deploy it with checkpoint_dir= next time")
+    try:
+        record: dict[str, Any] = query.supervisor.savepoint(ck.normalize(location),
+                                                            max(timeout_s, 60.0))
+        return record, query.output()
+    except Exception as exc:
+        query.stop(timeout_s)
+        # through the host, Ray's task error wraps it: raise it as the host raised it
+        cause = exc.cause if isinstance(exc, ray.exceptions.RayTaskError) else exc
+        if isinstance(cause, SavepointFailed):
+            raise SavepointFailed(str(cause)) from None
+        raise
