@@ -71,18 +71,23 @@ def wait_rows(live, at: int, timeout_s: float = 30.0) -> None:
         time.sleep(0.02)
 
 
-def test_a_savepoint_half_way_then_restored_gives_the_uninterrupted_output(
-        ray_session, tmp_path, expected):
-    ckpt, point = str(tmp_path / "ckpt"), str(tmp_path / "savepoint")
-    live = query(slow()).deploy("sp-half", checkpoint_dir=ckpt, batch_size=BATCH,
-                                checkpoint_every=4)
+def cut_half_way(name: str, ckpt: str, point: str) -> tuple[dict | None, list]:
+    """Deploy the slow query, stop it with a savepoint a third of the way in: the
+    savepoint's record and the output delivered before the cut."""
+    live = query(slow()).deploy(name, checkpoint_dir=ckpt, batch_size=BATCH, checkpoint_every=4)
     try:
         wait_rows(live, N // 3)
         record = live.stop(savepoint=point)
     except BaseException:
         live.stop()
         raise
-    before = live.output()
+    return record, live.output()
+
+
+def test_a_savepoint_half_way_then_restored_gives_the_uninterrupted_output(
+        ray_session, tmp_path, expected):
+    ckpt, point = str(tmp_path / "ckpt"), str(tmp_path / "savepoint")
+    record, before = cut_half_way("sp-half", ckpt, point)
     assert record is not None and 0 < record["rounds"] < N // BATCH
     assert record["fingerprint"] in query(rows()).explain()
     again = query(slow()).deploy("sp-half", checkpoint_dir=ckpt, restore=point)
@@ -98,15 +103,20 @@ def test_a_savepoint_half_way_then_restored_gives_the_uninterrupted_output(
     assert len(ids) == len(set(ids))
 
 
-def test_a_savepoint_into_a_changed_query_is_refused_naming_the_step(ray_session, tmp_path):
+def test_a_savepoint_into_a_changed_query_is_refused_naming_the_step(ray_session, tmp_path,
+                                                                      capsys):
+    from topology.app.cli import main
+
     ckpt, point = str(tmp_path / "ckpt"), str(tmp_path / "savepoint")
     live = query(slow()).deploy("sp-changed", checkpoint_dir=ckpt, batch_size=BATCH)
     try:
         wait_rows(live, BATCH)
-        live.stop(savepoint=point)
+        assert main(["stop", "sp-changed", "--savepoint", point]) == 0  # `cedar stop`
     except BaseException:
         live.stop()
         raise
+    said = capsys.readouterr().out
+    assert f"savepoint {point} taken at 20" in said and "UTC" in said, said
     changed = query(slow(), size=2_000)  # another window size: the group_apply step changed
     step = next(s for s in changed.plan().stages if s.startswith("group_apply"))
     with pytest.raises(ValueError, match=rf"step '{step}' differs from the savepoint's"):
@@ -141,3 +151,32 @@ def test_a_finished_query_has_nothing_to_save(ray_session, tmp_path):
     assert live.wait(30)
     with pytest.raises(SavepointFailed, match="its input ended before the cut"):
         live.stop(savepoint=str(tmp_path / "p"))
+
+
+
+
+@pytest.mark.slow
+def test_a_restored_query_that_loses_an_actor_restarts_from_the_savepoint(
+        ray_session, tmp_path, expected):
+    """restored run: [seed e -- fed --X (group_apply killed)] restart from e, replay -- done"""
+    import ray
+
+    ckpt, point = str(tmp_path / "ckpt"), str(tmp_path / "savepoint")
+    _, before = cut_half_way("sp-kill", ckpt, point)
+    # no checkpoint of its own before the kill: the restart is from the savepoint's epoch
+    again = query(slow()).deploy("sp-kill", checkpoint_dir=ckpt, restore=point,
+                                 checkpoint_every=10_000)
+    try:
+        step = next(s for s in again.steps if s.startswith("group_apply"))
+        deadline = time.monotonic() + 30
+        while again.stats()[step]["events_in"] < BATCH * 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        ray.kill(again.handles[step], no_restart=True)
+        assert again.wait(60)
+        after, recoveries = again.output(), again.recoveries()
+    finally:
+        again.stop()
+    assert [r["epoch"] for r in recoveries] == [recoveries[0]["epoch"]] and recoveries[0]["epoch"]
+    got = inserted(before) + inserted(after)
+    assert max(got.values()) == 1 and got == expected

@@ -112,6 +112,12 @@ def _parser() -> argparse.ArgumentParser:
                     "dead, and release its name, so that it can be deployed again.")
     stop.add_argument("name", help="the query's name, as given to deploy(name)")
     stop.add_argument("--address", default="auto", help="Ray cluster address (default auto)")
+    stop.add_argument("--savepoint", default=None, metavar="PATH",
+                      help="first cut the query at a consistent point and write its "
+                           "savepoint to PATH (a directory or storage URI; a query deployed "
+                           "with checkpoint_dir): every step's state and its sources' "
+                           "positions, every output before the cut delivered. Start from it "
+                           "with deploy(name, ..., restore=PATH)")
 
     ui = sub.add_parser(
         "ui", help="serve a live web page of the running queries",
@@ -545,19 +551,33 @@ def _inspect(args: Any) -> int:
 
 
 def _stop(args: Any) -> int:
+    import time
+
+    from actors.savepoints import SavepointFailed
     from topology import attach
     from topology.running.query import QueryUnavailable, stop_by_name
 
     if not _connect("stop", args.address):
         return 2
+    record = None
     try:
-        attach(args.name, args.address).stop()
+        record = attach(args.name, args.address).stop(savepoint=args.savepoint)
     except QueryUnavailable:  # its sink is gone: stop what is left by name
+        if args.savepoint is not None:
+            print(f"cedar stop: query {args.name!r} cannot be reached, so no savepoint can be "
+                  f"taken; stop it without --savepoint", file=sys.stderr)
+            return 1
         stop_by_name(args.name)
-    except ValueError as exc:
+    except (ValueError, SavepointFailed) as exc:
         print(f"cedar stop: {exc}", file=sys.stderr)
         return 1
     print(f"stopped {args.name}")
+    if record is not None:
+        taken = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(record["taken"]))
+        print(f"savepoint {args.savepoint} taken at {taken} (in {record['took_s']:.1f} s): "
+              f"{len(record['steps'])} steps, {record['rounds']:,} batches of each source "
+              f"fed, {record['output_position']:,} output events delivered, fingerprint "
+              f"{record['fingerprint']}")
     return 0
 
 
