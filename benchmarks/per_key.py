@@ -9,17 +9,18 @@ batches (``Stream.from_arrow``) in time order (sorted by start: no row is late e
   key's windows are final at its own CTI (the ``group_apply`` runs as the keyed window fast
   path at each key's CTI).
 
-Both outputs must have the same CHT. Printed: events/s of each (best of 3 after a warm-up,
-inline; then on Ray with ``collect()``'s defaults), the cost of per-key progress (1 − its
-throughput ÷ the one CTI's: the target is at most 20 %) and the load average beside each
-figure.
+Both outputs must have the same CHT. Printed: events/s of each (best of 5 after a warm-up,
+the two runs taking turns so that a changing load hits both; inline, with the events per CPU
+second of the process beside, then on Ray with ``collect()``'s defaults), the cost of per-key
+progress (1 − its throughput ÷ the one CTI's: the target is at most 20 %) and the load
+average beside each figure.
 
 ``--memory``: 10M events of 100k keys through per-key W1 inline, generated and fed chunk by
 chunk (never all rows in memory); every ~1M events the operators' state rows and the
 process's RSS: both must stay flat (bounded by the keys and the open windows, not by the
 events).
 
-    python -m benchmarks.per_key                    # 1,000,000 events, inline and on Ray
+    python -m benchmarks.per_key                    # 4M events inline and on Ray
     python -m benchmarks.per_key --events 300000 --no-ray
     python -m benchmarks.per_key --memory           # 10,000,000 events, 100,000 keys
 """
@@ -27,6 +28,7 @@ events).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -88,15 +90,20 @@ def interleaved(runs: dict[str, Callable[[], Any]], times: int = RUNS
     return best
 
 
-def compare(n: int, runtime: str) -> dict[str, float]:
-    """Both sources over the same ``n`` events on ``runtime`` ("inline" or "ray")."""
-    table = wl.arrow_table(in_time_order(wl.points(n, KEYS, seed=38)))
-    runs = {}
+def compare(n: int, runtime: str, ordered: bool = True) -> dict[str, float]:
+    """Both sources over the same ``n`` events on ``runtime`` ("inline" or "ray"), in time
+    order or (``ordered=False``) as generated: each start up to 2 ms late, within the delay,
+    so still no row is late."""
+    cols = wl.points(n, KEYS, seed=38)
+    table = wl.arrow_table(in_time_order(cols) if ordered else cols)
+    if not ordered:
+        say(f"  as generated (disorder up to {wl.JITTER_TICKS} µs, the delay), {runtime}:")
+    runs: dict[str, Callable[[], Any]] = {}
     for name, per_key in (("one CTI", False), ("per key", True)):
         q = query(table, per_key)
         if per_key:
             assert "at each key's CTI" in q.explain(), q.explain()
-        runs[name] = (lambda q=q: q.collect(runtime="inline")) if runtime == "inline" else q.collect
+        runs[name] = functools.partial(q.collect, runtime=runtime)
     best = interleaved(runs)
     assert not best["per key"][2].report.late, "rows late: not in time order?"
     check_equivalent(best["per key"][2], best["one CTI"][2])
@@ -141,6 +148,11 @@ def memory(n: int, keys: int, chunk: int = 100_000, every: int = 1_000_000) -> i
     plan = query(wl.Columnar(chunks_in_order(n, keys, chunk)), per_key=True).plan(False)
     dag = DagProcessor(plan, inline_sink=True)
     [step] = dag.inputs
+    ingress = getattr(dag.procs[step], "ingress", None)  # the source's per-key progress
+
+    def tracked() -> int:
+        return len(ingress._keys) if ingress is not None else -1
+
     fed, outputs, mark = 0, 0, every
     samples: list[tuple[int, int, float]] = []
     say(f"--memory: per-key W1 inline, {n:,} events, {keys:,} keys, chunks of {chunk:,} rows")
@@ -150,8 +162,8 @@ def memory(n: int, keys: int, chunk: int = 100_000, every: int = 1_000_000) -> i
         if fed >= mark:
             mark += every
             samples.append((fed, dag.state_size(), rss_mb()))
-            say(f"  {fed:>12,} events: {samples[-1][1]:>9,} state rows, RSS "
-                f"{samples[-1][2]:8.1f} MB, {outputs:,} output messages ({load()})")
+            say(f"  {fed:>12,} events: {samples[-1][1]:>9,} state rows, {tracked():,} keys' "
+                f"CTIs, RSS {samples[-1][2]:8.1f} MB, {outputs:,} output messages ({load()})")
     outputs += len(dag.finish())
     half = samples[len(samples) // 2:]
     growth = half[-1][2] - half[0][2] if half else 0.0
@@ -165,30 +177,33 @@ def memory(n: int, keys: int, chunk: int = 100_000, every: int = 1_000_000) -> i
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--events", type=int, default=None,
-                    help="events (default 1,000,000; 10,000,000 with --memory)")
+                    help="events inline (default 4,000,000; 10,000,000 with --memory)")
     ap.add_argument("--keys", type=int, default=None,
                     help="keys of --memory (default 100,000)")
+    ap.add_argument("--ray-events", type=int, default=4_000_000,
+                    help="events of the Ray runs (default 4,000,000: a run of 1M is a few "
+                         "batches, its fixed costs would decide)")
     ap.add_argument("--no-ray", action="store_true", help="inline only")
     ap.add_argument("--memory", action="store_true", help="the memory run instead")
     args = ap.parse_args(argv)
     if args.memory:
         return memory(args.events or 10_000_000, args.keys or 100_000)
-    n = args.events or 1_000_000
+    n = args.events or 4_000_000
     say(f"per-key progress, W1 ({os.cpu_count()} cores, {load()}):")
-    inline = compare(n, "inline")
-    figures = {"inline": inline}
+    figures = {"inline": compare(n, "inline"),
+               "inline_disordered": compare(n, "inline", ordered=False)}
     if not args.no_ray:
         import ray
 
         start_ray()
         try:
-            figures["ray"] = compare(n, "ray")
+            figures["ray"] = compare(args.ray_events, "ray")
         finally:
             ray.shutdown()
     say("RESULT " + " ".join(f"{where}_{k}={v:.3f}" if k == "cost" else
                              f"{where}_{k}_eps={v:.0f}"
                              for where, f in figures.items() for k, v in f.items())
-        + f" events={n} {load().replace(' ', '=')}")
+        + f" events={n} ray_events={args.ray_events} {load().replace(' ', '=')}")
     return 0
 
 

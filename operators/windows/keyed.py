@@ -203,12 +203,13 @@ class KeyedWindowAggregate(KeyedColumnPath, KeyedWindowOutput):
 
     # -- input ------------------------------------------------------------------------------
     def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
-        """A batch of Columns and CTIs is added all at once, then its CTIs close windows: an
-        event after a CTI starts at or after it, so it never falls in a window that CTI
-        closes, and grouping once per batch costs one UDM call per group instead of one per
-        group and CTI. Anything else takes the message-by-message path."""
+        """A batch of Columns, CTIs and KeyCtis is added all at once, then its CTIs close
+        windows: an event after a CTI (or its key's CTI) starts at or after it, so it never
+        falls in a window that CTI closes, and grouping once per batch costs one UDM call per
+        group instead of one per group and CTI. Anything else takes the message-by-message
+        path."""
         msgs = batch if isinstance(batch, list) else list(batch)
-        merged = merged_batch(msgs, self.in_cti)
+        merged = merged_batch(msgs, self.in_cti, key_ctis=True)
         return super().process(msgs if merged is None else merged, port)
 
     def on_insert(self, msg: Insert, port: int) -> list[Message]:

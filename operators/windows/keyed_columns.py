@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..columns import Columns, concat
-from ..events import Cti, Message
+from ..events import Cti, KeyCtis, Message
 from ..group_apply import group_key
 from .index import Grid
 
@@ -239,13 +239,17 @@ def retraction_error(msg: Any, operator: str) -> ValueError:
         f"chose it for a source that never retracts, so this is a bug: report it")
 
 
-def merged_batch(msgs: list[Message], cti: int) -> list[Message] | None:
+def merged_batch(msgs: list[Message], cti: int, key_ctis: bool = False
+                 ) -> list[Message] | None:
     """A batch of Columns and CTIs as one Columns of all its events, then its CTIs, when
     every event starts at or after the CTIs before it (``cti``: the input CTI so far): an
     event after a CTI is too late for the windows that CTI closes, so the events can be added
-    at once, before the CTIs (one UDM call per group, not per group and CTI). None for any
-    other batch (fewer than two Columns, other messages, an event behind a CTI): it takes
-    the message-by-message path."""
+    at once, before the CTIs (one UDM call per group, not per group and CTI). With
+    ``key_ctis`` the batch's :class:`~operators.events.KeyCtis` go with its CTIs, in order:
+    an event after a key's CTI is of another key or starts at or after it (the source
+    promised), so it is too late for the windows that CTI closes as well. None for any other
+    batch (fewer than two Columns, other messages, an event behind a CTI): it takes the
+    message-by-message path."""
     parts: list[Columns] = []
     ctis: list[Message] = []
     for msg in msgs:
@@ -256,6 +260,8 @@ def merged_batch(msgs: list[Message], cti: int) -> list[Message] | None:
             parts.append(msg)
         elif kind is Cti:
             cti = max(cti, msg.time)  # type: ignore[union-attr]
+            ctis.append(msg)
+        elif kind is KeyCtis and key_ctis:
             ctis.append(msg)
         else:
             return None

@@ -312,3 +312,34 @@ def test_edges_are_late_by_their_keys_cti_and_closed_by_their_start_rows_key():
     assert ("Insert", 3) not in kinds and ("Retract", 1) in kinds and ("Retract", 2) in kinds
     assert [r.reason.split(";")[0] for r in src.late] == [
         "start 40 is behind the CTI 50 of key 'a'"]
+
+
+@pytest.mark.parametrize("emit", ["final", "speculative"])
+def test_a_keyed_window_takes_columns_around_key_ctis_at_once(emit):
+    # key 1's clock is 200 behind key 0's: each push's KeyCtis closes key 0's windows first
+    import numpy as np
+
+    from operators.cht import to_cht
+    from operators.windows.keyed import KeyedWindowAggregate
+    from operators.windows.keyed_columns import merged_batch
+
+    src = Ingress(start="t", advance=AdvanceTime(every=1, per_key="k", low_watermark=1000))
+    msgs = []
+    for lo in range(200, 800, 100):
+        t = np.arange(lo, lo + 100, dtype=np.int64)
+        k = (t % 3 == 0).astype(np.int64)
+        msgs += src.push({"k": k, "t": np.where(k == 1, t - 200, t)})
+    assert merged_batch(msgs, MIN_TIME, key_ctis=True) is not None
+    end = src.end()
+
+    def run(batches):
+        op = KeyedWindowAggregate("k", tumbling_window(50), Count(), WindowPolicy(emit=emit))
+        op.per_key = True
+        out = [m for batch in batches for m in op.process(batch)]
+        op._check()
+        return out, out + op.process(end) + op.finish()
+
+    (early, at_once), (_, one_by_one) = run([msgs]), run([[m] for m in msgs])
+    assert to_cht(at_once) == to_cht(one_by_one)
+    if emit == "final":  # key 0's windows came out at its own CTI, before the end
+        assert {i.payload[0] for i in _events(early)} == {0, 1}
