@@ -210,7 +210,11 @@ class Running:
         every run of single-input steps (a source, its filters, a keyed window, a select) in
         one actor; ``"all"`` each connected part of the query in one actor (its sink and a
         partitioned group_apply's partitions apart). Fewer actors cost fewer hops and less
-        idle CPU, and run in parallel less (docs/runtime.md, "Fusion")."""
+        idle CPU, and run in parallel less (docs/runtime.md, "Fusion").
+
+        ``restore=PATH`` starts from a savepoint that ``Query.stop(savepoint=PATH)`` wrote
+        (with ``checkpoint_dir=``; docs/operations.md, "Savepoints"); the other options are
+        :func:`~topology.running.deploy.deploy_plan`'s."""
         from topology.running.deploy import deploy_plan
 
         check_query_name(name, "deploy")
