@@ -33,18 +33,18 @@ def rows(n: int = N) -> list[dict]:
     return [{"t": i * 10, "k": i % 7, "v": i % 13} for i in range(n)]
 
 
-def slow_rows(n: int) -> object:
+def slow_rows(n: int, pause_s: float = PAUSE_S) -> object:
     """The rows, with a pause every batch (re-readable: each read starts again)."""
     for i, row in enumerate(rows(n)):
         if i % BATCH == 0:
-            time.sleep(PAUSE_S)
+            time.sleep(pause_s)
         yield row
 
 
-def slow(n: int = N) -> Batches:
+def slow(n: int = N, pause_s: float = PAUSE_S) -> Batches:
     """A source any process can read again from its start, slow enough to cut half-way:
     the query's host feeds it (``feed="host"``)."""
-    return Batches(functools.partial(slow_rows, n), feed="host")
+    return Batches(functools.partial(slow_rows, n, pause_s), feed="host")
 
 
 def query(data, size: int = 1_000) -> Stream:
@@ -180,3 +180,55 @@ def test_a_restored_query_that_loses_an_actor_restarts_from_the_savepoint(
     assert [r["epoch"] for r in recoveries] == [recoveries[0]["epoch"]] and recoveries[0]["epoch"]
     got = inserted(before) + inserted(after)
     assert max(got.values()) == 1 and got == expected
+
+
+def partitioned(data) -> Stream:
+    """rows ─ group_apply(k, partitions=2: tumbling sum) ─ merge ─┐
+       rows (the same) ─ where(v even) ────────────────────────────┴ union ─ sink"""
+    sums = Stream.from_rows(data, start="t", advance=AdvanceTime(every=BATCH)).group_apply(
+        lambda r: r["k"], lambda g: g.tumbling_window(1_000, emit="final").aggregate(Sum("v")),
+        partitions=2)
+    evens = Stream.from_rows(data, start="t", advance=AdvanceTime(every=BATCH)).where(
+        lambda r: r["v"] % 2 == 0)
+    return sums.union(evens)
+
+
+@pytest.mark.slow
+def test_a_partitioned_two_source_query_and_a_restarted_host_resume_from_the_savepoint(
+        ray_session, tmp_path):
+    """Two sources fed round robin, a partitioned group_apply (a merge aligning barriers);
+    the restored run's host is killed (Ray restarts it: it resumes from the savepoint's
+    epoch, its saved output read back from the savepoint's position)."""
+    import ray
+
+    want = inserted(partitioned(rows()).collect(runtime="inline"))
+    ckpt, point = str(tmp_path / "ckpt"), str(tmp_path / "savepoint")
+    live = partitioned(slow()).deploy("sp-parts", checkpoint_dir=ckpt, batch_size=BATCH,
+                                      checkpoint_every=4)
+    try:
+        wait_rows(live, N // 3)
+        record = live.stop(savepoint=point)
+    except BaseException:
+        live.stop()
+        raise
+    before = live.output()
+    assert record is not None and 0 < record["rounds"] < N // BATCH
+    # slower now: the host is killed while it feeds, after a checkpoint of the restored run
+    again = partitioned(slow(pause_s=0.05)).deploy("sp-parts", checkpoint_dir=ckpt,
+                                                  restore=point, checkpoint_every=2)
+    try:
+        deadline = time.monotonic() + 30
+        while again.stats()["sink"]["checkpoint_epoch"] <= record["epoch"] + 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        fed = max(s["events_in"] for step, s in again.stats().items()
+                  if step.startswith("from_rows"))
+        ray.kill(again.host, no_restart=False)  # Ray restarts it, as after a crash
+        assert fed < N, "the restored run ended before the kill: the test proves nothing"
+        assert again.wait(60)
+        after = again.output()
+        assert again.recoveries()[-1]["resumed"]
+    finally:
+        again.stop()
+    got = inserted(before) + inserted(after)
+    assert max(got.values()) == 1 and got == want

@@ -188,8 +188,8 @@ def step_fingerprints(plan: Plan) -> dict[str, str]:
     for step, st in plan.stages.items():  # topological order: upstream stages come first
         out[step] = _hash("\n".join([step, _description(st), *sorted(inputs[step])]))
         for e in plan.edges.get(step, ()):
-            part = "" if e.partition is None else f"{e.partition.index}/{e.partition.n}"
-            inputs[e.dst].append(f"{out[step]}:{e.port}:{part}")
+            part = "" if e.partition is None else f"{e.index}/{e.partition.n}"
+            inputs[e.dst].append(f"{out[step]}:{e.port}:{part}:{'late' if e.late else ''}")
     return out
 
 
