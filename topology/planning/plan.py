@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -171,7 +172,9 @@ def _description(st: Stage) -> str:
 
 
 def _hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:SHOWN_HEX]
+    # an object's default repr names its address, which another process does not share
+    return hashlib.sha256(re.sub(r" at 0x[0-9a-fA-F]+", "", text).encode()).hexdigest()[
+        :SHOWN_HEX]
 
 
 def step_fingerprints(plan: Plan) -> dict[str, str]:
