@@ -90,11 +90,11 @@ def interleaved(runs: dict[str, Callable[[], Any]], times: int = RUNS
     return best
 
 
-def compare(n: int, runtime: str, ordered: bool = True) -> dict[str, float]:
+def compare(n: int, runtime: str, ordered: bool = True, keys: int = KEYS) -> dict[str, float]:
     """Both sources over the same ``n`` events on ``runtime`` ("inline" or "ray"), in time
     order or (``ordered=False``) as generated: each start up to 2 ms late, within the delay,
     so still no row is late."""
-    cols = wl.points(n, KEYS, seed=38)
+    cols = wl.points(n, keys, seed=38)
     table = wl.arrow_table(in_time_order(cols) if ordered else cols)
     if not ordered:
         say(f"  as generated (disorder up to {wl.JITTER_TICKS} µs, the delay), {runtime}:")
@@ -111,7 +111,7 @@ def compare(n: int, runtime: str, ordered: bool = True) -> dict[str, float]:
     for name, (seconds, cpu, _, at) in best.items():
         eps[name], cpu_eps[name] = n / seconds, n / cpu
         on_cpu = f", {n / cpu:,.0f} per CPU second" if runtime == "inline" else ""
-        say(f"  {runtime:6s} {name:8s} {n:,} events, {KEYS:,} keys: {seconds:.3f} s = "
+        say(f"  {runtime:6s} {name:8s} {n:,} events, {keys:,} keys: {seconds:.3f} s = "
             f"{n / seconds:,.0f} events/s{on_cpu} (best of {RUNS}, interleaved; {at})")
     cost = 1 - eps["per key"] / eps["one CTI"]
     verdict = "met" if cost <= TARGET_COST else "NOT met"
@@ -155,6 +155,7 @@ def memory(n: int, keys: int, chunk: int = 100_000, every: int = 1_000_000) -> i
 
     fed, outputs, mark = 0, 0, every
     samples: list[tuple[int, int, float]] = []
+    t0 = time.perf_counter()
     say(f"--memory: per-key W1 inline, {n:,} events, {keys:,} keys, chunks of {chunk:,} rows")
     for batch in source_batches(plan, step, DEFAULT_BATCH):
         fed += len(next(iter(batch.values()))) if isinstance(batch, dict) else len(batch)
@@ -165,12 +166,14 @@ def memory(n: int, keys: int, chunk: int = 100_000, every: int = 1_000_000) -> i
             say(f"  {fed:>12,} events: {samples[-1][1]:>9,} state rows, {tracked():,} keys' "
                 f"CTIs, RSS {samples[-1][2]:8.1f} MB, {outputs:,} output messages ({load()})")
     outputs += len(dag.finish())
+    seconds = time.perf_counter() - t0
     half = samples[len(samples) // 2:]
     growth = half[-1][2] - half[0][2] if half else 0.0
     rows = max(s[1] for s in samples) if samples else 0
     say(f"  state rows at most {rows:,}; RSS over the second half "
         f"{half[0][2]:.1f} → {half[-1][2]:.1f} MB ({growth:+.1f} MB); {outputs:,} output "
-        f"messages ({load()})")
+        f"messages; {seconds:.1f} s = {fed / seconds:,.0f} events/s, generation included "
+        f"({load()})")
     return 0 if growth < 50 else 1
 
 
@@ -179,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--events", type=int, default=None,
                     help="events inline (default 4,000,000; 10,000,000 with --memory)")
     ap.add_argument("--keys", type=int, default=None,
-                    help="keys of --memory (default 100,000)")
+                    help="keys (default 1,000; 100,000 with --memory)")
     ap.add_argument("--ray-events", type=int, default=4_000_000,
                     help="events of the Ray runs (default 4,000,000: a run of 1M is a few "
                          "batches, its fixed costs would decide)")
@@ -190,14 +193,15 @@ def main(argv: list[str] | None = None) -> int:
         return memory(args.events or 10_000_000, args.keys or 100_000)
     n = args.events or 4_000_000
     say(f"per-key progress, W1 ({os.cpu_count()} cores, {load()}):")
-    figures = {"inline": compare(n, "inline"),
-               "inline_disordered": compare(n, "inline", ordered=False)}
+    keys = args.keys or KEYS
+    figures = {"inline": compare(n, "inline", keys=keys),
+               "inline_disordered": compare(n, "inline", ordered=False, keys=keys)}
     if not args.no_ray:
         import ray
 
         start_ray()
         try:
-            figures["ray"] = compare(args.ray_events, "ray")
+            figures["ray"] = compare(args.ray_events, "ray", keys=keys)
         finally:
             ray.shutdown()
     say("RESULT " + " ".join(f"{where}_{k}={v:.3f}" if k == "cost" else
