@@ -190,19 +190,23 @@ class IngressKeys(IngressProgress):
             return None
         keys, names = coded
         n = len(starts)
-        # the stream's part of each row's CTI: max(cti, low, largest start before it − lag)
-        prior = np.empty(n, dtype=np.int64)  # the largest start before each row
-        prior[0] = self._latest
-        prior[1:] = starts[:-1]
-        ordered = bool((starts[1:] >= starts[:-1]).all())  # (a running max costs ~5 ns a row)
-        if ordered:
-            np.maximum(prior, self._latest, out=prior)
-        else:
-            np.maximum.accumulate(prior, out=prior)
-        stream = np.maximum(prior, floor + lag) - lag
-        met = self._keys_at_once(keys, names, starts, prior, stream, ordered)
+        # starts in order: the first row decides whether a row may be late (_keys_at_once)
+        ordered = bool((starts[1:] >= starts[:-1]).all())
+        met = self._keys_at_once(keys, names, starts, floor) if ordered else None
         if met is None:
-            met = self._keys_one_by_one(columns, starts, ends, keys, names, prior, stream)
+            # the stream's part of each row's CTI: max(cti, low, largest start before it − lag)
+            prior = np.empty(n, dtype=np.int64)  # the largest start before each row
+            prior[0] = self._latest
+            prior[1:] = starts[:-1]
+            if ordered:
+                np.maximum(prior, self._latest, out=prior)
+            else:  # (a running max costs ~5 ns a row)
+                np.maximum.accumulate(prior, out=prior)
+            stream = np.maximum(prior, floor + lag) - lag
+            if not ordered:
+                met = self._keys_at_once(keys, names, starts, floor, prior, stream)
+            if met is None:
+                met = self._keys_one_by_one(columns, starts, ends, keys, names, prior, stream)
             if met is None:
                 return None
         index, keyed = met
@@ -225,8 +229,12 @@ class IngressKeys(IngressProgress):
         top = int(sent.max())
         self._latest = max(self._latest, top)
         self._top = max(self._top, top)
-        end = ends[index]
-        self._horizon = max(self._horizon, int(np.where(end == MAX_TIME, sent + 1, end).max()))
+        if self.shape == "point":  # (a point ends at its start + 1, below MAX_TIME)
+            self._horizon = max(self._horizon, top + 1)
+        else:
+            end = ends[index]
+            self._horizon = max(self._horizon,
+                                int(np.where(end == MAX_TIME, sent + 1, end).max()))
         # each key's latest start and CTI (new keys in the order the row path meets them)
         progress, moved, wall, every = self._keys, self._moved, self.arrival, adv.every
         for key, t, cti in keyed:
@@ -249,15 +257,17 @@ class IngressKeys(IngressProgress):
         self._key_ctis(out)
         return out
 
-    def _keys_at_once(self, keys: Any, names: list[Any] | None, starts: Any, prior: Any,
-                      stream: Any, ordered: bool
+    def _keys_at_once(self, keys: Any, names: list[Any] | None, starts: Any, floor: int,
+                      prior: Any = None, stream: Any = None
                       ) -> tuple[None, list[tuple[Any, int, int]]] | None:
         """The common batch, decided without sorting: no row can be late, because each row
-        starts at or after the stream's part of its CTI, the highest CTI of the batch's keys
-        and the largest start before it − delay (above its key's latest start − delay); when
-        the starts are ``ordered`` (non-decreasing), the first row doing so is enough. Then
-        (None: every row accepted, [(key, its latest start, the stream's CTI at its first row)]);
-        None when some row may be late or the keys span too much for a table of them."""
+        starts at or after the stream's part of its CTI (``stream``, from ``floor``, the
+        stream's CTI before the batch, and ``prior``, the largest start before each row), the
+        highest CTI of the batch's keys and the largest start before it − delay (above its
+        key's latest start − delay); for starts in order (``prior`` None) the first row doing
+        so is enough. Then (None: every row accepted, [(key, its latest start, the stream's
+        CTI at its first row)]); None when some row may be late or the keys span too much
+        for a table of them."""
         import numpy as np
 
         n = len(starts)
@@ -280,11 +290,12 @@ class IngressKeys(IngressProgress):
                 fresh.append(code)
             elif p[K_CTI] > highest:
                 highest = p[K_CTI]
-        delay = self.advance.delay
+        delay, lag, latest_before = self.advance.delay, self.advance.low_watermark, self._latest
+        assert lag is not None  # (_keys_vectorisable)
         if highest + delay > MAX_TIME:
             return None
-        if ordered:
-            if int(starts[0]) < max(int(stream[0]), highest, int(prior[0]) - delay):
+        if prior is None:  # in order: rows after the first start at or after it
+            if int(starts[0]) < max(floor, latest_before - lag, highest, latest_before - delay):
                 return None
         else:
             bound = np.maximum(prior, highest + delay) - delay
@@ -300,7 +311,13 @@ class IngressKeys(IngressProgress):
             np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
             rows = first[fresh]
             meet = np.argsort(rows, kind="stable")
-            at = stream[rows[meet]].tolist()
+            rows = rows[meet]
+            if stream is None:  # in order: the largest start before row j is that of j − 1
+                before = np.maximum(starts[rows - 1], latest_before)
+                before[rows == 0] = latest_before
+                at = (np.maximum(before, floor + lag) - lag).tolist()
+            else:
+                at = stream[rows].tolist()
             new = np.asarray(fresh)[meet]
             keyed += [(distinct[j], t, cti) for j, t, cti in zip(
                 np.searchsorted(present, new).tolist(), top[new].tolist(), at)]
