@@ -242,3 +242,20 @@ def test_a_partitioned_two_source_query_and_a_restarted_host_resume_from_the_sav
         again.stop()
     got = inserted(before) + inserted(after)
     assert max(got.values()) == 1 and got == want
+
+
+@pytest.mark.slow
+def test_a_savepoint_in_an_object_store(ray_session, tmp_path, s3_root, expected):
+    """The savepoint written to, and restored from, a real S3-compatible server."""
+    from actors.checkpoint import join_location
+
+    ckpt, point = str(tmp_path / "ckpt"), join_location(s3_root, "savepoints", "sp-1")
+    _, before = cut_half_way("sp-s3", ckpt, point)
+    again = query(slow()).deploy("sp-s3", checkpoint_dir=ckpt, restore=point)
+    try:
+        assert again.wait(60)
+        after = again.output()
+    finally:
+        again.stop()
+    got = inserted(before) + inserted(after)
+    assert max(got.values()) == 1 and got == expected
