@@ -159,7 +159,6 @@ class Supervisor(SavepointCut):
     def wait(self, timeout_s: float | None = None) -> bool:
         return self.done.wait(timeout_s)
 
-
     def stats(self) -> dict[str, Any]:
         last = self.recoveries[-1] if self.recoveries else None
         return {"recoveries": len(self.recoveries),

@@ -583,7 +583,7 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     default) make the :class:`~actors.config.ShellConfig` of the actors; a bad one is
     refused here, naming it, before anything starts.
     """
-    record = None
+    restored = None  # (location, record) of the savepoint
     if restore is not None:
         if checkpoint_dir is None:
             raise ValueError(f"deploy({name!r}, restore={restore!r}): a query restored from a "
@@ -591,8 +591,8 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
                              f"it checkpoints from then on)")
         from topology.running.savepoints import check
 
-        record = check(plan, name, restore, batch_size)
-        batch_size = record["batch_size"]
+        restored = (ck.normalize(restore), check(plan, name, restore, batch_size))
+        batch_size = restored[1]["batch_size"]
     if hold and checkpoint_dir is not None:
         raise ValueError(f"deploy({name!r}): hold=True is for queries without checkpoint_dir "
                          f"(a checkpointed query's supervisor starts feeding at once); "
@@ -615,8 +615,7 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     try:
         return _deploy(plan, name, settings, root, fed, local, token, detached=detached,
                        history=history, placement=placement, trace=trace, hold=hold,
-                       hosts=hosts, restore=None if record is None or restore is None
-                       else (ck.normalize(restore), record))
+                       hosts=hosts, restore=restored)
     except BaseException:
         if root is not None:
             ck.release_claim(root, name, token)
