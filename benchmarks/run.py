@@ -986,7 +986,7 @@ def detect_lines(report: Report, verdict: Callable[[bool], str]) -> list[str]:
     lines += [f"'A B+ D' (never completes) over {long['events']:,} events inline at "
               f"{fmt(long['eps'])} events/s (load {d['long_load']:.1f}): state rows / RSS MB at "
               "each sample: "
-              + ", ".join(f"{r:,} / {m:.0f}" for _, r, m in long["samples"]) + ".", ""]
+              + ", ".join(f"{r:,} / {m:.0f}" for _, r, m in long["samples"]) + "."]
     return lines
 
 
