@@ -234,3 +234,28 @@ def release_claim(root: str, query: str, token: str | None) -> None:
 def recoveries_path(root: str, query: str) -> str:
     """The record of a checkpointed query's recoveries, kept across restarts of its host."""
     return join_location(root, _safe(query), "recoveries.pkl")
+
+
+def load_recoveries(root: str, query: str) -> list[dict[str, Any]]:
+    """The recoveries :func:`save_recoveries` kept (none: an empty list)."""
+    try:
+        return list(load(recoveries_path(root, query)))
+    except (FileNotFoundError, OSError):
+        return []
+
+
+def save_recoveries(root: str, query: str, recoveries: list[dict[str, Any]]) -> None:
+    """Keep the recoveries beside the checkpoints: a restarted host counts on from them."""
+    save(recoveries_path(root, query), list(recoveries))
+
+
+def finished_path(root: str, query: str) -> str:
+    """The mark of a query whose whole output is saved: its input ended and the sink
+    released the last of it (released at the end without a checkpoint, so a run resumed
+    from the last epoch would release that output again)."""
+    return join_location(root, _safe(query), "finished.pkl")
+
+
+def has_finished(root: str, query: str) -> bool:
+    fs, where = open_location(finished_path(root, query))
+    return bool(fs.get_file_info(where).type == pafs.FileType.File)

@@ -26,7 +26,11 @@ in the driver for ``collect()``.
   saved output is read back, every actor of the query is replaced by one restored from the
   newest complete epoch ``e``, and the sources are read again from their beginning, skipping
   the ``e * checkpoint_every`` rounds that epoch had taken in. Sources must therefore be
-  re-readable (a list, a table, files), which is what lets a cluster process feed them.
+  re-readable (a list, a table, files), which is what lets a cluster process feed them. A
+  query that had finished (its whole output saved, ``finished.pkl``) is not run again: the
+  output its sink released at the end came after the last epoch, and would come twice.
+* **savepoints** (:mod:`actors.savepoints`): the feeder cuts the query at one more barrier
+  on demand; a run restored from a savepoint begins at its epoch, rounds and output position.
 
 Operators must be deterministic functions of their input (docs/udm.md already asks it of UDMs); the
 interleaving of a multi-input stage may differ on replay, which is harmless because nothing
@@ -117,10 +121,13 @@ class Supervisor(SavepointCut):
         with self.lock:
             if resume:
                 # the recoveries before the supervisor was lost count too
-                self.recoveries = self._load_recoveries()
+                self.recoveries = ck.load_recoveries(self.root, self.name)
                 for _, end, blob in ck.load_output(self.root, self.name, self.base_pos):
                     self.output.extend(decode(blob))
                     self.pos = end
+                if ck.has_finished(self.root, self.name):  # its output is whole: no rerun
+                    self._finish()
+                    return
                 epoch = self.committed = ck.latest_complete(self.root, self.name, self.steps)
                 self.generation = 1
             self.handles = self._start_actors(self.generation)
@@ -131,7 +138,7 @@ class Supervisor(SavepointCut):
             self.recoveries.append({"recovery_s": time.monotonic() - t0, "epoch": epoch,
                                     "replayed": 0, "generation": self.generation,
                                     "output_position": self.pos, "resumed": True})
-            self._save_recoveries()
+            ck.save_recoveries(self.root, self.name, self.recoveries)
         threads = ((lambda: self._feed(feeds, epoch), "cedar-ckpt-feeder"),
                    (self._watch, "cedar-ckpt-sup"))
         for target, label in threads:
@@ -187,16 +194,6 @@ class Supervisor(SavepointCut):
         if self.done.is_set():
             return "finished", None, None
         return ("recovering" if self._suspect.is_set() else "running"), None, None
-
-    def _load_recoveries(self) -> list[dict[str, Any]]:
-        try:
-            return list(ck.load(ck.recoveries_path(self.root, self.name)))
-        except (FileNotFoundError, OSError):
-            return []
-
-    def _save_recoveries(self) -> None:
-        """Keep the recoveries beside the checkpoints: a restarted host counts on from them."""
-        ck.save(ck.recoveries_path(self.root, self.name), list(self.recoveries))
 
     def output_from(self, i: int, timeout_s: float = 0.0) -> tuple[list[Any], bool, str | None]:
         """The released output from index ``i`` on (waiting up to ``timeout_s`` for some),
@@ -311,6 +308,7 @@ class Supervisor(SavepointCut):
                         self.committed = epoch
                         ck.forget_before(self.root, self.name, epoch)
                     if finished and not msgs:
+                        ck.save(ck.finished_path(self.root, self.name), self.pos)
                         self._finish()
                         return
                     dead = self._suspect.is_set() or error is not None
@@ -458,4 +456,4 @@ class Supervisor(SavepointCut):
         self.recoveries.append({"recovery_s": time.monotonic() - t0, "epoch": epoch,
                                 "replayed": len(replay), "generation": self.generation,
                                 "output_position": self.pos})
-        self._save_recoveries()
+        ck.save_recoveries(self.root, self.name, self.recoveries)

@@ -121,6 +121,27 @@ def test_a_lost_host_resumes_from_the_checkpoints(ray_session, tmp_path, expecte
         live.stop()
 
 
+def test_a_host_lost_after_the_query_finished_releases_nothing_again(ray_session, tmp_path,
+                                                                      expected):
+    """host: [-- fed, last epoch e, end: the rest released --] done  X  restarted
+    The output after epoch e was released at the end, with no checkpoint after it: a host
+    restarted then must not run the query again from e (that output would come twice)."""
+    import ray
+
+    from topology import attach
+
+    live = window_join(N).deploy("host-loss-end", checkpoint_dir=str(tmp_path),
+                                 checkpoint_every=2, batch_size=500)
+    try:
+        assert live.wait(60)
+        ray.kill(live.host, no_restart=False)  # Ray restarts it, as after a crash
+        again = attach("host-loss-end")
+        assert again.wait(60) and again.state() == "finished"
+        check_exactly_once(again.output(), expected)
+    finally:
+        live.stop()
+
+
 def test_a_name_deployed_again_does_not_resume_the_earlier_run(ray_session, tmp_path):
     """The same name and checkpoint folder for a new query: a restart of the new run must not
     take the earlier run's epochs or saved output for its own."""
