@@ -18,10 +18,7 @@ from collections import Counter
 import pytest
 
 from actors.savepoints import SavepointFailed
-from operators.aggregates import Sum
-from operators.events import Insert
-from operators.ingress import AdvanceTime
-from topology import Stream
+from topology import AdvanceTime, Insert, Stream, Sum
 from topology.spark.held_runs import Batches
 
 N = 6_000
