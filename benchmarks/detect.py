@@ -24,9 +24,11 @@ The input is N point events in start order, one every ``step`` ticks, each with 
   batch (never all in memory), a CTI after each; every ~1M events the operator's state rows
   and the process's RSS are printed, and the run fails if either grows past its bound.
 
+``--flink`` and ``--long`` run instead of the default part (both may be given).
+
     python -m benchmarks.detect                   # N = 200,000
     python -m benchmarks.detect --events 1000000
-    python -m benchmarks.detect --flink 4000000   # cedar inline, on Ray, and Flink
+    python -m benchmarks.detect --flink 1000000   # Flink's net runtime ~20 s here
     python -m benchmarks.detect --long 10000000   # state and RSS every ~1M events
 """
 
