@@ -95,13 +95,25 @@ class SavepointCut:
         return take(self, location, timeout_s)
 
 
+def inside_checkpoints(location: str, root: str, query: str) -> bool:
+    """Whether ``location`` lies in the checkpoint folder of ``query`` under ``root``, which
+    a deploy of that name deletes."""
+    folder = ck.query_dir(root, query).partition("?")[0].rstrip("/")
+    return (location.partition("?")[0].rstrip("/") + "/").startswith(folder + "/")
+
+
 def take(sup: SavepointCut, location: str, timeout_s: float = 60.0) -> dict[str, Any]:
     """Cut the query ``sup`` runs at one barrier, write its savepoint to ``location`` and
     return the record (see the module docstring). The sources are fed nothing more.
     Raises :class:`SavepointFailed` when the query has ended, failed or does not reach the
-    cut within ``timeout_s``."""
+    cut within ``timeout_s``, or ``location`` is in the query's checkpoint folder."""
     began = time.monotonic()
     deadline = began + timeout_s
+    if inside_checkpoints(location, sup.root, sup.name):
+        raise SavepointFailed(
+            f"query {sup.name!r}: the savepoint location {location!r} is inside the query's "
+            f"checkpoint folder {ck.query_dir(sup.root, sup.name)!r}, which the next deploy "
+            f"of {sup.name!r} deletes; give a location outside it")
     if sup.done.is_set():
         raise SavepointFailed(_ended(sup))
     sup.cut_asked.set()

@@ -150,6 +150,15 @@ def test_a_savepoint_needs_a_checkpointed_query_and_a_savepoint_to_restore(ray_s
         query(rows()).deploy("sp-none", checkpoint_dir=str(tmp_path), restore=str(tmp_path))
     with pytest.raises(ValueError, match="give checkpoint_dir= too"):
         query(rows()).deploy("sp-none", restore=str(tmp_path))
+    with pytest.raises(ValueError, match="inside the checkpoint folder of 'sp-none'"):
+        query(rows()).deploy("sp-none", checkpoint_dir=str(tmp_path),
+                             restore=str(tmp_path / "sp-none" / "sp"))
+    live = query(rows()).deploy("sp-unchecked")
+    try:
+        with pytest.raises(ValueError, match="needs a query deployed with checkpoint_dir="):
+            live.stop(savepoint=str(tmp_path / "p"))
+    finally:
+        live.stop()
 
 
 def test_a_finished_query_has_nothing_to_save(ray_session, tmp_path):
@@ -158,6 +167,11 @@ def test_a_finished_query_has_nothing_to_save(ray_session, tmp_path):
     assert live.wait(30)
     with pytest.raises(SavepointFailed, match="its input ended before the cut"):
         live.stop(savepoint=str(tmp_path / "p"))
+    # stopped all the same: the name is free for the next deploy
+    live = query(rows(600)).deploy("sp-done", checkpoint_dir=str(tmp_path / "c"),
+                                   batch_size=BATCH)
+    with pytest.raises(SavepointFailed, match="inside the query's checkpoint folder"):
+        live.stop(savepoint=str(tmp_path / "c" / "sp-done" / "sp"))
 
 
 

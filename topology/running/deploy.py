@@ -589,8 +589,13 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
             raise ValueError(f"deploy({name!r}, restore={restore!r}): a query restored from a "
                              f"savepoint runs checkpointed: give checkpoint_dir= too (where "
                              f"it checkpoints from then on)")
+        from actors.savepoints import inside_checkpoints
         from topology.running.savepoints import check
 
+        if inside_checkpoints(ck.normalize(restore), ck.normalize(checkpoint_dir), name):
+            raise ValueError(f"deploy({name!r}, restore={restore!r}): the savepoint is inside "
+                             f"the checkpoint folder of {name!r}, which this deploy deletes "
+                             f"first; move it out, or give another checkpoint_dir")
         restored = (ck.normalize(restore), check(plan, name, restore, batch_size))
         batch_size = restored[1]["batch_size"]
     if hold and checkpoint_dir is not None:
