@@ -237,8 +237,7 @@ class IngressKeys(IngressProgress):
                                 int(np.where(end == MAX_TIME, sent + 1, end).max()))
         # each key's latest start and CTI (new keys in the order the row path meets them)
         progress, moved, wall, every = self._keys, self._moved, self.arrival, adv.every
-        for key, t, cti in keyed:
-            p = progress.get(key)
+        for key, t, cti, p in keyed:
             if p is None:  # a new key starts at the stream's CTI of its first event
                 p = progress[key] = [t, 0, None, cti, wall]
             else:
@@ -246,7 +245,8 @@ class IngressKeys(IngressProgress):
                 if t > p[K_LATEST]:
                     p[K_LATEST] = t
             if every is not None:
-                t = min(max(p[K_LATEST] - delay, MIN_TIME), MAX_TIME)
+                # (below MAX_TIME, as delay >= 0; below MIN_TIME it is below the key's CTI)
+                t = p[K_LATEST] - delay
                 if t > p[K_CTI]:
                     p[K_CTI] = moved[key] = t
         low = self._latest - lag
@@ -259,15 +259,15 @@ class IngressKeys(IngressProgress):
 
     def _keys_at_once(self, keys: Any, names: list[Any] | None, starts: Any, floor: int,
                       prior: Any = None, stream: Any = None
-                      ) -> tuple[None, list[tuple[Any, int, int]]] | None:
+                      ) -> tuple[None, list[tuple[Any, int, int, Any]]] | None:
         """The common batch, decided without sorting: no row can be late, because each row
         starts at or after the stream's part of its CTI (``stream``, from ``floor``, the
         stream's CTI before the batch, and ``prior``, the largest start before each row), the
         highest CTI of the batch's keys and the largest start before it − delay (above its
         key's latest start − delay); for starts in order (``prior`` None) the first row doing
         so is enough. Then (None: every row accepted, [(key, its latest start, the stream's
-        CTI at its first row)]); None when some row may be late or the keys span too much
-        for a table of them."""
+        CTI at its first row, its progress or None for a new key)]); None when some row may
+        be late or the keys span too much for a table of them."""
         import numpy as np
 
         n = len(starts)
@@ -281,11 +281,11 @@ class IngressKeys(IngressProgress):
         present = np.flatnonzero(top != np.iinfo(np.int64).min)
         distinct = (present + low_key).tolist() if names is None else [
             names[c] for c in present.tolist()]
-        progress = self._keys
+        get = self._keys.get
         highest = MIN_TIME
         fresh = []  # the new keys' codes
-        for key, code in zip(distinct, present.tolist()):
-            p = progress.get(key)
+        ps = [get(key) for key in distinct]  # (None: a new key)
+        for p, code in zip(ps, present.tolist()):
             if p is None:
                 fresh.append(code)
             elif p[K_CTI] > highest:
@@ -303,10 +303,9 @@ class IngressKeys(IngressProgress):
                 return None
         latest = top[present].tolist()
         # (the stream's CTI at its first row is read for a new key only)
-        keyed = list(zip(distinct, latest, latest))
+        keyed = list(zip(distinct, latest, latest, ps))
         if fresh:
-            new_codes = set(fresh)
-            keyed = [item for item, c in zip(keyed, present.tolist()) if c not in new_codes]
+            keyed = [item for item in keyed if item[3] is not None]
             first = np.full(span, n, dtype=np.int64)
             np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
             rows = first[fresh]
@@ -319,17 +318,18 @@ class IngressKeys(IngressProgress):
             else:
                 at = stream[rows].tolist()
             new = np.asarray(fresh)[meet]
-            keyed += [(distinct[j], t, cti) for j, t, cti in zip(
+            keyed += [(distinct[j], t, cti, None) for j, t, cti in zip(
                 np.searchsorted(present, new).tolist(), top[new].tolist(), at)]
         return None, keyed
 
     def _keys_one_by_one(self, columns: dict[str, Any], starts: Any, ends: Any, keys: Any,
                          names: list[Any] | None, prior: Any, stream: Any
-                         ) -> tuple[Any, list[tuple[Any, int, int]]] | None:
+                         ) -> tuple[Any, list[tuple[Any, int, int, Any]]] | None:
         """A batch where rows may be late: each row's CTI from the running maxima over its
         key's rows (sorted by key), the late rows recorded; then (the accepted rows' index,
         None: all, and [(key, latest accepted start, the stream's CTI at its first accepted
-        row)], in the order of those rows), or None (times too far apart: row by row)."""
+        row, its progress or None)], in the order of those rows), or None (times too far
+        apart: row by row)."""
         import numpy as np
 
         adv = self.advance
@@ -349,8 +349,8 @@ class IngressKeys(IngressProgress):
         distinct = by_key[heads].tolist()
         if names is not None:
             distinct = [names[c] for c in distinct]
-        progress = self._keys
-        before = [MIN_TIME if (p := progress.get(k)) is None else p[K_CTI] for k in distinct]
+        ps = [self._keys.get(k) for k in distinct]  # (None: a new key)
+        before = [MIN_TIME if p is None else p[K_CTI] for p in ps]
         if max(before) + delay > MAX_TIME:
             return None
         # the key's part: max(its CTI before the batch, its largest start before it − delay)
@@ -387,7 +387,7 @@ class IngressKeys(IngressProgress):
         first_row = order[change if kept is None else kept[change]]
         latest = np.maximum.reduceat(at, change)
         meet = np.argsort(first_row, kind="stable")
-        return index, [(distinct[j], t, cti) for j, t, cti in zip(
+        return index, [(distinct[j], t, cti, ps[j]) for j, t, cti in zip(
             rows[change][meet].tolist(), latest[meet].tolist(), stream[first_row[meet]].tolist())]
 
     def _late_key_rows(self, columns: dict[str, Any], starts: Any, ends: Any, rows: Any,
