@@ -459,8 +459,8 @@ def _key_codes(column: Any) -> tuple[Any, list[Any] | None] | None:
     kind = getattr(getattr(column, "dtype", None), "kind", "")
     if not kind:
         return None
-    if kind in "iu":
-        return column, None
+    if kind in "iu":  # (codes in int64: a uint64 column's keys from 2**63 go row by row)
+        return None if kind == "u" and int(column.max()) >= 2**63 else (column, None)
     if kind not in "OU":
         return None
     values = column.tolist()

@@ -343,3 +343,19 @@ def test_a_keyed_window_takes_columns_around_key_ctis_at_once(emit):
     assert to_cht(at_once) == to_cht(one_by_one)
     if emit == "final":  # key 0's windows came out at its own CTI, before the end
         assert {i.payload[0] for i in _events(early)} == {0, 1}
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int32", "uint64", "U3", "object"])
+def test_a_key_column_of_any_int_or_string_type_is_decided_as_its_rows(dtype):
+    import numpy as np
+
+    adv = AdvanceTime(every=1, per_key="k", low_watermark=10)
+    keys = [5, 1, 5, 1] if dtype != "uint64" else [2**63 + 5, 2**63 + 1, 2**63 + 5, 1]
+    if dtype in ("U3", "object"):
+        keys = [f"m{k}" for k in keys]
+    cols = {"k": np.array(keys, dtype=dtype), "t": np.array([5, 30, 6, 2], dtype=np.int64)}
+    by_cols, by_rows = (Ingress(start="t", advance=adv) for _ in range(2))
+    got = by_cols.push(cols)
+    want = by_rows.push([{"k": k, "t": t} for k, t in zip(keys, [5, 30, 6, 2], strict=True)])
+    assert _events(got) == _events(want) and _promises(got) == _promises(want)
+    assert by_cols.late == by_rows.late and by_cols._keys == by_rows._keys
