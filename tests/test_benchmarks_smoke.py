@@ -322,3 +322,19 @@ def test_detect_beside_flink_compares_the_same_matches_inline():
                        rows=False)
     assert ours == Counter((p["A"][0]["k"], s, e - 1, sum(map(len, p.values())))
                            for s, e, p in bd.to_cht(out)) and ours
+
+
+def test_per_key_benchmark_runs_and_its_outputs_are_equal():
+    """The per-key cost benchmark itself, briefly, in a process of its own."""
+    import os
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-m", "benchmarks.per_key", "--events", "20000",
+                           "--no-ray"], cwd=repo, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "output CHTs equal" in done.stdout
+    line = done.stdout.strip().splitlines()[-1]
+    got = dict(kv.split("=") for kv in line.split()[1:])
+    assert line.startswith("RESULT ") and float(got["inline_per_key_eps"]) > 0
