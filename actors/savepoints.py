@@ -16,7 +16,9 @@ copies the files of ``e`` to the savepoint's location, and writes its record las
     the record (:data:`RECORD`): the query, the epoch, the rounds of the sources fed (their
     input positions: a restored run reads them again from their beginning and skips these
     rounds, which needs the same ``batch_size``), the output position, each step's plan
-    fingerprint and when it was taken. A location without it holds no (complete) savepoint.
+    fingerprints (upstream and own: :mod:`topology.running.upgrades` matches a changed
+    plan's steps by them) and when it was taken. A location without it holds no (complete)
+    savepoint.
 
 ``<location>`` is a local path or a storage URI, as ``checkpoint_dir`` takes.
 ``deploy(..., restore=PATH)`` (:mod:`topology.running.savepoints`) starts from it.
@@ -141,6 +143,7 @@ def take(sup: SavepointCut, location: str, timeout_s: float = 60.0) -> dict[str,
     record = {"query": sup.name, "epoch": epoch, "rounds": rounds, "output_position": position,
               "batch_size": sup.batch_size, "steps": list(sup.steps), "sink": sup.sink_step,
               "fingerprints": dict(manifest.get("fingerprints", {})),
+              "own_fingerprints": dict(manifest.get("own_fingerprints", {})),
               "fingerprint": manifest.get("fingerprint"), "taken": time.time(),
               "took_s": time.monotonic() - began}
     ck.save(record_location(location), record)  # last: the savepoint is complete
@@ -180,9 +183,30 @@ def load_record(location: str) -> dict[str, Any]:
 
 
 def seed(location: str, root: str, query: str, record: dict[str, Any]) -> None:
-    """Copy the savepoint's step files into the checkpoints of ``query`` under ``root`` as
-    the epoch it was cut at: the restored run's first complete epoch, from which it starts
-    and restarts until it checkpoints a newer one."""
-    for step in record["steps"]:
-        copy_file(step_location(location, step),
-                  ck.stage_path(root, query, record["epoch"], step))
+    """Write the savepoint's state into the checkpoints of ``query`` under ``root`` as the
+    epoch it was cut at: the restored run's first complete epoch, from which it starts and
+    restarts until it checkpoints a newer one. Each step of the restored plan takes the
+    state of the savepoint's step ``record["mapping"]`` names (its own, or one the planner
+    numbered otherwise), or, named None, starts as a new processor
+    (``record["fresh"][step]``, its snapshot) that has seen nothing; without a mapping
+    (the same plan) each step takes its own."""
+    epoch = record["epoch"]
+    mapping = record.get("mapping") or {step: step for step in record["steps"]}
+    for step, old in mapping.items():
+        target = ck.stage_path(root, query, epoch, step)
+        if old == step:
+            copy_file(step_location(location, step), target)
+        elif old is not None:  # the planner numbered it otherwise: its file, under its id
+            ck.save(target, {**ck.load(step_location(location, old)), "step": step})
+        else:
+            ck.save(target, fresh_state(step, epoch, record["fresh"][step]))
+
+
+def fresh_state(step: str, epoch: int, proc: Any) -> dict[str, Any]:
+    """The checkpoint of a step that has seen nothing, at ``epoch``: what
+    :meth:`~actors.checkpointing.Checkpointing._checkpoint` would write of a new one."""
+    from operators.events import MIN_TIME
+
+    return {"step": step, "epoch": epoch, "proc": proc,
+            "counts": {"events_in": 0, "events_out": 0, "batches_in": 0, "batches_out": 0},
+            "out_cti": MIN_TIME, "released": [], "released_base": 0}

@@ -6,6 +6,8 @@
     cedar status [--address A]         list the queries running on a cluster
     cedar inspect NAME [--address A]   stats and a snapshot of one running query
     cedar stop NAME [--address A]      stop a running query and free its name
+                                       (--savepoint PATH: cut it and save its state first)
+    cedar upgrade NEW.py --savepoint P which steps of a new query keep their state from P
     cedar why NAME [--address A]       why an output is not final (or not there)
     cedar ui [--address A]             a live web page of the running queries
     cedar debug TRACE [--step S] ...   step through a recorded trace; --cause ID: root cause
@@ -26,6 +28,8 @@ import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
+
+from topology.app import upgrade
 
 #: How long the command line waits for a cluster to answer its first question (seconds):
 #: past it the address is left to Ray, whose own checks then say what is wrong.
@@ -227,6 +231,7 @@ def _parser() -> argparse.ArgumentParser:
     why.add_argument("--address", default="auto", help="Ray cluster address (default auto)")
     why.add_argument("--tz", default=None, metavar="ZONE", help=TZ_HELP)
     why.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    upgrade.add_parser(sub)
     return p
 
 
@@ -746,7 +751,8 @@ def _why(args: Any) -> int:
 
 
 COMMANDS = {"demo": _demo, "run": _run, "status": _status, "inspect": _inspect, "stop": _stop,
-            "ui": _ui, "debug": _debug, "timeline": _timeline, "check": _check, "why": _why}
+            "ui": _ui, "debug": _debug, "timeline": _timeline, "check": _check, "why": _why,
+            "upgrade": upgrade.run}
 
 if __name__ == "__main__":
     sys.exit(main())

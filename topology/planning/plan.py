@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from operators.processor import Processor
 from topology.building import nodes as n
+from topology.planning.code_hash import code_text
 from topology.planning.routing import OutEdge
 
 Factory = Callable[[], Processor]
@@ -135,20 +136,24 @@ class Plan:
                                        if e.partition is not None else "")
                 for e in self.edges.get(step, ()))
             lines.append(f"  {step:<28} {st.describe}" + (f"  → {outs}" if outs else ""))
-        lines.append(f"fingerprint: {plan_fingerprint(self)} (of every stage and its edges: "
-                     f"a savepoint restores only into a plan with the same)")
+        lines.append(f"fingerprint: {plan_fingerprint(self)} (of every stage and its edges; a "
+                     f"savepoint restores each step's state into a step with its own "
+                     f"fingerprint: `cedar upgrade` shows which)")
         return "\n".join(lines)
 
 
 # -- fingerprints ----------------------------------------------------------------------------------
-# What a savepoint's state belongs to. A stage's fingerprint hashes what it is -- its step id,
-# its nodes' descriptions (a source's without its data, so that more rows of the same source
-# keep it; a group_apply's with its per-group query), its role, the fast path the planner chose
-# (a variant keeps another state) and its number of inputs -- and its in-edges: each upstream
-# stage's fingerprint, the port and the partition the edge carries. As in a Merkle tree, a
-# stage's fingerprint changes when anything upstream of it changes, and only then. A savepoint
-# (actors/savepoints.py) records each step's; deploy(..., restore=PATH) compares them with the
-# new plan's (topology/running/savepoints.py) and names the first step that differs.
+# What a savepoint's state belongs to. A stage's *own* fingerprint (:func:`own_fingerprints`)
+# hashes what it is -- its nodes' descriptions (a source's without its data, so that more rows
+# of the same source keep it; a group_apply's with its per-group query), the code of the user
+# functions they hold (topology/planning/code_hash.py), its role, the fast path the planner
+# chose (a variant keeps another state) and its number of inputs -- and not its step id, which
+# the planner numbers in plan order (a step added upstream renames it: `where#1` becomes
+# `where#2`). A stage's fingerprint (:func:`step_fingerprints`) hashes its own and its
+# in-edges: each upstream stage's fingerprint, the port and the partition the edge carries.
+# As in a Merkle tree, it changes when anything upstream of it changes, and only then. A
+# savepoint (actors/savepoints.py) records both; deploy(..., restore=PATH) matches the new
+# plan's steps to the savepoint's by them (topology/running/savepoints.py, upgrades.py).
 
 #: Hex digits of a fingerprint as shown (64 bits: no two plans of a user collide).
 SHOWN_HEX = 16
@@ -156,13 +161,30 @@ SHOWN_HEX = 16
 
 def _node(node: n.Node, inner: bool = False) -> str:
     """A node as the fingerprint sees it: its description, a source's without its data
-    (``from_rows(3 rows, ...)`` and ``from_rows(5 rows, ...)`` are the same step), and the
-    nodes it holds (a group_apply's per-group query, with its inputs: ``inner``)."""
+    (``from_rows(3 rows, ...)`` and ``from_rows(5 rows, ...)`` are the same step), the code
+    of the user functions it holds (:func:`_functions`), and the nodes it holds (a
+    group_apply's per-group query, with its inputs: ``inner``)."""
     text = node.without_data().describe() if node.is_source else node.describe()
     held = [f"{f.name}=[{_node(v, True)}]" for f in dataclasses.fields(node)
             if isinstance(v := getattr(node, f.name), n.Node)]
     ins = [f"({_node(i, True)})" for i in node.inputs] if inner else []
-    return " ".join([text, *held, *ins])
+    return " ".join([text, *_functions(node), *held, *ins])
+
+
+def _functions(node: n.Node) -> list[str]:
+    """The code of every user function a node's fields hold (directly, or in a tuple, a list
+    or a dict's values), as :func:`~topology.planning.code_hash.code_text` reads it; a
+    source's data is not read."""
+    if node.is_source:
+        return []
+    out = []
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        values = (list(value.values()) if isinstance(value, dict) else
+                  list(value) if isinstance(value, (tuple, list)) else [value])
+        out += [f"{f.name}:{code_text(v)}" for v in values
+                if callable(v) and not isinstance(v, n.Node)]
+    return out
 
 
 def _description(st: Stage) -> str:
@@ -177,8 +199,22 @@ def _hash(text: str) -> str:
         :SHOWN_HEX]
 
 
+def own_fingerprints(plan: Plan) -> dict[str, str]:
+    """Each step's own fingerprint (see "fingerprints" above): what the step is, not what
+    feeds it nor its step id, in plan order.
+
+    >>> from topology import Stream
+    >>> src = Stream.from_rows([{"t": 1}], start="t")
+    >>> own = own_fingerprints(src.where(lambda r: r["t"] > 0).where(bool).plan())
+    >>> own["where#2"] == own_fingerprints(src.where(bool).plan())["where#1"]
+    True
+    """
+    return {step: _hash(_description(st)) for step, st in plan.stages.items()}
+
+
 def step_fingerprints(plan: Plan) -> dict[str, str]:
-    """Each step's fingerprint (see "fingerprints" above), in plan order.
+    """Each step's fingerprint (see "fingerprints" above): its own and its upstream's, in
+    plan order.
 
     >>> from topology import Stream
     >>> more = Stream.from_rows([{"t": 1}, {"t": 2}], start="t").where(bool).plan()
@@ -186,10 +222,11 @@ def step_fingerprints(plan: Plan) -> dict[str, str]:
     ...     step_fingerprints(more)  # the same query over more rows
     True
     """
+    own = own_fingerprints(plan)
     inputs: dict[str, list[str]] = {step: [] for step in plan.stages}
     out: dict[str, str] = {}
-    for step, st in plan.stages.items():  # topological order: upstream stages come first
-        out[step] = _hash("\n".join([step, _description(st), *sorted(inputs[step])]))
+    for step in plan.stages:  # topological order: upstream stages come first
+        out[step] = _hash("\n".join([own[step], *sorted(inputs[step])]))
         for e in plan.edges.get(step, ()):
             part = "" if e.partition is None else f"{e.index}/{e.partition.n}"
             inputs[e.dst].append(f"{out[step]}:{e.port}:{part}:{'late' if e.late else ''}")

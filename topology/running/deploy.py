@@ -576,8 +576,10 @@ def deploy_plan(plan: Plan, name: str, *, detached: bool = True, history: bool =
     With ``restore`` (a savepoint's location, written by ``Query.stop(savepoint=PATH)``)
     every step starts from its state in the savepoint and the sources from where it cut
     them (read again from their beginning, the batches fed before the cut skipped). Needs
-    ``checkpoint_dir``; the plan must be the one the savepoint was taken of and its sources
-    re-readable, else it is refused naming the step (:mod:`topology.running.savepoints`).
+    ``checkpoint_dir``; its sources must be the savepoint's and re-readable. In a changed
+    plan a step keeps the state of the savepoint's step with its fingerprint, a new or
+    changed stateless step starts fresh, and a new or changed step holding state is refused
+    naming it (:mod:`topology.running.savepoints`, :mod:`topology.running.upgrades`).
 
     ``batch_size``, ``max_in_flight``, ``flush_ms`` and ``checkpoint_every`` (None: the
     default) make the :class:`~actors.config.ShellConfig` of the actors; a bad one is
@@ -635,7 +637,7 @@ def _deploy(plan: Plan, name: str, settings: ShellConfig, root: str | None, fed:
     savepoint it starts from."""
     import ray
 
-    from topology.planning.plan import plan_fingerprint, step_fingerprints
+    from topology.planning.plan import own_fingerprints, plan_fingerprint, step_fingerprints
 
     settings = _traced(settings, plan, trace)
     if history:
@@ -646,6 +648,7 @@ def _deploy(plan: Plan, name: str, settings: ShellConfig, root: str | None, fed:
             "sink": plan.sink, "host": actor_name(name, HOST_STEP),
             "fed_by_driver": local, "claim": token, "clock": plan.clock,
             "fingerprints": step_fingerprints(plan), "fingerprint": plan_fingerprint(plan),
+            "own_fingerprints": own_fingerprints(plan),
             "subscriptions": [(plan.stages[s].source.query, f"{name}/{s}")  # type: ignore[union-attr]
                               for s in plan.sources
                               if isinstance(plan.stages[s].source, n.Published)]}

@@ -3,9 +3,10 @@
 A savepoint (:mod:`actors.savepoints`) holds every step's state at a cut and the rounds of
 the sources fed before it. A plan restores it only when
 
-* it is the plan the savepoint was taken of: every step's fingerprint
-  (:func:`topology.planning.plan.step_fingerprints`) equal, else the first step that differs
-  (in plan order: where the change begins) is named;
+* each of its steps keeps a state of the savepoint's, or holds none, or held none at the
+  cut (:mod:`topology.running.upgrades`: matched by fingerprint, not by step id); else the
+  first step refused (a new or changed source, or a changed step that holds state) is
+  named, and why;
 * each of its fed sources can be read again from its beginning (a list, a tuple, an Arrow
   table, parquet files, a batch DataFrame): the restored run reads it again and skips the
   rounds fed before the cut. A one-shot iterator (a generator) cannot be, nor a Spark
@@ -21,10 +22,12 @@ import datetime as _dt
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from actors import checkpoint as ck
 from actors.savepoints import SavepointFailed, load_record
 from topology.building import nodes as n
-from topology.planning.plan import Plan, step_fingerprints
+from topology.planning.plan import Plan
 from topology.running.feeding import driver_sources
+from topology.running.upgrades import fresh_snapshots, match
 
 if TYPE_CHECKING:
     from operators.events import Message
@@ -52,25 +55,23 @@ def one_shot(plan: Plan, step: str) -> str | None:
 
 def check(plan: Plan, name: str, location: str, batch_size: int | None) -> dict[str, Any]:
     """The savepoint record at ``location`` if ``plan`` can start from it (see the module
-    docstring); ValueError naming the step and the fix when it cannot."""
+    docstring), with ``mapping`` (each step of ``plan``: the savepoint's step whose state it
+    takes, or None) and ``fresh`` (the snapshot of each step that starts fresh) added;
+    ValueError naming the step and the fix when it cannot."""
     record = load_record(location)
     head = f"deploy({name!r}, restore={location!r})"
-    saved, now = record["fingerprints"], step_fingerprints(plan)
-    for step, fingerprint in now.items():
-        if saved.get(step) != fingerprint:
-            what = ("is not in the plan the savepoint was taken of" if step not in saved else
-                    "differs from the savepoint's (its operator, or a step upstream of it, "
-                    "changed)")
-            raise ValueError(
-                f"{head}: step {step!r} {what}: the savepoint of {_taken(record)} restores "
-                f"only into the same plan (fingerprint {record.get('fingerprint')}, see "
-                f"explain()); deploy the query it was taken of, or deploy this one without "
-                f"restore=")
-    gone = [s for s in saved if s not in now]
-    if gone:
-        raise ValueError(f"{head}: step {gone[0]!r} of the savepoint of {_taken(record)} is not "
-                         f"in this plan; deploy the query it was taken of, or deploy this one "
-                         f"without restore=")
+    fates = match(plan, record, ck.normalize(location))
+    refused = [f for f in fates if f.refused]
+    if refused:
+        f = refused[0]
+        raise ValueError(
+            f"{head}: step {f.step!r} differs from the savepoint's and cannot be restored: "
+            f"{f.why}. The savepoint of {_taken(record)} restores every step it has the "
+            f"fingerprint of (see explain(); `cedar upgrade NEW.py --savepoint PATH` shows "
+            f"each step's fate); keep {f.step!r} as it was, or deploy without restore= to "
+            f"start afresh")
+    record = {**record, "mapping": {f.step: f.old for f in fates},
+              "fresh": fresh_snapshots(plan, fates)}
     for step in driver_sources(plan):
         why = one_shot(plan, step)
         if why is not None:
@@ -97,8 +98,6 @@ def take_savepoint(query: Any, location: str, timeout_s: float
     emitted. A savepoint that cannot be taken (the query ended or failed) raises
     :class:`~actors.savepoints.SavepointFailed`, the query stopped all the same."""
     import ray
-
-    from actors import checkpoint as ck
 
     if query.supervisor is None:
         raise ValueError(

@@ -1,0 +1,162 @@
+"""Upgrades (issue 39, item 3): a savepoint restored into a changed query.
+
+    old query:  rows ─ where(v >= 0)  ─ group_apply(k: tumbling sum of v) ─ sink
+    new query:  rows ─ where(v < 1000) ─ group_apply(k: tumbling sum of v) ─ sink
+    rows:       r0 ... r(k) |cut| r(k+1) ... r(n-1)      every v < 13: both predicates keep
+                                                          every row, before the cut and after
+    1st run (old):  [-- fed, windows final before the cut emitted --] stop(savepoint=P)
+    2nd run (new):  deploy(restore=P): where starts fresh (it holds no state), the keyed
+                    window and the sink keep theirs, the rest of the rows fed
+    output:         1st ∪ 2nd == an uninterrupted run of the new query over the same rows
+
+The rows are chosen so that the changed predicate lets through what the old one did before
+the cut: then the window's state is the new query's, and the uninterrupted run of the new
+query is the right expectation. (Where a change would have let other rows through before
+the cut, the window keeps the old query's state: that is what "keeps its state" means, and
+cedar does not check it: no input log is retained.) A changed window size is refused naming
+the step; `cedar upgrade` prints each step's fate; a fingerprint sees a function's code.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.deploy.test_savepoint import BATCH, N, inserted, rows, slow, wait_rows
+from topology import AdvanceTime, Stream, Sum
+from topology.planning.plan import own_fingerprints, step_fingerprints
+
+
+def old_pred(r):
+    return r["v"] >= 0
+
+
+def new_pred(r):
+    return r["v"] < 1_000
+
+
+def query(data, pred=old_pred, size: int = 1_000) -> Stream:
+    """rows ─ where(pred) ─ group_apply(k: tumbling(size) sum of v, emit final) ─ sink"""
+    return Stream.from_rows(data, start="t", advance=AdvanceTime(every=BATCH)).where(
+        pred).group_apply(
+        lambda r: r["k"],
+        lambda g: g.tumbling_window(size, emit="final").aggregate(Sum("v")))
+
+
+def cut(name: str, ckpt: str, point: str) -> list:
+    """Deploy the old query over the slow rows, stop it with a savepoint a third of the way
+    in; the output delivered before the cut."""
+    live = query(slow()).deploy(name, checkpoint_dir=ckpt, batch_size=BATCH,
+                                checkpoint_every=4)
+    try:
+        wait_rows(live, N // 3)
+        record = live.stop(savepoint=point)
+    except BaseException:
+        live.stop()
+        raise
+    assert record is not None and 0 < record["rounds"] < N // BATCH
+    return live.output()
+
+
+def test_a_changed_where_restores_the_window_and_gives_the_new_querys_output(
+        ray_session, tmp_path):
+    ckpt, point = str(tmp_path / "ckpt"), str(tmp_path / "savepoint")
+    want = inserted(query(rows(), new_pred).collect(runtime="inline"))
+    before = cut("up-where", ckpt, point)
+    new = query(slow(), new_pred)
+    again = new.deploy("up-where", checkpoint_dir=ckpt, restore=point)
+    try:
+        assert again.wait(60)
+        after = again.output()
+    finally:
+        again.stop()
+    assert before and after, "the cut fell at an end: the test proves nothing"
+    got = inserted(before) + inserted(after)
+    assert max(got.values()) == 1 and got == want
+
+
+def test_a_changed_window_size_is_refused_naming_the_step_and_cedar_upgrade_says_so(
+        ray_session, tmp_path, capsys):
+    from topology.app.cli import main
+
+    ckpt, point = str(tmp_path / "ckpt"), str(tmp_path / "savepoint")
+    live = query(slow()).deploy("up-size", checkpoint_dir=ckpt, batch_size=BATCH)
+    try:
+        wait_rows(live, BATCH * 3)
+        live.stop(savepoint=point)
+    except BaseException:
+        live.stop()
+        raise
+    changed = query(slow(), size=2_000)
+    step = next(s for s in changed.plan().stages if s.startswith("group_apply"))
+    with pytest.raises(ValueError, match=rf"step '{step}' differs .* its state cannot be "
+                                         r"rebuilt: no retained input log"):
+        changed.deploy("up-size", checkpoint_dir=ckpt, restore=point)
+
+    script = tmp_path / "new.py"
+    script.write_text(upgrade_script(2_000))
+    capsys.readouterr()
+    assert main(["upgrade", str(script), "--savepoint", point]) == 1
+    said = capsys.readouterr().out
+    assert f"{step}" in said and "refused" in said and "no retained input log" in said, said
+    assert "where#1" in said and "starts fresh" in said, said
+    script.write_text(upgrade_script(1_000))
+    assert main(["upgrade", str(script), "--savepoint", point]) == 0
+    said = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in said.splitlines()[1:] if line.strip()}
+    assert "keeps its state" in lines[step] and "upstream" in lines[step], said
+    assert "unchanged" in lines["from_rows#0"] and "starts fresh" in lines["where#1"], said
+
+
+def upgrade_script(size: int) -> str:
+    """A NEW.py for `cedar upgrade`: it defines ``stream``, the new query (here with the
+    new predicate and a window of ``size``)."""
+    return textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.getcwd()!r})
+        from tests.deploy.test_upgrade import new_pred, query, rows
+        stream = query(rows(), new_pred, size={size})
+        """)
+
+
+# -- fingerprints that see code ----------------------------------------------------------------
+def _where(pred) -> dict[str, str]:
+    return own_fingerprints(Stream.from_rows([{"t": 1, "v": 1}], start="t").where(pred).plan())
+
+
+def test_a_fingerprint_sees_a_functions_body_not_its_name():
+    # the same code, written twice (two lambda objects): the same fingerprint
+    assert _where(lambda r: r["v"] > 3) == _where(lambda r: r["v"] > 3)
+    assert _where(lambda r: r["v"] > 3) != _where(lambda r: r["v"] > 4)  # a constant
+    assert _where(lambda r: r["v"] > 3) != _where(lambda r: r["w"] > 3)  # a key
+    assert _where(lambda r: r["v"] > 3) != _where(lambda r: r["v"] < 3)  # an operator
+    assert _where(above(3)) == _where(above(3))  # a closure cell's value: the same
+    assert _where(above(3)) != _where(above(4))  # and another
+    assert _where(old_pred) != _where(new_pred)
+
+
+def above(limit):
+    return lambda r: r["v"] > limit
+
+
+def test_a_step_renamed_by_the_planner_keeps_its_own_fingerprint():
+    src = Stream.from_rows([{"t": 1, "v": 1}], start="t")
+    one = src.where(old_pred).plan()
+    two = src.where(new_pred).where(old_pred).plan()
+    assert own_fingerprints(two)["where#2"] == own_fingerprints(one)["where#1"]
+    assert step_fingerprints(two)["where#2"] != step_fingerprints(one)["where#1"]
+
+
+def test_fingerprints_are_the_same_in_another_process_and_hash_seed():
+    code = ("from tests.deploy.test_upgrade import query, rows; "
+            "from topology.planning.plan import step_fingerprints; "
+            "print(step_fingerprints(query(rows(10)).plan()))")
+    here = step_fingerprints(query(rows(10)).plan())
+    env = dict(os.environ, PYTHONHASHSEED="4321", PYTHONPATH=os.pathsep.join(sys.path))
+    there = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, check=True).stdout.strip()
+    assert there == repr(here)
