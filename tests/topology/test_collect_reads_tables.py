@@ -1,7 +1,7 @@
-"""collect() on Ray: a query whose only source is a ``from_arrow`` table has its source actor
-read the table itself (the table travels once through the object store); the driver sends no
+"""collect() on Ray: a query whose sources are all ``from_arrow`` tables has each source actor
+read its table itself (the table travels once through the object store); the driver sends no
 batch. The output is the inline run's, string columns (with nulls and repeats) included; a
-query of several sources is still fed by the driver, one batch of each in turn."""
+query with a source of rows is still fed by the driver, one batch of each source in turn."""
 
 from __future__ import annotations
 
@@ -59,9 +59,19 @@ def test_a_tables_only_source_is_read_by_its_actor(ray_session, sent):
         None in [r["url"] for r in rows]
 
 
-def test_several_sources_are_still_fed_by_the_driver(ray_session, sent):
+def test_several_table_sources_each_read_their_own(ray_session, sent):
     a = Stream.from_arrow(_table(2), start="t", batch_rows=1_000)
     b = Stream.from_arrow(_table(3), start="t", batch_rows=1_000)
+    s = a.union(b)
+    out = s.collect(columns=True)
+    assert not sent, f"the driver sent {len(sent)} batches"
+    check_equivalent(list(expand(out)), list(expand(s.collect(runtime="inline", columns=True))))
+
+
+def test_a_source_of_rows_beside_a_table_is_fed_by_the_driver_with_it(ray_session, sent):
+    rows = [{"t": t, "k": t % 9, "url": None, "extra": ""} for t in range(0, 50_000, 10)]
+    a = Stream.from_arrow(_table(2), start="t", batch_rows=1_000).select(lambda r: r["k"])
+    b = Stream.from_rows(rows, start="t").select(lambda r: r["k"])
     s = a.union(b)
     out = s.collect(columns=True)
     assert sent
