@@ -160,3 +160,47 @@ def test_fingerprints_are_the_same_in_another_process_and_hash_seed():
     there = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                            text=True, check=True).stdout.strip()
     assert there == repr(here)
+
+
+def test_steps_are_matched_by_fingerprint_not_by_id():
+    """old:  rows ─ where#1(old) ─ group_apply#2 ─ sink
+       new:  rows ─ where#1(new) ─ where#2(old) ─ group_apply#3 ─ sink
+    the new where starts fresh; where#2 and group_apply#3 take where#1's and
+    group_apply#2's states (their ids changed, their own fingerprints did not)."""
+    from topology.running.upgrades import FRESH, KEEPS, UNCHANGED, match
+
+    old = query(rows(10)).plan()
+    record = {"fingerprints": step_fingerprints(old), "own_fingerprints": own_fingerprints(old)}
+    new = Stream.from_rows(rows(10), start="t", advance=AdvanceTime(every=BATCH)).where(
+        new_pred).where(old_pred).group_apply(
+        lambda r: r["k"], lambda g: g.tumbling_window(1_000, emit="final").aggregate(Sum("v")))
+    fates = {f.step: (f.verdict, f.old) for f in match(new.plan(), record, "unused")}
+    assert fates == {"from_rows#0": (UNCHANGED, "from_rows#0"), "where#1": (FRESH, None),
+                     "where#2": (KEEPS, "where#1"), "group_apply#3": (KEEPS, "group_apply#2"),
+                     "sink": (KEEPS, "sink")}
+    # the same plan: every step unchanged, its own state
+    assert {f.verdict for f in match(old, record, "unused")} == {UNCHANGED}
+
+
+@pytest.mark.slow
+def test_a_step_added_upstream_renames_the_window_and_it_keeps_its_state(ray_session,
+                                                                         tmp_path):
+    """The restored run's window is group_apply#3; its state is group_apply#2's."""
+    def new_query(data) -> Stream:
+        return Stream.from_rows(data, start="t", advance=AdvanceTime(every=BATCH)).where(
+            new_pred).where(old_pred).group_apply(
+            lambda r: r["k"],
+            lambda g: g.tumbling_window(1_000, emit="final").aggregate(Sum("v")))
+
+    ckpt, point = str(tmp_path / "ckpt"), str(tmp_path / "savepoint")
+    want = inserted(new_query(rows()).collect(runtime="inline"))
+    before = cut("up-renamed", ckpt, point)
+    again = new_query(slow()).deploy("up-renamed", checkpoint_dir=ckpt, restore=point)
+    try:
+        assert "group_apply#3" in again.steps
+        assert again.wait(60)
+        after = again.output()
+    finally:
+        again.stop()
+    got = inserted(before) + inserted(after)
+    assert before and after and max(got.values()) == 1 and got == want
