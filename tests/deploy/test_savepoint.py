@@ -161,6 +161,7 @@ def test_a_savepoint_needs_a_checkpointed_query_and_a_savepoint_to_restore(ray_s
         live.stop()
 
 
+@pytest.mark.slow  # ~6 s (the default tier keeps its budget)
 def test_a_finished_query_has_nothing_to_save(ray_session, tmp_path):
     live = query(rows(600)).deploy("sp-done", checkpoint_dir=str(tmp_path / "c"),
                                    batch_size=BATCH)
@@ -282,6 +283,7 @@ def slow_record_batches(n: int) -> object:
         yield batch
 
 
+@pytest.mark.slow  # ~6 s (the default tier keeps its budget)
 def test_an_arrow_source_resumes_at_its_record_batch(ray_session, tmp_path, expected):
     """Record batches (column-wise all the way to the keyed window), read again from the
     first and the ones fed before the cut skipped."""

@@ -27,6 +27,7 @@ def _counts(src):
     return out, sum(n for _, _, (_, n) in to_cht(out))
 
 
+@pytest.mark.slow  # ~6 s (the default tier keeps its budget)
 def test_a_streaming_meter_behind_loses_nothing_with_per_key(spark, tmp_path):
     source = str(tmp_path / "in")
     os.makedirs(source)
