@@ -11,7 +11,9 @@ What it cannot see (said, not guessed): a global the function reads (``THRESHOLD
 ``lambda r: r["v"] > THRESHOLD``) is seen by its name only, not its value; a closure cell
 or a default that is not plain data (ints, floats, str, bytes, None, bools and tuples or
 frozensets of these; a function is read as a function) is seen by its type's name only; a
-callable without code (a builtin, a C extension's object) by its qualified name only.
+callable without code (a builtin, a C extension's object) by its type and ``repr`` only; a
+callable object's ``__dict__`` is pickled, so a set in it (ordered by the hash seed) or a
+large table in it (read whole) is better kept out of it.
 Bytecode belongs to one Python version: the same function under another Python has another
 fingerprint.
 """

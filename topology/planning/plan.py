@@ -9,8 +9,10 @@ which ``explain()`` shows for the whole plan and savepoints match.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import re
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -173,18 +175,23 @@ def _node(node: n.Node, inner: bool = False) -> str:
 
 def _functions(node: n.Node) -> list[str]:
     """The code of every user function a node's fields hold (directly, or in a tuple, a list
-    or a dict's values), as :func:`~topology.planning.code_hash.code_text` reads it; a
-    source's data is not read."""
-    if node.is_source:
-        return []
+    or a dict's values), as :func:`~topology.planning.code_hash.code_text` reads it. Of a
+    source, only its functions proper (a ``start=`` function), never its data, even
+    callable (``Batches``): more rows of the same source are the same step."""
+    source = node.without_data() if node.is_source else None
     out = []
     for f in dataclasses.fields(node):
-        value = getattr(node, f.name)
+        value = getattr(source or node, f.name)
         values = (list(value.values()) if isinstance(value, dict) else
                   list(value) if isinstance(value, (tuple, list)) else [value])
         out += [f"{f.name}:{code_text(v)}" for v in values
-                if callable(v) and not isinstance(v, n.Node)]
+                if callable(v) and not isinstance(v, n.Node) and
+                (source is None or isinstance(v, _FUNCTIONS))]
     return out
+
+
+#: What a source's field holds that is a function, not data.
+_FUNCTIONS = (types.FunctionType, types.MethodType, functools.partial)
 
 
 def _description(st: Stage) -> str:
