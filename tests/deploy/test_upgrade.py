@@ -104,6 +104,7 @@ def test_a_changed_window_size_is_refused_naming_the_step_and_cedar_upgrade_says
     said = capsys.readouterr().out
     assert f"{step}" in said and "refused" in said and "no retained input log" in said, said
     assert "where#1" in said and "starts fresh" in said, said
+    assert f"not restored (no step of the new query takes its state): where#1, {step}" in said
     script.write_text(upgrade_script(1_000))
     assert main(["upgrade", str(script), "--savepoint", point]) == 0
     said = capsys.readouterr().out

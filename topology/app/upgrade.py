@@ -58,7 +58,7 @@ def run(args: Any) -> int:
     from actors import checkpoint as ck
     from actors.savepoints import load_record
     from topology import Stream
-    from topology.running.upgrades import match, table
+    from topology.running.upgrades import dropped, match, table
 
     module = _load(args.script)
     stream = getattr(module, "stream", None)
@@ -76,6 +76,9 @@ def run(args: Any) -> int:
     print(f"savepoint of query {record['query']!r} taken at {taken:%Y-%m-%d %H:%M:%S} UTC "
           f"(fingerprint {record.get('fingerprint')}), restored into {args.script}:")
     print(table(fates))
+    gone = dropped(record, fates)
+    if gone:
+        print(f"not restored (no step of the new query takes its state): {', '.join(gone)}")
     refused = [f.step for f in fates if f.refused]
     if refused:
         print(f"refused: {', '.join(refused)}: deploy(..., restore=) would refuse this query")

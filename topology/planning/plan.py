@@ -146,16 +146,17 @@ class Plan:
 
 # -- fingerprints ----------------------------------------------------------------------------------
 # What a savepoint's state belongs to. A stage's *own* fingerprint (:func:`own_fingerprints`)
-# hashes what it is -- its nodes' descriptions (a source's without its data, so that more rows
-# of the same source keep it; a group_apply's with its per-group query), the code of the user
-# functions they hold (topology/planning/code_hash.py), its role, the fast path the planner
-# chose (a variant keeps another state) and its number of inputs -- and not its step id, which
-# the planner numbers in plan order (a step added upstream renames it: `where#1` becomes
-# `where#2`). A stage's fingerprint (:func:`step_fingerprints`) hashes its own and its
-# in-edges: each upstream stage's fingerprint, the port and the partition the edge carries.
-# As in a Merkle tree, it changes when anything upstream of it changes, and only then. A
-# savepoint (actors/savepoints.py) records both; deploy(..., restore=PATH) matches the new
-# plan's steps to the savepoint's by them (topology/running/savepoints.py, upgrades.py).
+# hashes what it is -- its nodes' descriptions (a source's without its data, so that more rows of
+# the same source keep it; a group_apply's with its per-group query), the code of the user
+# functions they hold (topology/planning/code_hash.py), its role, the fast path the planner chose
+# (a variant keeps another state), its number of inputs and the shape of its in-edges (port,
+# partition) -- and not what feeds it nor its step id, which the planner numbers in plan order (a
+# step added upstream renames it: `where#1` becomes `where#2`). A stage's fingerprint
+# (:func:`step_fingerprints`) hashes its own and its in-edges: each upstream stage's fingerprint,
+# the port and the partition the edge carries. As in a Merkle tree, it changes when anything
+# upstream of it changes, and only then. A savepoint (actors/savepoints.py) records both;
+# deploy(..., restore=PATH) matches the new plan's steps to the savepoint's by them
+# (topology/running/savepoints.py, upgrades.py).
 
 #: Hex digits of a fingerprint as shown (64 bits: no two plans of a user collide).
 SHOWN_HEX = 16
@@ -207,8 +208,9 @@ def _hash(text: str) -> str:
 
 
 def own_fingerprints(plan: Plan) -> dict[str, str]:
-    """Each step's own fingerprint (see "fingerprints" above): what the step is, not what
-    feeds it nor its step id, in plan order.
+    """Each step's own fingerprint (see "fingerprints" above): what the step is, and the
+    shape of its in-edges (port, partition: a group_apply's partition 1 of 2 is not its
+    partition 0), not what feeds it nor its step id, in plan order.
 
     >>> from topology import Stream
     >>> src = Stream.from_rows([{"t": 1}], start="t")
@@ -216,7 +218,17 @@ def own_fingerprints(plan: Plan) -> dict[str, str]:
     >>> own["where#2"] == own_fingerprints(src.where(bool).plan())["where#1"]
     True
     """
-    return {step: _hash(_description(st)) for step, st in plan.stages.items()}
+    edges: dict[str, list[str]] = {step: [] for step in plan.stages}
+    for out in plan.edges.values():
+        for e in out:
+            edges[e.dst].append(_edge(e))
+    return {step: _hash("\n".join([_description(st), *sorted(edges[step])]))
+            for step, st in plan.stages.items()}
+
+
+def _edge(e: OutEdge) -> str:
+    part = "" if e.partition is None else f"{e.index}/{e.partition.n}"
+    return f"{e.port}:{part}:{'late' if e.late else ''}"
 
 
 def step_fingerprints(plan: Plan) -> dict[str, str]:
@@ -235,8 +247,7 @@ def step_fingerprints(plan: Plan) -> dict[str, str]:
     for step in plan.stages:  # topological order: upstream stages come first
         out[step] = _hash("\n".join([own[step], *sorted(inputs[step])]))
         for e in plan.edges.get(step, ()):
-            part = "" if e.partition is None else f"{e.index}/{e.partition.n}"
-            inputs[e.dst].append(f"{out[step]}:{e.port}:{part}:{'late' if e.late else ''}")
+            inputs[e.dst].append(f"{out[step]}:{_edge(e)}")
     return out
 
 

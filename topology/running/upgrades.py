@@ -121,6 +121,13 @@ def fresh_snapshots(plan: Plan, fates: list[Fate]) -> dict[str, Any]:
     return {f.step: plan.stages[f.step].factory().snapshot() for f in fates if f.old is None}
 
 
+def dropped(record: dict[str, Any], fates: list[Fate]) -> list[str]:
+    """The savepoint's steps whose state no step of the new plan takes: dropped by the
+    restore (a step removed, or changed into a step that starts fresh or is refused)."""
+    kept = {f.old for f in fates}
+    return [s for s in record["fingerprints"] if s not in kept]
+
+
 def table(fates: list[Fate]) -> str:
     """The fates as ``cedar upgrade`` prints them: one line per step of the new query."""
     width = max((len(f.step) for f in fates), default=4)
