@@ -205,3 +205,24 @@ def test_a_step_added_upstream_renames_the_window_and_it_keeps_its_state(ray_ses
         again.stop()
     got = inserted(before) + inserted(after)
     assert before and after and max(got.values()) == 1 and got == want
+
+
+def test_a_changed_stateful_step_starts_fresh_only_when_its_saved_state_is_empty(tmp_path):
+    """A savepoint (written here by hand) whose window had seen nothing: the window with
+    another size starts fresh; had it seen a row, it is refused."""
+    from actors import checkpoint as ck
+    from actors.savepoints import step_location
+    from operators.events import Insert
+    from topology.running.upgrades import FRESH, REFUSED, match
+
+    old, new = query(rows(10)).plan(), query(rows(10), size=2_000).plan()
+    record = {"fingerprints": step_fingerprints(old), "own_fingerprints": own_fingerprints(old)}
+    window = next(s for s in old.stages if s.startswith("group_apply"))
+    proc = old.stages[window].factory()
+    ck.save(step_location(str(tmp_path), window), {"proc": proc.snapshot()})
+    fates = {f.step: f for f in match(new, record, str(tmp_path))}
+    assert fates[window].verdict == FRESH and "empty" in fates[window].why
+    proc.process([Insert(0, 1, 2, {"t": 1, "k": 1, "v": 3})])
+    ck.save(step_location(str(tmp_path), window), {"proc": proc.snapshot()})
+    fates = {f.step: f for f in match(new, record, str(tmp_path))}
+    assert fates[window].verdict == REFUSED and "no retained input log" in fates[window].why
