@@ -89,5 +89,5 @@ def key_reason(key: Any, r: dict[str, Any] | None, top: int, hi: int, clock: str
     if r["cti"] is None:
         return (f"every row of key {key!r} came late ({r['late']}): the low watermark is "
                 f"past them (a larger low_watermark keeps a device further behind)")
-    return (f"{key_text(r, top, clock, tz)}; it passes {show_time(hi - 1, clock, tz)} once "
-            f"that key's events move on")
+    return (f"{key_text(r, top, clock, tz)}; its output is final once that key's CTI passes "
+            f"{show_time(hi - 1, clock, tz)} (its own later rows move it)")
