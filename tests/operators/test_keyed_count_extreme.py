@@ -125,6 +125,7 @@ def _ctis(msgs):
     return [m.time for m in msgs if type(m) is Cti]
 
 
+@pytest.mark.slow  # (the default tier keeps its 10 minutes)
 @PROPERTY
 @given(stream=streams(), n=st.integers(1, 7), which=st.sampled_from([Max, Min]),
        sizes=st.lists(st.integers(1, 6), min_size=1, max_size=4), restore=st.integers(0, 8))

@@ -181,6 +181,7 @@ def test_the_command_line_sees_inspects_and_stops_a_hosted_query(hosts, capsys):
     assert _free(hosts) == free and "cli-hosted" not in list_queries()
 
 
+@pytest.mark.slow  # (the default tier keeps its 10 minutes)
 def test_a_stopped_step_whose_function_hangs_blocks_nothing_else_of_its_host(ray_session,
                                                                            tmp_path, capsys):
     # one host; "hung"'s where() holds its batch until the test removes the marker. Stopping
@@ -291,6 +292,7 @@ ray.shutdown()
 """
 
 
+@pytest.mark.slow  # (the default tier keeps its 10 minutes)
 def test_a_process_that_shut_ray_down_exits_without_calling_ray_again(tmp_path):
     """A hosted query deployed with detached=False frees its slots at the process's exit;
     after ray.shutdown() there is nothing to free, and a call would start Ray again, or join

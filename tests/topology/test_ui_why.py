@@ -79,6 +79,7 @@ def test_the_why_panel_names_the_idle_input_of_a_join(ray_session, page):
         q.stop()
 
 
+@pytest.mark.slow  # (the default tier keeps its 10 minutes)
 def test_the_why_panel_asks_again_only_once_it_has_its_answer(page):
     # a why that takes long (a busy step, a slow cluster) must not pile up: the panel asks
     # every 2 s, but not while its last question is unanswered. No server: the page and its
