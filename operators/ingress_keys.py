@@ -51,8 +51,8 @@ from .udm import field_getter
 __all__ = ["IngressKeys"]
 
 # a key's progress: [its latest start, accepted events since its last count-based CTI, its
-# latest start at its last interval-based CTI (None: none yet), its CTI, the caller's wall
-# clock when its last event came (None: not given)]
+# latest start at its last interval-based CTI (None: none yet), its CTI, the runtime's clock
+# when its last event came (:attr:`IngressKeys.arrival`; None: not given)]
 K_LATEST, K_COUNT, K_MARK, K_CTI, K_WALL = range(5)
 
 

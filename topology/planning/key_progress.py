@@ -85,9 +85,9 @@ def same_key(a: Any, b: Any, selects: list[Any] | None = None) -> bool:
 class KeyPaths:
     """The steps on the paths of per-key CTIs (node ids)."""
 
-    #: the steps that send them: per-key sources and the ``where`` steps on a path
+    #: the steps that send them: per-key sources and the ``where``/``select`` steps on a path
     producers: set[int] = field(default_factory=set)
-    #: the ``group_apply`` steps that use them
+    #: the ``group_apply`` and ``detect`` steps that use them
     consumers: set[int] = field(default_factory=set)
     #: (producer, consumer) node ids of the edges that carry them
     edges: set[tuple[int, int]] = field(default_factory=set)
