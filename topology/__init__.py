@@ -69,8 +69,10 @@ __all__ = [  # the messages, the builder, AdvanceTime, the aggregates, the UDM b
     "Min",
     "Operator",
     "Query",
+    "QueryFailed",
     "Retract",
     "RunReport",
+    "SavepointFailed",
     "StepHosts",
     "Stream",
     "StreamOperator",
@@ -103,8 +105,14 @@ def attach(name: str, address: str | None = None) -> Query:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "Query":
-        from topology.running.query import Query
+    # (read when first asked for: they live beside Ray's runtime, which ``import topology``
+    # does not load)
+    if name in ("Query", "QueryFailed"):
+        from topology.running import query
 
-        return Query
+        return getattr(query, name)
+    if name == "SavepointFailed":
+        from actors.savepoints import SavepointFailed
+
+        return SavepointFailed
     raise AttributeError(name)

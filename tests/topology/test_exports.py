@@ -17,6 +17,7 @@ PUBLIC = {
     "TimeSensitiveOperator", "Window", "register", "check", "CheckFailed",
     "StreamOperator", "StepHosts",
     "Collected", "DeadLetterWarning", "RunReport",
+    "QueryFailed", "SavepointFailed",  # what a deployed query's wait() and stop() raise
 }
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
