@@ -186,6 +186,11 @@ class GroupApply(Processor):
             else:
                 group[G_CTI] = m.time
 
+    def busy_groups(self) -> list[tuple[Hashable, Processor]]:
+        """``(key, sub-query)`` of every group whose sub-query holds state (what ``why``
+        reads of a ``detect`` under ``group_apply``: its open runs are there)."""
+        return [(k, self.groups[k][G_SUB]) for k in self.busy]
+
     def key_functions(self) -> tuple[Callable[[Any], Any], ...]:
         return (self.key,)
 

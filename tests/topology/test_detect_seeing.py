@@ -282,3 +282,21 @@ def test_the_root_cause_of_a_match_is_its_events(tmp_path):
     (match,) = [e for e in rec.events(step="sink", kind="insert") if e["direction"] == "in"]
     leaves = sorted(r["id"] for r in rec.root_cause("sink", match["id"]).leaves())
     assert leaves == ["'m1-0'", "'m1-1'", "'m1-2'", "'m1-3'"]  # (a trace writes id reprs)
+
+
+def test_a_detect_under_group_apply_shows_each_groups_open_run_under_its_key():
+    #   per meter 'A B+ C' within 1 min, mid-stream: m1 holds A B, m3 holds A; m2's a x
+    #   ended (its group, holding nothing, is gone)
+    from topology.planning.dag import DagProcessor
+    from topology.running.progress import detect_views
+
+    rows = [{"m": m, "ts": T0 + dt.timedelta(seconds=s), "v": v} for m, s, v in
+            [("m1", 0, "a"), ("m1", 1, "b"), ("m2", 2, "a"), ("m2", 3, "x"), ("m3", 4, "a")]]
+    q = Stream.from_rows(rows, start="ts", advance=AdvanceTime(every=1)).group_apply(
+        "m", lambda g: g.detect("A B+ C", ABC, within="1 min"))
+    dag = DagProcessor(q.plan(), inline_sink=True)
+    dag.process(rows, 0)
+    [view] = [v for p in dag.procs.values() for v in detect_views(p)]
+    assert [(p.key, p.symbols) for p in view.partials] == [
+        ("'m1'", (("A", 1), ("B", 1))), ("'m3'", (("A", 1),))]
+    assert view.keys == 2

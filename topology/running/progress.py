@@ -207,6 +207,7 @@ def detect_views(proc: Processor | None, limit: int | None = None) -> tuple[Dete
     the process of an inline run."""
     from operators.detect import Detect
     from operators.detect_seeing import PARTIALS_SHOWN
+    from operators.group_apply import GroupApply
 
     found: list[DetectView] = []
     todo = [] if proc is None else [proc]
@@ -214,8 +215,31 @@ def detect_views(proc: Processor | None, limit: int | None = None) -> tuple[Dete
         p = todo.pop()
         if isinstance(p, Detect):
             found.append(p.partial_matches(PARTIALS_SHOWN if limit is None else limit))
+        elif isinstance(p, GroupApply):
+            found.extend(_group_views(p, PARTIALS_SHOWN if limit is None else limit))
         todo.extend(reversed(list(p.children())))
     return tuple(found)
+
+
+def _group_views(g: Any, limit: int) -> list[DetectView]:
+    """The detect steps of a ``group_apply``'s busy groups, one view per step: each group's
+    runs under its group key, the ``limit`` oldest (by deadline) of all groups."""
+    import dataclasses
+
+    by_step: dict[str, list[tuple[str, DetectView]]] = {}
+    for key, sub in g.busy_groups():
+        for v in detect_views(sub, limit):
+            by_step.setdefault(v.step, []).append((repr(key), v))
+    out = []
+    for views in by_step.values():
+        partials = sorted((dataclasses.replace(p, key=p.key or k) for k, v in views
+                           for p in v.partials), key=lambda p: p.deadline)
+        ended = [dataclasses.replace(e, key=e.key or k) for k, v in views for e in v.ended]
+        first = views[0][1]
+        out.append(dataclasses.replace(
+            first, partials=tuple(partials[:limit]), ended=tuple(ended[-limit:]),
+            keys=sum(v.keys for _, v in views), looked=sum(v.looked for _, v in views)))
+    return out
 
 
 def step_reads(proc: Processor, lo: int = MIN_TIME, hi: int = MAX_TIME,
