@@ -71,15 +71,17 @@ REPR_CHARS = 60
 EVENT, WITHIN, END_OF_INPUT, RETRACTION = "event", "within", "end of input", "retraction"
 
 
-def short(value: Any) -> str:
-    """A key or id as a report shows it: its repr, cut to :data:`REPR_CHARS`."""
+def short(value: Any, chars: int = REPR_CHARS, level: int = 6) -> str:
+    """A key, id or payload as a report shows it: its repr, ``level`` deep, cut to
+    ``chars``."""
     r = reprlib.Repr()
-    r.maxstring = r.maxother = REPR_CHARS
+    r.maxstring = r.maxother = chars
+    r.maxlevel = level
     try:
         text = r.repr(value)
     except Exception:  # noqa: BLE001 - only for a display
         text = f"<{type(value).__name__}>"
-    return text if len(text) <= REPR_CHARS else text[:REPR_CHARS - 1] + "…"
+    return text if len(text) <= chars else text[:chars - 1] + "…"
 
 
 @dataclass(frozen=True)

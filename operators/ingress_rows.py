@@ -74,13 +74,19 @@ class IngressRows(IngressKeys):
             self.stats["timestamp_rows"] = self.stats.get("timestamp_rows", 0) + 1
         return ticks
 
-    def _read_id(self, row: Any) -> Hashable:
+    @staticmethod
+    def _hashable(row: Any, get: Callable[[Any], Any], failed: str, fix: str) -> Hashable:
+        """``get(row)``, a hashable value; else the row is rejected: ``failed``, why, ``fix``."""
         try:
-            eid = self._get_id(row)  # type: ignore[misc]
-            hash(eid)
+            value = get(row)
+            hash(value)
         except Exception as exc:  # noqa: BLE001 (a user function's error dead-letters the row)
-            raise _Reject(f"reading the id failed: {type(exc).__name__}: {exc}; ids must be "
-                          f"hashable values (check the id= column or function)") from None
+            raise _Reject(f"{failed}: {type(exc).__name__}: {exc}; {fix}") from None
+        return value
+
+    def _read_id(self, row: Any) -> Hashable:
+        eid = self._hashable(row, self._get_id, "reading the id failed",  # type: ignore[arg-type]
+                             "ids must be hashable values (check the id= column or function)")
         if _missing(eid):
             raise _Reject("the id is missing; give every row an id (or use id=None to let "
                           "the source mint ids, for point and interval events)")
@@ -88,14 +94,10 @@ class IngressRows(IngressKeys):
 
     def _row_key(self, row: Any) -> Hashable:
         """The key of ``row`` by ``AdvanceTime(per_key=...)``."""
-        try:
-            key = self._key_of(row)  # type: ignore[misc]
-            hash(key)
-        except Exception as exc:  # noqa: BLE001 (a user function's error dead-letters the row)
-            raise _Reject(f"reading the key failed (AdvanceTime per_key=): "
-                          f"{type(exc).__name__}: {exc}; every row needs a hashable key "
-                          f"(check the per_key= column or function)") from None
-        return key
+        return self._hashable(row, self._key_of,  # type: ignore[arg-type]
+                              "reading the key failed (AdvanceTime per_key=)",
+                              "every row needs a hashable key (check the per_key= column or "
+                              "function)")
 
     def _one(self, row: Any, out: list[Message]) -> None:
         if self._need_dict and not isinstance(row, dict):

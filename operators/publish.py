@@ -27,7 +27,7 @@ from typing import Any
 
 from .cht import row_key
 from .columns import Columns
-from .events import MIN_TIME, Cti, Insert, KeyCtis, Message, Retract
+from .events import MIN_TIME, Cti, Insert, Message, Retract
 from .live import LiveEvents
 from .processor import Processor
 
@@ -54,8 +54,6 @@ class Publish(Processor):
             if type(m) is Columns:  # its rows stay columns in the live events and on the way
                 events.insert_columns(m)
                 out.append(m)
-                continue
-            if type(m) is KeyCtis:  # per-key progress is the query's own business
                 continue
             out.append(m)
             if type(m) is Insert:

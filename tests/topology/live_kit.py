@@ -61,3 +61,19 @@ def second_driver(script: str, tmp_path: Any, *args: str) -> Any:
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def open_why_panel(page: Any, answer: dict[str, Any]) -> None:
+    """The web view's why panel in ``page``, its ``/api/why`` answered with ``answer`` (why's
+    JSON), opened by a click on the step ``sink``."""
+    from topology.seeing.ui import WHY_PANEL
+
+    html = ('<html><body><section data-query="q"><table><tr data-step="sink">'
+            '<td class="step">sink</td></tr></table></section>'
+            + WHY_PANEL.replace(' nonce="NONCE"', "") + "</body></html>")
+    page.route("http://cedar.test/", lambda route: route.fulfill(
+        status=200, content_type="text/html", body=html))
+    page.route("http://cedar.test/api/why*", lambda route: route.fulfill(
+        status=200, content_type="application/json", body=json.dumps(answer)))
+    page.goto("http://cedar.test/")
+    page.click('tr[data-step="sink"] td.step')

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import json
 import queue
 
 import numpy as np
@@ -20,7 +19,7 @@ from operators.detect import Detect
 from operators.detect_seeing import ENDED_KEPT, DetectView, Ended, Partial
 from operators.events import Cti, Insert, Retract
 from operators.expr import col
-from tests.topology.live_kit import EVIL
+from tests.topology.live_kit import EVIL, open_why_panel
 from tests.topology.live_kit import rows as _rows
 from tests.topology.live_kit import wait_for as _wait_for
 from topology import AdvanceTime, Stream
@@ -211,18 +210,8 @@ def test_a_collected_query_reports_its_ended_runs_in_why():
 def test_the_why_panel_lists_the_partial_matches_as_text(page):
     # the page's why panel, its /api/why answered here with why's JSON: a detect's partial
     # match and ended runs as lines of text (a key holding HTML shows as text)
-    from topology.seeing.ui import WHY_PANEL
-
     answer = explain(_detect_progress(key=repr(EVIL)), rows=[]).to_dict()
-    html = ('<html><body><section data-query="q"><table><tr data-step="sink">'
-            '<td class="step">sink</td></tr></table></section>'
-            + WHY_PANEL.replace(' nonce="NONCE"', "") + "</body></html>")
-    page.route("http://cedar.test/", lambda route: route.fulfill(
-        status=200, content_type="text/html", body=html))
-    page.route("http://cedar.test/api/why*", lambda route: route.fulfill(
-        status=200, content_type="application/json", body=json.dumps(answer)))
-    page.goto("http://cedar.test/")
-    page.click('tr[data-step="sink"] td.step')
+    open_why_panel(page, answer)
     partials = page.locator('#why [data-role="why-partials"] li')
     partials.first.wait_for(timeout=10_000)
     text = partials.first.inner_text()

@@ -95,20 +95,10 @@ def test_why_of_a_key_needs_a_per_key_source():
 
 def test_the_why_panel_lists_the_slowest_keys_as_text(page):
     # the web view's why panel, its /api/why answered with why's JSON of a per-key run
-    import json
-
-    from topology.seeing.ui import WHY_PANEL
+    from tests.topology.live_kit import open_why_panel
 
     answer = _query(_meters()).collect(runtime="inline").why(WINDOW, key="m042").to_dict()
-    html = ('<html><body><section data-query="q"><table><tr data-step="sink">'
-            '<td class="step">sink</td></tr></table></section>'
-            + WHY_PANEL.replace(' nonce="NONCE"', "") + "</body></html>")
-    page.route("http://cedar.test/", lambda route: route.fulfill(
-        status=200, content_type="text/html", body=html))
-    page.route("http://cedar.test/api/why*", lambda route: route.fulfill(
-        status=200, content_type="application/json", body=json.dumps(answer)))
-    page.goto("http://cedar.test/")
-    page.click('tr[data-step="sink"] td.step')
+    open_why_panel(page, answer)
     slowest = page.locator('#why [data-role="why-slowest"] li')
     slowest.first.wait_for(timeout=10_000)
     assert slowest.first.inner_text().startswith(

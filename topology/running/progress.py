@@ -8,7 +8,6 @@ makes one from its processors (:func:`inline_progress`), Ray from its actors' st
 from __future__ import annotations
 
 import functools
-import reprlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,14 +35,9 @@ if TYPE_CHECKING:
 
 def short_payload(value: Any) -> str:
     """A payload as a report shows it: its repr, cut to :data:`PAYLOAD_CHARS`."""
-    r = reprlib.Repr()
-    r.maxstring = r.maxother = PAYLOAD_CHARS
-    r.maxlevel = 3
-    try:
-        text = r.repr(value)
-    except Exception:  # noqa: BLE001 - only for a display
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= PAYLOAD_CHARS else text[:PAYLOAD_CHARS - 1] + "…"
+    from operators.detect_seeing import short
+
+    return short(value, PAYLOAD_CHARS, 3)
 
 
 @dataclass(frozen=True)
