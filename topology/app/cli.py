@@ -8,6 +8,7 @@
     cedar stop NAME [--address A]      stop a running query and free its name
                                        (--savepoint PATH: cut it and save its state first)
     cedar upgrade NEW.py --savepoint P which steps of a new query keep their state from P
+                                       (--check: and prove its output equal on the data)
     cedar why NAME [--address A]       why an output is not final (or not there)
     cedar ui [--address A]             a live web page of the running queries
     cedar debug TRACE [--step S] ...   step through a recorded trace; --cause ID: root cause

@@ -5,6 +5,14 @@ so the old query's script is not needed: NEW.py and the savepoint say all there 
 The command prints, per step of the new query, its fate as ``deploy(..., restore=PATH)``
 would decide it (:func:`topology.running.upgrades.match`), and exits 1 if any step is
 refused. Nothing is deployed and no cluster is needed.
+
+With ``--check`` it then proves the upgrade on the data (:mod:`topology.seeing.cutover`):
+NEW.py's sources, read again from their beginning (the retained input: a restorable
+savepoint's sources must be re-readable), run through the new query twice, inline: from
+scratch, and restored from the savepoint as ``deploy(..., restore=PATH)`` would restore it.
+It prints whether the output from the cut-over (every row reaching past the old output's
+CTI at the cut) is the same, and the first differing rows if not; exit 0 equal, 1 different
+or refused.
 """
 
 from __future__ import annotations
@@ -23,7 +31,12 @@ DESCRIPTION = (
     "fresh (a new or changed step that holds no state, e.g. where/select, or whose state "
     "was empty), or is refused (a new or changed source, or a new or changed step holding "
     "state: no input log is retained to rebuild it); exit 1 if any is refused. The old "
-    "query's script is not needed: the savepoint records every step's fingerprints.")
+    "query's script is not needed: the savepoint records every step's fingerprints.\n\n"
+    "--check then proves it on the data: NEW.py's sources, read again from their beginning, "
+    "run through the new query from scratch and restored from the savepoint (inline, no "
+    "cluster), and the output from the cut-over (the rows reaching past the old output's "
+    "CTI at the cut) compared; it prints the verdict and the first differing rows, and "
+    "exits 0 when equal, 1 when different or refused.")
 
 
 def add_parser(sub: Any) -> None:
@@ -34,6 +47,10 @@ def add_parser(sub: Any) -> None:
     up.add_argument("script", metavar="NEW.py", help="the Python file defining `stream`")
     up.add_argument("--savepoint", required=True, metavar="PATH",
                     help="the savepoint's location (a directory or storage URI)")
+    up.add_argument("--check", action="store_true",
+                    help="also run the new query restored and from scratch over its input "
+                         "read again, and say whether their outputs from the cut-over are "
+                         "equal (exit 1 if not)")
 
 
 def _load(path: str) -> Any:
@@ -51,8 +68,9 @@ def _load(path: str) -> Any:
 
 
 def run(args: Any) -> int:
-    """``cedar upgrade``: 0 when every step of the new query restores, 1 when one is refused,
-    2 when the script or the savepoint cannot be read."""
+    """``cedar upgrade``: 0 when every step of the new query restores (and, with ``--check``,
+    its output from the cut-over is a from-scratch run's), 1 when one is refused (or the
+    outputs differ), 2 when the script or the savepoint cannot be read."""
     import datetime as dt
 
     from actors import checkpoint as ck
@@ -84,4 +102,19 @@ def run(args: Any) -> int:
         print(f"refused: {', '.join(refused)}: deploy(..., restore=) would refuse this query")
         return 1
     print("every step restores: deploy(..., restore=) takes it")
-    return 0
+    return _check(args, stream) if args.check else 0
+
+
+def _check(args: Any, stream: Any) -> int:
+    """``--check``: the verdict of :func:`topology.seeing.cutover.check_upgrade`."""
+    from topology.seeing.cutover import check_upgrade
+
+    try:
+        report = check_upgrade(stream, args.savepoint)
+    except ValueError as exc:
+        print(f"cedar upgrade --check: {exc}", file=sys.stderr)
+        return 2
+    print(f"check on the input read again ({report.record['rounds']:,} batches of each "
+          f"source before the cut):")
+    print(report.verdict())
+    return 0 if report.ok else 1
