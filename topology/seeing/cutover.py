@@ -82,6 +82,8 @@ class UpgradeCheck:
     clock: str | None = None
     compared: tuple[int, int] = (0, 0)
     difference: str | None = None
+    #: False when the upgraded run's output does not continue the old output validly
+    valid: bool = True
     not_restored: list[str] = dataclasses.field(default_factory=list)
     record: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -104,6 +106,10 @@ class UpgradeCheck:
             return (f"equal: the upgraded query's output from the cut-over "
                     f"({span.format(self.compared[0])}) is a from-scratch run's of the new "
                     f"query over the same input")
+        if not self.valid:
+            return (f"DIFFERENT: the upgraded query's output from the cut-over ({at} on) is "
+                    f"not a valid continuation of what the old query had emitted:\n"
+                    f"{self.difference}")
         lines = [f"DIFFERENT: the upgraded query's output from the cut-over ({at} on: "
                  f"{self.compared[0]} rows ending after it) is not a from-scratch run's of "
                  f"the new query ({self.compared[1]} rows)", str(self.difference)]
@@ -113,8 +119,8 @@ class UpgradeCheck:
                 "kept the old query's state though a step upstream of them changed: "
                 + ", ".join(f.step for f in kept) + ". Their state is what the old "
                 "upstream let through before the cut; from scratch the new upstream lets "
-                "through other rows. Deploy without restore= to start afresh, or keep the "
-                "upstream steps as they were until the windows open at the cut have closed")
+                "through other rows: the rows shown mix the two. Deploy without restore= to "
+                "start afresh if that is wrong for your readers")
         return "\n".join(lines)
 
     def describe(self) -> str:
@@ -161,9 +167,9 @@ def check_upgrade(stream: Stream, location: str, *, fuse: bool | str = False) ->
         validate(before + upgraded_out, name="the output from the cut-over")
         upgraded = _after(to_cht(before + upgraded_out), report.cut)
     except InvalidStream as exc:
-        report.equal, report.compared = False, (0, len(scratch))
-        report.difference = (f"  the upgraded run does not continue the old query's output "
-                             f"validly: {exc}")
+        report.equal, report.valid = False, False
+        report.difference = (f"  {exc}\n  (the old rows alive at the cut, then the restored "
+                             f"run's output: a reader of the output gets this stream)")
         return report
     report.compared = (len(upgraded), len(scratch))
     report.difference = difference(upgraded, scratch, plan.clock)

@@ -1,0 +1,122 @@
+"""The upgrade check (:mod:`topology.seeing.cutover`) on savepoints written here, inline: the
+old query run for some rounds in one process, each step's state written as a savepoint
+holds it (tests/deploy/test_upgrade_check.py takes real ones on Ray).
+
+    rows:      r0 ... |cut after k rounds| ...
+    old query: rows ─ group_apply(k: tumbling(1000) sum of v, speculative) ─ sink
+               at the cut the sink holds the open windows' rows, alive past its CTI C;
+               the restored run retracts and re-inserts them as rows come
+
+    the same query, cut anywhere           → equal
+    a select after the window (new field)  → DIFFERENT: the restored run retracts the old
+                                             rows with the new payload, not a valid stream
+    a where before the window (fewer rows) → DIFFERENT: the windows open at the cut, with
+                                             their times shown as times
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import time
+
+import pytest
+
+from actors import checkpoint as ck
+from actors.savepoints import record_location, step_location
+from operators.events import Insert
+from operators.feeds import round_robin
+from topology import AdvanceTime, Stream, Sum
+from topology.planning.dag import DagProcessor
+from topology.planning.plan import own_fingerprints, step_fingerprints
+from topology.running.inline import source_batches
+from topology.running.upgrades import FRESH, KEEPS, REFUSED
+from topology.seeing.cutover import check_upgrade, cut_output
+
+BATCH = 50
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def rows(n: int = 600, times: bool = False) -> list[dict]:
+    """a row every 10 ticks (or 10 ms from T0), 3 keys"""
+    return [{"t": T0 + dt.timedelta(milliseconds=10 * i) if times else i * 10, "k": i % 3,
+             "v": i % 13} for i in range(n)]
+
+
+def spec(data, pred=None, size: int = 1_000, emit: str = "speculative") -> Stream:
+    """rows ─ [where(pred)] ─ group_apply(k: tumbling(size) sum of v) ─ sink"""
+    s = Stream.from_rows(data, start="t", advance=AdvanceTime(every=BATCH))
+    s = s.where(pred) if pred is not None else s.where(lambda r: r["v"] >= 0)
+    return s.group_apply(lambda r: r["k"],
+                         lambda g: g.tumbling_window(size, emit=emit).aggregate(Sum("v")))
+
+
+def savepoint(stream: Stream, where: str, rounds: int) -> None:
+    """Write the savepoint of ``stream`` cut after ``rounds`` batches of its source, as
+    :func:`actors.savepoints.take` writes one (each step's state, then the record)."""
+    plan = stream.plan()
+    dag = DagProcessor(plan)
+    feeds = [source_batches(plan, s, BATCH) for s in dag.inputs]
+    for round_ in itertools.islice(round_robin(feeds), rounds):
+        for port, batch in round_:
+            dag.process(batch, port)
+    for step, proc in dag.procs.items():
+        ck.save(step_location(where, step), {"proc": proc.snapshot()})
+    ck.save(record_location(where), {
+        "query": "q", "epoch": 1, "rounds": rounds, "output_position": 0, "batch_size": BATCH,
+        "steps": list(plan.stages), "sink": plan.sink, "fingerprints": step_fingerprints(plan),
+        "own_fingerprints": own_fingerprints(plan), "fingerprint": None, "taken": time.time()})
+
+
+@pytest.mark.parametrize("emit", ["speculative", "final"])
+def test_the_same_query_is_equal_wherever_it_is_cut(tmp_path, emit):
+    for rounds in range(1, 12):
+        where = str(tmp_path / f"{emit}-{rounds}")
+        savepoint(spec(rows(), emit=emit), where, rounds)
+        report = check_upgrade(spec(rows(), emit=emit), where)
+        assert report.ok, (rounds, report.describe())
+    alive, _ = cut_output(where, report.record)
+    if emit == "speculative":  # the open windows' rows straddle the cut: continued, equal
+        assert any(type(m) is Insert for m in alive)
+
+
+def test_a_select_after_a_speculative_window_breaks_the_old_rows_and_the_check_says_so(
+        tmp_path):
+    savepoint(spec(rows()), str(tmp_path), 5)
+    report = check_upgrade(spec(rows()).select(lambda r: (r[0], r[1], 2 * r[1])),
+                           str(tmp_path))
+    assert {f.step: f.verdict for f in report.fates}["select#3"] == FRESH
+    said = report.describe()
+    assert report.equal is False and not report.valid, said
+    assert "not a valid continuation of what the old query had emitted" in said, said
+    assert "is not the payload" in said and "its insert carried" in said, said
+    # after a final window the old rows are over at the cut: equal
+    savepoint(spec(rows(), emit="final"), str(tmp_path / "f"), 5)
+    assert check_upgrade(spec(rows(), emit="final").select(
+        lambda r: (r[0], r[1], 2 * r[1])), str(tmp_path / "f")).ok
+
+
+def test_a_where_that_drops_rows_before_a_kept_window_differs_shown_in_times(tmp_path):
+    second = 1_000_000  # ticks: µs under timestamps
+    savepoint(spec(rows(times=True), size=second), str(tmp_path), 5)
+    report = check_upgrade(spec(rows(times=True), lambda r: r["v"] < 5, size=second),
+                           str(tmp_path))
+    assert {f.step: f.verdict for f in report.fates}["group_apply#2"] == KEEPS
+    said = report.verdict()
+    assert report.equal is False and report.valid, said
+    assert "DIFFERENT: the upgraded query's output from the cut-over (2026-01-01T00:00:" in said
+    assert "    [2026-01-01T00:00:" in said and "only in the from-scratch run's output" in said
+    assert "group_apply#2" in said
+
+
+def test_a_refused_step_is_not_run_and_a_one_shot_source_cannot_be_checked(tmp_path):
+    savepoint(spec(rows()), str(tmp_path), 5)
+    report = check_upgrade(spec(rows(), size=2_000), str(tmp_path))
+    assert report.equal is None and not report.ok
+    assert {f.step: f.verdict for f in report.fates}["group_apply#2"] == REFUSED
+    assert report.verdict().startswith("not checked: group_apply#2 refused")
+    with pytest.raises(ValueError, match=r"source 'from_rows#0' cannot be read again .* "
+                                         r"one-shot iterator"):
+        check_upgrade(spec(iter(rows())), str(tmp_path))
+    with pytest.raises(ValueError, match="no savepoint there"):
+        check_upgrade(spec(rows()), str(tmp_path / "none"))
