@@ -12,7 +12,8 @@ upstream of it). :func:`match` decides, for each step of a new plan, in this ord
    upstream of it changed (a ``where`` predicate before a window). It keeps that step's
    state: the state the *old* query built from the input before the cut. That is the new
    query's own state only if the change upstream would not have changed what reached the
-   step before the cut; cedar does not check that (no input log is retained to check it on).
+   step before the cut; a restore does not check that, ``cedar upgrade --check``
+   (:mod:`topology.seeing.cutover`) does, on the sources read again.
 3. **starts fresh** -- a new or changed step that holds no state (the plan's
    ``Stage.stateless``: where, select, ...), or a changed one whose state in the savepoint
    is that of a step that saw nothing yet (its snapshot equals a new one's).
