@@ -137,3 +137,7 @@ def test_cedar_upgrade_check_prints_the_fates_and_the_verdict(savepoint, tmp_pat
     lines = {line.split()[0]: line for line in said.splitlines() if line.strip()}
     assert "keeps its state" in lines["group_apply#2"], said
     assert "DIFFERENT" in said and "only in the upgraded run's output" in said, said
+    new.write_text(script("query(rows(), old_pred, size=2_000)"))  # refused: not run
+    assert main(["upgrade", str(new), "--savepoint", savepoint[0], "--check"]) == 1
+    said = capsys.readouterr().out
+    assert "refused: group_apply#2" in said and "check on the input" not in said, said

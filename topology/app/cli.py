@@ -204,7 +204,8 @@ def _parser() -> argparse.ArgumentParser:
                     "other group_apply partitions, restored from a checkpoint half-way, with "
                     "emit='final', column-wise and on Ray, and compare every CHT with the "
                     "inline run's. On a difference, print a minimal input as a runnable test "
-                    "and exit 1.")
+                    "and exit 1. (An upgrade from a savepoint is checked by `cedar upgrade "
+                    "NEW.py --savepoint PATH --check`: restored against from scratch.)")
     chk.add_argument("script", help="the Python file defining `query` and `data`")
     chk.add_argument("--no-ray", dest="ray", action="store_false",
                      help="leave out the run on Ray")
