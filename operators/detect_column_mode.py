@@ -107,7 +107,7 @@ class ColumnMode(Matching):
             a, b = bounds[x], bounds[x + 1]
             ck = cols.keys.get(k)
             if ck is None:
-                ck = cols.keys[k] = ColumnKey()
+                ck = cols.new_key(k)
             touched.add(k)
             p = len(ck.starts)
             s_new = starts[a]
@@ -163,15 +163,15 @@ class ColumnMode(Matching):
         last row again; output the difference. ``new``: the rows an attempt gets past among
         the ``added`` rows just added (None: found here)."""
         starts, masks, seqs = ck.starts, ck.masks, ck.seqs
-        attempts = ck.attempts
-        g_p = seqs[p]
-        cut = len(attempts)
-        while cut and attempts[cut - 1][0] >= g_p:
-            cut -= 1
-        old = {r[0]: r[4] for r in attempts[cut:] if r[4] is not None}
-        del attempts[cut:]
+        firsts, ends, reach, wants = ck.firsts, ck.ends, ck.reach, ck.wants
+        results, oids = ck.results, ck.oids
+        final = self.final
+        cut = bisect_left(firsts, seqs[p])
+        old = {} if final else {firsts[a]: ck.output(a) for a in range(cut, len(firsts))
+                                if ends[a] is not None}
+        ck.cut(cut)
         opens, start_state, step, run = self._opens, auto.start, auto.step, auto.run
-        within, final = self.within, self.final
+        within = self.within
         n, last = len(starts), starts[-1]
         still: list[int] = []
         # the rows an attempt gets past (at the others it reads its own row and fails: no
@@ -192,36 +192,45 @@ class ColumnMode(Matching):
             if pos <= cover:
                 continue
             j = bisect_left(starts, starts[pos] + within, pos)
-            end, reach, wants = run(masks, pos, j)
-            if end is None and reach == pos and not wants:
+            end, read, wanted = run(masks, pos, j)
+            if end is None and read == pos and not wanted:
                 continue
             g = seqs[pos]
-            o = None if end is None else self._measured(ck, pos, end)
-            rec = [g, None if end is None else seqs[end], seqs[reach], wants, o]
-            if not final:
-                prev = old.pop(g, None)
+            firsts.append(g)
+            reach.append(seqs[read])
+            wants.append(wanted)
+            prev = None if final else old.pop(g, None)
+            if end is None:
+                ends.append(None)
+                results.append(None)
+                oids.append(None)
                 if prev is not None:
-                    if o is not None and same_output(prev, o):
-                        rec[4] = o = prev
-                    else:
-                        self._retract(prev, out)
-                if o is not None and o is not prev:
-                    oid = self._mint()
-                    rec[4] = (*o[:3], oid)
-                    out.append(new_tuple(Insert, (oid, *o[:3])))
-            attempts.append(rec)
-            if wants and starts[pos] + within > last:
-                still.append(g)
-            if end is not None:
+                    self._retract(prev, out)
+            else:
                 cover = end
-        if not final:
-            for prev in old.values():
-                self._retract(prev, out)
+                ends.append(seqs[end])
+                result, oid = self._measured(ck, pos, end), None
+                if not final:
+                    start, stop = starts[pos], starts[end] + 1
+                    if prev is not None:
+                        if same_output(prev, (start, stop, result)):
+                            result, oid = prev[2], prev[3]
+                        else:
+                            self._retract(prev, out)
+                    if oid is None:
+                        oid = self._mint()
+                        out.append(new_tuple(Insert, (oid, start, stop, result)))
+                results.append(result)
+                oids.append(oid)
+            if wanted and starts[pos] + within > last:
+                still.append(g)
+        for prev in old.values():
+            self._retract(prev, out)
         ck.open = still
 
-    def _measured(self, ck: ColumnKey, i: int, e: int) -> tuple[Any, ...]:
-        """The output of the match of a column key's rows ``i .. e``: ``(start, end,
-        payload, None)``."""
+    def _measured(self, ck: ColumnKey, i: int, e: int) -> Any:
+        """The payload of the match of a column key's rows ``i .. e`` (what ``measures``
+        gives)."""
         # (the symbols bound depend on the match's masks only: matches repeat a few shapes)
         masks = tuple(ck.masks[i:e + 1])
         bound_syms = self._bound
@@ -235,49 +244,46 @@ class ColumnMode(Matching):
         for p, s in zip(rows, syms):
             parts[s].append(p)
         bound = {name: tuple(part) for name, part in zip(self.index, parts)}
-        result = bound if self.measures is None else self.measures(bound)
-        return (ck.starts[i], ck.starts[e] + 1, result, None)
+        return bound if self.measures is None else self.measures(bound)
 
     def _settle_columns(self, k: Hashable, ck: ColumnKey, time: int,
                         out: list[Message]) -> None:
         """:meth:`_settle` for a key in the column mode."""
-        starts, seqs, attempts = ck.starts, ck.seqs, ck.attempts
+        starts, seqs = ck.starts, ck.seqs
+        firsts, ends, reach, wants = ck.firsts, ck.ends, ck.reach, ck.wants
         within, ended = self.within, self.ended.runs
-        pos, ai, n = 0, 0, len(starts)
+        pos, ai, n, held = 0, 0, len(starts), len(firsts)
         while pos < n:
-            rp = bisect_left(seqs, attempts[ai][0], pos) if ai < len(attempts) else n
+            rp = bisect_left(seqs, firsts[ai], pos) if ai < held else n
             if rp > pos:  # attempts that read only their own row
                 q = bisect_left(starts, time, pos, rp)
                 pos = q
                 if q < rp or rp == n:
                     break
-            rec = attempts[ai]
-            ri = bisect_left(seqs, rec[2], pos)
-            if starts[ri] >= time or (rec[3] and starts[pos] + within > time):
+            if starts[bisect_left(seqs, reach[ai], pos)] >= time or (
+                    wants[ai] and starts[pos] + within > time):
                 break
-            if rec[1] is None:  # a candidate ends: its record and key, read at the CTI's end
-                rec.append(k)
-                ended.append(rec)
+            e = ends[ai]
+            if e is None:  # a candidate ends: its record and key, read at the CTI's end
+                ended.append((firsts[ai], reach[ai], wants[ai], k))
                 pos += 1
             else:
+                end = bisect_left(seqs, e, pos)
                 if self.final:
-                    o = rec[4]
-                    out.append(new_tuple(Insert, (self._mint(), o[0], o[1], o[2])))
-                pos = bisect_left(seqs, rec[1], pos) + 1
+                    out.append(new_tuple(Insert, (self._mint(), starts[pos], starts[end] + 1,
+                                                  ck.results[ai])))
+                pos = end + 1
             ai += 1
         if pos:
-            del starts[:pos], ck.masks[:pos], seqs[:pos], attempts[:ai]
-            if seqs:
-                ck.open = [g for g in ck.open if g >= seqs[0]]
+            ck.drop(pos, ai)
         if not starts:
-            del self.cols.keys[k]
+            self.cols.free_key(k)
             self.front_of.pop(k, None)
             self.woken.pop(k, None)
             return
-        if attempts and attempts[0][0] == seqs[0]:
-            rec = attempts[0]
-            at = starts[bisect_left(seqs, rec[2])] + 1
-            if rec[3] and starts[0] + within > at:
+        if firsts and firsts[0] == seqs[0]:
+            at = starts[bisect_left(seqs, reach[0])] + 1
+            if wants[0] and starts[0] + within > at:
                 at = starts[0] + within
         else:
             at = starts[0] + 1
@@ -301,21 +307,21 @@ class ColumnMode(Matching):
                         bits |= ((mask >> sym & 1) << 1 | 1) << 2 * sym
                 rows.append((start, tie, g, eid, p, bits))
                 named.append((g, eid, k, rows[-1][:3]))
-            seqs = ck.seqs
+            seqs, firsts = ck.seqs, ck.firsts
             recs: dict[int, list[Any]] = {}
             reaching: dict[int, tuple[Any, ...]] = {}
             pos, ai, n = 0, 0, len(rows)
             while pos < n:
                 g = seqs[pos]
-                if ai < len(ck.attempts) and ck.attempts[ai][0] == g:
-                    rec = ck.attempts[ai]
-                    ai += 1
-                    end = None if rec[1] is None else bisect_left(seqs, rec[1], pos)
-                    reach = bisect_left(seqs, rec[2], pos)
+                if ai < len(firsts) and firsts[ai] == g:
+                    e = ck.ends[ai]
+                    end = None if e is None else bisect_left(seqs, e, pos)
+                    reach = bisect_left(seqs, ck.reach[ai], pos)
                     recs[g] = [None if end is None else rows[end][:3], rows[reach][:3],
-                               rec[3], rec[4]]
-                    if rec[3] or reach != pos:
+                               ck.wants[ai], None if end is None else ck.output(ai)]
+                    if ck.wants[ai] or reach != pos:
                         reaching[g] = rows[pos][:3]
+                    ai += 1
                     pos = pos + 1 if end is None else end + 1
                 else:
                     recs[g] = [None, rows[pos][:3], False, None]

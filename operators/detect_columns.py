@@ -38,6 +38,8 @@ from .pattern import JMP, MATCH, SPLIT, SYM, Program
 
 #: States beyond this (a pattern with large counted repetitions) leave the column mode.
 MAX_STATES = 4_096
+#: Emptied :class:`ColumnKey` s kept to be used again.
+SPARE_MOST = 4_096
 
 
 class TooLarge(Exception):
@@ -158,20 +160,54 @@ def bind(program: Program, masks: list[int], i: int, e: int) -> list[int]:
 
 class ColumnKey:
     """One key's rows in the column mode, in order: ``starts``, ``masks``, ``seqs`` (arrival
-    numbers: where a row's id and payload are, see :class:`ColumnState`); ``attempts``, in
-    order, the attempts that read past their row, wanted more or matched, each
-    ``[seq, last seq of its match or None, last seq read, wants, output or None]`` (every
-    other row not inside a match is an attempt that read only its own row and failed);
+    numbers: where a row's id and payload are, see :class:`ColumnState`); the attempts that
+    read past their row, wanted more or matched, in order, as parallel lists (a record is a
+    column of them, no object of its own: a batch makes thousands, which the cyclic
+    collector would scan): ``firsts`` (the seq of its first row), ``ends`` (the seq of its
+    match's last row, or None), ``reach`` (the seq of the last row it read), ``wants``
+    (whether it wanted a row it did not have), ``results`` (its match's payload, what
+    ``measures`` gave) and ``oids`` (the id its match was output with; None in final mode).
+    Every other row not inside a match is an attempt that read only its own row and failed.
     ``open``: the seqs of the attempts that wanted more rows than the key has."""
 
-    __slots__ = ("attempts", "masks", "open", "seqs", "starts")
+    __slots__ = ("ends", "firsts", "masks", "oids", "open", "reach", "results", "seqs",
+                 "starts", "wants")
 
     def __init__(self) -> None:
         self.starts: list[int] = []
         self.masks: list[int] = []
         self.seqs: list[int] = []
-        self.attempts: list[list[Any]] = []
+        self.firsts: list[int] = []
+        self.ends: list[int | None] = []
+        self.reach: list[int] = []
+        self.wants: list[bool] = []
+        self.results: list[Any] = []
+        self.oids: list[Any] = []
         self.open: list[int] = []
+
+    def output(self, a: int) -> tuple[Any, ...]:
+        """The output of the ``a``-th attempt's match: ``(start, end, payload, id)``."""
+        seqs, starts, last = self.seqs, self.starts, self.ends[a]
+        assert last is not None, "an attempt that matched"
+        i = bisect_left(seqs, self.firsts[a])
+        e = bisect_left(seqs, last, i)
+        return (starts[i], starts[e] + 1, self.results[a], self.oids[a])
+
+    def cut(self, a: int) -> None:
+        """Forget the attempts from the ``a``-th on."""
+        del self.firsts[a:], self.ends[a:], self.reach[a:], self.wants[a:]
+        del self.results[a:], self.oids[a:]
+
+    def drop(self, rows: int, a: int) -> None:
+        """Forget the first ``rows`` rows and the first ``a`` attempts."""
+        del self.starts[:rows], self.masks[:rows], self.seqs[:rows]
+        del self.firsts[:a], self.ends[:a], self.reach[:a], self.wants[:a]
+        del self.results[:a], self.oids[:a]
+        if self.seqs:
+            least = self.seqs[0]
+            self.open = [g for g in self.open if g >= least]
+        else:
+            self.open.clear()
 
 
 class ColumnState:
@@ -185,10 +221,25 @@ class ColumnState:
         #: per batch read from, its payload columns as lists (``tolist()``: the values a
         #: row holds, made at once for the batch rather than one numpy item at a time)
         self.lists: dict[int, Any] = {}
+        #: emptied keys, to be used again (most keys empty at a CTI and come back in the
+        #: next batch: a new one would be eleven new objects for the collector to scan)
+        self.spare: list[ColumnKey] = []
 
     def __getstate__(self) -> dict[str, Any]:
-        # (a snapshot holds the batches, not the lists made of them)
-        return {**self.__dict__, "lists": {}}
+        # (a snapshot holds the batches, not the lists made of them, nor the spare keys)
+        return {**self.__dict__, "lists": {}, "spare": []}
+
+    def new_key(self, k: Hashable) -> ColumnKey:
+        """A key's :class:`ColumnKey`, new (no rows)."""
+        ck = self.keys[k] = self.spare.pop() if self.spare else ColumnKey()
+        return ck
+
+    def free_key(self, k: Hashable) -> None:
+        """Forget key ``k`` (it holds no rows any more)."""
+        ck = self.keys.pop(k)
+        if len(self.spare) < SPARE_MOST:
+            ck.drop(0, len(ck.firsts))
+            self.spare.append(ck)
 
     def id_of(self, seq: int) -> Any:
         """The id of the row that came ``seq``-th."""

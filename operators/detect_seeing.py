@@ -16,9 +16,10 @@ each (docs/patterns.md#seeing-a-detect-step).
   read fit none of the symbols its runs expected there (a failed predicate on that event) --
   and a deletion (a retraction to ``new_end == start``) of an event a candidate or match had
   bound. They are the last :data:`ENDED_KEPT` (a deque): a diagnostic, not state, so no
-  checkpoint holds them (a restored step starts with none). The column mode keeps the
-  attempt record it lets go, with its key (two appends per ended attempt, nothing per
-  event), and reads its rows' starts and ids at the CTI's end, before its batches go.
+  checkpoint holds them (a restored step starts with none). The column mode keeps what
+  it reads of the attempt it lets go, with its key (one small tuple per ended attempt,
+  nothing per event), and reads its rows' starts and ids at the CTI's end, before its
+  batches go.
 
 ::
 
@@ -143,9 +144,9 @@ class DetectView:
 class EndedRuns:
     """The last :data:`ENDED_KEPT` ended candidate runs of a detect (see the module
     docstring): ``runs`` holds ``(cause, key, first start, first id, at, by id,
-    deadline)``, or, as the column mode lets a candidate go, its attempt record with its key
-    appended (``[seq, None, last seq read, wants, None, key]``: a list), until
-    :meth:`resolve` reads its rows (before their batches go)."""
+    deadline)``, or, as the column mode lets a candidate go, ``(seq, last seq read, wants,
+    key)`` of its attempt (four items), until :meth:`resolve` reads its rows (before their
+    batches go)."""
 
     __slots__ = ("runs",)
 
@@ -160,19 +161,20 @@ class EndedRuns:
         runs = self.runs
         for x in range(len(runs)):  # (at most ENDED_KEPT: a few µs a CTI)
             r = runs[x]
-            if type(r) is list:
-                first_start, first_id = _row_of(cols, r[0])
+            if len(r) == 4:
+                seq, read, wants, k = r
+                first_start, first_id = _row_of(cols, seq)
                 deadline = first_start + within
-                if r[3]:
-                    runs[x] = (run_out(time), r[5], first_start, first_id, time, None, deadline)
+                if wants:
+                    runs[x] = (run_out(time), k, first_start, first_id, time, None, deadline)
                 else:
-                    at, by = _row_of(cols, r[2])
-                    runs[x] = (EVENT, r[5], first_start, first_id, at, by, deadline)
+                    at, by = _row_of(cols, read)
+                    runs[x] = (EVENT, k, first_start, first_id, at, by, deadline)
 
     def view(self) -> tuple[Ended, ...]:
         return tuple(Ended(short(r[1]) if r[1] is not None else "", r[2], short(r[3]), r[0],
                            r[4], None if r[5] is None else short(r[5]), r[6])
-                     for r in self.runs if type(r) is tuple)
+                     for r in self.runs if len(r) == 7)
 
 
 def run_out(time: int) -> str:
@@ -260,9 +262,9 @@ class Seeing:
         """The start of key ``k``'s oldest open run (None: it has none)."""
         if columns:
             ck = self.cols.keys[k]
-            for rec in ck.attempts:
-                if rec[3]:
-                    return int(ck.starts[bisect_left(ck.seqs, rec[0])])
+            for g, wants in zip(ck.firsts, ck.wants):
+                if wants:
+                    return int(ck.starts[bisect_left(ck.seqs, g)])
             return None
         rows, recs, _ = self.keys[k]
         for row in rows:
@@ -277,20 +279,19 @@ class Seeing:
         syms: list[int] = []
         if columns:
             ck = self.cols.keys[k]
-            opens = [rec for rec in ck.attempts if rec[3]]
-            rec = opens[0]
-            i = bisect_left(ck.seqs, rec[0])
+            open_at = [a for a, wants in enumerate(ck.wants) if wants]
+            i, count = bisect_left(ck.seqs, ck.firsts[open_at[0]]), len(open_at)
             starts, masks = ck.starts, ck.masks
             j = bisect_left(starts, starts[i] + self.within, i)
             open_run(code, regs, i, j, lambda pos, s: masks[pos] >> s & 1, syms)
             cols = self.cols
             at = [(int(starts[x]), cols.id_of(ck.seqs[x])) for x in _shown(i, len(syms))]
-            first, matched = int(starts[i]), rec[1] is not None
+            first, matched = int(starts[i]), ck.ends[open_at[0]] is not None
         else:
             rows, recs, _ = self.keys[k]
             opens = [(x, recs[r[SEQ]]) for x, r in enumerate(rows)
                      if r[SEQ] in recs and recs[r[SEQ]][WANTS]]
-            i, rec = opens[0]
+            (i, rec), count = opens[0], len(opens)
             j = bisect_left(rows, (rows[i][START] + self.within,), i)
             view = Match(self.index, rows, i, syms)
             open_run(code, regs, i, j, self._tester(rows, view), syms)
@@ -304,7 +305,7 @@ class Seeing:
                 runs.append((names[s], 1))
         return Partial("" if k is None else short(k), tuple(runs), len(syms),
                        tuple((t, short(e)) for t, e in at), first + self.within,
-                       matched, len(opens))
+                       matched, count)
 
     def _tester(self, rows: list[Row], view: Match) -> Callable[[int, int], bool]:
         """Whether ``rows[pos]`` fits symbol ``s``, as the matching decides it."""
