@@ -201,8 +201,9 @@ class Detect(ColumnMode, Seeing, Processor):
         #: has none)
         self._automaton: Automaton | bool | None = None
         self._table: np.ndarray | None = None
-        #: the symbols bound to the rows of a match, by the masks of its rows
-        self._bound: dict[tuple[int, ...], list[int]] = {}
+        #: where the rows bound to each symbol are in a match (detect_columns.shape), by the
+        #: masks of its rows
+        self._bound: dict[tuple[int, ...], list[slice | list[int]]] = {}
         self._opens: dict[int, bool] = {}
         #: the last candidate runs that ended without a match: a diagnostic, not state
         self.ended = EndedRuns()

@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .columns import Columns, apply_columns
-from .detect_columns import Automaton, ColumnKey, ColumnState, TooLarge, bind, key_runs
+from .detect_columns import (
+    Automaton,
+    ColumnKey,
+    ColumnState,
+    TooLarge,
+    bind,
+    key_runs,
+    shape,
+)
 from .detect_matching import Matching
 from .detect_rows import BOUND_MOST, DECIDED_MOST, Row, new_tuple, same_output
 from .detect_seeing import EndedRuns
@@ -26,7 +34,7 @@ class ColumnMode(Matching):
     cols: ColumnState
     _automaton: Automaton | bool | None
     _table: np.ndarray | None
-    _bound: dict[tuple[int, ...], list[int]]
+    _bound: dict[tuple[int, ...], list[slice | list[int]]]
     _opens: dict[int, bool]
     ended: EndedRuns
     front_of: dict[Hashable, int]
@@ -231,19 +239,18 @@ class ColumnMode(Matching):
     def _measured(self, ck: ColumnKey, i: int, e: int) -> Any:
         """The payload of the match of a column key's rows ``i .. e`` (what ``measures``
         gives)."""
-        # (the symbols bound depend on the match's masks only: matches repeat a few shapes)
+        # (the rows bound to each symbol depend on the match's masks only: matches repeat a
+        # few shapes)
         masks = tuple(ck.masks[i:e + 1])
-        bound_syms = self._bound
-        syms = bound_syms.get(masks)
-        if syms is None:
-            if len(bound_syms) >= BOUND_MOST:
-                bound_syms.clear()
-            syms = bound_syms[masks] = bind(self.program, ck.masks, i, e)
+        shapes = self._bound
+        at = shapes.get(masks)
+        if at is None:
+            if len(shapes) >= BOUND_MOST:
+                shapes.clear()
+            at = shapes[masks] = shape(bind(self.program, ck.masks, i, e), len(self.index))
         rows = self.cols.payloads(ck.seqs[i:e + 1])
-        parts: list[list[Any]] = [[] for _ in self.index]
-        for p, s in zip(rows, syms):
-            parts[s].append(p)
-        bound = {name: tuple(part) for name, part in zip(self.index, parts)}
+        bound = {name: tuple(rows[x]) if type(x) is slice else tuple([rows[y] for y in x])
+                 for name, x in zip(self.index, at)}
         return bound if self.measures is None else self.measures(bound)
 
     def _settle_columns(self, k: Hashable, ck: ColumnKey, time: int,

@@ -158,6 +158,18 @@ def bind(program: Program, masks: list[int], i: int, e: int) -> list[int]:
         del syms[n:]
 
 
+def shape(syms: list[int], count: int) -> list[slice | list[int]]:
+    """Per symbol ``0 .. count - 1``, where the rows bound to it are in a match (``syms``:
+    each row's symbol, :func:`bind`): a slice when they are adjacent (a symbol's rows most
+    often are), else their indices."""
+    at: list[slice | list[int]] = []
+    for s in range(count):
+        rows = [x for x, t in enumerate(syms) if t == s]
+        at.append(slice(rows[0], rows[-1] + 1) if rows and rows[-1] - rows[0] + 1 == len(rows)
+                  else rows)
+    return at
+
+
 class ColumnKey:
     """One key's rows in the column mode, in order: ``starts``, ``masks``, ``seqs`` (arrival
     numbers: where a row's id and payload are, see :class:`ColumnState`); the attempts that
@@ -218,9 +230,10 @@ class ColumnState:
         self.keys: dict[Hashable, ColumnKey] = {}
         self.batches: dict[int, Columns] = {}
         self.firsts: list[int] = []
-        #: per batch read from, its payload columns as lists (``tolist()``: the values a
-        #: row holds, made at once for the batch rather than one numpy item at a time)
-        self.lists: dict[int, Any] = {}
+        #: per batch read from, the reader of its payloads (:func:`_reader`: its columns as
+        #: lists, ``tolist()`` made at once for the batch rather than one numpy item at a
+        #: time)
+        self.lists: dict[int, Callable[[list[int]], list[Any]]] = {}
         #: emptied keys, to be used again (most keys empty at a CTI and come back in the
         #: next batch: a new one would be eleven new objects for the collector to scan)
         self.spare: list[ColumnKey] = []
@@ -253,30 +266,18 @@ class ColumnState:
     def payloads(self, seqs: list[int]) -> list[Any]:
         """The payloads of the rows that came ``seqs``-th (in increasing order)."""
         out: list[Any] = []
-        firsts, at = self.firsts, 0
-        while at < len(seqs):
+        firsts, at, n = self.firsts, 0, len(seqs)
+        while at < n:
             b = bisect_left(firsts, seqs[at] + 1) - 1
             first = firsts[b]
-            upto = len(seqs) if b + 1 == len(firsts) else bisect_left(seqs, firsts[b + 1], at)
-            lists = self.lists.get(first)
-            if lists is None:
-                lists = self.lists[first] = _lists(self.batches[first].payload)
-            kind, values = lists
-            rows = [g - first for g in seqs[at:upto]]
-            if kind is not object and not (values[1] if kind is dict else values):
-                out += [{} if kind is dict else () for _ in rows]  # (no columns)
-            elif kind is dict:
-                names, columns = values
-                make = _maker(tuple(names))
-                if make is not None:
-                    out += make(*columns, rows)
-                else:
-                    out += [dict(zip(names, t))
-                            for t in zip(*[[c[i] for i in rows] for c in columns])]
-            elif kind is tuple:
-                out += list(zip(*[[c[i] for i in rows] for c in values]))
-            else:
-                out += [values[i] for i in rows]
+            upto = n if b + 1 == len(firsts) else bisect_left(seqs, firsts[b + 1], at)
+            read = self.lists.get(first)
+            if read is None:
+                read = self.lists[first] = _reader(self.batches[first].payload)
+            rows = read([g - first for g in seqs[at:upto]])
+            if upto == n and not at:
+                return rows  # (all in one batch: most matches)
+            out += rows
             at = upto
         return out
 
@@ -310,13 +311,25 @@ def _maker(names: tuple[Any, ...]) -> Callable[..., list[dict[Any, Any]]] | None
     return eval(f"lambda {args}, rows: [{{{items}}} for i in rows]", {})
 
 
-def _lists(payload: Any) -> tuple[type, Any]:
-    """Payload columns as Python lists (see :attr:`ColumnState.lists`)."""
+def _reader(payload: Any) -> Callable[[list[int]], list[Any]]:
+    """``read(rows)``: the payloads of a batch's rows ``rows``, its payload columns made
+    Python lists once (see :attr:`ColumnState.lists`)."""
     if isinstance(payload, dict):
-        return dict, (list(payload), [c.tolist() for c in payload.values()])
+        names, columns = list(payload), [c.tolist() for c in payload.values()]
+        make = _maker(tuple(names))
+        if make is not None:
+            return functools.partial(make, *columns)
+        if not names:
+            return lambda rows: [{} for _ in rows]
+        return lambda rows: [dict(zip(names, t))
+                             for t in zip(*[[c[i] for i in rows] for c in columns])]
     if isinstance(payload, tuple):
-        return tuple, [c.tolist() for c in payload]
-    return object, payload.tolist()
+        values = [c.tolist() for c in payload]
+        if not values:
+            return lambda rows: [() for _ in rows]
+        return lambda rows: list(zip(*[[c[i] for i in rows] for c in values]))
+    items = payload.tolist()
+    return lambda rows: [items[i] for i in rows]
 
 
 def key_runs(keys: np.ndarray | None, starts: np.ndarray) -> tuple[
