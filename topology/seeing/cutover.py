@@ -202,6 +202,7 @@ def _run(plan: Plan, batch_size: int,
     :func:`topology.running.inline.drive`). With ``restore`` = (location, record, fates)
     each step takes the state its fate names and the sources skip the ``rounds`` fed before
     the cut, as the restored deploy does; returns the output messages."""
+    from operators.feeds import round_robin
     from topology.planning.dag import DagProcessor
     from topology.running.inline import close_feeds, source_batches
 
@@ -211,8 +212,6 @@ def _run(plan: Plan, batch_size: int,
         if restore is not None:
             location, record, fates = restore
             _restore(dag, location, fates)
-            from operators.feeds import round_robin
-
             for _ in itertools.islice(round_robin(feeds), record["rounds"]):
                 pass
         return _drive(dag, feeds)
