@@ -85,15 +85,37 @@ def tag_id(id: Hashable, port: int, n_inputs: int) -> Hashable:
     return (port, id)
 
 
+def tag_ids(ids: np.ndarray, port: int, n_inputs: int) -> np.ndarray:
+    """:func:`tag_id` of every id of a column: in one numpy operation when the ids are
+    integers and no tag leaves int64, else one call per id.
+
+    >>> tag_ids(np.array([7, 0]), 1, 2).tolist()
+    [15, 1]
+    """
+    n = n_inputs
+    if not len(ids):
+        return ids
+    if ids.dtype.kind in "biu":
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo * n >= _INT64_MIN and hi * n + port <= _INT64_MAX:
+            return ids.astype(np.int64) * n + port
+    tagged: Any = (tag_id(i, port, n) for i in ids.tolist())
+    return np.fromiter(tagged, dtype=object, count=len(ids))
+
+
 class Union(Processor):
     """Merges ``n_inputs`` streams; output ids are the input ids tagged with their input
     (:func:`tag_id`)."""
 
-    def __init__(self, n_inputs: int = 2, name: str | None = None) -> None:
+    def __init__(self, n_inputs: int = 2, name: str | None = None, tag: bool = True) -> None:
         super().__init__(name)
         if isinstance(n_inputs, bool) or not isinstance(n_inputs, int) or n_inputs < 1:
             raise ValueError(f"union: n_inputs must be a positive int, got {n_inputs!r}")
         self.n_inputs = n_inputs
+        #: False where the inputs' ids are distinct already (the partitions of a
+        #: group_apply tag theirs by key group, :mod:`operators.key_groups`): ids pass as
+        #: they are, so an event keeps its id whichever input it comes from
+        self.tag = tag
 
     def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
         if not 0 <= port < self.n_inputs:
@@ -102,9 +124,13 @@ class Union(Processor):
         return super().process(batch, port)
 
     def on_insert(self, msg: Insert, port: int) -> list[Message]:
+        if not self.tag:
+            return [msg]
         return [Insert(tag_id(msg.id, port, self.n_inputs), msg.start, msg.end, msg.payload)]
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
+        if not self.tag:
+            return [msg]
         return [Retract(tag_id(msg.id, port, self.n_inputs), msg.start, msg.end, msg.new_end,
                         msg.payload)]
 
@@ -112,19 +138,19 @@ class Union(Processor):
         """The batch passes as one batch, with its ids tagged as :meth:`on_insert` tags
         them: an integer id column in one numpy operation when no tag leaves int64, else one
         :func:`tag_id` per event."""
-        return [Columns(self._tag_ids(msg.ids, port), msg.starts,  # type: ignore[list-item]
+        ids = tag_ids(msg.ids, port, self.n_inputs) if self.tag else msg.ids
+        return [Columns(ids, msg.starts,  # type: ignore[list-item]
                         None if msg.points else msg.ends, msg.payload)]  # (stands for inserts)
 
-    def _tag_ids(self, ids: np.ndarray, port: int) -> np.ndarray:
-        n = self.n_inputs
-        if not len(ids):
-            return ids
-        if ids.dtype.kind in "biu":
-            lo, hi = int(ids.min()), int(ids.max())
-            if lo * n >= _INT64_MIN and hi * n + port <= _INT64_MAX:
-                return ids.astype(np.int64) * n + port
-        tagged: Any = (tag_id(i, port, n) for i in ids.tolist())
-        return np.fromiter(tagged, dtype=object, count=len(ids))
+    def restore(self, state: dict[str, Any]) -> None:
+        """Resume from a snapshot; one of a union with another number of inputs (the merge
+        of a group_apply restored at another ``partitions``: :mod:`operators.key_groups`)
+        gives every input the lowest input CTI it had, which each partition then moves on."""
+        super().restore(state)
+        ctis = self.in_ctis
+        if ctis is not None and len(ctis) != self.n_inputs:
+            self.in_ctis = [min(ctis)] * self.n_inputs
+            self.in_ended = None
 
     def on_cti(self, time: int, port: int) -> list[Message]:
         return self.emit_cti(self.in_cti)

@@ -310,9 +310,14 @@ class Stream(Sources, Running):
         return self._then(n.Union, *others, arg="others", name=name)
 
     def group_apply(self, key: Callable[[Any], Any], fn: Callable[[Stream], Stream],
-                    partitions: int = 1, name: str | None = None) -> Stream:
+                    partitions: int = 1, name: str | None = None,
+                    key_groups: int | None = None) -> Stream:
         """Run ``fn`` on the events of each key separately; payloads become
-        ``(key, payload)``. ``partitions=N`` spreads the keys over N actors by hash."""
+        ``(key, payload)``. ``partitions=N`` spreads the keys over N actors by hash. Their
+        state is kept by key group, ``key_groups`` of them (128 unless said; Flink's max
+        parallelism), so a savepoint restores at any ``partitions`` up to ``key_groups``
+        (docs/operations.md, "Rescaling"); ``key_groups=`` at ``partitions=1`` keeps one
+        actor's state so too, to rescale it later."""
         check_key("group_apply", "key", key)
         check_function("group_apply", "fn", fn, "(a Stream of one group's events) -> the "
                          "Stream of its sub-query")
@@ -321,7 +326,7 @@ class Stream(Sources, Running):
             raise TypeError(f"group_apply(fn={_name(fn)}): the sub-query function must "
                             f"return a Stream, got {sub!r}")
         return self._then(n.GroupApply, key=key, sub=sub._node, partitions=partitions,
-                          name=name)
+                          key_groups=key_groups, name=name)
 
 
 @dataclass(frozen=True)

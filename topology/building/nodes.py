@@ -420,6 +420,10 @@ class GroupApply(Node):
     key: Callable[[Any], Any]
     sub: Node
     partitions: int = 1
+    #: the key groups its state is kept by (:mod:`operators.key_groups`); None: the
+    #: default's (:data:`~operators.key_groups.KEY_GROUPS`) when ``partitions > 1``, none
+    #: (one actor, not rescalable) at ``partitions=1``
+    key_groups: int | None = None
     verb: ClassVar[str] = "group_apply"
     trace_kind: ClassVar[str] = "group_apply"
 
@@ -457,9 +461,29 @@ class GroupApply(Node):
         if isinstance(p, bool) or not isinstance(p, int) or p < 1:
             raise ValueError(f"group_apply(partitions={p!r}): give an int >= 1 (the number of "
                              f"actors the keys are spread over)")
+        g = self.key_groups
+        if g is not None and (isinstance(g, bool) or not isinstance(g, int) or g < 1):
+            raise ValueError(f"group_apply(key_groups={g!r}): give an int >= 1 (the number of "
+                             f"key groups its state is kept by: the most partitions it can "
+                             f"ever be rescaled to)")
+        if self.groups and p > self.groups:
+            raise ValueError(f"group_apply(partitions={p}, key_groups={self.groups}): a "
+                             f"partition holds at least one key group; give partitions <= "
+                             f"{self.groups}, or more key_groups")
+
+    @property
+    def groups(self) -> int:
+        """The key groups of its partitions (0: not partitioned by key group)."""
+        from operators.key_groups import KEY_GROUPS
+
+        if self.key_groups is not None:
+            return self.key_groups
+        return KEY_GROUPS if self.partitions > 1 else 0
 
     def describe(self, clock: str | None = None) -> str:
         parts = f", partitions={self.partitions}" if self.partitions != 1 else ""
+        if self.key_groups is not None:
+            parts += f", key_groups={self.key_groups}"
         return f"group_apply({fn_text(self.key)}{parts}) key {how_text(self.key)}"
 
 

@@ -134,7 +134,7 @@ class Plan:
         lines = [self.logical, "", f"stages ({len(self.stages)}):"]
         for step, st in self.stages.items():
             outs = ", ".join(
-                f"{e.dst}:{e.port}" + (f" [hash % {e.partition.n} == {e.index}]"
+                f"{e.dst}:{e.port}" + (f" [partition {e.index} of {e.partition.n}]"
                                        if e.partition is not None else "")
                 for e in self.edges.get(step, ()))
             lines.append(f"  {step:<28} {st.describe}" + (f"  → {outs}" if outs else ""))

@@ -40,6 +40,7 @@ from operators.full_outer_join import FullOuterJoin
 from operators.group_apply import GroupApply
 from operators.ingress import ImportCti, LateStream
 from operators.join import Join
+from operators.key_groups import KeyGroups
 from operators.left_join import LeftJoin
 from operators.processor import Processor
 from operators.publish import Publish
@@ -171,7 +172,7 @@ def _b_sink(node: Sink, step: str) -> Factory:
 
 
 def _b_merge(node: MergePartitions, step: str) -> Factory:
-    return functools.partial(Union, node.partitions, name=step)
+    return functools.partial(Union, node.partitions, name=step, tag=False)
 
 
 #: The planner's table: node type -> function (node, step id) -> processor factory.
@@ -329,7 +330,7 @@ def plan(root: n.Node, *, fuse: bool | str = False, sink: bool = True,
             raise TypeError(f"the planner has no builder for {type(node).__name__} ({step})")
         ins = [steps[id(i)][1] for i in node.inputs]
         role = "source" if node.is_source else "operator"
-        if isinstance(node, n.GroupApply) and node.partitions > 1:
+        if isinstance(node, n.GroupApply) and node.groups:
             _partitioned(node, step, ins[0], stages, edges, clock, keyed)
             continue
         factory, variant = _physical(node, step, builder, id(node) in keyed.consumers)
@@ -367,22 +368,31 @@ def _partitioned(node: n.GroupApply, step: str, src: str, stages: dict[str, Stag
                  edges: dict[str, list[OutEdge]], clock: str, keyed: KeyPaths) -> None:
 
     k = node.partitions
-
-    part = Partitioner(field_getter(node.key), k, step)
-    factory, variant = _physical(node, step, _b_group_apply, id(node) in keyed.consumers)
-    factory = _key_progress(factory, node, keyed)
+    part = Partitioner(field_getter(node.key), k, step, node.groups)
+    inner, variant = _physical(node, step, _b_group_apply, id(node) in keyed.consumers)
+    factory = functools.partial(KeyGroups, node.key, _key_progress(inner, node, keyed),
+                                node.groups, name=step)
     key_ctis = keyed.flag(node.inputs[0], node)
     for p in range(k):
         pstep = f"{step}[{p}]"
         stages[pstep] = Stage(pstep, factory, 1,
                               f"{_shown(node, variant, clock, id(node) in keyed.consumers)} "
-                              f"partition {p} of {k}", (node,),
+                              f"partition {p} of {k} ({_key_groups(p, k, node.groups)})",
+                              (node,),
                               variant=variant)
         edges[pstep] = [OutEdge(step, p)]
         edges[src].append(OutEdge(pstep, 0, part, p, key_ctis=key_ctis))
     merge = MergePartitions(inputs=(node,), partitions=k)
     stages[step] = Stage(step, _b_merge(merge, step), k, merge.describe(), (merge,))
     edges[step] = []
+
+
+def _key_groups(p: int, k: int, groups: int) -> str:
+    """The key groups partition ``p`` of ``k`` holds, as ``explain()`` shows them."""
+    first = next(g for g in range(groups) if g * k // groups == p)
+    last = max(g for g in range(groups) if g * k // groups == p)
+    return f"key group {first} of {groups}" if first == last else \
+        f"key groups {first}-{last} of {groups}"
 
 
 def _chain(factories: list[Factory], name: str, source: bool = False) -> Processor:

@@ -16,9 +16,6 @@ same partition whichever actor routes it.
 
 from __future__ import annotations
 
-import numbers
-import pickle
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
@@ -29,68 +26,22 @@ from operators.columns import Columns, apply_columns
 from operators.errors import OperatorError
 from operators.events import Cti, KeyCtis, Message
 from operators.ingress import LateOut
+from operators.key_groups import partition_of, stable_hash, stable_hash_column
 
-
-def stable_hash(key: Any) -> int:
-    """A hash of ``key`` that is the same in every process, and equal for keys that compare
-    equal: ``1``, ``True``, ``1.0``, ``np.int64(1)``, ``np.float32(1.0)``, ``Decimal(1)`` and
-    ``Fraction(1)`` are one key (Python's numeric hash is defined across number types and is
-    not salted per process, unlike ``hash()`` of a string)."""
-    if isinstance(key, (numbers.Number, np.generic)) and not isinstance(key, (str, bytes)):
-        if key != key:
-            return 0
-        return hash(key) & 0x7FFFFFFFFFFFFFFF
-    if isinstance(key, str):
-        return zlib.crc32(key.encode("utf-8", "surrogatepass"))
-    if isinstance(key, bytes):
-        return zlib.crc32(key)
-    if isinstance(key, tuple):
-        h = 0x345678
-        for k in key:
-            h = (h * 1_000_003) ^ stable_hash(k)
-        return h & 0x7FFFFFFFFFFFFFFF
-    return zlib.crc32(pickle.dumps(key, protocol=4))
-
-
-_P61 = (1 << 61) - 1  # Python's numeric hash is taken modulo this prime
-
-
-def stable_hash_column(keys: np.ndarray) -> np.ndarray | None:
-    """:func:`stable_hash` of every key of an integer, bool or integral float column, as
-    uint64, computed without a Python call per key; None for other columns (and integers
-    beyond ±2**62), which are hashed key by key.
-
-    >>> keys = np.array([0, 1, -1, -2, 2**61, 7])
-    >>> stable_hash_column(keys).tolist() == [stable_hash(k) for k in keys.tolist()]
-    True
-    """
-    kind = keys.dtype.kind
-    if kind == "f":
-        if not len(keys) or not np.isfinite(keys).all() or (keys != np.floor(keys)).any() \
-                or np.abs(keys).max() >= 2**53:
-            return None
-        keys = keys.astype(np.int64)
-    elif kind == "u":
-        if len(keys) and int(keys.max()) >= 2**62:
-            return None
-        keys = keys.astype(np.int64)
-    elif kind == "b":
-        keys = keys.astype(np.int64)
-    elif kind != "i" or (len(keys) and max(-int(keys.min()), int(keys.max())) >= 2**62):
-        return None
-    keys = keys.astype(np.int64, copy=False)
-    h = np.where(keys < 0, -(np.abs(keys) % _P61), keys % _P61)
-    h[h == -1] = -2  # (hash(-1) is -2 in Python)
-    return h.astype(np.uint64) & np.uint64(0x7FFFFFFFFFFFFFFF)
+__all__ = ["OutEdge", "Partitioner", "Router", "stable_hash", "stable_hash_column"]
 
 
 @dataclass(frozen=True, eq=False)
 class Partitioner:
-    """Spreads events over ``n`` partitions by ``stable_hash(key(payload)) % n``."""
+    """Spreads events over ``n`` partitions: by key group (``stable_hash(key(payload)) %
+    groups``, the contiguous range of key groups of each partition:
+    :func:`operators.key_groups.partition_of`), or, without ``groups``, by
+    ``stable_hash(key(payload)) % n``."""
 
     key: Callable[[Any], Any]
     n: int
     step: str = "group_apply"
+    groups: int | None = None
 
     def index(self, payload: Any) -> int:
         try:
@@ -100,7 +51,9 @@ class Partitioner:
                 f"operator {self.step!r}: the group key function failed on payload "
                 f"{payload!r}: {type(exc).__name__}: {exc}"
             ) from exc
-        return stable_hash(k) % self.n
+        if self.groups is None:
+            return stable_hash(k) % self.n
+        return int(partition_of(stable_hash(k) % self.groups, self.n, self.groups))
 
     def indexes(self, cols: Columns) -> np.ndarray | None:
         """The partition of every event of a column batch, or None when its keys must be
@@ -110,7 +63,12 @@ class Partitioner:
         if not isinstance(keys, np.ndarray):
             return None
         hashes = stable_hash_column(keys)
-        return None if hashes is None else (hashes % np.uint64(self.n)).astype(np.int64)
+        if hashes is None:
+            return None
+        if self.groups is None:
+            return (hashes % np.uint64(self.n)).astype(np.int64)
+        return partition_of((hashes % np.uint64(self.groups)).astype(np.int64), self.n,
+                            self.groups)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,101 @@
+"""Key groups (:mod:`operators.key_groups`): a partitioned group_apply cut at any point and
+carried on at any other number of partitions gives the output of one uninterrupted run.
+
+The partitions are simulated as the runtime wires them: a router sends each event to the
+partition of its key group and every CTI to all, each partition is a :class:`KeyGroups`, and
+a ``Union(tag=False)`` merges them. At the cut every partition's and the merge's state is
+snapshot; :func:`regroup` hands the key groups to the new width, and the merge is restored
+at the new number of inputs. The merged output must be a valid stream (every retraction finds
+its insert, whichever partition holds its key group now) whose CHT is the reference's.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from operators.cht import to_cht, validate
+from operators.events import Cti, Insert, Message
+from operators.group_apply import GroupApply
+from operators.key_groups import KeyGroups, key_group, partition_of, regroup
+from operators.union import Union
+from operators.windows import make_window, tumbling_window
+from tests.kit import PROPERTY, assert_equivalent, physical_streams
+from tests.operators.test_group_apply import CASES, _key
+from tests.reference_joins import final_cti
+from topology.planning.routing import Partitioner
+
+GROUPS = 4
+
+
+class Partitioned:
+    """``n`` partitions of key groups and their merge, fed as the runtime feeds them."""
+
+    def __init__(self, factory, n: int) -> None:
+        self.factory, self.n = factory, n
+        self.parts = [KeyGroups(_key, factory, GROUPS, name="g") for _ in range(n)]
+        self.merge = Union(n, name="g", tag=False)
+        self.router = Partitioner(_key, n, "g", GROUPS)
+
+    def process(self, batch: list[Message]) -> list[Message]:
+        routed: list[list[Message]] = [[] for _ in range(self.n)]
+        for m in batch:
+            if type(m) is Cti:
+                for r in routed:
+                    r.append(m)
+            else:
+                routed[self.router.index(m.payload)].append(m)
+        out: list[Message] = []
+        for p, part in enumerate(self.parts):
+            out.extend(self.merge.process(part.process(routed[p]), p))
+            part._check()
+        return out
+
+    def rescaled(self, n: int) -> Partitioned:
+        """The same state at ``n`` partitions (snapshots, regrouped, restored)."""
+        new = Partitioned(self.factory, n)
+        for part, state in zip(new.parts, regroup([p.snapshot() for p in self.parts], n,
+                                                  GROUPS), strict=True):
+            part.restore(state)
+        new.merge.restore(self.merge.snapshot())
+        return new
+
+
+@pytest.mark.parametrize("case", ["where_select", "alter_lifetime", "shift_back",
+                                  "tumbling_count"])
+@PROPERTY
+@given(stream=physical_streams(payloads=st.integers(0, 8)), data=st.data())
+def test_rescaled_at_any_cut_gives_the_uninterrupted_output(case, stream, data):
+    factory, reference, _ = CASES[case]
+    stream = stream + [Cti(final_cti(stream) + 10)]
+    width = data.draw(st.integers(1, GROUPS), label="partitions")
+    cut = data.draw(st.integers(0, len(stream)), label="cut")
+    then = data.draw(st.integers(1, GROUPS), label="rescaled to")
+    run = Partitioned(factory, width)
+    out = run.process(stream[:cut])
+    out += run.rescaled(then).process(stream[cut:])
+    validate(out, name="the merged output")
+    assert_equivalent(out, reference(to_cht(stream)))
+
+
+def test_a_key_group_moves_whole_and_keeps_its_ids():
+    # a window per key holds its count open; rescaled from 1 to 4 partitions, the count's
+    # correction retracts the row the one partition sent, under the same id
+    factory = lambda: GroupApply(_key, lambda: make_window(tumbling_window(10), len))  # noqa: E731
+    one = Partitioned(factory, 1)
+    first = one.process([Insert("a", 1, 2, 0), Insert("b", 2, 3, 3), Cti(1)])
+    four = one.rescaled(4)
+    holder = partition_of(key_group(0, GROUPS), 4, GROUPS)  # (every payload's key is 0)
+    assert [len(p.parts) for p in four.parts] == [int(p == holder) for p in range(4)]
+    more = four.process([Insert("c", 3, 4, 6), Cti(20)])
+    validate(first + more, name="output")
+    assert sorted(to_cht(first + more)) == [(0, 10, (0, 3))]
+    retracted = {m.id for m in more if type(m) is not Insert and type(m) is not Cti}
+    assert retracted <= {m.id for m in first if type(m) is Insert}
+
+
+def test_regroup_refuses_more_partitions_than_key_groups():
+    one = Partitioned(CASES["where"][0], 1)
+    with pytest.raises(ValueError, match="1 to 4 partitions, not 5"):
+        regroup([p.snapshot() for p in one.parts], 5, GROUPS)
