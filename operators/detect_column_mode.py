@@ -175,9 +175,12 @@ class ColumnMode(Matching):
         results, oids = ck.results, ck.oids
         final = self.final
         cut = bisect_left(firsts, seqs[p])
-        old = {} if final else {firsts[a]: ck.output(a) for a in range(cut, len(firsts))
-                                if ends[a] is not None}
-        ck.cut(cut)
+        old: dict[int, tuple[Any, ...]] = {}
+        if cut < len(firsts):  # (the outputs of the attempts run again, by their first row)
+            if not final:
+                old = {firsts[a]: ck.output(a) for a in range(cut, len(firsts))
+                       if ends[a] is not None}
+            ck.cut(cut)
         opens, start_state, step, run = self._opens, auto.start, auto.step, auto.run
         within = self.within
         n, last = len(starts), starts[-1]

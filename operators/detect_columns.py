@@ -215,11 +215,9 @@ class ColumnKey:
         del self.starts[:rows], self.masks[:rows], self.seqs[:rows]
         del self.firsts[:a], self.ends[:a], self.reach[:a], self.wants[:a]
         del self.results[:a], self.oids[:a]
-        if self.seqs:
-            least = self.seqs[0]
-            self.open = [g for g in self.open if g >= least]
-        else:
-            self.open.clear()
+        if self.open:
+            least = self.seqs[0] if self.seqs else None
+            self.open = [] if least is None else [g for g in self.open if g >= least]
 
 
 class ColumnState:
@@ -251,13 +249,20 @@ class ColumnState:
         """Forget key ``k`` (it holds no rows any more)."""
         ck = self.keys.pop(k)
         if len(self.spare) < SPARE_MOST:
-            ck.drop(0, len(ck.firsts))
+            assert not ck.firsts, "an attempt is at a row"
+            ck.open.clear()
             self.spare.append(ck)
 
     def id_of(self, seq: int) -> Any:
         """The id of the row that came ``seq``-th."""
+        return self.start_id(seq)[1]
+
+    def start_id(self, seq: int) -> tuple[int, Any]:
+        """The start and id of the row that came ``seq``-th."""
         first = self.firsts[bisect_left(self.firsts, seq + 1) - 1]
-        return self.batches[first].inserts_at(seq - first).id
+        batch = self.batches[first]
+        eid = batch.ids[seq - first]
+        return int(batch.starts[seq - first]), eid.item() if isinstance(eid, np.generic) else eid
 
     def payload(self, seq: int) -> Any:
         """The payload of the row that came ``seq``-th."""

@@ -184,11 +184,9 @@ def run_out(time: int) -> str:
 def _row_of(cols: ColumnState, seq: int) -> tuple[int, Any]:
     """The start and id of the column mode's row that came ``seq``-th."""
     try:
-        first = cols.firsts[bisect_left(cols.firsts, seq + 1) - 1]
-        ins = cols.batches[first].inserts_at(seq - first)
+        return cols.start_id(seq)
     except (KeyError, IndexError):  # (its batch is gone)
         return 0, "?"
-    return int(ins.start), ins.id
 
 
 class Seeing:
