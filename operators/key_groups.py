@@ -1,8 +1,8 @@
 """Key groups: the unit of a partitioned ``group_apply``'s state, which rescaling moves.
 
 Every key falls in one of ``groups`` *key groups* (:func:`key_group`: its stable hash modulo
-``groups``), a number fixed when the query first starts (``group_apply(...,
-key_groups=128)``, Flink's *max parallelism*). Partition ``p`` of ``n`` holds the key groups
+``groups``), a number fixed when the query first starts (``group_apply(..., key_groups=G)``,
+Flink's *max parallelism*). Partition ``p`` of ``n`` holds the key groups
 ``kg`` with ``kg * n // groups == p`` (:func:`partition_of`: a contiguous range, as Flink
 assigns them), so ``n`` may be anything from 1 to ``groups``.
 
@@ -19,6 +19,12 @@ input.
 other), the same whichever partition holds the key group: the partitions' merge passes ids
 through untagged (``Union(tag=False)``), so a retraction made after a rescale finds the
 event it corrects downstream.
+
+**Cost.** Each instance gets its key group's part of every batch, so an operator that works
+on a whole batch at once (a keyed window's fast path) does its work in smaller pieces: a
+rescalable group_apply is slower than one operator per partition, the more so the more key
+groups each partition holds (``benchmarks/rescale.py``). Hence opt-in: ``key_groups=`` is
+asked for, not the default.
 
 **CTIs.** Every instance gets every CTI (at most ``groups / n`` of them per partition); a key
 group first seen later starts at the current input CTI. The output CTI is the lowest of the
@@ -42,10 +48,6 @@ from .events import MIN_TIME, Cti, Insert, KeyCtis, Message, Retract
 from .processor import Processor, ended_error
 from .udm import field_getter
 from .union import tag_id, tag_ids
-
-#: The key groups of a partitioned group_apply unless it says otherwise (Flink's default
-#: max parallelism for small jobs): the most partitions it can ever be rescaled to.
-KEY_GROUPS = 128
 
 
 def stable_hash(key: Any) -> int:
@@ -140,7 +142,7 @@ class KeyGroups(Processor):
     _state_fields = ("ctis", "dead_letters")
 
     def __init__(self, key: Callable[[Any], Hashable] | str, factory: Callable[[], Processor],
-                 groups: int = KEY_GROUPS, name: str | None = None) -> None:
+                 groups: int, name: str | None = None) -> None:
         super().__init__(name)
         self.key = field_getter(key)
         self.factory = factory
@@ -246,13 +248,14 @@ class KeyGroups(Processor):
     def _tag(self, kg: int, result: list[Message], out: list[Message]) -> None:
         """A key group's output, its ids tagged by key group; its CTI recorded."""
         g = self.groups
+        new = tuple.__new__  # (the fields are an operator's output: valid already)
         m: Any
         for m in result:
             kind = type(m)
-            if kind is Insert:
-                out.append(Insert(tag_id(m.id, kg, g), m.start, m.end, m.payload))
-            elif kind is Retract:
-                out.append(Retract(tag_id(m.id, kg, g), m.start, m.end, m.new_end, m.payload))
+            if kind is Insert or kind is Retract:
+                i = m[0]
+                out.append(new(kind, (i * g + kg if type(i) is int else tag_id(i, kg, g),
+                                      *m[1:])))
             elif kind is Columns:
                 out.append(Columns(tag_ids(m.ids, kg, g), m.starts,  # type: ignore[arg-type]
                                    None if m.points else m.ends, m.payload))

@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 
 from .columns import Columns
-from .events import Insert, Message, Retract
+from .events import FreshId, Insert, Message, Retract
 from .processor import Processor
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -72,8 +72,11 @@ def tag_id(id: Hashable, port: int, n_inputs: int) -> Hashable:
     >>> tag_id(7, 1, 2), tag_id(7.0, 1, 2), tag_id("a", 1, 2)
     (15, 15, (1, 'a'))
     """
-    if type(id) is int:
+    kind = type(id)
+    if kind is int:
         return id * n_inputs + port
+    if kind is str or kind is tuple or kind is FreshId:  # (no number: spares the ABC check)
+        return (port, id)
     if isinstance(id, numbers.Number):
         try:
             i = int(id)  # type: ignore[call-overload]

@@ -43,6 +43,8 @@ class MergePartitions(n.Node):
     CTI is the minimum of theirs): the planner adds it, with the group_apply as its input."""
 
     partitions: int
+    #: the group_apply's key groups (0: none; its partitions' ids are then tagged here)
+    groups: int = 0
     verb: ClassVar[str] = "merge"
     trace_kind: ClassVar[str] = "union"
 

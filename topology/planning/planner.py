@@ -172,7 +172,8 @@ def _b_sink(node: Sink, step: str) -> Factory:
 
 
 def _b_merge(node: MergePartitions, step: str) -> Factory:
-    return functools.partial(Union, node.partitions, name=step, tag=False)
+    # (ids tagged by key group already are the same whichever partition sends them)
+    return functools.partial(Union, node.partitions, name=step, tag=not node.groups)
 
 
 #: The planner's table: node type -> function (node, step id) -> processor factory.
@@ -330,7 +331,7 @@ def plan(root: n.Node, *, fuse: bool | str = False, sink: bool = True,
             raise TypeError(f"the planner has no builder for {type(node).__name__} ({step})")
         ins = [steps[id(i)][1] for i in node.inputs]
         role = "source" if node.is_source else "operator"
-        if isinstance(node, n.GroupApply) and node.groups:
+        if isinstance(node, n.GroupApply) and (node.partitions > 1 or node.groups):
             _partitioned(node, step, ins[0], stages, edges, clock, keyed)
             continue
         factory, variant = _physical(node, step, builder, id(node) in keyed.consumers)
@@ -368,31 +369,34 @@ def _partitioned(node: n.GroupApply, step: str, src: str, stages: dict[str, Stag
                  edges: dict[str, list[OutEdge]], clock: str, keyed: KeyPaths) -> None:
 
     k = node.partitions
-    part = Partitioner(field_getter(node.key), k, step, node.groups)
-    inner, variant = _physical(node, step, _b_group_apply, id(node) in keyed.consumers)
-    factory = functools.partial(KeyGroups, node.key, _key_progress(inner, node, keyed),
-                                node.groups, name=step)
+    part = Partitioner(field_getter(node.key), k, step, node.groups or None)
+    factory, variant = _physical(node, step, _b_group_apply, id(node) in keyed.consumers)
+    factory = _key_progress(factory, node, keyed)
+    if node.groups:  # each partition: one operator per key group (rescalable)
+        factory = functools.partial(KeyGroups, node.key, factory, node.groups, name=step)
     key_ctis = keyed.flag(node.inputs[0], node)
     for p in range(k):
         pstep = f"{step}[{p}]"
         stages[pstep] = Stage(pstep, factory, 1,
                               f"{_shown(node, variant, clock, id(node) in keyed.consumers)} "
-                              f"partition {p} of {k} ({_key_groups(p, k, node.groups)})",
+                              f"partition {p} of {k}{_key_groups(p, k, node.groups)}",
                               (node,),
                               variant=variant)
         edges[pstep] = [OutEdge(step, p)]
         edges[src].append(OutEdge(pstep, 0, part, p, key_ctis=key_ctis))
-    merge = MergePartitions(inputs=(node,), partitions=k)
+    merge = MergePartitions(inputs=(node,), partitions=k, groups=node.groups)
     stages[step] = Stage(step, _b_merge(merge, step), k, merge.describe(), (merge,))
     edges[step] = []
 
 
 def _key_groups(p: int, k: int, groups: int) -> str:
     """The key groups partition ``p`` of ``k`` holds, as ``explain()`` shows them."""
+    if not groups:
+        return ""
     first = next(g for g in range(groups) if g * k // groups == p)
     last = max(g for g in range(groups) if g * k // groups == p)
-    return f"key group {first} of {groups}" if first == last else \
-        f"key groups {first}-{last} of {groups}"
+    return f" (key group {first} of {groups})" if first == last else \
+        f" (key groups {first}-{last} of {groups})"
 
 
 def _chain(factories: list[Factory], name: str, source: bool = False) -> Processor:

@@ -33,10 +33,9 @@ __all__ = ["OutEdge", "Partitioner", "Router", "stable_hash", "stable_hash_colum
 
 @dataclass(frozen=True, eq=False)
 class Partitioner:
-    """Spreads events over ``n`` partitions: by key group (``stable_hash(key(payload)) %
-    groups``, the contiguous range of key groups of each partition:
-    :func:`operators.key_groups.partition_of`), or, without ``groups``, by
-    ``stable_hash(key(payload)) % n``."""
+    """Spreads events over ``n`` partitions by ``stable_hash(key(payload)) % n``, or, with
+    ``groups``, by key group (``stable_hash(key(payload)) % groups``, each partition a
+    contiguous range of them: :func:`operators.key_groups.partition_of`)."""
 
     key: Callable[[Any], Any]
     n: int
