@@ -74,7 +74,7 @@ def tag_id(id: Hashable, port: int, n_inputs: int) -> Hashable:
     """
     kind = type(id)
     if kind is int:
-        return id * n_inputs + port
+        return id * n_inputs + port  # type: ignore[operator]  # (an int, by type())
     if kind is str or kind is tuple or kind is FreshId:  # (no number: spares the ABC check)
         return (port, id)
     if isinstance(id, numbers.Number):
