@@ -34,7 +34,7 @@ class ColumnMode(Matching):
     cols: ColumnState
     _automaton: Automaton | bool | None
     _table: np.ndarray | None
-    _bound: dict[tuple[int, ...], list[slice | list[int]]]
+    _bound: dict[tuple[int, ...], tuple[list[slice | list[int]], list[slice] | None]]
     _opens: dict[int, bool]
     ended: EndedRuns
     front_of: dict[Hashable, int]
@@ -246,14 +246,20 @@ class ColumnMode(Matching):
         # few shapes)
         masks = tuple(ck.masks[i:e + 1])
         shapes = self._bound
-        at = shapes.get(masks)
-        if at is None:
+        known = shapes.get(masks)
+        if known is None:
             if len(shapes) >= BOUND_MOST:
                 shapes.clear()
-            at = shapes[masks] = shape(bind(self.program, ck.masks, i, e), len(self.index))
+            at = shape(bind(self.program, ck.masks, i, e), len(self.index))
+            adjacent = [x for x in at if type(x) is slice]
+            known = shapes[masks] = (at, adjacent if len(adjacent) == len(at) else None)
+        at, slices = known
         rows = self.cols.payloads(ck.seqs[i:e + 1])
-        bound = {name: tuple(rows[x]) if type(x) is slice else tuple([rows[y] for y in x])
-                 for name, x in zip(self.index, at)}
+        if slices is not None:  # (each symbol's rows adjacent: no Python loop per symbol)
+            bound = dict(zip(self.index, map(tuple, map(rows.__getitem__, slices))))
+        else:
+            bound = {name: tuple(rows[x]) if type(x) is slice else tuple([rows[y] for y in x])
+                     for name, x in zip(self.index, at)}
         return bound if self.measures is None else self.measures(bound)
 
     def _settle_columns(self, k: Hashable, ck: ColumnKey, time: int,
@@ -263,15 +269,17 @@ class ColumnMode(Matching):
         firsts, ends, reach, wants = ck.firsts, ck.ends, ck.reach, ck.wants
         within, ended = self.within, self.ended.runs
         pos, ai, n, held = 0, 0, len(starts), len(firsts)
+        # the rows from ``late`` on start at or after the CTI: an attempt that read one of
+        # them (its last row read came at or after ``late_seq``) is not final
+        late = bisect_left(starts, time)
+        late_seq = seqs[late] if late < n else self.seq
         while pos < n:
             rp = bisect_left(seqs, firsts[ai], pos) if ai < held else n
             if rp > pos:  # attempts that read only their own row
-                q = bisect_left(starts, time, pos, rp)
-                pos = q
-                if q < rp or rp == n:
+                pos = min(late, rp)
+                if pos < rp or rp == n:
                     break
-            if starts[bisect_left(seqs, reach[ai], pos)] >= time or (
-                    wants[ai] and starts[pos] + within > time):
+            if reach[ai] >= late_seq or (wants[ai] and starts[pos] + within > time):
                 break
             e = ends[ai]
             if e is None:  # a candidate ends: its record and key, read at the CTI's end

@@ -27,6 +27,7 @@ column mode.
 from __future__ import annotations
 
 import functools
+from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -160,13 +161,23 @@ def bind(program: Program, masks: list[int], i: int, e: int) -> list[int]:
 
 def shape(syms: list[int], count: int) -> list[slice | list[int]]:
     """Per symbol ``0 .. count - 1``, where the rows bound to it are in a match (``syms``:
-    each row's symbol, :func:`bind`): a slice when they are adjacent (a symbol's rows most
-    often are), else their indices."""
+    each row's symbol, :func:`bind`): a slice when they are adjacent or none (a symbol's
+    rows most often are), else their indices.
+
+    >>> shape([0, 1, 1, 2], 4)
+    [slice(0, 1, None), slice(1, 3, None), slice(3, 4, None), slice(0, 0, None)]
+    >>> shape([0, 1, 0], 2)
+    [[0, 2], slice(1, 2, None)]
+    """
     at: list[slice | list[int]] = []
     for s in range(count):
         rows = [x for x, t in enumerate(syms) if t == s]
-        at.append(slice(rows[0], rows[-1] + 1) if rows and rows[-1] - rows[0] + 1 == len(rows)
-                  else rows)
+        if not rows:
+            at.append(slice(0, 0))
+        elif rows[-1] - rows[0] + 1 == len(rows):
+            at.append(slice(rows[0], rows[-1] + 1))
+        else:
+            at.append(rows)
     return at
 
 
@@ -228,9 +239,8 @@ class ColumnState:
         self.keys: dict[Hashable, ColumnKey] = {}
         self.batches: dict[int, Columns] = {}
         self.firsts: list[int] = []
-        #: per batch read from, the reader of its payloads (:func:`_reader`: its columns as
-        #: lists, ``tolist()`` made at once for the batch rather than one numpy item at a
-        #: time)
+        #: per batch read from, the reader of its payloads (:func:`_reader`: its columns
+        #: made Python sequences once for the batch rather than one numpy item at a time)
         self.lists: dict[int, Callable[[list[int]], list[Any]]] = {}
         #: emptied keys, to be used again (most keys empty at a CTI and come back in the
         #: next batch: a new one would be eleven new objects for the collector to scan)
@@ -320,7 +330,7 @@ def _reader(payload: Any) -> Callable[[list[int]], list[Any]]:
     """``read(rows)``: the payloads of a batch's rows ``rows``, its payload columns made
     Python lists once (see :attr:`ColumnState.lists`)."""
     if isinstance(payload, dict):
-        names, columns = list(payload), [c.tolist() for c in payload.values()]
+        names, columns = list(payload), [_values(c) for c in payload.values()]
         make = _maker(tuple(names))
         if make is not None:
             return functools.partial(make, *columns)
@@ -329,12 +339,25 @@ def _reader(payload: Any) -> Callable[[list[int]], list[Any]]:
         return lambda rows: [dict(zip(names, t))
                              for t in zip(*[[c[i] for i in rows] for c in columns])]
     if isinstance(payload, tuple):
-        values = [c.tolist() for c in payload]
+        values = [_values(c) for c in payload]
         if not values:
             return lambda rows: [() for _ in rows]
         return lambda rows: list(zip(*[[c[i] for i in rows] for c in values]))
-    items = payload.tolist()
+    items = _values(payload)
     return lambda rows: [items[i] for i in rows]
+
+
+def _values(column: np.ndarray) -> Any:
+    """A payload column as what ``tolist()`` gives, indexed: an ``array.array`` of its ints
+    (at most 63 bits) or float64s, which makes a Python value only for a row read (most are
+    in no match) and holds no object for the cyclic collector to scan (a list of a batch's
+    values would be scanned at every collection while the batch is held); else the list."""
+    kind, size = column.dtype.kind, column.dtype.itemsize
+    if column.dtype.isnative and ((kind == "i" and size <= 8) or (kind == "u" and size < 8)):
+        return array("q", column.astype(np.int64, copy=False).tobytes())
+    if column.dtype.isnative and kind == "f" and size == 8:
+        return array("d", column.tobytes())
+    return column.tolist()
 
 
 def key_runs(keys: np.ndarray | None, starts: np.ndarray) -> tuple[
