@@ -203,7 +203,7 @@ class Detect(ColumnMode, Seeing, Processor):
         self._table: np.ndarray | None = None
         #: where the rows bound to each symbol are in a match (detect_columns.shape), by the
         #: masks of its rows
-        self._bound: dict[tuple[int, ...], tuple[list[slice | list[int]], list[slice] | None]] = {}
+        self._bound: dict[tuple[int, ...], list[slice | list[int]]] = {}
         self._opens: dict[int, bool] = {}
         #: the last candidate runs that ended without a match: a diagnostic, not state
         self.ended = EndedRuns()

@@ -34,7 +34,7 @@ class ColumnMode(Matching):
     cols: ColumnState
     _automaton: Automaton | bool | None
     _table: np.ndarray | None
-    _bound: dict[tuple[int, ...], tuple[list[slice | list[int]], list[slice] | None]]
+    _bound: dict[tuple[int, ...], list[slice | list[int]]]
     _opens: dict[int, bool]
     ended: EndedRuns
     front_of: dict[Hashable, int]
@@ -95,13 +95,14 @@ class ColumnMode(Matching):
         first = self.seq
         self.seq += n
         cols.add_batch(first, msg)
-        masks_l = masks[order].tolist()
+        masks = masks[order]  # (from here on in key order, as ``starts``)
+        masks_l = masks.tolist()
         # the rows an attempt may get past (the others read their own row and fail), found
         # for the whole batch at once where the symbols are few
         table = self._opening(auto)
         opening: list[int] | None = None
         if table is not None:
-            found = np.flatnonzero(table[masks[order]])
+            found = np.flatnonzero(table[masks])
             cuts = np.searchsorted(found, bounds).tolist()
             opening = found.tolist()
         seqs = (order + first).tolist()
@@ -184,7 +185,10 @@ class ColumnMode(Matching):
         opens, start_state, step, run = self._opens, auto.start, auto.step, auto.run
         within = self.within
         n, last = len(starts), starts[-1]
-        still: list[int] = []
+        # (the list of open attempts filled again, not a new one: one object fewer per key
+        # and batch for the cyclic collector)
+        still = ck.open
+        still.clear()
         # the rows an attempt gets past (at the others it reads its own row and fails: no
         # record)
         old_end = n if new is None else n - added
@@ -237,7 +241,6 @@ class ColumnMode(Matching):
                 still.append(g)
         for prev in old.values():
             self._retract(prev, out)
-        ck.open = still
 
     def _measured(self, ck: ColumnKey, i: int, e: int) -> Any:
         """The payload of the match of a column key's rows ``i .. e`` (what ``measures``
@@ -246,20 +249,14 @@ class ColumnMode(Matching):
         # few shapes)
         masks = tuple(ck.masks[i:e + 1])
         shapes = self._bound
-        known = shapes.get(masks)
-        if known is None:
+        at = shapes.get(masks)
+        if at is None:
             if len(shapes) >= BOUND_MOST:
                 shapes.clear()
-            at = shape(bind(self.program, ck.masks, i, e), len(self.index))
-            adjacent = [x for x in at if type(x) is slice]
-            known = shapes[masks] = (at, adjacent if len(adjacent) == len(at) else None)
-        at, slices = known
+            at = shapes[masks] = shape(bind(self.program, ck.masks, i, e), len(self.index))
         rows = self.cols.payloads(ck.seqs[i:e + 1])
-        if slices is not None:  # (each symbol's rows adjacent: no Python loop per symbol)
-            bound = dict(zip(self.index, map(tuple, map(rows.__getitem__, slices))))
-        else:
-            bound = {name: tuple(rows[x]) if type(x) is slice else tuple([rows[y] for y in x])
-                     for name, x in zip(self.index, at)}
+        bound = {name: tuple(rows[x]) if type(x) is slice else tuple([rows[y] for y in x])
+                 for name, x in zip(self.index, at)}
         return bound if self.measures is None else self.measures(bound)
 
     def _settle_columns(self, k: Hashable, ck: ColumnKey, time: int,

@@ -226,9 +226,8 @@ class ColumnKey:
         del self.starts[:rows], self.masks[:rows], self.seqs[:rows]
         del self.firsts[:a], self.ends[:a], self.reach[:a], self.wants[:a]
         del self.results[:a], self.oids[:a]
-        if self.open:
-            least = self.seqs[0] if self.seqs else None
-            self.open = [] if least is None else [g for g in self.open if g >= least]
+        if self.open:  # (in increasing order)
+            del self.open[:bisect_left(self.open, self.seqs[0]) if self.seqs else None]
 
 
 class ColumnState:
