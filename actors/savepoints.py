@@ -188,13 +188,17 @@ def seed(location: str, root: str, query: str, record: dict[str, Any]) -> None:
     restarts until it checkpoints a newer one. Each step of the restored plan takes the
     state of the savepoint's step ``record["mapping"]`` names (its own, or one the planner
     numbered otherwise), or, named None, starts as a new processor
-    (``record["fresh"][step]``, its snapshot) that has seen nothing; without a mapping
+    (``record["fresh"][step]``, its snapshot) that has seen nothing, or, a partition of a
+    rescaled group_apply, the state ``record["regrouped"]`` holds; without a mapping
     (the same plan) each step takes its own."""
     epoch = record["epoch"]
     mapping = record.get("mapping") or {step: step for step in record["steps"]}
+    regrouped = record.get("regrouped") or {}
     for step, old in mapping.items():
         target = ck.stage_path(root, query, epoch, step)
-        if old == step:
+        if step in regrouped:  # a partition of a rescaled group_apply: its key groups
+            ck.save(target, {**regrouped[step], "epoch": epoch})
+        elif old == step:
             copy_file(step_location(location, step), target)
         elif old is not None:  # the planner numbered it otherwise: its file, under its id
             ck.save(target, {**ck.load(step_location(location, old)), "step": step})

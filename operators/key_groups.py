@@ -296,9 +296,14 @@ class KeyGroups(Processor):
         state = super().snapshot()
         state["template"] = self.template.snapshot()
         state["parts"] = {kg: p.snapshot() for kg, p in self.parts.items()}
+        state["groups"] = self.groups
         return state
 
     def restore(self, state: dict[str, Any]) -> None:
+        if state.get("groups") != self.groups:
+            raise ValueError(f"group_apply {self.name!r} keeps its state in {self.groups} key "
+                             f"groups, the snapshot in {state.get('groups')}: a query keeps "
+                             f"its key_groups= from its first start")
         super().restore(state)
         self.template.restore(state["template"])
         self.parts = {}
@@ -318,13 +323,14 @@ def _take_dead_letters(proc: Processor, into: list[DeadLetter]) -> None:
     records.clear()  # type: ignore[attr-defined]  # a non-empty one is the proc's list
 
 
-def regroup(states: list[dict[str, Any]], n: int, groups: int) -> list[dict[str, Any]]:
+def regroup(states: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
     """The :class:`KeyGroups` snapshots of ``n`` partitions holding what the partitions of
     ``states`` (snapshots taken at one consistent cut) held: each key group's operator state
     goes to the partition that holds it at width ``n`` (:func:`partition_of`). Every
     partition had the same input CTIs; the new ones take the lowest of the old output CTIs
     (the merge downstream has seen no CTI above it), and the dead letters go to partition 0
     (counted once)."""
+    groups = states[0]["groups"]
     if not 1 <= n <= groups:
         raise ValueError(f"a group_apply of {groups} key groups runs on 1 to {groups} "
                          f"partitions, not {n}")

@@ -55,8 +55,8 @@ class Partitioned:
     def rescaled(self, n: int) -> Partitioned:
         """The same state at ``n`` partitions (snapshots, regrouped, restored)."""
         new = Partitioned(self.factory, n)
-        for part, state in zip(new.parts, regroup([p.snapshot() for p in self.parts], n,
-                                                  GROUPS), strict=True):
+        states = regroup([p.snapshot() for p in self.parts], n)
+        for part, state in zip(new.parts, states, strict=True):
             part.restore(state)
         new.merge.restore(self.merge.snapshot())
         return new
@@ -98,4 +98,4 @@ def test_a_key_group_moves_whole_and_keeps_its_ids():
 def test_regroup_refuses_more_partitions_than_key_groups():
     one = Partitioned(CASES["where"][0], 1)
     with pytest.raises(ValueError, match="1 to 4 partitions, not 5"):
-        regroup([p.snapshot() for p in one.parts], 5, GROUPS)
+        regroup([p.snapshot() for p in one.parts], 5)

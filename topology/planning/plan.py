@@ -169,6 +169,8 @@ def _node(node: n.Node, inner: bool = False) -> str:
     (``from_rows(3 rows, ...)`` and ``from_rows(5 rows, ...)`` are the same step), the code
     of the user functions it holds (:func:`_functions`), and the nodes it holds (a
     group_apply's per-group query, with its inputs: ``inner``)."""
+    if isinstance(node, (n.GroupApply, MergePartitions)) and node.groups:
+        node = dataclasses.replace(node, partitions=1)  # rescalable: the width is not it
     text = node.without_data().describe() if node.is_source else node.describe()
     held = [f"{f.name}=[{_node(v, True)}]" for f in dataclasses.fields(node)
             if isinstance(v := getattr(node, f.name), n.Node)]
@@ -200,7 +202,14 @@ _FUNCTIONS = (types.FunctionType, types.MethodType, functools.partial)
 def _description(st: Stage) -> str:
     """The stage as the fingerprint sees it: its role, fast path, inputs and nodes."""
     nodes = " → ".join(_node(node) for node in st.nodes)
-    return f"{st.role}|{st.variant}|{st.n_inputs}|{nodes}"
+    inputs = "n" if _widthless(st) else st.n_inputs
+    return f"{st.role}|{st.variant}|{inputs}|{nodes}"
+
+
+def _widthless(st: Stage) -> bool:
+    """Whether ``st`` merges a rescalable group_apply's partitions (its inputs are as many
+    as the partitions, which a savepoint of it does not depend on)."""
+    return any(isinstance(x, MergePartitions) and x.groups for x in st.nodes)
 
 
 def _hash(text: str) -> str:
@@ -220,17 +229,25 @@ def own_fingerprints(plan: Plan) -> dict[str, str]:
     >>> own["where#2"] == own_fingerprints(src.where(bool).plan())["where#1"]
     True
     """
+    widthless = {step for step, st in plan.stages.items() if _widthless(st)}
     edges: dict[str, list[str]] = {step: [] for step in plan.stages}
     for out in plan.edges.values():
         for e in out:
-            edges[e.dst].append(_edge(e))
-    return {step: _hash("\n".join([_description(st), *sorted(edges[step])]))
+            edges[e.dst].append(_edge(e, e.dst in widthless))
+    return {step: _hash("\n".join([_description(st), *(
+                sorted(set(edges[step])) if step in widthless else sorted(edges[step]))]))
             for step, st in plan.stages.items()}
 
 
-def _edge(e: OutEdge) -> str:
+def _edge(e: OutEdge, widthless: bool = False) -> str:
+    """An in-edge as the fingerprints see it: its port and partition, but neither into a
+    rescalable group_apply's partitions (all alike: each holds some of its key groups) or
+    out of them into their merge (``widthless``), so that its fingerprints are the same at
+    any ``partitions``."""
+    if e.partition is not None and e.partition.groups:
+        return f"kg:{e.partition.groups}"
     part = "" if e.partition is None else f"{e.index}/{e.partition.n}"
-    return f"{e.port}:{part}:{'late' if e.late else ''}"
+    return f"{'*' if widthless else e.port}:{part}:{'late' if e.late else ''}"
 
 
 def step_fingerprints(plan: Plan) -> dict[str, str]:
@@ -244,12 +261,14 @@ def step_fingerprints(plan: Plan) -> dict[str, str]:
     True
     """
     own = own_fingerprints(plan)
+    widthless = {step for step, st in plan.stages.items() if _widthless(st)}
     inputs: dict[str, list[str]] = {step: [] for step in plan.stages}
     out: dict[str, str] = {}
     for step in plan.stages:  # topological order: upstream stages come first
-        out[step] = _hash("\n".join([own[step], *sorted(inputs[step])]))
+        ins = sorted(set(inputs[step])) if step in widthless else sorted(inputs[step])
+        out[step] = _hash("\n".join([own[step], *ins]))
         for e in plan.edges.get(step, ()):
-            inputs[e.dst].append(f"{out[step]}:{_edge(e)}")
+            inputs[e.dst].append(f"{out[step]}:{_edge(e, e.dst in widthless)}")
     return out
 
 

@@ -27,7 +27,7 @@ from actors.savepoints import SavepointFailed, load_record
 from topology.building import nodes as n
 from topology.planning.plan import Plan
 from topology.running.feeding import driver_sources
-from topology.running.upgrades import fresh_snapshots, match
+from topology.running.upgrades import fresh_snapshots, match, regrouped
 
 if TYPE_CHECKING:
     from operators.events import Message
@@ -56,7 +56,8 @@ def one_shot(plan: Plan, step: str) -> str | None:
 def check(plan: Plan, name: str, location: str, batch_size: int | None) -> dict[str, Any]:
     """The savepoint record at ``location`` if ``plan`` can start from it (see the module
     docstring), with ``mapping`` (each step of ``plan``: the savepoint's step whose state it
-    takes, or None) and ``fresh`` (the snapshot of each step that starts fresh) added;
+    takes, or None), ``fresh`` (the snapshot of each step that starts fresh) and
+    ``regrouped`` (the state of each partition of a rescaled group_apply) added;
     ValueError naming the step and the fix when it cannot."""
     record = load_record(location)
     head = f"deploy({name!r}, restore={location!r})"
@@ -71,7 +72,9 @@ def check(plan: Plan, name: str, location: str, batch_size: int | None) -> dict[
             f"each step's fate); keep {f.step!r} as it was, or deploy without restore= to "
             f"start afresh")
     record = {**record, "mapping": {f.step: f.old for f in fates},
-              "fresh": fresh_snapshots(plan, fates)}
+              "fresh": fresh_snapshots(plan, fates),
+              "regrouped": regrouped(ck.normalize(location),
+                                  {f.step: f.regroup for f in fates if f.regroup})}
     for step in driver_sources(plan):
         why = one_shot(plan, step)
         if why is not None:

@@ -23,18 +23,25 @@ upstream of it). :func:`match` decides, for each step of a new plan, in this ord
 
 Ties (two steps of the savepoint with the fingerprint) go to the one of the same step id,
 else to the first in plan order; a step of the savepoint is given to one new step only.
+
+0. **rescaled** -- decided first: the partitions of a ``group_apply(..., key_groups=G)``
+   at another ``partitions`` than the savepoint's (their fingerprints do not depend on the
+   width: :mod:`topology.planning.plan`). Each new partition takes the key groups it holds
+   now from the savepoint's partitions (:func:`regrouped`, :func:`operators.key_groups.regroup`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import pickle
+import re
 from typing import Any
 
 from topology.planning.plan import Plan, own_fingerprints, step_fingerprints
 
 #: The verdicts, as ``cedar upgrade`` prints them.
 UNCHANGED, KEEPS, FRESH, REFUSED = "unchanged", "keeps its state", "starts fresh", "refused"
+RESCALED = "rescaled"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +53,9 @@ class Fate:
     verdict: str
     old: str | None
     why: str
+    #: a partition of a rescaled group_apply: the savepoint's partitions it takes its key
+    #: groups from
+    regroup: tuple[str, ...] = ()
 
     @property
     def refused(self) -> bool:
@@ -78,8 +88,10 @@ def match(plan: Plan, record: dict[str, Any], location: str) -> list[Fate]:
     saved, saved_own = record["fingerprints"], record.get("own_fingerprints")
     now, own = step_fingerprints(plan), own_fingerprints(plan)
     taken: set[str] = set()
-    fates: dict[str, Fate] = {}
+    fates = _rescaled(plan, saved, now, taken)
     for step in plan.stages:  # 1. the same step, its upstream the same
+        if step in fates:
+            continue
         old = _pick(step, [s for s, f in saved.items() if f == now[step] and s not in taken])
         if old is not None:
             taken.add(old)
@@ -112,20 +124,94 @@ def match(plan: Plan, record: dict[str, Any], location: str) -> list[Fate]:
         else:
             fates[step] = Fate(step, REFUSED, None, (
                 f"{what}, and it holds state: its state cannot be rebuilt: no retained input "
-                f"log (cedar keeps no input before the cut to replay into it)"))
+                f"log (cedar keeps no input before the cut to replay into it)"
+                + (_NOT_RESCALABLE if _PARTITION.match(step) else "")))
     return [fates[step] for step in plan.stages]
+
+
+#: Said of a refused partition: how a group_apply restores at another width.
+_NOT_RESCALABLE = ("; a group_apply restores at other partitions= only if it keeps its state "
+                   "by key group: give it key_groups= from its first start (docs/operations.md,"
+                   " \"Rescaling\")")
+#: A partition's step id: its group_apply's and its index.
+_PARTITION = re.compile(r"^(.*)\[(\d+)\]$")
+
+
+def _partitions(steps: Any) -> dict[str, list[str]]:
+    """The partition steps among ``steps``, by their group_apply's step id, in order."""
+    found: dict[str, list[tuple[int, str]]] = {}
+    for s in steps:
+        m = _PARTITION.match(s)
+        if m:
+            found.setdefault(m.group(1), []).append((int(m.group(2)), s))
+    return {g: [s for _, s in sorted(parts)] for g, parts in found.items()}
+
+
+def _rescaled(plan: Plan, saved: dict[str, str], now: dict[str, str],
+              taken: set[str]) -> dict[str, Fate]:
+    """The fates of the partitions of each rescalable group_apply whose ``partitions``
+    differ from the savepoint's with the same fingerprint (step 0 above); their old
+    partitions are ``taken``."""
+    from topology.building import nodes as n
+
+    fates: dict[str, Fate] = {}
+    olds = _partitions(saved)
+    for group, parts in _partitions(plan.stages).items():
+        node = plan.stages[parts[0]].nodes[0]
+        if not (isinstance(node, n.GroupApply) and node.groups):
+            continue
+        same = [g for g, ps in olds.items() if saved[ps[0]] == now[parts[0]]
+                and not taken.intersection(ps)]
+        if not same:
+            continue
+        old = olds[group if group in same else same[0]]
+        if len(old) == len(parts):
+            continue
+        taken.update(old)
+        for step in parts:
+            fates[step] = Fate(step, RESCALED, None, (
+                f"{len(old)} partitions then, {len(parts)} now: it takes the key groups it "
+                f"holds from {', '.join(old)}"), regroup=tuple(old))
+    return fates
+
+
+def regrouped(location: str, regroup: dict[str, tuple[str, ...]]) -> dict[str, Any]:
+    """The checkpoint state of each partition of a rescaled group_apply (``regroup``: new
+    partition -> the savepoint's partitions, as :class:`Fate` says), made from the
+    savepoint's partitions' at ``location``: their key groups dealt to the new width
+    (:func:`operators.key_groups.regroup`), the lowest of their output CTIs, their counts on
+    the first."""
+    from actors import checkpoint as ck
+    from actors.savepoints import step_location
+    from operators.key_groups import regroup as deal
+
+    by_old: dict[tuple[str, ...], list[str]] = {}
+    for step, old in regroup.items():
+        by_old.setdefault(tuple(old), []).append(step)
+    out: dict[str, Any] = {}
+    for old, new in by_old.items():
+        states = [ck.load(step_location(location, s)) for s in old]
+        procs = deal([s["proc"] for s in states], len(new))
+        counts = {k: sum(s["counts"][k] for s in states) for k in states[0]["counts"]}
+        for i, (step, proc) in enumerate(zip(new, procs, strict=True)):
+            out[step] = {**states[0], "step": step, "proc": proc,
+                         "out_cti": min(s["out_cti"] for s in states),
+                         "counts": counts if i == 0 else dict.fromkeys(counts, 0),
+                         "released": [], "released_base": 0}
+    return out
 
 
 def fresh_snapshots(plan: Plan, fates: list[Fate]) -> dict[str, Any]:
     """The processor snapshot of a new processor of each step that starts fresh: what the
     restored run's first epoch holds for it."""
-    return {f.step: plan.stages[f.step].factory().snapshot() for f in fates if f.old is None}
+    return {f.step: plan.stages[f.step].factory().snapshot() for f in fates
+            if f.old is None and not f.regroup}
 
 
 def dropped(record: dict[str, Any], fates: list[Fate]) -> list[str]:
     """The savepoint's steps whose state no step of the new plan takes: dropped by the
     restore (a step removed, or changed into a step that starts fresh or is refused)."""
-    kept = {f.old for f in fates}
+    kept = {f.old for f in fates} | {s for f in fates for s in f.regroup}
     return [s for s in record["fingerprints"] if s not in kept]
 
 

@@ -224,9 +224,13 @@ def _restore(dag: DagProcessor, location: str, fates: Sequence[Fate]) -> None:
     names (the sink passes its input on here: the old sink's rows are :func:`cut_output`)."""
     from actors import checkpoint as ck
     from actors.savepoints import step_location
+    from topology.running import upgrades
 
+    regrouped = upgrades.regrouped(location, {f.step: f.regroup for f in fates if f.regroup})
     for f in fates:
-        if f.old is not None and dag.plan.stages[f.step].role != "sink":
+        if f.step in regrouped:
+            dag.procs[f.step].restore(regrouped[f.step]["proc"])
+        elif f.old is not None and dag.plan.stages[f.step].role != "sink":
             dag.procs[f.step].restore(ck.load(step_location(location, f.old))["proc"])
 
 
