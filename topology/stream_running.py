@@ -219,4 +219,40 @@ class Running:
 
         check_query_name(name, "deploy")
         fuse_level("deploy", fuse)
-        return deploy_plan(self.plan(fuse), name, trace=trace, **options)
+        query = deploy_plan(self.plan(fuse), name, trace=trace, **options)
+        query.deployed_as = (self, {"fuse": fuse, "trace": trace, **options})
+        return query
+
+    def with_partitions(self, partitions: int, step: str | None = None) -> Any:
+        """The same query, its ``group_apply(..., key_groups=G)`` (the one of step id
+        ``step``, or the only one) at ``partitions`` (1 to G): what a savepoint of this
+        query restores into as a rescale (docs/operations.md, "Rescaling")."""
+        import dataclasses
+
+        from topology.planning.planner import assign_steps
+
+        steps = assign_steps(self._node)
+        grouped = {id(node): s for node, s in steps.values()
+                   if isinstance(node, n.GroupApply) and node.groups}
+        if step is not None:
+            grouped = {k: s for k, s in grouped.items() if s == step}
+        if len(grouped) != 1:
+            said = f"step {step!r} is no" if step is not None else (
+                "the query has no" if not grouped else
+                f"the query has {len(grouped)} (give step=, one of "
+                f"{sorted(grouped.values())}): a")
+            raise ValueError(f"with_partitions({partitions}): {said} group_apply that keeps "
+                             f"its state by key group (key_groups=), which is what rescales")
+        target = next(iter(grouped))
+        done: dict[int, n.Node] = {}
+
+        def rebuilt(node: n.Node) -> n.Node:
+            if id(node) not in done:
+                inputs = tuple(rebuilt(i) for i in node.inputs)
+                changed = {"inputs": inputs} if inputs != node.inputs else {}
+                if id(node) == target:
+                    changed["partitions"] = partitions
+                done[id(node)] = dataclasses.replace(node, **changed) if changed else node
+            return done[id(node)]
+
+        return type(self)(rebuilt(self._node))

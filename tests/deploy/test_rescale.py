@@ -104,3 +104,25 @@ def test_upgrade_shows_the_rescale_and_without_key_groups_it_is_refused(ray_sess
         lambda r: r["k"], lambda g: g.tumbling_window(1_000).aggregate(Sum("v")), partitions=4)
     with pytest.raises(ValueError, match="key_groups="):
         check(plain.plan(), "rescale-shown", point, None)
+
+
+def test_a_running_query_rescales_itself(ray_session, tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    live = query(slow(), 2).deploy("rescale-self", checkpoint_dir=ckpt, batch_size=BATCH,
+                                   checkpoint_every=4)
+    try:
+        wait_rows(live, N // 3)
+        wider = live.rescale(4, str(tmp_path / "savepoint"))
+    except BaseException:
+        live.stop()
+        raise
+    try:
+        assert sum(s.endswith("]") for s in wider.steps) == 4
+        assert wider.wait(90)
+        every = live.output() + wider.output()
+    finally:
+        wider.stop()
+    validate(every, name="the output before and after")
+    assert sorted(to_cht(every)) == sorted(to_cht(query(rows(), 1).collect(runtime="inline")))
+    with pytest.raises(ValueError, match="no group_apply that keeps its state by key group"):
+        Stream.from_rows(rows(), start="t").with_partitions(4)

@@ -471,6 +471,31 @@ class Query(Health):
         except Exception:  # noqa: BLE001 - a step is gone: its rows are lost with it
             pass
 
+    #: (the Stream, its deploy options) of a query ``Stream.deploy`` started in this process:
+    #: what :meth:`rescale` deploys again
+    deployed_as: tuple[Any, dict[str, Any]] | None = None
+
+    def rescale(self, partitions: int, savepoint: str, *, step: str | None = None,
+                timeout_s: float = 60.0) -> Query:
+        """Run the query at another width: stop it with a savepoint at ``savepoint`` and
+        deploy it again under its name from it, its ``group_apply(..., key_groups=G)`` (the
+        one of step id ``step``, or the only one) at ``partitions`` (1 to G); returns the new
+        query. Each new partition takes its key groups' state; nothing is lost or doubled
+        (docs/operations.md, "Rescaling"). This handle keeps the output before the cut.
+        A query deployed elsewhere is rescaled by hand: ``cedar stop NAME --savepoint P``,
+        then its script deployed at the new ``partitions=`` with ``restore=P``."""
+        if self.deployed_as is None:
+            raise ValueError(
+                f"query {self.name!r}: rescale() needs the handle Stream.deploy returned in "
+                f"this process (it deploys that stream again); else stop it with `cedar stop "
+                f"{self.name} --savepoint PATH` and deploy its script at the new partitions= "
+                f"with restore=PATH")
+        stream, options = self.deployed_as
+        wider = stream.with_partitions(partitions, step)  # (refused before anything stops)
+        self.stop(timeout_s, savepoint=savepoint)
+        again: Query = wider.deploy(self.name, **{**options, "restore": savepoint})
+        return again
+
     def stop(self, timeout_s: float = 30.0, *, savepoint: str | None = None
              ) -> dict[str, Any] | None:
         """Stop the query: detach it from the queries it reads, stop feeding, kill its actors
