@@ -249,10 +249,10 @@ class Running:
         def rebuilt(node: n.Node) -> n.Node:
             if id(node) not in done:
                 inputs = tuple(rebuilt(i) for i in node.inputs)
-                changed = {"inputs": inputs} if inputs != node.inputs else {}
+                changed: dict[str, Any] = {"inputs": inputs} if inputs != node.inputs else {}
                 if id(node) == target:
                     changed["partitions"] = partitions
                 done[id(node)] = dataclasses.replace(node, **changed) if changed else node
             return done[id(node)]
 
-        return type(self)(rebuilt(self._node))
+        return type(self)(rebuilt(self._node))  # type: ignore[call-arg]  # (a Stream)
