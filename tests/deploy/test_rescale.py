@@ -64,7 +64,7 @@ def run_in_parts(widths: list[int], tmp_path, name: str, emit: str = "speculativ
     return out
 
 
-@pytest.mark.parametrize("widths", [[2, 4, 2], [1, 3]])
+@pytest.mark.parametrize("widths", [[2, 4, 2], pytest.param([1, 3], marks=pytest.mark.slow)])
 def test_rescaled_and_back_gives_the_uninterrupted_output(ray_session, tmp_path, widths):
     parts = run_in_parts(widths, tmp_path, f"rescale-{len(widths)}")
     every = [m for p in parts for m in p]
@@ -72,6 +72,7 @@ def test_rescaled_and_back_gives_the_uninterrupted_output(ray_session, tmp_path,
     assert sorted(to_cht(every)) == sorted(to_cht(query(rows(), 1).collect(runtime="inline")))
 
 
+@pytest.mark.slow
 def test_final_rows_are_neither_lost_nor_doubled(ray_session, tmp_path):
     parts = run_in_parts([2, 4], tmp_path, "rescale-final", emit="final")
     got = inserted([m for p in parts for m in p])
