@@ -351,4 +351,4 @@ class ColumnMode(Matching):
         if not cols.keys:  # (no row is in a batch any more)
             cols.batches.clear()
             cols.firsts.clear()
-            cols.lists.clear()
+            cols.readers.clear()

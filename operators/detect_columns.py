@@ -240,14 +240,14 @@ class ColumnState:
         self.firsts: list[int] = []
         #: per batch read from, the reader of its payloads (:func:`_reader`: its columns
         #: made Python sequences once for the batch rather than one numpy item at a time)
-        self.lists: dict[int, Callable[[list[int]], list[Any]]] = {}
+        self.readers: dict[int, Callable[[list[int]], list[Any]]] = {}
         #: emptied keys, to be used again (most keys empty at a CTI and come back in the
         #: next batch: a new one would be eleven new objects for the collector to scan)
         self.spare: list[ColumnKey] = []
 
     def __getstate__(self) -> dict[str, Any]:
-        # (a snapshot holds the batches, not the lists made of them, nor the spare keys)
-        return {**self.__dict__, "lists": {}, "spare": []}
+        # (a snapshot holds the batches, not the readers made of them, nor the spare keys)
+        return {**self.__dict__, "readers": {}, "spare": []}
 
     def new_key(self, k: Hashable) -> ColumnKey:
         """A key's :class:`ColumnKey`, new (no rows)."""
@@ -285,9 +285,9 @@ class ColumnState:
             b = bisect_left(firsts, seqs[at] + 1) - 1
             first = firsts[b]
             upto = n if b + 1 == len(firsts) else bisect_left(seqs, firsts[b + 1], at)
-            read = self.lists.get(first)
+            read = self.readers.get(first)
             if read is None:
-                read = self.lists[first] = _reader(self.batches[first].payload)
+                read = self.readers[first] = _reader(self.batches[first].payload)
             rows = read([g - first for g in seqs[at:upto]])
             if upto == n and not at:
                 return rows  # (all in one batch: most matches)
@@ -306,7 +306,7 @@ class ColumnState:
                                                  and self.firsts[1] <= least)):
             first = self.firsts.pop(0)
             del self.batches[first]
-            self.lists.pop(first, None)
+            self.readers.pop(first, None)
             if least is None and not self.firsts:
                 break
 
@@ -327,7 +327,7 @@ def _maker(names: tuple[Any, ...]) -> Callable[..., list[dict[Any, Any]]] | None
 
 def _reader(payload: Any) -> Callable[[list[int]], list[Any]]:
     """``read(rows)``: the payloads of a batch's rows ``rows``, its payload columns made
-    Python lists once (see :attr:`ColumnState.lists`)."""
+    Python sequences once (see :attr:`ColumnState.readers`)."""
     if isinstance(payload, dict):
         names, columns = list(payload), [_values(c) for c in payload.values()]
         make = _maker(tuple(names))

@@ -68,7 +68,7 @@ def test_flat_records_give_the_per_event_output_and_restore_mid_stream(emit: str
         head = run(op, FEED[:at])
         again = detect(emit)
         again.restore(pickle.loads(pickle.dumps(op.snapshot())))
-        assert not again.cols.spare and not again.cols.lists  # (not part of a snapshot)
+        assert not again.cols.spare and not again.cols.readers  # (not part of a snapshot)
         assert to_cht(head + run(again, FEED[at:])) == to_cht(cols)
 
 
