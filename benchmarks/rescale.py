@@ -80,7 +80,7 @@ def rescale(events: int) -> None:
                 while live.stats()[source]["events_in"] < events * (i + 1) // 3:
                     time.sleep(0.01)
                 point = os.path.join(tmp, f"savepoint{i}")
-                s, wider = timed(lambda w=width, p=point: live.rescale(w, p))
+                s, wider = timed(lambda q=live, w=width, p=point: q.rescale(w, p))
                 size = sum(os.path.getsize(os.path.join(point, f)) for f in os.listdir(point))
                 say(f"  rescale to {width} partitions: {s:.2f} s (savepoint {size / 1e6:.1f} "
                     f"MB; load {os.getloadavg()[0]:.1f})")
@@ -90,7 +90,8 @@ def rescale(events: int) -> None:
             outputs.append(live.output())
             live.stop()
         got = to_cht([m for out in outputs for m in out])
-        say(f"  the three runs' output together equals one run's: {sorted(got) == sorted(expected)}")
+        equal = sorted(got) == sorted(expected)
+        say(f"  the three runs' output together equals one run's: {equal}")
     finally:
         ray.shutdown()
 
