@@ -100,6 +100,10 @@ def test_upgrade_shows_the_rescale_and_without_key_groups_it_is_refused(ray_sess
     assert [fates[s].verdict for s in parts] == [RESCALED] * 4
     assert fates[parts[3]].regroup == (parts[0], parts[1])  # the two partitions then
     assert sorted(record["regrouped"]) == parts
+    # and `cedar upgrade --check` restores the regrouped state too: equal to a run from scratch
+    from topology.seeing.cutover import check_upgrade
+
+    assert check_upgrade(query(rows(), 4), point).equal is True
     # the same query without key_groups keeps one operator per partition: refused, saying so
     plain = Stream.from_rows(rows(), start="t").group_apply(
         lambda r: r["k"], lambda g: g.tumbling_window(1_000).aggregate(Sum("v")), partitions=4)
