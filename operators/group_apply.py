@@ -149,7 +149,8 @@ class GroupApply(Processor):
             raise TypeError(f"the key function returned the unhashable {key!r}; return a "
                             f"hashable value (a tuple rather than a list, ...)") from None
         if group is None:  # fed the current CTI with its first data (see _flush)
-            group = [self._build(), self.next_inst, 0, MIN_TIME, MIN_TIME]
+            inst = self.next_inst if not self.named_instances else (self.name, self.next_inst)
+            group = [self._build(), inst, 0, MIN_TIME, MIN_TIME]
             self.next_inst += 1
             self.groups[key] = group
         return group
@@ -342,6 +343,36 @@ class GroupApply(Processor):
             low = min(low, groups[key][G_CTI])
         out.extend(self.emit_cti(low))
 
+    # -- rescaling (operators/key_groups.py) ---------------------------------------------
+    #: Set by the planner on a partition of a rescalable group_apply: instance numbers are
+    #: ``(name, n)``, distinct across partitions (the merge does not tag ids then)
+    named_instances = False
+
+    def keep_keys(self, keep: Callable[[Hashable], bool]) -> None:
+        """Keep only the groups (and their input events) of the keys ``keep`` keeps."""
+        self.groups = {k: g for k, g in self.groups.items() if keep(k)}
+        self.busy = {k for k in self.busy if k in self.groups}
+        self.recs = {seq: rec for seq, rec in self.recs.items() if rec[KEY] in self.groups}
+        self.ids = {i: seq for i, seq in self.ids.items() if seq in self.recs}
+        self.expiry = ExpiryHeap(END)
+        for seq, rec in self.recs.items():
+            self.expiry.push(rec[END], seq)
+        self.dead_letters = []
+
+    def add_keys(self, other: GroupApply) -> None:
+        """Take in ``other``'s groups (none of them this one's) and their input events,
+        renumbered; instance numbers go on from the higher counter."""
+        self.groups.update(other.groups)
+        self.busy |= other.busy
+        for rec in other.recs.values():
+            seq = self.next_seq
+            self.next_seq = seq + 1
+            self.recs[seq] = rec
+            self.ids[rec[ID]] = seq
+            self.expiry.push(rec[END], seq)
+        self.next_inst = max(self.next_inst, other.next_inst)
+        self.out_cti = min(self.out_cti, other.out_cti)
+
     # -- state ----------------------------------------------------------------------------
     def state_size(self) -> int:
         """Input events that can still be retracted plus the state of the busy groups."""
@@ -381,7 +412,7 @@ class GroupApply(Processor):
             assert (key in self.busy) == (group[G_SUB].state_size() > 0)
             assert key in self.busy or group[G_OPEN] > 0, f"idle group {key!r} was not dropped"
             assert key not in self.busy or group[G_FED] >= self.in_cti
-            assert group[G_INST] < self.next_inst and group[G_INST] not in insts
+            assert group[G_INST] not in insts
             insts.add(group[G_INST])
             group[G_SUB]._check()
         assert set(counts) <= set(self.groups)

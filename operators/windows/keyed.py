@@ -322,8 +322,29 @@ class KeyedWindowAggregate(KeyedColumnPath, KeyedWindowOutput):
     def state_size(self) -> int:
         return sum(len(by_key) for by_key in self.open.values())
 
+    def keep_keys(self, keep: Callable[[Hashable], bool]) -> None:
+        """Keep only the windows of the keys ``keep`` keeps (rescaling:
+        :mod:`operators.key_groups`)."""
+        self.open = {n: kept for n, by_key in self.open.items()
+                     if (kept := {k: v for k, v in by_key.items() if keep(k)})}
+        self.sent = {n: kept for n, by_key in self.sent.items()
+                     if (kept := {k: v for k, v in by_key.items() if keep(k)})}
+        self.latest = {k: t for k, t in self.latest.items() if keep(k)}
+
+    def add_keys(self, other: KeyedWindowAggregate) -> None:
+        """Take in ``other``'s windows (of keys this one has none of); fresh ids go on from
+        the higher counter."""
+        for mine, theirs in ((self.open, other.open), (self.sent, other.sent)):
+            for n, by_key in theirs.items():
+                mine.setdefault(n, {}).update(by_key)
+        self.latest.update(other.latest)
+        self.ids.next_id = max(self.ids.next_id, other.ids.next_id)
+        self.out_cti = min(self.out_cti, other.out_cti)
+
     def restore(self, state: dict[str, Any]) -> None:
+        name = self.ids.name  # (fresh ids are minted under this operator's own name)
         super().restore(state)
+        self.ids.name = name
         # a NaN key read back from a checkpoint is another NaN object: make it NAN_KEY again
         self.open = {n: {group_key(k): v for k, v in by_key.items()}
                      for n, by_key in self.open.items()}

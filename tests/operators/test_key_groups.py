@@ -2,11 +2,12 @@
 carried on at any other number of partitions gives the output of one uninterrupted run.
 
 The partitions are simulated as the runtime wires them: a router sends each event to the
-partition of its key group and every CTI to all, each partition is a :class:`KeyGroups`, and
-a ``Union(tag=False)`` merges them. At the cut every partition's and the merge's state is
-snapshot; :func:`regroup` hands the key groups to the new width, and the merge is restored
-at the new number of inputs. The merged output must be a valid stream (every retraction finds
-its insert, whichever partition holds its key group now) whose CHT is the reference's.
+partition of its key group and every CTI to all, each partition is the operator named after
+it, and a ``Union(tag=False)`` merges them. At the cut every partition's and the merge's
+state is snapshot; :func:`regroup` deals the keys to the new width, and the merge is
+restored at the new number of inputs. The merged output must be a valid stream (every
+retraction finds its insert, whichever partition holds its key now) whose CHT is the
+reference's.
 """
 
 from __future__ import annotations
@@ -18,23 +19,39 @@ from hypothesis import strategies as st
 from operators.cht import to_cht, validate
 from operators.events import Cti, Insert, Message
 from operators.group_apply import GroupApply
-from operators.key_groups import KeyGroups, key_group, partition_of, regroup
+from operators.key_groups import key_group, partition_of, regroup
 from operators.union import Union
 from operators.windows import make_window, tumbling_window
+from operators.windows.evaluate import Ids
+from tests import reference_joins as ref
 from tests.kit import PROPERTY, assert_equivalent, physical_streams
-from tests.operators.test_group_apply import CASES, _key
+from tests.operators.test_group_apply import CASES, _key, tumbling_count
 from tests.reference_joins import final_cti
 from topology.planning.routing import Partitioner
 
 GROUPS = 4
 
 
+def named(factory, name: str):
+    """``factory()`` as a partition of a rescalable group_apply builds it: named after its
+    partition, a general group_apply numbering its instances under that name."""
+    def make():
+        proc = factory()
+        proc.name = name
+        if isinstance(getattr(proc, "ids", None), Ids):
+            proc.ids.name = name
+        proc.named_instances = True
+        return proc
+    return make
+
+
 class Partitioned:
-    """``n`` partitions of key groups and their merge, fed as the runtime feeds them."""
+    """``n`` partitions and their merge, fed as the runtime feeds them."""
 
     def __init__(self, factory, n: int) -> None:
         self.factory, self.n = factory, n
-        self.parts = [KeyGroups(_key, factory, GROUPS, name="g") for _ in range(n)]
+        self.makers = [named(factory, f"g[{p}]") for p in range(n)]
+        self.parts = [make() for make in self.makers]
         self.merge = Union(n, name="g", tag=False)
         self.router = Partitioner(_key, n, "g", GROUPS)
 
@@ -55,7 +72,7 @@ class Partitioned:
     def rescaled(self, n: int) -> Partitioned:
         """The same state at ``n`` partitions (snapshots, regrouped, restored)."""
         new = Partitioned(self.factory, n)
-        states = regroup([p.snapshot() for p in self.parts], n)
+        states = regroup([p.snapshot() for p in self.parts], new.makers, GROUPS)
         for part, state in zip(new.parts, states, strict=True):
             part.restore(state)
         new.merge.restore(self.merge.snapshot())
@@ -87,7 +104,7 @@ def test_a_key_group_moves_whole_and_keeps_its_ids():
     first = one.process([Insert("a", 1, 2, 0), Insert("b", 2, 3, 3), Cti(1)])
     four = one.rescaled(4)
     holder = partition_of(key_group(0, GROUPS), 4, GROUPS)  # (every payload's key is 0)
-    assert [len(p.parts) for p in four.parts] == [int(p == holder) for p in range(4)]
+    assert [len(p.groups) for p in four.parts] == [int(p == holder) for p in range(4)]
     more = four.process([Insert("c", 3, 4, 6), Cti(20)])
     validate(first + more, name="output")
     assert sorted(to_cht(first + more)) == [(0, 10, (0, 3))]
@@ -98,4 +115,33 @@ def test_a_key_group_moves_whole_and_keeps_its_ids():
 def test_regroup_refuses_more_partitions_than_key_groups():
     one = Partitioned(CASES["where"][0], 1)
     with pytest.raises(ValueError, match="1 to 4 partitions, not 5"):
-        regroup([p.snapshot() for p in one.parts], 5)
+        regroup([p.snapshot() for p in one.parts], [one.makers[0]] * 5, GROUPS)
+
+
+def _window_factory():
+    from operators.aggregates import Count
+    from operators.windows.keyed import KeyedWindowAggregate
+
+    return KeyedWindowAggregate(_key, tumbling_window(5), Count())
+
+
+def _window_reference(rows):
+    return ref.group_apply(rows, _key, lambda r: tumbling_count(r, 5))
+
+
+@PROPERTY
+@given(stream=physical_streams(payloads=st.integers(0, 8), retractions=False, edges=False,
+                               max_length=1),
+       data=st.data())
+def test_the_keyed_window_fast_path_rescales_too(stream, data):
+    # point inserts only (what the fast path takes): its windows' state and sent rows dealt
+    stream = [m for m in stream if type(m) is Cti or m.end == m.start + 1]
+    stream = stream + [Cti(final_cti(stream) + 10)]
+    width = data.draw(st.integers(1, GROUPS), label="partitions")
+    cut = data.draw(st.integers(0, len(stream)), label="cut")
+    then = data.draw(st.integers(1, GROUPS), label="rescaled to")
+    run = Partitioned(_window_factory, width)
+    out = run.process(stream[:cut])
+    out += run.rescaled(then).process(stream[cut:])
+    validate(out, name="the merged output")
+    assert_equivalent(out, _window_reference(to_cht(stream)))

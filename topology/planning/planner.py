@@ -40,7 +40,6 @@ from operators.full_outer_join import FullOuterJoin
 from operators.group_apply import GroupApply
 from operators.ingress import ImportCti, LateStream
 from operators.join import Join
-from operators.key_groups import KeyGroups
 from operators.left_join import LeftJoin
 from operators.processor import Processor
 from operators.publish import Publish
@@ -172,7 +171,8 @@ def _b_sink(node: Sink, step: str) -> Factory:
 
 
 def _b_merge(node: MergePartitions, step: str) -> Factory:
-    # (ids tagged by key group already are the same whichever partition sends them)
+    # (rescalable partitions mint ids under their own names: distinct, passed through as
+    # they are, so an event keeps its id whichever partition holds its key)
     return functools.partial(Union, node.partitions, name=step, tag=not node.groups)
 
 
@@ -367,18 +367,22 @@ def plan(root: n.Node, *, fuse: bool | str = False, sink: bool = True,
 
 def _partitioned(node: n.GroupApply, step: str, src: str, stages: dict[str, Stage],
                  edges: dict[str, list[OutEdge]], clock: str, keyed: KeyPaths) -> None:
-
+    """The partitions of ``group_apply(..., partitions=N)`` (fed by key, or by key group
+    with ``key_groups``: their operators are then named after their partition, so their
+    fresh ids differ without the merge tagging them: :mod:`operators.key_groups`)."""
     k = node.partitions
     part = Partitioner(field_getter(node.key), k, step, node.groups or None)
-    factory, variant = _physical(node, step, _b_group_apply, id(node) in keyed.consumers)
-    factory = _key_progress(factory, node, keyed)
-    if node.groups:  # each partition: one operator per key group (rescalable)
-        factory = functools.partial(KeyGroups, node.key, factory, node.groups, name=step)
+    per_key = id(node) in keyed.consumers
     key_ctis = keyed.flag(node.inputs[0], node)
     for p in range(k):
         pstep = f"{step}[{p}]"
+        factory, variant = _physical(node, pstep if node.groups else step, _b_group_apply,
+                                     per_key)
+        factory = _key_progress(factory, node, keyed)
+        if node.groups:
+            factory = functools.partial(_setting, factory, "named_instances", True)
         stages[pstep] = Stage(pstep, factory, 1,
-                              f"{_shown(node, variant, clock, id(node) in keyed.consumers)} "
+                              f"{_shown(node, variant, clock, per_key)} "
                               f"partition {p} of {k}{_key_groups(p, k, node.groups)}",
                               (node,),
                               variant=variant)

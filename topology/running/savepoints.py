@@ -73,7 +73,7 @@ def check(plan: Plan, name: str, location: str, batch_size: int | None) -> dict[
             f"start afresh")
     record = {**record, "mapping": {f.step: f.old for f in fates},
               "fresh": fresh_snapshots(plan, fates),
-              "regrouped": regrouped(ck.normalize(location),
+              "regrouped": regrouped(plan, ck.normalize(location),
                                   {f.step: f.regroup for f in fates if f.regroup})}
     for step in driver_sources(plan):
         why = one_shot(plan, step)

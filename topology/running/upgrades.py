@@ -152,6 +152,7 @@ def _rescaled(plan: Plan, saved: dict[str, str], now: dict[str, str],
     """The fates of the partitions of each rescalable group_apply whose ``partitions``
     differ from the savepoint's with the same fingerprint (step 0 above); their old
     partitions are ``taken``."""
+    from operators.key_groups import rescalable
     from topology.building import nodes as n
 
     fates: dict[str, Fate] = {}
@@ -168,6 +169,13 @@ def _rescaled(plan: Plan, saved: dict[str, str], now: dict[str, str],
         if len(old) == len(parts):
             continue
         taken.update(old)
+        if not rescalable(plan.stages[parts[0]].factory()):
+            for step in parts:
+                fates[step] = Fate(step, REFUSED, None, (
+                    f"{len(old)} partitions then, {len(parts)} now, and its operator "
+                    f"({plan.stages[step].variant or 'the general group_apply'}) cannot be "
+                    f"dealt by key yet: restore it at {len(old)} partitions"))
+            continue
         for step in parts:
             fates[step] = Fate(step, RESCALED, None, (
                 f"{len(old)} partitions then, {len(parts)} now: it takes the key groups it "
@@ -175,12 +183,13 @@ def _rescaled(plan: Plan, saved: dict[str, str], now: dict[str, str],
     return fates
 
 
-def regrouped(location: str, regroup: dict[str, tuple[str, ...]]) -> dict[str, Any]:
-    """The checkpoint state of each partition of a rescaled group_apply (``regroup``: new
-    partition -> the savepoint's partitions, as :class:`Fate` says), made from the
-    savepoint's partitions' at ``location``: their key groups dealt to the new width
-    (:func:`operators.key_groups.regroup`), the lowest of their output CTIs, their counts on
-    the first."""
+def regrouped(plan: Plan, location: str, regroup: dict[str, tuple[str, ...]]
+              ) -> dict[str, Any]:
+    """The checkpoint state of each partition of a rescaled group_apply of ``plan``
+    (``regroup``: new partition -> the savepoint's partitions, as :class:`Fate` says), made
+    from the savepoint's partitions' at ``location``: each key's state dealt to the
+    partition that holds its key group now (:func:`operators.key_groups.regroup`), the
+    lowest of their output CTIs, their counts on the first."""
     from actors import checkpoint as ck
     from actors.savepoints import step_location
     from operators.key_groups import regroup as deal
@@ -191,7 +200,9 @@ def regrouped(location: str, regroup: dict[str, tuple[str, ...]]) -> dict[str, A
     out: dict[str, Any] = {}
     for old, new in by_old.items():
         states = [ck.load(step_location(location, s)) for s in old]
-        procs = deal([s["proc"] for s in states], len(new))
+        node = plan.stages[new[0]].nodes[0]
+        procs = deal([s["proc"] for s in states], [plan.stages[s].factory for s in new],
+                     node.groups)  # type: ignore[attr-defined]  # (a group_apply)
         counts = {k: sum(s["counts"][k] for s in states) for k in states[0]["counts"]}
         for i, (step, proc) in enumerate(zip(new, procs, strict=True)):
             out[step] = {**states[0], "step": step, "proc": proc,
