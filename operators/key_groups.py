@@ -29,7 +29,7 @@ import numbers
 import pickle
 import zlib
 from collections.abc import Callable, Hashable
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -123,6 +123,33 @@ class Rescalable(Protocol):
     def add_keys(self, other: Any) -> None:
         """Take in the keys of ``other``, another instance of this operator at the same cut
         holding none of this one's keys; fresh-id counters take the higher."""
+
+
+class ByKey:
+    """:class:`Rescalable` for an operator whose state is one dict by key (the attribute
+    :attr:`by_key` names) and fresh ids minted by ``ids`` (an ``Ids``) under its own name."""
+
+    #: the attribute holding the operator's state by key
+    by_key: ClassVar[str]
+    ids: Any
+    out_cti: int
+    dead_letters: Any
+
+    def keep_keys(self, keep: Callable[[Hashable], bool]) -> None:
+        setattr(self, self.by_key, {k: v for k, v in getattr(self, self.by_key).items()
+                                    if keep(k)})
+        if isinstance(self.dead_letters, list):
+            self.dead_letters = []
+
+    def add_keys(self, other: Any) -> None:
+        getattr(self, self.by_key).update(getattr(other, self.by_key))
+        self.ids.next_id = max(self.ids.next_id, other.ids.next_id)
+        self.out_cti = min(self.out_cti, other.out_cti)
+
+    def restore(self, state: dict[str, Any]) -> None:
+        name = self.ids.name  # (fresh ids are minted under this operator's own name)
+        super().restore(state)  # type: ignore[misc]  # (a Processor's, after this in the MRO)
+        self.ids.name = name
 
 
 def rescalable(proc: Processor) -> bool:

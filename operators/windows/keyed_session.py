@@ -53,6 +53,7 @@ from ..columns import Columns, apply_columns, map_columns, payload_list
 from ..errors import OperatorError
 from ..events import FreshId, Insert, Message, Retract, add_time
 from ..group_apply import group_key
+from ..key_groups import ByKey
 from ..processor import Processor
 from ..udm import IncrementalAggregate, Window, field_getter, resolve
 from .evaluate import Ids, WindowUdm
@@ -113,12 +114,13 @@ def _by_first(s: _Session) -> int:
     return s.first
 
 
-class KeyedSessionAggregate(Processor):
+class KeyedSessionAggregate(ByKey, Processor):
     """One session-window aggregate per value of ``key(payload)`` over point events; payloads
     become ``(key, result)`` as ``group_apply`` gives them (``keyed=False``: one group and the
     bare result, a session window aggregate without group_apply)."""
 
     _state_fields = ("sessions", "ids")
+    by_key = "sessions"  # (rescaling: operators/key_groups.py)
 
     def __init__(self, key: Callable[[Any], Hashable] | str, spec: SessionWindow, udm: Any,
                  policy: PolicyArg = DEFAULT_POLICY, keyed: bool = True,

@@ -23,9 +23,8 @@ from operators.key_groups import key_group, partition_of, regroup
 from operators.union import Union
 from operators.windows import make_window, tumbling_window
 from operators.windows.evaluate import Ids
-from tests import reference_joins as ref
 from tests.kit import PROPERTY, assert_equivalent, physical_streams
-from tests.operators.test_group_apply import CASES, _key, tumbling_count
+from tests.operators.test_group_apply import CASES, _key
 from tests.reference_joins import final_cti
 from topology.planning.routing import Partitioner
 
@@ -118,30 +117,41 @@ def test_regroup_refuses_more_partitions_than_key_groups():
         regroup([p.snapshot() for p in one.parts], [one.makers[0]] * 5, GROUPS)
 
 
-def _window_factory():
+def _fast_paths():
+    """(the keyed fast path, the general group_apply it stands for) of each rescalable one
+    (the count windows' are not: they mint ids from numbers they keep, under their name)."""
     from operators.aggregates import Count
+    from operators.windows import session_window
     from operators.windows.keyed import KeyedWindowAggregate
+    from operators.windows.keyed_session import KeyedSessionAggregate
 
-    return KeyedWindowAggregate(_key, tumbling_window(5), Count())
+    def general(spec, udm):
+        return lambda: GroupApply(_key, lambda: make_window(spec, udm))
+
+    return {
+        "window": (lambda: KeyedWindowAggregate(_key, tumbling_window(5), Count()),
+                   general(tumbling_window(5), Count())),
+        "session": (lambda: KeyedSessionAggregate(_key, session_window(3), Count()),
+                    general(session_window(3), Count())),
+    }
 
 
-def _window_reference(rows):
-    return ref.group_apply(rows, _key, lambda r: tumbling_count(r, 5))
-
-
+@pytest.mark.parametrize("path", ["window", "session"])
 @PROPERTY
 @given(stream=physical_streams(payloads=st.integers(0, 8), retractions=False, edges=False,
                                max_length=1),
        data=st.data())
-def test_the_keyed_window_fast_path_rescales_too(stream, data):
-    # point inserts only (what the fast path takes): its windows' state and sent rows dealt
+def test_the_keyed_fast_paths_rescale_too(path, stream, data):
+    # point inserts only (what they take): their state by key dealt, against the general
+    # operator run without a cut
+    fast, general = _fast_paths()[path]
     stream = [m for m in stream if type(m) is Cti or m.end == m.start + 1]
     stream = stream + [Cti(final_cti(stream) + 10)]
     width = data.draw(st.integers(1, GROUPS), label="partitions")
     cut = data.draw(st.integers(0, len(stream)), label="cut")
     then = data.draw(st.integers(1, GROUPS), label="rescaled to")
-    run = Partitioned(_window_factory, width)
+    run = Partitioned(fast, width)
     out = run.process(stream[:cut])
     out += run.rescaled(then).process(stream[cut:])
     validate(out, name="the merged output")
-    assert_equivalent(out, _window_reference(to_cht(stream)))
+    assert_equivalent(out, to_cht(general().process(stream)))
