@@ -35,6 +35,8 @@ from .files import atomic_write
 
 #: The record's file name in a savepoint's location.
 RECORD = "savepoint.pkl"
+#: The file, in the query's checkpoint folder, of the cut the feeder made: (epoch, rounds).
+CUT = "cut.pkl"
 #: Seconds between two looks at the storage while a savepoint's epoch is being written.
 POLL_S = 0.05
 
@@ -50,6 +52,11 @@ def step_location(location: str, step: str) -> str:
 
 def record_location(location: str) -> str:
     return ck.join_location(location, RECORD)
+
+
+def cut_location(root: str, query: str) -> str:
+    """The file of the cut the feeder of ``query`` made last (:data:`CUT`)."""
+    return ck.join_location(ck.query_dir(root, query), CUT)
 
 
 def copy_file(src: str, dst: str) -> None:
@@ -87,6 +94,28 @@ class SavepointCut:
         """The rounds of the sources fed when barrier ``epoch`` went in (counted from their
         beginning, a restored run's included)."""
         return self.base_rounds + (epoch - self.base_epoch) * self.every
+
+    def mark_cut(self, epoch: int, rounds: int) -> None:
+        """Keep the cut (its barrier ``epoch`` after ``rounds`` rounds) beside the
+        checkpoints, before its barrier goes in: that epoch ends after ``rounds``, not
+        after a multiple of ``every``, which a supervisor resuming from it (its host
+        lost while the savepoint was written) must know (:meth:`resume_cut`)."""
+        ck.save(cut_location(self.root, self.name), (epoch, rounds))
+
+    def resume_cut(self, epoch: int) -> None:
+        """Resuming from ``epoch``: a cut at or before it is where the epochs since count
+        their rounds from (:meth:`rounds_at`); a cut after it never completed, and is
+        forgotten (a later epoch of that number is an ordinary one)."""
+        where = cut_location(self.root, self.name)
+        try:
+            cut: tuple[int, int] = ck.load(where)
+        except (FileNotFoundError, OSError):
+            return
+        if cut[0] <= epoch:
+            self.base_epoch, self.base_rounds = cut
+        else:
+            fs, path = ck.open_location(where)
+            fs.delete_file(path)
 
     def manifest(self) -> dict[str, Any]:
         raise NotImplementedError

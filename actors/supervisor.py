@@ -129,6 +129,7 @@ class Supervisor(SavepointCut):
                     self._finish()
                     return
                 epoch = self.committed = ck.latest_complete(self.root, self.name, self.steps)
+                self.resume_cut(epoch)  # from a savepoint's cut: its rounds are its own
                 self.generation = 1
             self.handles = self._start_actors(self.generation)
             self._configure(self.handles, epoch)
@@ -225,6 +226,7 @@ class Supervisor(SavepointCut):
                     self._send(("e", epoch))
                 if live and self.cut_asked.is_set():  # a savepoint: its barrier, no more
                     epoch += 1
+                    self.mark_cut(epoch, rounds)
                     self._send(("e", epoch))
                     self.cut = (epoch, rounds)
                     return
