@@ -8,9 +8,10 @@
    (best of ``--runs``, the variants taking turns) and each one's share of the first.
 2. **A rescale on Ray** (``--no-ray`` skips it): the same query deployed with checkpoints
    at ``partitions=2, key_groups=32``, rescaled to 4 half-way (``Query.rescale``), then
-   back to 2: the seconds each ``rescale()`` took (savepoint cut and written, the old query
-   stopped, the new one deployed and its state dealt), the savepoint's size, and whether the
-   output of the three runs together equals one run's.
+   back to 2: the seconds each rescale took, in its two steps (``stop(savepoint=)``: the
+   cut written and the old query stopped; ``deploy(restore=)``: the state dealt and the new
+   query deployed), the savepoint's size, and whether the output of the three runs
+   together equals one run's.
 
     python -m benchmarks.rescale                     # 1M events
     python -m benchmarks.rescale --events 200000 --no-ray
@@ -80,12 +81,17 @@ def rescale(events: int) -> None:
                 while live.stats()[source]["events_in"] < events * (i + 1) // 3:
                     time.sleep(0.01)
                 point = os.path.join(tmp, f"savepoint{i}")
-                s, wider = timed(lambda q=live, w=width, p=point: q.rescale(w, p))
-                size = sum(os.path.getsize(os.path.join(point, f)) for f in os.listdir(point))
-                say(f"  rescale to {width} partitions: {s:.2f} s (savepoint {size / 1e6:.1f} "
-                    f"MB; load {os.getloadavg()[0]:.1f})")
+                # what Query.rescale does, in its two steps, each timed
+                stream, options = live.deployed_as
+                wider = stream.with_partitions(width)
+                cut, _ = timed(lambda q=live, p=point: q.stop(savepoint=p))
                 outputs.append(live.output())
-                live = wider
+                again = {**options, "restore": point}
+                up, live = timed(lambda s=wider, o=again: s.deploy("bench-rescale", **o))
+                size = sum(os.path.getsize(os.path.join(point, f)) for f in os.listdir(point))
+                say(f"  rescale to {width} partitions: {cut + up:.2f} s (the savepoint cut and "
+                    f"the query stopped {cut:.2f} s, deployed from it {up:.2f} s; savepoint "
+                    f"{size / 1e6:.1f} MB; load {os.getloadavg()[0]:.1f})")
             assert live.wait(300)
             outputs.append(live.output())
             live.stop()
