@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from actors import checkpoint as ck
 from actors import savepoints
 from actors.savepoints import SavepointFailed
 from operators.cht import to_cht, validate
@@ -124,13 +125,22 @@ def slow(feed: str = "host", pause_s: float = PAUSE_S) -> Batches:
 POINTS = {
     # the cut asked, the feeder maybe inside a round: its barrier goes to new actors
     "asked": "group_apply",
-    # the cut's barrier sent, not yet through every step: replayed after it
+    # the cut's barrier sent, not yet through every step: replayed after it (and the output
+    # slow to save: the savepoint must wait for the output before the cut)
     "cut": "sink",
     # the cut's epoch complete, its files being copied: restored from that epoch
     "copy": "from_rows",
     # as "cut", but no actor can be started again: the query fails, the savepoint too
     "cut-unrecoverable": "sink",
 }
+
+
+def slowly(save: Any, pause_s: float = 0.3) -> Any:
+    """``save``, after a pause."""
+    def slow_save(*args: Any) -> Any:
+        time.sleep(pause_s)
+        return save(*args)
+    return slow_save
 
 
 def cannot_start(generation: int) -> dict[str, Any]:
@@ -161,6 +171,8 @@ def test_a_kill_while_the_savepoint_is_taken_loses_and_doubles_nothing(
             sup.cut_made = Tripwire(sup.cut_made, "after", kill)
             if point == "cut-unrecoverable":
                 sup._start_actors = cannot_start
+            else:  # and the output slow to save: the savepoint waits for all of it first
+                monkeypatch.setattr(ck, "save_output", slowly(ck.save_output))
         else:
             copy, copied = savepoints.copy_file, list[str]()
 
@@ -349,7 +361,6 @@ def test_the_host_killed_while_it_copies_the_savepoint(ray_session, tmp_path, s3
     a checkpoint every ``checkpoint_every`` batches would be). 2nd run restored from it."""
     import ray
 
-    from actors import checkpoint as ck
     from actors.checkpoint import join_location
 
     ckpt, where = str(tmp_path / "ckpt"), join_location(s3_root, "savepoints", "host-kill")
