@@ -264,7 +264,7 @@ class ColumnMode(Matching):
         """:meth:`_settle` for a key in the column mode."""
         starts, seqs = ck.starts, ck.seqs
         firsts, ends, reach, wants = ck.firsts, ck.ends, ck.reach, ck.wants
-        within, ended = self.within, self.ended.runs
+        within, ended, final = self.within, self.ended.runs, self.final
         pos, ai, n, held = 0, 0, len(starts), len(firsts)
         # the rows from ``late`` on start at or after the CTI: an attempt that read one of
         # them (its last row read came at or after ``late_seq``) is not final
@@ -284,7 +284,7 @@ class ColumnMode(Matching):
                 pos += 1
             else:
                 end = bisect_left(seqs, e, pos)
-                if self.final:
+                if final:
                     out.append(new_tuple(Insert, (self._mint(), starts[pos], starts[end] + 1,
                                                   ck.results[ai])))
                 pos = end + 1

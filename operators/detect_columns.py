@@ -279,21 +279,25 @@ class ColumnState:
 
     def payloads(self, seqs: list[int]) -> list[Any]:
         """The payloads of the rows that came ``seqs``-th (in increasing order)."""
-        out: list[Any] = []
         firsts, at, n = self.firsts, 0, len(seqs)
+        first = firsts[-1]
+        if seqs[0] >= first:  # (all in the newest batch: most matches)
+            return self.reader(first)([g - first for g in seqs])
+        out: list[Any] = []
         while at < n:
             b = bisect_left(firsts, seqs[at] + 1) - 1
             first = firsts[b]
             upto = n if b + 1 == len(firsts) else bisect_left(seqs, firsts[b + 1], at)
-            read = self.readers.get(first)
-            if read is None:
-                read = self.readers[first] = _reader(self.batches[first].payload)
-            rows = read([g - first for g in seqs[at:upto]])
-            if upto == n and not at:
-                return rows  # (all in one batch: most matches)
-            out += rows
+            out += self.reader(first)([g - first for g in seqs[at:upto]])
             at = upto
         return out
+
+    def reader(self, first: int) -> Callable[[list[int]], list[Any]]:
+        """The reader of the payloads of the batch whose first row came ``first``-th."""
+        read = self.readers.get(first)
+        if read is None:
+            read = self.readers[first] = _reader(self.batches[first].payload)
+        return read
 
     def add_batch(self, first: int, msg: Columns) -> None:
         self.batches[first] = msg
