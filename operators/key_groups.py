@@ -1,10 +1,11 @@
 """Key groups: what a rescalable ``group_apply``'s state is dealt by when it is rescaled.
 
 Every key falls in one of ``groups`` *key groups* (:func:`key_group`: its stable hash modulo
-``groups``), a number fixed when the query first starts (``group_apply(..., key_groups=G)``,
-Flink's *max parallelism*). Partition ``p`` of ``n`` holds the key groups ``kg`` with
-``kg * n // groups == p`` (:func:`partition_of`: a contiguous range, as Flink assigns them),
-so ``n`` may be anything from 1 to ``groups``, and the router sends each event there.
+``groups``), a number fixed when the query first starts (``group_apply(..., partitions=N,
+key_groups=G)``, :data:`KEY_GROUPS` unless said: Flink's *max parallelism*). Partition
+``p`` of ``n`` holds the key groups ``kg`` with ``kg * n // groups == p``
+(:func:`partition_of`: a contiguous range, as Flink assigns them), so ``n`` may be anything
+from 1 to ``groups``, and the router sends each event there.
 
 Each partition runs one operator (the group_apply's general operator or a keyed fast path,
 whichever the planner chose), as an unrescalable group_apply does, at no cost per event.
@@ -35,6 +36,10 @@ import numpy as np
 
 from .errors import DeadLetter
 from .processor import Processor
+
+#: The key groups of a group_apply with ``partitions > 1`` unless it says otherwise (Flink's
+#: default max parallelism for small jobs): the most partitions it can be rescaled to.
+KEY_GROUPS = 128
 
 
 def stable_hash(key: Any) -> int:

@@ -313,11 +313,11 @@ class Stream(Sources, Running):
                     partitions: int = 1, name: str | None = None,
                     key_groups: int | None = None) -> Stream:
         """Run ``fn`` on the events of each key separately; payloads become
-        ``(key, payload)``. ``partitions=N`` spreads the keys over N actors by hash.
-        ``key_groups=G`` keeps their state by key group, G of them (Flink's max
-        parallelism), so that a savepoint restores at any ``partitions`` from 1 to G
-        (docs/operations.md, "Rescaling"); without it a savepoint restores at the same
-        ``partitions`` only."""
+        ``(key, payload)``. ``partitions=N`` spreads the keys over N actors by hash, their
+        state kept by key group (``key_groups``, 128 unless said: Flink's max parallelism),
+        so that a savepoint restores at any ``partitions`` up to it (``Query.rescale``;
+        docs/operations.md, "Rescaling"). ``key_groups=`` at ``partitions=1`` keeps one
+        actor's state so too, to rescale it later."""
         check_key("group_apply", "key", key)
         check_function("group_apply", "fn", fn, "(a Stream of one group's events) -> the "
                          "Stream of its sub-query")

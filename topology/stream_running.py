@@ -241,8 +241,9 @@ class Running:
                 "the query has no" if not grouped else
                 f"the query has {len(grouped)} (give step=, one of "
                 f"{sorted(grouped.values())}): a")
-            raise ValueError(f"with_partitions({partitions}): {said} group_apply that keeps "
-                             f"its state by key group (key_groups=), which is what rescales")
+            raise ValueError(f"with_partitions(partitions={partitions}): {said} group_apply "
+                             f"that keeps its state by key group (partitions > 1 or "
+                             f"key_groups=), which is what rescales")
         target = next(iter(grouped))
         done: dict[int, n.Node] = {}
 

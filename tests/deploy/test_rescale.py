@@ -26,11 +26,12 @@ from topology.spark.held_runs import Batches
 GROUPS = 8
 
 
-def query(data, partitions: int, emit: str = "speculative") -> Stream:
+def query(data, partitions: int, emit: str = "speculative", groups: int | None = GROUPS
+          ) -> Stream:
     """rows ─ group_apply(k, partitions, key_groups=8: tumbling(1000) sum of v) ─ sink"""
     return Stream.from_rows(data, start="t", advance=AdvanceTime(every=BATCH)).group_apply(
         lambda r: r["k"], lambda g: g.tumbling_window(1_000, emit=emit).aggregate(Sum("v")),
-        partitions=partitions, key_groups=GROUPS)
+        partitions=partitions, key_groups=groups)
 
 
 def slow() -> Batches:
@@ -80,7 +81,7 @@ def test_final_rows_are_neither_lost_nor_doubled(ray_session, tmp_path):
     assert got == inserted(query(rows(), 2, emit="final").collect(runtime="inline"))
 
 
-def test_upgrade_shows_the_rescale_and_without_key_groups_it_is_refused(ray_session, tmp_path,
+def test_upgrade_shows_the_rescale_and_other_key_groups_are_refused(ray_session, tmp_path,
                                                                         capsys):
     from topology.running.savepoints import check
     from topology.running.upgrades import RESCALED, match
@@ -104,17 +105,16 @@ def test_upgrade_shows_the_rescale_and_without_key_groups_it_is_refused(ray_sess
     from topology.seeing.cutover import check_upgrade
 
     assert check_upgrade(query(rows(), 4), point).equal is True
-    # the same query without key_groups keeps one operator per partition: refused, saying so
-    plain = Stream.from_rows(rows(), start="t").group_apply(
-        lambda r: r["k"], lambda g: g.tumbling_window(1_000).aggregate(Sum("v")), partitions=4)
-    with pytest.raises(ValueError, match="key_groups="):
-        check(plain.plan(), "rescale-shown", point, None)
+    # the same query in the default 128 key groups, not 8: refused, saying why
+    with pytest.raises(ValueError, match="in as many key groups as at its first start"):
+        check(query(rows(), 4, groups=None).plan(), "rescale-shown", point, None)
 
 
 def test_a_running_query_rescales_itself(ray_session, tmp_path):
     ckpt = str(tmp_path / "ckpt")
-    live = query(slow(), 2).deploy("rescale-self", checkpoint_dir=ckpt, batch_size=BATCH,
-                                   checkpoint_every=4)
+    # (the default key groups: 128 at partitions > 1)
+    live = query(slow(), 2, groups=None).deploy("rescale-self", checkpoint_dir=ckpt,
+                                                batch_size=BATCH, checkpoint_every=4)
     try:
         wait_rows(live, N // 3)
         wider = live.rescale(4, str(tmp_path / "savepoint"))

@@ -98,7 +98,12 @@ CASES: dict[str, list[tuple[Callable[[], Any], str]]] = {
     "group_apply": [(lambda: S.group_apply("k", 3), "fn"),
                     (lambda: S.group_apply(1.5, lambda g: g), "key"),
                     (lambda: S.group_apply("k", lambda g: 3), "fn"),
-                    (lambda: S.group_apply("k", lambda g: g, partitions=0), "partitions")],
+                    (lambda: S.group_apply("k", lambda g: g, partitions=0), "partitions"),
+                    (lambda: S.group_apply("k", lambda g: g, key_groups=0), "key_groups"),
+                    (lambda: S.group_apply("k", lambda g: g, partitions=200), "key_groups")],
+    "with_partitions": [(lambda: S.with_partitions(4), "partitions"),
+                        (lambda: S.group_apply("k", lambda g: g, partitions=2)
+                         .with_partitions(3, step="where#9"), "step")],
     # -- planning and running (each fails before anything runs)
     "plan": [(lambda: S.plan(fuse="yes"), "fuse"), (lambda: S.plan(fuse=2), "fuse")],
     "explain": [(lambda: S.explain(stages="no"), "stages"), (lambda: S.explain(fuse=1), "fuse")],

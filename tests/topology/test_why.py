@@ -11,12 +11,12 @@ import time
 
 import pytest
 
+from operators.key_groups import KEY_GROUPS, key_group, partition_of
 from tests.topology.live_kit import rows as _rows
 from tests.topology.live_kit import stall_at
 from tests.topology.live_kit import wait_for as _wait_for
 from topology import AdvanceTime, Count, Stream
 from topology.building.times import TIMESTAMPS
-from topology.planning.routing import stable_hash
 from topology.running.progress import Progress, StepProgress
 from topology.seeing.why import explain
 
@@ -132,14 +132,18 @@ def _sessions(busy: str, rows):
 
 
 def _readings(busy: str, stop: int = 100):
-    return [{"k": k, "t": t} for t in range(stop) for k in ("a", "b", "c", "e")
+    return [{"k": k, "t": t} for t in range(stop) for k in ("a", "b", "c", "p")
             if k == busy or t < 10]
 
 
-@pytest.mark.parametrize("busy", ["a", "e"])  # stable_hash: "a" in partition 1, "e" in 0
+def _partition(key: str) -> int:
+    return partition_of(key_group(key, KEY_GROUPS), 2, KEY_GROUPS)
+
+
+@pytest.mark.parametrize("busy", ["a", "p"])  # "a" in partition 1, "p" in 0
 def test_a_partition_behind_in_a_group_apply(runtime, busy):
-    behind = f"group_apply#1[{stable_hash(busy) % 2}]"
-    other = f"group_apply#1[{1 - stable_hash(busy) % 2}]"
+    behind = f"group_apply#1[{_partition(busy)}]"
+    other = f"group_apply#1[{1 - _partition(busy)}]"
     out = _sessions(busy, _readings(busy)).collect(runtime=runtime)
     e = out.why(100)  # busy's session [0, 104) covers it: produced, not final
     assert e.status == "speculative"
@@ -154,9 +158,9 @@ def test_a_partition_behind_in_a_group_apply(runtime, busy):
     assert out.why(50, step=other).status == "final"
 
 
-@pytest.mark.parametrize("busy", ["a", "e"])
+@pytest.mark.parametrize("busy", ["a", "p"])
 def test_a_deployed_group_apply_names_the_partition_behind(ray_session, busy):
-    behind = f"group_apply#1[{stable_hash(busy) % 2}]"
+    behind = f"group_apply#1[{_partition(busy)}]"
     feed: queue.Queue = queue.Queue()
     q = _sessions(busy, _rows(feed)).deploy("why-part", flush_ms=20)
     try:

@@ -421,8 +421,9 @@ class GroupApply(Node):
     sub: Node
     partitions: int = 1
     #: the key groups its state is kept by (:mod:`operators.key_groups`), so that a
-    #: savepoint restores at any ``partitions`` up to it; None: one operator per partition,
-    #: keys spread by hash, restored at the same ``partitions`` only
+    #: savepoint restores at any ``partitions`` up to it; None: 128 when ``partitions > 1``
+    #: (:data:`~operators.key_groups.KEY_GROUPS`), none at ``partitions=1`` (one actor,
+    #: restored at one partition only)
     key_groups: int | None = None
     verb: ClassVar[str] = "group_apply"
     trace_kind: ClassVar[str] = "group_apply"
@@ -466,15 +467,20 @@ class GroupApply(Node):
             raise ValueError(f"group_apply(key_groups={g!r}): give an int >= 1 (the number of "
                              f"key groups its state is kept by: the most partitions it can "
                              f"ever be rescaled to)")
-        if g is not None and p > g:
-            raise ValueError(f"group_apply(partitions={p}, key_groups={g}): a partition holds "
-                             f"at least one key group; give partitions <= {g}, or more "
-                             f"key_groups")
+        if self.groups and p > self.groups:
+            raise ValueError(f"group_apply(partitions={p}, key_groups={self.groups}): a "
+                             f"partition holds at least one key group; give partitions <= "
+                             f"{self.groups}, or key_groups= as many as the most partitions "
+                             f"it will ever run on")
 
     @property
     def groups(self) -> int:
         """The key groups of its partitions (0: not kept by key group)."""
-        return self.key_groups or 0
+        from operators.key_groups import KEY_GROUPS
+
+        if self.key_groups is not None:
+            return self.key_groups
+        return KEY_GROUPS if self.partitions > 1 else 0
 
     def describe(self, clock: str | None = None) -> str:
         parts = f", partitions={self.partitions}" if self.partitions != 1 else ""

@@ -294,32 +294,9 @@ class Query(Health):
         from actors.step_host import SlotGone
 
         try:
-            return self._why(at, step, tz, key)
+            return _why(self, at, step, tz, key)
         except SlotGone:
             raise self._stopped_error() from None
-
-    def _why(self, at: Any, step: str | None, tz: str | _dt.tzinfo | None,
-             key: Any = None) -> Explanation:
-        from topology.running.progress import FACTS_WAIT_S, actor_progress, keeps_history
-        from topology.seeing.why import WHY_LATE_LIMIT, explain, reach_of, span_of
-
-        clock = self._get(self._sink.manifest.remote(), timeout=STATS_WAIT_S).get("clock",
-                                                                                 "ticks")
-        handles = self.handles
-        rows = self.snapshot() if step in (None, self.sink_step) else None
-        # a sink without history lets its final rows go (a busy sink: None, counted so too)
-        released = rows is not None and not self._get(
-            self._sink.inspect.remote(keeps_history, FACTS_WAIT_S), timeout=STATS_WAIT_S)
-        if at is None:  # the next output of the step: ask for its CTI first
-            first = actor_progress(handles, self.sink_step, clock, limit=0)
-            mine = first.steps.get(step or self.sink_step)
-            span = (mine.cti, mine.cti + 1) if mine is not None else (0, 1)
-        else:
-            span = span_of(at)
-        lo, hi = reach_of(span, rows or ())
-        progress = actor_progress(handles, self.sink_step, clock, query=self.name, lo=lo,
-                                  hi=hi, limit=WHY_LATE_LIMIT, key=key)
-        return explain(progress, at, step=step, rows=rows, tz=tz, released=released, key=key)
 
     def partial_matches(self, limit: int | None = None) -> dict[str, tuple[DetectView, ...]]:
         """Per step that runs a ``detect``: what it shows of itself
@@ -471,30 +448,16 @@ class Query(Health):
         except Exception:  # noqa: BLE001 - a step is gone: its rows are lost with it
             pass
 
-    #: (the Stream, its deploy options) of a query ``Stream.deploy`` started in this process:
-    #: what :meth:`rescale` deploys again
+    #: (the Stream, its deploy options) when ``Stream.deploy`` started it in this process
     deployed_as: tuple[Any, dict[str, Any]] | None = None
 
     def rescale(self, partitions: int, savepoint: str, *, step: str | None = None,
                 timeout_s: float = 60.0) -> Query:
-        """Run the query at another width: stop it with a savepoint at ``savepoint`` and
-        deploy it again under its name from it, its ``group_apply(..., key_groups=G)`` (the
-        one of step id ``step``, or the only one) at ``partitions`` (1 to G); returns the new
-        query. Each new partition takes its key groups' state; nothing is lost or doubled
-        (docs/operations.md, "Rescaling"). This handle keeps the output before the cut.
-        A query deployed elsewhere is rescaled by hand: ``cedar stop NAME --savepoint P``,
-        then its script deployed at the new ``partitions=`` with ``restore=P``."""
-        if self.deployed_as is None:
-            raise ValueError(
-                f"query {self.name!r}: rescale() needs the handle Stream.deploy returned in "
-                f"this process (it deploys that stream again); else stop it with `cedar stop "
-                f"{self.name} --savepoint PATH` and deploy its script at the new partitions= "
-                f"with restore=PATH")
-        stream, options = self.deployed_as
-        wider = stream.with_partitions(partitions, step)  # (refused before anything stops)
-        self.stop(timeout_s, savepoint=savepoint)
-        again: Query = wider.deploy(self.name, **{**options, "restore": savepoint})
-        return again
+        """Stop with a savepoint, deploy again from it at ``partitions``; the new query
+        (:func:`topology.running.savepoints.rescale`)."""
+        from topology.running.savepoints import rescale
+
+        return cast(Query, rescale(self, partitions, savepoint, step, timeout_s))
 
     def stop(self, timeout_s: float = 30.0, *, savepoint: str | None = None
              ) -> dict[str, Any] | None:
@@ -691,3 +654,28 @@ def _manifest(name: str, slots: dict[str, Any]) -> dict[str, Any]:
                                                 timeout=STATS_WAIT_S))
         except ray.exceptions.RayTaskError:  # no supervisor there: not checkpointed
             raise ValueError("its sink is gone") from None
+
+
+def _why(q: Query, at: Any, step: str | None, tz: str | _dt.tzinfo | None,
+         key: Any = None) -> Explanation:
+    """:meth:`Query.why` (its steps' progress read from their actors)."""
+    from topology.running.progress import FACTS_WAIT_S, actor_progress, keeps_history
+    from topology.seeing.why import WHY_LATE_LIMIT, explain, reach_of, span_of
+
+    clock = q._get(q._sink.manifest.remote(), timeout=STATS_WAIT_S).get("clock",
+                                                                             "ticks")
+    handles = q.handles
+    rows = q.snapshot() if step in (None, q.sink_step) else None
+    # a sink without history lets its final rows go (a busy sink: None, counted so too)
+    released = rows is not None and not q._get(
+        q._sink.inspect.remote(keeps_history, FACTS_WAIT_S), timeout=STATS_WAIT_S)
+    if at is None:  # the next output of the step: ask for its CTI first
+        first = actor_progress(handles, q.sink_step, clock, limit=0)
+        mine = first.steps.get(step or q.sink_step)
+        span = (mine.cti, mine.cti + 1) if mine is not None else (0, 1)
+    else:
+        span = span_of(at)
+    lo, hi = reach_of(span, rows or ())
+    progress = actor_progress(handles, q.sink_step, clock, query=q.name, lo=lo,
+                              hi=hi, limit=WHY_LATE_LIMIT, key=key)
+    return explain(progress, at, step=step, rows=rows, tz=tz, released=released, key=key)

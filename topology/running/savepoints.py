@@ -118,3 +118,24 @@ def take_savepoint(query: Any, location: str, timeout_s: float
         if isinstance(cause, SavepointFailed):
             raise SavepointFailed(str(cause)) from None
         raise
+
+
+def rescale(query: Any, partitions: int, savepoint: str, step: str | None,
+            timeout_s: float) -> Any:
+    """``Query.rescale``: run ``query`` at another width. It is stopped with a savepoint at
+    ``savepoint`` and deployed again under its name from it, its rescalable group_apply (the
+    one of step id ``step``, or the only one) at ``partitions`` (1 to its key groups); the
+    new query is returned. Each new partition takes its keys' state; nothing is lost or
+    doubled (docs/operations.md, "Rescaling"). ``query`` keeps the output before the cut.
+    A query deployed elsewhere is rescaled by hand: ``cedar stop NAME --savepoint P``, then
+    its script deployed at the new ``partitions=`` with ``restore=P``."""
+    if query.deployed_as is None:
+        raise ValueError(
+            f"query {query.name!r}: rescale() needs the handle Stream.deploy returned in this "
+            f"process (it deploys that stream again); else stop it with `cedar stop "
+            f"{query.name} --savepoint PATH` and deploy its script at the new partitions= "
+            f"with restore=PATH")
+    stream, options = query.deployed_as
+    wider = stream.with_partitions(partitions, step)  # (refused before anything stops)
+    query.stop(timeout_s, savepoint=savepoint)
+    return wider.deploy(query.name, **{**options, "restore": savepoint})

@@ -130,9 +130,9 @@ def match(plan: Plan, record: dict[str, Any], location: str) -> list[Fate]:
 
 
 #: Said of a refused partition: how a group_apply restores at another width.
-_NOT_RESCALABLE = ("; a group_apply restores at other partitions= only if it keeps its state "
-                   "by key group: give it key_groups= from its first start (docs/operations.md,"
-                   " \"Rescaling\")")
+_NOT_RESCALABLE = ("; a group_apply restores at other partitions= only if its state is kept by "
+                   "key group, in as many key groups as at its first start (key_groups=, "
+                   "128 unless given with partitions > 1: docs/operations.md, \"Rescaling\")")
 #: A partition's step id: its group_apply's and its index.
 _PARTITION = re.compile(r"^(.*)\[(\d+)\]$")
 
