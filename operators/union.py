@@ -115,9 +115,9 @@ class Union(Processor):
         if isinstance(n_inputs, bool) or not isinstance(n_inputs, int) or n_inputs < 1:
             raise ValueError(f"union: n_inputs must be a positive int, got {n_inputs!r}")
         self.n_inputs = n_inputs
-        #: False where the inputs' ids are distinct already (the partitions of a
-        #: group_apply tag theirs by key group, :mod:`operators.key_groups`): ids pass as
-        #: they are, so an event keeps its id whichever input it comes from
+        #: False where the inputs' ids are distinct already (the partitions of a rescalable
+        #: group_apply mint theirs under their own names, :mod:`operators.key_groups`): ids
+        #: pass as they are, so an event keeps its id whichever input it comes from
         self.tag = tag
 
     def process(self, batch: Iterable[Message], port: int = 0) -> list[Message]:
