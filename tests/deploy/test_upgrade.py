@@ -12,8 +12,9 @@
 The rows are chosen so that the changed predicate lets through what the old one did before
 the cut: then the window's state is the new query's, and the uninterrupted run of the new
 query is the right expectation. (Where a change would have let other rows through before
-the cut, the window keeps the old query's state: that is what "keeps its state" means, and
-cedar does not check it: no input log is retained.) A changed window size is refused naming
+the cut, the window keeps the old query's state: that is what "keeps its state" means; a
+restore does not check it, `cedar upgrade --check` does: tests/deploy/test_upgrade_check.py.)
+A changed window size is refused naming
 the step; `cedar upgrade` prints each step's fate; a fingerprint sees a function's code.
 """
 
