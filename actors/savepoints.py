@@ -18,7 +18,8 @@ copies the files of ``e`` to the savepoint's location, and writes its record las
     rounds, which needs the same ``batch_size``), the output position, each step's plan
     fingerprints (upstream and own: :mod:`topology.running.upgrades` matches a changed
     plan's steps by them) and when it was taken. A location without it holds no (complete)
-    savepoint.
+    savepoint: a savepoint written over another deletes the other's record first, and
+    one whose writing fails (:class:`SavepointFailed`) leaves none.
 
 ``<location>`` is a local path or a storage URI, as ``checkpoint_dir`` takes.
 ``deploy(..., restore=PATH)`` (:mod:`topology.running.savepoints`) starts from it.
@@ -166,17 +167,36 @@ def take(sup: SavepointCut, location: str, timeout_s: float = 60.0) -> dict[str,
         while sup.pos < position:
             _check(sup, deadline, timeout_s, f"the output up to position {position}")
             sup.new_output.wait(POLL_S)
-    for step in sup.steps:
-        copy_file(ck.stage_path(sup.root, sup.name, epoch, step), step_location(location, step))
     manifest = sup.manifest()
     record = {"query": sup.name, "epoch": epoch, "rounds": rounds, "output_position": position,
               "batch_size": sup.batch_size, "steps": list(sup.steps), "sink": sup.sink_step,
               "fingerprints": dict(manifest.get("fingerprints", {})),
               "own_fingerprints": dict(manifest.get("own_fingerprints", {})),
-              "fingerprint": manifest.get("fingerprint"), "taken": time.time(),
-              "took_s": time.monotonic() - began}
-    ck.save(record_location(location), record)  # last: the savepoint is complete
+              "fingerprint": manifest.get("fingerprint"), "taken": None, "took_s": None}
+    try:
+        # a savepoint written over another: not one until its own record is written (else
+        # a writing cut short would leave the other's record over a mix of both's files)
+        _delete(record_location(location))
+        for step in sup.steps:
+            copy_file(ck.stage_path(sup.root, sup.name, epoch, step),
+                      step_location(location, step))
+        record.update(taken=time.time(), took_s=time.monotonic() - began)
+        ck.save(record_location(location), record)  # last: the savepoint is complete
+    except OSError as exc:
+        raise SavepointFailed(
+            f"query {sup.name!r}: writing its savepoint to {location!r} failed: "
+            f"{type(exc).__name__}: {exc}; {location!r} holds no savepoint now (the query "
+            f"is fed no more: stop it, and deploy it again from another savepoint or from "
+            f"the start)") from exc
     return record
+
+
+def _delete(location: str) -> None:
+    fs, where = ck.open_location(location)
+    try:
+        fs.delete_file(where)
+    except FileNotFoundError:
+        pass  # none
 
 
 def _check(sup: SavepointCut, deadline: float, timeout_s: float, what: str) -> None:

@@ -223,6 +223,37 @@ def test_a_kill_while_the_savepoint_is_taken_loses_and_doubles_nothing(
     exactly_once([before, after], query(rows()).collect(runtime="inline"))
 
 
+def test_a_savepoint_written_over_another_that_fails_half_way_leaves_none(
+        ray_session, monkeypatch, tmp_path):
+    """1st run: stop(savepoint=P), complete. 2nd run (afresh): stop(savepoint=P) again, the
+    writing of its 2nd file failing: SavepointFailed, and P holds no savepoint (not the
+    1st run's record over a mix of both runs' files, which a restore would take)."""
+    ckpt, where = str(tmp_path / "ckpt"), str(tmp_path / "savepoint")
+    cut(query(slow("driver")), "spf-over", ckpt, where, N // 6)
+    live = query(slow("driver")).deploy("spf-over", checkpoint_dir=ckpt, batch_size=BATCH,
+                                        checkpoint_every=4)
+    copy, copied = savepoints.copy_file, list[str]()
+
+    def copy_failing(src: str, dst: str) -> None:
+        if copied:
+            raise OSError(28, "No space left on device (the test's)")
+        copied.append(dst)
+        copy(src, dst)
+
+    try:
+        source = step_of(live, "from_rows")
+        wait_for(f"{N // 3} rows in", lambda: taken(live, source, N // 3))
+        monkeypatch.setattr(savepoints, "copy_file", copy_failing)
+        with pytest.raises(SavepointFailed, match=r"writing .*No space left on device"):
+            live.stop(savepoint=where)
+    finally:
+        live.stop()
+    assert copied, "no file was written over: the test proves nothing"
+    assert not os.path.exists(savepoints.record_location(where))
+    with pytest.raises(ValueError, match="no savepoint there"):
+        query(rows()).deploy("spf-over", checkpoint_dir=ckpt, restore=where)
+
+
 # -- 2. a kill soon after a restore ---------------------------------------------------------------
 def cut(stream: Stream, name: str, ckpt: str, where: str, at: int = N // 3
         ) -> tuple[dict[str, Any], list]:
