@@ -14,7 +14,13 @@ The kills during the savepoint come at fixed points of :func:`actors.savepoints.
 query's sources are fed by this process (``feed="driver"``), so its supervisor (and the
 savepoint's taking) runs here and the test wraps the points. A savepoint that cannot be
 taken must fail with ``SavepointFailed`` and leave no record: here when the query cannot
-recover from the kill. A kill it recovers from is no failure: the savepoint is taken.
+recover from the kill, or the writing of the savepoint fails (over an older one). A kill it
+recovers from is no failure: the savepoint is taken. That includes the query's host killed
+while it copies the savepoint (the S3 server it writes to paused meanwhile): Ray restarts
+the host, which resumes from the cut and is asked for the savepoint again.
+
+Run: ``python -m pytest -m slow tests/reliability/test_savepoint_faults.py`` (~2.5 min on 2
+cores at a load of 2; ~4 min at a load of 15).
 """
 
 from __future__ import annotations
@@ -354,15 +360,15 @@ def tagged(data: Any, tag: str) -> Stream:
 
 
 def test_an_upgrade_with_kills_gives_the_new_querys_output(ray_session, tmp_path):
-    """old (tag "old") cut; new (tag "new") restored: its fresh select, then the window,
-    killed. Every row before the cut the old select's, every row after the new one's, and
-    retagged they are the uninterrupted new query's one for one."""
+    """old (tag "old") cut; new (tag "new") restored, its select (changed: it starts
+    fresh, the window keeps its state) killed. Every row before the cut the old select's,
+    every row after the new one's, and retagged they are the uninterrupted new query's one
+    for one."""
     ckpt, where = str(tmp_path / "ckpt"), str(tmp_path / "savepoint")
     record, before = cut(tagged(slow(), "old"), "spf-upgrade", ckpt, where)
     new = tagged(slow(), "new")
     after = restored_with_kills(new, "spf-upgrade", ckpt, where,
-                                [step_of_plan(new, "select"), step_of_plan(new, "group_apply")],
-                                record)
+                                [step_of_plan(new, "select")], record)
     assert {m.payload[2] for m in before if type(m) is Insert} == {"old"}
     assert {m.payload[2] for m in after if type(m) is Insert} == {"new"}
     retagged = [Insert(m.id, m.start, m.end, (*m.payload[:2], "new")) if type(m) is Insert
