@@ -19,8 +19,8 @@ recovers from is no failure: the savepoint is taken. That includes the query's h
 while it copies the savepoint (the S3 server it writes to paused meanwhile): Ray restarts
 the host, which resumes from the cut and is asked for the savepoint again.
 
-Run: ``python -m pytest -m slow tests/reliability/test_savepoint_faults.py`` (~2.5 min on 2
-cores at a load of 2; ~4 min at a load of 15).
+Run: ``python -m pytest -m slow tests/reliability/test_savepoint_faults.py`` (~3 min on 2
+cores at a load average of 5-12, Ray's start included; ~4-5 min at 15-22).
 """
 
 from __future__ import annotations
