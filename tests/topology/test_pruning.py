@@ -82,6 +82,12 @@ PIPELINES: dict[str, tuple[Callable[[Stream], Stream], frozenset[str] | None]] =
               .alter_lifetime(duration=4), frozenset({"k", "v", "t"})),
     "max of a join": (lambda s: s.select(key_k).join(s.select(lambda p: p["k"]))
                       .tumbling_window(10).aggregate(Count()), frozenset({"k", "t"})),
+    "join select": (lambda s: s.where(big_v).alter_lifetime(duration=7)
+                    .join(s.alter_lifetime(duration=3), on=(key_k, "k"),
+                          select=lambda a, b: {"a": a["v"] * 2, "b": b["w"]}),
+                    frozenset({"k", "v", "w", "t"})),
+    "join, the pair": (lambda s: s.join(s.select(key_k), on=("k", lambda k: k)), None),
+    "join, a side whole": (lambda s: s.join(s, on=("k", "k"), select=lambda a, b: b), None),
     "whole payload": (lambda s: s.where(big_v), None),
     "untraceable udf": (lambda s: s.select(note_length).tumbling_window(10)
                         .aggregate(Max()), None),

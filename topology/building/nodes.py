@@ -42,7 +42,16 @@ from topology.building.checks import (
     check_window_spec,
 )
 from topology.building.node import Node, duration_text, fn_text, how_text, trace_chain
-from topology.building.reads import NOTHING, Reads, function_reads, needs, udm_reads, union, walk
+from topology.building.reads import (
+    NOTHING,
+    Reads,
+    function_reads,
+    needs,
+    pair_reads,
+    udm_reads,
+    union,
+    walk,
+)
 from topology.building.source_nodes import (
     Feed,
     FromEvents,
@@ -336,6 +345,11 @@ class Join(Paired):
         # intersections of inserts, never retracted (freeing state on CTIs emits nothing)
         both = [i.lengths() for i in self.inputs]
         return None if None in both else min(cast(list[int], both))
+
+    def reads(self, out: Reads, port: int) -> Reads:
+        # its key and what its select reads of that input (the output is made of nothing else)
+        key = NOTHING if self.on is None else function_reads(self.on[port])
+        return union(key, pair_reads(self.select, port))
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

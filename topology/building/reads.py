@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from operators import aggregates as agg
-from operators.expr import Const, Expr, Field, Op, trace, tracing
+from operators.expr import Const, Expr, Field, Op, trace, trace_pair, tracing
 
 #: The columns a step reads: a set of names, or None for every column.
 Reads = frozenset[str] | None
@@ -103,6 +103,34 @@ def function_reads(fn: Any) -> Reads:
     except Exception:  # noqa: BLE001 - traced once already: any surprise reads everything
         return None
     return _names([*keys, *recorder.seen])
+
+
+def pair_reads(fn: Any, side: int) -> Reads:
+    """The payload columns of input ``side`` (0: left, 1: right) that a join's ``select(left,
+    right)`` reads, as :func:`function_reads` says of a function of one payload; None when it
+    may read any (no ``select``: the pair itself is the output).
+
+    >>> sorted(pair_reads(lambda l, r: {"n": r["name"], "id": l["id"]}, 1))
+    ['name']
+    >>> pair_reads(lambda l, r: r, 1) is None, pair_reads(None, 0) is None
+    (True, True)
+    """
+    if fn is None or not callable(fn) or getattr(fn, "__code__", None) is None:
+        return None
+    traced = trace_pair(fn)
+    keys = None if traced is None else _expr_keys(traced)
+    if keys is None:
+        return None
+    recorders = (_Recorder(), _Recorder())
+    try:
+        with tracing():
+            fn(*recorders)
+    except Exception:  # noqa: BLE001 - traced once already: any surprise reads everything
+        return None
+    mine = [k[1] for k in keys if k[0] == "lr"[side]]
+    if any(k is None for k in mine):
+        return None  # (the side's payload itself)
+    return _names([*mine, *recorders[side].seen])
 
 
 def _field_reads(field: Any) -> Reads:
