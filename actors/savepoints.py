@@ -172,6 +172,7 @@ def take(sup: SavepointCut, location: str, timeout_s: float = 60.0) -> dict[str,
               "batch_size": sup.batch_size, "steps": list(sup.steps), "sink": sup.sink_step,
               "fingerprints": dict(manifest.get("fingerprints", {})),
               "own_fingerprints": dict(manifest.get("own_fingerprints", {})),
+              "source_fingerprints": dict(manifest.get("source_fingerprints", {})),
               "fingerprint": manifest.get("fingerprint"), "taken": None, "took_s": None}
     try:
         # a savepoint written over another: not one until its own record is written (else

@@ -227,3 +227,40 @@ def test_a_changed_stateful_step_starts_fresh_only_when_its_saved_state_is_empty
     ck.save(step_location(str(tmp_path), window), {"proc": proc.snapshot()})
     fates = {f.step: f for f in match(new, record, str(tmp_path))}
     assert fates[window].verdict == REFUSED and "no retained input log" in fates[window].why
+
+
+def test_fused_into_its_source_a_changed_where_keeps_the_source(ray_session, tmp_path):
+    """fuse=True puts the where in the source's stage: the stage changed, but its source did
+    not, and the where holds no state: the source's position and state are kept, the where
+    starts fresh, and the output is the new query's."""
+    from topology.running.savepoints import check
+    from topology.running.upgrades import KEEPS, match
+
+    ckpt, point = str(tmp_path / "ckpt"), str(tmp_path / "savepoint")
+    live = query(slow()).deploy("up-fused", checkpoint_dir=ckpt, batch_size=BATCH,
+                                checkpoint_every=4, fuse=True)
+    try:
+        wait_rows(live, N // 3)
+        live.stop(savepoint=point)
+    except BaseException:
+        live.stop()
+        raise
+    before = live.output()
+    new = query(slow(), new_pred)
+    plan = new.plan(True)
+    source = plan.sources[0]
+    assert len(plan.stages[source].nodes) == 2  # (the where is in the source's stage)
+    fate = {f.step: f for f in match(plan, check(plan, "up-fused", point, None), point)}
+    assert (fate[source].verdict, fate[source].source_only) == (KEEPS, True)
+    again = new.deploy("up-fused", checkpoint_dir=ckpt, restore=point, fuse=True)
+    try:
+        assert again.wait(60)
+        after = again.output()
+        # the source's own state went on: its row accounting counts the rows before the cut
+        assert again.stats()[source]["source"]["received"] == N
+    finally:
+        again.stop()
+    assert before and after, "the cut fell at an end: the test proves nothing"
+    got = inserted(before) + inserted(after)
+    assert max(got.values()) == 1 and got == inserted(query(rows(), new_pred).collect(
+        runtime="inline"))

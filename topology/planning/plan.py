@@ -272,6 +272,15 @@ def step_fingerprints(plan: Plan) -> dict[str, str]:
     return out
 
 
+def source_fingerprints(plan: Plan) -> dict[str, str]:
+    """The fingerprint of the source alone of each source stage whose other steps (fused
+    into it: ``fuse=True``) hold no state: a savepoint of it restores into a stage of the
+    same source whatever stateless steps are fused after it (:mod:`topology.running.upgrades`).
+    """
+    return {step: _hash(f"source|{_node(st.nodes[0])}") for step, st in plan.stages.items()
+            if st.role == "source" and all(x.stateless for x in st.nodes[1:])}
+
+
 def plan_fingerprint(plan: Plan) -> str:
     """The plan's fingerprint: a hash of every step's."""
     return _hash("\n".join(f"{s}={f}" for s, f in step_fingerprints(plan).items()))

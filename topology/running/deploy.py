@@ -637,7 +637,12 @@ def _deploy(plan: Plan, name: str, settings: ShellConfig, root: str | None, fed:
     savepoint it starts from."""
     import ray
 
-    from topology.planning.plan import own_fingerprints, plan_fingerprint, step_fingerprints
+    from topology.planning.plan import (
+        own_fingerprints,
+        plan_fingerprint,
+        source_fingerprints,
+        step_fingerprints,
+    )
 
     settings = _traced(settings, plan, trace)
     if history:
@@ -649,6 +654,7 @@ def _deploy(plan: Plan, name: str, settings: ShellConfig, root: str | None, fed:
             "fed_by_driver": local, "claim": token, "clock": plan.clock,
             "fingerprints": step_fingerprints(plan), "fingerprint": plan_fingerprint(plan),
             "own_fingerprints": own_fingerprints(plan),
+            "source_fingerprints": source_fingerprints(plan),
             "subscriptions": [(plan.stages[s].source.query, f"{name}/{s}")  # type: ignore[union-attr]
                               for s in plan.sources
                               if isinstance(plan.stages[s].source, n.Published)]}

@@ -27,7 +27,7 @@ from actors.savepoints import SavepointFailed, load_record
 from topology.building import nodes as n
 from topology.planning.plan import Plan
 from topology.running.feeding import driver_sources
-from topology.running.upgrades import fresh_snapshots, match, regrouped
+from topology.running.upgrades import fresh_snapshots, made_states, match
 
 if TYPE_CHECKING:
     from operators.events import Message
@@ -73,8 +73,7 @@ def check(plan: Plan, name: str, location: str, batch_size: int | None) -> dict[
             f"start afresh")
     record = {**record, "mapping": {f.step: f.old for f in fates},
               "fresh": fresh_snapshots(plan, fates),
-              "regrouped": regrouped(plan, ck.normalize(location),
-                                  {f.step: f.regroup for f in fates if f.regroup})}
+              "regrouped": made_states(plan, ck.normalize(location), fates)}
     for step in driver_sources(plan):
         why = one_shot(plan, step)
         if why is not None:

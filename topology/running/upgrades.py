@@ -17,6 +17,9 @@ upstream of it). :func:`match` decides, for each step of a new plan, in this ord
 3. **starts fresh** -- a new or changed step that holds no state (the plan's
    ``Stage.stateless``: where, select, ...), or a changed one whose state in the savepoint
    is that of a step that saw nothing yet (its snapshot equals a new one's).
+   A source stage whose source is the same but whose stateless steps fused into it
+   (``fuse=True``) changed **keeps its state** too: its source's (position, ids, CTIs,
+   accounting), the fused steps fresh (:func:`source_kept`).
 4. **refused** -- a new or changed source (the savepoint's positions are its sources'), or
    a new or changed step that holds state: its state cannot be rebuilt, as no input log is
    retained to replay into it.
@@ -37,7 +40,12 @@ import pickle
 import re
 from typing import Any
 
-from topology.planning.plan import Plan, own_fingerprints, step_fingerprints
+from topology.planning.plan import (
+    Plan,
+    own_fingerprints,
+    source_fingerprints,
+    step_fingerprints,
+)
 
 #: The verdicts, as ``cedar upgrade`` prints them.
 UNCHANGED, KEEPS, FRESH, REFUSED = "unchanged", "keeps its state", "starts fresh", "refused"
@@ -56,6 +64,9 @@ class Fate:
     #: a partition of a rescaled group_apply: the savepoint's partitions it takes its key
     #: groups from
     regroup: tuple[str, ...] = ()
+    #: a source stage that keeps only its source's state from ``old`` (the stateless steps
+    #: fused after it changed: they start fresh)
+    source_only: bool = False
 
     @property
     def refused(self) -> bool:
@@ -87,6 +98,7 @@ def match(plan: Plan, record: dict[str, Any], location: str) -> list[Fate]:
     at ``location`` (see the module docstring), in plan order."""
     saved, saved_own = record["fingerprints"], record.get("own_fingerprints")
     now, own = step_fingerprints(plan), own_fingerprints(plan)
+    sources = source_fingerprints(plan)
     taken: set[str] = set()
     fates = _rescaled(plan, saved, now, taken)
     for step in plan.stages:  # 1. the same step, its upstream the same
@@ -112,7 +124,14 @@ def match(plan: Plan, record: dict[str, Any], location: str) -> list[Fate]:
         if step in fates:
             continue
         what = "changed" if step in saved and step not in taken else "new"
-        if st.role == "source":
+        kept = _same_source(step, record, sources, taken)
+        if kept is not None:
+            taken.add(kept)
+            fates[step] = Fate(step, KEEPS, kept, (
+                "the same source" + ("" if kept == step else f" (it was {kept!r})") + "; the "
+                "stateless steps fused into its stage changed: the source's position and "
+                "state are kept, the steps start fresh"), source_only=True)
+        elif st.role == "source":
             fates[step] = Fate(step, REFUSED, None, (
                 f"a {what} source: a restored query resumes its sources where the savepoint "
                 f"cut them, and those positions are the old sources'"))
@@ -127,6 +146,19 @@ def match(plan: Plan, record: dict[str, Any], location: str) -> list[Fate]:
                 f"log (cedar keeps no input before the cut to replay into it)"
                 + (_NOT_RESCALABLE if _PARTITION.match(step) else "")))
     return [fates[step] for step in plan.stages]
+
+
+def _same_source(step: str, record: dict[str, Any], sources: dict[str, str],
+                 taken: set[str]) -> str | None:
+    """The savepoint's source stage that ``step`` (a source stage with only stateless steps
+    fused after its source) can take the source's state of: the same source, its fused
+    steps stateless too (the same step id first); None if none."""
+    mine = sources.get(step)
+    if mine is None:
+        return None
+    olds = [s for s, f in record.get("source_fingerprints", {}).items()
+            if f == mine and s not in taken]
+    return _pick(step, olds)
 
 
 #: Said of a refused partition: how a group_apply restores at another width.
@@ -181,6 +213,37 @@ def _rescaled(plan: Plan, saved: dict[str, str], now: dict[str, str],
                 f"{len(old)} partitions then, {len(parts)} now: it takes the key groups it "
                 f"holds from {', '.join(old)}"), regroup=tuple(old))
     return fates
+
+
+def made_states(plan: Plan, location: str, fates: list[Fate]) -> dict[str, Any]:
+    """The checkpoint state of each step of ``plan`` whose state is made from the
+    savepoint's at ``location`` rather than taken whole: the partitions of a rescaled
+    group_apply (:func:`regrouped`) and the source stages that keep only their source's
+    (:func:`source_kept`)."""
+    made = regrouped(plan, location, {f.step: f.regroup for f in fates if f.regroup})
+    for f in fates:
+        if f.source_only and f.old is not None:
+            made[f.step] = source_kept(plan, location, f.step, f.old)
+    return made
+
+
+def source_kept(plan: Plan, location: str, step: str, old: str) -> dict[str, Any]:
+    """The checkpoint state of source stage ``step`` from the savepoint's ``old``: the old
+    source's state (the first of a fused chain's steps, or the stage's own), the stateless
+    steps after it fresh."""
+    from actors import checkpoint as ck
+    from actors.savepoints import step_location
+
+    state = ck.load(step_location(location, old))
+    saved = state["proc"]
+    source = saved["stages"][0] if "stages" in saved else saved
+    fresh = plan.stages[step].factory().snapshot()
+    if "stages" in fresh:  # a chain: its source's state, its other steps' fresh
+        proc = {**fresh, "stages": [source, *fresh["stages"][1:]],
+                "out_cti": saved["out_cti"], "in_ctis": saved["in_ctis"]}
+    else:
+        proc = source
+    return {**state, "step": step, "proc": proc}
 
 
 def regrouped(plan: Plan, location: str, regroup: dict[str, tuple[str, ...]]

@@ -226,8 +226,7 @@ def _restore(dag: DagProcessor, location: str, fates: Sequence[Fate]) -> None:
     from actors.savepoints import step_location
     from topology.running import upgrades
 
-    regrouped = upgrades.regrouped(dag.plan, location,
-                                   {f.step: f.regroup for f in fates if f.regroup})
+    regrouped = upgrades.made_states(dag.plan, location, list(fates))
     for f in fates:
         if f.step in regrouped:
             dag.procs[f.step].restore(regrouped[f.step]["proc"])
