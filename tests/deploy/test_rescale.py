@@ -65,7 +65,7 @@ def run_in_parts(widths: list[int], tmp_path, name: str, emit: str = "speculativ
     return out
 
 
-@pytest.mark.slow  # (the default tier rescales a running query: the last test)
+@pytest.mark.slow  # (the default tier: the verdicts and the check of a real savepoint)
 @pytest.mark.parametrize("widths", [[2, 4, 2], [1, 3]])
 def test_rescaled_and_back_gives_the_uninterrupted_output(ray_session, tmp_path, widths):
     parts = run_in_parts(widths, tmp_path, f"rescale-{len(widths)}")
@@ -111,6 +111,7 @@ def test_upgrade_shows_the_rescale_and_other_key_groups_are_refused(ray_session,
         check(query(rows(), 4, groups=None).plan(), "rescale-shown", point, None)
 
 
+@pytest.mark.slow
 def test_a_running_query_rescales_itself(ray_session, tmp_path):
     ckpt = str(tmp_path / "ckpt")
     # (the default key groups: 128 at partitions > 1)

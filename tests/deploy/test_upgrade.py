@@ -229,6 +229,7 @@ def test_a_changed_stateful_step_starts_fresh_only_when_its_saved_state_is_empty
     assert fates[window].verdict == REFUSED and "no retained input log" in fates[window].why
 
 
+@pytest.mark.slow
 def test_fused_into_its_source_a_changed_where_keeps_the_source(ray_session, tmp_path):
     """fuse=True puts the where in the source's stage: the stage changed, but its source did
     not, and the where holds no state: the source's position and state are kept, the where
