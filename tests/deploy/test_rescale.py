@@ -111,25 +111,35 @@ def test_upgrade_shows_the_rescale_and_other_key_groups_are_refused(ray_session,
         check(query(rows(), 4, groups=None).plan(), "rescale-shown", point, None)
 
 
-@pytest.mark.slow
-def test_a_running_query_rescales_itself(ray_session, tmp_path):
-    ckpt = str(tmp_path / "ckpt")
-    # (the default key groups: 128 at partitions > 1)
-    live = query(slow(), 2, groups=None).deploy("rescale-self", checkpoint_dir=ckpt,
-                                                batch_size=BATCH, checkpoint_every=4)
+def rescaled_while_running(name: str, tmp_path, width: int, at: int,
+                           check=lambda wider: None, groups: int | None = GROUPS) -> None:
+    """Deploy the query at 2 partitions, ``Query.rescale`` it to ``width`` once ``at`` rows
+    are in, ``check(the new query)``, and compare the output before and after together with
+    one run's."""
+    live = query(slow(), 2, groups=groups).deploy(name, checkpoint_dir=str(tmp_path / "ckpt"),
+                                                  batch_size=BATCH, checkpoint_every=4)
     try:
-        wait_rows(live, N // 3)
-        wider = live.rescale(4, str(tmp_path / "savepoint"))
+        wait_rows(live, at)
+        wider = live.rescale(width, str(tmp_path / "savepoint"))
     except BaseException:
         live.stop()
         raise
     try:
-        assert sum(s.endswith("]") for s in wider.steps) == 4
-        assert wider.wait(90)
+        check(wider)
+        assert wider.wait(120)
         every = live.output() + wider.output()
     finally:
         wider.stop()
     validate(every, name="the output before and after")
     assert sorted(to_cht(every)) == sorted(to_cht(query(rows(), 1).collect(runtime="inline")))
+
+
+@pytest.mark.slow
+def test_a_running_query_rescales_itself(ray_session, tmp_path):
+    def four_partitions(wider):
+        assert sum(s.endswith("]") for s in wider.steps) == 4
+
+    # (the default key groups: 128 at partitions > 1)
+    rescaled_while_running("rescale-self", tmp_path, 4, N // 3, four_partitions, groups=None)
     with pytest.raises(ValueError, match="no group_apply that keeps its state by key group"):
         Stream.from_rows(rows(), start="t").with_partitions(4)

@@ -78,13 +78,9 @@ class Partitioned:
         return new
 
 
-@pytest.mark.parametrize("case", ["where_select", "alter_lifetime", "shift_back",
-                                  "tumbling_count"])
-@PROPERTY
-@given(stream=physical_streams(payloads=st.integers(0, 8)), data=st.data())
-def test_rescaled_at_any_cut_gives_the_uninterrupted_output(case, stream, data):
-    factory, reference, _ = CASES[case]
-    stream = stream + [Cti(final_cti(stream) + 10)]
+def rescaled_run(factory, stream: list[Message], data) -> list[Message]:
+    """``stream`` through partitions of ``factory`` at a drawn width, rescaled to another at
+    a drawn cut: the merged output, checked to be a valid stream."""
     width = data.draw(st.integers(1, GROUPS), label="partitions")
     cut = data.draw(st.integers(0, len(stream)), label="cut")
     then = data.draw(st.integers(1, GROUPS), label="rescaled to")
@@ -92,6 +88,17 @@ def test_rescaled_at_any_cut_gives_the_uninterrupted_output(case, stream, data):
     out = run.process(stream[:cut])
     out += run.rescaled(then).process(stream[cut:])
     validate(out, name="the merged output")
+    return out
+
+
+@pytest.mark.parametrize("case", ["where_select", "alter_lifetime", "shift_back",
+                                  "tumbling_count"])
+@PROPERTY
+@given(stream=physical_streams(payloads=st.integers(0, 8)), data=st.data())
+def test_rescaled_at_any_cut_gives_the_uninterrupted_output(case, stream, data):
+    factory, reference, _ = CASES[case]
+    stream = stream + [Cti(final_cti(stream) + 10)]
+    out = rescaled_run(factory, stream, data)
     assert_equivalent(out, reference(to_cht(stream)))
 
 
@@ -147,11 +154,5 @@ def test_the_keyed_fast_paths_rescale_too(path, stream, data):
     fast, general = _fast_paths()[path]
     stream = [m for m in stream if type(m) is Cti or m.end == m.start + 1]
     stream = stream + [Cti(final_cti(stream) + 10)]
-    width = data.draw(st.integers(1, GROUPS), label="partitions")
-    cut = data.draw(st.integers(0, len(stream)), label="cut")
-    then = data.draw(st.integers(1, GROUPS), label="rescaled to")
-    run = Partitioned(fast, width)
-    out = run.process(stream[:cut])
-    out += run.rescaled(then).process(stream[cut:])
-    validate(out, name="the merged output")
+    out = rescaled_run(fast, stream, data)
     assert_equivalent(out, to_cht(general().process(stream)))
