@@ -239,15 +239,16 @@ def seed(location: str, root: str, query: str, record: dict[str, Any]) -> None:
     state of the savepoint's step ``record["mapping"]`` names (its own, or one the planner
     numbered otherwise), or, named None, starts as a new processor
     (``record["fresh"][step]``, its snapshot) that has seen nothing, or, a partition of a
-    rescaled group_apply, the state ``record["regrouped"]`` holds; without a mapping
+    rescaled group_apply or a source stage keeping only its source's, the state
+    ``record["made"]`` holds; without a mapping
     (the same plan) each step takes its own."""
     epoch = record["epoch"]
     mapping = record.get("mapping") or {step: step for step in record["steps"]}
-    regrouped = record.get("regrouped") or {}
+    made = record.get("made") or {}
     for step, old in mapping.items():
         target = ck.stage_path(root, query, epoch, step)
-        if step in regrouped:  # a partition of a rescaled group_apply: its key groups
-            ck.save(target, {**regrouped[step], "epoch": epoch})
+        if step in made:  # made from the savepoint's (upgrades.made_states)
+            ck.save(target, {**made[step], "epoch": epoch})
         elif old == step:
             copy_file(step_location(location, step), target)
         elif old is not None:  # the planner numbered it otherwise: its file, under its id

@@ -101,7 +101,7 @@ def test_upgrade_shows_the_rescale_and_other_key_groups_are_refused(ray_session,
     parts = [s for s in wide.stages if s.endswith("]")]
     assert [fates[s].verdict for s in parts] == [RESCALED] * 4
     assert fates[parts[3]].regroup == (parts[0], parts[1])  # the two partitions then
-    assert sorted(record["regrouped"]) == parts
+    assert sorted(record["made"]) == parts
     # and `cedar upgrade --check` restores the regrouped state too: equal to a run from scratch
     from topology.seeing.cutover import check_upgrade
 

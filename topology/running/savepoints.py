@@ -57,7 +57,8 @@ def check(plan: Plan, name: str, location: str, batch_size: int | None) -> dict[
     """The savepoint record at ``location`` if ``plan`` can start from it (see the module
     docstring), with ``mapping`` (each step of ``plan``: the savepoint's step whose state it
     takes, or None), ``fresh`` (the snapshot of each step that starts fresh) and
-    ``regrouped`` (the state of each partition of a rescaled group_apply) added;
+    ``made`` (the state of each step made from the savepoint's rather than taken whole:
+    :func:`~topology.running.upgrades.made_states`) added;
     ValueError naming the step and the fix when it cannot."""
     record = load_record(location)
     head = f"deploy({name!r}, restore={location!r})"
@@ -73,7 +74,7 @@ def check(plan: Plan, name: str, location: str, batch_size: int | None) -> dict[
             f"start afresh")
     record = {**record, "mapping": {f.step: f.old for f in fates},
               "fresh": fresh_snapshots(plan, fates),
-              "regrouped": made_states(plan, ck.normalize(location), fates)}
+              "made": made_states(plan, ck.normalize(location), fates)}
     for step in driver_sources(plan):
         why = one_shot(plan, step)
         if why is not None:
