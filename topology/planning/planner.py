@@ -397,10 +397,9 @@ def _key_groups(p: int, k: int, groups: int) -> str:
     """The key groups partition ``p`` of ``k`` holds, as ``explain()`` shows them."""
     if not groups:
         return ""
-    first = next(g for g in range(groups) if g * k // groups == p)
-    last = max(g for g in range(groups) if g * k // groups == p)
-    return f" (key group {first} of {groups})" if first == last else \
-        f" (key groups {first}-{last} of {groups})"
+    held = [g for g in range(groups) if g * k // groups == p]
+    return f" (key group {held[0]} of {groups})" if len(held) == 1 else \
+        f" (key groups {held[0]}-{held[-1]} of {groups})"
 
 
 def _chain(factories: list[Factory], name: str, source: bool = False) -> Processor:
