@@ -15,11 +15,12 @@ copies the files of ``e`` to the savepoint's location, and writes its record las
 ``<location>/savepoint.pkl``
     the record (:data:`RECORD`): the query, the epoch, the rounds of the sources fed (their
     input positions: a restored run reads them again from their beginning and skips these
-    rounds, which needs the same ``batch_size``), the output position, each step's plan
-    fingerprints (upstream and own: :mod:`topology.running.upgrades` matches a changed
-    plan's steps by them) and when it was taken. A location without it holds no (complete)
-    savepoint: a savepoint written over another deletes the other's record first, and
-    one whose writing fails (:class:`SavepointFailed`) leaves none.
+    rounds, which needs the same ``batch_size``), the ``positions`` of the sources that go
+    on from a position of their own (a Spark stream's checkpoint), the output position,
+    each step's plan fingerprints (upstream and own: :mod:`topology.running.upgrades`
+    matches a changed plan's steps by them) and when it was taken. A location without it
+    holds no (complete) savepoint: a savepoint written over another deletes the other's
+    record first, and one whose writing fails (:class:`SavepointFailed`) leaves none.
 
 ``<location>`` is a local path or a storage URI, as ``checkpoint_dir`` takes.
 ``deploy(..., restore=PATH)`` (:mod:`topology.running.savepoints`) starts from it.
@@ -90,6 +91,9 @@ class SavepointCut:
         #: barrier in :attr:`cut`; None: the input ended or failed first)
         self.cut_asked, self.cut_made = threading.Event(), threading.Event()
         self.cut: tuple[int, int] | None = None
+        #: the positions of the sources that keep their own, at the cut (the ``at_cut``
+        #: of :class:`~actors.supervisor.Supervisor`)
+        self.cut_positions: dict[str, Any] = {}
 
     def rounds_at(self, epoch: int) -> int:
         """The rounds of the sources fed when barrier ``epoch`` went in (counted from their
@@ -173,7 +177,8 @@ def take(sup: SavepointCut, location: str, timeout_s: float = 60.0) -> dict[str,
               "fingerprints": dict(manifest.get("fingerprints", {})),
               "own_fingerprints": dict(manifest.get("own_fingerprints", {})),
               "source_fingerprints": dict(manifest.get("source_fingerprints", {})),
-              "fingerprint": manifest.get("fingerprint"), "taken": None, "took_s": None}
+              "fingerprint": manifest.get("fingerprint"), "positions": sup.cut_positions,
+              "taken": None, "took_s": None}
     try:
         # a savepoint written over another: not one until its own record is written (else
         # a writing cut short would leave the other's record over a mix of both's files)

@@ -72,21 +72,26 @@ class Supervisor(SavepointCut):
     by step (replacing any actor of the query still alive); ``configure(handles, restore)``
     configures them (``restore``: epoch or 0); ``feeds_from(rounds)`` returns (step, iterator
     of encoded batches) per fed source, each read from its beginning and the first ``rounds``
-    rounds skipped. ``settings`` gives ``checkpoint_every`` and the in-flight window of the
-    feeding (:class:`~actors.config.ShellConfig`). ``manifest`` is what the query's sink says
+    rounds skipped (or going on from a position of its own, see ``at_cut``). ``settings``
+    gives ``checkpoint_every`` and the in-flight window of the feeding
+    (:class:`~actors.config.ShellConfig`). ``manifest`` is what the query's sink says
     of it (its steps' actors, explain, claim, ...): the supervisor answers it too, so that a
-    driver reaches the query's released output when its sink is gone."""
+    driver reaches the query's released output when its sink is gone. ``at_cut``, called
+    by the feeder at a savepoint's cut, stops the sources that keep their own position
+    there and returns their positions (a savepoint's ``positions``)."""
 
     def __init__(self, *, name: str, steps: list[str], sink: str, root: str,
                  start_actors: Callable[[int], dict[str, Any]],
                  configure: Callable[[dict[str, Any], int], None],
                  feeds_from: Callable[[int], list[tuple[str, Iterator[bytes]]]],
                  settings: ShellConfig, manifest: dict[str, Any] | None = None,
-                 base: tuple[int, int, int] = (0, 0, 0)) -> None:
+                 base: tuple[int, int, int] = (0, 0, 0),
+                 at_cut: Callable[[], dict[str, Any]] = dict) -> None:
         self.name, self.steps, self.sink_step, self.root = name, steps, sink, root
         self._manifest = dict(manifest or {})
         self._start_actors, self._configure = start_actors, configure
         self._feeds_from, self.every = feeds_from, settings.checkpoint_every
+        self._at_cut = at_cut
         self.max_in_flight = settings.max_in_flight
         self.batch_size = settings.batch_size
         self.lock = threading.RLock()  # held while sending to the actors (feeder, recovery)
@@ -226,6 +231,7 @@ class Supervisor(SavepointCut):
                     self._send(("e", epoch))
                 if live and self.cut_asked.is_set():  # a savepoint: its barrier, no more
                     epoch += 1
+                    self.cut_positions = self._at_cut()
                     self.mark_cut(epoch, rounds)
                     self._send(("e", epoch))
                     self.cut = (epoch, rounds)

@@ -72,6 +72,7 @@ from topology.running.registry import (
     step_actor,
     unsubscribe,
 )
+from topology.running.savepoints import cut_streams, resuming
 
 #: Messages (or source rows) per batch (the default of :class:`actors.config.ShellConfig`,
 #: which holds every actor setting's default).
@@ -425,7 +426,8 @@ class _SupervisedJob:
         sup = Supervisor(name=self.name, steps=list(self.plan.stages), sink=self.plan.sink,
                          root=self.root, start_actors=self.start_actors,
                          configure=self.configure, feeds_from=self.feeds_from,
-                         settings=self.settings, manifest=self.info, base=self.base)
+                         settings=self.settings, manifest=self.info, base=self.base,
+                         at_cut=functools.partial(cut_streams, self.plan))
         try:
             sup.start(resume)
         except BaseException:
@@ -481,10 +483,13 @@ class _SupervisedJob:
         _configure(self.plan, handles, self.settings, self.info, (self.root, self.name), restore)
 
     def feeds_from(self, rounds: int) -> list[tuple[str, Iterator[Any]]]:
-        """Every fed source read from its beginning, its first ``rounds`` rounds skipped."""
+        """Every fed source read from its beginning, its first ``rounds`` rounds skipped;
+        a Spark stream goes on from its checkpoint instead (where a savepoint cut it:
+        :func:`~topology.running.savepoints.cut_streams`)."""
         steps = driver_sources(self.plan)
         feeds = [source_batches(self.plan, s, self.settings.batch_size) for s in steps]
-        for _ in itertools.islice(round_robin(feeds), rounds):
+        again = [f for s, f in zip(steps, feeds) if resuming(self.plan, s) is None]
+        for _ in itertools.islice(round_robin(again), rounds):
             pass
         return [(s, map(encoder(self.plan, s), feed)) for s, feed in zip(steps, feeds)]
 

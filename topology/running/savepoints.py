@@ -9,8 +9,12 @@ the sources fed before it. A plan restores it only when
   named, and why;
 * each of its fed sources can be read again from its beginning (a list, a tuple, an Arrow
   table, parquet files, a batch DataFrame): the restored run reads it again and skips the
-  rounds fed before the cut. A one-shot iterator (a generator) cannot be, nor a Spark
-  streaming source (it resumes from its own checkpoint, which a savepoint does not hold);
+  rounds fed before the cut. A one-shot iterator (a generator) cannot be. A streaming
+  ``from_spark`` with a checkpoint goes on from its own checkpoint instead: the cut
+  committed the stream's last micro-batch fed before it and stopped it there
+  (:func:`cut_streams`), so its next run starts right after the cut, and the savepoint
+  keeps the stream's position to check that nothing read the stream since
+  (:func:`moved_on`; a Spark checkpoint cannot go back);
 * it is cut into batches of the same size (rounds count batches).
 
 :func:`check` says what is wrong and how to fix it, before anything starts.
@@ -31,6 +35,7 @@ from topology.running.upgrades import fresh_snapshots, made_states, match
 
 if TYPE_CHECKING:
     from operators.events import Message
+    from topology.spark.held_runs import SparkStream
 
 
 def _taken(record: dict[str, Any]) -> str:
@@ -38,19 +43,66 @@ def _taken(record: dict[str, Any]) -> str:
     return f"query {record['query']!r} at {when:%Y-%m-%d %H:%M:%S} UTC"
 
 
+def _data(plan: Plan, step: str) -> Any:
+    src = plan.stages[step].source
+    return src.source_data() if isinstance(src, (n.FromRows, n.FromEvents)) else None
+
+
+def resuming(plan: Plan, step: str) -> SparkStream | None:
+    """The stream of source ``step`` if it resumes by itself where a savepoint cut it: a
+    streaming ``from_spark`` with a checkpoint, whose own checkpoint continues after the
+    last micro-batch fed before the cut (:meth:`SparkStream.cut
+    <topology.spark.held_runs.SparkStream.cut>`); else None."""
+    from topology.spark.held_runs import SparkStream
+
+    data = _data(plan, step)
+    return data if isinstance(data, SparkStream) and data.checkpoint is not None else None
+
+
+def cut_streams(plan: Plan) -> dict[str, dict[str, Any]]:
+    """At a savepoint's cut: each :func:`resuming` source's stream cut there, and its
+    position (the savepoint's record keeps them as ``positions``)."""
+    positions = {}
+    for step in driver_sources(plan):
+        stream = resuming(plan, step)
+        if stream is not None:
+            positions[step] = stream.cut()
+    return positions
+
+
 def one_shot(plan: Plan, step: str) -> str | None:
     """Why source ``step`` cannot be read again from its beginning, or None when it can."""
     from topology.spark.held_runs import SparkStream
 
-    src = plan.stages[step].source
-    data = src.source_data() if isinstance(src, (n.FromRows, n.FromEvents)) else None
+    data = _data(plan, step)
     if isinstance(data, SparkStream):
-        return ("it reads a Spark streaming DataFrame, which resumes from its own checkpoint, "
-                "not from a savepoint's position")
+        return ("it reads a Spark streaming DataFrame, which goes on from its own checkpoint "
+                "and cannot be read again from its start")
     if isinstance(data, Iterator):
         return (f"it reads a one-shot iterator ({type(data).__name__}), which cannot be read "
                 f"again to skip what was fed before the cut")
     return None
+
+
+def moved_on(stream: SparkStream, record: dict[str, Any], old: str | None) -> str | None:
+    """Why ``stream`` does not go on where the savepoint's source ``old`` stopped (its
+    checkpoint has read on since, or is another), or None when it does."""
+    from topology.spark.checkpoint import stream_records
+
+    at = (record.get("positions") or {}).get(old or "")
+    if at is None:
+        return ("the savepoint did not cut a Spark stream there (it was taken before cedar "
+                "kept a stream's position, or the source was another)")
+    now = stream_records(stream.checkpoint or "")["last_batch_id"]
+    if stream.checkpoint == at["checkpoint"] and now == at["last_batch_id"]:
+        return None
+    where = (f"its checkpoint {stream.checkpoint!r} is not the savepoint's "
+             f"{at['checkpoint']!r}" if stream.checkpoint != at["checkpoint"] else
+             f"its checkpoint {stream.checkpoint!r} has read on to micro-batch {now} since "
+             f"the cut after micro-batch {at['last_batch_id']} (a run over it after the "
+             f"savepoint)")
+    return (f"it reads a Spark streaming DataFrame, which goes on from its own checkpoint, "
+            f"and {where}: a Spark checkpoint cannot go back")
 
 
 def check(plan: Plan, name: str, location: str, batch_size: int | None) -> dict[str, Any]:
@@ -75,14 +127,18 @@ def check(plan: Plan, name: str, location: str, batch_size: int | None) -> dict[
     record = {**record, "mapping": {f.step: f.old for f in fates},
               "fresh": fresh_snapshots(plan, fates),
               "made": made_states(plan, ck.normalize(location), fates)}
+    olds = {f.step: f.old for f in fates}
     for step in driver_sources(plan):
-        why = one_shot(plan, step)
+        stream = resuming(plan, step)
+        why = one_shot(plan, step) if stream is None else moved_on(stream, record, olds[step])
+        fix = ("Give it data that can be read again from its start (a list, an Arrow table, "
+               "parquet files)" if stream is None else
+               "Restore the savepoint taken last over that checkpoint")
         if why is not None:
             raise ValueError(
                 f"{head}: source {step!r} cannot resume where the savepoint stopped (after "
-                f"{record['rounds']:,} batches of each source): {why}. Give it data that can "
-                f"be read again from its start (a list, an Arrow table, parquet files), or "
-                f"deploy it without restore= to start afresh")
+                f"{record['rounds']:,} batches of each source): {why}. {fix}, or deploy it "
+                f"without restore= to start afresh")
     if batch_size is not None and batch_size != record["batch_size"]:
         raise ValueError(f"{head}: batch_size={batch_size}, but the savepoint counted its "
                          f"sources' positions in batches of {record['batch_size']}; leave "

@@ -87,6 +87,8 @@ class SparkStream:
         self.feeder, self.trigger, self.checkpoint = feeder, trigger, checkpoint
         self.held = False
         self.last: Any = None
+        #: the generator of the run under way (:meth:`__iter__`)
+        self.running: Any = None
 
     def hold(self) -> int:
         """Hold the next run until :meth:`commit_run` (a sink commits per output CTI); the
@@ -108,7 +110,24 @@ class SparkStream:
 
     def __iter__(self) -> Any:
         self.last = self.feeder()
-        return self.last.stream(self.trigger, hold=self.held)
+        self.running = self.last.stream(self.trigger, hold=self.held)
+        return self.running
+
+    def cut(self) -> dict[str, Any]:
+        """A savepoint's cut, every batch this run yielded fed before it: the run's last
+        micro-batch committed (:meth:`SparkStreamFeeder.settle
+        <topology.spark.stream.SparkStreamFeeder.settle>`) and the run stopped, so the next
+        run over the checkpoint starts right after the cut. The stream's position there:
+        ``checkpoint``, ``last_batch_id`` and ``run`` (what a restore checks the checkpoint
+        still says, :mod:`topology.running.savepoints`)."""
+        if self.last is None or self.checkpoint is None:
+            raise RuntimeError(f"{self!r}: cut() needs a running stream with a checkpoint")
+        self.last.settle()
+        if self.last.holding:  # a held run replayed: fed whole before the cut, it is done
+            self.last.commit_run()
+        self.running.close()  # stops the Spark query; nothing after the cut is committed
+        return {"checkpoint": self.checkpoint, "last_batch_id": self.last.last_batch_id,
+                "run": self.last.run}
 
     def __repr__(self) -> str:
         return f"spark stream, checkpoint={self.checkpoint!r}"

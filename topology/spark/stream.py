@@ -12,6 +12,7 @@ Spark is imported lazily.
 
 from __future__ import annotations
 
+import functools
 import pickle
 import queue
 import threading
@@ -145,6 +146,8 @@ class SparkStreamFeeder:
         #: What the Ingress recorded during the last run of :meth:`stream` (see
         #: :meth:`run_records`), taken at the run's end; None until a run ended.
         self._run_records: dict[str, Any] | None = None
+        #: The commit of the micro-batch last yielded, until the consumer took it (settle()).
+        self._taken: Callable[[], None] | None = None
         if checkpoint_location is not None:
             self._load_state()
         if self._saved_ingress is None:
@@ -364,12 +367,11 @@ class SparkStreamFeeder:
                     raise item
                 table, batch_id = item
                 out = self.ingest(table)
+                self._taken = functools.partial(self._commit_taken, table, batch_id,
+                                                start if held else None, acks)
                 if out:
                     yield out
-                if held:
-                    self._log_batch(table, batch_id, start)
-                self.commit(batch_id)
-                acks.put(True)
+                self.settle()
             final = self.ingress.end()  # this run's end: not committed
             self._run_records = self._records_since(before)
             if final:
@@ -377,10 +379,33 @@ class SparkStreamFeeder:
             if held and not hold:
                 self.commit_run()
         finally:
+            self._taken = None  # a micro-batch yielded and not taken: read again next run
             closed.set()
             acks.put(False)
             if query.isActive:
                 query.stop()
+
+    def settle(self) -> None:
+        """The consumer took the messages of the micro-batch :meth:`stream` yielded last:
+        commit it now (logged first in a held run), not only when the consumer asks for more.
+        A savepoint's cut calls it (every batch yielded before the cut was fed), so that the
+        next run over the checkpoint continues after that micro-batch. Nothing when there is
+        none to commit."""
+        taken, self._taken = self._taken, None
+        if taken is not None:
+            taken()
+
+    @property
+    def holding(self) -> bool:
+        """Whether a held run is under way, not committed (see the class doc)."""
+        return self._held is not None
+
+    def _commit_taken(self, table: pa.Table, batch_id: int, held_start: dict[str, Any] | None,
+                      acks: queue.Queue[bool]) -> None:
+        if held_start is not None:
+            self._log_batch(table, batch_id, held_start)
+        self.commit(batch_id)
+        acks.put(True)
 
     def _counts(self) -> tuple[int, int, dict[str, int]]:
         ing = self.ingress
