@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from . import checkpoint as ck
@@ -82,6 +83,7 @@ class SavepointCut:
     failure: tuple[str, str] | None
     done: threading.Event
     new_output: threading.Condition
+    wake_sources: Callable[[], None]
 
     def _init_cut(self, base: tuple[int, int, int]) -> None:
         #: where the run began: (epoch, rounds fed, output position) of the savepoint it
@@ -153,6 +155,7 @@ def take(sup: SavepointCut, location: str, timeout_s: float = 60.0) -> dict[str,
     if sup.done.is_set():
         raise SavepointFailed(_ended(sup))
     sup.cut_asked.set()
+    sup.wake_sources()  # a source waiting for data: an empty batch, and the cut after it
     if not sup.cut_made.wait(max(0.0, deadline - time.monotonic())):
         raise SavepointFailed(
             f"query {sup.name!r}: its sources did not finish their current batch within "

@@ -78,7 +78,9 @@ class Supervisor(SavepointCut):
     of it (its steps' actors, explain, claim, ...): the supervisor answers it too, so that a
     driver reaches the query's released output when its sink is gone. ``at_cut``, called
     by the feeder at a savepoint's cut, stops the sources that keep their own position
-    there and returns their positions (a savepoint's ``positions``)."""
+    there and returns their positions (a savepoint's ``positions``); ``wake``, called when
+    a savepoint is asked, makes a source waiting for data yield an empty batch, so that the
+    feeder reaches the cut."""
 
     def __init__(self, *, name: str, steps: list[str], sink: str, root: str,
                  start_actors: Callable[[int], dict[str, Any]],
@@ -86,12 +88,13 @@ class Supervisor(SavepointCut):
                  feeds_from: Callable[[int], list[tuple[str, Iterator[bytes]]]],
                  settings: ShellConfig, manifest: dict[str, Any] | None = None,
                  base: tuple[int, int, int] = (0, 0, 0),
-                 at_cut: Callable[[], dict[str, Any]] = dict) -> None:
+                 at_cut: Callable[[], dict[str, Any]] = dict,
+                 wake: Callable[[], None] = lambda: None) -> None:
         self.name, self.steps, self.sink_step, self.root = name, steps, sink, root
         self._manifest = dict(manifest or {})
         self._start_actors, self._configure = start_actors, configure
         self._feeds_from, self.every = feeds_from, settings.checkpoint_every
-        self._at_cut = at_cut
+        self._at_cut, self.wake_sources = at_cut, wake
         self.max_in_flight = settings.max_in_flight
         self.batch_size = settings.batch_size
         self.lock = threading.RLock()  # held while sending to the actors (feeder, recovery)

@@ -32,11 +32,11 @@ FILES = 12
 PER_FILE = 5
 
 
-def query(spark, source: str, checkpoint: str | None) -> Stream:
+def query(spark, source: str, checkpoint: str | None, trigger: dict | None = None) -> Stream:
     """stream ─ tumbling(10 s) sum of kwh per meter, emitted final ─ sink"""
     df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(source)
     return Stream.from_spark(df, start="ts", advance=AdvanceTime(every=PER_FILE),
-                             checkpoint=checkpoint).group_apply(
+                             checkpoint=checkpoint, trigger=trigger).group_apply(
         lambda r: r["meter"],
         lambda g: g.tumbling_window(10 * 1_000_000, emit="final").aggregate(Sum("kwh")))
 
@@ -45,24 +45,32 @@ def inserted(messages) -> Counter:
     return Counter((m.start, m.end, repr(m.payload)) for m in messages if type(m) is Insert)
 
 
+def write_files(source: str, files: range) -> None:
+    os.makedirs(source, exist_ok=True)
+    for f in files:
+        write_file(source, f"f{f:02}.parquet", [f * PER_FILE + i for i in range(PER_FILE)],
+                   f * PER_FILE)
+
+
+def wait_events(live, src: str, at: int) -> None:
+    deadline = time.monotonic() + 120
+    while live.stats()[src]["events_in"] < at:
+        assert time.monotonic() < deadline, f"the stream never reached {at} events"
+        time.sleep(0.05)
+
+
 def test_a_spark_stream_stopped_with_a_savepoint_goes_on_where_it_stopped(
         spark, ray_session, tmp_path):
     source, point = str(tmp_path / "in"), str(tmp_path / "savepoint")
     stream_ckpt, ckpt = str(tmp_path / "stream"), str(tmp_path / "ckpt")
-    os.makedirs(source)
-    for f in range(FILES):
-        write_file(source, f"f{f:02}.parquet", [f * PER_FILE + i for i in range(PER_FILE)],
-                   f * PER_FILE)
+    write_files(source, range(FILES))
     expected = inserted(query(spark, source, None).collect(runtime="inline"))
 
     first = query(spark, source, stream_ckpt)
     [src] = first.plan().sources
     live = first.deploy("spark-sp", checkpoint_dir=ckpt)
     try:
-        deadline = time.monotonic() + 120
-        while live.stats()[src]["events_in"] < FILES * PER_FILE // 3:
-            assert time.monotonic() < deadline, "the stream never reached a third of its input"
-            time.sleep(0.05)
+        wait_events(live, src, FILES * PER_FILE // 3)
         record = live.stop(savepoint=point)
     except BaseException:
         live.stop()
@@ -94,3 +102,37 @@ def test_a_spark_stream_stopped_with_a_savepoint_goes_on_where_it_stopped(
                                          r"savepoint taken last"):
         query(spark, source, stream_ckpt).deploy("spark-sp", checkpoint_dir=ckpt,
                                                  restore=point)
+
+
+def test_a_quiet_spark_stream_is_cut_while_it_waits_for_data(spark, ray_session, tmp_path):
+    """A stream that read all there is waits for more (a ``processingTime`` trigger); a
+    savepoint does not wait for data to come: the cut is made while it waits, and the
+    restored run reads only the files written since."""
+    source, point = str(tmp_path / "in"), str(tmp_path / "savepoint")
+    stream_ckpt, ckpt = str(tmp_path / "stream"), str(tmp_path / "ckpt")
+    write_files(source, range(2))
+    waiting = query(spark, source, stream_ckpt, {"processingTime": "0.2 seconds"})
+    [src] = waiting.plan().sources
+    live = waiting.deploy("spark-quiet", checkpoint_dir=ckpt)
+    try:
+        wait_events(live, src, 2 * PER_FILE)
+        time.sleep(1.0)  # no more data: the stream waits
+        began = time.monotonic()
+        record = live.stop(savepoint=point, timeout_s=30)
+        took_s = time.monotonic() - began
+    except BaseException:
+        live.stop()
+        raise
+    before = live.output()
+    assert record["positions"][src]["last_batch_id"] == 1 and took_s < 25, (record, took_s)
+    write_files(source, range(2, 4))
+    again = query(spark, source, stream_ckpt).deploy("spark-quiet", checkpoint_dir=ckpt,
+                                                     restore=point)
+    try:
+        assert again.wait(120)
+        after, took = again.output(), again.stats()[src]["source"]
+    finally:
+        again.stop()
+    expected = inserted(query(spark, source, None).collect(runtime="inline"))
+    assert inserted(before) + inserted(after) == expected
+    assert took["received"] - took["ctis"] == 4 * PER_FILE and took["dead_lettered"] == 0

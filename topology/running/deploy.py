@@ -72,7 +72,7 @@ from topology.running.registry import (
     step_actor,
     unsubscribe,
 )
-from topology.running.savepoints import cut_streams, resuming
+from topology.running.savepoints import cut_streams, resuming, wake_streams
 
 #: Messages (or source rows) per batch (the default of :class:`actors.config.ShellConfig`,
 #: which holds every actor setting's default).
@@ -427,7 +427,8 @@ class _SupervisedJob:
                          root=self.root, start_actors=self.start_actors,
                          configure=self.configure, feeds_from=self.feeds_from,
                          settings=self.settings, manifest=self.info, base=self.base,
-                         at_cut=functools.partial(cut_streams, self.plan))
+                         at_cut=functools.partial(cut_streams, self.plan),
+                         wake=functools.partial(wake_streams, self.plan))
         try:
             sup.start(resume)
         except BaseException:

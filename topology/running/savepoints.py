@@ -59,6 +59,16 @@ def resuming(plan: Plan, step: str) -> SparkStream | None:
     return data if isinstance(data, SparkStream) and data.checkpoint is not None else None
 
 
+def wake_streams(plan: Plan) -> None:
+    """A savepoint was asked: each :func:`resuming` source waiting for a micro-batch
+    yields an empty batch, so that the feeder reaches the cut between two rounds even
+    while the stream is quiet."""
+    for step in driver_sources(plan):
+        stream = resuming(plan, step)
+        if stream is not None:
+            stream.wake()
+
+
 def cut_streams(plan: Plan) -> dict[str, dict[str, Any]]:
     """At a savepoint's cut: each :func:`resuming` source's stream cut there, and its
     position (the savepoint's record keeps them as ``positions``)."""

@@ -113,6 +113,13 @@ class SparkStream:
         self.running = self.last.stream(self.trigger, hold=self.held)
         return self.running
 
+    def wake(self) -> None:
+        """The run under way yields an empty list while it waits for a micro-batch
+        (:meth:`SparkStreamFeeder.wake <topology.spark.stream.SparkStreamFeeder.wake>`): a
+        savepoint's cut is made between two batches, also of a quiet stream."""
+        if self.last is not None:
+            self.last.wake()
+
     def cut(self) -> dict[str, Any]:
         """A savepoint's cut, every batch this run yielded fed before it: the run's last
         micro-batch committed (:meth:`SparkStreamFeeder.settle

@@ -44,6 +44,8 @@ __all__ = ["SparkStreamFeeder"]
 
 #: The default AdvanceTime (immutable): CTIs only at the end of input and from idle timeouts.
 _NO_ADVANCE = AdvanceTime()
+#: Handed over in place of a micro-batch by :meth:`SparkStreamFeeder.wake`.
+_WAKE = object()
 #: What :meth:`SparkStreamFeeder.stream`'s micro-batch function waits for between checks that
 #: the consumer is still there (seconds).
 _ACK_WAIT_S = 0.5
@@ -146,6 +148,8 @@ class SparkStreamFeeder:
         #: What the Ingress recorded during the last run of :meth:`stream` (see
         #: :meth:`run_records`), taken at the run's end; None until a run ended.
         self._run_records: dict[str, Any] | None = None
+        #: The queue of the run under way, its micro-batches handed over (wake()).
+        self._handoff: queue.Queue[Any] | None = None
         #: The commit of the micro-batch last yielded, until the consumer took it (settle()).
         self._taken: Callable[[], None] | None = None
         if checkpoint_location is not None:
@@ -275,8 +279,9 @@ class SparkStreamFeeder:
     def stream(self, trigger: dict[str, Any] | None = None,
                hold: bool = False) -> Iterator[list[Message]]:
         """Run the Spark query and yield each micro-batch's messages (a non-empty list) as
-        the consumer asks for them; ``trigger`` as in :meth:`start` (default
-        ``{"availableNow": True}``: every input available now, then the run ends).
+        the consumer asks for them (or an empty list, once per :meth:`wake`); ``trigger`` as
+        in :meth:`start` (default ``{"availableNow": True}``: every input available now,
+        then the run ends).
 
         A micro-batch is committed -- the feeder's state, then Spark's -- only once the
         consumer asks for more after taking its messages; if the consumer stops (closes the
@@ -307,6 +312,7 @@ class SparkStreamFeeder:
         self._run_records = None
         before = self._counts()
         handoff: queue.Queue[Any] = queue.Queue()
+        self._handoff = handoff
         acks: queue.Queue[bool] = queue.Queue()
         closed = threading.Event()
         done = object()
@@ -363,6 +369,9 @@ class SparkStreamFeeder:
                     continue
                 if item is done:
                     break
+                if item is _WAKE:  # a consumer that must act between batches (wake())
+                    yield []
+                    continue
                 if isinstance(item, BaseException):
                     raise item
                 table, batch_id = item
@@ -394,6 +403,14 @@ class SparkStreamFeeder:
         taken, self._taken = self._taken, None
         if taken is not None:
             taken()
+
+    def wake(self) -> None:
+        """Make the run of :meth:`stream` under way yield an empty list as soon as it waits
+        for a micro-batch, for a consumer that must act between batches while the stream is
+        quiet (a savepoint's cut); nothing when no run is under way. Any thread may call
+        it."""
+        if self._handoff is not None:
+            self._handoff.put(_WAKE)
 
     @property
     def holding(self) -> bool:
