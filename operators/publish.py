@@ -29,6 +29,7 @@ from .cht import row_key
 from .columns import Columns
 from .events import MIN_TIME, Cti, Insert, Message, Retract
 from .live import LiveEvents
+from .payloads import same_payload
 from .processor import Processor
 
 
@@ -42,6 +43,9 @@ class Publish(Processor):
         self.events = LiveEvents()
         #: final rows (end < cti), kept only with ``history=True``
         self.closed: list[tuple[int, int, Any]] = []
+        #: restored from a savepoint into a query changed upstream of the sink
+        #: (:func:`topology.running.upgrades.made_states`): see :meth:`_as_inserted`
+        self.upgraded = False
 
     @property
     def cti(self) -> int:
@@ -55,16 +59,38 @@ class Publish(Processor):
                 events.insert_columns(m)
                 out.append(m)
                 continue
-            out.append(m)
             if type(m) is Insert:
                 events.insert(m)
             elif type(m) is Retract:
+                if self.upgraded:
+                    m = self._as_inserted(m)
                 events.retract(m)
             elif type(m) is Cti and m.time > events.cti:
                 final = events.advance_to(m.time, final=self.history)
                 if self.history:
                     self.closed.extend((s, e, p) for _, s, e, p in final)
+            out.append(m)
         return out
+
+    def _as_inserted(self, m: Retract) -> Retract:
+        """``m`` carrying the payload its row was inserted with. After an upgrade that
+        changed a step upstream (a ``select`` after a speculative window), a row emitted
+        before the cut is retracted through the new step, with a payload the new step
+        made; its readers hold the old one, and a retraction repeats its insert's."""
+        row = self.events.get(m.id)
+        if row is None or same_payload(row[2], m.payload):
+            return m
+        return Retract(m.id, m.start, m.end, m.new_end, row[2])
+
+    def snapshot(self) -> dict[str, Any]:
+        state = super().snapshot()
+        if self.upgraded:
+            state["upgraded"] = True
+        return state
+
+    def restore(self, state: dict[str, Any]) -> None:
+        super().restore(state)
+        self.upgraded = bool(state.get("upgraded", False))
 
     def alive_snapshot(self) -> list[Message]:
         """The alive rows as Inserts (by start), then ``Cti(current)`` when there is one."""

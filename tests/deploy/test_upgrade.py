@@ -40,19 +40,19 @@ def new_pred(r):
     return r["v"] < 1_000
 
 
-def query(data, pred=old_pred, size: int = 1_000) -> Stream:
+def query(data, pred=old_pred, size: int = 1_000, emit: str = "final") -> Stream:
     """rows ─ where(pred) ─ group_apply(k: tumbling(size) sum of v, emit final) ─ sink"""
     return Stream.from_rows(data, start="t", advance=AdvanceTime(every=BATCH)).where(
         pred).group_apply(
         lambda r: r["k"],
-        lambda g: g.tumbling_window(size, emit="final").aggregate(Sum("v")))
+        lambda g: g.tumbling_window(size, emit=emit).aggregate(Sum("v")))
 
 
-def cut(name: str, ckpt: str, point: str) -> list:
-    """Deploy the old query over the slow rows, stop it with a savepoint a third of the way
-    in; the output delivered before the cut."""
-    live = query(slow()).deploy(name, checkpoint_dir=ckpt, batch_size=BATCH,
-                                checkpoint_every=4)
+def cut(name: str, ckpt: str, point: str, old: Stream | None = None) -> list:
+    """Deploy the old query (``old``, by default :func:`query`) over the slow rows, stop it
+    with a savepoint a third of the way in; the output delivered before the cut."""
+    live = (old or query(slow())).deploy(name, checkpoint_dir=ckpt, batch_size=BATCH,
+                                         checkpoint_every=4)
     try:
         wait_rows(live, N // 3)
         record = live.stop(savepoint=point)
@@ -265,3 +265,36 @@ def test_fused_into_its_source_a_changed_where_keeps_the_source(ray_session, tmp
     got = inserted(before) + inserted(after)
     assert max(got.values()) == 1 and got == inserted(query(rows(), new_pred).collect(
         runtime="inline"))
+
+
+@pytest.mark.slow
+def test_a_select_after_a_speculative_window_retracts_the_old_rows_as_emitted(ray_session,
+                                                                              tmp_path):
+    """The speculative rows alive at the cut went out with the old payloads (key, sum); the
+    restored window retracts them through the new select (key, sum, 2 * sum), and the sink,
+    restored ``upgraded``, sends each retraction with the payload its row was emitted with:
+    the old and new outputs together are one valid stream, whose rows from the cut-over
+    are the new query's."""
+    from operators.cht import to_cht
+    from operators.events import Insert, Retract
+
+    ckpt, point = str(tmp_path / "ckpt"), str(tmp_path / "savepoint")
+    # windows of 1500 straddle the batches (200 rows, 2000 ticks): a row goes out speculative
+    before = cut("up-spec", ckpt, point, query(slow(), size=1_500, emit="speculative"))
+    new = query(slow(), size=1_500, emit="speculative").select(
+        lambda r: (r[0], r[1], 2 * r[1]))
+    again = new.deploy("up-spec", checkpoint_dir=ckpt, restore=point)
+    try:
+        assert again.wait(60)
+        after = again.output()
+    finally:
+        again.stop()
+    emitted = {m.id: m.payload for m in before if type(m) is Insert}
+    retracted = [m for m in after if type(m) is Retract and m.id in emitted]
+    assert retracted, "no row alive at the cut was retracted: the test proves nothing"
+    assert all(m.payload == emitted[m.id] for m in retracted)
+    scratch = to_cht(query(rows(), size=1_500, emit="speculative").select(
+        lambda r: (r[0], r[1], 2 * r[1])).collect(runtime="inline"))
+    last = max(m.time for m in before if type(m).__name__ == "Cti")
+    assert [r for r in to_cht(before + after) if r[1] > last] == \
+        [r for r in scratch if r[1] > last]

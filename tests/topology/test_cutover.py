@@ -8,14 +8,16 @@ holds it (tests/deploy/test_upgrade_check.py takes real ones on Ray).
                the restored run retracts and re-inserts them as rows come
 
     the same query, cut anywhere           → equal
-    a select after the window (new field)  → DIFFERENT: the restored run retracts the old
-                                             rows with the new payload, not a valid stream
+    a select after the window (new field)  → equal: the restored run retracts the old rows
+                                             through the select, the sink with their old
+                                             payloads (Publish.upgraded)
     a where before the window (fewer rows) → DIFFERENT: the windows open at the cut, with
                                              their times shown as times
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
 import time
@@ -24,14 +26,14 @@ import pytest
 
 from actors import checkpoint as ck
 from actors.savepoints import record_location, step_location
-from operators.events import Insert
+from operators.events import Insert, Retract
 from operators.feeds import round_robin
 from topology import AdvanceTime, Stream, Sum
 from topology.planning.dag import DagProcessor
 from topology.planning.plan import own_fingerprints, step_fingerprints
 from topology.running.inline import source_batches
-from topology.running.upgrades import FRESH, KEEPS, REFUSED
-from topology.seeing.cutover import check_upgrade, cut_output
+from topology.running.upgrades import FRESH, KEEPS, REFUSED, UNCHANGED
+from topology.seeing.cutover import _run, check_upgrade, cut_output
 
 BATCH = 50
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -80,16 +82,29 @@ def test_the_same_query_is_equal_wherever_it_is_cut(tmp_path, emit):
         assert any(type(m) is Insert for m in alive)
 
 
-def test_a_select_after_a_speculative_window_breaks_the_old_rows_and_the_check_says_so(
+def test_a_select_after_a_speculative_window_retracts_the_old_rows_as_they_were_emitted(
         tmp_path):
+    """The rows alive at the cut went out with the old payloads; the restored run's window
+    retracts them through the new select, and the sink (restored ``upgraded``) sends each
+    retraction with its row's payload as emitted: a valid stream, equal from the cut-over."""
     savepoint(spec(rows()), str(tmp_path), 5)
-    report = check_upgrade(spec(rows()).select(lambda r: (r[0], r[1], 2 * r[1])),
-                           str(tmp_path))
+    new = spec(rows()).select(lambda r: (r[0], r[1], 2 * r[1]))
+    report = check_upgrade(new, str(tmp_path))
     assert {f.step: f.verdict for f in report.fates}["select#3"] == FRESH
-    said = report.describe()
-    assert report.equal is False and not report.valid, said
-    assert "not a valid continuation of what the old query had emitted" in said, said
-    assert "is not the payload" in said and "its insert carried" in said, said
+    assert {f.step: f.verdict for f in report.fates}["sink"] == KEEPS
+    assert report.ok, report.describe()
+    alive, _ = cut_output(str(tmp_path), report.record)
+    emitted = {m.id: m.payload for m in alive if type(m) is Insert}
+    restored = _run(new.plan(), BATCH, (str(tmp_path), report.record, report.fates))
+    again = [m for m in restored if type(m) is Retract and m.id in emitted]
+    assert again and all(m.payload == emitted[m.id] for m in again)
+    # the sink not told of the upgrade: the retractions carry the new select's payloads
+    sink_fate = next(f for f in report.fates if f.step == "sink")
+    plain = [f if f is not sink_fate else dataclasses.replace(f, verdict=UNCHANGED)
+             for f in report.fates]
+    broken = _run(new.plan(), BATCH, (str(tmp_path), report.record, plain))
+    assert any(type(m) is Retract and m.id in emitted and m.payload != emitted[m.id]
+               for m in broken)
     # after a final window the old rows are over at the cut: equal
     savepoint(spec(rows(), emit="final"), str(tmp_path / "f"), 5)
     assert check_upgrade(spec(rows(), emit="final").select(

@@ -218,13 +218,27 @@ def _rescaled(plan: Plan, saved: dict[str, str], now: dict[str, str],
 def made_states(plan: Plan, location: str, fates: list[Fate]) -> dict[str, Any]:
     """The checkpoint state of each step of ``plan`` whose state is made from the
     savepoint's at ``location`` rather than taken whole: the partitions of a rescaled
-    group_apply (:func:`regrouped`) and the source stages that keep only their source's
-    (:func:`source_kept`)."""
+    group_apply (:func:`regrouped`), the source stages that keep only their source's
+    (:func:`source_kept`) and a sink whose upstream changed (:func:`upgraded_sink`)."""
     made = regrouped(plan, location, {f.step: f.regroup for f in fates if f.regroup})
     for f in fates:
         if f.source_only and f.old is not None:
             made[f.step] = source_kept(plan, location, f.step, f.old)
+        elif f.verdict == KEEPS and f.old is not None and plan.stages[f.step].role == "sink":
+            made[f.step] = upgraded_sink(location, f.step, f.old)
     return made
+
+
+def upgraded_sink(location: str, step: str, old: str) -> dict[str, Any]:
+    """The checkpoint state of a sink restored from the savepoint's ``old`` into a query
+    changed upstream of it: the old sink's, marked ``upgraded`` (its rows alive at the cut
+    are retracted with the payloads they were emitted with: :class:`~operators.publish.
+    Publish`)."""
+    from actors import checkpoint as ck
+    from actors.savepoints import step_location
+
+    state = ck.load(step_location(location, old))
+    return {**state, "step": step, "proc": {**state["proc"], "upgraded": True}}
 
 
 def source_kept(plan: Plan, location: str, step: str, old: str) -> dict[str, Any]:

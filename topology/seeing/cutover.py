@@ -60,6 +60,7 @@ from topology.building.times import show_row, show_time
 from topology.running.upgrades import KEEPS, REFUSED, Fate, dropped, table
 
 if TYPE_CHECKING:
+    from operators.publish import Publish
     from topology.planning.dag import DagProcessor
     from topology.planning.plan import Plan
     from topology.stream import Stream
@@ -209,29 +210,40 @@ def _run(plan: Plan, batch_size: int,
     dag = DagProcessor(plan, inline_sink=True)
     feeds = [source_batches(plan, s, batch_size) for s in dag.inputs]
     try:
-        if restore is not None:
-            location, record, fates = restore
-            _restore(dag, location, fates)
-            for _ in itertools.islice(round_robin(feeds), record["rounds"]):
-                pass
-        return _drive(dag, feeds)
+        if restore is None:
+            return _drive(dag, feeds)
+        location, record, fates = restore
+        sink = _restore(dag, location, fates)
+        for _ in itertools.islice(round_robin(feeds), record["rounds"]):
+            pass
+        out = _drive(dag, feeds)
+        return out if sink is None else sink.process(out)
     finally:
         close_feeds(feeds)
 
 
-def _restore(dag: DagProcessor, location: str, fates: Sequence[Fate]) -> None:
+def _restore(dag: DagProcessor, location: str, fates: Sequence[Fate]) -> Publish | None:
     """Each step of ``dag`` takes the processor state of the savepoint's step its fate
-    names (the sink passes its input on here: the old sink's rows are :func:`cut_output`)."""
+    names. The sink passes its input on here (the old sink's rows are :func:`cut_output`);
+    a sink restored ``upgraded`` (:func:`~topology.running.upgrades.upgraded_sink`) is
+    returned, for the output to pass through it as the deployed query's does."""
     from actors import checkpoint as ck
     from actors.savepoints import step_location
+    from operators.publish import Publish
     from topology.running import upgrades
 
-    regrouped = upgrades.made_states(dag.plan, location, list(fates))
+    made = upgrades.made_states(dag.plan, location, list(fates))
+    sink = None
     for f in fates:
-        if f.step in regrouped:
-            dag.procs[f.step].restore(regrouped[f.step]["proc"])
-        elif f.old is not None and dag.plan.stages[f.step].role != "sink":
+        if dag.plan.stages[f.step].role == "sink":
+            if f.step in made:
+                sink = Publish(f.step)
+                sink.restore(made[f.step]["proc"])
+        elif f.step in made:
+            dag.procs[f.step].restore(made[f.step]["proc"])
+        elif f.old is not None:
             dag.procs[f.step].restore(ck.load(step_location(location, f.old))["proc"])
+    return sink
 
 
 def _drive(dag: DagProcessor, feeds: list[Any]) -> list[Message]:
