@@ -99,7 +99,9 @@ class Sources:
         (:class:`topology.spark.stream.SparkStreamFeeder`), so that each run (each
         ``collect()``) continues the stream where the last run over that checkpoint stopped,
         with no event twice and none lost, even when a run failed half-way. Only the
-        source resumes: the query's operators start afresh in each run. The source's dead
+        source resumes: the query's operators start afresh in each run (unless it is
+        deployed with ``checkpoint_dir=`` and restored from a savepoint, which continues the
+        stream right after its cut: docs/operations.md, "Savepoints"). The source's dead
         letters and late events are read with
         :func:`topology.spark.source.stream_records(PATH) <topology.spark.source.stream_records>`.
         ``checkpoint=None`` is the explicit choice of no restart state: every run reads the
