@@ -21,7 +21,10 @@ group_apply's instance numbers ``(name, n)``), so ids are distinct across partit
 the merge passes them through untagged (``Union(tag=False)``): an event keeps its id
 whichever partition holds its key now, and a retraction after a rescale finds it downstream.
 After a rescale each operator mints on under its own new name from the highest counter of
-all the old partitions, so no new id is an old one.
+all the old partitions, so no new id is an old one. An operator that keeps the rows it sent
+as their ids whole passes them on as they are (the by-end count window); one that keeps only
+their numbers (the count window extreme) makes the numbers of a state minted under another
+name whole ids of that name when it restores it, and retracts those rows under them.
 """
 
 from __future__ import annotations
@@ -132,7 +135,9 @@ class Rescalable(Protocol):
 
 class ByKey:
     """:class:`Rescalable` for an operator whose state is one dict by key (the attribute
-    :attr:`by_key` names) and fresh ids minted by ``ids`` (an ``Ids``) under its own name."""
+    :attr:`by_key` names) and fresh ids minted by ``ids`` (an ``Ids``) under its own name.
+    An operator whose state by key is held otherwise overrides :meth:`keep_state` and
+    :meth:`add_state` (the ids, the output CTI and the dead letters are dealt here)."""
 
     #: the attribute holding the operator's state by key
     by_key: ClassVar[str]
@@ -141,15 +146,23 @@ class ByKey:
     dead_letters: Any
 
     def keep_keys(self, keep: Callable[[Hashable], bool]) -> None:
-        setattr(self, self.by_key, {k: v for k, v in getattr(self, self.by_key).items()
-                                    if keep(k)})
+        self.keep_state(keep)
         if isinstance(self.dead_letters, list):
             self.dead_letters = []
 
     def add_keys(self, other: Any) -> None:
-        getattr(self, self.by_key).update(getattr(other, self.by_key))
+        self.add_state(other)
         self.ids.next_id = max(self.ids.next_id, other.ids.next_id)
         self.out_cti = min(self.out_cti, other.out_cti)
+
+    def keep_state(self, keep: Callable[[Hashable], bool]) -> None:
+        """Drop the state of every key ``keep`` says no to."""
+        setattr(self, self.by_key, {k: v for k, v in getattr(self, self.by_key).items()
+                                    if keep(k)})
+
+    def add_state(self, other: Any) -> None:
+        """Take in the state of ``other``'s keys (none of them this one's)."""
+        getattr(self, self.by_key).update(getattr(other, self.by_key))
 
     def restore(self, state: dict[str, Any]) -> None:
         name = self.ids.name  # (fresh ids are minted under this operator's own name)

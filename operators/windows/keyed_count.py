@@ -72,6 +72,7 @@ from ..errors import DeadLetter
 from ..events import MAX_TIME, FreshId, Insert, Message, Retract
 from ..expr import evaluate, trace
 from ..group_apply import group_key
+from ..key_groups import ByKey
 from ..payloads import equal
 from ..processor import Processor
 from ..two_input_columns import concat_payload
@@ -106,7 +107,7 @@ def supports(spec: Any, udm: Any, kind: str, policy: PolicyArg, on_error: str) -
             and not getattr(resolved, "time_sensitive", False))
 
 
-class KeyedEndAggregate(Processor):
+class KeyedEndAggregate(ByKey, Processor):
     """``udm`` over the events of each key ending at each time (``count_window(1,
     by="end")`` under ``group_apply(key, ...)``), all keys in one operator; output payloads
     ``(key, result)``, points ``[end, end + 1)``.
@@ -397,6 +398,30 @@ class KeyedEndAggregate(Processor):
             return self.columns.size()
         return sum(len(r[W_MEMBERS]) for r in self.windows.values()) + len(self.windows)
 
+    def keep_state(self, keep: Callable[[Hashable], bool]) -> None:
+        """Keep only the windows (or the rows held column-wise) of the keys ``keep`` keeps
+        (rescaling: :mod:`operators.key_groups`; each row sent keeps its whole id)."""
+        self.windows = {wk: rec for wk, rec in self.windows.items() if keep(wk[0])}
+        self.ends = [e for e in self.ends if keep(e[1].key)]
+        heapq.heapify(self.ends)
+        if self.columns is not None:
+            self.columns.keep_keys(keep)
+
+    def add_state(self, other: KeyedEndAggregate) -> None:
+        """Take in ``other``'s windows (of keys this one has none of): its held columns
+        beside these while both hold columns, else both as per-event windows."""
+        if self.columns is not None and other.columns is not None:
+            self.columns.chunks.extend(other.columns.chunks)
+            return
+        for op in (self, other):
+            if op.columns is not None:
+                op._leave_columns()
+                rows = op._flush()
+                assert not rows, "a window held column-wise sent rows (it is emit='final')"
+        self.windows.update(other.windows)
+        self.ends.extend(other.ends)
+        heapq.heapify(self.ends)
+
     def restore(self, state: dict[str, Any]) -> None:
         super().restore(state)
         # a NaN key read back from a checkpoint is another NaN object: make it NAN_KEY again,
@@ -519,6 +544,18 @@ class ColumnBuffer:
         keys, ends = keys[order], ends[order]
         windows = 1 + int(((keys[1:] != keys[:-1]) | (ends[1:] != ends[:-1])).sum())
         return len(keys) + windows
+
+    def keep_keys(self, keep: Callable[[Hashable], bool]) -> None:
+        """Keep only the rows of the keys ``keep`` keeps."""
+        chunks = []
+        for chunk in self.chunks:
+            distinct, which = np.unique(chunk[0], return_inverse=True)
+            kept = np.array([keep(k) for k in distinct.tolist()], dtype=bool)[which.reshape(-1)]
+            if kept.all():
+                chunks.append(chunk)
+            elif kept.any():
+                chunks.append(_take(chunk, np.flatnonzero(kept)))
+        self.chunks = chunks
 
     def check(self, cti: int) -> None:
         for chunk in self.chunks:

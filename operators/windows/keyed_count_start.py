@@ -77,6 +77,7 @@ from ..errors import DeadLetter
 from ..events import FreshId, Insert, Message, Retract, add_time
 from ..expr import evaluate, trace
 from ..group_apply import group_key
+from ..key_groups import ByKey
 from ..payloads import equal
 from ..processor import Processor
 from ..udm import field_getter, resolve
@@ -128,9 +129,11 @@ def _kind_of(values: list[Any]) -> str:
 
 class _Key:
     """One key's state: its distinct times held, the extreme value at each, and per time the
-    output of the window ending there (``wid``: id number, ``wres``: result; None while the
-    window is incomplete). ``base`` counts the times freed before ``times[0]``; ``kind`` is
-    ``"f"`` or ``"i"`` when every extreme held is such a number (:func:`_kind`), else ``""``."""
+    output of the window ending there (``wid``: id number, or the whole id of a row another
+    partition sent before a rescale, :meth:`KeyedCountExtreme.restore`; ``wres``: result;
+    None while the window is incomplete). ``base`` counts the times freed before
+    ``times[0]``; ``kind`` is ``"f"`` or ``"i"`` when every extreme held is such a number
+    (:func:`_kind`), else ``""``."""
 
     __slots__ = ("base", "key", "kind", "times", "vals", "wid", "wres")
 
@@ -138,17 +141,18 @@ class _Key:
         self.key = key
         self.times: list[int] = []
         self.vals: list[Any] = []
-        self.wid: list[int | None] = []
+        self.wid: list[int | FreshId | None] = []
         self.wres: list[Any] = []
         self.base = 0
         self.kind = ""
 
 
-class KeyedCountExtreme(Processor):
+class KeyedCountExtreme(ByKey, Processor):
     """Min or Max over the count windows by start of each value of ``key(payload)``; output
     payloads ``(key, result)``, each the point at its window's last time."""
 
     _state_fields = ("keys", "ids", "dead_letters")
+    by_key = "keys"  # (rescaling: operators/key_groups.py)
 
     def __init__(self, key: Callable[[Any], Hashable] | str, spec: CountWindow, udm: Any, *,
                  name: str | None = None, **_: Any) -> None:
@@ -444,7 +448,8 @@ class KeyedCountExtreme(Processor):
             if old is not None:
                 if equal([wres[j]], [r]):
                     continue
-                out.append(Retract(FreshId(name, old), t, t + 1, t, (key, wres[j])))
+                out.append(Retract(FreshId(name, old) if type(old) is int else old, t, t + 1,
+                                   t, (key, wres[j])))
             oid = ids.next_id
             ids.next_id = oid + 1
             wid[j] = oid
@@ -513,10 +518,17 @@ class KeyedCountExtreme(Processor):
         return sum(len(r.times) + len(r.wid) - r.wid.count(None) for r in self.keys.values())
 
     def restore(self, state: dict[str, Any]) -> None:
+        """The state of ``state``; when another operator (another partition, before a
+        rescale) minted its ids, under its name, the id numbers its windows keep become those
+        whole ids, so that a correction retracts a row under the id it was sent with (the
+        rows minted from now on are numbered under this operator's name)."""
         super().restore(state)
+        minted = state["ids"].name
         keys = {}
         for k, rec in self.keys.items():  # NaN keys: one group again after unpickling
             rec.key = group_key(rec.key)
+            if minted != self.ids.name:
+                rec.wid = [FreshId(minted, w) if type(w) is int else w for w in rec.wid]
             keys[group_key(k)] = rec
         self.keys = keys
 

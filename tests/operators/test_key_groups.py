@@ -1,29 +1,35 @@
 """Key groups (:mod:`operators.key_groups`): a partitioned group_apply cut at any point and
 carried on at any other number of partitions gives the output of one uninterrupted run.
 
-The partitions are simulated as the runtime wires them: a router sends each event to the
-partition of its key group and every CTI to all, each partition is the operator named after
-it, and a ``Union(tag=False)`` merges them. At the cut every partition's and the merge's
-state is snapshot; :func:`regroup` deals the keys to the new width, and the merge is
-restored at the new number of inputs. The merged output must be a valid stream (every
-retraction finds its insert, whichever partition holds its key now) whose CHT is the
-reference's.
+The partitions are simulated as the runtime wires them: a router sends each event (each
+event of a column batch) to the partition of its key group and every CTI to all, each
+partition is the operator named after it, and a ``Union(tag=False)`` merges them. At the
+cut every partition's and the merge's state is snapshot; :func:`regroup` deals the keys to
+the new width, and the merge is restored at the new number of inputs. The merged output
+must be a valid stream (every retraction finds its insert, whichever partition holds its
+key now) whose CHT is the reference's.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from operators.aggregates import Count, Max, Min
 from operators.cht import to_cht, validate
+from operators.columns import Columns, expand
 from operators.events import Cti, Insert, Message
 from operators.group_apply import GroupApply
 from operators.key_groups import key_group, partition_of, regroup
 from operators.union import Union
-from operators.windows import make_window, tumbling_window
+from operators.windows import CountWindow, WindowPolicy, make_window, tumbling_window
+from operators.windows.count import CountWindowOperator
 from operators.windows.evaluate import Ids
-from tests.kit import PROPERTY, assert_equivalent, physical_streams
+from operators.windows.keyed_count import KeyedEndAggregate
+from operators.windows.keyed_count_start import KeyedCountExtreme
+from tests.kit import INF, PROPERTY, assert_equivalent, physical_streams
 from tests.operators.test_group_apply import CASES, _key
 from tests.reference_joins import final_cti
 from topology.planning.routing import Partitioner
@@ -60,6 +66,12 @@ class Partitioned:
             if type(m) is Cti:
                 for r in routed:
                     r.append(m)
+            elif type(m) is Columns:
+                index = self.router.indexes(m)
+                assert index is not None, "the test's keys run on the columns"
+                for p, r in enumerate(routed):
+                    if (index == p).any():
+                        r.append(m.take(index == p))
             else:
                 routed[self.router.index(m.payload)].append(m)
         out: list[Message] = []
@@ -69,11 +81,14 @@ class Partitioned:
         return out
 
     def rescaled(self, n: int) -> Partitioned:
-        """The same state at ``n`` partitions (snapshots, regrouped, restored)."""
+        """The same state at ``n`` partitions (snapshots, regrouped, restored): each key's
+        in one partition, none lost or doubled."""
         new = Partitioned(self.factory, n)
         states = regroup([p.snapshot() for p in self.parts], new.makers, GROUPS)
         for part, state in zip(new.parts, states, strict=True):
             part.restore(state)
+            part._check()
+        assert sum(p.state_size() for p in new.parts) == sum(p.state_size() for p in self.parts)
         new.merge.restore(self.merge.snapshot())
         return new
 
@@ -125,8 +140,8 @@ def test_regroup_refuses_more_partitions_than_key_groups():
 
 
 def _fast_paths():
-    """(the keyed fast path, the general group_apply it stands for) of each rescalable one
-    (the count windows' are not: they mint ids from numbers they keep, under their name)."""
+    """(the keyed fast path, the general group_apply it stands for) of the window and
+    session fast paths (the count windows': below)."""
     from operators.aggregates import Count
     from operators.windows import session_window
     from operators.windows.keyed import KeyedWindowAggregate
@@ -156,3 +171,86 @@ def test_the_keyed_fast_paths_rescale_too(path, stream, data):
     stream = stream + [Cti(final_cti(stream) + 10)]
     out = rescaled_run(fast, stream, data)
     assert_equivalent(out, to_cht(general().process(stream)))
+
+
+def _value(p):
+    return p
+
+
+def in_columns(stream: list[Message], data) -> list[Message]:
+    """``stream`` with drawn runs of its inserts as column batches (the payload one int
+    column, on which the key and the value run)."""
+    out: list[Message] = []
+    run: list[Insert] = []
+    for m in [*stream, None]:
+        if type(m) is Insert and (not run or data.draw(st.integers(0, 3), label="join")):
+            run.append(m)
+            continue
+        if run:
+            out.append(Columns(np.array([i.id for i in run], dtype=object),
+                               np.array([i.start for i in run], dtype=np.int64),
+                               np.array([i.end for i in run], dtype=np.int64),
+                               np.array([i.payload for i in run], dtype=np.int64)))
+            run = []
+        if type(m) is Insert:
+            run.append(m)
+        elif m is not None:
+            out.append(m)
+    return out
+
+
+COUNT_UDMS = {"max": lambda: Max(_value), "min": lambda: Min(_value), "count": Count}
+
+
+@pytest.mark.parametrize("emit", ["speculative", "final"])
+@PROPERTY
+@given(stream=physical_streams(payloads=st.integers(0, 8)), udm=st.sampled_from(sorted(COUNT_UDMS)),
+       columns=st.booleans(), data=st.data())
+def test_the_by_end_count_window_rescales(emit, stream, udm, columns, data):
+    # the keyed by-end count window (retractions, edges; held column-wise while only column
+    # batches of inserts came, emit="final", Min or Max), against the general operator
+    make = COUNT_UDMS[udm]
+    policy = WindowPolicy(emit=emit)
+    if columns:  # (inserts only, at their first lifetimes: a column batch holds inserts)
+        stream = [m for m in stream if type(m) in (Insert, Cti)]
+    ends = [m.end for m in stream if type(m) is Insert and m.end != INF]
+    stream = stream + [Cti(max([final_cti(stream), *ends]) + 10)]  # (every window closed)
+    general = GroupApply(_key, lambda: CountWindowOperator(CountWindow(1, "end"), make()))
+    want = to_cht(general.process(stream))
+    if columns:
+        stream = in_columns(stream, data)
+    out = rescaled_run(lambda: KeyedEndAggregate(_key, make(), policy=policy), stream, data)
+    assert_equivalent(out, want)
+
+
+@PROPERTY
+@given(stream=physical_streams(payloads=st.integers(0, 8), retractions=False, edges=False,
+                               span=8),
+       n=st.integers(1, 4), which=st.sampled_from([Max, Min]), columns=st.booleans(),
+       data=st.data())
+def test_the_count_window_extreme_rescales(stream, n, which, columns, data):
+    # the keyed count window extreme (by start, Min or Max over inserts): a window open at
+    # the cut and corrected after it is retracted under the id another partition sent it with
+    stream = stream + [Cti(final_cti(stream) + 10)]
+    if columns:
+        stream = in_columns(stream, data)
+    general = GroupApply(_key, lambda: CountWindowOperator(CountWindow(n), which(_value)))
+    out = rescaled_run(lambda: KeyedCountExtreme(_key, CountWindow(n), which(_value)), stream,
+                       data)
+    assert_equivalent(list(expand(out)), to_cht(general.process(list(expand(stream)))))
+
+
+def test_the_planner_runs_a_rescalable_group_apply_of_count_windows_rescalable():
+    # the partitions of a group_apply the planner runs as a count window fast path can be
+    # dealt by key (a rescale of them is no longer refused)
+    from operators.key_groups import rescalable
+    from topology import Stream
+
+    rows = [{"t": t, "close": t + 2, "k": t % 3, "v": t % 5} for t in range(6)]
+    src = Stream.from_rows(rows, start="t", end="close", shape="interval")
+    for window, fast in ((lambda g: g.count_window(1, by="end"), KeyedEndAggregate),
+                         (lambda g: g.count_window(3), KeyedCountExtreme)):
+        q = src.group_apply("k", lambda g, w=window: w(g).aggregate(Max("v")), partitions=2)
+        ops = [s.factory() for s in q.plan().stages.values() if s.role == "operator"]
+        parts = [op for op in ops if isinstance(op, fast)]
+        assert len(parts) == 2 and all(rescalable(p) for p in parts)
