@@ -83,9 +83,15 @@ class SavepointCut:
     failure: tuple[str, str] | None
     done: threading.Event
     new_output: threading.Condition
-    wake_sources: Callable[[], None]
 
-    def _init_cut(self, base: tuple[int, int, int]) -> None:
+    def _init_cut(self, base: tuple[int, int, int], at_cut: Callable[[], dict[str, Any]],
+                  wake: Callable[[], None]) -> None:
+        #: called by the feeder at the cut: stops the sources that keep a position of their
+        #: own (a Spark stream's checkpoint) and returns their positions
+        self._at_cut = at_cut
+        #: called when a savepoint is asked: a source waiting for data yields an empty
+        #: batch, so that the feeder reaches the cut
+        self.wake_sources = wake
         #: where the run began: (epoch, rounds fed, output position) of the savepoint it
         #: was restored from, else zeros
         self.base_epoch, self.base_rounds, self.base_pos = base

@@ -76,11 +76,8 @@ class Supervisor(SavepointCut):
     gives ``checkpoint_every`` and the in-flight window of the feeding
     (:class:`~actors.config.ShellConfig`). ``manifest`` is what the query's sink says
     of it (its steps' actors, explain, claim, ...): the supervisor answers it too, so that a
-    driver reaches the query's released output when its sink is gone. ``at_cut``, called
-    by the feeder at a savepoint's cut, stops the sources that keep their own position
-    there and returns their positions (a savepoint's ``positions``); ``wake``, called when
-    a savepoint is asked, makes a source waiting for data yield an empty batch, so that the
-    feeder reaches the cut."""
+    driver reaches the query's released output when its sink is gone. ``base``, ``at_cut``
+    and ``wake`` are its savepoints' (:class:`~actors.savepoints.SavepointCut`)."""
 
     def __init__(self, *, name: str, steps: list[str], sink: str, root: str,
                  start_actors: Callable[[int], dict[str, Any]],
@@ -94,7 +91,6 @@ class Supervisor(SavepointCut):
         self._manifest = dict(manifest or {})
         self._start_actors, self._configure = start_actors, configure
         self._feeds_from, self.every = feeds_from, settings.checkpoint_every
-        self._at_cut, self.wake_sources = at_cut, wake
         self.max_in_flight = settings.max_in_flight
         self.batch_size = settings.batch_size
         self.lock = threading.RLock()  # held while sending to the actors (feeder, recovery)
@@ -118,7 +114,7 @@ class Supervisor(SavepointCut):
         self._threads: list[threading.Thread] = []
         #: step -> its pending vigil call (see the module docstring; the watcher's own)
         self._vigils: dict[str, Any] = {}
-        self._init_cut(base)
+        self._init_cut(base, at_cut, wake)
 
     # -- life cycle ----------------------------------------------------------------------------
     def start(self, resume: bool = False) -> None:

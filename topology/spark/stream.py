@@ -27,13 +27,7 @@ from actors.files import atomic_write
 from operators.events import Message
 from operators.ingress import AdvanceTime, Ingress
 from topology.building.arrow_reader import DEFAULT_BATCH_ROWS, arrow_row_batches
-from topology.spark.checkpoint import (
-    delete_dir,
-    delete_files_but,
-    join_location,
-    run_log_dir,
-    state_path,
-)
+from topology.spark.checkpoint import HeldRun, join_location
 from topology.spark.frames import check_columns, check_time_types, frame_to_arrow, schema_of
 
 if TYPE_CHECKING:
@@ -64,7 +58,7 @@ def _drift(saved: dict[str, str], now: dict[str, str]) -> list[str]:
     return out
 
 
-class SparkStreamFeeder:
+class SparkStreamFeeder(HeldRun):
     """Feeds a streaming DataFrame into one :class:`Ingress`, micro-batch by micro-batch.
 
     :meth:`start` runs ``df.writeStream.foreachBatch(self.process_batch)``; each micro-batch is
@@ -158,9 +152,6 @@ class SparkStreamFeeder:
             self._saved_ingress = self.ingress.snapshot()
 
     # -- state --------------------------------------------------------------------------------
-    def _state_path(self) -> str:
-        return state_path(self.checkpoint_location or "")
-
     def _load_state(self) -> None:
         try:  # read the way atomic_write wrote it, a storage URI included
             state = load_checkpoint(self._state_path())
@@ -186,55 +177,6 @@ class SparkStreamFeeder:
         state = {"ingress": self._saved_ingress, "last_batch_id": self.last_batch_id,
                  "schema": self.schema, "run": self.run, "held": self._held}
         atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
-
-    # -- a held run -----------------------------------------------------------------------------
-    def _log_batch(self, table: pa.Table, batch_id: int, start: dict[str, Any]) -> None:
-        """Log a held run's micro-batch before its id is saved (and so before Spark may
-        commit it); ``start`` is the Ingress's state at the run's start."""
-        if self._held is None:
-            self._held = {"ingress": start, "batches": []}
-        atomic_write(join_location(self._run_dir(), f"{batch_id}.pkl"),
-                     pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL))
-        self._held["batches"].append(batch_id)
-
-    def _run_dir(self) -> str:
-        return run_log_dir(self.checkpoint_location or "")
-
-    def commit_run(self) -> None:
-        """The consumer made the held run's output durable: the run is over. The Ingress's
-        state after the run's last micro-batch becomes the next run's start (not the run's
-        end CTI: the end of a run is not the end of the stream), the log is dropped and
-        :attr:`run` counts one more. Without a checkpoint location, nothing to do."""
-        if self.checkpoint_location is None:
-            return
-        try:
-            on_disk = load_checkpoint(self._state_path())
-        except FileNotFoundError:
-            on_disk = {"run": 0, "last_batch_id": -1}
-        if (on_disk.get("run", 0), on_disk["last_batch_id"]) != (self.run, self.last_batch_id):
-            raise RuntimeError(
-                f"SparkStreamFeeder.commit_run: the stream checkpointed at "
-                f"{self.checkpoint_location!r} went on after this run (a later run over it "
-                f"replayed or committed it); this run's commit would undo that")
-        if self._saved_ingress is not None:
-            self.ingress.restore(self._saved_ingress)
-        self._held = None
-        self.run += 1
-        self._save_state()  # the commit (one atomic write); the log is no longer needed
-        # (a kill before it is deleted leaves it to the next run: :meth:`_clean_log`)
-        delete_dir(self._run_dir())
-
-    def _clean_log(self) -> None:
-        """Delete the micro-batch logs no held run replays: those a run left when it was
-        killed after its commit and before it deleted them (never read again, they were
-        only leaked)."""
-        if self.checkpoint_location is None:
-            return
-        keep = set() if self._held is None else {f"{b}.pkl" for b in self._held["batches"]}
-        if keep:
-            delete_files_but(self._run_dir(), keep)
-        else:
-            delete_dir(self._run_dir())
 
     # -- one micro-batch ----------------------------------------------------------------------
     def ingest(self, table: pa.Table, now: float | None = None) -> list[Message]:
@@ -411,11 +353,6 @@ class SparkStreamFeeder:
         it."""
         if self._handoff is not None:
             self._handoff.put(_WAKE)
-
-    @property
-    def holding(self) -> bool:
-        """Whether a held run is under way, not committed (see the class doc)."""
-        return self._held is not None
 
     def _commit_taken(self, table: pa.Table, batch_id: int, held_start: dict[str, Any] | None,
                       acks: queue.Queue[bool]) -> None:
