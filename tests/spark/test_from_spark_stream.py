@@ -116,7 +116,7 @@ def test_a_run_killed_after_its_commit_leaves_no_log_behind(spark, tmp_path,
     files behind: never replayed (the state says no run is held) and never deleted, next to
     the next run's log. The next run now starts by deleting every log file that no held run
     replays (issue #41, item 3)."""
-    import topology.spark.stream as spark_stream
+    import topology.spark.checkpoint as stream_files
 
     source, checkpoint = str(tmp_path / "in"), str(tmp_path / "checkpoint")
     log = os.path.join(checkpoint, "cedar_run")
@@ -134,7 +134,7 @@ def test_a_run_killed_after_its_commit_leaves_no_log_behind(spark, tmp_path,
         return src.select(record).collect(runtime="inline")
 
     with monkeypatch.context() as m:  # killed right after the commit: nothing deleted
-        m.setattr(spark_stream, "delete_dir", lambda location: None)
+        m.setattr(stream_files, "delete_dir", lambda location: None)
         first = run()
     assert [i.payload for i in _inserts(first)] == [0.0, 1.0, 2.0]
     assert stream_records(checkpoint)["last_batch_id"] == 0
