@@ -147,8 +147,9 @@ def test_collect_committed_by_the_caller_loses_no_row_at_any_kill(tmp_path, runt
 @pytest.mark.parametrize("runtime", ["inline", pytest.param("ray", marks=pytest.mark.ray)])
 def test_collect_killed_at_random_moments(tmp_path, runtime, seed) -> None:
     rng = random.Random(seed)
-    # a Spark child spends its first ~10 s (more on a loaded machine) starting Spark
-    plan = [[("run", rng.uniform(5.0, 25.0)) for _ in range(2)] for _ in range(2)]
+    # a Spark child spends its first ~6 s (more on a loaded machine) starting Spark, and its
+    # run ends ~13 s in (crash_child.JVM_OPTIONS)
+    plan = [[("run", rng.uniform(3.0, 15.0)) for _ in range(2)] for _ in range(2)]
     got, _, _ = collect_runs(tmp_path, runtime, plan, seed=seed + 1)
     assert_exactly_once(got, expected(seed + 1))
 
