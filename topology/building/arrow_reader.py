@@ -16,6 +16,7 @@ Only pyarrow and numpy: ``Stream.from_arrow`` reads Arrow without Spark installe
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
@@ -196,13 +197,18 @@ def arrow_batches(
     names = _time_columns(start, end)
     start_column = start if isinstance(start, str) and start != end else None
     for batch in batches:
-        pieces = batch.to_batches(max_chunksize=batch_rows) if isinstance(batch, pa.Table) \
-            else [batch.slice(i, batch_rows) for i in range(0, batch.num_rows, batch_rows)]
-        for piece in pieces:
+        for piece in _pieces(batch, batch_rows):
             if columns is not None and set(columns) <= set(piece.schema.names):
                 piece = piece.select([c for c in piece.schema.names if c in columns])
             if piece.num_rows:
                 yield _piece(piece, names, columnar, start_column)
+
+
+def _pieces(batch: pa.RecordBatch | pa.Table, batch_rows: int) -> list[pa.RecordBatch]:
+    """``batch`` cut into record batches of at most ``batch_rows`` rows (slices: no copy)."""
+    if isinstance(batch, pa.Table):
+        return batch.to_batches(max_chunksize=batch_rows)
+    return [batch.slice(i, batch_rows) for i in range(0, batch.num_rows, batch_rows)]
 
 
 def arrow_row_batches(
@@ -246,6 +252,21 @@ class TableBatches:
     def __iter__(self) -> Iterator[Any]:
         return arrow_batches((self.table,), self.start, self.end, self.batch_rows,
                              columns=self.columns)
+
+    def skipping(self, k: int) -> TableBatches:
+        """The same batches from the ``k``-th on, the first ``k`` neither converted nor
+        read: the table sliced after their rows (a restore skips the batches fed before its
+        savepoint's cut this way; slicing at a batch's edge leaves the batches after it as
+        they were).
+
+        >>> t = pa.table({"ts": list(range(10))})
+        >>> [len(b["ts"]) for b in TableBatches(t, "ts", batch_rows=4).skipping(1)]
+        [4, 2]
+        """
+        rows = sum(p.num_rows for p in itertools.islice(
+            (p for p in _pieces(self.table, self.batch_rows) if p.num_rows), k))
+        return TableBatches(self.table.slice(rows), self.start, self.end, self.batch_rows,
+                            self.columns)
 
     def project(self, columns: Collection[str]) -> TableBatches:
         return TableBatches(self.table, self.start, self.end, self.batch_rows,

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import threading
 import time
 import uuid
@@ -42,7 +41,6 @@ from actors.wire import decode
 from operators.columns import expand
 from operators.errors import OperatorError
 from operators.events import Message
-from operators.feeds import round_robin
 from operators.publish import Publish
 from topology.building import nodes as n
 from topology.planning.planner import Plan
@@ -487,12 +485,11 @@ class _SupervisedJob:
         """Every fed source read from its beginning, its first ``rounds`` rounds skipped;
         a Spark stream goes on from its checkpoint instead (where a savepoint cut it:
         :func:`~topology.running.savepoints.cut_streams`)."""
-        steps = driver_sources(self.plan)
-        feeds = [source_batches(self.plan, s, self.settings.batch_size) for s in steps]
-        again = [f for s, f in zip(steps, feeds) if resuming(self.plan, s) is None]
-        for _ in itertools.islice(round_robin(again), rounds):
-            pass
-        return [(s, map(encoder(self.plan, s), feed)) for s, feed in zip(steps, feeds)]
+        plan, size = self.plan, self.settings.batch_size
+        # round robin, each source gave one batch a round: `rounds` each (or all it had)
+        return [(s, map(encoder(plan, s), source_batches(
+                    plan, s, size, skip=0 if resuming(plan, s) else rounds)))
+                for s in driver_sources(plan)]
 
 
 def _supervise(plan: Plan, name: str, settings: ShellConfig, root: str,

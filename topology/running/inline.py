@@ -15,6 +15,7 @@ do).
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import time
 import warnings
 from collections.abc import Iterable, Iterator
@@ -207,16 +208,20 @@ def feed_of(plan: Plan, step: str) -> Iterable[Any]:
         raise ValueError(f"{step}: {e}") from None
 
 
-def source_batches(plan: Plan, step: str, batch_size: int) -> Iterator[Any]:
+def source_batches(plan: Plan, step: str, batch_size: int, skip: int = 0) -> Iterator[Any]:
     """The batches a source stage consumes: its own batches for a batched source (column
-    batches of ``from_arrow``/``from_spark``), else lists of ``batch_size`` rows/messages.
-    Data that raises while it is read raises :class:`~operators.errors.SourceFailed` naming
-    ``step``."""
+    batches of ``from_arrow``/``from_spark``), else lists of ``batch_size`` rows/messages;
+    the first ``skip`` left out (a restore's, the batches fed before its savepoint's cut:
+    not even read where the data can skip them, a table's). Data that raises while it is
+    read raises :class:`~operators.errors.SourceFailed` naming ``step``."""
     src = plan.stages[step].source
-    items = guarded(feed_of(plan, step), step, plan.stages[step].describe)
-    if getattr(src, "batched", False):
-        return items
-    return chunks(items, batch_size)
+    data = feed_of(plan, step)
+    batched = getattr(src, "batched", False)
+    if skip and batched and callable(getattr(data, "skipping", None)):
+        data, skip = data.skipping(skip), 0  # type: ignore[attr-defined]
+    items = guarded(data, step, plan.stages[step].describe)
+    batches = items if batched else chunks(items, batch_size)
+    return itertools.islice(batches, skip, None) if skip else batches
 
 
 def run_inline(plan: Plan, batch_size: int = DEFAULT_BATCH,

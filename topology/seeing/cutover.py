@@ -48,7 +48,6 @@ query emitted with another payload) differs too, and says why.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -203,19 +202,17 @@ def _run(plan: Plan, batch_size: int,
     :func:`topology.running.inline.drive`). With ``restore`` = (location, record, fates)
     each step takes the state its fate names and the sources skip the ``rounds`` fed before
     the cut, as the restored deploy does; returns the output messages."""
-    from operators.feeds import round_robin
     from topology.planning.dag import DagProcessor
     from topology.running.inline import close_feeds, source_batches
 
     dag = DagProcessor(plan, inline_sink=True)
-    feeds = [source_batches(plan, s, batch_size) for s in dag.inputs]
+    skip = 0 if restore is None else restore[1]["rounds"]
+    feeds = [source_batches(plan, s, batch_size, skip) for s in dag.inputs]
     try:
         if restore is None:
             return _drive(dag, feeds)
-        location, record, fates = restore
+        location, _, fates = restore
         sink = _restore(dag, location, fates)
-        for _ in itertools.islice(round_robin(feeds), record["rounds"]):
-            pass
         out = _drive(dag, feeds)
         return out if sink is None else sink.process(out)
     finally:
