@@ -180,7 +180,8 @@ def clean_runs(spark: Any, tmp: Path, seed: int) -> list[Insert]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [1, 2, 3])
+# the kill plan is fixed and only the rows differ between seeds: one in CI, more in the sweep
+@pytest.mark.parametrize("seed", [1, 2, 3] if SWEEP else [1])
 def test_collect_killed_twice_per_run_unites_to_one_clean_run(spark, tmp_path, seed) -> None:
     """Each run is killed twice before it finishes, so each restart replays the micro-batches
     the killed runs logged, then what Spark had not committed:
