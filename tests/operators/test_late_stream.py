@@ -151,3 +151,16 @@ def test_random_rows_on_both_runtimes_agree(runtime):
     out = src.late().collect(runtime=runtime, batch_size=16)
     inline = src.late().collect(runtime="inline", batch_size=16)
     assert sorted(out) == sorted(inline) and len(out) > 20
+
+
+@pytest.mark.parametrize("fuse", [True, "chains", "all"])
+def test_a_late_stream_is_not_fused_into_its_producers_chain(fuse):
+    """A late edge routes (only the producer's late events go on it): a chain, which passes
+    its steps' whole output on, must not take the late step in (it received the source's
+    LateOut markers and failed, once collect() fused chains by default)."""
+    rnd = random.Random(7)
+    rows = [{"t": rnd.randint(0, 100)} for _ in range(300)]
+    late = Stream.from_rows(rows, start="t", advance=AdvanceTime(every=5, delay=3)).late()
+    fused = late.collect(runtime="inline", batch_size=16, fuse=fuse)
+    assert sorted(fused) == sorted(late.collect(runtime="inline", batch_size=16))
+    assert len(fused) > 20

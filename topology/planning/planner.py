@@ -489,8 +489,10 @@ def _fuse_chains(p: Plan, stateful: bool) -> Plan:
         fed = feeders[step]
         if fusible(step) and len(fed) == 1:
             up, e = fed[0]
+            # (an edge that routes: a partition's, a late stream's, one that drops per-key
+            # CTIs; a chain passes its steps' whole output on)
             if ((fusible(up) or p.stages[up].role == "source") and len(p.edges[up]) == 1
-                    and e.partition is None):
+                    and e.partition is None and not e.late and e.key_ctis is not False):
                 head = head_of[up]
                 groups[head].append(step)
                 head_of[step] = head
