@@ -69,8 +69,10 @@ class Running:
         (:func:`topology.running.deploy.deploy_plan`). ``trace`` (a directory, or an
         :class:`topology.Trace` with bounds) records the messages entering and leaving
         every step as parquet; read it with ``Trace.open(path)`` or ``cedar debug PATH``.
-        ``fuse`` runs stateless steps in the stage before them (see :meth:`_ray_plan`);
-        ``fuse="chains"`` or ``"all"`` fuse deeper (docs/runtime.md, "Fusion").
+        ``fuse`` (on Ray): by default each chain of single-input steps in one actor (see
+        :meth:`_ray_plan`); ``True`` only stateless steps into the stage before them,
+        ``"all"`` each connected part, ``False`` one actor per step (docs/runtime.md,
+        "Fusion").
 
         Over a streaming ``from_spark(..., checkpoint=PATH)`` the run is committed only when
         ``collect()`` returns its output, as its last act: a run that fails or is killed
@@ -116,12 +118,12 @@ class Running:
                             **options)
 
     def _ray_plan(self, fuse: bool | str | None, trace: Any = None) -> Plan:
-        """The plan a run to the end on Ray executes: by default (``fuse=None``) with its
-        stateless steps fused into their source's or their neighbour's stage, since a hop
-        between actors costs more than a filter or a projection (a batch serialised, copied
-        and decoded); one actor per step with ``fuse=False``, or when ``trace`` records each
-        step by its id."""
-        return self.plan(trace is None if fuse is None else fuse)
+        """The plan a run to the end on Ray executes: by default (``fuse=None``) each chain
+        of single-input steps in one actor (``"chains"``: a source, its filters, a keyed
+        window, a select), as Flink chains its operators, since a hop between actors costs
+        more than most steps (a batch serialised, copied and decoded); one actor per step
+        with ``fuse=False``, or when ``trace`` records each step by its id."""
+        return self.plan(("chains" if trace is None else False) if fuse is None else fuse)
 
     # -- Spark sinks ------------------------------------------------------------------------
     def to_spark(self, spark: Any = None, runtime: str = "ray", staging: str | None = None,
