@@ -59,25 +59,24 @@ def resuming(plan: Plan, step: str) -> SparkStream | None:
     return data if isinstance(data, SparkStream) and data.checkpoint is not None else None
 
 
+def _streams(plan: Plan) -> list[tuple[str, SparkStream]]:
+    """The :func:`resuming` sources of ``plan`` and their streams."""
+    return [(s, stream) for s in driver_sources(plan)
+            if (stream := resuming(plan, s)) is not None]
+
+
 def wake_streams(plan: Plan) -> None:
     """A savepoint was asked: each :func:`resuming` source waiting for a micro-batch
     yields an empty batch, so that the feeder reaches the cut between two rounds even
     while the stream is quiet."""
-    for step in driver_sources(plan):
-        stream = resuming(plan, step)
-        if stream is not None:
-            stream.wake()
+    for _, stream in _streams(plan):
+        stream.wake()
 
 
 def cut_streams(plan: Plan) -> dict[str, dict[str, Any]]:
     """At a savepoint's cut: each :func:`resuming` source's stream cut there, and its
     position (the savepoint's record keeps them as ``positions``)."""
-    positions = {}
-    for step in driver_sources(plan):
-        stream = resuming(plan, step)
-        if stream is not None:
-            positions[step] = stream.cut()
-    return positions
+    return {step: stream.cut() for step, stream in _streams(plan)}
 
 
 def one_shot(plan: Plan, step: str) -> str | None:
@@ -137,10 +136,10 @@ def check(plan: Plan, name: str, location: str, batch_size: int | None) -> dict[
     record = {**record, "mapping": {f.step: f.old for f in fates},
               "fresh": fresh_snapshots(plan, fates),
               "made": made_states(plan, ck.normalize(location), fates)}
-    olds = {f.step: f.old for f in fates}
     for step in driver_sources(plan):
         stream = resuming(plan, step)
-        why = one_shot(plan, step) if stream is None else moved_on(stream, record, olds[step])
+        why = (one_shot(plan, step) if stream is None else
+               moved_on(stream, record, record["mapping"][step]))
         fix = ("Give it data that can be read again from its start (a list, an Arrow table, "
                "parquet files)" if stream is None else
                "Restore the savepoint taken last over that checkpoint")
