@@ -4,7 +4,7 @@
     python -m benchmarks.fusion --queries Q3,Q5,Q8 --levels stateless,chains,all
 
 For each query and each level (``collect(fuse=...)``: ``none`` is one actor per step,
-``stateless`` collect()'s default, then ``chains`` and ``all``, docs/runtime.md) it runs a
+``stateless``, then ``chains``, collect()'s default, and ``all``, docs/runtime.md) it runs a
 warm-up on 5,000 events, then the query on the generated tables, best of ``--repeat``, and
 prints the wall time, the CPU seconds of this driver and of every ``ray::`` worker of its Ray
 instance over the run (what the run cost the machine, which a loaded machine does not
