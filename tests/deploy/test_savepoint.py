@@ -55,6 +55,16 @@ def inserted(messages) -> Counter:
     return Counter((m.start, m.end, repr(m.payload)) for m in messages if type(m) is Insert)
 
 
+def assert_continued(before: list, after: list, expected: Counter) -> None:
+    """The output before the cut and after the restore: together one uninterrupted run's
+    (``expected``), no row twice, no id twice."""
+    assert before and after, "the cut fell at an end: the test proves nothing"
+    got = inserted(before) + inserted(after)
+    assert max(got.values()) == 1 and got == expected
+    ids = [m.id for m in before + after if type(m) is Insert]
+    assert len(ids) == len(set(ids))
+
+
 @pytest.fixture(scope="module")
 def expected() -> Counter:
     return inserted(query(rows()).collect(runtime="inline"))
@@ -93,11 +103,7 @@ def test_a_savepoint_half_way_then_restored_gives_the_uninterrupted_output(
         after = again.output()
     finally:
         again.stop()
-    assert before and after, "the cut fell at an end: the test proves nothing"
-    got = inserted(before) + inserted(after)
-    assert max(got.values()) == 1 and got == expected
-    ids = [m.id for m in before + after if type(m) is Insert]
-    assert len(ids) == len(set(ids))
+    assert_continued(before, after, expected)
 
 
 def test_a_savepoint_into_a_changed_query_is_refused_naming_the_step(ray_session, tmp_path,

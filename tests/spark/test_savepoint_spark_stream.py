@@ -24,6 +24,7 @@ import pytest
 
 from operators.events import Insert
 from operators.ingress import AdvanceTime
+from tests.deploy.test_savepoint import assert_continued
 from tests.spark.test_spark_streaming import SCHEMA, write_file
 from topology import Stream, Sum
 
@@ -87,11 +88,7 @@ def test_a_spark_stream_stopped_with_a_savepoint_goes_on_where_it_stopped(
         took = again.stats()[src]["source"]  # counted from the first run's start
     finally:
         again.stop()
-    assert before and after, "the cut fell at an end: the test proves nothing"
-    got = inserted(before) + inserted(after)
-    assert max(got.values()) == 1 and got == expected
-    ids = [m.id for m in before + after if type(m) is Insert]
-    assert len(ids) == len(set(ids))
+    assert_continued(before, after, expected)
     # each row reached the query once (a micro-batch read again: its ids dead-lettered)
     assert took["received"] - took["ctis"] == FILES * PER_FILE and took["dead_lettered"] == 0
 
