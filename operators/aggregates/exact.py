@@ -119,6 +119,23 @@ class ExactSum:
         return plain + self.other if self.n_other else plain
 
 
+#: An insert-only Sum or Avg state over ints, ``(total, count)`` as plain ints
+#: (:meth:`operators.aggregates.Sum.add_insert_only_ranges`).
+IntTotal = tuple[int, int]
+
+
+def exact(state: ExactSum | IntTotal | None) -> ExactSum:
+    """``state`` as an :class:`ExactSum` (a new one for None; an :data:`IntTotal` scaled)."""
+    if state is None:
+        return ExactSum()
+    if type(state) is not tuple:
+        return state  # type: ignore[return-value]
+    full = ExactSum()
+    full.scaled = state[0] << SCALE_BITS
+    full.n = state[1]
+    return full
+
+
 def exact_group_sums(states: list[Any], column: np.ndarray,
                       bounds: Sequence[int]) -> list[ExactSum]:
     """Add each group's values (``column[bounds[j]:bounds[j + 1]]``, finite normal float64)

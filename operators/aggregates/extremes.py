@@ -217,6 +217,13 @@ class Extreme(Builtin):
         flag, value, _ = key
         return math.nan if flag else value
 
+    def window_results(self, states: list[Any], window: Any) -> list[Any]:
+        """:meth:`result` of many states, an insert-only one's extreme read in place."""
+        if type(self).result is not Extreme.result:
+            return super().window_results(states, window)
+        return [s.key[1] if type(s) is Best and not s.key[0] else self.result(s)
+                for s in states]
+
     def add(self, state: SortedList, values: list[Any]) -> SortedList:
         get, who = self._get, self.udm_name
         keys = []

@@ -66,8 +66,7 @@ class Aggregates(Builtin):
         """The results of many states part by part (one call per part, not per state and
         part), zipped into one dict per state."""
         columns = []
-        for i, p in enumerate(self.parts.values()):
-            mine = [s[i] for s in states]
+        for p, mine in zip(self.parts.values(), zip(*states)):  # (each part's states)
             many = getattr(p, "window_results", None)
             columns.append(many(mine, window) if many is not None
                            else [p.window_result(s, window) for s in mine])

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..columns import Columns
+from ..columns import Columns, FreshIds
 from ..events import MAX_TIME, MIN_TIME, FreshId, Insert, Message, Retract
 from ..payloads import identical
 from ..udm import Window
@@ -62,16 +62,19 @@ class KeyedWindowOutput(KeyedWindowState):
             states = self.open[n]
             by_key = sent.setdefault(n, {})
             results = self._results(n, {k: states[k] for k in keys})
+            get, name, j = by_key.get, ids.name, ids.next_id  # (ids.mint() without a call)
             for k, result in zip(keys, results):
                 payload = (k, result) if keyed else result
-                before = by_key.get(k)
+                before = get(k)
                 if before is not None:
                     if identical(before[1], payload):  # 2 -> 2.0 is a change: correct it
                         continue
                     out.append(_new(Retract, (before[0], s, e, s, before[1])))
-                oid = ids.mint()
+                oid = FreshId(name, j)
+                j += 1
                 out.append(_new(Insert, (oid, s, e, payload)))
                 by_key[k] = (oid, payload)
+            ids.next_id = j
         return out
 
     def _correct_rows(self, per_window: dict[int, list[Hashable]]) -> list[Message]:
@@ -139,8 +142,7 @@ class KeyedWindowOutput(KeyedWindowState):
         cols = number_columns(list(by_key), results, self.keyed)
         if cols is not None:  # one column batch: a join after it stays column-wise
             m = len(results)
-            oids = np.empty(m, dtype=object)
-            oids[:] = [FreshId(name, first + j) for j in range(m)]
+            oids = FreshIds(name, np.arange(first, first + m, dtype=np.int64))  # minted if read
             return [Columns(oids, np.full(m, s, dtype=np.int64),  # type: ignore[list-item]
                             np.full(m, e, dtype=np.int64), cols)]
         if self.keyed:
