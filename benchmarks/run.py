@@ -802,8 +802,10 @@ def render(report: Report, info: dict[str, str], command: str, total_s: float) -
         lines += ["## Latency", ""]
     if lat:
         lines += [
-            (f"cedar: W1 deployed on Ray (`deploy(fuse=True)`: `where` and `select` in the "
-            f"source's actor, as `collect()` runs them by default), fed by "
+            (f"cedar: W1 deployed on Ray (`deploy(fuse=\"chains\")`: the source, `where`, "
+            f"`select` and the window in one actor, as `collect()` runs them by default and "
+            f"as Flink chains its operators; `deploy()`'s own default is one actor per step), "
+            f"fed by "
             f"`Stream.from_arrow` over a generator that "
             f"hands over, every 5 ms, the events due by then (a collector polling a queue) to "
             f"offer {lat['rate_eps']:,} events/s ({lat['events']:,} events). Event time "
@@ -1045,7 +1047,7 @@ def main(argv: list[str] | None = None) -> Report:
                 run_ray(report, data, inline_outs)
                 del inline_outs
                 if "latency" not in args.skip:
-                    run_latency(report, sizes, fuse=True)
+                    run_latency(report, sizes, fuse="chains")
                 if "memory" not in args.skip:
                     run_memory(report, sizes)
             finally:
