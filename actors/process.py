@@ -19,11 +19,29 @@ MMAP_THRESHOLD = 32 << 20
 TRIM_THRESHOLD = 64 << 20
 
 
+#: The collector's first threshold in an actor: allocations (minus deallocations) of tracked
+#: objects between two young collections (Python's default: 700). See :func:`collect_less`.
+YOUNG_THRESHOLD = 50_000
+
+
 def set_up_process() -> None:
-    """What every shell made in this process needs: :func:`keep_freed_memory` and
-    :func:`freeze_once` (both idempotent)."""
+    """What every shell made in this process needs: :func:`keep_freed_memory`,
+    :func:`collect_less` and :func:`freeze_once` (all idempotent)."""
     keep_freed_memory()
+    collect_less()
     freeze_once()
+
+
+def collect_less() -> None:
+    """A young collection every :data:`YOUNG_THRESHOLD` allocations, not every 700. A keyed
+    window makes a state, a row and its id per key and batch, which live until the window
+    closes: at 700 they are walked by a young collection, again by a middle one, and each
+    time the old generation grew by a quarter by a full one. Nexmark Q17 (2M events,
+    inline, CPU): 1.30 s at 700, 0.90 s at 50,000; Q19 2.09 -> 1.60 s, Q4 1.70 -> 1.64 s,
+    others within noise. The garbage that waits longer is what 50,000 allocations leave in
+    cycles: kilobytes to a few MB."""
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(YOUNG_THRESHOLD, middle, old)
 
 
 def keep_freed_memory() -> None:
