@@ -205,7 +205,7 @@ class AlterLifetime(Processor):
             holds = (new - starts).tolist()
             self.open_by_end.update(zip(msg.ends.tolist(), holds, msg.ids.tolist()))
             self.open_by_hold.update(zip(holds, msg.ids.tolist()))
-        return [Columns(msg.ids, new, ends, msg.payload)]  # type: ignore[list-item]  # a Columns stands for its inserts
+        return [msg.with_lifetimes(new, ends)]  # type: ignore[list-item]  # a Columns stands for its inserts
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
         s = msg.start

@@ -179,7 +179,7 @@ class AntiJoin(BinaryTemporal):
         g, fs, fe = uncovered(starts, ends, i, right.start[j], right.end[j])
         n = len(msg)
         seqs = np.arange(self.next_seq, self.next_seq + n, dtype=np.int64)
-        if not state.sides[0].append(seqs, codes, starts, ends, msg.ids, msg.payload):
+        if not state.sides[0].append(seqs, codes, starts, ends, msg.id_column, msg.payload):
             return None
         self.next_seq += n
         count = len(g)
@@ -205,7 +205,7 @@ class AntiJoin(BinaryTemporal):
         i, j = found  # new right event i overlaps fragment j
         n = len(msg)
         seqs = np.arange(self.next_seq, self.next_seq + n, dtype=np.int64)
-        if not state.sides[1].append(seqs, codes, starts, ends, msg.ids, msg.payload):
+        if not state.sides[1].append(seqs, codes, starts, ends, msg.id_column, msg.payload):
             return None
         self.next_seq += n
         if not len(j):

@@ -37,7 +37,7 @@ class ClipDuration(Processor):
         if int(msg.starts.max()) > MAX_TIME - self.limit:
             return super().on_columns(msg, port)
         ends = np.minimum(msg.ends, msg.starts + self.limit)
-        return [Columns(msg.ids, msg.starts, ends, msg.payload)]  # type: ignore[list-item]
+        return [msg.with_lifetimes(msg.starts, ends)]  # type: ignore[list-item]
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
         cap = add_time(msg.start, self.limit)

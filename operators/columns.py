@@ -33,14 +33,47 @@ from typing import Any, final
 
 import numpy as np
 
-from .events import Insert, Message
+from .events import FreshId, Insert, Message
 from .expr import evaluate, trace
 
-__all__ = ["Columns", "apply_columns", "arrow_column", "compact_arrow", "concat", "count_events",
-           "expand", "known_arrow", "map_columns", "one_row", "payload_list", "portable_column",
-           "remember_arrow", "restored_column", "row_at", "string_values", "timestamp_values"]
+__all__ = ["Columns", "FreshIds", "apply_columns", "arrow_column", "compact_arrow", "concat",
+           "count_events", "expand", "known_arrow", "map_columns", "one_row", "payload_list",
+           "portable_column", "remember_arrow", "restored_column", "row_at", "string_values",
+           "timestamp_values"]
 
 _new = tuple.__new__
+
+
+class FreshIds:
+    """The id column ``FreshId(origin, n)`` for each ``n`` of ``ns`` (int64), not minted yet:
+    a window's output ids, which a join of its rows only needs to tell apart
+    (:class:`~operators.two_input_columns.ColumnEvents`). Minting and hashing one Python
+    object per row was a third of Nexmark Q5's time (600k windows' counts per run);
+    :attr:`Columns.ids` mints them when something asks for the ids themselves."""
+
+    __slots__ = ("_minted", "ns", "origin")
+
+    def __init__(self, origin: str, ns: np.ndarray) -> None:
+        self.origin, self.ns = origin, ns
+        self._minted: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.ns)
+
+    def __getitem__(self, index: np.ndarray | slice) -> FreshIds:
+        return FreshIds(self.origin, self.ns[index])
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FreshIds, (self.origin, self.ns))  # (the ns, not one object per id)
+
+    def minted(self) -> np.ndarray:
+        """The ids as an object array of :class:`~operators.events.FreshId` (made once)."""
+        if self._minted is None:
+            origin = self.origin
+            ids = np.empty(len(self.ns), dtype=object)
+            ids[:] = [FreshId(origin, n) for n in self.ns.tolist()]
+            self._minted = ids
+        return self._minted
 
 
 @final  # never subclassed: the runtime dispatches on type(msg) is
@@ -48,13 +81,25 @@ class Columns:
     """``len(starts)`` inserts: ``ids``, ``starts``, ``ends`` (int64 arrays; ``ends=None``
     for point events, ``[s, s + 1)``, which then travel without an end column) and
     ``payload`` columns (a dict of arrays, a tuple of arrays or one array; see the module
-    doc)."""
+    doc). ``ids`` may be given as :class:`FreshIds`, minted when :attr:`ids` is read:
+    :attr:`id_column` is the column as given."""
 
-    __slots__ = ("_ends", "ids", "payload", "starts")
+    __slots__ = ("_ends", "_ids", "payload", "starts")
 
-    def __init__(self, ids: np.ndarray, starts: np.ndarray, ends: np.ndarray | None,
-                 payload: Any) -> None:
-        self.ids, self.starts, self._ends, self.payload = ids, starts, ends, payload
+    def __init__(self, ids: np.ndarray | FreshIds, starts: np.ndarray,
+                 ends: np.ndarray | None, payload: Any) -> None:
+        self._ids, self.starts, self._ends, self.payload = ids, starts, ends, payload
+
+    @property
+    def ids(self) -> np.ndarray:
+        ids = self._ids
+        return ids.minted() if isinstance(ids, FreshIds) else ids
+
+    @property
+    def id_column(self) -> np.ndarray | FreshIds:
+        """The ids as given: :class:`FreshIds` stay unminted (an operator that passes the
+        ids on, or only tells them apart)."""
+        return self._ids
 
     @property
     def ends(self) -> np.ndarray:
@@ -69,7 +114,7 @@ class Columns:
         return len(self.starts)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_unpickle, (self.ids, self.starts, self._ends,
+        return (_unpickle, (self._ids, self.starts, self._ends,
                             map_columns(self.payload, portable_column)))
 
     def __eq__(self, other: object) -> bool:
@@ -95,18 +140,25 @@ class Columns:
 
     def inserts_at(self, i: int) -> Insert:
         """Event ``i`` as an :class:`~operators.events.Insert`."""
-        return _new(Insert, (_item(self.ids, i), self.starts[i].item(), self.ends[i].item(),
+        ids = self._ids
+        oid = (FreshId(ids.origin, int(ids.ns[i])) if isinstance(ids, FreshIds)
+               else _item(ids, i))
+        return _new(Insert, (oid, self.starts[i].item(), self.ends[i].item(),
                              self.payload_at(i)))
 
     def take(self, index: np.ndarray | slice) -> Columns:
         """The events selected by a boolean mask or an index array, in order."""
-        return Columns(self.ids[index], self.starts[index],
+        return Columns(self._ids[index], self.starts[index],
                        None if self._ends is None else self._ends[index],
                        map_columns(self.payload, lambda c: c[index]))
 
     def with_payload(self, payload: Any) -> Columns:
         """The same events with other payload columns."""
-        return Columns(self.ids, self.starts, self._ends, payload)
+        return Columns(self._ids, self.starts, self._ends, payload)
+
+    def with_lifetimes(self, starts: np.ndarray, ends: np.ndarray | None) -> Columns:
+        """The same events (ids, unminted ones too, and payloads) with other lifetimes."""
+        return Columns(self._ids, starts, ends, self.payload)
 
 
 #: Object columns shorter than this pickle as they are (Arrow's set-up would cost more).
@@ -366,7 +418,7 @@ def _known_arrow(column: np.ndarray) -> Any:
     return entry[1].slice(offset, len(column))
 
 
-def _unpickle(ids: np.ndarray, starts: np.ndarray, ends: np.ndarray | None,
+def _unpickle(ids: np.ndarray | FreshIds, starts: np.ndarray, ends: np.ndarray | None,
               payload: Any) -> Columns:
     return Columns(ids, starts, ends, map_columns(payload, restored_column))
 
@@ -446,7 +498,15 @@ def concat(parts: list[Columns]) -> Columns | None:
         if any(not isinstance(p.payload, np.ndarray) for p in parts):
             return None
         payload = _concatenated([p.payload for p in parts])
-    return Columns(np.concatenate([p.ids for p in parts]),
+    fresh = [p.id_column for p in parts]
+    column: np.ndarray | FreshIds
+    if all(isinstance(c, FreshIds) for c in fresh) and len(
+            {c.origin for c in fresh}) == 1:  # type: ignore[union-attr]
+        column = FreshIds(fresh[0].origin,  # type: ignore[union-attr]
+                          np.concatenate([c.ns for c in fresh]))  # type: ignore[union-attr]
+    else:
+        column = np.concatenate([p.ids for p in parts])
+    return Columns(column,
                    np.concatenate([p.starts for p in parts]),
                    None if all(p.points for p in parts)
                    else np.concatenate([p.ends for p in parts]), payload)

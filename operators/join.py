@@ -275,7 +275,7 @@ class Join(BinaryTemporal):
             if len(state.pid) and not same_form(state.payload, pay):
                 return None
         seqs = np.arange(self.next_seq, self.next_seq + n, dtype=np.int64)
-        if not own.append(seqs, codes, starts, ends, msg.ids, msg.payload):
+        if not own.append(seqs, codes, starts, ends, msg.id_column, msg.payload):
             return None  # (nothing above changed the state)
         self.next_seq += n
         if not count:

@@ -24,8 +24,7 @@ class ToPoints(Processor):
         if not len(msg):
             return []
         # (the ignore: a Columns stands for its inserts)
-        return [msg if msg.points else Columns(msg.ids, msg.starts, None,  # type: ignore[list-item]
-                                               msg.payload)]
+        return [msg if msg.points else msg.with_lifetimes(msg.starts, None)]  # type: ignore[list-item]
 
     def on_retract(self, msg: Retract, port: int) -> list[Message]:
         if msg.new_end == msg.start:

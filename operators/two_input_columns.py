@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .columns import map_columns
+from .columns import FreshIds, map_columns
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -205,7 +205,12 @@ def put_rows(buf: np.ndarray, n: int, more: np.ndarray) -> np.ndarray:
 
 
 class ColumnEvents:
-    """One input's live events as parallel arrays; ``ids`` also as a set (unique ids).
+    """One input's live events as parallel arrays; ``ids`` also as a set (unique ids), or,
+    while every event held came in an unminted :class:`~operators.columns.FreshIds` column of
+    one origin, as the numbers ``n`` of their ids (``fresh``: that origin and the largest
+    ``n`` added since): a window's ids, minted in increasing order, are told apart from the
+    ones held by that number alone, with no Python object or hash per id. Anything else (another
+    origin, numbers not above the largest, ordinary ids) mints the ids held first.
 
     The arrays are views of the first ``len(self)`` rows of buffers with room to spare
     (``_bufs``): an append writes its rows after them, amortised O(batch) instead of copying
@@ -213,12 +218,15 @@ class ColumnEvents:
     hundreds of thousands); a view handed out earlier keeps its rows (nothing is written over
     them; :meth:`keep` makes new arrays)."""
 
-    __slots__ = ("_bufs", "_order", "code", "end", "ids", "idset", "payload", "seq", "start")
+    __slots__ = ("_bufs", "_ids", "_order", "code", "end", "fresh", "idset", "payload", "seq",
+                 "start")
 
     def __init__(self) -> None:
         self.seq, self.code, self.start, self.end = _EMPTY, _EMPTY, _EMPTY, _EMPTY
-        self.ids: np.ndarray = np.zeros(0, dtype=object)
+        #: the ids (an object array), or while ``fresh``, their numbers (int64)
+        self._ids: np.ndarray = np.zeros(0, dtype=object)
         self.idset: set[Hashable] = set()
+        self.fresh: tuple[str, int] | None = None
         self.payload: Any = None
         self._order: tuple[np.ndarray, ...] | None = None
         #: the buffers behind seq, code, start, end, ids and the payload columns
@@ -227,34 +235,81 @@ class ColumnEvents:
     def __len__(self) -> int:
         return len(self.seq)
 
+    @property
+    def ids(self) -> np.ndarray:
+        """The ids held, as an object array (minted if ``fresh``)."""
+        if self.fresh is None:
+            return self._ids
+        return FreshIds(self.fresh[0], self._ids).minted()
+
     def append(self, seq: np.ndarray, code: np.ndarray, start: np.ndarray, end: np.ndarray,
-               ids: np.ndarray, payload: Any) -> bool:
-        """Add events; False (and nothing changes) when their payload columns do not match
-        the ones held or an id is live already (the per-event path says why)."""
-        # one hash per id: a set's own operations with another set reuse the hashes it
-        # stores (a window's FreshIds hash in Python, ~0.2 µs each: 600k of them in Q5)
-        new_ids = set(ids.tolist())
-        if len(new_ids) != len(ids) or not self.idset.isdisjoint(new_ids):
-            return False
+               ids: np.ndarray | FreshIds, payload: Any) -> bool:
+        """Add events; False (and nothing changes but how the ids held are kept) when their
+        payload columns do not match the ones held or an id is live already (the per-event
+        path says why)."""
         n = len(self)
         if n and not same_form(self.payload, payload):
             return False
+        if not len(ids):
+            return True
+        numbers = self._numbers(ids)
+        if numbers is not None:
+            column = numbers
+            self.fresh = (ids.origin, int(numbers[-1]))  # type: ignore[union-attr]
+        else:
+            if type(ids) is FreshIds:
+                ids = ids.minted()
+            if n and self.fresh is not None:
+                self._mint_held()
+            # one hash per id: a set's own operations with another set reuse the hashes it
+            # stores (a FreshId hashes in Python, ~0.2 µs)
+            new_ids = set(ids.tolist())  # type: ignore[union-attr]
+            if len(new_ids) != len(ids) or not self.idset.isdisjoint(new_ids):
+                return False
+            self.fresh = None
+            self.idset.update(new_ids)
+            column = ids.astype(object)  # type: ignore[union-attr]
         form = payload if n == 0 else self.payload
         mores = [seq.astype(np.int64), code.astype(np.int64), start.astype(np.int64),
-                 end.astype(np.int64), ids.astype(object), *payload_parts(payload)]
+                 end.astype(np.int64), column, *payload_parts(payload)]
         bufs = self._bufs
         if bufs is None or n == 0 or len(bufs) != len(mores):
             bufs = [np.zeros(0, dtype=m.dtype) for m in mores]
         bufs = [put_rows(b, n, m) for b, m in zip(bufs, mores)]
         self._view(bufs, n + len(ids), form)
-        self.idset.update(new_ids)
         self._order = None
         return True
+
+    def _numbers(self, ids: np.ndarray | FreshIds) -> np.ndarray | None:
+        """The numbers of unminted ``ids`` when the side may keep them as numbers: it holds
+        nothing or only numbers of their origin, and they increase, from above the largest
+        added (so none is held: equal FreshIds are those of equal numbers); else None."""
+        if type(ids) is not FreshIds:
+            return None
+        ns = ids.ns
+        if len(self):
+            if self.fresh is None or self.fresh[0] != ids.origin:
+                return None
+            if len(ns) and int(ns[0]) <= self.fresh[1]:
+                return None
+        if len(ns) > 1 and not bool((ns[1:] > ns[:-1]).all()):
+            return None
+        return ns.astype(np.int64)
+
+    def _mint_held(self) -> None:
+        """Keep the ids held as FreshId objects and in ``idset``, as ordinary ids are."""
+        assert self.fresh is not None and self._bufs is not None
+        ids = FreshIds(self.fresh[0], self._ids).minted()
+        self.fresh = None
+        self.idset = set(ids.tolist())
+        bufs = list(self._bufs)
+        bufs[4] = ids
+        self._view(bufs, len(self), self.payload)
 
     def _view(self, bufs: list[np.ndarray], n: int, form: Any) -> None:
         """The arrays as the first ``n`` rows of ``bufs`` (payload in the form of ``form``)."""
         self._bufs = bufs
-        self.seq, self.code, self.start, self.end, self.ids = (b[:n] for b in bufs[:5])
+        self.seq, self.code, self.start, self.end, self._ids = (b[:n] for b in bufs[:5])
         self.payload = payload_like(form, [b[:n] for b in bufs[5:]])
 
     def keep(self, mask: np.ndarray) -> np.ndarray:
@@ -263,11 +318,12 @@ class ColumnEvents:
         if mask.all():
             return _EMPTY
         freed = self.seq[~mask]
-        self.idset.difference_update(self.ids[~mask].tolist())
+        if self.fresh is None:  # (numbers are in no set)
+            self.idset.difference_update(self._ids[~mask].tolist())
         self.seq, self.code = self.seq[mask], self.code[mask]
-        self.start, self.end, self.ids = self.start[mask], self.end[mask], self.ids[mask]
+        self.start, self.end, self._ids = self.start[mask], self.end[mask], self._ids[mask]
         self.payload = map_columns(self.payload, lambda c: c[mask]) if len(self.seq) else None
-        self._bufs = ([self.seq, self.code, self.start, self.end, self.ids,
+        self._bufs = ([self.seq, self.code, self.start, self.end, self._ids,
                        *payload_parts(self.payload)] if len(self.seq) else None)
         if self._order is not None:  # still sorted once the freed events are taken out
             order, code, start, end = self._order
@@ -302,9 +358,13 @@ class ColumnEvents:
 
     def check(self) -> None:
         n = len(self.seq)
-        assert len(self.code) == len(self.start) == len(self.end) == len(self.ids) == n
+        assert len(self.code) == len(self.start) == len(self.end) == len(self._ids) == n
         assert (self.end > self.start).all()
-        assert self.idset == set(self.ids.tolist()) and len(self.idset) == n
+        if self.fresh is not None:
+            assert not self.idset and len(np.unique(self._ids)) == n
+            assert n == 0 or int(self._ids.max()) <= self.fresh[1]
+        else:
+            assert self.idset == set(self._ids.tolist()) and len(self.idset) == n
         assert len(np.unique(self.seq)) == n
 
 
