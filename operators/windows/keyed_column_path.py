@@ -7,6 +7,7 @@ once on the columns when it can, the groups as pane ranges or as window copies, 
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Hashable
 from typing import Any
 
@@ -61,20 +62,24 @@ class KeyedColumnPath(KeyedWindowState):
         if named is not None:
             group_keys = [names[c] for c in group_keys]
         if self.add_ranges is not None:  # a built-in: add column-wise, no payload objects
-            by_group = [self.open.get(n, {}).get(k) for n, k in zip(windows, group_keys)]
+            # the groups come sorted by window: each window's states are looked up and
+            # stored by one map / update over its run of keys, not one Python step per group
+            runs = _runs(windows)
+            open_ = self.open
+            by_group: list[Any] = []
+            for n, a, b in runs:
+                held = open_.get(n)
+                by_group += [None] * (b - a) if held is None else map(held.get,
+                                                                       group_keys[a:b])
             states = self.add_ranges(by_group, map_columns(msg.payload, lambda c: c[rows]),
                                      len(rows), lo, hi)
             if states is not None:
-                open_ = self.open
-                by_key: dict[Hashable, Any] = {}
-                last = None
-                for n, k, state in zip(windows, group_keys, states):
-                    if n != last:
-                        by_key = open_.get(n)  # type: ignore[assignment]
-                        if by_key is None:
-                            by_key = open_[n] = {}
-                        last = n
-                    by_key[k] = state
+                states = list(states)  # (sliced by run below)
+                for n, a, b in runs:
+                    by_key = open_.get(n)
+                    if by_key is None:
+                        by_key = open_[n] = {}
+                    by_key.update(zip(group_keys[a:b], states[a:b]))
                 if not self.final:
                     self.touched.update(zip(windows, group_keys))
                 return []
@@ -108,3 +113,15 @@ class KeyedColumnPath(KeyedWindowState):
             if self.intervals:
                 self._advance(k, s + 1)
         return groups
+
+
+def _runs(windows: list[int]) -> list[tuple[int, int, int]]:
+    """``(n, a, b)``: window ``n`` is ``windows[a:b]``, for each window of the sorted list."""
+    out = []
+    a, m = 0, len(windows)
+    while a < m:
+        n = windows[a]
+        b = bisect_right(windows, n, a)
+        out.append((n, a, b))
+        a = b
+    return out
