@@ -27,6 +27,7 @@ __all__ = [
     "number_columns",
     "pane_ranges",
     "retraction_error",
+    "stable_order",
     "window_groups",
 ]
 
@@ -38,13 +39,14 @@ def number_column(values: list[Any]) -> np.ndarray | None:
     """``values`` as an int64 or float64 column holding exactly them (``tolist()`` gives them
     back), or None (other types, mixed types, ints beyond int64)."""
     kinds = {type(v) for v in values}
+    # (np.fromiter: 2.5x faster than np.array on a list of Python numbers)
     if kinds == {int}:
         try:
-            return np.array(values, dtype=np.int64)
+            return np.fromiter(values, dtype=np.int64, count=len(values))
         except OverflowError:
             return None
     if kinds == {float}:
-        return np.array(values, dtype=np.float64)
+        return np.fromiter(values, dtype=np.float64, count=len(values))
     return None
 
 
@@ -54,10 +56,10 @@ def number_columns(keys: list[Any], results: list[Any], keyed: bool) -> Any:
     res = number_column(results)
     if res is None or not keyed:
         return res
-    if {type(k) for k in keys} != {int}:  # (a float key may be the one NaN group key)
-        return None
     ks = number_column(keys)
-    return None if ks is None else (ks, res)
+    if ks is None or ks.dtype.kind != "i":  # (a float key may be the one NaN group key)
+        return None
+    return ks, res
 
 
 def group_order(ns: np.ndarray, ks: np.ndarray) -> np.ndarray:
@@ -70,11 +72,26 @@ def group_order(ns: np.ndarray, ks: np.ndarray) -> np.ndarray:
         span = k1 - k0 + 1
         size = (n1 - n0 + 1) * span
         if size < 2**62:
-            combined = (ns - n0) * span + (ks.astype(np.int64) - k0)
-            if size <= 2**16:  # numpy's stable sort of 16-bit ints is a radix sort: O(n)
-                combined = combined.astype(np.uint16)
-            return np.argsort(combined, kind="stable")
+            return stable_order((ns - n0) * span + (ks.astype(np.int64) - k0), size)
     return np.lexsort((np.arange(len(ks)), ks, ns))
+
+
+def stable_order(codes: np.ndarray, size: int) -> np.ndarray:
+    """The stable argsort of ``codes`` (ints in ``[0, size)``). numpy's stable sort of 16-bit
+    ints is a radix sort, O(n): codes below 2**32 are sorted as two 16-bit digits, the low
+    one first (a least-significant-digit radix sort), 2.5x faster than a stable sort of the
+    int64 codes (Q5's 260k (auction, pane) codes a batch).
+
+    >>> stable_order(np.array([70000, 5, 65541, 5, 0]), 2**17).tolist()
+    [4, 1, 3, 2, 0]
+    """
+    if size <= 2**16:
+        return np.argsort(codes.astype(np.uint16), kind="stable")
+    if size <= 2**32:
+        low = np.argsort((codes & 0xFFFF).astype(np.uint16), kind="stable")
+        high = (codes[low] >> 16).astype(np.uint16)
+        return low[np.argsort(high, kind="stable")]
+    return np.argsort(codes, kind="stable")
 
 
 def _codes(keys: np.ndarray) -> tuple[list[Any], np.ndarray] | None:
@@ -170,11 +187,8 @@ def pane_ranges(grid: Grid, starts: np.ndarray, keys: np.ndarray, by_start: bool
         return None
     combined = codes * span_j + (panes - j0)
     size = span_k * span_j
-    if by_start:  # (key, start) order is (key, pane) order too: panes grow with starts
-        order = np.lexsort((starts, codes))  # stable
-    else:
-        order = np.argsort(combined.astype(np.uint16) if size <= 2**16 else combined,
-                           kind="stable")  # a 16-bit stable sort is a radix sort: O(n)
+    # by_start: (key, start) order is (key, pane) order too, panes grow with starts (stable)
+    order = np.lexsort((starts, codes)) if by_start else stable_order(combined, size)
     combined = combined[order]
     first = np.flatnonzero(np.r_[True, combined[1:] != combined[:-1]])
     group_code, group_pane = np.divmod(combined[first], span_j)
@@ -195,7 +209,15 @@ def pane_ranges(grid: Grid, starts: np.ndarray, keys: np.ndarray, by_start: bool
     span_n = int(ns.max()) - n0 + 1
     if span_n * span_k >= 2**62:
         return None
-    groups = np.unique((ns - n0) * span_k + cs)  # sorted by window, then key
+    codes_nk = (ns - n0) * span_k + cs
+    if span_n * span_k <= 4 * len(codes_nk) + 4096:
+        # one mark per (window, key) code instead of a sort: a batch's windows and keys
+        # are dense (Q5's auctions: np.unique was a fifth of the query)
+        mark = np.zeros(span_n * span_k, dtype=bool)
+        mark[codes_nk] = True
+        groups = np.flatnonzero(mark)  # sorted by window, then key
+    else:
+        groups = np.unique(codes_nk)
     ns, cs = np.divmod(groups, span_k)
     ns += n0
     # window n's panes n·h .. n·h + z - 1 of key c, clipped to the panes of the batch
