@@ -29,6 +29,7 @@ import numpy as np
 
 from operators.columns import (
     Columns,
+    FreshIds,
     known_arrow,
     map_columns,
     portable_column,
@@ -100,7 +101,9 @@ def _signature(c: Columns) -> tuple[Any, ...]:
     payload = (("dict", tuple((k, v.dtype) for k, v in p.items())) if isinstance(p, dict) else
                ("tuple", tuple(v.dtype for v in p)) if isinstance(p, tuple) else
                ("array", p.dtype))
-    return (c.ids.dtype, c.starts.dtype, None if c.points else c.ends.dtype, payload)
+    ids = c.id_column
+    kind = ("fresh", ids.origin) if isinstance(ids, FreshIds) else ("array", ids.dtype)
+    return (kind, c.starts.dtype, None if c.points else c.ends.dtype, payload)
 
 
 def _pack(columns: list[Columns]) -> Any:
@@ -118,16 +121,18 @@ def _pack(columns: list[Columns]) -> Any:
     Ids that are fresh ids of one origin travel as their numbers (:func:`_portable_ids`): a
     Columns of them is packed alone when it cannot be packed with the others."""
     if len(columns) < 2 or any(_signature(c) != _signature(columns[0]) for c in columns[1:]):
-        if not any(_maybe_fresh(c.ids) for c in columns):
+        if not any(_maybe_fresh(c.id_column) for c in columns):
             return columns
         if len(columns) == 1:
             return _packed(columns)
-        return [_packed([c]) if _maybe_fresh(c.ids) else c for c in columns]
+        return [_packed([c]) if _maybe_fresh(c.id_column) else c for c in columns]
     return _packed(columns)
 
 
-def _maybe_fresh(ids: np.ndarray) -> bool:
-    """Whether ``ids`` may be fresh ids of one origin (its first is a FreshId)."""
+def _maybe_fresh(ids: np.ndarray | FreshIds) -> bool:
+    """Whether ``ids`` may be fresh ids of one origin (unminted, or its first is a FreshId)."""
+    if isinstance(ids, FreshIds):
+        return True
     return ids.dtype == object and len(ids) > 0 and type(ids[0]) is FreshId
 
 
@@ -145,8 +150,18 @@ def _packed(columns: list[Columns]) -> Any:
         payload = tuple(_joined([p[i] for p in payloads]) for i in range(len(p0)))
     else:
         payload = _joined(payloads)
-    ids = np.concatenate([c.ids for c in columns]) if len(columns) > 1 else columns[0].ids
-    return (_portable_ids(ids), np.concatenate([c.starts for c in columns]),
+    unminted = [c.id_column for c in columns]
+    portable: Any
+    if all(isinstance(i, FreshIds) for i in unminted):  # (one origin: the signatures agree)
+        # their numbers as they are: minting them to find the numbers again cost Q5's
+        # window actor a fifth of its CPU
+        portable = (unminted[0].origin,  # type: ignore[union-attr]
+                    np.concatenate([i.ns for i in unminted]))  # type: ignore[union-attr]
+    else:
+        ids = (np.concatenate([c.ids for c in columns]) if len(columns) > 1
+               else columns[0].ids)
+        portable = _portable_ids(ids)
+    return (portable, np.concatenate([c.starts for c in columns]),
             None if all(c.points for c in columns)
             else np.concatenate([c.ends for c in columns]), payload, bounds)
 
@@ -199,14 +214,14 @@ def _portable_ids(ids: np.ndarray) -> Any:
     return (origin, numbers)
 
 
-def _restored_ids(ids: Any) -> np.ndarray:
-    """The id column :func:`_portable_ids` stood for."""
+def _restored_ids(ids: Any) -> np.ndarray | FreshIds:
+    """The id column :func:`_portable_ids` stood for: fresh ids unminted
+    (:class:`~operators.columns.FreshIds`, minted when read; a join tells them apart by
+    their numbers)."""
     if type(ids) is not tuple:
         return ids
     origin, numbers = ids
-    out = np.empty(len(numbers), dtype=object)
-    out[:] = [FreshId(origin, n) for n in numbers.tolist()]
-    return out
+    return FreshIds(origin, numbers)
 
 
 def _unpack(ids: Any, starts: np.ndarray, ends: np.ndarray | None, payload: Any,

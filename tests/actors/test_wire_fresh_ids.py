@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actors.wire import decode, encode
-from operators.columns import Columns, expand
+from operators.columns import Columns, FreshIds, expand
 from operators.events import Cti, FreshId
 from tests.kit import PROPERTY
 
@@ -23,12 +23,16 @@ ORIGINS = st.sampled_from(["keyed_window", "w", ("a", 1), 7])
 
 
 @st.composite
-def id_columns(draw: Any) -> np.ndarray:
-    """An id column: fresh ids of one origin (mostly), of two, user ids, or huge numbers."""
+def id_columns(draw: Any) -> np.ndarray | FreshIds:
+    """An id column: fresh ids of one origin (mostly; minted or not, as a window sends
+    them), of two, user ids, or huge numbers."""
     m = draw(st.integers(1, 40))
-    how = draw(st.sampled_from(["fresh", "fresh", "fresh", "two", "user", "mixed", "huge"]))
+    how = draw(st.sampled_from(["fresh", "fresh", "unminted", "unminted", "two", "user",
+                                "mixed", "huge"]))
     origin = draw(ORIGINS)
     first = draw(st.integers(0, 10**6))
+    if how == "unminted":
+        return FreshIds(origin, np.arange(first, first + m, dtype=np.int64))
     if how == "fresh":
         values: list[Any] = [FreshId(origin, first + j) for j in range(m)]
     elif how == "two":
@@ -108,8 +112,18 @@ def test_window_ids_travel_as_numbers() -> None:
         return Columns(ids, starts, starts + 10 if ends else None,
                        (np.arange(m), np.ones(m, dtype=np.int64)))
 
+    def unminted(first: int, m: int) -> Columns:
+        c = rows(first, m, False)
+        return Columns(FreshIds("keyed_window", np.arange(first, first + m)), c.starts, None,
+                       c.payload)
+
     for batch in ([rows(0, 500, False)], [rows(0, 500, False), Cti(3), rows(500, 300, False)],
-                  [rows(0, 200, False), rows(200, 100, True)]):  # the last: two forms
+                  [rows(0, 200, False), rows(200, 100, True)],  # the last: two forms
+                  [unminted(0, 500), Cti(3), unminted(500, 300)],
+                  [unminted(0, 200), rows(200, 100, True)]):
         blob = encode(batch)
         assert _pickled_fresh_ids(blob) == 0
-        assert _messages(decode(_through_ray(blob))) == _messages(batch)
+        got = decode(_through_ray(blob))
+        assert _messages(got) == _messages(batch)
+        # unminted on arrival: a join tells them apart by number (ColumnEvents)
+        assert all(type(c.id_column) is FreshIds for c in got if type(c) is Columns)
