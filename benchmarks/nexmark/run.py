@@ -84,10 +84,6 @@ FULL_EVENTS: dict[str, int] = {
 }
 #: --quick: every query at 1M events (the suite's size before issue 36), Nexmark's 100 µs apart.
 QUICK_EVENTS = 1_000_000
-#: Spark's heap (``spark.driver.memory``; local mode runs the executors in the driver's JVM):
-#: SSS keeps its state in the heap (HDFS state store), and Q5 at 8M events (600k (window,
-#: auction) counts per hop) ran out of the suite's 2 GB on 2026-11-29; 8 GB of this machine's 24.
-SPARK_MEMORY = "8g"
 #: Comparable rows beyond which outputs are compared as multisets of 64-bit row hashes
 #: (:class:`Expected`): a Counter of 5M rows of Q0 takes ~3 GB, and every query's is kept
 #: until Spark and Flink have run.
@@ -524,8 +520,8 @@ def run_spark(names: list[str], rows: dict[str, dict[str, Any]],
     Spark batch query where SSS cannot."""
     from benchmarks.spark_sss import session
 
-    say(f"spark: starting local[2], driver memory {SPARK_MEMORY}")
-    spark = session(SPARK_MEMORY)
+    say("spark: starting local[2]")
+    spark = session()
     try:
         for name in names:
             q = nq.QUERIES[name]
