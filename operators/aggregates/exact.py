@@ -211,17 +211,22 @@ def exact_range_sums(states: list[Any], column: np.ndarray, lo: Sequence[int],
     return out
 
 
-def int_range_sums(states: list[Any], column: np.ndarray, lo: Sequence[int],
-                    hi: Sequence[int]) -> list[ExactSum]:
-    """The states after adding the int ``column``'s rows ``lo[j]:hi[j]`` to ``states[j]``
-    (None: a new one): exactly what ``update`` of each int gives, from int64 prefix sums
-    (the caller checked that no sum leaves int64)."""
+def int_range_totals(column: np.ndarray, lo: Sequence[int],
+                     hi: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The sum and the count of the int ``column``'s rows ``lo[j]:hi[j]``, from int64 prefix
+    sums (the caller checked that no sum leaves int64)."""
     prefix = np.zeros(len(column) + 1, dtype=np.int64)
     np.cumsum(column, dtype=np.int64, out=prefix[1:])
     lo_a, hi_a = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
+    return (prefix[hi_a] - prefix[lo_a]).tolist(), (hi_a - lo_a).tolist()
+
+
+def int_range_sums(states: list[Any], column: np.ndarray, lo: Sequence[int],
+                    hi: Sequence[int]) -> list[ExactSum]:
+    """The states after adding the int ``column``'s rows ``lo[j]:hi[j]`` to ``states[j]``
+    (None: a new one): exactly what ``update`` of each int gives (:func:`int_range_totals`)."""
     out = []
-    for state, total, count in zip(states, (prefix[hi_a] - prefix[lo_a]).tolist(),
-                                   (hi_a - lo_a).tolist()):
+    for state, total, count in zip(states, *int_range_totals(column, lo, hi)):
         state = ExactSum() if state is None else state
         state.scaled += total << SCALE_BITS
         state.n += count

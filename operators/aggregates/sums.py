@@ -12,7 +12,15 @@ from ..events import MAX_TIME, MIN_TIME, fmt_time
 from ..expr import evaluate, trace
 from ..udm import Window, field_getter
 from .base import Builtin
-from .exact import ExactSum, IntTotal, exact, exact_group_sums, exact_range_sums, int_range_sums
+from .exact import (
+    ExactSum,
+    IntTotal,
+    exact,
+    exact_group_sums,
+    exact_range_sums,
+    int_range_sums,
+    int_range_totals,
+)
 
 
 class Count(Builtin):
@@ -153,13 +161,8 @@ class Sum(Builtin):
         if column is None or column.dtype.kind not in "iu" or not all(
                 s is None or type(s) is tuple for s in states):
             return self.add_ranges(states, columns, n, lo, hi)
-        prefix = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(column, dtype=np.int64, out=prefix[1:])
-        lo_a, hi_a = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
-        totals = (prefix[hi_a] - prefix[lo_a]).tolist()
-        counts = (hi_a - lo_a).tolist()
         return [(t, c) if s is None else (s[0] + t, s[1] + c)
-                for s, t, c in zip(states, totals, counts)]
+                for s, t, c in zip(states, *int_range_totals(column, lo, hi))]
 
     def remove(self, state: ExactSum | IntTotal, values: list[Any]) -> ExactSum:
         if isinstance(state, tuple):
