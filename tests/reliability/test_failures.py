@@ -27,7 +27,7 @@ import pytest
 from operators.cht import to_cht
 from tests.kit import assert_equivalent
 from tests.reliability.test_recovery import check_exactly_once, wait_events, window_join
-from tests.reliability.test_redeploy import host_state, kill_just_after_commit
+from tests.reliability.test_redeploy import host_back, kill_just_after_commit
 from tests.topology.live_kit import second_driver
 from topology import attach
 from topology.running.query import QueryFailed
@@ -127,23 +127,23 @@ def test_a_checkpointed_query_whose_host_is_gone_for_good_fails(ray_session, tmp
 
 
 @pytest.mark.slow
-def test_attach_during_a_host_restart_gives_a_recovering_query(ray_session, tmp_path,
-                                                               expected):
-    name = "fail-attach"
-    live = window_join(N).deploy(name, checkpoint_dir=str(tmp_path), checkpoint_every=2,
+def test_attach_during_a_host_restart_gives_a_recovering_query(ray_session, tmp_path):
+    name, n = "fail-attach", 10 * N  # still running when its host is killed
+    expected = window_join(n).collect(runtime="inline")
+    live = window_join(n).deploy(name, checkpoint_dir=str(tmp_path), checkpoint_every=2,
                                  batch_size=500)
     try:
         kill_just_after_commit(live, name, 1, "ray")
-        seen, restarting = set(), 0
+        seen, attached = set(), set()
         deadline = time.monotonic() + 90
-        while True:
+        while not host_back(name):
             assert time.monotonic() < deadline, "the host did not come back"
-            state = host_state(name)
-            if state == "ALIVE" and restarting:
-                break
-            restarting += state != "ALIVE"
-            seen.add(attach(name).state())  # never a raw Ray error
-        assert restarting and "recovering" in seen and seen <= {"recovering", "running"}
+            seen.add(live.state())  # never a raw Ray error
+            if "recovering" in seen and not attached:  # attach() waits until it is whole
+                attached.add(attach(name).state())
+            time.sleep(0.05)
+        assert "recovering" in seen and seen <= {"recovering", "running"}
+        assert attached <= {"recovering", "running", "finished"} and attached
         again = attach(name)
         assert again.wait(180) and again.state() == "finished"
         check_exactly_once(again.output(), expected)

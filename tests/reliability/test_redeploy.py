@@ -67,6 +67,16 @@ def host_state(name: str) -> str | None:
     return actor_states(name).get("~host")
 
 
+def host_back(name: str) -> bool:
+    """Whether Ray has restarted the query's host and it is alive again: told by Ray's count
+    of its restarts, since a poll can miss the whole restart (a call that waits for the query
+    to be whole, ``attach()`` or ``deploy()``, spans it)."""
+    from ray._private import state
+
+    return any(a.get("Name") == f"{name}/~host" and a.get("State") == "ALIVE"
+               and a.get("NumRestarts", 0) >= 1 for a in state.actors().values())
+
+
 @pytest.mark.parametrize("seed", range(1, SEEDS + 1))
 @pytest.mark.parametrize("how", ["ray", "sigkill"])
 def test_a_redeploy_during_the_host_restart_is_refused(ray_session, tmp_path, expected, seed,
@@ -81,10 +91,9 @@ def test_a_redeploy_during_the_host_restart_is_refused(ray_session, tmp_path, ex
         deadline = time.monotonic() + 90
         while True:  # the whole restart, at seeded moments
             assert time.monotonic() < deadline, "the host did not come back"
-            state = host_state(name)
-            if state == "ALIVE" and restarting:
+            if host_back(name):
                 break
-            restarting += state != "ALIVE"
+            restarting += host_state(name) != "ALIVE"
             try:
                 window_join(N, seed=1).deploy(name, checkpoint_dir=str(tmp_path),
                                               checkpoint_every=2, batch_size=500)
@@ -95,7 +104,7 @@ def test_a_redeploy_during_the_host_restart_is_refused(ray_session, tmp_path, ex
             else:
                 pytest.fail("a redeploy during the host's restart was accepted")
             time.sleep(rng.uniform(0, 0.05))
-        assert refused >= restarting >= 1
+        assert refused >= max(restarting, 1)
         assert any(r.get("resumed") for r in live.recoveries())
         assert live.wait(180)
         check_exactly_once(live.output(), expected)

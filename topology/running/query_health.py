@@ -120,12 +120,22 @@ class Health:
         """A checkpointed query: its supervisor knows, if its host is there to ask."""
         import ray
 
-        if self.host is not None:
-            state = actor_states(self.name).get(HOST_STEP)
-            if state is None:
-                return "failed", HOST_STEP, HOST_DEAD
-            if state != "ALIVE":
-                return "recovering", None, None
+        if self.host is not None:  # a call to a restarting host waits for its restart
+            answer = self.host.call.remote("state")
+            deadline = time.monotonic() + STATS_WAIT_S
+            while time.monotonic() < deadline:
+                state = actor_states(self.name).get(HOST_STEP)
+                if state is None:
+                    return "failed", HOST_STEP, HOST_DEAD
+                if state != "ALIVE":
+                    return "recovering", None, None
+                try:
+                    kind, step, reason = ray.get(answer, timeout=0.2)
+                    return str(kind), step, reason
+                except ray.exceptions.GetTimeoutError:
+                    continue
+                except ray.exceptions.RayActorError:
+                    break  # lost under the call: the supervisor's own wait below
         try:
             kind, step, reason = self.supervisor.state()
         except ray.exceptions.RayActorError:
