@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +36,8 @@ WATERMARK = f"{wl.JITTER_TICKS // 1000} milliseconds"
 def session(driver_memory: str = "8g") -> Any:
     """A ``local[2]`` SparkSession for the suite (Spark's Python workers use this
     interpreter). One JVM per process: the first session's ``driver_memory`` holds for every
-    later one (SSS keeps its state in that heap: Nexmark's Q5 at 8M events ran out of 2 GB)."""
+    later one until :func:`end_session` ends that JVM (SSS keeps its state in that heap:
+    Nexmark's Q5 at 8M events ran out of 2 GB)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -49,6 +51,26 @@ def session(driver_memory: str = "8g") -> Any:
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def end_session(spark: Any) -> None:
+    """Stop ``spark`` and its JVM, whose heap would otherwise stay with the process (a
+    later :func:`session` then starts a JVM of its own, with its own settings)."""
+    from pyspark import SparkContext
+
+    spark.stop()
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    gateway.shutdown()
+    proc = getattr(gateway, "proc", None)
+    if proc is not None:  # the JVM ends when its stdin closes
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    SparkContext._gateway = SparkContext._jvm = None
 
 
 def _schema() -> Any:

@@ -7,7 +7,11 @@ benchmark that measured a wrong query would fail here.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import textwrap
 import time
 from collections import Counter, defaultdict
 
@@ -17,6 +21,8 @@ import pytest
 from benchmarks import run as bench
 from benchmarks import workloads as wl
 from operators.cht import to_cht
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_points_are_the_same_whole_or_in_chunks():
@@ -242,6 +248,44 @@ def test_nexmark_times_cedar_best_of_its_runs_and_says_how_many():
     assert len(short.rows["Q0"]["inline_runs"]) == 1
     assert "| 1 (first > 0 s) |" in short.table()
     assert nr.fmt_runs([0.5, 0.25, 0.375]) == "best 0.25 s of 0.50, 0.25, 0.38"
+
+
+def test_nexmark_runs_in_a_process_of_its_own_and_sends_back_no_table():
+    """The suite's Nexmark part runs apart (its tables and expected rows leave with its
+    process) and comes back as the same small Suite a run in this process gives."""
+    import pickle
+
+    from benchmarks.nexmark import run as nr
+
+    runs = nr.Runs(1)
+    here = nr.measure(3_000, 500, ["Q1"], ray=False, spark=False, flink=False, runs=runs)
+    apart = nr.measure_apart(3_000, 500, ["Q1"], ray=False, spark=False, flink=False,
+                             runs=runs)
+    assert apart.events == here.events and here.events["Q1"] > 0
+    assert apart.sizes == here.sizes and set(apart.rows["Q1"]) == set(here.rows["Q1"])
+    assert len(pickle.dumps(apart)) < 10_000
+
+
+@pytest.mark.slow
+def test_a_spark_session_ended_takes_its_jvm_and_the_next_has_its_own_settings():
+    """In a process of its own: this session's Spark (one JVM per process) stays whole."""
+    code = textwrap.dedent("""
+        from pyspark import SparkContext
+        from benchmarks import spark_sss as sp
+
+        spark = sp.session("1g")
+        proc = SparkContext._gateway.proc
+        assert spark.range(3).count() == 3
+        sp.end_session(spark)
+        assert proc.poll() is not None and SparkContext._gateway is None
+        spark = sp.session("2g")
+        assert spark.sparkContext.getConf().get("spark.driver.memory") == "2g"
+        sp.end_session(spark)
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert done.stdout.strip().endswith("ok"), done.stderr[-2000:]
 
 
 def test_nexmark_streams_cut_from_one_and_outputs_compared_fast():
