@@ -62,6 +62,13 @@ class Builtin(IncrementalAggregate):
             return list(map(self.result, states))
         return [self.window_result(s, window) for s in states]
 
+    def results_are(self, cls: type) -> bool:
+        """Whether this aggregate's results are ``cls``'s :meth:`result` (neither it nor
+        :meth:`window_result` overridden below ``cls``): a ``window_results`` that reads
+        ``cls``'s states in place may answer for it."""
+        return (type(self).result is cls.result  # type: ignore[attr-defined]
+                and type(self).window_result is IncrementalAggregate.window_result)
+
     def compute(self, values: Iterable[Any]) -> Any:
         """The result from scratch: ``result(add(initial_state(), values))``."""
         return self.result(self.add(self.initial_state(), list(values)))

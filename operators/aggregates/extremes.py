@@ -219,7 +219,7 @@ class Extreme(Builtin):
 
     def window_results(self, states: list[Any], window: Any) -> list[Any]:
         """:meth:`result` of many states, an insert-only one's extreme read in place."""
-        if type(self).result is not Extreme.result:
+        if not self.results_are(Extreme):
             return super().window_results(states, window)
         return [s.key[1] if type(s) is Best and not s.key[0] else self.result(s)
                 for s in states]
@@ -267,7 +267,12 @@ class Extreme(Builtin):
             keys = [(0, v, ties) for v in zip(*(c.tolist() for c in best))]
         else:
             keys = [(0, v, ties[0]) for v in best[0].tolist()]
-        return [Best(k) if s is None else self._merged(s, [k]) for s, k in zip(states, keys)]
+        try:  # the extreme of two keys by one comparison: min/max keep the first of equals
+            if self._largest:
+                return [Best(k) if s is None or k > s.key else s for s, k in zip(states, keys)]
+            return [Best(k) if s is None or k < s.key else s for s, k in zip(states, keys)]
+        except TypeError:  # keys that do not order: _merged names the aggregate
+            return [Best(k) if s is None else self._merged(s, [k]) for s, k in zip(states, keys)]
 
     def _range_extremes(self, cols: tuple[np.ndarray, ...], lo: Sequence[int],
                         hi: Sequence[int]) -> tuple[np.ndarray, ...]:

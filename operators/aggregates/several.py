@@ -81,17 +81,16 @@ class Aggregates(Builtin):
                    bounds: Sequence[int]) -> list[Any] | None:
         if self._columnar is None or not self.column_ready(columns, bounds[-1]):
             return None  # checked first: no part may add when another cannot
-        per_part = [p.add_groups([None if s is None else s[i] for s in states], columns, bounds)
-                    for i, p in enumerate(self._columnar)]
+        per_part = [p.add_groups(mine, columns, bounds)
+                    for p, mine in zip(self._columnar, self._by_part(states))]
         return [list(group) for group in zip(*per_part)]
 
     def add_ranges(self, states: list[Any], columns: Any, n: int, lo: Sequence[int],
                    hi: Sequence[int]) -> list[Any] | None:
         if self._columnar is None or not self.column_ready(columns, n):
             return None  # checked first: no part may add when another cannot
-        per_part = [p.add_ranges([None if s is None else s[i] for s in states],
-                                 columns, n, lo, hi)
-                    for i, p in enumerate(self._columnar)]
+        per_part = [p.add_ranges(mine, columns, n, lo, hi)
+                    for p, mine in zip(self._columnar, self._by_part(states))]
         return [list(group) for group in zip(*per_part)]
 
     def add_insert_only_ranges(self, states: list[Any], columns: Any, n: int,
@@ -99,10 +98,17 @@ class Aggregates(Builtin):
         """:meth:`add_ranges` with each part's ``add_insert_only_ranges`` (where it has one)."""
         if self._columnar is None or not self.column_ready(columns, n):
             return None  # checked first: no part may add when another cannot
-        per_part = [getattr(p, "add_insert_only_ranges", p.add_ranges)(
-                        [None if s is None else s[i] for s in states], columns, n, lo, hi)
-                    for i, p in enumerate(self._columnar)]
+        per_part = [getattr(p, "add_insert_only_ranges", p.add_ranges)(mine, columns, n, lo, hi)
+                    for p, mine in zip(self._columnar, self._by_part(states))]
         return [list(group) for group in zip(*per_part)]
+
+    def _by_part(self, states: list[Any]) -> list[list[Any]]:
+        """Each part's states of ``states`` (a list per group, None: a new group), in one
+        transpose rather than a pass per part."""
+        if not states:
+            return [[] for _ in self.parts]
+        nones = [None] * len(self.parts)
+        return [list(mine) for mine in zip(*[nones if s is None else s for s in states])]
 
 
 def _aggregates(parts: dict[str, Any]) -> Aggregates:

@@ -65,12 +65,7 @@ class Count(Builtin):
         if self.where is None:
             return [(0 if s is None else s) + (b - a)
                     for s, a, b in zip(states, bounds, bounds[1:])]
-        mask = self._mask(columns, bounds[-1])
-        if mask is None:
-            return None
-        sums = np.concatenate(([0], np.cumsum(mask, dtype=np.int64))).tolist()
-        return [(0 if s is None else s) + sums[b] - sums[a]
-                for s, a, b in zip(states, bounds, bounds[1:])]
+        return self.add_ranges(states, columns, bounds[-1], bounds[:-1], bounds[1:])
 
     def add_ranges(self, states: list[Any], columns: Any, n: int, lo: Sequence[int],
                    hi: Sequence[int]) -> list[Any] | None:
@@ -79,8 +74,12 @@ class Count(Builtin):
         mask = self._mask(columns, n)
         if mask is None:
             return None
-        sums = np.concatenate(([0], np.cumsum(mask, dtype=np.int64))).tolist()
-        return [(0 if s is None else s) + sums[b] - sums[a] for s, a, b in zip(states, lo, hi)]
+        prefix = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(mask, dtype=np.int64, out=prefix[1:])
+        # each range's count in numpy: one Python int per range, not one per row
+        counts = (prefix[np.asarray(hi, dtype=np.int64)]
+                  - prefix[np.asarray(lo, dtype=np.int64)]).tolist()
+        return [c if s is None else s + c for s, c in zip(states, counts)]
 
     def remove(self, state: int, values: list[Any]) -> int:
         n = self._n(values)
@@ -93,7 +92,7 @@ class Count(Builtin):
         return state
 
     def window_results(self, states: Sequence[int], window: Window) -> list[int]:
-        if type(self).result is Count.result:
+        if self.results_are(Count):
             return list(states)  # (a state is its result)
         return super().window_results(list(states), window)
 
@@ -199,6 +198,12 @@ class Sum(Builtin):
     def result(self, state: ExactSum | IntTotal) -> Any:
         return state[0] if isinstance(state, tuple) else state.value()
 
+    def window_results(self, states: list[Any], window: Window) -> list[Any]:
+        """:meth:`result` of many states, an int state's total read in place."""
+        if not self.results_are(Sum):
+            return super().window_results(states, window)
+        return [s[0] if type(s) is tuple else s.value() for s in states]
+
 
 class Avg(Sum):
     """The mean of ``field`` over the window's events: the exact sum divided by the count,
@@ -214,6 +219,13 @@ class Avg(Sum):
         if state.n == 0:
             return None
         return state.divided(state.n)
+
+    def window_results(self, states: list[Any], window: Window) -> list[Any]:
+        """:meth:`result` of many states, an int state's mean computed in place."""
+        if not self.results_are(Avg):
+            return super().window_results(states, window)
+        result = self.result
+        return [s[0] / s[1] if type(s) is tuple else result(s) for s in states]
 
 
 class TimeWeightedAverage(Builtin):

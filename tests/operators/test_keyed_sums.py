@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from operators.aggregates import Aggregates, Avg, Count, ExactSum, Max, Sum
+from operators.aggregates import Aggregates, Avg, Count, ExactSum, Max, Min, Sum
 from operators.columns import expand
 from operators.group_apply import GroupApply
 from operators.ingress import AdvanceTime, Ingress
@@ -68,3 +68,29 @@ def test_an_int_state_is_the_exact_one(udm):
     assert repr(udm.result(grown)) == repr(udm.result(udm.add(exact, [{"v": 0.5}])))
     with pytest.raises(ValueError, match="never removes"):
         udm.remove(state, [{"v": 5}])
+
+
+@pytest.mark.parametrize("base", [Count, Sum, Avg, Min, Max], ids=lambda c: c.__name__)
+def test_window_results_read_in_place_only_what_a_subclass_left_alone(base):
+    """Count, Sum, Avg, Min and Max answer ``window_results`` from their states in place,
+    unless a subclass overrides ``result`` or ``window_result``: its answer then holds."""
+    from operators.udm import Window
+
+    class Doubled(base):
+        def result(self, state):
+            return 2 * super().result(state)
+
+    class Windowed(base):
+        def window_result(self, state, window):
+            return (window.end, super().window_result(state, window))
+
+    window = Window(0, 10)
+    columns = {"v": np.array([3, 5, 4, 9])}
+    for cls in (base, Doubled, Windowed):
+        udm = cls() if base is Count else cls("v")
+        states = udm.add_insert_only_ranges([None, None], columns, 4, [0, 2], [2, 4])
+        states = udm.add_insert_only_ranges(states, columns, 4, [3, 0], [4, 1])
+        want = [udm.window_result(s, window) for s in states]
+        assert udm.window_results(states, window) == want
+        assert Aggregates(a=udm).window_results([[s] for s in states], window) == [
+            {"a": w} for w in want]
