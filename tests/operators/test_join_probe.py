@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.join import ColumnState
-from operators.two_input_columns import ColumnEvents, overlapping_pairs
+from operators.two_input_columns import ColumnEvents, by_key_and_start, overlapping_pairs
 from tests.kit import PROPERTY
 
 
@@ -124,3 +124,32 @@ def test_pairs_are_written_after_the_ones_held_not_copied_with_them():
                     np.ones(1, np.int64), {"v": np.array([9.0])})
     assert state.pid.tolist() == [1, 3, 4, 5, 6] and state.lseq.tolist() == [1, 3, 4, 5, 1]
     assert state.payload["v"].tolist() == [1.5, 4.5, 6.0, 7.5, 9.0]
+
+
+@PROPERTY
+@given(seed=st.integers(0, 2**32 - 1), steps=st.lists(st.sampled_from(
+    ["append", "keep", "index"]), min_size=1, max_size=12), codes=st.integers(1, 40))
+def test_an_index_kept_through_appends_and_frees_is_the_index_sorted_again(seed, steps, codes):
+    """Once a side is indexed by (key, start), new events are merged into the index and freed
+    ones taken out of it: at every step it is what sorting every live event again gives."""
+    rng = np.random.default_rng(seed)
+    side = _side(rng, int(rng.integers(0, 50)), codes)
+    side.by_key_and_start()
+    seq = len(side)
+    for step in steps:
+        if step == "append":
+            m = int(rng.integers(1, 30))
+            start = rng.integers(-20, 80, m)  # ties and starts before the held ones
+            assert side.append(np.arange(seq, seq + m), rng.integers(0, codes, m), start,
+                               start + rng.integers(1, 20, m), np.arange(seq, seq + m),
+                               np.arange(m) * 3)
+            seq += m
+        elif step == "keep" and len(side):
+            side.keep(rng.random(len(side)) < 0.7)
+        else:
+            side.by_key_and_start()
+        side.check()
+        if side._order is not None:
+            want = by_key_and_start(side.code, side.start, side.end)
+            for got, expected in zip(side._order, want):
+                assert got.tolist() == expected.tolist()
