@@ -371,7 +371,8 @@ def _datetime_states(us: np.ndarray) -> list[bytes]:
 def remember_arrow(column: np.ndarray, arrow: Any) -> None:
     """Make the object column ``column`` read-only and remember that the Arrow string array
     ``arrow`` holds its values (a reader that made it from ``arrow``): :func:`portable_column`
-    then sends ``arrow`` instead of encoding the values again."""
+    then sends ``arrow`` instead of encoding the values again. ``arrow`` may be a function
+    that makes that array (or None when it cannot), called once, when it is first asked for."""
     _remember(column, arrow)
 
 
@@ -406,6 +407,12 @@ def _known_arrow(column: np.ndarray) -> Any:
     if entry is None or entry[0]() is not base or base.flags.writeable \
             or not isinstance(base, np.ndarray) or base.ndim != 1:
         return None
+    if callable(entry[1]):  # made when first asked for (remember_arrow)
+        made = entry[1]()
+        if made is None:
+            _ARROW_OF.pop(id(base), None)
+            return None
+        entry = _ARROW_OF[id(base)] = (entry[0], made)
     if column is base:
         return entry[1]
     step = column.strides[0] if column.ndim == 1 else 0

@@ -35,12 +35,13 @@ values among a million bids.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from .columns import arrow_column, one_row, row_at
+from .columns import arrow_column, known_arrow, one_row, remember_arrow, row_at
 
 __all__ = ["Vectorized", "per_value"]
 
@@ -136,9 +137,48 @@ def per_value(fn: Callable[[Any], Any], column: np.ndarray) -> np.ndarray:
     >>> per_value(lambda h: "day" if 8 <= h <= 18 else "night", np.array([3, 9, 3]))
     array(['night', 'day', 'night'], dtype=object)
     """
-    distinct, index = _distinct(np.asarray(column))
+    distinct, index = _distinct_once(np.asarray(column))
     results = [fn(v) for v in distinct]
-    return _as_column(results)[index] if len(results) else _as_column([])
+    if not results:
+        return _as_column([])
+    out = _as_column(results)[index]
+    if out.dtype == object and len(out) >= _ARROW_ROWS:  # strings cross to Ray as Arrow:
+        remember_arrow(out, lambda: _strings_taken(results, index))  # from the few results
+    return out
+
+
+#: A string result column at least this long remembers how to make its Arrow array.
+_ARROW_ROWS = 256
+
+
+def _strings_taken(results: list[Any], index: np.ndarray) -> Any:
+    """The Arrow string array of ``results[index]`` (taken in Arrow from the distinct
+    results, not built from a Python string per row), or None when the results are not all
+    strings (or None)."""
+    import pyarrow as pa
+
+    try:
+        words = pa.array(results)
+    except (pa.ArrowException, ValueError, TypeError, OverflowError):
+        return None
+    return words.take(index) if type(words) is pa.StringArray else None
+
+
+#: The read-only column :func:`per_value` last grouped, and its groups (Q22 asks three
+#: functions of one url column in a row: grouped once, not three times).
+_LAST: list[Any] = [None, None]
+
+
+def _distinct_once(column: np.ndarray) -> tuple[list[Any], np.ndarray]:
+    """:func:`_distinct` of ``column``, remembered for the next call on the same read-only
+    column (a source's, which nothing changes)."""
+    seen, groups = _LAST
+    if seen is not None and seen() is column:
+        return groups
+    groups = _distinct(column)
+    if not column.flags.writeable:
+        _LAST[:] = [weakref.ref(column), groups]
+    return groups
 
 
 def _distinct(column: np.ndarray) -> tuple[list[Any], np.ndarray]:
@@ -154,9 +194,11 @@ def _distinct(column: np.ndarray) -> tuple[list[Any], np.ndarray]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    try:
-        encoded = pc.dictionary_encode(pa.array(column, from_pandas=False),
-                                       null_encoding="encode")
+    try:  # (a column read from Arrow, or a string result, has its Arrow array at hand)
+        known = known_arrow(column)
+        encoded = pc.dictionary_encode(
+            pa.array(column, from_pandas=False) if known is None else known,
+            null_encoding="encode")
     except (pa.ArrowException, ValueError, TypeError, OverflowError):
         encoded = None  # mixed types: group them in Python
     if isinstance(encoded, pa.DictionaryArray) and type(encoded.dictionary) is pa.StringArray:

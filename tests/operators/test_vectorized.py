@@ -186,3 +186,31 @@ def test_vectorised_query_gives_the_per_payload_querys_cht(runtime):
 def test_vectorized_wraps_only_functions():
     with pytest.raises(TypeError, match="give a function of the payload columns"):
         Vectorized(3)  # type: ignore[arg-type]
+
+
+def test_per_value_strings_cross_as_arrow_taken_from_their_few_results():
+    """A string result column remembers how to make its Arrow array from the distinct results
+    (what the wire sends); a result that is not all strings remembers nothing usable."""
+    import pyarrow as pa
+
+    from operators.columns import portable_column, restored_column
+
+    urls = restored_column(pa.array([f"/a/{i % 7}/x" for i in range(1000)]))
+    dirs = per_value(lambda u: u.split("/")[2], urls)
+    wire = portable_column(dirs)
+    assert isinstance(wire, pa.StringArray) and wire.to_pylist() == dirs.tolist()
+    assert dirs.tolist()[:3] == ["0", "1", "2"]
+    mixed = per_value(lambda u: None if u.endswith("3/x") else u, urls)
+    again = portable_column(mixed)
+    assert list(again.to_pylist() if isinstance(again, pa.Array) else again) == mixed.tolist()
+    odd = per_value(lambda u: b"x" if u.endswith("3/x") else u, urls)
+    assert portable_column(odd) is odd  # bytes among strings: sent as the objects
+
+
+def test_per_value_groups_a_changed_column_again():
+    """The groups of a read-only column are reused by the next call on it; a writeable
+    column, which may change between calls, is grouped every time."""
+    column = np.array(["a", "b", "a"] * 100, dtype=object)
+    assert per_value(str.upper, column).tolist()[:3] == ["A", "B", "A"]
+    column[0] = "c"
+    assert per_value(str.upper, column).tolist()[:3] == ["C", "B", "A"]
