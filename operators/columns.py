@@ -147,10 +147,11 @@ class Columns:
                              self.payload_at(i)))
 
     def take(self, index: np.ndarray | slice) -> Columns:
-        """The events selected by a boolean mask or an index array, in order."""
+        """The events selected by a boolean mask or an index array, in order (a string
+        column that remembers its Arrow array remembers how to take from it too)."""
         return Columns(self._ids[index], self.starts[index],
                        None if self._ends is None else self._ends[index],
-                       map_columns(self.payload, lambda c: c[index]))
+                       map_columns(self.payload, lambda c: taken(c, index)))
 
     def with_payload(self, payload: Any) -> Columns:
         """The same events with other payload columns."""
@@ -380,6 +381,25 @@ def _remember(column: np.ndarray, arrow: Any) -> None:
     column.flags.writeable = False
     key = id(column)
     _ARROW_OF[key] = (weakref.ref(column, lambda _: _ARROW_OF.pop(key, None)), arrow)
+
+
+def taken(column: np.ndarray, index: np.ndarray | slice) -> np.ndarray:
+    """``column[index]``; rows taken by a mask or an index array from a string column whose
+    Arrow array is known remember how to take them from it (made only if asked for:
+    :func:`portable_column`, :func:`~operators.vectorized.per_value`)."""
+    out = column[index]
+    if (column.dtype == object and isinstance(index, np.ndarray)
+            and len(out) >= _ARROW_MIN_ROWS and _known_arrow(column) is not None):
+        rows = np.flatnonzero(index) if index.dtype == bool else index
+        parent = weakref.ref(column)  # (what outlives its batch keeps no Arrow of it alive)
+
+        def take() -> Any:
+            alive = parent()
+            known = None if alive is None else _known_arrow(alive)
+            return None if known is None else known.take(rows)
+
+        _remember(out, take)
+    return out
 
 
 def _concatenated(parts: list[np.ndarray]) -> np.ndarray:

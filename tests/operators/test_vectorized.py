@@ -214,3 +214,21 @@ def test_per_value_groups_a_changed_column_again():
     assert per_value(str.upper, column).tolist()[:3] == ["A", "B", "A"]
     column[0] = "c"
     assert per_value(str.upper, column).tolist()[:3] == ["C", "B", "A"]
+
+
+def test_rows_taken_from_a_string_column_read_from_arrow_cross_as_arrow():
+    """A filter's rows of a string column read from Arrow are sent as Arrow taken from it
+    while that column lives, and as their values once it is gone."""
+    import gc
+
+    from operators.columns import portable_column, restored_column
+
+    source = restored_column(pa.array([f"u{i % 5}" for i in range(2000)]))
+    batch = Columns(np.arange(2000), np.arange(2000), None, {"u": source})
+    kept = batch.take(np.arange(2000) % 3 == 0).payload["u"]
+    assert isinstance(portable_column(kept), pa.StringArray)
+    assert portable_column(kept).to_pylist() == kept.tolist()
+    later = batch.take(np.arange(2000)[::-2]).payload["u"]
+    del batch, source
+    gc.collect()
+    assert portable_column(later).to_pylist() == later.tolist()  # made from the values
