@@ -62,9 +62,6 @@ class Count(Builtin):
 
     def add_groups(self, states: list[Any], columns: Any,
                    bounds: Sequence[int]) -> list[Any] | None:
-        if self.where is None:
-            return [(0 if s is None else s) + (b - a)
-                    for s, a, b in zip(states, bounds, bounds[1:])]
         return self.add_ranges(states, columns, bounds[-1], bounds[:-1], bounds[1:])
 
     def add_ranges(self, states: list[Any], columns: Any, n: int, lo: Sequence[int],
