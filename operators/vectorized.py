@@ -142,13 +142,9 @@ def per_value(fn: Callable[[Any], Any], column: np.ndarray) -> np.ndarray:
     if not results:
         return _as_column([])
     out = _as_column(results)[index]
-    if out.dtype == object and len(out) >= _ARROW_ROWS:  # strings cross to Ray as Arrow:
-        remember_arrow(out, lambda: _strings_taken(results, index))  # from the few results
+    if out.dtype == object:  # strings cross to Ray as Arrow, taken from the few results
+        remember_arrow(out, lambda: _strings_taken(results, index))
     return out
-
-
-#: A string result column at least this long remembers how to make its Arrow array.
-_ARROW_ROWS = 256
 
 
 def _strings_taken(results: list[Any], index: np.ndarray) -> Any:

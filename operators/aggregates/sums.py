@@ -71,11 +71,7 @@ class Count(Builtin):
         mask = self._mask(columns, n)
         if mask is None:
             return None
-        prefix = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(mask, dtype=np.int64, out=prefix[1:])
-        # each range's count in numpy: one Python int per range, not one per row
-        counts = (prefix[np.asarray(hi, dtype=np.int64)]
-                  - prefix[np.asarray(lo, dtype=np.int64)]).tolist()
+        counts, _ = int_range_totals(mask, lo, hi)  # (one Python int per range, not per row)
         return [c if s is None else s + c for s, c in zip(states, counts)]
 
     def remove(self, state: int, values: list[Any]) -> int:
