@@ -21,7 +21,7 @@ from operators.cht import to_cht
 from operators.expr import col
 from operators.ingress import AdvanceTime
 from tests.kit import PROPERTY
-from topology import Stream
+from topology import Stream, per_value
 from topology.planning.pruning import function_reads, project_batch, source_columns
 
 
@@ -56,6 +56,27 @@ def guarded(p: dict[str, Any]) -> Any:  # reads "note" only when the division fa
         return p["k"] // p["v"]
     except ZeroDivisionError:
         return p["note"]
+
+
+def note_sizes(b: dict[str, Any]) -> Any:  # a batch function: its code names what it reads
+    return {"k": b["k"], "n": per_value(len, b["note"]) + (b["v"] if len(b["k"]) > 2 else 0)}
+
+
+def small_w(b: dict[str, Any]) -> Any:
+    return b["w"] < 1
+
+
+def passes_the_batch(b: dict[str, Any]) -> Any:  # hands its argument on: reads any column
+    return note_sizes(b)
+
+
+def reads_by_name(b: dict[str, Any]) -> Any:  # the name is not a constant: any column
+    name = "note"
+    return {"n": b[name]}
+
+
+def reads_in_an_inner_function(b: dict[str, Any]) -> Any:
+    return {"n": per_value(lambda v: v + b["note"][0], b["k"])}
 
 
 def reads_and_drops(p: dict[str, Any]) -> Any:  # reads "note" (fails without it), drops it
@@ -94,6 +115,16 @@ PIPELINES: dict[str, tuple[Callable[[Stream], Stream], frozenset[str] | None]] =
     "try in a udf": (lambda s: s.select(guarded).tumbling_window(10).aggregate(Count()), None),
     "read dropped": (lambda s: s.select(reads_and_drops).tumbling_window(10)
                      .aggregate(Count()), frozenset({"k", "note", "t"})),
+    "vectorized": (lambda s: s.where(small_w, vectorized=True)
+                   .select(note_sizes, vectorized=True).tumbling_window(10).aggregate(Sum("n")),
+                   frozenset({"k", "note", "v", "w", "t"})),
+    "vectorized, the batch passed on": (lambda s: s.select(passes_the_batch, vectorized=True)
+                                        .tumbling_window(10).aggregate(Sum("n")), None),
+    "vectorized, a name not constant": (lambda s: s.select(reads_by_name, vectorized=True)
+                                        .tumbling_window(10).aggregate(Count()), None),
+    "vectorized, an inner function": (lambda s: s.select(reads_in_an_inner_function,
+                                                         vectorized=True)
+                                      .tumbling_window(10).aggregate(Count()), None),
     "window of payloads": (lambda s: s.tumbling_window(10).aggregate(lambda ps: len(ps)),
                            None),
 }
@@ -159,7 +190,8 @@ def test_a_udf_that_reads_a_column_the_tracer_cannot_see_gets_it() -> None:
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("name", ["group count", "where select", "union", "untraceable udf"])
+@pytest.mark.parametrize("name", ["group count", "where select", "union", "untraceable udf",
+                                  "vectorized"])
 def test_pruned_on_ray_is_the_unpruned_inline(name: str, ray_session: Any) -> None:
     rng = np.random.default_rng(7)
     rows = [(int(t), int(rng.integers(0, 4)), int(rng.integers(0, 7)), 0.75, "n")

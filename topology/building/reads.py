@@ -8,6 +8,7 @@ output to the sources. This module knows functions and aggregates, not node type
 
 from __future__ import annotations
 
+import dis
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -86,7 +87,9 @@ def function_reads(fn: Any) -> Reads:
     field = getattr(fn, "field", None)  # operators.udm.field_getter of a name
     if isinstance(field, str):
         return frozenset((field,))
-    if not callable(fn) or getattr(fn, "batchwise", False):
+    if getattr(fn, "batchwise", False):
+        return batch_reads(getattr(fn, "fn", None))
+    if not callable(fn):
         return None
     if getattr(fn, "__code__", None) is None:
         return None  # not plain Python: what it reads is not to be seen
@@ -103,6 +106,44 @@ def function_reads(fn: Any) -> Reads:
     except Exception:  # noqa: BLE001 - traced once already: any surprise reads everything
         return None
     return _names([*keys, *recorder.seen])
+
+
+#: Names with which a function could reach its argument other than by name (a read of its
+#: frame's variables).
+_FRAME_READS = frozenset({"locals", "vars", "eval", "exec", "_getframe", "currentframe"})
+
+
+def batch_reads(fn: Any) -> Reads:
+    """The payload columns a function of a whole batch (``select``/``where`` with
+    ``vectorized=True``) reads, or None when it may read any. Such a function is not traced
+    (it gets arrays, not a stand-in payload), so its code says it: when its argument is used
+    only as ``b["name"]`` with constant names -- never passed on, iterated, stored, or
+    captured by an inner function -- those names are all it can read, on every branch.
+
+    >>> sorted(batch_reads(lambda b: {"k": b["k"], "n": b["v"] * 2 if b["f"] else 0}))
+    ['f', 'k', 'v']
+    >>> batch_reads(lambda b: helper(b)), batch_reads(lambda b: b.get("k"))
+    (None, None)
+    """
+    code = getattr(fn, "__code__", None)
+    if code is None or code.co_argcount < 1 or not _FRAME_READS.isdisjoint(code.co_names):
+        return None
+    arg = code.co_varnames[0]
+    if arg in code.co_cellvars:
+        return None  # (an inner function reads it)
+    ops = list(dis.get_instructions(code))
+    names: list[Any] = []
+    for i, op in enumerate(ops):
+        if "FAST" not in op.opname or arg not in (
+                op.argval if isinstance(op.argval, tuple) else (op.argval,)):
+            continue
+        key, subscript = ops[i + 1:i + 3] if i + 3 <= len(ops) else (None, None)
+        if (op.opname not in ("LOAD_FAST", "LOAD_FAST_BORROW") or key is None
+                or subscript is None or key.opname != "LOAD_CONST"
+                or not (subscript.opname == "BINARY_SUBSCR" or subscript.argrepr == "[]")):
+            return None
+        names.append(key.argval)
+    return _names(names)
 
 
 def pair_reads(fn: Any, side: int) -> Reads:
