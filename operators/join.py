@@ -162,6 +162,8 @@ class ColumnState:
 
     @staticmethod
     def _freed(side: ColumnEvents, limit: int, now: bool) -> np.ndarray:
+        if side.least_end() >= limit:
+            return _EMPTY  # (no event has ended)
         mask = side.end >= limit
         dead = len(mask) - int(np.count_nonzero(mask))
         if dead and not now and dead < SLACK * len(mask):

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from .columns import FreshIds, map_columns
+from .events import MAX_TIME
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -218,8 +219,8 @@ class ColumnEvents:
     hundreds of thousands); a view handed out earlier keeps its rows (nothing is written over
     them; :meth:`keep` makes new arrays)."""
 
-    __slots__ = ("_bufs", "_ids", "_order", "code", "end", "fresh", "idset", "payload", "seq",
-                 "start")
+    __slots__ = ("_bufs", "_ids", "_least_end", "_order", "code", "end", "fresh", "idset",
+                 "payload", "seq", "start")
 
     def __init__(self) -> None:
         self.seq, self.code, self.start, self.end = _EMPTY, _EMPTY, _EMPTY, _EMPTY
@@ -231,6 +232,8 @@ class ColumnEvents:
         self._order: tuple[np.ndarray, ...] | None = None
         #: the buffers behind seq, code, start, end, ids and the payload columns
         self._bufs: list[np.ndarray] | None = None
+        #: the smallest end held, kept through appends (None: not known)
+        self._least_end: int | None = None
 
     def __len__(self) -> int:
         return len(self.seq)
@@ -277,6 +280,9 @@ class ColumnEvents:
             bufs = [np.zeros(0, dtype=m.dtype) for m in mores]
         bufs = [put_rows(b, n, m) for b, m in zip(bufs, mores)]
         self._view(bufs, n + len(ids), form)
+        least = getattr(self, "_least_end", None) if n else MAX_TIME  # (None: not known)
+        if least is not None:
+            self._least_end = min(least, int(mores[3].min()))
         if self._order is not None and n:  # the index kept: the new events merged into it
             self._order = merged_index(self._order, n, *mores[1:4])
         else:
@@ -321,6 +327,7 @@ class ColumnEvents:
         if mask.all():
             return _EMPTY
         freed = self.seq[~mask]
+        self._least_end = None
         if self.fresh is None:  # (numbers are in no set)
             self.idset.difference_update(self._ids[~mask].tolist())
         self.seq, self.code = self.seq[mask], self.code[mask]
@@ -334,6 +341,15 @@ class ColumnEvents:
             position = np.cumsum(mask) - 1  # old position -> new position
             self._order = (position[order[kept]], code[kept], start[kept], end[kept])
         return freed
+
+    def least_end(self) -> int:
+        """The smallest end held (``MAX_TIME`` when empty): whether any event ended before a
+        time is known without a pass over a side that only grows (bids stretched to 100
+        years: a pass at every CTI was 15 % of Nexmark Q4's join)."""
+        least = getattr(self, "_least_end", None)  # (a state saved before it was kept)
+        if least is None:
+            least = self._least_end = int(self.end.min()) if len(self.end) else MAX_TIME
+        return least
 
     def by_key_and_start(self) -> tuple[np.ndarray, ...]:
         """``(order, code, start, end)``: the events' positions sorted by (code, start) and

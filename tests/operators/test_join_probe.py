@@ -10,6 +10,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
+from operators.events import MAX_TIME
 from operators.join import ColumnState
 from operators.two_input_columns import ColumnEvents, by_key_and_start, overlapping_pairs
 from tests.kit import PROPERTY
@@ -131,7 +132,8 @@ def test_pairs_are_written_after_the_ones_held_not_copied_with_them():
     ["append", "keep", "index"]), min_size=1, max_size=12), codes=st.integers(1, 40))
 def test_an_index_kept_through_appends_and_frees_is_the_index_sorted_again(seed, steps, codes):
     """Once a side is indexed by (key, start), new events are merged into the index and freed
-    ones taken out of it: at every step it is what sorting every live event again gives."""
+    ones taken out of it: at every step it is what sorting every live event again gives. Its
+    smallest end, kept through the same steps, is the smallest end held."""
     rng = np.random.default_rng(seed)
     side = _side(rng, int(rng.integers(0, 50)), codes)
     side.by_key_and_start()
@@ -149,6 +151,7 @@ def test_an_index_kept_through_appends_and_frees_is_the_index_sorted_again(seed,
         else:
             side.by_key_and_start()
         side.check()
+        assert side.least_end() == (int(side.end.min()) if len(side) else MAX_TIME)
         if side._order is not None:
             want = by_key_and_start(side.code, side.start, side.end)
             for got, expected in zip(side._order, want):
