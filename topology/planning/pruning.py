@@ -8,6 +8,9 @@ after it provably reads only some of its columns. What a step reads it says when
   that :func:`operators.expr.trace` follows (field reads, arithmetic, comparisons: the
   functions that run column-wise) and that handles no exception of its own (a ``try`` could
   read another field when one fails);
+* its function takes whole batches (``vectorized=True``) and its code uses the batch only as
+  ``b["name"]`` with constant names: never passes it on, iterates it or lets an inner
+  function capture it (:func:`~topology.building.reads.batch_reads`);
 * its aggregate is one of cedar's that reads a field: ``Count()`` (nothing, or its
   ``where``), ``Sum``/``Avg``/``Min``/``Max``/``CountDistinct``/``TimeWeightedAverage`` of a
   field, ``Aggregates`` of those.
