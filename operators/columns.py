@@ -38,7 +38,8 @@ from .expr import evaluate, trace
 
 __all__ = ["Columns", "FreshIds", "apply_columns", "arrow_column", "compact_arrow", "concat",
            "count_events", "expand", "known_arrow", "map_columns", "one_row", "payload_list",
-           "portable_column", "remember_arrow", "restored_column", "row_at", "string_values",
+           "portable_column", "remember_arrow", "restored_column", "row_at", "rows_as_columns",
+           "string_values",
            "timestamp_values"]
 
 _new = tuple.__new__
@@ -477,6 +478,39 @@ def one_row(payload: Any) -> Any:
     if type(payload) is tuple:
         return tuple(_one(v) for v in payload)
     return _one(payload)
+
+
+def rows_as_columns(payloads: list[Any]) -> Any:
+    """Payloads (at least one) as payload columns, ``payload_list`` of which gives them back
+    equal and of the same types: row dicts with the same fields as a dict of columns, tuples
+    of one length as a tuple of columns, anything else as one column; ints (within int64),
+    floats and bools in numpy arrays of their type, any other value in an object array.
+
+    >>> rows_as_columns([(1, "a"), (2, (3, 4))])
+    (array([1, 2]), array(['a', (3, 4)], dtype=object))
+    >>> rows_as_columns([{"k": 1}, {"k": 2.5}])
+    {'k': array([1, 2.5], dtype=object)}
+    """
+    first = payloads[0]
+    if type(first) is dict:
+        keys = list(first)
+        if all(type(p) is dict and list(p) == keys for p in payloads):
+            return {k: _values_column([p[k] for p in payloads]) for k in keys}
+    elif type(first) is tuple and all(type(p) is tuple and len(p) == len(first)
+                                      for p in payloads):
+        return tuple(_values_column([p[i] for p in payloads]) for i in range(len(first)))
+    return _values_column(payloads)
+
+
+def _values_column(values: list[Any]) -> np.ndarray:
+    kinds = set(map(type, values))
+    if len(kinds) == 1 and kinds <= {bool, float, int}:
+        try:
+            return np.array(values, dtype={bool: np.bool_, float: np.float64,
+                                           int: np.int64}[kinds.pop()])
+        except OverflowError:
+            pass
+    return np.fromiter(values, dtype=object, count=len(values))  # (tuples stay values)
 
 
 def _one(value: Any) -> np.ndarray:

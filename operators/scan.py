@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from .columns import Columns, apply_columns, concat
+from .columns import Columns, apply_columns, concat, rows_as_columns
 from .events import FreshId, Insert, Message, Retract
 from .processor import Processor
 from .udm import UDM, StreamOperator, resolve
@@ -462,36 +462,15 @@ def as_stream_operator(step: Any, initial: Any = None,
 
 
 def columns_of(payloads: list[Any], name: str) -> Any:
-    """Payloads as payload columns (a dict of arrays for row dicts with the same fields, a
-    tuple of arrays for tuples of one length, else one array), each value kept as it is
-    (:func:`operators.columns.one_row`'s types: ints, floats and bools in numpy arrays of their
-    type, anything else in an object array)."""
-    first = payloads[0]
-    if type(first) is dict:
-        keys = list(first)
-        if all(type(p) is dict and list(p) == keys for p in payloads):
-            return {k: _column([p[k] for p in payloads]) for k in keys}
-    elif type(first) is tuple and all(type(p) is tuple and len(p) == len(first)
-                                      for p in payloads):
-        return tuple(_column([p[i] for p in payloads]) for i in range(len(first)))
-    if any(type(p) in (dict, tuple) for p in payloads):
+    """Payloads as payload columns (:func:`~operators.columns.rows_as_columns`): a dict of
+    arrays for row dicts with the same fields, a tuple of arrays for tuples of one length,
+    else one array; a ColumnScan's input may not mix those forms."""
+    cols = rows_as_columns(payloads)
+    if not isinstance(cols, (dict, tuple)) and any(type(p) in (dict, tuple) for p in payloads):
         raise TypeError(f"scan: {name} is a ColumnScan, whose events must share one payload "
                         f"form (row dicts with the same fields, tuples of one length, or "
                         f"scalars); its input mixes them")
-    return _column(payloads)
-
-
-def _column(values: list[Any]) -> np.ndarray:
-    kinds = set(map(type, values))
-    if len(kinds) == 1 and kinds <= {bool, float, int}:
-        try:
-            return np.array(values, dtype={bool: np.bool_, float: np.float64,
-                                           int: np.int64}[kinds.pop()])
-        except OverflowError:
-            pass
-    out = np.empty(len(values), dtype=object)
-    out[:] = values
-    return out
+    return cols
 
 
 def _sort_codes(keys: Any, starts: np.ndarray) -> list[np.ndarray] | None:

@@ -88,7 +88,7 @@ from ..udm import (
 from .evaluate import Ids, WindowUdm
 from .index import Grid
 from .keyed_column_path import KeyedColumnPath
-from .keyed_columns import SAFE, merged_batch, retraction_error
+from .keyed_columns import SAFE, inserts_as_columns, merged_batch, retraction_error
 from .keyed_output import KeyedWindowOutput
 from .keyed_state import EVERY_KEY
 from .spec import DEFAULT_POLICY, HoppingWindow, PolicyArg
@@ -206,9 +206,12 @@ class KeyedWindowAggregate(KeyedColumnPath, KeyedWindowOutput):
         """A batch of Columns, CTIs and KeyCtis is added all at once, then its CTIs close
         windows: an event after a CTI (or its key's CTI) starts at or after it, so it never
         falls in a window that CTI closes, and grouping once per batch costs one UDM call per
-        group instead of one per group and CTI. Anything else takes the message-by-message
-        path."""
+        group instead of one per group and CTI. For a built-in aggregate, runs of inserts are
+        taken as column batches first (:func:`~.keyed_columns.inserts_as_columns`). Anything
+        else takes the message-by-message path."""
         msgs = batch if isinstance(batch, list) else list(batch)
+        if self.add_ranges is not None:  # a built-in: runs of rows added column-wise
+            msgs = inserts_as_columns(msgs, self.in_cti) or msgs
         merged = merged_batch(msgs, self.in_cti, key_ctis=True)
         return super().process(msgs if merged is None else merged, port)
 

@@ -13,14 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from ..columns import Columns, concat
-from ..events import Cti, KeyCtis, Message
+from ..columns import Columns, concat, rows_as_columns
+from ..events import Cti, Insert, KeyCtis, Message
 from ..group_apply import group_key
 from .index import Grid
 
 __all__ = [
     "SAFE",
     "group_order",
+    "inserts_as_columns",
     "merged_batch",
     "named_codes",
     "number_column",
@@ -259,6 +260,50 @@ def retraction_error(msg: Any, operator: str) -> ValueError:
     return ValueError(
         f"a retraction ({msg!r}) reached the {operator}, which takes only inserts; the planner "
         f"chose it for a source that never retracts, so this is a bug: report it")
+
+
+#: A run of at least this many inserts in a batch goes to the column path as one batch
+#: (:func:`inserts_as_columns`).
+RUN_AS_COLUMNS = 32
+
+
+def inserts_as_columns(msgs: list[Message], cti: int) -> list[Message] | None:
+    """``msgs`` with each run of :data:`RUN_AS_COLUMNS` or more consecutive inserts that
+    start at or after the CTIs before them (``cti``: the input CTI so far) as one
+    :class:`~operators.columns.Columns` of the same events, in order; None when there is no
+    such run. An operator's rows from a step that works per event (a select the tracer cannot
+    follow: Nexmark Q4's winning bids) then take its column path, one UDM call per group and
+    batch instead of one per event. A run with an event behind a CTI stays as it is, so that
+    the per-event path names that event."""
+    out: list[Message] = []
+    run: list[Insert] = []
+    changed = False
+
+    def flush() -> None:
+        nonlocal changed
+        if len(run) >= RUN_AS_COLUMNS and min(m[1] for m in run) >= cti:
+            ids, starts, ends, payloads = zip(*run)
+            start = np.fromiter(starts, dtype=np.int64, count=len(run))
+            end = np.fromiter(ends, dtype=np.int64, count=len(run))
+            column = np.fromiter(ids, dtype=object, count=len(run))
+            out.append(Columns(column, start, None if (end - start == 1).all() else end,
+                               rows_as_columns(list(payloads))))  # type: ignore[arg-type]
+            changed = True
+        else:
+            out.extend(run)
+        run.clear()
+
+    for msg in msgs:
+        kind = type(msg)
+        if kind is Insert:
+            run.append(msg)  # type: ignore[arg-type]
+            continue
+        flush()
+        if kind is Cti:
+            cti = max(cti, msg.time)  # type: ignore[union-attr]
+        out.append(msg)
+    flush()
+    return out if changed else None
 
 
 def merged_batch(msgs: list[Message], cti: int, key_ctis: bool = False

@@ -122,8 +122,9 @@ def test_keyed_window_equals_group_apply_of_the_window(batches, size, hop, align
     if udm != "first3":
         assert_equivalent(expected, reference_per_key(events, KEYS[key], spec, UDMS[udm],
                                                       output))
-    # column batches, events one by one, and column batches several at a time (merged)
-    for feed, size in ((stream, 1), (events, 1), (stream, 4)):
+    # column batches, events one by one, column batches several at a time (merged), and
+    # events many at a time (runs of inserts taken as column batches: inserts_as_columns)
+    for feed, size in ((stream, 1), (events, 1), (stream, 4), (events, 97)):
         out = run_keyed(fast, feed, size, restore)
         if emit == "final":
             assert not any(type(m) is Retract for m in out)
