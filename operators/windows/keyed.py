@@ -91,6 +91,7 @@ from .keyed_column_path import KeyedColumnPath
 from .keyed_columns import SAFE, inserts_as_columns, merged_batch, retraction_error
 from .keyed_output import KeyedWindowOutput
 from .keyed_state import EVERY_KEY
+from .keyed_table import TablePlan
 from .spec import DEFAULT_POLICY, HoppingWindow, PolicyArg
 
 __all__ = ["KeyedWindowAggregate", "supports"]
@@ -185,16 +186,23 @@ class KeyedWindowAggregate(KeyedColumnPath, KeyedWindowOutput):
         self.add_ranges = (getattr(self.udm, "add_insert_only_ranges", self.udm.add_ranges)
                            if self.incremental and isinstance(self.udm, ColumnAggregate)
                            else None)
+        #: a built-in of number parts: its states per window kept column-wise
+        #: (:mod:`~operators.windows.keyed_table`)
+        self.table_plan = TablePlan.of(self.udm) if self.add_ranges is not None else None
         #: how results become rows
         self.output = resolved.output
-        #: window number -> key -> UDM state (incremental) or its events (:class:`_Members`)
-        self.open: dict[int, dict[Hashable, Any]] = {}
+        #: window number -> key -> UDM state (incremental) or its events (:class:`_Members`),
+        #: or the window's KeyTable (:attr:`table_plan`)
+        self.open: dict[int, Any] = {}
         self.ids = Ids(self.name)
         #: speculative: window number -> key -> (id, payload) of the row sent for it (a UDO:
         #: the list of its rows' (id, payload))
         self.sent: dict[int, dict[Hashable, Any]] = {}
         #: speculative: the (window number, key) groups this batch changed
         self.touched: set[tuple[int, Hashable]] = set()
+        #: speculative: the keys of a window a column batch changed, as ``(n, [key, ...])``
+        #: (no tuple per group; a key may be in several)
+        self.touched_runs: list[tuple[int, list[Hashable]]] = []
         #: intervals: the last input CTI, and per key the latest start + 1 where it is later;
         #: a key's windows are produced once they start before its frontier, the larger of
         #: the two (what the general operator of each group does)
@@ -271,7 +279,7 @@ class KeyedWindowAggregate(KeyedColumnPath, KeyedWindowOutput):
             at = bisect_left(times, end_of(n))
             if at == len(times):
                 break  # (no key's CTI reaches this window's end, nor a later one's)
-            by_key = open_[n]
+            by_key = self._plain(n) or {}
             done = {k: by_key.pop(k) for k, _ in islice(moved, at, None) if k in by_key}
             if not by_key:
                 del open_[n]
@@ -297,6 +305,8 @@ class KeyedWindowAggregate(KeyedColumnPath, KeyedWindowOutput):
             return out
         out = []
         for n in sorted(self.open):
+            if self.intervals:
+                self._plain(n)
             by_key = self.open.pop(n)
             if self.intervals:  # (the others start after every input: they never appear)
                 by_key = {k: state for k, state in by_key.items() if self._produced(n, k)}
@@ -328,6 +338,7 @@ class KeyedWindowAggregate(KeyedColumnPath, KeyedWindowOutput):
     def keep_keys(self, keep: Callable[[Hashable], bool]) -> None:
         """Keep only the windows of the keys ``keep`` keeps (rescaling:
         :mod:`operators.key_groups`)."""
+        self._plain_all()
         self.open = {n: kept for n, by_key in self.open.items()
                      if (kept := {k: v for k, v in by_key.items() if keep(k)})}
         self.sent = {n: kept for n, by_key in self.sent.items()
@@ -337,6 +348,8 @@ class KeyedWindowAggregate(KeyedColumnPath, KeyedWindowOutput):
     def add_keys(self, other: KeyedWindowAggregate) -> None:
         """Take in ``other``'s windows (of keys this one has none of); fresh ids go on from
         the higher counter."""
+        self._plain_all()
+        other._plain_all()
         for mine, theirs in ((self.open, other.open), (self.sent, other.sent)):
             for n, by_key in theirs.items():
                 mine.setdefault(n, {}).update(by_key)

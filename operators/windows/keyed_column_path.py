@@ -18,6 +18,7 @@ from ..events import MIN_TIME, Message
 from ..group_apply import group_key
 from .keyed_columns import SAFE, named_codes, pane_ranges, window_groups
 from .keyed_state import KeyedWindowState
+from .keyed_table import KeyTable
 
 __all__ = ["KeyedColumnPath"]
 
@@ -61,6 +62,11 @@ class KeyedColumnPath(KeyedWindowState):
             return []
         if named is not None:
             group_keys = [names[c] for c in group_keys]
+        if self.table_plan is not None:  # number states kept column-wise (keyed_table)
+            left = self._add_tables(msg.payload, rows, windows, group_keys, lo, hi)
+            if left is None:
+                return []
+            windows, group_keys, lo, hi = left
         if self.add_ranges is not None:  # a built-in: add column-wise, no payload objects
             # the groups come sorted by window: each window's states are looked up and
             # stored by one map / update over its run of keys, not one Python step per group
@@ -68,7 +74,7 @@ class KeyedColumnPath(KeyedWindowState):
             open_ = self.open
             by_group: list[Any] = []
             for n, a, b in runs:
-                held = open_.get(n)
+                held = self._plain(n)
                 by_group += [None] * (b - a) if held is None else map(held.get,
                                                                        group_keys[a:b])
             states = self.add_ranges(by_group, map_columns(msg.payload, lambda c: c[rows]),
@@ -80,8 +86,8 @@ class KeyedColumnPath(KeyedWindowState):
                     if by_key is None:
                         by_key = open_[n] = {}
                     by_key.update(zip(group_keys[a:b], states[a:b]))
-                if not self.final:
-                    self.touched.update(zip(windows, group_keys))
+                    if not self.final:
+                        self.touched_runs.append((n, group_keys[a:b]))
                 return []
         if self.incremental:
             values = self._values(starts.tolist(), msg.payloads())
@@ -98,6 +104,41 @@ class KeyedColumnPath(KeyedWindowState):
         self._add_members(windows, group_keys, ordered_starts, ordered, lo, hi,
                           in_order=ranged is not None)
         return []
+
+    def _add_tables(self, payload: Any, rows: np.ndarray, windows: list[int],
+                    keys: list[Hashable], lo: Any, hi: Any) -> tuple[Any, ...] | None:
+        """Add the groups of the windows held as :class:`~.keyed_table.KeyTable` (or new)
+        to their tables; None when every group was, else the groups left ``(windows, keys,
+        lo, hi)`` for the per-key states: all of them when the columns do not fit the lanes,
+        else those of windows held per key (a restored snapshot's), their tables made plain
+        where a table cannot take them."""
+        plan = self.table_plan
+        assert plan is not None
+        lo_a, hi_a = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
+        got = plan.lanes_of(map_columns(payload, lambda c: c[rows]), len(rows), lo_a, hi_a)
+        runs = _runs(windows)
+        if got is None:
+            for n, _, _ in runs:
+                self._plain(n)
+            return windows, keys, lo, hi
+        values, bound = got
+        open_, left = self.open, []
+        for n, a, b in runs:
+            held = open_.get(n)
+            if held is None:
+                held = open_[n] = KeyTable(plan)
+            if type(held) is KeyTable and held.add(keys[a:b], [v[a:b] for v in values], bound):
+                if not self.final:
+                    self.touched_runs.append((n, keys[a:b]))
+            else:
+                self._plain(n)
+                left.append((a, b))
+        if not left:
+            return None
+        at = np.concatenate([np.arange(a, b) for a, b in left])
+        picked = at.tolist()
+        return ([windows[j] for j in picked], [keys[j] for j in picked], lo_a[at].tolist(),
+                hi_a[at].tolist())  # (Python ints: a count adds them to its state)
 
     def _groups_per_event(self, msg: Columns) -> dict[tuple[int, Hashable], list[Any]]:
         """The events grouped by (window number, key) with the key function per event."""

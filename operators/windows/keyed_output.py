@@ -19,6 +19,7 @@ from ..udm import Window
 from .evaluate import diff
 from .keyed_columns import number_columns
 from .keyed_state import KeyedWindowState
+from .keyed_table import KeyTable
 
 __all__ = ["KeyedWindowOutput"]
 
@@ -42,17 +43,28 @@ class KeyedWindowOutput(KeyedWindowState):
 
     def _correct(self) -> list[Message]:
         """Speculative: each touched group's current result replaces the row sent before."""
-        if not self.touched:
+        if not self.touched and not self.touched_runs:
             return []
         out: list[Message] = []
         sent = self.sent
         produced = self._produced if self.intervals else None
         per_window: dict[int, list[Hashable]] = {}
         for n, k in self.touched:
-            if produced is not None and not produced(n, k):  # touched again when its
-                continue  # frontier reaches it
-            per_window.setdefault(n, []).append(k)
+            if produced is None or produced(n, k):  # (else touched again when its frontier
+                per_window.setdefault(n, []).append(k)  # reaches it)
+        again = set()  # windows whose keys came from more than one place
+        for n, keys in self.touched_runs:
+            if produced is not None:
+                keys = [k for k in keys if produced(n, k)]
+            if n in per_window:
+                again.add(n)
+                per_window[n] += keys
+            else:
+                per_window[n] = keys
+        for n in again:
+            per_window[n] = list(dict.fromkeys(per_window[n]))
         self.touched.clear()
+        self.touched_runs.clear()
         keyed, ids = self.keyed, self.ids
         if self.apply:
             return self._correct_rows(per_window)
@@ -61,7 +73,8 @@ class KeyedWindowOutput(KeyedWindowState):
             s, e = self._row_lifetime(n)
             states = self.open[n]
             by_key = sent.setdefault(n, {})
-            results = self._results(n, {k: states[k] for k in keys})
+            results = (states.results(keys) if type(states) is KeyTable
+                       else self._results(n, {k: states[k] for k in keys}))
             get, name, j = by_key.get, ids.name, ids.next_id  # (ids.mint() without a call)
             for k, result in zip(keys, results):
                 payload = (k, result) if keyed else result
@@ -105,6 +118,8 @@ class KeyedWindowOutput(KeyedWindowState):
         incremental aggregate's in one call (``window_results`` where the UDM has it: the
         built-ins answer part by part), else one call per group; a failing group is found
         again by :meth:`_result`, which names it."""
+        if type(by_key) is KeyTable:  # (the keys in its order: every key's, at once)
+            return by_key.all_results()
         window = self._window(n)
         if self.incremental:
             udm: Any = self.udm

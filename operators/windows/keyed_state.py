@@ -23,6 +23,7 @@ from ..processor import Processor
 from ..udm import UDM, Window
 from .evaluate import Ids, WindowUdm
 from .index import Grid
+from .keyed_table import KeyTable, TablePlan
 from .spec import HoppingWindow, OutputPolicy, ResolvedPolicy
 
 __all__ = ["EVERY_KEY", "KeyedWindowState", "Members"]
@@ -94,13 +95,17 @@ class KeyedWindowState(Processor):
     time_sensitive: bool
     add_ranges: Callable[..., Any] | None
     output: OutputPolicy
-    #: window number -> key -> UDM state (incremental) or its events (:class:`Members`)
-    open: dict[int, dict[Hashable, Any]]
+    #: window number -> key -> UDM state (incremental) or its events (:class:`Members`), or
+    #: the window's :class:`~.keyed_table.KeyTable`
+    open: dict[int, Any]
     ids: Ids
     sent: dict[int, dict[Hashable, Any]]
     touched: set[tuple[int, Hashable]]
+    touched_runs: list[tuple[int, list[Hashable]]]
     cti: int
     latest: dict[Hashable, int]
+    #: how the states of a built-in of number parts are kept column-wise (None: per key)
+    table_plan: TablePlan | None
 
     def _values(self, starts: list[int], payloads: list[Any]) -> list[Any]:
         """What a window keeps of each event: the payload for an incremental UDM (the clipped
@@ -120,7 +125,7 @@ class KeyedWindowState(Processor):
         if not self.final:
             self.touched.update(groups)
         for (n, k), values in groups.items():
-            by_key = open_.get(n)
+            by_key = self._plain(n)
             if by_key is None:
                 by_key = open_[n] = {}
             if self.incremental:
@@ -158,6 +163,18 @@ class KeyedWindowState(Processor):
             members.add(starts[a:b], payloads[a:b], in_order)
         if not self.final:
             self.touched.update(zip(windows, keys))
+
+    def _plain(self, n: int) -> dict[Hashable, Any] | None:
+        """Window ``n``'s states per key, a :class:`~.keyed_table.KeyTable` made plain first
+        (for good: the per-key paths change them); None when there is no such window."""
+        held = self.open.get(n)
+        if type(held) is KeyTable:
+            held = self.open[n] = held.plain()
+        return held
+
+    def _plain_all(self) -> None:
+        for n in list(self.open):
+            self._plain(n)
 
     def _advance(self, key: Hashable, frontier: int) -> None:
         """Intervals: ``key``'s frontier moves to ``frontier`` (the start of one of its events
