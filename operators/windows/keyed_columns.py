@@ -53,8 +53,9 @@ def number_column(values: list[Any]) -> np.ndarray | None:
 
 def number_columns(keys: list[Any], results: list[Any], keyed: bool) -> Any:
     """The payload columns of final rows ``(key, result)`` (or ``result``) when keys and
-    results are plain numbers, else None (the rows go out as ``Insert`` messages)."""
-    res = number_column(results)
+    results are plain numbers (``results`` may be their column already), else None (the rows
+    go out as ``Insert`` messages)."""
+    res = results if isinstance(results, np.ndarray) else number_column(results)
     if res is None or not keyed:
         return res
     ks = number_column(keys)

@@ -143,6 +143,11 @@ class KeyedWindowOutput(KeyedWindowState):
         aggregate's results are taken in one pass (a failing key is found again by
         :meth:`_result`, which names it)."""
         s, e = self._row_lifetime(n)
+        column = by_key.result_column() if type(by_key) is KeyTable else None
+        if column is not None:  # (the results as the column they make)
+            cols = number_columns(list(by_key), column, self.keyed)
+            if cols is not None:
+                return self._columns_out(s, e, cols, len(column))
         results = self._results(n, by_key)
         ids = self.ids
         if self.apply:  # a UDO: each of its payloads is one row
@@ -151,20 +156,27 @@ class KeyedWindowOutput(KeyedWindowState):
                 return [_new(Insert, (mint(), s, e, (k, r)))
                         for k, rows in zip(by_key, results) for r in rows]
             return [_new(Insert, (mint(), s, e, r)) for rows in results for r in rows]
+        cols = number_columns(list(by_key), results, self.keyed)
+        if cols is not None:  # one column batch: a join after it stays column-wise
+            return self._columns_out(s, e, cols, len(results))
         first = ids.next_id
         ids.next_id = first + len(results)
         name = ids.name
-        cols = number_columns(list(by_key), results, self.keyed)
-        if cols is not None:  # one column batch: a join after it stays column-wise
-            m = len(results)
-            oids = FreshIds(name, np.arange(first, first + m, dtype=np.int64))  # minted if read
-            return [Columns(oids, np.full(m, s, dtype=np.int64),  # type: ignore[list-item]
-                            np.full(m, e, dtype=np.int64), cols)]
         if self.keyed:
             return [_new(Insert, (FreshId(name, first + j), s, e, (k, result)))
                     for j, (k, result) in enumerate(zip(by_key, results))]
         return [_new(Insert, (FreshId(name, first + j), s, e, result))
                 for j, result in enumerate(results)]
+
+    def _columns_out(self, s: int, e: int, cols: Any, m: int) -> list[Message]:
+        """``m`` rows ``[s, e)`` of payload columns ``cols`` as one column batch, their ids
+        the next fresh ones (minted if read)."""
+        ids = self.ids
+        first = ids.next_id
+        ids.next_id = first + m
+        oids = FreshIds(ids.name, np.arange(first, first + m, dtype=np.int64))
+        return [Columns(oids, np.full(m, s, dtype=np.int64),  # type: ignore[list-item]
+                        np.full(m, e, dtype=np.int64), cols)]
 
     def _result(self, n: int, k: Hashable, state: Any, window: Window | None = None) -> Any:
         if window is None:

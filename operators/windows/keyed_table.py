@@ -19,6 +19,7 @@ savepoints do not change).
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator, Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -152,13 +153,12 @@ class KeyTable:
         lanes = self.lanes
         if lanes is not None and any(v.dtype != lane.dtype for v, lane in zip(values, lanes)):
             return False
-        get, slot = self.slot.get, self.slot
-        where = [get(k, -1) for k in keys]
-        rows = np.fromiter(where, dtype=np.int64, count=len(where))
+        slot = self.slot
+        rows = np.fromiter(map(slot.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))
         new = np.flatnonzero(rows < 0)
         if len(new):
             first = len(self.keys)
-            added = [keys[j] for j in new.tolist()]
+            added = list(keys) if len(new) == len(keys) else [keys[j] for j in new.tolist()]
             slot.update(zip(added, range(first, first + len(added))))
             self.keys += added
             rows[new] = np.arange(first, first + len(added))
@@ -230,6 +230,19 @@ class KeyTable:
         if names is None:
             return columns[0]
         return [dict(zip(names, row)) for row in zip(*columns)]
+
+    def result_column(self) -> np.ndarray | None:
+        """Every key's result (in the order of :attr:`keys`) as one number column, when the
+        aggregate is one part (else None): the column its results would make."""
+        if self.plan.names is not None or self.lanes is None:
+            return None
+        m = len(self.keys)
+        lane = self.lanes[0][:m]
+        if self.plan.parts[0][0] != "avg":
+            return lane.copy()
+        if m and _largest(lane) < _EXACT:
+            return lane / self.lanes[1][:m]
+        return np.array(self.all_results(), dtype=np.float64)
 
     def plain(self) -> dict[Hashable, Any]:
         """The per-key states (key -> state), as the built-ins' insert-only adds make them."""
