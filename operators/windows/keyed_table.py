@@ -119,7 +119,7 @@ class KeyTable:
     its keys (``in``, ``len``, iteration); :meth:`add` takes a batch's groups,
     :meth:`results` answers for some keys, :meth:`plain` gives the per-key states."""
 
-    __slots__ = ("_rows", "bound", "keys", "lanes", "plan", "slot")
+    __slots__ = ("bound", "keys", "lanes", "plan", "slot")
 
     def __init__(self, plan: TablePlan) -> None:
         self.plan = plan
@@ -132,7 +132,6 @@ class KeyTable:
         #: how large a sum lane's value may be (the sums of the largest |value| of each batch
         #: times its rows)
         self.bound = 0
-        self._rows = 0
 
     def __len__(self) -> int:
         return len(self.keys)
