@@ -215,10 +215,15 @@ def int_range_totals(column: np.ndarray, lo: Sequence[int],
                      hi: Sequence[int]) -> tuple[list[int], list[int]]:
     """The sum and the count of the int ``column``'s rows ``lo[j]:hi[j]``, from int64 prefix
     sums (the caller checked that no sum leaves int64)."""
+    lo_a, hi_a = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
+    return int_range_column(column, lo_a, hi_a).tolist(), (hi_a - lo_a).tolist()
+
+
+def int_range_column(column: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """:func:`int_range_totals`' sums as an int64 column (``lo``, ``hi``: int64 arrays)."""
     prefix = np.zeros(len(column) + 1, dtype=np.int64)
     np.cumsum(column, dtype=np.int64, out=prefix[1:])
-    lo_a, hi_a = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
-    return (prefix[hi_a] - prefix[lo_a]).tolist(), (hi_a - lo_a).tolist()
+    return prefix[hi] - prefix[lo]
 
 
 def int_range_sums(states: list[Any], column: np.ndarray, lo: Sequence[int],

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..aggregates import Aggregates, Avg, Count, Max, Min, Sum
+from ..aggregates.exact import int_range_column
 from ..aggregates.extremes import Best
 from ..expr import evaluate, trace
 
@@ -80,7 +81,7 @@ class TablePlan:
                 mask = part._mask(columns, n)
                 if mask is None:
                     return None
-                out.append(_range_sums(mask.astype(np.int64), lo, hi))
+                out.append(int_range_column(mask, lo, hi))
                 continue
             column = evaluate(trace(part._get), columns, n)
             if not (isinstance(column, np.ndarray) and column.shape == (n,) and n):
@@ -90,24 +91,14 @@ class TablePlan:
                 if most >= _SUM_BOUND:
                     return None  # (floats: exact sums are the general path's business)
                 bound = max(bound, most)
-                out += [_range_sums(column.astype(np.int64), lo, hi), sizes]
+                out += [int_range_column(column, lo, hi), sizes]
                 continue
             if column.dtype.kind not in "if" or (column.dtype.kind == "f" and (
                     np.isnan(column).any() or not column.all())):
                 return None  # (NaN and zeros rank by type: the general path's business)
             column = column.astype(np.int64 if column.dtype.kind == "i" else np.float64)
-            reduce = np.maximum if kind == "max" else np.minimum
-            starts = np.zeros(len(lo), dtype=np.int64)
-            np.cumsum(sizes[:-1], out=starts[1:])
-            rows = np.arange(int(sizes.sum()), dtype=np.int64) + np.repeat(lo - starts, sizes)
-            out.append(reduce.reduceat(column[rows], starts))
+            out.append(part._range_extremes((column,), lo, hi)[0])
         return out, bound
-
-
-def _range_sums(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    prefix = np.zeros(len(values) + 1, dtype=np.int64)
-    np.cumsum(values, out=prefix[1:])
-    return prefix[hi] - prefix[lo]
 
 
 def _largest(column: np.ndarray) -> int:
