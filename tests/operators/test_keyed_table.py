@@ -13,10 +13,13 @@ import pickle
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.aggregates import Aggregates, Avg, Count, Max, Min, Sum
+from operators.cht import to_cht
 from operators.columns import expand
 from operators.group_apply import GroupApply
 from operators.ingress import AdvanceTime, Ingress
@@ -25,6 +28,7 @@ from operators.windows.keyed import KeyedWindowAggregate
 from operators.windows.keyed_table import KeyTable
 from tests.kit import PROPERTY, assert_equivalent
 from tests.operators.test_keyed_window import run_keyed
+from topology import Stream
 
 
 def big(p: dict[str, Any]) -> Any:
@@ -131,3 +135,28 @@ def test_the_q17_aggregate_is_held_as_tables_and_a_snapshot_as_states():
     snap = op.snapshot()
     assert all(type(t) is dict for t in snap["open"].values())
     assert all(type(t) is KeyTable for t in op.open.values())  # (the live ones stay)
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("kinds", [("int", "int"), ("int", "float", "int"), ("huge", "int")])
+def test_on_ray_as_inline(kinds, ray_session):
+    """The same query on Ray (the keyed window in an actor, its tables pickled as plain states
+    wherever they cross) as inline, over batches whose value kind changes."""
+    rng = np.random.default_rng(11)
+    parts = []
+    for kind in kinds:
+        m = 400
+        v = {"int": rng.integers(-4, 5, m), "float": rng.integers(1, 5, m) * 0.25,
+             "huge": rng.integers(2**59, 2**60, m)}[kind]
+        parts.append(pa.table({"t": np.sort(rng.integers(0, 1000, m)) + 1000 * len(parts),
+                               "k": rng.integers(0, 6, m), "v": v}))
+    data = pa.concat_tables(parts, promote_options="permissive")
+
+    def run(runtime):
+        src = Stream.from_arrow(data, start="t", advance=AdvanceTime(every=50), batch_rows=400)
+        q = src.group_apply("k", lambda g: g.hopping_window(300, 100).aggregate(UDMS["q17"]()))
+        return to_cht(q.collect(runtime=runtime))
+
+    want = run("inline")
+    assert want
+    assert run("ray") == want
